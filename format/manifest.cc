@@ -1,0 +1,246 @@
+#include "format/manifest.h"
+
+#include <cstring>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "format/checksum.h"
+#include "format/coding.h"
+#include "format/names.h"
+#include "format/section_coding.h"
+#include "format/status_macros.h"
+
+namespace ckpt::format {
+
+using internal::RawSection;
+
+std::string IdToHex(const CheckpointId& id) {
+  std::string s;
+  for (uint8_t b : id) absl::StrAppendFormat(&s, "%02x", b);
+  return s;
+}
+
+uint64_t RequiredFeaturesOf(const std::vector<EntryRecord>& entries) {
+  for (const EntryRecord& e : entries) {
+    for (const ChunkRecord& c : e.chunks) {
+      if (c.codec == Codec::kZstd) return kFeatureZstd;
+    }
+  }
+  return 0;
+}
+
+std::string EncodeManifest(const Manifest& m) {
+  std::string out;
+  out.append(kManifestMagic, kMagicSize);
+  PutFixed16(&out, kFormatMajor);
+  PutFixed16(&out, m.minor_version);
+  PutFixed32(&out, 0);
+  PutFixed64(&out, m.required_features | RequiredFeaturesOf(m.entries));
+  PutFixed64(&out, m.optional_features);
+  std::string body;
+  internal::EncodeCheckpointInfo(m.info, &body);
+  internal::PutSection(&out, kSectionCheckpointInfo, true, body);
+  if (!m.metadata.empty()) {
+    body.clear();
+    internal::EncodeMetadata(m.metadata, &body);
+    internal::PutSection(&out, kSectionMetadata, false, body);
+  }
+  body.clear();
+  PutVarint(&body, m.shards.size());
+  for (const ShardInfo& s : m.shards) {
+    PutVarint(&body, s.shard_id);
+    PutString(&body, s.file_name);
+    PutVarint(&body, s.file_size);
+  }
+  internal::PutSection(&out, kSectionShards, true, body);
+  body.clear();
+  internal::EncodeEntries(m.entries, /*with_blocks=*/false, &body);
+  internal::PutSection(&out, kSectionEntries, true, body);
+  if (!m.plan.empty()) internal::PutSection(&out, kSectionPlan, false, m.plan);
+  PutFixed64(&out, Checksum(out));
+  out.append(kManifestMagic, kMagicSize);
+  return out;
+}
+
+namespace {
+
+absl::StatusOr<std::vector<ShardInfo>> DecodeShards(const RawSection& s) {
+  ByteReader r(s.body, s.offset + kSectionHeaderSize);
+  CKPT_ASSIGN_OR_RETURN(uint64_t n, r.ReadVarintAtMost("shard count", kMaxShards));
+  std::vector<ShardInfo> shards;
+  shards.reserve(std::min<uint64_t>(n, r.remaining() / 3));
+  absl::flat_hash_set<uint32_t> ids;
+  absl::flat_hash_set<std::string> files;
+  for (uint64_t i = 0; i < n; ++i) {
+    ShardInfo si;
+    CKPT_ASSIGN_OR_RETURN(uint64_t id, r.ReadVarintAtMost("shard id", kMaxShards - 1));
+    si.shard_id = static_cast<uint32_t>(id);
+    CKPT_ASSIGN_OR_RETURN(auto name, r.ReadString("shard file name", kMaxFileNameLength));
+    si.file_name = std::string(name);
+    CKPT_ASSIGN_OR_RETURN(si.file_size, r.ReadVarint("shard file size"));
+    absl::Status fs = ValidateFileName(si.file_name);
+    if (!fs.ok()) {
+      return absl::DataLossError(absl::StrCat("shard ", si.shard_id, ": ", fs.message()));
+    }
+    if (si.file_size < kShardHeaderSize + kShardTailSize) {
+      return absl::DataLossError(absl::StrCat(
+          "shard ", si.shard_id, ": file size ", si.file_size,
+          " is smaller than a header and a tail (", kShardHeaderSize + kShardTailSize, ")"));
+    }
+    if (!ids.insert(si.shard_id).second) {
+      return absl::DataLossError(absl::StrCat("duplicate shard id ", si.shard_id));
+    }
+    if (!files.insert(si.file_name).second) {
+      return absl::DataLossError(absl::StrCat("duplicate shard file name '", si.file_name, "'"));
+    }
+    shards.push_back(std::move(si));
+  }
+  return shards;
+}
+
+}  // namespace
+
+absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
+  constexpr uint64_t kMin = kManifestHeaderSize + kManifestTailSize;
+  if (bytes.size() < kMin) {
+    return absl::DataLossError(absl::StrFormat(
+        "manifest: truncated: %d bytes, at least %d needed", bytes.size(), kMin));
+  }
+  if (bytes.size() > kMaxManifestSize) {
+    return absl::DataLossError(absl::StrFormat(
+        "manifest: %d bytes exceeds the limit of %d", bytes.size(), kMaxManifestSize));
+  }
+  if (std::memcmp(bytes.data(), kManifestMagic, kMagicSize) != 0) {
+    return absl::DataLossError("manifest: bad magic at offset 0: not a ckpt manifest");
+  }
+  Manifest m;
+  uint16_t major = LoadFixed16(bytes.data() + 8);
+  m.minor_version = LoadFixed16(bytes.data() + 10);
+  if (major != kFormatMajor) {
+    if (major > kFormatMajor) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "manifest: format version %d.%d is newer than this reader supports "
+          "(%d.x); upgrade ckpt",
+          major, m.minor_version, kFormatMajor));
+    }
+    return absl::DataLossError(absl::StrFormat(
+        "manifest: format major version %d is invalid (expected %d)", major, kFormatMajor));
+  }
+  const size_t tail = bytes.size() - kManifestTailSize;
+  if (std::memcmp(bytes.data() + tail + 8, kManifestMagic, kMagicSize) != 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "manifest: bad magic at offset %d (end of file): truncated or extended", tail + 8));
+  }
+  uint64_t stored = LoadFixed64(bytes.data() + tail);
+  uint64_t actual = Checksum(bytes.data(), tail);
+  if (stored != actual) {
+    return absl::DataLossError(absl::StrFormat(
+        "manifest: checksum 0x%016x != 0x%016x (stored != computed)", stored, actual));
+  }
+  uint32_t reserved = LoadFixed32(bytes.data() + 12);
+  if (reserved != 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "manifest: reserved field at offset 12 is 0x%x, must be 0", reserved));
+  }
+  m.required_features = LoadFixed64(bytes.data() + 16);
+  m.optional_features = LoadFixed64(bytes.data() + 24);
+  if ((m.required_features & ~kKnownRequiredFeatures) != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "manifest: unknown required feature bits 0x%x; written by a newer ckpt",
+        m.required_features & ~kKnownRequiredFeatures));
+  }
+  auto fail = [](const absl::Status& s) { return Annotate(s, "manifest"); };
+  auto sections = internal::SplitSections(
+      bytes.substr(kManifestHeaderSize, tail - kManifestHeaderSize),
+      kManifestHeaderSize,
+      {kSectionCheckpointInfo, kSectionMetadata, kSectionShards,
+       kSectionEntries, kSectionPlan});
+  if (!sections.ok()) return fail(sections.status());
+  bool have_info = false, have_shards = false, have_entries = false;
+  for (const RawSection& s : *sections) {
+    switch (s.tag) {
+      case kSectionCheckpointInfo: {
+        auto info = internal::DecodeCheckpointInfo(s);
+        if (!info.ok()) return fail(info.status());
+        m.info = *std::move(info);
+        have_info = true;
+        break;
+      }
+      case kSectionMetadata: {
+        auto md = internal::DecodeMetadata(s);
+        if (!md.ok()) return fail(md.status());
+        m.metadata = *std::move(md);
+        break;
+      }
+      case kSectionShards: {
+        auto sh = DecodeShards(s);
+        if (!sh.ok()) return fail(sh.status());
+        m.shards = *std::move(sh);
+        have_shards = true;
+        break;
+      }
+      case kSectionEntries: {
+        auto en = internal::DecodeEntries(s, /*with_blocks=*/false);
+        if (!en.ok()) return fail(en.status());
+        m.entries = *std::move(en);
+        have_entries = true;
+        break;
+      }
+      case kSectionPlan:
+        m.plan = std::string(s.body);
+        break;
+    }
+  }
+  if (!have_info || !have_shards || !have_entries) {
+    return absl::DataLossError(absl::StrCat(
+        "manifest: missing required section ",
+        !have_info ? "CHECKPOINT_INFO (1)" : !have_shards ? "SHARDS (3)" : "ENTRIES (4)"));
+  }
+  if (RequiredFeaturesOf(m.entries) & ~m.required_features) {
+    return absl::DataLossError(
+        "manifest: a chunk uses zstd but feature bit 0 (zstd) is not set");
+  }
+  // Every chunk must live in a listed shard, inside its payload area.
+  absl::flat_hash_map<uint32_t, uint64_t> sizes;
+  for (const ShardInfo& s : m.shards) sizes[s.shard_id] = s.file_size;
+  for (const EntryRecord& e : m.entries) {
+    for (size_t i = 0; i < e.chunks.size(); ++i) {
+      const ChunkRecord& c = e.chunks[i];
+      auto it = sizes.find(c.shard);
+      if (it == sizes.end()) {
+        return absl::DataLossError(absl::StrCat(
+            "manifest: entry '", e.name, "': chunk ", i, ": shard ", c.shard,
+            " is not in the shard table"));
+      }
+      uint64_t payload_end = it->second - kShardTailSize;
+      if (c.stored_length > 0 &&
+          (c.data_offset < kShardHeaderSize || c.data_offset > payload_end ||
+           c.stored_length > payload_end - c.data_offset)) {
+        return absl::DataLossError(absl::StrCat(
+            "manifest: entry '", e.name, "': chunk ", i, ": bytes [",
+            c.data_offset, ", ", c.data_offset + c.stored_length,
+            ") lie outside the payload area of shard ", c.shard, " [",
+            kShardHeaderSize, ", ", payload_end, ")"));
+      }
+    }
+  }
+  return m;
+}
+
+absl::Status ValidateCoverage(const Manifest& m) {
+  std::vector<Region> regions;
+  for (const EntryRecord& e : m.entries) {
+    regions.clear();
+    for (const ChunkRecord& c : e.chunks) regions.push_back(c.region);
+    absl::Status s = CheckCover(e.shape, regions, e.flags & kEntryFlagPartial);
+    if (!s.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("manifest: entry '", e.name, "': ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ckpt::format

@@ -1,0 +1,341 @@
+#include "format/section_coding.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "format/block_codec.h"
+#include "format/coding.h"
+#include "format/names.h"
+#include "format/status_macros.h"
+
+namespace ckpt::format::internal {
+namespace {
+
+absl::Status Corrupt(const absl::Status& s, absl::string_view where) {
+  // Bytes read from disk that fail validation are corruption, whatever code
+  // the validator used for caller input.
+  return absl::DataLossError(absl::StrCat(where, ": ", s.message()));
+}
+
+}  // namespace
+
+void PutSection(std::string* dst, uint32_t tag, bool required,
+                absl::string_view body) {
+  PutFixed32(dst, tag);
+  PutFixed32(dst, required ? kSectionFlagRequired : 0);
+  PutFixed64(dst, body.size());
+  dst->append(body.data(), body.size());
+}
+
+absl::StatusOr<std::vector<RawSection>> SplitSections(
+    absl::string_view bytes, uint64_t base_offset,
+    const std::vector<uint32_t>& known) {
+  std::vector<RawSection> out;
+  ByteReader r(bytes, base_offset);
+  while (!r.empty()) {
+    RawSection s;
+    s.offset = r.offset();
+    CKPT_ASSIGN_OR_RETURN(s.tag, r.Read32("section tag"));
+    CKPT_ASSIGN_OR_RETURN(s.flags, r.Read32("section flags"));
+    CKPT_ASSIGN_OR_RETURN(uint64_t len, r.Read64("section length"));
+    if ((s.flags & ~kSectionFlagsKnown) != 0) {
+      return absl::DataLossError(absl::StrFormat(
+          "section %d at offset %d: reserved flag bits 0x%x are set", s.tag,
+          s.offset, s.flags & ~kSectionFlagsKnown));
+    }
+    CKPT_ASSIGN_OR_RETURN(
+        s.body, r.ReadBytes(absl::StrCat("section ", s.tag, " body"), len));
+    bool is_known = std::find(known.begin(), known.end(), s.tag) != known.end();
+    if (!is_known) {
+      if (s.flags & kSectionFlagRequired) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "unknown required section %d at offset %d: written by a newer "
+            "ckpt; this reader cannot read it",
+            s.tag, s.offset));
+      }
+      continue;  // optional: skipped by length
+    }
+    for (const RawSection& o : out) {
+      if (o.tag == s.tag) {
+        return absl::DataLossError(absl::StrFormat(
+            "section %d appears twice (offsets %d and %d)", s.tag, o.offset,
+            s.offset));
+      }
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+void EncodeCheckpointInfo(const CheckpointInfo& info, std::string* out) {
+  out->append(reinterpret_cast<const char*>(info.id.data()), info.id.size());
+  PutVarint(out, info.step);
+  PutVarint(out, info.world_size);
+  PutFixed64(out, static_cast<uint64_t>(info.created_unix_ns));
+  out->append(reinterpret_cast<const char*>(info.fingerprint.data()),
+              info.fingerprint.size());
+  PutString(out, info.writer);
+}
+
+absl::StatusOr<CheckpointInfo> DecodeCheckpointInfo(const RawSection& s) {
+  ByteReader r(s.body, s.offset + kSectionHeaderSize);
+  CheckpointInfo info;
+  CKPT_ASSIGN_OR_RETURN(auto id, r.ReadBytes("checkpoint id", 16));
+  std::copy(id.begin(), id.end(), info.id.begin());
+  CKPT_ASSIGN_OR_RETURN(info.step, r.ReadVarint("step"));
+  CKPT_ASSIGN_OR_RETURN(uint64_t ws, r.ReadVarintAtMost("world size", kMaxShards));
+  if (ws == 0) return absl::DataLossError("world size: 0 is not allowed");
+  info.world_size = static_cast<uint32_t>(ws);
+  CKPT_ASSIGN_OR_RETURN(uint64_t t, r.Read64("creation time"));
+  info.created_unix_ns = static_cast<int64_t>(t);
+  CKPT_ASSIGN_OR_RETURN(auto fp, r.ReadBytes("fingerprint", 16));
+  std::copy(fp.begin(), fp.end(), info.fingerprint.begin());
+  CKPT_ASSIGN_OR_RETURN(auto writer, r.ReadString("writer", kMaxNameLength));
+  info.writer = std::string(writer);
+  // Trailing bytes are allowed: a later minor version may append fields.
+  return info;
+}
+
+void EncodeMetadata(const Metadata& md, std::string* out) {
+  PutVarint(out, md.size());
+  for (const auto& [k, v] : md) {
+    PutString(out, k);
+    PutString(out, v);
+  }
+}
+
+absl::StatusOr<Metadata> DecodeMetadata(const RawSection& s) {
+  ByteReader r(s.body, s.offset + kSectionHeaderSize);
+  CKPT_ASSIGN_OR_RETURN(uint64_t n,
+                        r.ReadVarintAtMost("metadata count", kMaxMetadataEntries));
+  Metadata md;
+  absl::flat_hash_set<absl::string_view> seen;
+  for (uint64_t i = 0; i < n; ++i) {
+    CKPT_ASSIGN_OR_RETURN(auto k, r.ReadString("metadata key", kMaxNameLength));
+    CKPT_ASSIGN_OR_RETURN(auto v,
+                          r.ReadString("metadata value", kMaxMetadataValueLength));
+    absl::Status ks = ValidateMetadataKey(k);
+    if (!ks.ok()) return Corrupt(ks, absl::StrCat("metadata entry ", i));
+    if (!seen.insert(k).second) {
+      return absl::DataLossError(
+          absl::StrCat("metadata: duplicate key '", k, "'"));
+    }
+    md.emplace_back(std::string(k), std::string(v));
+  }
+  return md;
+}
+
+void EncodeEntries(const std::vector<EntryRecord>& entries, bool with_blocks,
+                   std::string* out) {
+  PutVarint(out, entries.size());
+  for (const EntryRecord& e : entries) {
+    PutString(out, e.name);
+    PutFixed8(out, static_cast<uint8_t>(e.kind));
+    PutFixed8(out, static_cast<uint8_t>(e.dtype));
+    PutFixed8(out, e.flags);
+    PutVarint(out, e.shape.size());
+    for (uint64_t d : e.shape) PutVarint(out, d);
+    PutVarint(out, e.chunks.size());
+    for (const ChunkRecord& c : e.chunks) {
+      if (const Box* b = std::get_if<Box>(&c.region)) {
+        PutFixed8(out, static_cast<uint8_t>(GeometryKind::kBox));
+        for (uint64_t o : b->offset) PutVarint(out, o);
+        for (uint64_t s : b->size) PutVarint(out, s);
+      } else {
+        const FlatRange& f = std::get<FlatRange>(c.region);
+        PutFixed8(out, static_cast<uint8_t>(GeometryKind::kFlat));
+        PutVarint(out, f.start);
+        PutVarint(out, f.length);
+      }
+      PutVarint(out, c.shard);
+      PutVarint(out, c.data_offset);
+      PutVarint(out, c.stored_length);
+      PutFixed8(out, static_cast<uint8_t>(c.codec));
+      PutVarint(out, c.block_size);
+      if (with_blocks) {
+        PutVarint(out, c.blocks.size());
+        for (const BlockRecord& b : c.blocks) {
+          PutVarint(out, b.stored_size);
+          PutFixed64(out, b.checksum);
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+absl::Status DecodeChunk(ByteReader& r, const EntryRecord& e,
+                         uint64_t raw_elem_size, bool with_blocks,
+                         ChunkRecord* c) {
+  CKPT_ASSIGN_OR_RETURN(uint8_t geom, r.Read8("geometry kind"));
+  const size_t n = e.shape.size();
+  if (geom == static_cast<uint8_t>(GeometryKind::kBox)) {
+    Box b;
+    b.offset.resize(n);
+    b.size.resize(n);
+    for (size_t d = 0; d < n; ++d) {
+      CKPT_ASSIGN_OR_RETURN(b.offset[d], r.ReadVarint("box offset"));
+    }
+    for (size_t d = 0; d < n; ++d) {
+      CKPT_ASSIGN_OR_RETURN(b.size[d], r.ReadVarint("box size"));
+    }
+    c->region = std::move(b);
+  } else if (geom == static_cast<uint8_t>(GeometryKind::kFlat)) {
+    FlatRange f;
+    CKPT_ASSIGN_OR_RETURN(f.start, r.ReadVarint("flat start"));
+    CKPT_ASSIGN_OR_RETURN(f.length, r.ReadVarint("flat length"));
+    c->region = f;
+  } else {
+    return absl::DataLossError(
+        absl::StrCat("unknown geometry kind ", static_cast<int>(geom)));
+  }
+  absl::Status rs = ValidateRegion(c->region, e.shape);
+  if (!rs.ok()) return absl::DataLossError(rs.message());
+  CKPT_ASSIGN_OR_RETURN(uint64_t shard,
+                        r.ReadVarintAtMost("shard id", kMaxShards - 1));
+  c->shard = static_cast<uint32_t>(shard);
+  CKPT_ASSIGN_OR_RETURN(c->data_offset, r.ReadVarint("data offset"));
+  CKPT_ASSIGN_OR_RETURN(c->stored_length, r.ReadVarint("stored length"));
+  if (c->data_offset > (1ull << 62) || c->stored_length > (1ull << 62)) {
+    return absl::DataLossError("data offset or stored length beyond 2^62");
+  }
+  CKPT_ASSIGN_OR_RETURN(uint8_t codec, r.Read8("codec"));
+  if (codec > static_cast<uint8_t>(Codec::kZstd)) {
+    return absl::DataLossError(
+        absl::StrCat("unknown codec ", static_cast<int>(codec)));
+  }
+  c->codec = static_cast<Codec>(codec);
+  CKPT_ASSIGN_OR_RETURN(c->block_size, r.ReadVarint("block size"));
+  if (c->block_size < kMinBlockSize || c->block_size > kMaxBlockSize) {
+    return absl::DataLossError(absl::StrCat("block size ", c->block_size,
+                                            " outside [", kMinBlockSize, ", ",
+                                            kMaxBlockSize, "]"));
+  }
+  const uint64_t raw = RegionElements(c->region) * raw_elem_size;
+  const uint64_t nblocks = NumBlocks(raw, c->block_size);
+  if (c->codec == Codec::kNone && c->stored_length != raw) {
+    return absl::DataLossError(absl::StrCat(
+        "stored length ", c->stored_length, " != ", raw,
+        " raw bytes for an uncompressed chunk"));
+  }
+  if (c->stored_length > raw) {
+    return absl::DataLossError(absl::StrCat("stored length ", c->stored_length,
+                                            " exceeds raw size ", raw));
+  }
+  if (!with_blocks) return absl::OkStatus();
+  CKPT_ASSIGN_OR_RETURN(uint64_t count, r.ReadVarint("block count"));
+  if (count != nblocks) {
+    return absl::DataLossError(absl::StrCat("block count ", count, " != ",
+                                            nblocks, " expected for ", raw,
+                                            " bytes in blocks of ",
+                                            c->block_size));
+  }
+  // Each block record takes at least 9 bytes: never reserve more than the
+  // bytes left can hold.
+  c->blocks.reserve(std::min<uint64_t>(count, r.remaining() / 9));
+  uint64_t sum = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    BlockRecord b;
+    CKPT_ASSIGN_OR_RETURN(b.stored_size, r.ReadVarint("block stored size"));
+    CKPT_ASSIGN_OR_RETURN(b.checksum, r.Read64("block checksum"));
+    uint64_t braw = std::min(c->block_size, raw - i * c->block_size);
+    if (b.stored_size > braw || b.stored_size == 0 ||
+        (c->codec == Codec::kNone && b.stored_size != braw)) {
+      return absl::DataLossError(absl::StrCat("block ", i, ": stored size ",
+                                              b.stored_size, " invalid for ",
+                                              braw, " raw bytes"));
+    }
+    sum += b.stored_size;
+    c->blocks.push_back(b);
+  }
+  if (sum != c->stored_length) {
+    return absl::DataLossError(absl::StrCat("blocks add up to ", sum,
+                                            " bytes, stored length is ",
+                                            c->stored_length));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<EntryRecord>> DecodeEntries(const RawSection& s,
+                                                       bool with_blocks) {
+  ByteReader r(s.body, s.offset + kSectionHeaderSize);
+  CKPT_ASSIGN_OR_RETURN(uint64_t n, r.ReadVarintAtMost("entry count", kMaxEntries));
+  std::vector<EntryRecord> entries;
+  entries.reserve(std::min<uint64_t>(n, r.remaining() / 6));
+  absl::flat_hash_set<absl::string_view> names;
+  for (uint64_t i = 0; i < n; ++i) {
+    EntryRecord e;
+    CKPT_ASSIGN_OR_RETURN(auto name, r.ReadString("entry name", kMaxNameLength));
+    e.name = std::string(name);
+    std::string where = absl::StrCat("entry ", i);
+    absl::Status ns = ValidateEntryName(e.name);
+    if (!ns.ok()) return Corrupt(ns, where);
+    where = absl::StrCat("entry '", e.name, "'");
+    auto fail = [&](const absl::Status& st) {
+      return absl::Status(st.code(), absl::StrCat(where, ": ", st.message()));
+    };
+    auto kind = r.Read8("entry kind");
+    if (!kind.ok()) return fail(kind.status());
+    if (*kind != 1 && *kind != 2) {
+      return fail(absl::DataLossError(
+          absl::StrCat("unknown entry kind ", static_cast<int>(*kind))));
+    }
+    e.kind = static_cast<EntryKind>(*kind);
+    auto code = r.Read8("dtype");
+    if (!code.ok()) return fail(code.status());
+    auto dtype = DTypeFromCode(*code);
+    if (!dtype.ok()) return fail(dtype.status());
+    e.dtype = *dtype;
+    auto flags = r.Read8("entry flags");
+    if (!flags.ok()) return fail(flags.status());
+    if ((*flags & ~kEntryFlagsKnown) != 0) {
+      return fail(absl::DataLossError(absl::StrFormat(
+          "reserved entry flag bits 0x%x are set", *flags & ~kEntryFlagsKnown)));
+    }
+    e.flags = *flags;
+    auto ndim = r.ReadVarintAtMost("ndim", kMaxDims);
+    if (!ndim.ok()) return fail(ndim.status());
+    e.shape.resize(*ndim);
+    for (uint64_t d = 0; d < *ndim; ++d) {
+      auto v = r.ReadVarint("dim");
+      if (!v.ok()) return fail(v.status());
+      e.shape[d] = *v;
+    }
+    absl::Status ss = ValidateShape(e.shape, DTypeSize(e.dtype));
+    if (!ss.ok()) return fail(absl::DataLossError(ss.message()));
+    if (e.kind == EntryKind::kObject &&
+        (e.dtype != DType::kUInt8 || e.shape.size() != 1)) {
+      return fail(absl::DataLossError(
+          "an object must be a 1-d uint8 entry"));
+    }
+    auto nchunks = r.ReadVarintAtMost("chunk count", kMaxChunksPerEntry);
+    if (!nchunks.ok()) return fail(nchunks.status());
+    e.chunks.reserve(std::min<uint64_t>(*nchunks, r.remaining() / 6));
+    const uint64_t esize = DTypeSize(e.dtype);
+    for (uint64_t c = 0; c < *nchunks; ++c) {
+      ChunkRecord chunk;
+      absl::Status cs = DecodeChunk(r, e, esize, with_blocks, &chunk);
+      if (!cs.ok()) {
+        return absl::Status(cs.code(), absl::StrCat(where, ": chunk ", c, ": ",
+                                                    cs.message()));
+      }
+      e.chunks.push_back(std::move(chunk));
+    }
+    entries.push_back(std::move(e));
+  }
+  // Names are checked after the vector stops moving its strings around.
+  for (const EntryRecord& e : entries) {
+    if (!names.insert(e.name).second) {
+      return absl::DataLossError(
+          absl::StrCat("duplicate entry name '", e.name, "'"));
+    }
+  }
+  return entries;
+}
+
+}  // namespace ckpt::format::internal

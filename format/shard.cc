@@ -1,0 +1,235 @@
+#include "format/shard.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "format/checksum.h"
+#include "format/coding.h"
+#include "format/manifest.h"
+#include "format/section_coding.h"
+#include "format/status_macros.h"
+
+namespace ckpt::format {
+
+using internal::RawSection;
+
+std::string ShardFileName(uint32_t shard_id) {
+  return absl::StrFormat("%s%05d%s", kShardFilePrefix, shard_id, kShardFileSuffix);
+}
+
+std::string EncodeShardHeader(const ShardHeader& h) {
+  std::string out;
+  out.append(kShardMagic, kMagicSize);
+  PutFixed16(&out, kFormatMajor);
+  PutFixed16(&out, h.minor_version);
+  PutFixed32(&out, 0);
+  out.append(reinterpret_cast<const char*>(h.checkpoint_id.data()), 16);
+  PutFixed32(&out, h.shard_id);
+  PutFixed32(&out, h.alignment);
+  out.append(16, '\0');
+  PutFixed64(&out, Checksum(out));
+  return out;
+}
+
+absl::StatusOr<ShardHeader> DecodeShardHeader(absl::string_view bytes) {
+  if (bytes.size() < kShardHeaderSize) {
+    return absl::DataLossError(absl::StrFormat(
+        "shard header: truncated: %d bytes, %d needed", bytes.size(), kShardHeaderSize));
+  }
+  if (std::memcmp(bytes.data(), kShardMagic, kMagicSize) != 0) {
+    return absl::DataLossError("shard header: bad magic at offset 0: not a ckpt shard file");
+  }
+  ShardHeader h;
+  uint16_t major = LoadFixed16(bytes.data() + 8);
+  h.minor_version = LoadFixed16(bytes.data() + 10);
+  if (major > kFormatMajor) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "shard header: format version %d.%d is newer than this reader supports "
+        "(%d.x); upgrade ckpt",
+        major, h.minor_version, kFormatMajor));
+  }
+  if (major != kFormatMajor) {
+    return absl::DataLossError(absl::StrFormat(
+        "shard header: format major version %d is invalid (expected %d)", major, kFormatMajor));
+  }
+  uint64_t stored = LoadFixed64(bytes.data() + 56);
+  uint64_t actual = Checksum(bytes.data(), 56);
+  if (stored != actual) {
+    return absl::DataLossError(absl::StrFormat(
+        "shard header: checksum 0x%016x != 0x%016x (stored != computed)", stored, actual));
+  }
+  uint32_t flags = LoadFixed32(bytes.data() + 12);
+  if (flags != 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "shard header: reserved field at offset 12 is 0x%x, must be 0", flags));
+  }
+  for (int i = 40; i < 56; ++i) {
+    if (bytes[i] != 0) {
+      return absl::DataLossError(absl::StrFormat(
+          "shard header: reserved byte at offset %d is 0x%02x, must be 0", i,
+          static_cast<unsigned char>(bytes[i])));
+    }
+  }
+  std::memcpy(h.checkpoint_id.data(), bytes.data() + 16, 16);
+  h.shard_id = LoadFixed32(bytes.data() + 32);
+  h.alignment = LoadFixed32(bytes.data() + 36);
+  if (h.shard_id >= kMaxShards) {
+    return absl::DataLossError(absl::StrFormat(
+        "shard header: shard id %d exceeds the limit %d", h.shard_id, kMaxShards - 1));
+  }
+  if (h.alignment == 0 || (h.alignment & (h.alignment - 1)) != 0 ||
+      h.alignment > kMaxAlignment) {
+    return absl::DataLossError(absl::StrFormat(
+        "shard header: alignment %d is not a power of two in [1, %d]", h.alignment,
+        kMaxAlignment));
+  }
+  return h;
+}
+
+std::string EncodeShardTail(const ShardTail& t) {
+  std::string out;
+  PutFixed64(&out, t.index_offset);
+  PutFixed64(&out, t.index_length);
+  PutFixed64(&out, t.index_checksum);
+  out.append(kShardMagic, kMagicSize);
+  return out;
+}
+
+absl::StatusOr<ShardTail> DecodeShardTail(absl::string_view last_bytes,
+                                          uint64_t file_size) {
+  if (file_size < kShardHeaderSize + kShardTailSize || last_bytes.size() < kShardTailSize) {
+    return absl::DataLossError(absl::StrFormat(
+        "shard tail: truncated: file is %d bytes, at least %d needed", file_size,
+        kShardHeaderSize + kShardTailSize));
+  }
+  const char* p = last_bytes.data() + last_bytes.size() - kShardTailSize;
+  if (std::memcmp(p + 24, kShardMagic, kMagicSize) != 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "shard tail: bad magic at offset %d (end of file): truncated or extended",
+        file_size - kMagicSize));
+  }
+  ShardTail t;
+  t.index_offset = LoadFixed64(p);
+  t.index_length = LoadFixed64(p + 8);
+  t.index_checksum = LoadFixed64(p + 16);
+  const uint64_t tail_at = file_size - kShardTailSize;
+  if (t.index_offset < kShardHeaderSize || t.index_offset > tail_at ||
+      t.index_length != tail_at - t.index_offset) {
+    return absl::DataLossError(absl::StrFormat(
+        "shard tail: index at [%d, +%d) does not end at the tail (offset %d)",
+        t.index_offset, t.index_length, tail_at));
+  }
+  if (t.index_length > kMaxIndexSize) {
+    return absl::DataLossError(absl::StrFormat(
+        "shard tail: index of %d bytes exceeds the limit %d", t.index_length, kMaxIndexSize));
+  }
+  return t;
+}
+
+std::string EncodeShardIndex(const ShardIndex& index) {
+  std::string out;
+  PutFixed64(&out, index.required_features | RequiredFeaturesOf(index.entries));
+  PutFixed64(&out, 0);  // optional features
+  std::string body;
+  internal::EncodeCheckpointInfo(index.info, &body);
+  internal::PutSection(&out, kSectionCheckpointInfo, true, body);
+  if (!index.metadata.empty()) {
+    body.clear();
+    internal::EncodeMetadata(index.metadata, &body);
+    internal::PutSection(&out, kSectionMetadata, false, body);
+  }
+  body.clear();
+  internal::EncodeEntries(index.entries, /*with_blocks=*/true, &body);
+  internal::PutSection(&out, kSectionShardChunks, true, body);
+  return out;
+}
+
+absl::StatusOr<ShardIndex> DecodeShardIndex(absl::string_view bytes,
+                                            const ShardHeader& header,
+                                            const ShardTail& tail) {
+  auto fail = [](const absl::Status& s) { return Annotate(s, "shard index"); };
+  if (bytes.size() != tail.index_length) {
+    return fail(absl::DataLossError(absl::StrFormat(
+        "%d bytes given, tail says %d", bytes.size(), tail.index_length)));
+  }
+  uint64_t actual = Checksum(bytes);
+  if (actual != tail.index_checksum) {
+    return fail(absl::DataLossError(absl::StrFormat(
+        "checksum 0x%016x != 0x%016x (stored != computed)", tail.index_checksum, actual)));
+  }
+  ShardIndex index;
+  ByteReader r(bytes, tail.index_offset);
+  auto req = r.Read64("required features");
+  if (!req.ok()) return fail(req.status());
+  auto opt = r.Read64("optional features");
+  if (!opt.ok()) return fail(opt.status());
+  index.required_features = *req;
+  if ((*req & ~kKnownRequiredFeatures) != 0) {
+    return fail(absl::FailedPreconditionError(absl::StrFormat(
+        "unknown required feature bits 0x%x; written by a newer ckpt",
+        *req & ~kKnownRequiredFeatures)));
+  }
+  auto sections = internal::SplitSections(
+      bytes.substr(16), tail.index_offset + 16,
+      {kSectionCheckpointInfo, kSectionMetadata, kSectionShardChunks});
+  if (!sections.ok()) return fail(sections.status());
+  bool have_info = false, have_chunks = false;
+  for (const RawSection& s : *sections) {
+    if (s.tag == kSectionCheckpointInfo) {
+      auto info = internal::DecodeCheckpointInfo(s);
+      if (!info.ok()) return fail(info.status());
+      index.info = *std::move(info);
+      have_info = true;
+    } else if (s.tag == kSectionMetadata) {
+      auto md = internal::DecodeMetadata(s);
+      if (!md.ok()) return fail(md.status());
+      index.metadata = *std::move(md);
+    } else if (s.tag == kSectionShardChunks) {
+      auto en = internal::DecodeEntries(s, /*with_blocks=*/true);
+      if (!en.ok()) return fail(en.status());
+      index.entries = *std::move(en);
+      have_chunks = true;
+    }
+  }
+  if (!have_info || !have_chunks) {
+    return fail(absl::DataLossError(absl::StrCat(
+        "missing required section ",
+        !have_info ? "CHECKPOINT_INFO (1)" : "SHARD_CHUNKS (5)")));
+  }
+  if (index.info.id != header.checkpoint_id) {
+    return fail(absl::DataLossError(absl::StrCat(
+        "checkpoint id ", IdToHex(index.info.id), " != header's ",
+        IdToHex(header.checkpoint_id))));
+  }
+  if (RequiredFeaturesOf(index.entries) & ~index.required_features) {
+    return fail(absl::DataLossError(
+        "a chunk uses zstd but feature bit 0 (zstd) is not set"));
+  }
+  for (const EntryRecord& e : index.entries) {
+    for (size_t i = 0; i < e.chunks.size(); ++i) {
+      const ChunkRecord& c = e.chunks[i];
+      std::string where = absl::StrCat("entry '", e.name, "': chunk ", i, ": ");
+      if (c.shard != header.shard_id) {
+        return fail(absl::DataLossError(absl::StrCat(
+            where, "shard id ", c.shard, " != this file's ", header.shard_id)));
+      }
+      if (c.stored_length == 0) continue;
+      if (c.data_offset < kShardHeaderSize || c.data_offset > tail.index_offset ||
+          c.stored_length > tail.index_offset - c.data_offset) {
+        return fail(absl::DataLossError(absl::StrCat(
+            where, "bytes [", c.data_offset, ", ", c.data_offset + c.stored_length,
+            ") lie outside the payload area [", kShardHeaderSize, ", ",
+            tail.index_offset, ")")));
+      }
+      if (c.data_offset % header.alignment != 0) {
+        return fail(absl::DataLossError(absl::StrCat(
+            where, "data offset ", c.data_offset, " is not aligned to ",
+            header.alignment)));
+      }
+    }
+  }
+  return index;
+}
+
+}  // namespace ckpt::format
