@@ -1,0 +1,261 @@
+#include "format/manifest.h"
+
+#include "format/coding.h"
+#include "format/section_coding.h"
+#include "gtest/gtest.h"
+#include "tests/format/sample.h"
+#include "tests/testing/status_matchers.h"
+
+namespace ckpt::format {
+namespace {
+
+using ::ckpt::format::testing::ResealManifest;
+using ::ckpt::format::testing::SampleManifest;
+using ::ckpt::testing::StatusIs;
+constexpr auto kDataLoss = absl::StatusCode::kDataLoss;
+constexpr auto kPrecondition = absl::StatusCode::kFailedPrecondition;
+
+TEST(ManifestTest, RoundTrip) {
+  Manifest m = SampleManifest();
+  auto d = DecodeManifest(EncodeManifest(m));
+  CKPT_ASSERT_OK(d);
+  EXPECT_EQ(*d, m);
+  CKPT_EXPECT_OK(ValidateCoverage(*d));
+}
+
+TEST(ManifestTest, RoundTripWithZstdSetsRequiredFeature) {
+  Manifest m = SampleManifest();
+  m.entries[0].chunks[0].codec = Codec::kZstd;
+  m.entries[0].chunks[0].stored_length = 20;
+  auto d = DecodeManifest(EncodeManifest(m));
+  CKPT_ASSERT_OK(d);
+  EXPECT_EQ(d->required_features, kFeatureZstd);
+}
+
+TEST(ManifestTest, TruncationAtEveryByteIsDataLoss) {
+  std::string b = EncodeManifest(SampleManifest());
+  for (size_t n = 0; n < b.size(); ++n) {
+    EXPECT_THAT(DecodeManifest(b.substr(0, n)), StatusIs(kDataLoss, "manifest")) << n;
+  }
+}
+
+TEST(ManifestTest, ExtendedFileIsDataLoss) {
+  std::string b = EncodeManifest(SampleManifest()) + "x";
+  EXPECT_THAT(DecodeManifest(b), StatusIs(kDataLoss, "bad magic"));
+}
+
+TEST(ManifestTest, BadMagic) {
+  std::string b = EncodeManifest(SampleManifest());
+  b[1] = 'X';
+  EXPECT_THAT(DecodeManifest(b), StatusIs(kDataLoss, "manifest: bad magic at offset 0"));
+}
+
+TEST(ManifestTest, NewerMajorVersion) {
+  std::string b = EncodeManifest(SampleManifest());
+  StoreFixed16(b.data() + 8, 2);
+  EXPECT_THAT(DecodeManifest(b),
+              StatusIs(kPrecondition, "format version 2.0 is newer than this reader supports"));
+}
+
+TEST(ManifestTest, NewerMinorVersionIsRead) {
+  std::string b = EncodeManifest(SampleManifest());
+  StoreFixed16(b.data() + 10, 7);
+  ResealManifest(&b);
+  auto d = DecodeManifest(b);
+  CKPT_ASSERT_OK(d);
+  EXPECT_EQ(d->minor_version, 7);
+}
+
+TEST(ManifestTest, UnknownRequiredFeatureBit) {
+  std::string b = EncodeManifest(SampleManifest());
+  StoreFixed64(b.data() + 16, 1ull << 5);
+  ResealManifest(&b);
+  EXPECT_THAT(DecodeManifest(b), StatusIs(kPrecondition, "unknown required feature bits 0x20"));
+}
+
+TEST(ManifestTest, UnknownOptionalFeatureBitIsIgnored) {
+  std::string b = EncodeManifest(SampleManifest());
+  StoreFixed64(b.data() + 24, 1ull << 9);
+  ResealManifest(&b);
+  CKPT_EXPECT_OK(DecodeManifest(b));
+}
+
+TEST(ManifestTest, ReservedHeaderFieldSet) {
+  std::string b = EncodeManifest(SampleManifest());
+  StoreFixed32(b.data() + 12, 1);
+  ResealManifest(&b);
+  EXPECT_THAT(DecodeManifest(b), StatusIs(kDataLoss, "reserved field at offset 12"));
+}
+
+TEST(ManifestTest, ReservedSectionFlagSet) {
+  std::string b = EncodeManifest(SampleManifest());
+  StoreFixed32(b.data() + testing::kFirstSection + 4, 0x3);
+  ResealManifest(&b);
+  EXPECT_THAT(DecodeManifest(b), StatusIs(kDataLoss, "reserved flag bits 0x2"));
+}
+
+TEST(ManifestTest, ChecksumMismatch) {
+  std::string b = EncodeManifest(SampleManifest());
+  b[60] ^= 0x01;
+  EXPECT_THAT(DecodeManifest(b), StatusIs(kDataLoss, "manifest: checksum"));
+}
+
+std::string WithExtraSection(uint32_t tag, bool required) {
+  std::string b = EncodeManifest(SampleManifest());
+  std::string body = "future data";
+  std::string sec;
+  internal::PutSection(&sec, tag, required, body);
+  b.insert(b.size() - 16, sec);
+  ResealManifest(&b);
+  return b;
+}
+
+TEST(ManifestTest, UnknownOptionalSectionIsSkipped) {
+  auto d = DecodeManifest(WithExtraSection(99, false));
+  CKPT_ASSERT_OK(d);
+  EXPECT_EQ(*d, SampleManifest());
+}
+
+TEST(ManifestTest, UnknownRequiredSection) {
+  EXPECT_THAT(DecodeManifest(WithExtraSection(99, true)),
+              StatusIs(kPrecondition, "unknown required section 99"));
+}
+
+TEST(ManifestTest, DuplicateSection) {
+  std::string b = WithExtraSection(kSectionPlan, false);
+  std::string sec;
+  internal::PutSection(&sec, kSectionPlan, false, "again");
+  b.insert(b.size() - 16, sec);
+  ResealManifest(&b);
+  EXPECT_THAT(DecodeManifest(b), StatusIs(kDataLoss, "section 6 appears twice"));
+}
+
+TEST(ManifestTest, MissingRequiredSection) {
+  Manifest m = SampleManifest();
+  std::string b = EncodeManifest(m);
+  // Rebuild without the ENTRIES section.
+  std::string out = b.substr(0, 32);
+  std::string body;
+  internal::EncodeCheckpointInfo(m.info, &body);
+  internal::PutSection(&out, kSectionCheckpointInfo, true, body);
+  body.clear();
+  PutVarint(&body, 0);
+  internal::PutSection(&out, kSectionShards, true, body);
+  out += std::string(16, '\0');
+  out.replace(out.size() - 8, 8, std::string(kManifestMagic, 8));
+  ResealManifest(&out);
+  EXPECT_THAT(DecodeManifest(out), StatusIs(kDataLoss, "missing required section ENTRIES"));
+}
+
+TEST(ManifestTest, OverflowingShape) {
+  Manifest m = SampleManifest();
+  m.entries[0].shape = {1ull << 40, 1ull << 40};
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
+              StatusIs(kDataLoss, "entry 'layers.0.w': shape [1099511627776, 1099511627776]: "
+                                  "element count overflows int64"));
+}
+
+TEST(ManifestTest, OverflowingChunkOffset) {
+  Manifest m = SampleManifest();
+  m.entries[0].chunks[1].region = Box{{~0ull - 2, 0}, {4, 4}};
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
+              StatusIs(kDataLoss, "entry 'layers.0.w': chunk 1: box"));
+}
+
+TEST(ManifestTest, ChunkOutsideTheTensor) {
+  Manifest m = SampleManifest();
+  m.entries[1].chunks[1].region = FlatRange{3, 8};
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
+              StatusIs(kDataLoss, "entry 'optimizer.exp_avg': chunk 1: flat range "
+                                  "flat[3:11) exceeds the 10 elements of shape [10]"));
+}
+
+TEST(ManifestTest, ChunkPayloadOutsideItsShard) {
+  Manifest m = SampleManifest();
+  m.entries[0].chunks[0].data_offset = (1 << 20) - 40;
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
+              StatusIs(kDataLoss, "lie outside the payload area of shard 0"));
+}
+
+TEST(ManifestTest, ChunkInUnknownShard) {
+  Manifest m = SampleManifest();
+  m.entries[0].chunks[0].shard = 7;
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
+              StatusIs(kDataLoss, "shard 7 is not in the shard table"));
+}
+
+TEST(ManifestTest, DuplicateEntryNames) {
+  Manifest m = SampleManifest();
+  m.entries[1].name = "layers.0.w";
+  m.entries[1].shape = {10};
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
+              StatusIs(kDataLoss, "duplicate entry name 'layers.0.w'"));
+}
+
+TEST(ManifestTest, BadEntryNames) {
+  for (const char* bad : {"a/b", "..", "x\ny"}) {
+    Manifest m = SampleManifest();
+    m.entries[0].name = bad;
+    EXPECT_THAT(DecodeManifest(EncodeManifest(m)), StatusIs(kDataLoss, "invalid name")) << bad;
+  }
+}
+
+TEST(ManifestTest, BadShardFileName) {
+  Manifest m = SampleManifest();
+  m.shards[0].file_name = "../../etc/passwd";
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m)), StatusIs(kDataLoss, "invalid file name"));
+}
+
+TEST(ManifestTest, UncompressedChunkOfWrongLength) {
+  Manifest m = SampleManifest();
+  m.entries[0].chunks[0].stored_length = 31;
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
+              StatusIs(kDataLoss, "stored length 31 != 32 raw bytes"));
+}
+
+TEST(ManifestTest, ObjectMustBeBytes) {
+  Manifest m = SampleManifest();
+  m.entries[2].dtype = DType::kFloat32;
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m)), StatusIs(kDataLoss, "1-d uint8"));
+}
+
+TEST(ManifestTest, ReservedEntryFlag) {
+  Manifest m = SampleManifest();
+  m.entries[0].flags = 0x80;
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
+              StatusIs(kDataLoss, "reserved entry flag bits 0x80"));
+}
+
+TEST(ManifestTest, ZstdChunkWithoutFeatureBit) {
+  Manifest m = SampleManifest();
+  m.entries[0].chunks[0].codec = Codec::kZstd;
+  std::string b = EncodeManifest(m);
+  StoreFixed64(b.data() + 16, 0);
+  ResealManifest(&b);
+  EXPECT_THAT(DecodeManifest(b), StatusIs(kDataLoss, "feature bit 0 (zstd) is not set"));
+}
+
+TEST(ManifestTest, OverlappingChunksFailCoverage) {
+  Manifest m = SampleManifest();
+  m.entries[1].chunks[1].region = FlatRange{2, 8};
+  m.entries[1].chunks[1].stored_length = 32;
+  auto d = DecodeManifest(EncodeManifest(m));
+  CKPT_ASSERT_OK(d);
+  EXPECT_THAT(ValidateCoverage(*d),
+              StatusIs(kDataLoss, "entry 'optimizer.exp_avg': chunks 0 and 1 overlap"));
+}
+
+TEST(ManifestTest, UncoveredTensorFailsCoverageUnlessPartial) {
+  Manifest m = SampleManifest();
+  m.entries[0].chunks.pop_back();
+  auto d = DecodeManifest(EncodeManifest(m));
+  CKPT_ASSERT_OK(d);
+  EXPECT_THAT(ValidateCoverage(*d),
+              StatusIs(kDataLoss, "entry 'layers.0.w': elements not covered by any chunk, "
+                                  "e.g. [4:8, 0:4]"));
+  m.entries[0].flags = kEntryFlagPartial;
+  CKPT_EXPECT_OK(ValidateCoverage(*DecodeManifest(EncodeManifest(m))));
+}
+
+}  // namespace
+}  // namespace ckpt::format
