@@ -1,0 +1,154 @@
+#include "libckpt/commit.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "format/format_constants.h"
+#include "format/latest.h"
+#include "format/records.h"
+#include "format/status_macros.h"
+
+namespace ckpt::internal {
+
+std::array<uint8_t, 16> RandomId() {
+  std::random_device rd;
+  std::array<uint8_t, 16> id;
+  for (size_t i = 0; i < id.size(); i += 4) {
+    uint32_t v = rd();
+    for (int k = 0; k < 4; ++k) id[i + k] = static_cast<uint8_t>(v >> (8 * k));
+  }
+  return id;
+}
+
+absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage, const std::string& path) {
+  auto st = storage->Stat(path);
+  if (!st.ok()) {
+    if (absl::IsNotFound(st.status())) {
+      return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint or checkpoint root"));
+    }
+    return st.status();
+  }
+  if (!st->is_dir) {
+    return absl::NotFoundError(absl::StrCat(path, ": not a directory"));
+  }
+  auto manifest = storage->Stat(JoinPath(path, format::kManifestFileName));
+  if (manifest.ok()) return path;
+  auto latest = storage->ReadFile(JoinPath(path, format::kLatestFileName));
+  if (!latest.ok()) {
+    if (absl::IsNotFound(latest.status())) {
+      return absl::NotFoundError(absl::StrCat(
+          path, ": not a checkpoint (no MANIFEST) nor a checkpoint root (no 'latest')"));
+    }
+    return latest.status();
+  }
+  auto dir = format::DecodeLatest(*latest);
+  if (!dir.ok()) return Annotate(dir.status(), path);
+  std::string full = JoinPath(path, *dir);
+  auto m = storage->Stat(JoinPath(full, format::kManifestFileName));
+  if (!m.ok()) {
+    return absl::NotFoundError(absl::StrCat(JoinPath(path, format::kLatestFileName),
+                                            ": points to '", *dir,
+                                            "', which is not a committed checkpoint"));
+  }
+  return full;
+}
+
+absl::Status EnsureRoot(Storage* storage, const std::string& root) {
+  auto st = storage->Stat(root);
+  if (st.ok()) {
+    if (!st->is_dir) {
+      return absl::InvalidArgumentError(absl::StrCat(root, ": exists and is not a directory"));
+    }
+    return absl::OkStatus();
+  }
+  if (!absl::IsNotFound(st.status())) return st.status();
+  absl::Status s = storage->CreateDir(root);
+  if (absl::IsAlreadyExists(s)) return absl::OkStatus();  // a concurrent writer
+  return s;
+}
+
+absl::StatusOr<std::string> CreateTempDir(Storage* storage, const std::string& root,
+                                          uint64_t step) {
+  std::string name = absl::StrCat(format::kTempDirPrefix, format::StepDirName(step), "-",
+                                  format::IdToHex(RandomId()).substr(0, 16));
+  std::string path = JoinPath(root, name);
+  CKPT_RETURN_IF_ERROR(storage->CreateDir(path));
+  return path;
+}
+
+absl::Status CommitDir(Storage* storage, const std::string& root, const std::string& tmp,
+                       const std::string& final_dir, bool overwrite) {
+  std::string aside;
+  if (overwrite && storage->Stat(final_dir).ok()) {
+    // The old checkpoint keeps existing (under a temporary name) until the
+    // new one is in place.
+    aside = absl::StrCat(tmp, "-replaced");
+    CKPT_RETURN_IF_ERROR(storage->Rename(final_dir, aside));
+  }
+  absl::Status s = storage->RenameNoReplace(tmp, final_dir);
+  if (!s.ok()) {
+    if (!aside.empty()) (void)storage->Rename(aside, final_dir);
+    if (absl::IsAlreadyExists(s)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          final_dir, ": a checkpoint of this step already exists (set overwrite to replace it)"));
+    }
+    return s;
+  }
+  CKPT_RETURN_IF_ERROR(storage->SyncDir(root));
+  if (!aside.empty()) CKPT_RETURN_IF_ERROR(storage->RemoveAll(aside));
+  return absl::OkStatus();
+}
+
+absl::Status UpdateLatest(Storage* storage, const std::string& root,
+                          const std::string& dir_name, uint64_t step) {
+  const std::string latest = JoinPath(root, format::kLatestFileName);
+  auto current = storage->ReadFile(latest);
+  if (current.ok()) {
+    auto dir = format::DecodeLatest(*current);
+    uint64_t cur_step;
+    if (dir.ok() && format::ParseStepDirName(*dir, &cur_step) && cur_step > step &&
+        storage->Stat(JoinPath(JoinPath(root, *dir), format::kManifestFileName)).ok()) {
+      return absl::OkStatus();  // a newer checkpoint is already latest
+    }
+  }
+  std::string tmp = JoinPath(root, absl::StrCat(format::kTempDirPrefix, "latest-",
+                                                format::IdToHex(RandomId()).substr(0, 16)));
+  absl::Status s = storage->WriteFileAndSync(tmp, format::EncodeLatest(dir_name));
+  if (s.ok()) s = storage->Rename(tmp, latest);
+  if (!s.ok()) {
+    (void)storage->RemoveFile(tmp);
+    return s;
+  }
+  return storage->SyncDir(root);
+}
+
+absl::Status PruneOld(Storage* storage, const std::string& root, int keep) {
+  if (keep <= 0) return absl::OkStatus();
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> names, storage->List(root));
+  std::string latest_dir;
+  auto current = storage->ReadFile(JoinPath(root, format::kLatestFileName));
+  if (current.ok()) {
+    auto dir = format::DecodeLatest(*current);
+    if (dir.ok()) latest_dir = *dir;
+  }
+  std::vector<std::pair<uint64_t, std::string>> steps;
+  for (const std::string& n : names) {
+    uint64_t step;
+    if (format::ParseStepDirName(n, &step)) steps.emplace_back(step, n);
+  }
+  std::sort(steps.begin(), steps.end());
+  if (steps.size() <= static_cast<size_t>(keep)) return absl::OkStatus();
+  for (size_t i = 0; i + keep < steps.size(); ++i) {
+    if (steps[i].second == latest_dir) continue;
+    // Remove the manifest first: the directory stops being a committed
+    // checkpoint at once, even if the rest of the removal is interrupted.
+    std::string dir = JoinPath(root, steps[i].second);
+    CKPT_RETURN_IF_ERROR(storage->RemoveFile(JoinPath(dir, format::kManifestFileName)));
+    CKPT_RETURN_IF_ERROR(storage->RemoveAll(dir));
+  }
+  return storage->SyncDir(root);
+}
+
+}  // namespace ckpt::internal

@@ -1,0 +1,48 @@
+// Internal: directory-level steps of the commit protocol (spec/FORMAT.md
+// §4.1). Assumptions, written down: rename(2) of a file or directory within
+// one file system is atomic; fsync of a directory makes the entries created
+// or renamed in it durable; a crash at any point leaves either the old or the
+// new name visible, never a mix.
+#ifndef CKPT_LIBCKPT_COMMIT_H_
+#define CKPT_LIBCKPT_COMMIT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "ckpt/storage.h"
+
+namespace ckpt::internal {
+
+// A checkpoint directory (holding MANIFEST) is returned as is; a root is
+// resolved through `latest`. NotFound naming `path` otherwise.
+absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage, const std::string& path);
+
+// Creates `root` if it does not exist (its parent must).
+absl::Status EnsureRoot(Storage* storage, const std::string& root);
+
+// Creates root/.tmp-step-NNNNNNNN-<random> and returns its path.
+absl::StatusOr<std::string> CreateTempDir(Storage* storage, const std::string& root,
+                                          uint64_t step);
+
+// Renames the finished temporary directory to its final name and fsyncs the
+// root. With `overwrite`, an existing checkpoint of the same step is first
+// moved aside under a temporary name and removed after the commit.
+absl::Status CommitDir(Storage* storage, const std::string& root, const std::string& tmp,
+                       const std::string& final_dir, bool overwrite);
+
+// Points root/latest at `dir_name` (write temp, fsync, rename, fsync root)
+// unless it already points at a checkpoint of a later step.
+absl::Status UpdateLatest(Storage* storage, const std::string& root,
+                          const std::string& dir_name, uint64_t step);
+
+// Removes all but the newest `keep` committed step directories, never the
+// one `latest` names.
+absl::Status PruneOld(Storage* storage, const std::string& root, int keep);
+
+// 16 random bytes.
+std::array<uint8_t, 16> RandomId();
+
+}  // namespace ckpt::internal
+
+#endif  // CKPT_LIBCKPT_COMMIT_H_

@@ -1,0 +1,52 @@
+// In-process communicator: ranks are threads of one process. The embedded
+// default, used by tests, single-node tools (ckpt-synth, ckpt-reshard) and
+// benchmarks.
+//
+//   ckpt::InProcessWorld world(4);
+//   ckpt::RunRanks(world, [&](ckpt::Communicator& comm) { ... });
+#ifndef CKPT_IN_PROCESS_H_
+#define CKPT_IN_PROCESS_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "ckpt/communicator.h"
+
+namespace ckpt {
+
+// Shared state of `size` ranks. Thread-safe; outlives its communicators.
+class InProcessWorld {
+ public:
+  explicit InProcessWorld(int size);
+  ~InProcessWorld();
+  int size() const { return size_; }
+  // The communicator of `rank`, owned by the world. Each is used by one
+  // thread at a time.
+  Communicator* comm(int rank);
+
+ private:
+  friend class InProcessCommunicator;
+  // Deposits `mine`, waits for all ranks, returns every rank's contribution.
+  std::vector<std::string> Exchange(int rank, std::string mine);
+
+  const int size_;
+  absl::Mutex mu_;
+  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> slots_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> result_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Communicator>> comms_;
+};
+
+// Runs fn(comm) on one thread per rank of `world` and waits for all.
+// Returns the first non-OK status in rank order.
+absl::Status RunRanks(InProcessWorld& world,
+                      const std::function<absl::Status(Communicator&)>& fn);
+
+}  // namespace ckpt
+
+#endif  // CKPT_IN_PROCESS_H_

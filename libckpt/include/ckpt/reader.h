@@ -1,0 +1,107 @@
+// Reader: opens a committed checkpoint and loads any region of any entry,
+// whatever sharding it was saved with.
+//
+//   auto reader = ckpt::Reader::Open("/ckpt/run1").value();  // follows latest
+//   std::vector<ckpt::LoadRequest> reqs;
+//   reqs.push_back({"layers.0.w", ckpt::DType::kBFloat16, {4096, 4096},
+//                   ckpt::Box{{0, rank * 2048}, {4096, 2048}}, ptr});
+//   reqs.back().on_complete = [&] { RefreshLowPrecisionCopy(); };
+//   ckpt::LoadReport report = reader->Load(reqs).value();
+//
+// Guarantees of a successful Load: every byte of every destination was
+// written from the checkpoint, and every block read was verified against its
+// checksum. On error the contents of destinations are unspecified.
+//
+// Thread safety: Load may be called from several threads at once; the
+// Reader must outlive all calls.
+#ifndef CKPT_READER_H_
+#define CKPT_READER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ckpt/storage.h"
+#include "ckpt/types.h"
+#include "format/records.h"
+
+namespace ckpt {
+
+// One destination: region `region` of entry `name` into `data`.
+struct LoadRequest {
+  std::string name;
+  DType dtype = DType::kFloat32;  // must equal the stored dtype
+  Shape shape;                    // global shape; must equal the stored one
+  Region region;                  // any box or flat range of the tensor
+  void* data = nullptr;           // region-sized buffer, not owned
+  MemoryKind memory = MemoryKind::kHost;
+  int device = 0;
+  // For an object entry: set `object` instead of the tensor fields; it
+  // receives the bytes. Not owned.
+  std::string* object = nullptr;
+  // Called once, from an I/O thread, as soon as this destination is
+  // completely written and verified (before Load returns), so a trainer can
+  // refresh derived copies (FIELD-LESSONS 1 and 2). Not called on failure.
+  std::function<void()> on_complete;
+};
+
+struct LoadOptions {
+  // Entries for which filter(name) is false are skipped on purpose: they
+  // need not be requested and are reported as "excluded by filter".
+  // Without a filter every entry of the checkpoint must be requested.
+  std::function<bool(const std::string&)> filter;
+  // Report unrequested entries instead of failing (for one rank of many
+  // that loads only its own part, e.g. ckpt-synth verify).
+  bool allow_unrequested = false;
+  int io_threads = 0;  // 0 = ReaderOptions::io_threads
+};
+
+struct LoadReport {
+  uint64_t bytes_read = 0;       // stored bytes read from files
+  uint64_t bytes_loaded = 0;     // bytes written to destinations
+  uint64_t blocks_verified = 0;
+  std::vector<std::string> loaded;  // entry names, sorted, unique
+  std::vector<std::pair<std::string, std::string>> not_loaded;  // name, why
+};
+
+struct ReaderOptions {
+  Storage* storage = nullptr;             // not owned; null = POSIX
+  DeviceMemory* device_memory = nullptr;  // not owned; for kCuda requests
+  int io_threads = 4;
+  bool direct_io = false;
+};
+
+class Reader {
+ public:
+  // `path` is a checkpoint directory (holding MANIFEST) or a root, in which
+  // case `latest` is followed. Reads and checks the manifest, including
+  // coverage of every entry. NotFound if neither; DataLoss for corruption;
+  // FailedPrecondition for a newer format version.
+  static absl::StatusOr<std::unique_ptr<Reader>> Open(const std::string& path,
+                                                      const ReaderOptions& options = {});
+  virtual ~Reader() = default;
+
+  virtual const std::string& path() const = 0;  // the checkpoint directory
+  virtual const format::Manifest& manifest() const = 0;
+  // nullptr if absent.
+  virtual const format::EntryRecord* Find(const std::string& name) const = 0;
+
+  // Serves all requests, reading only the blocks that intersect them, with
+  // several threads. Fails before any I/O, naming the entry and both values,
+  // for: a missing entry (NotFound), a dtype or global shape mismatch
+  // (InvalidArgument), a region outside the tensor, an uncovered region
+  // (DataLoss), an unrequested entry without a filter (FailedPrecondition).
+  [[nodiscard]] virtual absl::StatusOr<LoadReport> Load(
+      const std::vector<LoadRequest>& requests, const LoadOptions& options = {}) = 0;
+
+  // Convenience: the bytes of object `name`.
+  [[nodiscard]] virtual absl::StatusOr<std::string> ReadObject(const std::string& name) = 0;
+};
+
+}  // namespace ckpt
+
+#endif  // CKPT_READER_H_

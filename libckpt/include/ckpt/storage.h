@@ -1,0 +1,116 @@
+// Storage: the one interface through which ckpt touches files. The POSIX
+// implementation is the default; FaultInjectingStorage (fault_injection.h)
+// wraps any Storage to fail chosen operations in tests. A trainer may supply
+// its own implementation (e.g. for a parallel file system client).
+//
+// Paths are plain strings; implementations do not interpret ".." or
+// symlinks specially. Every error names the operation and the path, e.g.
+// "pwrite /ck/.tmp-step-00000100-3f2a/shard-00000.ckpt at offset 4096
+// (1048576 bytes): No space left on device". errno maps to codes:
+// ENOENT -> NotFound, EEXIST/ENOTEMPTY -> AlreadyExists, EACCES/EPERM ->
+// PermissionDenied, ENOSPC/EDQUOT/EFBIG -> ResourceExhausted, anything else
+// -> Internal (EIO included: the bytes on disk are not known to be bad).
+#ifndef CKPT_STORAGE_H_
+#define CKPT_STORAGE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace ckpt {
+
+// An open file. Not thread-safe for Close(); PRead and PWrite on distinct or
+// even overlapping ranges may be called from several threads at once.
+class File {
+ public:
+  virtual ~File() = default;
+
+  // Reads up to n bytes at `offset` into dst; returns the count, which is
+  // short only at end of file. REQUIRES: dst has room for n bytes.
+  [[nodiscard]] virtual absl::StatusOr<size_t> PRead(uint64_t offset, size_t n,
+                                                     char* dst) = 0;
+  // Writes all of `data` at `offset` (retrying short writes) or fails.
+  [[nodiscard]] virtual absl::Status PWrite(uint64_t offset,
+                                            absl::string_view data) = 0;
+  // fsync(2): data and metadata durable on return.
+  [[nodiscard]] virtual absl::Status Sync() = 0;
+  [[nodiscard]] virtual absl::StatusOr<uint64_t> Size() = 0;
+  // Releases the descriptor; the destructor closes too, ignoring errors.
+  // Closing again is OK; other calls after Close() fail with
+  // FailedPrecondition.
+  [[nodiscard]] virtual absl::Status Close() = 0;
+  virtual const std::string& path() const = 0;
+};
+
+enum class OpenMode {
+  kRead,       // existing file, read-only
+  kCreateNew,  // create; AlreadyExists if present (O_EXCL)
+  kReadWrite,  // existing file, read-write
+};
+
+struct OpenOptions {
+  // O_DIRECT for reads and writes whose offset, length and buffer address
+  // are multiples of 4096; the implementation transparently uses buffered
+  // I/O for other requests, and on file systems without O_DIRECT (tmpfs).
+  bool direct = false;
+};
+
+struct FileInfo {
+  bool is_dir = false;
+  uint64_t size = 0;
+};
+
+class Storage {
+ public:
+  virtual ~Storage() = default;
+
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<File>> Open(
+      const std::string& path, OpenMode mode, const OpenOptions& options = {}) = 0;
+  // mkdir(2); AlreadyExists if present.
+  [[nodiscard]] virtual absl::Status CreateDir(const std::string& path) = 0;
+  // fsync of a directory, making renames and creations in it durable.
+  [[nodiscard]] virtual absl::Status SyncDir(const std::string& path) = 0;
+  // rename(2): atomically replaces `to` if it is a file.
+  [[nodiscard]] virtual absl::Status Rename(const std::string& from,
+                                            const std::string& to) = 0;
+  // Atomic rename that fails with AlreadyExists if `to` exists (used to
+  // commit a checkpoint directory without replacing one that another writer
+  // committed meanwhile).
+  [[nodiscard]] virtual absl::Status RenameNoReplace(const std::string& from,
+                                                     const std::string& to) = 0;
+  // Names in `dir` (not "." or ".."), sorted.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<std::string>> List(
+      const std::string& dir) = 0;
+  [[nodiscard]] virtual absl::StatusOr<FileInfo> Stat(const std::string& path) = 0;
+  [[nodiscard]] virtual absl::Status RemoveFile(const std::string& path) = 0;
+  // Removes a directory and everything in it. OK if it does not exist.
+  [[nodiscard]] virtual absl::Status RemoveAll(const std::string& path) = 0;
+
+  // Whole-file read through Open/PRead (so faults apply). NotFound if absent.
+  [[nodiscard]] absl::StatusOr<std::string> ReadFile(const std::string& path);
+  // Writes a new file `path` (must not exist) and fsyncs it. On error the
+  // file may be left behind with part of `data`; callers write into a
+  // temporary directory that they discard on failure.
+  [[nodiscard]] absl::Status WriteFileAndSync(const std::string& path,
+                                              absl::string_view data);
+};
+
+// The process-wide POSIX storage. Never null; never destroyed.
+// Thread-safe. The library installs no signal handlers: a process that runs
+// under RLIMIT_FSIZE must ignore SIGXFSZ itself (signal(SIGXFSZ, SIG_IGN)),
+// or a write past the limit kills it instead of failing with
+// ResourceExhausted (EFBIG).
+Storage* DefaultStorage();
+
+// "a/b" from ("a", "b"); no normalisation beyond adding no "/" when `a` is
+// empty or already ends in one.
+std::string JoinPath(absl::string_view a, absl::string_view b);
+
+}  // namespace ckpt
+
+#endif  // CKPT_STORAGE_H_

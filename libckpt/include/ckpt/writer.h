@@ -1,0 +1,116 @@
+// Writer: what a trainer links to save checkpoints.
+//
+//   ckpt::Writer::Options wo;                  // single process by default
+//   auto writer = ckpt::Writer::Create(wo).value();
+//   writer->AddTensor("layers.0.w", ckpt::DType::kBFloat16, {4096, 4096},
+//                     ckpt::Box{{rank * 1024, 0}, {1024, 4096}}, ptr);
+//   writer->SetObject("rng", rng_state_bytes);
+//   auto result = writer->Save("/ckpt/run1", step, ckpt::SaveOptions{});
+//
+// Registration stores pointers, not data: the memory behind every
+// registered tensor must stay valid and unmodified for the duration of each
+// Save (REQUIRES). Objects are copied when set.
+//
+// A save is atomic (spec/FORMAT.md §4.1): it writes into a hidden temporary
+// directory inside the root, fsyncs, writes the manifest last, renames the
+// directory to step-NNNNNNNN, fsyncs the root and then replaces `latest`.
+// Any failure leaves earlier checkpoints and `latest` untouched and removes
+// the temporary directory. With several ranks every rank calls Save with
+// the same arguments; it returns the same status on every rank.
+//
+// Thread safety: a Writer is used by one thread at a time.
+#ifndef CKPT_WRITER_H_
+#define CKPT_WRITER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ckpt/communicator.h"
+#include "ckpt/storage.h"
+#include "ckpt/types.h"
+#include "format/format_constants.h"
+
+namespace ckpt {
+
+struct TensorOptions {
+  // This rank's piece is a copy of data another rank also holds (data
+  // parallelism). Replicas are written once; see the multi-rank planner.
+  bool replica = false;
+  // Where `data` lives. kCuda needs Writer::Options::device_memory.
+  MemoryKind memory = MemoryKind::kHost;
+  int device = 0;
+  // The ranks' pieces need not cover the whole tensor (e.g. a sparse
+  // embedding saved in part). Without it a gap fails the save.
+  bool partial = false;
+};
+
+struct SaveOptions {
+  format::Codec codec = format::Codec::kNone;
+  int zstd_level = 3;
+  int io_threads = 4;                              // >= 1
+  uint64_t block_size = format::kDefaultBlockSize;  // power of two, 4 KiB..1 GiB
+  uint64_t alignment = format::kDefaultAlignment;   // power of two, 1..1 GiB
+  bool direct_io = false;   // O_DIRECT for aligned payload writes
+  bool overwrite = false;   // replace an existing checkpoint of this step
+  int keep_last = 0;        // > 0: afterwards delete all but the newest K steps
+  std::vector<std::pair<std::string, std::string>> metadata;  // user key/values
+};
+
+struct SaveResult {
+  std::string path;              // the committed checkpoint directory
+  uint64_t logical_bytes = 0;    // unique tensor and object bytes saved
+  uint64_t stored_bytes = 0;     // payload bytes written by all ranks
+  uint64_t local_stored_bytes = 0;  // payload bytes written by this rank
+  bool plan_cache_hit = false;
+  double plan_seconds = 0;
+  double write_seconds = 0;
+  double commit_seconds = 0;
+};
+
+class Writer {
+ public:
+  struct Options {
+    Communicator* comm = nullptr;           // not owned; null = single process
+    Storage* storage = nullptr;             // not owned; null = POSIX
+    DeviceMemory* device_memory = nullptr;  // not owned; for kCuda tensors
+  };
+
+  // Pointers in `options` must outlive the Writer.
+  static absl::StatusOr<std::unique_ptr<Writer>> Create(const Options& options);
+  virtual ~Writer() = default;
+
+  // Registers this rank's piece `local` of tensor `name` (global `shape`,
+  // element type `dtype`). `data` holds the piece in the layout of `local`
+  // (box-local row-major, or the flat range in order). InvalidArgument for a
+  // bad name, a region outside `shape`, or a null `data` with a non-empty
+  // region; AlreadyExists if `name` is registered on this rank already.
+  [[nodiscard]] virtual absl::Status AddTensor(const std::string& name, DType dtype,
+                                               const Shape& shape, const Region& local,
+                                               const void* data,
+                                               const TensorOptions& options = {}) = 0;
+  // Adds or replaces an opaque object (RNG state, data-loader position...).
+  // An object name is saved by exactly one rank.
+  [[nodiscard]] virtual absl::Status SetObject(const std::string& name,
+                                               std::string bytes) = 0;
+  // NotFound if nothing is registered under `name`.
+  [[nodiscard]] virtual absl::Status Remove(const std::string& name) = 0;
+  virtual void Clear() = 0;
+
+  // Saves everything registered (on every rank) as checkpoint `step` under
+  // `root` (created if missing; its parent must exist). AlreadyExists if the
+  // step is committed and !options.overwrite; InvalidArgument for
+  // inconsistent registrations (naming the entry and ranks); storage errors
+  // as returned by Storage, naming the file.
+  [[nodiscard]] virtual absl::StatusOr<SaveResult> Save(const std::string& root,
+                                                        uint64_t step,
+                                                        const SaveOptions& options) = 0;
+};
+
+}  // namespace ckpt
+
+#endif  // CKPT_WRITER_H_

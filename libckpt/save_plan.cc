@@ -1,0 +1,313 @@
+#include "libckpt/save_plan.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <xxhash.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "format/coding.h"
+#include "format/names.h"
+#include "format/status_macros.h"
+
+namespace ckpt::internal {
+namespace {
+
+using format::ByteReader;
+using format::PutFixed8;
+using format::PutString;
+using format::PutVarint;
+
+void PutRegion(std::string* out, const Region& r) {
+  if (const Box* b = std::get_if<Box>(&r)) {
+    PutFixed8(out, 1);
+    for (uint64_t o : b->offset) PutVarint(out, o);
+    for (uint64_t s : b->size) PutVarint(out, s);
+  } else {
+    const FlatRange& f = std::get<FlatRange>(r);
+    PutFixed8(out, 2);
+    PutVarint(out, f.start);
+    PutVarint(out, f.length);
+  }
+}
+
+void PutItem(std::string* out, const LocalItem& it, bool with_object_size) {
+  PutString(out, it.name);
+  PutFixed8(out, static_cast<uint8_t>(it.kind));
+  PutFixed8(out, static_cast<uint8_t>(it.dtype));
+  PutFixed8(out, (it.replica ? 1 : 0) | (it.partial ? 2 : 0));
+  if (it.kind == format::EntryKind::kObject && !with_object_size) return;
+  PutVarint(out, it.shape.size());
+  for (uint64_t d : it.shape) PutVarint(out, d);
+  PutRegion(out, it.region);
+}
+
+// Orders regions so that identical ones are adjacent.
+bool RegionLess(const Region& a, const Region& b) {
+  if (a.index() != b.index()) return a.index() < b.index();
+  if (const Box* x = std::get_if<Box>(&a)) {
+    const Box& y = std::get<Box>(b);
+    if (x->offset != y.offset)
+      return std::lexicographical_compare(x->offset.begin(), x->offset.end(),
+                                          y.offset.begin(), y.offset.end());
+    return std::lexicographical_compare(x->size.begin(), x->size.end(),
+                                        y.size.begin(), y.size.end());
+  }
+  const FlatRange& x = std::get<FlatRange>(a);
+  const FlatRange& y = std::get<FlatRange>(b);
+  return std::tie(x.start, x.length) < std::tie(y.start, y.length);
+}
+
+struct Ref {
+  uint32_t rank;
+  uint32_t index;
+  const LocalItem* item;
+};
+
+}  // namespace
+
+std::string EncodeLocalPlan(const LocalPlan& plan) {
+  std::string out;
+  PutVarint(&out, plan.size());
+  for (const LocalItem& it : plan) PutItem(&out, it, true);
+  return out;
+}
+
+absl::StatusOr<LocalPlan> DecodeLocalPlan(absl::string_view bytes) {
+  ByteReader r(bytes);
+  CKPT_ASSIGN_OR_RETURN(uint64_t n, r.ReadVarint("item count"));
+  LocalPlan plan;
+  plan.reserve(std::min<uint64_t>(n, bytes.size() / 4));
+  for (uint64_t i = 0; i < n; ++i) {
+    LocalItem it;
+    CKPT_ASSIGN_OR_RETURN(auto name, r.ReadString("name", format::kMaxNameLength));
+    it.name = std::string(name);
+    CKPT_ASSIGN_OR_RETURN(uint8_t kind, r.Read8("kind"));
+    it.kind = static_cast<format::EntryKind>(kind);
+    CKPT_ASSIGN_OR_RETURN(uint8_t dtype, r.Read8("dtype"));
+    CKPT_ASSIGN_OR_RETURN(it.dtype, DTypeFromCode(dtype));
+    CKPT_ASSIGN_OR_RETURN(uint8_t flags, r.Read8("flags"));
+    it.replica = flags & 1;
+    it.partial = flags & 2;
+    CKPT_ASSIGN_OR_RETURN(uint64_t ndim, r.ReadVarintAtMost("ndim", format::kMaxDims));
+    it.shape.resize(ndim);
+    for (auto& d : it.shape) {
+      CKPT_ASSIGN_OR_RETURN(d, r.ReadVarint("dim"));
+    }
+    CKPT_ASSIGN_OR_RETURN(uint8_t geom, r.Read8("geometry"));
+    if (geom == 1) {
+      Box b;
+      b.offset.resize(ndim);
+      b.size.resize(ndim);
+      for (auto& o : b.offset) {
+        CKPT_ASSIGN_OR_RETURN(o, r.ReadVarint("offset"));
+      }
+      for (auto& s : b.size) {
+        CKPT_ASSIGN_OR_RETURN(s, r.ReadVarint("size"));
+      }
+      it.region = std::move(b);
+    } else {
+      FlatRange f;
+      CKPT_ASSIGN_OR_RETURN(f.start, r.ReadVarint("start"));
+      CKPT_ASSIGN_OR_RETURN(f.length, r.ReadVarint("length"));
+      it.region = f;
+    }
+    plan.push_back(std::move(it));
+  }
+  return plan;
+}
+
+format::Fingerprint FingerprintOf(const LocalPlan& plan) {
+  std::string buf;
+  PutVarint(&buf, plan.size());
+  for (const LocalItem& it : plan) PutItem(&buf, it, false);
+  XXH128_hash_t h = XXH3_128bits(buf.data(), buf.size());
+  format::Fingerprint fp;
+  for (int i = 0; i < 8; ++i) {
+    fp[i] = static_cast<uint8_t>(h.low64 >> (8 * i));
+    fp[8 + i] = static_cast<uint8_t>(h.high64 >> (8 * i));
+  }
+  return fp;
+}
+
+absl::StatusOr<GlobalPlan> PlanSave(const std::vector<LocalPlan>& ranks) {
+  GlobalPlan plan;
+  plan.writes.resize(ranks.size());
+  absl::flat_hash_map<absl::string_view, std::vector<Ref>> by_name;
+  for (uint32_t r = 0; r < ranks.size(); ++r) {
+    for (uint32_t i = 0; i < ranks[r].size(); ++i) {
+      const LocalItem& it = ranks[r][i];
+      by_name[it.name].push_back(Ref{r, i, &it});
+    }
+  }
+  // Deterministic order of entries, whatever the hash map does.
+  std::vector<absl::string_view> names;
+  names.reserve(by_name.size());
+  for (const auto& [name, refs] : by_name) names.push_back(name);
+  std::sort(names.begin(), names.end());
+
+  struct Unique {
+    uint64_t bytes;
+    std::vector<Ref> holders;  // identical regions; all candidates
+  };
+  std::vector<Unique> uniques;
+  std::vector<Region> regions;
+  for (absl::string_view name : names) {
+    std::vector<Ref>& refs = by_name[name];
+    const LocalItem& first = *refs[0].item;
+    for (const Ref& ref : refs) {
+      const LocalItem& it = *ref.item;
+      auto mismatch = [&](absl::string_view what, const std::string& a,
+                          const std::string& b) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "entry '", name, "': ", what, " differs between ranks: rank ", refs[0].rank,
+            " has ", a, ", rank ", ref.rank, " has ", b));
+      };
+      if (it.kind != first.kind) {
+        return mismatch("kind", first.kind == format::EntryKind::kObject ? "object" : "tensor",
+                        it.kind == format::EntryKind::kObject ? "object" : "tensor");
+      }
+      if (it.dtype != first.dtype) {
+        return mismatch("dtype", std::string(DTypeName(first.dtype)),
+                        std::string(DTypeName(it.dtype)));
+      }
+      if (it.kind == format::EntryKind::kTensor && it.shape != first.shape) {
+        return mismatch("global shape", ShapeToString(first.shape), ShapeToString(it.shape));
+      }
+      if (it.partial != first.partial) {
+        return mismatch("partial flag", first.partial ? "true" : "false",
+                        it.partial ? "true" : "false");
+      }
+    }
+    if (first.kind == format::EntryKind::kObject) {
+      if (refs.size() > 1) {
+        std::vector<uint32_t> rs;
+        for (const Ref& ref : refs) rs.push_back(ref.rank);
+        return absl::InvalidArgumentError(absl::StrCat(
+            "object '", name, "' is registered on ranks ", absl::StrJoin(rs, ", "),
+            "; an object is saved by exactly one rank (give each rank its own name)"));
+      }
+      uniques.push_back(Unique{first.shape[0], {refs[0]}});
+      plan.unique_bytes += first.shape[0];
+      continue;
+    }
+    // Empty pieces (a rank holding nothing of this tensor) carry no data.
+    // One is kept when all are empty, so the entry still gets a record.
+    {
+      std::vector<Ref> nonempty;
+      for (const Ref& ref : refs)
+        if (RegionElements(ref.item->region) != 0) nonempty.push_back(ref);
+      if (nonempty.empty()) {
+        Ref keep = *std::min_element(refs.begin(), refs.end(),
+                                     [](const Ref& a, const Ref& b) { return a.rank < b.rank; });
+        nonempty.push_back(keep);
+      }
+      refs.swap(nonempty);
+    }
+    std::sort(refs.begin(), refs.end(), [](const Ref& a, const Ref& b) {
+      if (RegionLess(a.item->region, b.item->region)) return true;
+      if (RegionLess(b.item->region, a.item->region)) return false;
+      return a.rank < b.rank;
+    });
+    regions.clear();
+    std::vector<std::pair<size_t, size_t>> groups;  // [begin, end) in refs
+    for (size_t i = 0; i < refs.size();) {
+      size_t j = i + 1;
+      while (j < refs.size() && !RegionLess(refs[i].item->region, refs[j].item->region)) ++j;
+      int non_replicas = 0;
+      for (size_t k = i; k < j; ++k) non_replicas += !refs[k].item->replica;
+      if (non_replicas > 1) {
+        std::vector<uint32_t> rs;
+        for (size_t k = i; k < j; ++k)
+          if (!refs[k].item->replica) rs.push_back(refs[k].rank);
+        return absl::InvalidArgumentError(absl::StrCat(
+            "entry '", name, "': ranks ", absl::StrJoin(rs, ", "),
+            " all hold ", RegionToString(refs[i].item->region),
+            " and none of them is marked as a replica"));
+      }
+      regions.push_back(refs[i].item->region);
+      groups.emplace_back(i, j);
+      i = j;
+    }
+    absl::Status cover = CheckCover(first.shape, regions, first.partial);
+    if (!cover.ok()) {
+      // Name the ranks of the chunks in the message where possible.
+      std::string ranks_note;
+      if (groups.size() <= 16) {
+        std::vector<std::string> parts;
+        for (size_t g = 0; g < groups.size(); ++g)
+          parts.push_back(absl::StrCat("chunk ", g, " = ", RegionToString(regions[g]),
+                                       " on rank ", refs[groups[g].first].rank));
+        ranks_note = absl::StrCat(" (", absl::StrJoin(parts, "; "), ")");
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("entry '", name, "': ", cover.message(), ranks_note));
+    }
+    const uint64_t es = DTypeSize(first.dtype);
+    for (const auto& [b, e] : groups) {
+      Unique u;
+      u.bytes = RegionElements(refs[b].item->region) * es;
+      u.holders.assign(refs.begin() + b, refs.begin() + e);
+      plan.unique_bytes += u.bytes;
+      uniques.push_back(std::move(u));
+    }
+  }
+  // Balance: chunks with one holder are fixed; the rest go, largest first,
+  // to the candidate with the fewest bytes so far (ties: lowest rank).
+  std::vector<uint64_t> load(ranks.size(), 0);
+  std::vector<size_t> flexible;
+  for (size_t u = 0; u < uniques.size(); ++u) {
+    if (uniques[u].holders.size() == 1) {
+      const Ref& h = uniques[u].holders[0];
+      load[h.rank] += uniques[u].bytes;
+      plan.writes[h.rank].push_back(h.index);
+    } else {
+      flexible.push_back(u);
+    }
+  }
+  std::stable_sort(flexible.begin(), flexible.end(), [&](size_t a, size_t b) {
+    return uniques[a].bytes > uniques[b].bytes;
+  });
+  for (size_t u : flexible) {
+    const Ref* best = nullptr;
+    for (const Ref& h : uniques[u].holders) {
+      if (!best || load[h.rank] < load[best->rank]) best = &h;
+    }
+    load[best->rank] += uniques[u].bytes;
+    plan.writes[best->rank].push_back(best->index);
+  }
+  for (auto& w : plan.writes) std::sort(w.begin(), w.end());
+  return plan;
+}
+
+std::string EncodeGlobalPlan(const GlobalPlan& plan) {
+  std::string out;
+  PutVarint(&out, plan.unique_bytes);
+  PutVarint(&out, plan.writes.size());
+  for (const auto& w : plan.writes) {
+    PutVarint(&out, w.size());
+    for (uint32_t i : w) PutVarint(&out, i);
+  }
+  return out;
+}
+
+absl::StatusOr<GlobalPlan> DecodeGlobalPlan(absl::string_view bytes) {
+  ByteReader r(bytes);
+  GlobalPlan plan;
+  CKPT_ASSIGN_OR_RETURN(plan.unique_bytes, r.ReadVarint("unique bytes"));
+  CKPT_ASSIGN_OR_RETURN(uint64_t n, r.ReadVarintAtMost("ranks", format::kMaxShards));
+  plan.writes.resize(n);
+  for (auto& w : plan.writes) {
+    CKPT_ASSIGN_OR_RETURN(uint64_t k, r.ReadVarintAtMost("count", bytes.size()));
+    w.resize(k);
+    for (auto& i : w) {
+      CKPT_ASSIGN_OR_RETURN(uint64_t v, r.ReadVarintAtMost("index", UINT32_MAX));
+      i = static_cast<uint32_t>(v);
+    }
+  }
+  return plan;
+}
+
+}  // namespace ckpt::internal

@@ -1,0 +1,59 @@
+// Internal: the save planner. Every rank describes what it holds (a
+// LocalPlan); the coordinator checks the union, de-duplicates replicas and
+// assigns every unique chunk to one holder, balancing bytes across ranks.
+#ifndef CKPT_LIBCKPT_SAVE_PLAN_H_
+#define CKPT_LIBCKPT_SAVE_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ckpt/types.h"
+#include "format/format_constants.h"
+#include "format/records.h"
+
+namespace ckpt::internal {
+
+// One registered piece on one rank. Objects have shape {size}, dtype uint8,
+// region FlatRange{0, size}.
+struct LocalItem {
+  std::string name;
+  format::EntryKind kind = format::EntryKind::kTensor;
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  Region region;
+  bool replica = false;
+  bool partial = false;
+};
+
+using LocalPlan = std::vector<LocalItem>;
+
+std::string EncodeLocalPlan(const LocalPlan& plan);
+absl::StatusOr<LocalPlan> DecodeLocalPlan(absl::string_view bytes);
+
+// Structure fingerprint of a local plan: names, kinds, dtypes, shapes,
+// regions, replica and partial flags; not values. Object sizes are
+// excluded (they change from save to save without changing the plan).
+format::Fingerprint FingerprintOf(const LocalPlan& plan);
+
+struct GlobalPlan {
+  // writes[r] = indices into rank r's LocalPlan of the items rank r writes.
+  std::vector<std::vector<uint32_t>> writes;
+  uint64_t unique_bytes = 0;
+};
+
+// Checks the union of all ranks' plans and assigns writers. Objects are
+// planned with their size as it is now (sizes are not in the fingerprint,
+// but an object is always written by the one rank that holds it).
+// InvalidArgument naming the entry and the ranks for: dtype, shape, kind or
+// partial flag disagreeing between ranks; two ranks holding an object of
+// one name; overlapping non-replica chunks; a tensor not covered.
+absl::StatusOr<GlobalPlan> PlanSave(const std::vector<LocalPlan>& ranks);
+
+std::string EncodeGlobalPlan(const GlobalPlan& plan);
+absl::StatusOr<GlobalPlan> DecodeGlobalPlan(absl::string_view bytes);
+
+}  // namespace ckpt::internal
+
+#endif  // CKPT_LIBCKPT_SAVE_PLAN_H_

@@ -1,0 +1,42 @@
+// Internal: writes one shard file (spec/FORMAT.md §5) with several threads,
+// computing block checksums as the data is written.
+#ifndef CKPT_LIBCKPT_SHARD_WRITER_H_
+#define CKPT_LIBCKPT_SHARD_WRITER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ckpt/storage.h"
+#include "ckpt/types.h"
+#include "ckpt/writer.h"
+#include "format/records.h"
+#include "libckpt/save_plan.h"
+
+namespace ckpt::internal {
+
+struct WriteItem {
+  const LocalItem* item;  // geometry
+  const void* data;       // region-sized bytes
+  MemoryKind memory = MemoryKind::kHost;
+  int device = 0;
+};
+
+struct ShardWriteResult {
+  format::ShardIndex index;  // with block tables
+  uint64_t file_size = 0;
+  uint64_t stored_bytes = 0;
+};
+
+// Creates `path` (must not exist), writes header, payloads, index and tail,
+// fsyncs and closes it. On error the partial file is left for the caller to
+// remove with its directory.
+absl::StatusOr<ShardWriteResult> WriteShardFile(
+    Storage* storage, const std::string& path, const format::ShardHeader& header,
+    const format::CheckpointInfo& info, const format::Metadata& metadata,
+    const std::vector<WriteItem>& items, const SaveOptions& options,
+    DeviceMemory* device_memory);
+
+}  // namespace ckpt::internal
+
+#endif  // CKPT_LIBCKPT_SHARD_WRITER_H_

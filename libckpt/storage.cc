@@ -1,0 +1,48 @@
+#include "ckpt/storage.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "format/status_macros.h"
+#include "libckpt/posix_storage.h"
+
+namespace ckpt {
+
+absl::StatusOr<std::string> Storage::ReadFile(const std::string& path) {
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
+                        Open(path, OpenMode::kRead));
+  CKPT_ASSIGN_OR_RETURN(uint64_t size, file->Size());
+  if (size > std::numeric_limits<size_t>::max() / 2) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("read ", path, ": file of ", size, " bytes is too large"));
+  }
+  std::string out(static_cast<size_t>(size), '\0');
+  CKPT_ASSIGN_OR_RETURN(size_t n, file->PRead(0, out.size(), out.data()));
+  out.resize(n);  // the file shrank since Size()
+  CKPT_RETURN_IF_ERROR(file->Close());
+  return out;
+}
+
+absl::Status Storage::WriteFileAndSync(const std::string& path,
+                                       absl::string_view data) {
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
+                        Open(path, OpenMode::kCreateNew));
+  CKPT_RETURN_IF_ERROR(file->PWrite(0, data));
+  CKPT_RETURN_IF_ERROR(file->Sync());
+  return file->Close();
+}
+
+Storage* DefaultStorage() {
+  // Leaked on purpose: usable from static destructors and other threads at
+  // exit.
+  static Storage* const storage = new internal::PosixStorage();
+  return storage;
+}
+
+std::string JoinPath(absl::string_view a, absl::string_view b) {
+  if (a.empty()) return std::string(b);
+  if (a.back() == '/') return absl::StrCat(a, b);
+  return absl::StrCat(a, "/", b);
+}
+
+}  // namespace ckpt

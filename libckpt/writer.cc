@@ -1,0 +1,313 @@
+#include "ckpt/writer.h"
+
+#include <chrono>
+#include <map>
+
+#include <xxhash.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "format/coding.h"
+#include "format/latest.h"
+#include "format/manifest.h"
+#include "format/names.h"
+#include "format/shard.h"
+#include "format/status_macros.h"
+#include "libckpt/commit.h"
+#include "libckpt/save_plan.h"
+#include "libckpt/shard_writer.h"
+#include "libckpt/wire.h"
+
+namespace ckpt {
+namespace {
+
+using internal::LocalItem;
+using internal::LocalPlan;
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+absl::Status ValidateOptions(const SaveOptions& o) {
+  auto pow2 = [](uint64_t x) { return x != 0 && (x & (x - 1)) == 0; };
+  if (!pow2(o.block_size) || o.block_size < format::kMinBlockSize ||
+      o.block_size > format::kMaxBlockSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block_size ", o.block_size, " must be a power of two in [4096, 2^30]"));
+  }
+  if (!pow2(o.alignment) || o.alignment > format::kMaxAlignment) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("alignment ", o.alignment, " must be a power of two <= 2^30"));
+  }
+  if (o.io_threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("io_threads ", o.io_threads, " must be >= 1"));
+  }
+  if (o.codec != format::Codec::kNone && o.codec != format::Codec::kZstd) {
+    return absl::InvalidArgumentError("unknown codec");
+  }
+  for (const auto& [k, v] : o.metadata) {
+    CKPT_RETURN_IF_ERROR(format::ValidateMetadataKey(k));
+    if (v.size() > format::kMaxMetadataValueLength) {
+      return absl::InvalidArgumentError(absl::StrCat("metadata '", k, "': value of ", v.size(),
+                                                     " bytes exceeds 1 MiB"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+class WriterImpl final : public Writer {
+ public:
+  explicit WriterImpl(const Options& o)
+      : comm_(o.comm ? o.comm : &single_), storage_(o.storage ? o.storage : DefaultStorage()),
+        device_memory_(o.device_memory) {}
+
+  absl::Status AddTensor(const std::string& name, DType dtype, const Shape& shape,
+                         const Region& local, const void* data,
+                         const TensorOptions& options) override {
+    CKPT_RETURN_IF_ERROR(format::ValidateEntryName(name));
+    CKPT_RETURN_IF_ERROR(Annotate(ValidateShape(shape, DTypeSize(dtype)),
+                                  absl::StrCat("entry '", name, "'")));
+    CKPT_RETURN_IF_ERROR(Annotate(ValidateRegion(local, shape), absl::StrCat("entry '", name, "'")));
+    if (data == nullptr && RegionElements(local) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("entry '", name, "': data is null"));
+    }
+    if (options.memory == MemoryKind::kCuda && device_memory_ == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "entry '", name, "' is in CUDA memory but Writer::Options::device_memory is not set"));
+    }
+    if (index_.contains(name)) {
+      return absl::AlreadyExistsError(absl::StrCat("entry '", name, "' is already registered"));
+    }
+    Registered r;
+    r.item.name = name;
+    r.item.dtype = dtype;
+    r.item.shape = shape;
+    r.item.region = local;
+    r.item.replica = options.replica;
+    r.item.partial = options.partial;
+    r.data = data;
+    r.memory = options.memory;
+    r.device = options.device;
+    index_[name] = items_.size();
+    items_.push_back(std::move(r));
+    return absl::OkStatus();
+  }
+
+  absl::Status SetObject(const std::string& name, std::string bytes) override {
+    CKPT_RETURN_IF_ERROR(format::ValidateEntryName(name));
+    auto it = index_.find(name);
+    if (it != index_.end()) {
+      Registered& r = items_[it->second];
+      if (r.item.kind != format::EntryKind::kObject) {
+        return absl::AlreadyExistsError(absl::StrCat("'", name, "' is registered as a tensor"));
+      }
+      r.bytes = std::move(bytes);
+    } else {
+      Registered r;
+      r.item.name = name;
+      r.item.kind = format::EntryKind::kObject;
+      r.item.dtype = DType::kUInt8;
+      r.bytes = std::move(bytes);
+      index_[name] = items_.size();
+      items_.push_back(std::move(r));
+    }
+    Registered& r = items_[index_[name]];
+    r.item.shape = {r.bytes.size()};
+    r.item.region = FlatRange{0, r.bytes.size()};
+    r.data = r.bytes.data();
+    return absl::OkStatus();
+  }
+
+  absl::Status Remove(const std::string& name) override {
+    auto it = index_.find(name);
+    if (it == index_.end()) {
+      return absl::NotFoundError(absl::StrCat("entry '", name, "' is not registered"));
+    }
+    items_.erase(items_.begin() + it->second);
+    index_.clear();
+    for (size_t i = 0; i < items_.size(); ++i) index_[items_[i].item.name] = i;
+    return absl::OkStatus();
+  }
+
+  void Clear() override {
+    items_.clear();
+    index_.clear();
+  }
+
+  absl::StatusOr<SaveResult> Save(const std::string& root, uint64_t step,
+                                  const SaveOptions& options) override;
+
+ private:
+  struct Registered {
+    LocalItem item;
+    const void* data = nullptr;
+    MemoryKind memory = MemoryKind::kHost;
+    int device = 0;
+    std::string bytes;  // objects only
+  };
+
+  // Rank 0 runs `fn`; its status (and payload) reach every rank.
+  absl::StatusOr<std::string> OnCoordinator(
+      absl::FunctionRef<absl::StatusOr<std::string>()> fn) {
+    std::string msg;
+    if (comm_->rank() == 0) msg = internal::EncodeStatusOr(fn());
+    CKPT_RETURN_IF_ERROR(comm_->Broadcast(&msg, 0));
+    return internal::DecodeStatusOr(msg);
+  }
+
+  SingleProcessCommunicator single_;
+  Communicator* comm_;
+  Storage* storage_;
+  DeviceMemory* device_memory_;
+  std::vector<Registered> items_;
+  absl::flat_hash_map<std::string, size_t> index_;
+};
+
+absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t step,
+                                            const SaveOptions& options) {
+  CKPT_RETURN_IF_ERROR(ValidateOptions(options));
+  SaveResult result;
+  auto t0 = std::chrono::steady_clock::now();
+  const int rank = comm_->rank(), world = comm_->size();
+
+  // 1. Plan: every rank's structure goes to the coordinator, which checks
+  // the union and assigns each unique chunk to one writer.
+  LocalPlan local;
+  local.reserve(items_.size());
+  for (const Registered& r : items_) local.push_back(r.item);
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> plans,
+                        comm_->AllGather(internal::EncodeLocalPlan(local)));
+  format::Fingerprint fingerprint{};
+  CKPT_ASSIGN_OR_RETURN(std::string plan_bytes, OnCoordinator([&]() -> absl::StatusOr<std::string> {
+    std::vector<LocalPlan> all(world);
+    std::string fps;
+    for (int r = 0; r < world; ++r) {
+      CKPT_ASSIGN_OR_RETURN(all[r], internal::DecodeLocalPlan(plans[r]));
+      format::Fingerprint fp = internal::FingerprintOf(all[r]);
+      fps.append(reinterpret_cast<const char*>(fp.data()), fp.size());
+    }
+    CKPT_ASSIGN_OR_RETURN(internal::GlobalPlan gp, internal::PlanSave(all));
+    return internal::EncodeGlobalPlan(gp) + fps;
+  }));
+  CKPT_ASSIGN_OR_RETURN(internal::GlobalPlan plan, internal::DecodeGlobalPlan(plan_bytes));
+  {
+    // Global fingerprint: hash of the ranks' fingerprints, in rank order.
+    std::string fps = plan_bytes.substr(plan_bytes.size() - 16 * world);
+    XXH128_hash_t h = XXH3_128bits(fps.data(), fps.size());
+    for (int i = 0; i < 8; ++i) {
+      fingerprint[i] = static_cast<uint8_t>(h.low64 >> (8 * i));
+      fingerprint[8 + i] = static_cast<uint8_t>(h.high64 >> (8 * i));
+    }
+  }
+  result.logical_bytes = plan.unique_bytes;
+  result.plan_seconds = Seconds(t0);
+
+  // 2. The coordinator creates the temporary directory and the id.
+  const std::string dir_name = format::StepDirName(step);
+  const std::string final_dir = JoinPath(root, dir_name);
+  CKPT_ASSIGN_OR_RETURN(std::string prep, OnCoordinator([&]() -> absl::StatusOr<std::string> {
+    CKPT_RETURN_IF_ERROR(internal::EnsureRoot(storage_, root));
+    if (!options.overwrite && storage_->Stat(final_dir).ok()) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          final_dir, ": a checkpoint of step ", step, " already exists (set overwrite to replace it)"));
+    }
+    CKPT_ASSIGN_OR_RETURN(std::string tmp, internal::CreateTempDir(storage_, root, step));
+    auto id = internal::RandomId();
+    return std::string(reinterpret_cast<const char*>(id.data()), id.size()) + tmp;
+  }));
+  format::CheckpointInfo info;
+  std::copy(prep.begin(), prep.begin() + 16, info.id.begin());
+  const std::string tmp = prep.substr(16);
+  info.step = step;
+  info.world_size = world;
+  info.created_unix_ns = absl::GetCurrentTimeNanos();
+  info.fingerprint = fingerprint;
+  info.writer = "ckpt " CKPT_VERSION_STRING;
+
+  // 3. Every rank writes its shard file.
+  auto t1 = std::chrono::steady_clock::now();
+  std::vector<internal::WriteItem> writes;
+  for (uint32_t i : plan.writes[rank]) {
+    const Registered& r = items_[i];
+    writes.push_back(internal::WriteItem{&r.item, r.data, r.memory, r.device});
+  }
+  format::ShardHeader header;
+  header.checkpoint_id = info.id;
+  header.shard_id = rank;
+  header.alignment = options.alignment;
+  auto written = internal::WriteShardFile(storage_, JoinPath(tmp, format::ShardFileName(rank)),
+                                          header, info, options.metadata, writes, options,
+                                          device_memory_);
+  std::string report;
+  if (written.ok()) {
+    // Manifest view of this shard: entries without block tables.
+    format::Manifest part;
+    part.entries = written->index.entries;
+    for (auto& e : part.entries)
+      for (auto& c : e.chunks) c.blocks.clear();
+    report = internal::EncodeStatusOr(absl::StatusOr<std::string>(
+        internal::EncodeShardReport(written->file_size, part.entries)));
+    result.local_stored_bytes = written->stored_bytes;
+  } else {
+    report = internal::EncodeStatusOr(absl::StatusOr<std::string>(
+        Annotate(written.status(), absl::StrCat("rank ", rank))));
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> reports, comm_->AllGather(report));
+  result.write_seconds = Seconds(t1);
+
+  // 4. The coordinator commits only if every rank succeeded.
+  auto t2 = std::chrono::steady_clock::now();
+  CKPT_ASSIGN_OR_RETURN(std::string committed, OnCoordinator([&]() -> absl::StatusOr<std::string> {
+    absl::Status status = [&]() -> absl::Status {
+      format::Manifest m;
+      m.info = info;
+      m.metadata = options.metadata;
+      std::map<std::string, format::EntryRecord> merged;
+      uint64_t stored = 0;
+      for (int r = 0; r < world; ++r) {
+        CKPT_ASSIGN_OR_RETURN(std::string rep, internal::DecodeStatusOr(reports[r]));
+        uint64_t file_size;
+        std::vector<format::EntryRecord> entries;
+        CKPT_RETURN_IF_ERROR(internal::DecodeShardReport(rep, &file_size, &entries));
+        m.shards.push_back({static_cast<uint32_t>(r), format::ShardFileName(r), file_size});
+        for (auto& e : entries) {
+          for (const auto& c : e.chunks) stored += c.stored_length;
+          auto [it, inserted] = merged.try_emplace(e.name, e);
+          if (!inserted) {
+            for (auto& c : e.chunks) it->second.chunks.push_back(std::move(c));
+          }
+        }
+      }
+      for (auto& [name, e] : merged) m.entries.push_back(std::move(e));
+      CKPT_RETURN_IF_ERROR(storage_->WriteFileAndSync(JoinPath(tmp, format::kManifestFileName),
+                                                      format::EncodeManifest(m)));
+      CKPT_RETURN_IF_ERROR(storage_->SyncDir(tmp));
+      CKPT_RETURN_IF_ERROR(internal::CommitDir(storage_, root, tmp, final_dir, options.overwrite));
+      CKPT_RETURN_IF_ERROR(internal::UpdateLatest(storage_, root, dir_name, step));
+      CKPT_RETURN_IF_ERROR(internal::PruneOld(storage_, root, options.keep_last));
+      result.stored_bytes = stored;
+      return absl::OkStatus();
+    }();
+    if (!status.ok()) {
+      (void)storage_->RemoveAll(tmp);  // best effort; the error is what matters
+      return status;
+    }
+    std::string out;
+    format::PutVarint(&out, result.stored_bytes);
+    return out;
+  }));
+  format::ByteReader br(committed);
+  CKPT_ASSIGN_OR_RETURN(result.stored_bytes, br.ReadVarint("stored bytes"));
+  result.commit_seconds = Seconds(t2);
+  result.path = final_dir;
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Writer>> Writer::Create(const Options& options) {
+  return std::unique_ptr<Writer>(new WriterImpl(options));
+}
+
+}  // namespace ckpt
