@@ -57,10 +57,9 @@ class FaultInjectingStorage::FaultFile final : public File {
   FaultFile(FaultInjectingStorage* owner, std::unique_ptr<File> base)
       : owner_(owner), base_(std::move(base)) {}
 
-  absl::StatusOr<size_t> PRead(uint64_t offset, size_t n,
-                               char* dst) override {
-    CKPT_RETURN_IF_ERROR(owner_->CheckStatus(
-        StorageOp::kRead, false, What("pread"), path()));
+  absl::StatusOr<size_t> PRead(uint64_t offset, size_t n, char* dst) override {
+    CKPT_RETURN_IF_ERROR(
+        owner_->CheckStatus(StorageOp::kRead, false, What("pread"), path()));
     return base_->PRead(offset, n, dst);
   }
 
@@ -75,20 +74,20 @@ class FaultInjectingStorage::FaultFile final : public File {
   }
 
   absl::Status Sync() override {
-    CKPT_RETURN_IF_ERROR(owner_->CheckStatus(
-        StorageOp::kSync, true, What("fsync"), path()));
+    CKPT_RETURN_IF_ERROR(
+        owner_->CheckStatus(StorageOp::kSync, true, What("fsync"), path()));
     return base_->Sync();
   }
 
   absl::StatusOr<uint64_t> Size() override {
-    CKPT_RETURN_IF_ERROR(owner_->CheckStatus(
-        StorageOp::kStat, false, What("fstat"), path()));
+    CKPT_RETURN_IF_ERROR(
+        owner_->CheckStatus(StorageOp::kStat, false, What("fstat"), path()));
     return base_->Size();
   }
 
   absl::Status Close() override {
-    CKPT_RETURN_IF_ERROR(owner_->CheckStatus(
-        StorageOp::kClose, false, What("close"), path()));
+    CKPT_RETURN_IF_ERROR(
+        owner_->CheckStatus(StorageOp::kClose, false, What("close"), path()));
     return base_->Close();
   }
 
@@ -129,8 +128,8 @@ void FaultInjectingStorage::FailAllAfter(StorageOp op, int64_t nth,
 }
 
 void FaultInjectingStorage::CrashAt(StorageOp op, int64_t nth) {
-  AddRule({RuleKind::kCrash, op, nth,
-           absl::UnavailableError("injected crash")});
+  AddRule(
+      {RuleKind::kCrash, op, nth, absl::UnavailableError("injected crash")});
 }
 
 void FaultInjectingStorage::OnlyPathsContaining(std::string substr) {
@@ -160,14 +159,14 @@ int64_t FaultInjectingStorage::injected() const {
 }
 
 FaultInjectingStorage::Decision FaultInjectingStorage::Check(
-    StorageOp op, bool mutating, absl::string_view what,
-    absl::string_view path, absl::string_view path2) {
+    StorageOp op, bool mutating, absl::string_view what, absl::string_view path,
+    absl::string_view path2) {
   const std::string prefix = absl::StrCat("injected fault: ", what);
   absl::MutexLock lock(&mu_);
   ++counts_[Index(op)];
-  const bool matches = path_filter_.empty() ||
-                       absl::StrContains(path, path_filter_) ||
-                       (!path2.empty() && absl::StrContains(path2, path_filter_));
+  const bool matches =
+      path_filter_.empty() || absl::StrContains(path, path_filter_) ||
+      (!path2.empty() && absl::StrContains(path2, path_filter_));
   // Numbered before the crash / failing state is applied, so that a rule's
   // number does not depend on whether earlier rules fired.
   const int64_t n = matches ? ++matched_[Index(op)] : 0;
@@ -253,14 +252,14 @@ absl::Status FaultInjectingStorage::RenameNoReplace(const std::string& from,
 
 absl::StatusOr<std::vector<std::string>> FaultInjectingStorage::List(
     const std::string& dir) {
-  CKPT_RETURN_IF_ERROR(CheckStatus(StorageOp::kList, false,
-                                   absl::StrCat("opendir ", dir), dir));
+  CKPT_RETURN_IF_ERROR(
+      CheckStatus(StorageOp::kList, false, absl::StrCat("opendir ", dir), dir));
   return base_->List(dir);
 }
 
 absl::StatusOr<FileInfo> FaultInjectingStorage::Stat(const std::string& path) {
-  CKPT_RETURN_IF_ERROR(CheckStatus(StorageOp::kStat, false,
-                                   absl::StrCat("stat ", path), path));
+  CKPT_RETURN_IF_ERROR(
+      CheckStatus(StorageOp::kStat, false, absl::StrCat("stat ", path), path));
   return base_->Stat(path);
 }
 

@@ -66,8 +66,7 @@ absl::StatusCode ErrnoCode(int err) {
 
 std::string RangeWhat(absl::string_view op, const std::string& path,
                       uint64_t offset, size_t n) {
-  return absl::StrCat(op, " ", path, " at offset ", offset, " (", n,
-                      " bytes)");
+  return absl::StrCat(op, " ", path, " at offset ", offset, " (", n, " bytes)");
 }
 
 bool IsDirectAligned(uint64_t offset, size_t n, const void* p) {
@@ -85,12 +84,12 @@ class PosixFile final : public File {
         direct_ok_(direct_fd >= 0) {}
   ~PosixFile() override { (void)Close(); }
 
-  absl::StatusOr<size_t> PRead(uint64_t offset, size_t n,
-                               char* dst) override {
+  absl::StatusOr<size_t> PRead(uint64_t offset, size_t n, char* dst) override {
     if (fd_ < 0) return ClosedError("pread");
     size_t done = 0;
     while (done < n) {
-      ssize_t r = Transfer(/*write=*/false, dst + done, n - done, offset + done);
+      ssize_t r =
+          Transfer(/*write=*/false, dst + done, n - done, offset + done);
       if (r < 0) {
         int err = errno;
         if (err == EINTR) continue;
@@ -109,8 +108,8 @@ class PosixFile final : public File {
       // pwrite does not modify the buffer; the cast only serves Transfer,
       // which is shared with pread.
       char* p = const_cast<char*>(data.data()) + done;
-      ssize_t r = Transfer(/*write=*/true, p, data.size() - done,
-                           offset + done);
+      ssize_t r =
+          Transfer(/*write=*/true, p, data.size() - done, offset + done);
       if (r < 0) {
         int err = errno;
         if (err == EINTR) continue;
@@ -198,8 +197,8 @@ int RenameAt2NoReplace(const char* from, const char* to) {
     (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 28))
   return ::renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE);
 #elif defined(SYS_renameat2)
-  return static_cast<int>(::syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD,
-                                    to, RENAME_NOREPLACE));
+  return static_cast<int>(
+      ::syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE));
 #else
   errno = ENOSYS;
   return -1;

@@ -1,7 +1,5 @@
 #include "ckpt/storage.h"
 
-#include <limits>
-
 #include "absl/strings/str_cat.h"
 #include "format/status_macros.h"
 #include "libckpt/posix_storage.h"
@@ -12,7 +10,7 @@ absl::StatusOr<std::string> Storage::ReadFile(const std::string& path) {
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
                         Open(path, OpenMode::kRead));
   CKPT_ASSIGN_OR_RETURN(uint64_t size, file->Size());
-  if (size > std::numeric_limits<size_t>::max() / 2) {
+  if (size > std::string().max_size()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("read ", path, ": file of ", size, " bytes is too large"));
   }

@@ -66,8 +66,9 @@ TEST_F(FaultInjectionTest, ForwardsWithoutRules) {
 
 TEST_F(FaultInjectionTest, FailAtOpenDoesNotCreate) {
   fs_.FailAt(StorageOp::kOpen, 1, Boom());
-  EXPECT_THAT(fs_.Open(Path("f"), OpenMode::kCreateNew),
-              StatusIs(kInternal, "injected fault: open " + Path("f") + ": boom"));
+  EXPECT_THAT(
+      fs_.Open(Path("f"), OpenMode::kCreateNew),
+      StatusIs(kInternal, "injected fault: open " + Path("f") + ": boom"));
   EXPECT_FALSE(Exists(Path("f")));
   CKPT_EXPECT_OK(fs_.Open(Path("f"), OpenMode::kCreateNew).status());
   EXPECT_EQ(fs_.injected(), 1);
@@ -105,7 +106,8 @@ TEST_F(FaultInjectionTest, FailAtStatCoversFileSize) {
               StatusIs(kInternal, "injected fault: stat " + Path("f")));
   CKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<File> f,
                             fs_.Open(Path("f"), OpenMode::kRead));
-  EXPECT_THAT(f->Size(), StatusIs(kInternal, "injected fault: fstat " + Path("f")));
+  EXPECT_THAT(f->Size(),
+              StatusIs(kInternal, "injected fault: fstat " + Path("f")));
   CKPT_ASSERT_OK_AND_ASSIGN(uint64_t size, f->Size());
   EXPECT_EQ(size, 3u);
 }
@@ -141,7 +143,8 @@ TEST_F(FaultInjectionTest, FailAtRenameDoesNotRename) {
 
 TEST_F(FaultInjectionTest, FailAtList) {
   fs_.FailAt(StorageOp::kList, 1, Boom());
-  EXPECT_THAT(fs_.List(dir_), StatusIs(kInternal, "injected fault: opendir " + dir_));
+  EXPECT_THAT(fs_.List(dir_),
+              StatusIs(kInternal, "injected fault: opendir " + dir_));
   CKPT_EXPECT_OK(fs_.List(dir_).status());
 }
 
@@ -167,7 +170,9 @@ TEST_F(FaultInjectionTest, FailAtCountsTheNthCall) {
   CKPT_EXPECT_OK(f->PWrite(1, "2"));
   EXPECT_THAT(f->PWrite(2, "3"), StatusIs(kInternal, "boom"));
   CKPT_EXPECT_OK(f->PWrite(3, "4"));
-  EXPECT_EQ(ReadBase(Path("f")), std::string("12\0" "4", 4));
+  EXPECT_EQ(ReadBase(Path("f")), std::string("12\0"
+                                             "4",
+                                             4));
   EXPECT_EQ(fs_.count(StorageOp::kWrite), 4);
   EXPECT_EQ(fs_.injected(), 1);
 }
@@ -199,13 +204,15 @@ TEST_F(FaultInjectionTest, ShortWriteLeavesExactlyThePrefix) {
 
 TEST_F(FaultInjectionTest, ShortWriteLongerThanDataWritesAllThenFails) {
   fs_.ShortWriteAt(1, 100, Boom());
-  EXPECT_THAT(fs_.WriteFileAndSync(Path("f"), "abc"), StatusIs(kInternal, "boom"));
+  EXPECT_THAT(fs_.WriteFileAndSync(Path("f"), "abc"),
+              StatusIs(kInternal, "boom"));
   EXPECT_EQ(ReadBase(Path("f")), "abc");
 }
 
 TEST_F(FaultInjectionTest, ShortWriteOfZeroBytesWritesNothing) {
   fs_.ShortWriteAt(1, 0, Boom());
-  EXPECT_THAT(fs_.WriteFileAndSync(Path("f"), "abc"), StatusIs(kInternal, "boom"));
+  EXPECT_THAT(fs_.WriteFileAndSync(Path("f"), "abc"),
+              StatusIs(kInternal, "boom"));
   EXPECT_EQ(ReadBase(Path("f")), "");
 }
 
@@ -215,9 +222,8 @@ TEST_F(FaultInjectionTest, CrashAtFailsEveryLaterOp) {
   CKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<File> f,
                             fs_.Open(path, OpenMode::kCreateNew));
   CKPT_ASSERT_OK(f->PWrite(0, "before"));
-  EXPECT_THAT(f->Sync(),
-              StatusIs(kUnavailable, "injected fault: fsync " + path +
-                                         ": injected crash"));
+  EXPECT_THAT(f->Sync(), StatusIs(kUnavailable, "injected fault: fsync " +
+                                                    path + ": injected crash"));
   EXPECT_THAT(f->PWrite(6, "after"), StatusIs(kUnavailable, "injected crash"));
   char c;
   EXPECT_THAT(f->PRead(0, 1, &c), StatusIs(kUnavailable, "injected crash"));
@@ -246,13 +252,16 @@ TEST_F(FaultInjectionTest, FailAllAfterFailsLaterMutatingOpsOnly) {
   CKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<File> f,
                             fs_.Open(Path("f"), OpenMode::kCreateNew));
   CKPT_ASSERT_OK(f->PWrite(0, "1"));
-  EXPECT_THAT(f->PWrite(1, "2"), StatusIs(kFull, "pwrite " + Path("f") + ": full"));
+  EXPECT_THAT(f->PWrite(1, "2"),
+              StatusIs(kFull, "pwrite " + Path("f") + ": full"));
   EXPECT_THAT(f->PWrite(1, "2"), StatusIs(kFull, "full"));
   EXPECT_THAT(f->Sync(), StatusIs(kFull, "injected fault: fsync " + Path("f")));
   EXPECT_THAT(fs_.CreateDir(Path("d")), StatusIs(kFull, "mkdir"));
   EXPECT_THAT(fs_.SyncDir(dir_), StatusIs(kFull, "fsync"));
-  EXPECT_THAT(fs_.Open(Path("g"), OpenMode::kCreateNew), StatusIs(kFull, "open"));
-  EXPECT_THAT(fs_.Open(Path("old"), OpenMode::kReadWrite), StatusIs(kFull, "open"));
+  EXPECT_THAT(fs_.Open(Path("g"), OpenMode::kCreateNew),
+              StatusIs(kFull, "open"));
+  EXPECT_THAT(fs_.Open(Path("old"), OpenMode::kReadWrite),
+              StatusIs(kFull, "open"));
   EXPECT_THAT(fs_.Rename(Path("old"), Path("new")), StatusIs(kFull, "rename"));
   EXPECT_THAT(fs_.RemoveFile(Path("old")), StatusIs(kFull, "unlink"));
   // Looking still works.
@@ -267,10 +276,12 @@ TEST_F(FaultInjectionTest, FailAllAfterFailsLaterMutatingOpsOnly) {
 TEST_F(FaultInjectionTest, PathFilterCountsOnlyMatchingCalls) {
   fs_.OnlyPathsContaining("shard-00001");
   fs_.FailAt(StorageOp::kWrite, 2, Boom());
-  CKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<File> a,
-                            fs_.Open(Path("shard-00000"), OpenMode::kCreateNew));
-  CKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<File> b,
-                            fs_.Open(Path("shard-00001"), OpenMode::kCreateNew));
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<File> a,
+      fs_.Open(Path("shard-00000"), OpenMode::kCreateNew));
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<File> b,
+      fs_.Open(Path("shard-00001"), OpenMode::kCreateNew));
   CKPT_EXPECT_OK(a->PWrite(0, "a"));
   CKPT_EXPECT_OK(b->PWrite(0, "b"));
   CKPT_EXPECT_OK(a->PWrite(1, "a"));
@@ -303,7 +314,8 @@ TEST_F(FaultInjectionTest, CrashOnFilteredPathStopsAllPaths) {
 
 TEST_F(FaultInjectionTest, CountsEveryCall) {
   CKPT_ASSERT_OK(fs_.CreateDir(Path("d")));
-  CKPT_ASSERT_OK(fs_.WriteFileAndSync(Path("d/f"), "abc"));  // open write sync close
+  CKPT_ASSERT_OK(
+      fs_.WriteFileAndSync(Path("d/f"), "abc"));       // open write sync close
   CKPT_ASSERT_OK(fs_.ReadFile(Path("d/f")).status());  // open stat read close
   CKPT_ASSERT_OK(fs_.SyncDir(Path("d")));
   CKPT_ASSERT_OK(fs_.Rename(Path("d/f"), Path("d/g")));
@@ -372,8 +384,8 @@ TEST_F(FaultInjectionTest, ConcurrentWritesFailExactlyTheNthCall) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kWritesPerThread; ++i) {
         const int index = t * kWritesPerThread + i;
-        absl::Status s = f->PWrite(index * kChunk,
-                                   std::string(kChunk, 'a' + index % 26));
+        absl::Status s =
+            f->PWrite(index * kChunk, std::string(kChunk, 'a' + index % 26));
         if (!s.ok()) {
           failures.fetch_add(1);
           failed_index.store(index);

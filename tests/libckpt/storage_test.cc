@@ -211,7 +211,8 @@ TEST_F(StorageTest, RenameNoReplaceMovesDirectory) {
   CKPT_ASSERT_OK(fs_->RenameNoReplace(Path("tmp"), Path("step")));
   CKPT_ASSERT_OK_AND_ASSIGN(std::string back, fs_->ReadFile(Path("step/x")));
   EXPECT_EQ(back, "x");
-  EXPECT_THAT(fs_->Stat(Path("tmp")), StatusIs(absl::StatusCode::kNotFound, ""));
+  EXPECT_THAT(fs_->Stat(Path("tmp")),
+              StatusIs(absl::StatusCode::kNotFound, ""));
 }
 
 TEST_F(StorageTest, RenameNoReplaceFallbackWithoutRenameat2) {
@@ -220,7 +221,8 @@ TEST_F(StorageTest, RenameNoReplaceFallbackWithoutRenameat2) {
   EXPECT_THAT(internal::RenameNoReplaceWithoutRenameat2(Path("a"), Path("b")),
               StatusIs(absl::StatusCode::kAlreadyExists,
                        "rename " + Path("a") + " to " + Path("b")));
-  CKPT_ASSERT_OK(internal::RenameNoReplaceWithoutRenameat2(Path("a"), Path("c")));
+  CKPT_ASSERT_OK(
+      internal::RenameNoReplaceWithoutRenameat2(Path("a"), Path("c")));
   CKPT_ASSERT_OK_AND_ASSIGN(std::string back, fs_->ReadFile(Path("c")));
   EXPECT_EQ(back, "new");
   EXPECT_THAT(internal::RenameNoReplaceWithoutRenameat2(Path("a"), Path("d")),
@@ -328,8 +330,8 @@ TEST_F(StorageTest, FileTooLargeIsResourceExhausted) {
   ::close(fds[0]);
   int wstatus = 0;
   ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
-  ASSERT_TRUE(WIFEXITED(wstatus)) << "child killed by signal "
-                                  << WTERMSIG(wstatus);
+  ASSERT_TRUE(WIFEXITED(wstatus))
+      << "child killed by signal " << WTERMSIG(wstatus);
   ASSERT_EQ(WEXITSTATUS(wstatus), 0);
 
   std::istringstream in(report);
@@ -339,7 +341,8 @@ TEST_F(StorageTest, FileTooLargeIsResourceExhausted) {
   std::getline(in, message);
   EXPECT_EQ(code, static_cast<int>(absl::StatusCode::kResourceExhausted))
       << report;
-  EXPECT_THAT(message, HasSubstr("pwrite " + path + " at offset 0 (8192 bytes)"));
+  EXPECT_THAT(message,
+              HasSubstr("pwrite " + path + " at offset 0 (8192 bytes)"));
   EXPECT_THAT(message, HasSubstr(std::strerror(EFBIG)));
   // The write stopped at the limit.
   CKPT_ASSERT_OK_AND_ASSIGN(FileInfo info, fs_->Stat(path));
@@ -349,11 +352,16 @@ TEST_F(StorageTest, FileTooLargeIsResourceExhausted) {
 TEST(StorageErrnoTest, MapsCodes) {
   using C = absl::StatusCode;
   const std::vector<std::pair<int, C>> cases = {
-      {ENOENT, C::kNotFound},           {EEXIST, C::kAlreadyExists},
-      {ENOTEMPTY, C::kAlreadyExists},   {EACCES, C::kPermissionDenied},
-      {EPERM, C::kPermissionDenied},    {ENOSPC, C::kResourceExhausted},
-      {EDQUOT, C::kResourceExhausted},  {EFBIG, C::kResourceExhausted},
-      {EIO, C::kInternal},              {EBADF, C::kInternal},
+      {ENOENT, C::kNotFound},
+      {EEXIST, C::kAlreadyExists},
+      {ENOTEMPTY, C::kAlreadyExists},
+      {EACCES, C::kPermissionDenied},
+      {EPERM, C::kPermissionDenied},
+      {ENOSPC, C::kResourceExhausted},
+      {EDQUOT, C::kResourceExhausted},
+      {EFBIG, C::kResourceExhausted},
+      {EIO, C::kInternal},
+      {EBADF, C::kInternal},
   };
   for (const auto& [err, code] : cases) {
     EXPECT_THAT(internal::ErrnoToStatus(err, "op /p"),

@@ -149,7 +149,7 @@ class FaultInjectingStorage final : public Storage {
   };
   // What one call should do.
   struct Decision {
-    absl::Status error;     // OK: forward the call to base
+    absl::Status error;        // OK: forward the call to base
     bool short_write = false;  // write `bytes`, then return `error`
     size_t bytes = 0;
   };
@@ -161,8 +161,7 @@ class FaultInjectingStorage final : public Storage {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Check() for calls that have no short-write form.
   absl::Status CheckStatus(StorageOp op, bool mutating, absl::string_view what,
-                           absl::string_view path,
-                           absl::string_view path2 = "")
+                           absl::string_view path, absl::string_view path2 = "")
       ABSL_LOCKS_EXCLUDED(mu_);
   void AddRule(Rule rule) ABSL_LOCKS_EXCLUDED(mu_);
 

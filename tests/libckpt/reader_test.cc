@@ -1,0 +1,236 @@
+// Reader: strict mode, callbacks, reports, partial reads, and corruption.
+#include <filesystem>
+#include <fstream>
+
+#include "ckpt/reader.h"
+#include "ckpt/writer.h"
+#include "format/status_macros.h"
+#include "gtest/gtest.h"
+#include "tests/format/golden_spec.h"
+#include "tests/libckpt/test_util.h"
+#include "tests/testing/status_matchers.h"
+
+namespace ckpt {
+namespace {
+
+using ::ckpt::testing::Extract;
+using ::ckpt::testing::ReferenceBytes;
+using ::ckpt::testing::StatusIs;
+using ::ckpt::testing::TempDir;
+
+class ReaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto writer = Writer::Create({}).value();
+    CKPT_ASSERT_OK(writer->AddTensor("optimizer.exp_avg.layers.3", DType::kFloat32, {64},
+                                     FlatRange{0, 64}, avg_.data()));
+    CKPT_ASSERT_OK(writer->AddTensor("big", DType::kFloat32, {1024, 256}, FullBox({1024, 256}),
+                                     big_.data()));
+    CKPT_ASSERT_OK(writer->SetObject("rng", "seed"));
+    SaveOptions o;
+    o.block_size = 4096;
+    CKPT_ASSERT_OK(writer->Save(dir_.path(), 3, o));
+    reader_ = Reader::Open(dir_.path()).value();
+  }
+
+  LoadRequest Avg(std::string* buf, Shape shape = {64}, DType d = DType::kFloat32) {
+    buf->assign(64 * 4, 0);
+    return LoadRequest{"optimizer.exp_avg.layers.3", d, shape, FlatRange{0, 64}, buf->data()};
+  }
+
+  TempDir dir_;
+  std::string avg_ = ReferenceBytes(DType::kFloat32, {64}, 5);
+  std::string big_ = ReferenceBytes(DType::kFloat32, {1024, 256}, 6);
+  std::unique_ptr<Reader> reader_;
+};
+
+TEST_F(ReaderTest, GlobalShapeMismatchNamesEntryAndBothShapes) {
+  std::string buf;
+  LoadOptions all;
+  all.allow_unrequested = true;
+  EXPECT_THAT(reader_->Load({Avg(&buf, {128})}, all),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "optimizer.exp_avg.layers.3: global shape [64] in checkpoint, [128] requested"));
+}
+
+TEST_F(ReaderTest, DTypeMismatch) {
+  std::string buf;
+  LoadOptions all;
+  all.allow_unrequested = true;
+  EXPECT_THAT(reader_->Load({Avg(&buf, {64}, DType::kBFloat16)}, all),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "optimizer.exp_avg.layers.3: dtype float32 in checkpoint, bfloat16 requested"));
+}
+
+TEST_F(ReaderTest, MissingEntry) {
+  std::string buf(4, 0);
+  LoadOptions all;
+  all.allow_unrequested = true;
+  EXPECT_THAT(reader_->Load({{"nope", DType::kFloat32, {1}, FlatRange{0, 1}, buf.data()}}, all),
+              StatusIs(absl::StatusCode::kNotFound, "entry 'nope' is not in the checkpoint"));
+}
+
+TEST_F(ReaderTest, UnrequestedEntriesFailWithoutAFilter) {
+  std::string buf;
+  EXPECT_THAT(reader_->Load({Avg(&buf)}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "2 entries in the checkpoint were not requested: big, rng"));
+}
+
+TEST_F(ReaderTest, FilterMakesPartialLoadExplicitAndReported) {
+  std::string buf;
+  LoadOptions o;
+  o.filter = [](const std::string& n) { return n.rfind("optimizer.", 0) == 0; };
+  auto report = reader_->Load({Avg(&buf)}, o);
+  CKPT_ASSERT_OK(report);
+  EXPECT_EQ(buf, avg_);
+  EXPECT_EQ(report->loaded, std::vector<std::string>{"optimizer.exp_avg.layers.3"});
+  ASSERT_EQ(report->not_loaded.size(), 2u);
+  EXPECT_EQ(report->not_loaded[0], (std::pair<std::string, std::string>{"big", "excluded by filter"}));
+  std::string big(16, 0);
+  EXPECT_THAT(reader_->Load({Avg(&buf), {"big", DType::kFloat32, {1024, 256}, FlatRange{0, 4}, big.data()}}, o),
+              StatusIs(absl::StatusCode::kInvalidArgument, "'big' is requested but excluded by the filter"));
+}
+
+TEST_F(ReaderTest, CallbackRunsOncePerDestinationBeforeLoadReturns) {
+  std::string a, b(8 * 256 * 4, 0), c(4 * 4 * 4, 0);
+  std::atomic<int> calls_a{0}, calls_b{0}, calls_c{0};
+  std::vector<LoadRequest> reqs;
+  reqs.push_back(Avg(&a));
+  reqs.back().on_complete = [&] { ++calls_a; };
+  // b spans many blocks and several read tasks.
+  reqs.push_back({"big", DType::kFloat32, {1024, 256}, Box{{100, 0}, {8, 256}}, b.data()});
+  reqs.back().on_complete = [&] { ++calls_b; EXPECT_EQ(b, Extract(big_, DType::kFloat32, {1024, 256}, Box{{100, 0}, {8, 256}})); };
+  reqs.push_back({"big", DType::kFloat32, {1024, 256}, Box{{0, 10}, {4, 4}}, c.data()});
+  reqs.back().on_complete = [&] { ++calls_c; };
+  LoadOptions o;
+  o.allow_unrequested = true;
+  CKPT_ASSERT_OK(reader_->Load(reqs, o));
+  EXPECT_EQ(calls_a, 1);
+  EXPECT_EQ(calls_b, 1);
+  EXPECT_EQ(calls_c, 1);
+}
+
+TEST_F(ReaderTest, SmallSliceReadsOnlyTheBlocksItNeeds) {
+  // 4 floats of column 10..13 in rows 0..3: rows are 1 KiB, blocks 4 KiB,
+  // so one block is read, not the 1 MiB tensor.
+  std::string c(4 * 4 * 4, 0);
+  LoadOptions o;
+  o.allow_unrequested = true;
+  auto report = reader_->Load({{"big", DType::kFloat32, {1024, 256}, Box{{0, 10}, {4, 4}}, c.data()}}, o);
+  CKPT_ASSERT_OK(report);
+  EXPECT_EQ(report->bytes_read, 4096u);
+  EXPECT_EQ(report->blocks_verified, 1u);
+  EXPECT_EQ(c, Extract(big_, DType::kFloat32, {1024, 256}, Box{{0, 10}, {4, 4}}));
+}
+
+TEST_F(ReaderTest, RegionOutsideTensor) {
+  std::string c(64, 0);
+  LoadOptions o;
+  o.allow_unrequested = true;
+  EXPECT_THAT(reader_->Load({{"big", DType::kFloat32, {1024, 256}, Box{{1020, 0}, {8, 2}}, c.data()}}, o),
+              StatusIs(absl::StatusCode::kInvalidArgument, "big: box [1020:1028, 0:2] exceeds shape"));
+}
+
+TEST_F(ReaderTest, ObjectAndReport) {
+  auto obj = reader_->ReadObject("rng");
+  CKPT_ASSERT_OK(obj);
+  EXPECT_EQ(*obj, "seed");
+  EXPECT_THAT(reader_->ReadObject("big"), StatusIs(absl::StatusCode::kInvalidArgument, "is a tensor"));
+}
+
+TEST_F(ReaderTest, FlippedPayloadBitIsDataLossNamingTheBlock) {
+  std::string shard = dir_.path() + "/step-00000003/shard-00000.ckpt";
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8192 + 100);  // inside the payload area
+    char ch;
+    f.seekg(8192 + 100);
+    f.get(ch);
+    f.seekp(8192 + 100);
+    f.put(static_cast<char>(ch ^ 0x04));
+  }
+  auto reader = Reader::Open(dir_.path()).value();
+  std::string a, big(big_.size(), 0), rng;
+  std::vector<LoadRequest> reqs = {Avg(&a), {"big", DType::kFloat32, {1024, 256}, FullBox({1024, 256}), big.data()}};
+  reqs.push_back({});
+  reqs.back().name = "rng";
+  reqs.back().object = &rng;
+  EXPECT_THAT(reader->Load(reqs), StatusIs(absl::StatusCode::kDataLoss, "shard-00000.ckpt: block"));
+}
+
+TEST_F(ReaderTest, MissingShardFile) {
+  std::filesystem::remove(dir_.path() + "/step-00000003/shard-00000.ckpt");
+  auto reader = Reader::Open(dir_.path()).value();
+  std::string a;
+  LoadOptions o;
+  o.allow_unrequested = true;
+  EXPECT_THAT(reader->Load({Avg(&a)}, o), StatusIs(absl::StatusCode::kDataLoss, "shard file is missing"));
+}
+
+TEST_F(ReaderTest, ShardFromAnotherCheckpoint) {
+  // Save the same structure again as step 4 and swap its shard into step 3.
+  auto writer = Writer::Create({}).value();
+  CKPT_ASSERT_OK(writer->AddTensor("optimizer.exp_avg.layers.3", DType::kFloat32, {64}, FlatRange{0, 64}, avg_.data()));
+  CKPT_ASSERT_OK(writer->AddTensor("big", DType::kFloat32, {1024, 256}, FullBox({1024, 256}), big_.data()));
+  CKPT_ASSERT_OK(writer->SetObject("rng", "seed"));
+  SaveOptions o;
+  o.block_size = 4096;
+  CKPT_ASSERT_OK(writer->Save(dir_.path(), 4, o));
+  std::filesystem::copy_file(dir_.path() + "/step-00000004/shard-00000.ckpt",
+                             dir_.path() + "/step-00000003/shard-00000.ckpt",
+                             std::filesystem::copy_options::overwrite_existing);
+  auto reader = Reader::Open(dir_.path() + "/step-00000003").value();
+  std::string a;
+  LoadOptions lo;
+  lo.allow_unrequested = true;
+  EXPECT_THAT(reader->Load({Avg(&a)}, lo),
+              StatusIs(absl::StatusCode::kDataLoss, "this shard belongs to another checkpoint"));
+}
+
+TEST(ReaderOpenTest, NotACheckpoint) {
+  TempDir dir;
+  EXPECT_THAT(Reader::Open(dir.path()),
+              StatusIs(absl::StatusCode::kNotFound, "not a checkpoint (no MANIFEST) nor a checkpoint root"));
+  EXPECT_THAT(Reader::Open(dir / "missing"), StatusIs(absl::StatusCode::kNotFound, "missing"));
+}
+
+TEST(ReaderOpenTest, PartialEntryLoadOfUncoveredRegionFails) {
+  TempDir dir;
+  auto writer = Writer::Create({}).value();
+  float x[4] = {1, 2, 3, 4};
+  TensorOptions partial;
+  partial.partial = true;
+  CKPT_ASSERT_OK(writer->AddTensor("emb", DType::kFloat32, {8}, FlatRange{0, 4}, x, partial));
+  CKPT_ASSERT_OK(writer->Save(dir.path(), 1, {}));
+  auto reader = Reader::Open(dir.path()).value();
+  float y[8];
+  EXPECT_THAT(reader->Load({{"emb", DType::kFloat32, {8}, FlatRange{0, 8}, y}}),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "entry 'emb': requested region flat[0:8) is not covered by the checkpoint: 4 of 8 elements missing"));
+  CKPT_EXPECT_OK(reader->Load({{"emb", DType::kFloat32, {8}, FlatRange{1, 3}, y}}));
+  EXPECT_EQ(y[0], 2);
+}
+
+TEST(ReaderGoldenTest, GoldenV1CheckpointLoadsThroughTheReader) {
+  auto reader = Reader::Open(std::string(CKPT_SOURCE_DIR) + "/" + golden::kGoldenDir);
+  CKPT_ASSERT_OK(reader);
+  std::vector<golden::GoldenEntry> entries = golden::GoldenEntries();
+  std::vector<std::string> bufs(entries.size());
+  std::vector<LoadRequest> reqs;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto& e = entries[i];
+    bufs[i].assign(testing::Numel(e.shape) * DTypeSize(e.dtype), 0);
+    reqs.push_back({e.name, e.dtype, e.shape, FullBox(e.shape), bufs[i].data()});
+  }
+  std::string rng;
+  reqs.push_back({});
+  reqs.back().name = golden::kObjectName;
+  reqs.back().object = &rng;
+  CKPT_ASSERT_OK((*reader)->Load(reqs));
+  for (size_t i = 0; i < entries.size(); ++i) EXPECT_EQ(bufs[i], golden::GoldenBytes(entries[i])) << entries[i].name;
+  EXPECT_EQ(rng, golden::kObjectValue);
+}
+
+}  // namespace
+}  // namespace ckpt
