@@ -25,7 +25,8 @@ namespace {
 using format::ChunkRecord;
 using format::EntryRecord;
 
-constexpr uint64_t kTaskBytes = 8ull << 20;
+constexpr uint64_t kTaskBytes = 8ull << 20;     // unit of work per thread
+constexpr uint64_t kGranuleBytes = 1ull << 20;  // read-then-verify granule
 
 // A shard file opened for reading, with its verified index.
 struct OpenShard {
@@ -48,11 +49,20 @@ struct Pair {
   const ChunkRecord* blocks = nullptr;  // shard index record (with blocks)
   const OpenShard* shard = nullptr;
   std::vector<Run> runs;           // sorted by src
+};
+
+// All pairs reading one stored chunk: its blocks are read once per Load,
+// however many destinations they feed.
+struct ChunkGroup {
+  const EntryRecord* entry;
+  const ChunkRecord* blocks;  // shard index record
+  const OpenShard* shard;
   std::vector<uint64_t> stored_offset;  // prefix sums of stored block sizes
+  std::vector<Pair*> pairs;
 };
 
 struct Task {
-  Pair* pair;
+  ChunkGroup* group;
   uint64_t b0, b1;  // block range
 };
 
@@ -276,12 +286,14 @@ absl::StatusOr<LoadReport> ReaderImpl::Load(const std::vector<LoadRequest>& requ
 
   // Open the shards needed, verifying their headers and indexes.
   std::vector<uint32_t> shard_ids(needed_shards.begin(), needed_shards.end());
-  const int threads = options.io_threads > 0 ? options.io_threads : options_.io_threads;
+  const int threads = internal::EffectiveIoThreads(
+      options.io_threads > 0 ? options.io_threads : options_.io_threads, options_.direct_io);
   CKPT_RETURN_IF_ERROR(internal::ParallelFor(threads, shard_ids.size(), [&](int, size_t i) {
     return GetShard(shard_ids[i]).status();
   }));
 
-  std::vector<Task> tasks;
+  std::vector<ChunkGroup> groups;
+  absl::flat_hash_map<const ChunkRecord*, size_t> group_of;
   for (Pair& p : pairs) {
     CKPT_ASSIGN_OR_RETURN(p.shard, GetShard(p.chunk->shard));
     auto it = p.shard->entries.find(p.entry->name);
@@ -297,32 +309,57 @@ absl::StatusOr<LoadReport> ReaderImpl::Load(const std::vector<LoadRequest>& requ
           RegionToString(p.chunk->region), " at offset ", p.chunk->data_offset,
           " is not in the shard index as the manifest describes it"));
     }
-    const uint64_t bs = p.blocks->block_size;
-    p.stored_offset.resize(p.blocks->blocks.size() + 1);
-    p.stored_offset[0] = p.blocks->data_offset;
-    for (size_t b = 0; b < p.blocks->blocks.size(); ++b) {
-      p.stored_offset[b + 1] = p.stored_offset[b] + p.blocks->blocks[b].stored_size;
+    auto [git, inserted] = group_of.try_emplace(p.blocks, groups.size());
+    if (inserted) {
+      ChunkGroup g;
+      g.entry = p.entry;
+      g.blocks = p.blocks;
+      g.shard = p.shard;
+      g.stored_offset.resize(p.blocks->blocks.size() + 1);
+      g.stored_offset[0] = p.blocks->data_offset;
+      for (size_t b = 0; b < p.blocks->blocks.size(); ++b) {
+        g.stored_offset[b + 1] = g.stored_offset[b] + p.blocks->blocks[b].stored_size;
+      }
+      groups.push_back(std::move(g));
     }
-    // Blocks touched by the runs, merged into contiguous spans, cut into
-    // tasks of about kTaskBytes.
+    groups[git->second].pairs.push_back(&p);
+  }
+  // Blocks touched by any pair of a group, merged into contiguous spans and
+  // cut into tasks of about kTaskBytes.
+  std::vector<Task> tasks;
+  for (ChunkGroup& g : groups) {
+    const uint64_t bs = g.blocks->block_size;
+    std::vector<std::pair<uint64_t, uint64_t>> spans;
+    for (const Pair* p : g.pairs) {
+      for (const Run& run : p->runs) {
+        uint64_t b0 = run.src / bs, b1 = (run.src + run.bytes + bs - 1) / bs;
+        if (!spans.empty() && spans.back().first <= b0 && b0 <= spans.back().second) {
+          spans.back().second = std::max(spans.back().second, b1);
+        } else {
+          spans.emplace_back(b0, b1);
+        }
+      }
+    }
+    std::sort(spans.begin(), spans.end());
     const uint64_t per_task = std::max<uint64_t>(1, kTaskBytes / bs);
-    uint64_t span_begin = UINT64_MAX, span_end = 0;
+    uint64_t cb = 0, ce = 0;
+    bool open = false;
     auto flush = [&]() {
-      for (uint64_t b = span_begin; b < span_end; b += per_task) {
-        tasks.push_back(Task{&p, b, std::min(span_end, b + per_task)});
+      for (uint64_t b = cb; b < ce; b += per_task) {
+        tasks.push_back(Task{&g, b, std::min(ce, b + per_task)});
       }
     };
-    for (const Run& run : p.runs) {
-      uint64_t b0 = run.src / bs, b1 = (run.src + run.bytes + bs - 1) / bs;
-      if (span_begin != UINT64_MAX && b0 <= span_end) {
-        span_end = std::max(span_end, b1);
+    for (const auto& [b0, b1] : spans) {
+      if (open && b0 <= ce) {
+        ce = std::max(ce, b1);
       } else {
-        if (span_begin != UINT64_MAX) flush();
-        span_begin = b0;
-        span_end = b1;
+        if (open) flush();
+        cb = b0;
+        ce = b1;
+        open = true;
       }
     }
-    if (span_begin != UINT64_MAX) flush();
+    if (open) flush();
   }
 
   // Requests with nothing to load are complete now.
@@ -337,86 +374,111 @@ absl::StatusOr<LoadReport> ReaderImpl::Load(const std::vector<LoadRequest>& requ
   std::vector<Scratch> scratch(std::max(1, threads));
   std::atomic<uint64_t> bytes_read{0}, blocks_verified{0};
   DeviceMemory* dm = options_.device_memory;
+  auto finish = [&](size_t request, uint64_t bytes) {
+    if (bytes != 0 && (remaining[request] -= bytes) == 0 && reqs[request].on_complete) {
+      reqs[request].on_complete();
+    }
+  };
   CKPT_RETURN_IF_ERROR(internal::ParallelFor(threads, tasks.size(), [&](int t, size_t ti) -> absl::Status {
     const Task& task = tasks[ti];
-    Pair& p = *task.pair;
-    const LoadRequest& r = reqs[p.request];
-    const ChunkRecord& c = *p.blocks;
+    const ChunkGroup& g = *task.group;
+    const ChunkRecord& c = *g.blocks;
     const uint64_t bs = c.block_size;
-    const uint64_t raw_total = RegionElements(c.region) * DTypeSize(p.entry->dtype);
+    const uint64_t raw_total = RegionElements(c.region) * DTypeSize(g.entry->dtype);
     const uint64_t lo = task.b0 * bs, hi = std::min(task.b1 * bs, raw_total);
-    const uint64_t off0 = p.stored_offset[task.b0], off1 = p.stored_offset[task.b1];
-    char* dst = static_cast<char*>(r.data);
+    const uint64_t off0 = g.stored_offset[task.b0];
     auto where = [&](uint64_t b) {
-      return absl::StrCat(p.shard->name, ": block ", b, " of chunk ",
-                          RegionToString(c.region), " of '", p.entry->name, "'");
+      return absl::StrCat(g.shard->name, ": block ", b, " of chunk ",
+                          RegionToString(c.region), " of '", g.entry->name, "'");
     };
-    // Runs overlapping [lo, hi).
-    auto first = std::partition_point(p.runs.begin(), p.runs.end(),
-                                      [&](const Run& x) { return x.src + x.bytes <= lo; });
-    // Fast path: uncompressed, and one run covers the whole task range:
-    // read straight into the destination and verify it there.
-    if (c.codec == format::Codec::kNone && r.memory == MemoryKind::kHost &&
-        first != p.runs.end() && first->src <= lo && first->src + first->bytes >= hi) {
-      char* out = dst + first->dst + (lo - first->src);
-      CKPT_ASSIGN_OR_RETURN(size_t n, p.shard->file->PRead(off0, hi - lo, out));
-      if (n != hi - lo) {
-        return absl::DataLossError(absl::StrCat(where(task.b0), ": file ends early"));
-      }
-      for (uint64_t b = task.b0; b < task.b1; ++b) {
-        uint64_t len = c.blocks[b].stored_size;
-        uint64_t sum = format::Checksum(out + (b - task.b0) * bs, len);
-        if (sum != c.blocks[b].checksum) {
-          return Annotate(format::ChecksumMismatch(c.blocks[b].checksum, sum), where(b));
+    auto first_run = [&](const Pair& p) {
+      return std::partition_point(p.runs.begin(), p.runs.end(),
+                                  [&](const Run& x) { return x.src + x.bytes <= lo; });
+    };
+    // Fast path: uncompressed, one destination, one run covering the task:
+    // read straight into the destination, a granule at a time, and verify
+    // each granule while it is still in cache.
+    if (g.pairs.size() == 1 && c.codec == format::Codec::kNone &&
+        reqs[g.pairs[0]->request].memory == MemoryKind::kHost) {
+      const Pair& p = *g.pairs[0];
+      auto first = first_run(p);
+      if (first != p.runs.end() && first->src <= lo && first->src + first->bytes >= hi) {
+        char* out = static_cast<char*>(reqs[p.request].data) + first->dst + (lo - first->src);
+        const uint64_t granule = std::max<uint64_t>(1, kGranuleBytes / bs) * bs;
+        for (uint64_t a = lo; a < hi; a += granule) {
+          uint64_t n = std::min(granule, hi - a);
+          CKPT_ASSIGN_OR_RETURN(size_t got, g.shard->file->PRead(off0 + (a - lo), n, out + (a - lo)));
+          if (got != n) return absl::DataLossError(absl::StrCat(where(a / bs), ": file ends early"));
+          for (uint64_t b = a / bs; b * bs < a + n; ++b) {
+            uint64_t len = c.blocks[b].stored_size;
+            uint64_t sum = format::Checksum(out + (b * bs - lo), len);
+            if (sum != c.blocks[b].checksum) {
+              return Annotate(format::ChecksumMismatch(c.blocks[b].checksum, sum), where(b));
+            }
+          }
         }
+        bytes_read += hi - lo;
+        blocks_verified += task.b1 - task.b0;
+        finish(p.request, hi - lo);
+        return absl::OkStatus();
       }
-      bytes_read += hi - lo;
-      blocks_verified += task.b1 - task.b0;
-      if ((remaining[p.request] -= hi - lo) == 0 && r.on_complete) r.on_complete();
-      return absl::OkStatus();
     }
+    // General path, a granule of blocks at a time so that the bytes stay in
+    // cache from read through verification to the copies out.
     Scratch& s = scratch[t];
-    s.stored.resize(off1 - off0);
-    CKPT_ASSIGN_OR_RETURN(size_t n, p.shard->file->PRead(off0, off1 - off0, s.stored.data()));
-    if (n != off1 - off0) {
-      return absl::DataLossError(absl::StrCat(where(task.b0), ": file ends early"));
-    }
-    const char* raw;
-    if (c.codec == format::Codec::kNone) {
-      for (uint64_t b = task.b0; b < task.b1; ++b) {
-        const char* blk = s.stored.data() + (p.stored_offset[b] - off0);
-        uint64_t sum = format::Checksum(blk, c.blocks[b].stored_size);
-        if (sum != c.blocks[b].checksum) {
-          return Annotate(format::ChecksumMismatch(c.blocks[b].checksum, sum), where(b));
+    const uint64_t per_granule = std::max<uint64_t>(1, kGranuleBytes / bs);
+    for (uint64_t gb0 = task.b0; gb0 < task.b1; gb0 += per_granule) {
+      const uint64_t gb1 = std::min(task.b1, gb0 + per_granule);
+      const uint64_t glo = gb0 * bs, ghi = std::min(gb1 * bs, raw_total);
+      const uint64_t goff0 = g.stored_offset[gb0], goff1 = g.stored_offset[gb1];
+      s.stored.resize(goff1 - goff0);
+      CKPT_ASSIGN_OR_RETURN(size_t n, g.shard->file->PRead(goff0, goff1 - goff0, s.stored.data()));
+      if (n != goff1 - goff0) {
+        return absl::DataLossError(absl::StrCat(where(gb0), ": file ends early"));
+      }
+      const char* raw;
+      if (c.codec == format::Codec::kNone) {
+        for (uint64_t b = gb0; b < gb1; ++b) {
+          const char* blk = s.stored.data() + (g.stored_offset[b] - goff0);
+          uint64_t sum = format::Checksum(blk, c.blocks[b].stored_size);
+          if (sum != c.blocks[b].checksum) {
+            return Annotate(format::ChecksumMismatch(c.blocks[b].checksum, sum), where(b));
+          }
         }
-      }
-      raw = s.stored.data();
-    } else {
-      s.raw.resize(hi - lo);
-      for (uint64_t b = task.b0; b < task.b1; ++b) {
-        uint64_t braw = std::min(bs, raw_total - b * bs);
-        absl::Status st = s.decoder.Decode(
-            c.codec,
-            absl::string_view(s.stored.data() + (p.stored_offset[b] - off0), c.blocks[b].stored_size),
-            c.blocks[b].checksum, braw, s.raw.data() + (b - task.b0) * bs);
-        if (!st.ok()) return Annotate(st, where(b));
-      }
-      raw = s.raw.data();
-    }
-    bytes_read += off1 - off0;
-    blocks_verified += task.b1 - task.b0;
-    uint64_t copied = 0;
-    for (auto it = first; it != p.runs.end() && it->src < hi; ++it) {
-      uint64_t a = std::max(lo, it->src), z = std::min(hi, it->src + it->bytes);
-      char* out = dst + it->dst + (a - it->src);
-      if (r.memory == MemoryKind::kHost) {
-        std::memcpy(out, raw + (a - lo), z - a);
+        raw = s.stored.data();
       } else {
-        CKPT_RETURN_IF_ERROR(dm->CopyFromHost(out, raw + (a - lo), z - a, r.device));
+        s.raw.resize(ghi - glo);
+        for (uint64_t b = gb0; b < gb1; ++b) {
+          uint64_t braw = std::min(bs, raw_total - b * bs);
+          absl::Status st = s.decoder.Decode(
+              c.codec,
+              absl::string_view(s.stored.data() + (g.stored_offset[b] - goff0), c.blocks[b].stored_size),
+              c.blocks[b].checksum, braw, s.raw.data() + (b - gb0) * bs);
+          if (!st.ok()) return Annotate(st, where(b));
+        }
+        raw = s.raw.data();
       }
-      copied += z - a;
+      bytes_read += goff1 - goff0;
+      blocks_verified += gb1 - gb0;
+      for (const Pair* p : g.pairs) {
+        const LoadRequest& r = reqs[p->request];
+        char* dst = static_cast<char*>(r.data);
+        uint64_t copied = 0;
+        auto it = std::partition_point(p->runs.begin(), p->runs.end(),
+                                       [&](const Run& x) { return x.src + x.bytes <= glo; });
+        for (; it != p->runs.end() && it->src < ghi; ++it) {
+          uint64_t a = std::max(glo, it->src), z = std::min(ghi, it->src + it->bytes);
+          char* out = dst + it->dst + (a - it->src);
+          if (r.memory == MemoryKind::kHost) {
+            std::memcpy(out, raw + (a - glo), z - a);
+          } else {
+            CKPT_RETURN_IF_ERROR(dm->CopyFromHost(out, raw + (a - glo), z - a, r.device));
+          }
+          copied += z - a;
+        }
+        finish(p->request, copied);
+      }
     }
-    if (copied != 0 && (remaining[p.request] -= copied) == 0 && r.on_complete) r.on_complete();
     return absl::OkStatus();
   }));
 

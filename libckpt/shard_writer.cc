@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "format/block_codec.h"
 #include "format/checksum.h"
 #include "format/shard.h"
@@ -82,7 +83,17 @@ absl::StatusOr<ShardWriteResult> WriteShardFile(
     c.rec.blocks.resize(format::NumBlocks(c.raw_bytes, bs));
     chunks.push_back(std::move(c));
   }
-  std::vector<ThreadScratch> scratch(std::max(1, options.io_threads));
+  const int threads = EffectiveIoThreads(options.io_threads, options.direct_io);
+  std::vector<ThreadScratch> scratch(threads);
+  // Buffered writes to one file serialise on its inode lock in the kernel;
+  // threads hash in parallel and take turns to write. Direct I/O keeps
+  // several writes in flight.
+  absl::Mutex write_mu;
+  auto write = [&](uint64_t offset, absl::string_view bytes) {
+    if (options.direct_io) return file->PWrite(offset, bytes);
+    absl::MutexLock l(&write_mu);
+    return file->PWrite(offset, bytes);
+  };
   uint64_t end = format::kShardHeaderSize;
 
   if (options.codec == Codec::kNone) {
@@ -103,7 +114,7 @@ absl::StatusOr<ShardWriteResult> WriteShardFile(
       }
     }
     CKPT_RETURN_IF_ERROR(ParallelFor(
-        options.io_threads, tasks.size(), [&](int t, size_t i) -> absl::Status {
+        threads, tasks.size(), [&](int t, size_t i) -> absl::Status {
           const Task& task = tasks[i];
           ChunkPlan& c = *task.c;
           uint64_t granule = std::max(kWriteBytes / bs, uint64_t{1}) * bs;
@@ -115,7 +126,7 @@ absl::StatusOr<ShardWriteResult> WriteShardFile(
               uint64_t len = std::min(bs, n - b);
               c.rec.blocks[(off + b) / bs] = BlockRecord{len, format::Checksum(src + b, len)};
             }
-            CKPT_RETURN_IF_ERROR(file->PWrite(c.rec.data_offset + off, absl::string_view(src, n)));
+            CKPT_RETURN_IF_ERROR(write(c.rec.data_offset + off, absl::string_view(src, n)));
           }
           return absl::OkStatus();
         }));
@@ -124,7 +135,7 @@ absl::StatusOr<ShardWriteResult> WriteShardFile(
     // compressed whole, then given the next aligned offset.
     absl::Mutex mu;
     CKPT_RETURN_IF_ERROR(ParallelFor(
-        options.io_threads, chunks.size(), [&](int t, size_t i) -> absl::Status {
+        threads, chunks.size(), [&](int t, size_t i) -> absl::Status {
           ChunkPlan& c = chunks[i];
           ThreadScratch& s = scratch[t];
           if (!s.encoder) s.encoder = std::make_unique<format::BlockEncoder>(options.zstd_level);
@@ -146,7 +157,7 @@ absl::StatusOr<ShardWriteResult> WriteShardFile(
             end += payload.size();
           }
           if (payload.empty()) return absl::OkStatus();
-          return file->PWrite(c.rec.data_offset, payload);
+          return write(c.rec.data_offset, payload);
         }));
   }
 

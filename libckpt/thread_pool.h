@@ -13,6 +13,16 @@
 
 namespace ckpt::internal {
 
+// Threads worth running for `requested` I/O threads. Buffered I/O is a
+// memory copy into or out of the page cache, bound by CPU: more threads than
+// cores only adds contention. Direct I/O waits on the device, so the
+// requested count (queue depth) is kept.
+inline int EffectiveIoThreads(int requested, bool direct_io) {
+  int hw = static_cast<int>(std::thread::hardware_concurrency());
+  if (direct_io || hw <= 0) return std::max(1, requested);
+  return std::max(1, std::min(requested, hw));
+}
+
 // Calls fn(thread_index, task) for every task in [0, num_tasks) on up to
 // `threads` threads (tasks are taken in order). Stops handing out tasks
 // after the first error and returns it.
