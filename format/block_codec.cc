@@ -74,6 +74,18 @@ absl::Status BlockDecoder::Decode(Codec codec, absl::string_view stored,
     return absl::DataLossError(absl::StrFormat(
         "zstd frame declares %d bytes, expected %d", content, raw_size));
   }
+  // Exactly one frame (§5.3): no second frame, skippable frame or garbage
+  // after it, which the decompressor would otherwise read or ignore.
+  size_t frame = ZSTD_findFrameCompressedSize(stored.data(), stored.size());
+  if (ZSTD_isError(frame)) {
+    return absl::DataLossError(
+        absl::StrFormat("zstd: %s", ZSTD_getErrorName(frame)));
+  }
+  if (frame != stored.size()) {
+    return absl::DataLossError(absl::StrFormat(
+        "zstd block has %d trailing bytes after its frame",
+        stored.size() - frame));
+  }
   size_t n = ZSTD_decompressDCtx(impl_->dctx, out, raw_size, stored.data(),
                                  stored.size());
   if (ZSTD_isError(n)) {

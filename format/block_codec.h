@@ -52,7 +52,9 @@ class BlockDecoder {
 
   // Checks `stored` against `checksum`, then writes exactly `raw_size` bytes
   // to `out`. DataLoss "checksum 0x.. != 0x.." or "zstd: ..." on mismatch,
-  // corrupt frames, or a frame whose content is not exactly raw_size bytes.
+  // corrupt frames, a frame whose content is not exactly raw_size bytes, or
+  // a compressed block that is not exactly one frame ("zstd block has N
+  // trailing bytes after its frame").
   [[nodiscard]] absl::Status Decode(Codec codec, absl::string_view stored,
                                     uint64_t checksum, uint64_t raw_size,
                                     char* out);

@@ -51,6 +51,22 @@ enum SectionTag : uint32_t {
   kSectionPlan = 6,         // manifest: cached save plan (optional)
 };
 
+// §7 The tags v1 defines and the value their required flag MUST have. Which
+// of them a file kind allows is up to its decoder (§5.5, §6.1).
+struct KnownSection {
+  uint32_t tag;
+  const char* name;
+  bool required;
+};
+inline constexpr KnownSection kKnownSections[] = {
+    {kSectionCheckpointInfo, "CHECKPOINT_INFO", true},
+    {kSectionMetadata, "METADATA", false},
+    {kSectionShards, "SHARDS", true},
+    {kSectionEntries, "ENTRIES", true},
+    {kSectionShardChunks, "SHARD_CHUNKS", true},
+    {kSectionPlan, "PLAN", false},
+};
+
 // §2 Feature bits. Required: a reader that does not implement a set bit
 // MUST refuse the file. Optional: MAY be ignored.
 inline constexpr uint64_t kFeatureZstd = 1ull << 0;  // required

@@ -1,8 +1,11 @@
 #include "format/geometry.h"
 
 #include <algorithm>
-#include <optional>
+#include <functional>
 #include <limits>
+#include <map>
+#include <optional>
+#include <queue>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -153,7 +156,15 @@ absl::Status GapError(uint64_t missing, uint64_t numel,
       missing, " of ", numel, " elements missing)"));
 }
 
-absl::Status CheckIntervals(uint64_t numel,
+// For messages: a flat range that is exactly one box is shown as that box.
+Region Pretty(const Shape& shape, const FlatRange& f) {
+  std::vector<Box> boxes;
+  FlatToBoxes(shape, f, &boxes);
+  if (boxes.size() == 1) return boxes[0];
+  return f;
+}
+
+absl::Status CheckIntervals(const Shape& shape, uint64_t numel,
                             std::vector<std::pair<FlatRange, size_t>> iv,
                             bool allow_gaps) {
   std::sort(iv.begin(), iv.end(), [](const auto& x, const auto& y) {
@@ -167,7 +178,7 @@ absl::Status CheckIntervals(uint64_t numel,
     if (r.length == 0) continue;
     if (r.start < covered_to) {
       uint64_t hi = std::min(covered_to, r.start + r.length);
-      return OverlapError(last, idx, FlatRange{r.start, hi - r.start});
+      return OverlapError(last, idx, Pretty(shape, FlatRange{r.start, hi - r.start}));
     }
     if (r.start > covered_to) {
       missing += r.start - covered_to;
@@ -181,7 +192,7 @@ absl::Status CheckIntervals(uint64_t numel,
     if (!first_gap) first_gap = FlatRange{covered_to, numel - covered_to};
   }
   if (!allow_gaps && missing != 0) {
-    Region ex = *first_gap;
+    Region ex = Pretty(shape, *first_gap);
     return GapError(missing, numel, &ex);
   }
   return absl::OkStatus();
@@ -285,36 +296,160 @@ bool CheckGrid(const Shape& shape, const std::vector<Box>& boxes,
   return true;
 }
 
-// Irregular boxes: sweep along dim 0, comparing only boxes whose dim-0
-// extents overlap. Worst case quadratic; never reached by grid layouts.
-absl::Status CheckSweep(const Shape& shape, const std::vector<Box>& boxes,
-                        const std::vector<size_t>& owner, bool allow_gaps) {
-  std::vector<size_t> order(boxes.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return boxes[a].offset[0] < boxes[b].offset[0];
-  });
-  std::vector<size_t> active;
-  uint64_t covered = 0;
-  for (size_t i : order) {
+// Number of pairs among the non-empty intervals [lo[i], hi[i]) that
+// intersect: all pairs minus those where one ends before the other starts.
+uint64_t IntersectingPairs(std::vector<uint64_t> lo, std::vector<uint64_t> hi) {
+  std::sort(lo.begin(), lo.end());
+  std::sort(hi.begin(), hi.end());
+  const uint64_t n = lo.size();
+  uint64_t disjoint = 0;
+  size_t ended = 0;
+  for (uint64_t start : lo) {
+    while (ended < hi.size() && hi[ended] <= start) ++ended;
+    disjoint += ended;
+  }
+  return n * (n - 1) / 2 - disjoint;
+}
+
+// Exact check for boxes that differ in at most two dims (`d0`, `d1`; d1 may
+// equal d0 when they differ in one): sweep along d0, keeping the d1
+// intervals of the boxes that span the sweep position in an ordered map.
+// Those intervals are pairwise disjoint until the first overlap is found, so
+// a new box need only be compared with its two neighbours. O(n log n).
+absl::Status Sweep2D(const std::vector<Box>& boxes,
+                     const std::vector<size_t>& live,
+                     const std::vector<size_t>& owner, size_t d0, size_t d1) {
+  struct Rect {
+    uint64_t lo0, hi0, lo1, hi1;
+    size_t box;
+  };
+  std::vector<Rect> rects;
+  rects.reserve(live.size());
+  for (size_t i : live) {
     const Box& b = boxes[i];
-    uint64_t vol = BoxElements(b);
-    if (vol == 0) continue;
-    active.erase(std::remove_if(active.begin(), active.end(),
-                                [&](size_t j) {
-                                  return boxes[j].offset[0] + boxes[j].size[0] <=
-                                         b.offset[0];
-                                }),
-                 active.end());
-    for (size_t j : active) {
-      Box x;
-      if (IntersectBoxes(b, boxes[j], &x)) {
-        return OverlapError(owner[j], owner[i], x);
-      }
+    Rect r{b.offset[d0], b.offset[d0] + b.size[d0], 0, 1, i};
+    if (d1 != d0) {
+      r.lo1 = b.offset[d1];
+      r.hi1 = b.offset[d1] + b.size[d1];
     }
-    active.push_back(i);
+    rects.push_back(r);
+  }
+  std::sort(rects.begin(), rects.end(),
+            [](const Rect& a, const Rect& b) { return a.lo0 < b.lo0; });
+  std::map<uint64_t, const Rect*> active;  // by lo1
+  // (hi0, lo1) of the active rects, soonest end first.
+  std::priority_queue<std::pair<uint64_t, uint64_t>,
+                      std::vector<std::pair<uint64_t, uint64_t>>,
+                      std::greater<>>
+      ends;
+  for (const Rect& r : rects) {
+    while (!ends.empty() && ends.top().first <= r.lo0) {
+      active.erase(ends.top().second);
+      ends.pop();
+    }
+    auto next = active.lower_bound(r.lo1);
+    const Rect* other = nullptr;
+    if (next != active.end() && next->second->lo1 < r.hi1) {
+      other = next->second;
+    } else if (next != active.begin() && std::prev(next)->second->hi1 > r.lo1) {
+      other = std::prev(next)->second;
+    }
+    if (other != nullptr) {
+      Box x;
+      IntersectBoxes(boxes[r.box], boxes[other->box], &x);
+      return OverlapError(owner[other->box], owner[r.box], x);
+    }
+    active.emplace_hint(next, r.lo1, &r);
+    ends.emplace(r.hi0, r.lo1);
+  }
+  return absl::OkStatus();
+}
+
+// Irregular boxes (the grid would be too large). Dims in which every
+// non-empty box has the same extent cannot separate two boxes, so they are
+// ignored. With at most two dims left the check is exact and O(n log n)
+// (Sweep2D). Otherwise boxes are swept along the dim in which the fewest
+// pairs of boxes overlap, comparing every pair that overlaps in it; that
+// count is known in advance, and above a budget the layout is refused
+// rather than spending minutes on it.
+absl::Status CheckSweep(const Shape& shape, const std::vector<Box>& boxes,
+                        const std::vector<size_t>& owner, size_t num_chunks,
+                        bool allow_gaps) {
+  std::vector<size_t> live;
+  uint64_t covered = 0;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    uint64_t vol = BoxElements(boxes[i]);
+    if (vol == 0) continue;
+    live.push_back(i);
     covered += vol;
   }
+  const size_t n = shape.size();
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < n && !live.empty(); ++d) {
+    const Box& f = boxes[live[0]];
+    for (size_t i : live) {
+      if (boxes[i].offset[d] != f.offset[d] || boxes[i].size[d] != f.size[d]) {
+        dims.push_back(d);
+        break;
+      }
+    }
+  }
+  absl::Status overlap;
+  if (dims.empty()) {
+    // All live boxes are the same box.
+    if (live.size() > 1) {
+      overlap = OverlapError(owner[live[0]], owner[live[1]], boxes[live[0]]);
+    }
+  } else if (dims.size() <= 2) {
+    overlap = Sweep2D(boxes, live, owner, dims[0], dims.back());
+  } else {
+    // Sweep along the dim with the fewest pairs to compare.
+    size_t best = dims[0];
+    uint64_t best_pairs = std::numeric_limits<uint64_t>::max();
+    std::vector<uint64_t> lo(live.size()), hi(live.size());
+    for (size_t d : dims) {
+      for (size_t k = 0; k < live.size(); ++k) {
+        lo[k] = boxes[live[k]].offset[d];
+        hi[k] = lo[k] + boxes[live[k]].size[d];
+      }
+      uint64_t pairs = IntersectingPairs(lo, hi);
+      if (pairs < best_pairs) {
+        best_pairs = pairs;
+        best = d;
+      }
+    }
+    const uint64_t budget = 64 * static_cast<uint64_t>(live.size()) + (1u << 22);
+    if (best_pairs > budget) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "irregular chunk layout too complex to verify (", num_chunks,
+          " chunks): ", best_pairs, " pairs of boxes to compare, the limit is ",
+          budget));
+    }
+    std::sort(live.begin(), live.end(), [&](size_t a, size_t b) {
+      return boxes[a].offset[best] < boxes[b].offset[best];
+    });
+    std::vector<size_t> active;
+    for (size_t i : live) {
+      const Box& b = boxes[i];
+      active.erase(std::remove_if(active.begin(), active.end(),
+                                  [&](size_t j) {
+                                    return boxes[j].offset[best] +
+                                               boxes[j].size[best] <=
+                                           b.offset[best];
+                                  }),
+                   active.end());
+      for (size_t j : active) {
+        Box x;
+        if (IntersectBoxes(b, boxes[j], &x)) {
+          overlap = OverlapError(owner[j], owner[i], x);
+          break;
+        }
+      }
+      if (!overlap.ok()) break;
+      active.push_back(i);
+    }
+  }
+  if (!overlap.ok()) return overlap;
   uint64_t numel = 1;
   for (uint64_t s : shape) numel *= s;
   if (!allow_gaps && covered != numel) {
@@ -524,7 +659,7 @@ absl::Status CheckCover(const Shape& shape, absl::Span<const Region> regions,
     }
     iv.emplace_back(f, i);
   }
-  if (all_flat) return CheckIntervals(numel, std::move(iv), allow_gaps);
+  if (all_flat) return CheckIntervals(shape, numel, std::move(iv), allow_gaps);
 
   std::vector<Box> boxes;
   std::vector<size_t> owner;
@@ -542,7 +677,7 @@ absl::Status CheckCover(const Shape& shape, absl::Span<const Region> regions,
   }
   absl::Status result;
   if (CheckGrid(shape, boxes, owner, allow_gaps, &result)) return result;
-  return CheckSweep(shape, boxes, owner, allow_gaps);
+  return CheckSweep(shape, boxes, owner, regions.size(), allow_gaps);
 }
 
 }  // namespace ckpt

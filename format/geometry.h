@@ -80,11 +80,15 @@ std::string RegionToString(const Region& region);
 std::string ShapeToString(absl::Span<const uint64_t> shape);
 
 // Checks that `regions` do not overlap and, unless `allow_gaps`, that they
-// cover the whole tensor. O(n log n) for the layouts training jobs produce
-// (flat ranges, and boxes on a grid); irregular box sets fall back to a
-// sweep along dim 0. Errors are InvalidArgument:
+// cover the whole tensor. O(n log n) for flat ranges, boxes on a grid, and
+// irregular boxes whose extents differ in at most two dims. Irregular boxes
+// that differ in three or more dims are swept along the dim in which the
+// fewest pairs overlap; when even that needs more than 64 * n + 2^22 box
+// comparisons, the layout is refused rather than checked for minutes.
+// Errors are InvalidArgument:
 //   "chunks 3 and 7 overlap in [0:4, 8:16]"
 //   "elements not covered by any chunk, e.g. [4:8, 0:16] (96 of 256 elements missing)"
+//   "irregular chunk layout too complex to verify (100000 chunks): ..."
 // REQUIRES: every region valid for `shape`.
 absl::Status CheckCover(const Shape& shape, absl::Span<const Region> regions,
                         bool allow_gaps);

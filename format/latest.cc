@@ -1,5 +1,6 @@
 #include "format/latest.h"
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -8,6 +9,30 @@
 #include "format/names.h"
 
 namespace ckpt::format {
+
+namespace {
+
+// Exactly 16 digits from [0-9a-f] (§4.2). Written by hand: the absl parsers
+// also take "0x", a sign, surrounding whitespace and upper case.
+bool ParseChecksumHex(absl::string_view hex, uint64_t* out) {
+  if (hex.size() != 16) return false;
+  uint64_t v = 0;
+  for (char c : hex) {
+    uint64_t d;
+    if (c >= '0' && c <= '9') {
+      d = c - '0';
+    } else if (c >= 'a' && c <= 'f') {
+      d = c - 'a' + 10;
+    } else {
+      return false;
+    }
+    v = (v << 4) | d;
+  }
+  *out = v;
+  return true;
+}
+
+}  // namespace
 
 std::string EncodeLatest(absl::string_view dir_name) {
   std::string head = absl::StrCat(kLatestPrefix, dir_name);
@@ -34,8 +59,10 @@ absl::StatusOr<std::string> DecodeLatest(absl::string_view bytes) {
   absl::string_view head = line.substr(0, sp);
   absl::string_view hex = line.substr(sp + 1);
   uint64_t stored = 0;
-  if (hex.size() != 16 || !absl::SimpleHexAtoi(hex, &stored)) {
-    return absl::DataLossError(absl::StrCat("latest: bad checksum field '", hex, "'"));
+  if (!ParseChecksumHex(hex, &stored)) {
+    return absl::DataLossError(absl::StrCat(
+        "latest: bad checksum field '", absl::CHexEscape(hex),
+        "': expected 16 lowercase hex digits"));
   }
   uint64_t actual = Checksum(head);
   if (stored != actual) {

@@ -15,7 +15,8 @@ namespace ckpt::format {
 // REQUIRES: `dir_name` passes ValidateFileName.
 std::string EncodeLatest(absl::string_view dir_name);
 // Returns the directory name. DataLoss for anything but exactly one valid
-// line with a matching checksum and a valid file name.
+// line with a matching checksum and a valid file name; the checksum field is
+// exactly 16 lowercase hex digits (no "0x", sign, space or upper case).
 absl::StatusOr<std::string> DecodeLatest(absl::string_view bytes);
 
 // "step-00000100". Steps beyond 8 digits use as many digits as they need.

@@ -97,6 +97,7 @@ absl::StatusOr<std::vector<ShardInfo>> DecodeShards(const RawSection& s) {
     }
     shards.push_back(std::move(si));
   }
+  CKPT_RETURN_IF_ERROR(internal::CheckNoTrailingBytes(s, r, "shard"));
   return shards;
 }
 
@@ -104,13 +105,12 @@ absl::StatusOr<std::vector<ShardInfo>> DecodeShards(const RawSection& s) {
 
 absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
   constexpr uint64_t kMin = kManifestHeaderSize + kManifestTailSize;
-  if (bytes.size() < kMin) {
+  // §2 stable prefix: magic and major come before every check that depends
+  // on the v1 layout, so a newer major is Unsupported whatever its size.
+  constexpr size_t kPrefix = kMagicSize + 4;
+  if (bytes.size() < kPrefix) {
     return absl::DataLossError(absl::StrFormat(
         "manifest: truncated: %d bytes, at least %d needed", bytes.size(), kMin));
-  }
-  if (bytes.size() > kMaxManifestSize) {
-    return absl::DataLossError(absl::StrFormat(
-        "manifest: %d bytes exceeds the limit of %d", bytes.size(), kMaxManifestSize));
   }
   if (std::memcmp(bytes.data(), kManifestMagic, kMagicSize) != 0) {
     return absl::DataLossError("manifest: bad magic at offset 0: not a ckpt manifest");
@@ -127,6 +127,14 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
     }
     return absl::DataLossError(absl::StrFormat(
         "manifest: format major version %d is invalid (expected %d)", major, kFormatMajor));
+  }
+  if (bytes.size() < kMin) {
+    return absl::DataLossError(absl::StrFormat(
+        "manifest: truncated: %d bytes, at least %d needed", bytes.size(), kMin));
+  }
+  if (bytes.size() > kMaxManifestSize) {
+    return absl::DataLossError(absl::StrFormat(
+        "manifest: %d bytes exceeds the limit of %d", bytes.size(), kMaxManifestSize));
   }
   const size_t tail = bytes.size() - kManifestTailSize;
   if (std::memcmp(bytes.data() + tail + 8, kManifestMagic, kMagicSize) != 0) {
@@ -156,7 +164,8 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
       bytes.substr(kManifestHeaderSize, tail - kManifestHeaderSize),
       kManifestHeaderSize,
       {kSectionCheckpointInfo, kSectionMetadata, kSectionShards,
-       kSectionEntries, kSectionPlan});
+       kSectionEntries, kSectionPlan},
+      "manifest");
   if (!sections.ok()) return fail(sections.status());
   bool have_info = false, have_shards = false, have_entries = false;
   for (const RawSection& s : *sections) {
@@ -197,6 +206,20 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
     return absl::DataLossError(absl::StrCat(
         "manifest: missing required section ",
         !have_info ? "CHECKPOINT_INFO (1)" : !have_shards ? "SHARDS (3)" : "ENTRIES (4)"));
+  }
+  // Shard ids are ranks, and every rank writes a shard file (§7.3), so the
+  // ids are exactly 0 .. world_size - 1.
+  for (const ShardInfo& s : m.shards) {
+    if (s.shard_id >= m.info.world_size) {
+      return absl::DataLossError(absl::StrCat(
+          "manifest: shard id ", s.shard_id, " ('", s.file_name,
+          "') is not below the world size ", m.info.world_size));
+    }
+  }
+  if (m.shards.size() != m.info.world_size) {
+    return absl::DataLossError(absl::StrCat(
+        "manifest: ", m.shards.size(), " shard files listed for world size ",
+        m.info.world_size, "; every rank writes one"));
   }
   if (RequiredFeaturesOf(m.entries) & ~m.required_features) {
     return absl::DataLossError(

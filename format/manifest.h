@@ -16,18 +16,23 @@ namespace ckpt::format {
 std::string EncodeManifest(const Manifest& m);
 
 // Parses and checks a whole manifest file. Errors:
-//  - FailedPrecondition: newer major version, unknown required feature bit,
-//    unknown required section;
+//  - FailedPrecondition: newer major version (reported whenever the first 12
+//    bytes hold the magic and a newer major, whatever the file's size),
+//    unknown required feature bit, unknown required section;
 //  - DataLoss: anything else that is not exactly a valid v1 manifest
-//    (truncation, magic, checksum, reserved bits, bad names, chunk outside
-//    its tensor, unknown shard, duplicate entry names, limits).
+//    (truncation, magic, checksum, reserved bits, a section of the wrong
+//    file kind or with the wrong required flag, bytes after the last field
+//    of a section other than CHECKPOINT_INFO, bad names, chunk outside its
+//    tensor, unknown shard, shard table not one file per rank, duplicate
+//    entry names, limits).
 // Messages name the field and, where known, the entry and chunk. Coverage
 // (overlap, gaps) is checked separately by ValidateCoverage: it costs more
 // and is not needed to list entries.
 absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes);
 
 // DataLoss naming the entry when the chunks of any entry overlap or, for an
-// entry not flagged partial, leave elements uncovered.
+// entry not flagged partial, leave elements uncovered, and when an irregular
+// layout is too complex to verify (see CheckCover).
 absl::Status ValidateCoverage(const Manifest& m);
 
 // Section PLAN of the manifest can be absent; DecodeManifest leaves

@@ -31,7 +31,7 @@ void PutSection(std::string* dst, uint32_t tag, bool required,
 
 absl::StatusOr<std::vector<RawSection>> SplitSections(
     absl::string_view bytes, uint64_t base_offset,
-    const std::vector<uint32_t>& known) {
+    absl::Span<const uint32_t> allowed, absl::string_view file_kind) {
   std::vector<RawSection> out;
   ByteReader r(bytes, base_offset);
   while (!r.empty()) {
@@ -40,22 +40,40 @@ absl::StatusOr<std::vector<RawSection>> SplitSections(
     CKPT_ASSIGN_OR_RETURN(s.tag, r.Read32("section tag"));
     CKPT_ASSIGN_OR_RETURN(s.flags, r.Read32("section flags"));
     CKPT_ASSIGN_OR_RETURN(uint64_t len, r.Read64("section length"));
+    CKPT_ASSIGN_OR_RETURN(
+        s.body, r.ReadBytes(absl::StrCat("section ", s.tag, " body"), len));
     if ((s.flags & ~kSectionFlagsKnown) != 0) {
       return absl::DataLossError(absl::StrFormat(
           "section %d at offset %d: reserved flag bits 0x%x are set", s.tag,
           s.offset, s.flags & ~kSectionFlagsKnown));
     }
-    CKPT_ASSIGN_OR_RETURN(
-        s.body, r.ReadBytes(absl::StrCat("section ", s.tag, " body"), len));
-    bool is_known = std::find(known.begin(), known.end(), s.tag) != known.end();
-    if (!is_known) {
-      if (s.flags & kSectionFlagRequired) {
+    const bool required = (s.flags & kSectionFlagRequired) != 0;
+    const KnownSection* known = nullptr;
+    for (const KnownSection& k : kKnownSections) {
+      if (k.tag == s.tag) known = &k;
+    }
+    if (known == nullptr) {
+      if (required) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "unknown required section %d at offset %d: written by a newer "
             "ckpt; this reader cannot read it",
             s.tag, s.offset));
       }
       continue;  // optional: skipped by length
+    }
+    // A tag v1 defines is never "unknown", whatever its flag says: in the
+    // wrong kind of file, or with the wrong flag, it is corruption.
+    if (std::find(allowed.begin(), allowed.end(), s.tag) == allowed.end()) {
+      return absl::DataLossError(absl::StrFormat(
+          "section %d is not allowed in a %s (%s at offset %d)", s.tag,
+          file_kind, known->name, s.offset));
+    }
+    if (required != known->required) {
+      return absl::DataLossError(absl::StrFormat(
+          "section %d (%s) at offset %d has required flag %d; v1 defines it "
+          "as %d",
+          s.tag, known->name, s.offset, required ? 1 : 0,
+          known->required ? 1 : 0));
     }
     for (const RawSection& o : out) {
       if (o.tag == s.tag) {
@@ -67,6 +85,14 @@ absl::StatusOr<std::vector<RawSection>> SplitSections(
     out.push_back(s);
   }
   return out;
+}
+
+absl::Status CheckNoTrailingBytes(const RawSection& s, const ByteReader& r,
+                                  absl::string_view what) {
+  if (r.empty()) return absl::OkStatus();
+  return absl::DataLossError(absl::StrFormat(
+      "section %d: %d trailing bytes after the last %s (at offset %d)", s.tag,
+      r.remaining(), what, r.offset()));
 }
 
 void EncodeCheckpointInfo(const CheckpointInfo& info, std::string* out) {
@@ -124,6 +150,7 @@ absl::StatusOr<Metadata> DecodeMetadata(const RawSection& s) {
     }
     md.emplace_back(std::string(k), std::string(v));
   }
+  CKPT_RETURN_IF_ERROR(CheckNoTrailingBytes(s, r, "metadata pair"));
   return md;
 }
 
@@ -328,6 +355,7 @@ absl::StatusOr<std::vector<EntryRecord>> DecodeEntries(const RawSection& s,
     }
     entries.push_back(std::move(e));
   }
+  CKPT_RETURN_IF_ERROR(CheckNoTrailingBytes(s, r, "entry"));
   // Names are checked after the vector stops moving its strings around.
   for (const EntryRecord& e : entries) {
     if (!names.insert(e.name).second) {

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "format/coding.h"
 #include "format/records.h"
 
 namespace ckpt::format::internal {
@@ -23,24 +25,36 @@ struct RawSection {
 void PutSection(std::string* dst, uint32_t tag, bool required,
                 absl::string_view body);
 
-// Splits `bytes` into sections. Unknown optional sections are dropped;
-// unknown required ones fail with FailedPrecondition; a known tag seen twice,
-// reserved flag bits, or framing past the end fail with DataLoss.
-// `known` lists the tags the caller understands.
+// Splits `bytes`, the sections of one file of kind `file_kind` ("manifest"
+// or "shard index"), into sections and checks their framing in the order of
+// spec/FORMAT.md §7. DataLoss: a header or body past the end, reserved flag
+// bits; a tag of kKnownSections that is not in `allowed` (the tags this file
+// kind may hold), or whose required flag differs from kKnownSections; a tag
+// seen twice. A tag v1 does not define is skipped when its required flag is
+// clear and FailedPrecondition when it is set. The returned bodies point
+// into `bytes`.
 absl::StatusOr<std::vector<RawSection>> SplitSections(
     absl::string_view bytes, uint64_t base_offset,
-    const std::vector<uint32_t>& known);
+    absl::Span<const uint32_t> allowed, absl::string_view file_kind);
 
 void EncodeCheckpointInfo(const CheckpointInfo& info, std::string* out);
+// Ignores bytes after the last field: later minors may append fields (§7.1).
 absl::StatusOr<CheckpointInfo> DecodeCheckpointInfo(const RawSection& s);
 
+// DataLoss "section <tag>: N trailing bytes after the last <what>" unless
+// `r` has consumed the whole body of `s`.
+absl::Status CheckNoTrailingBytes(const RawSection& s, const ByteReader& r,
+                                  absl::string_view what);
+
 void EncodeMetadata(const Metadata& md, std::string* out);
+// DataLoss also when bytes follow the last pair.
 absl::StatusOr<Metadata> DecodeMetadata(const RawSection& s);
 
 void EncodeEntries(const std::vector<EntryRecord>& entries, bool with_blocks,
                    std::string* out);
 // Decodes and checks each entry on its own (names, kinds, shapes, chunk
-// bounds, block tables); cross-entry checks are the caller's.
+// bounds, block tables) and that nothing follows the last one; cross-entry
+// checks are the caller's.
 absl::StatusOr<std::vector<EntryRecord>> DecodeEntries(const RawSection& s,
                                                        bool with_blocks);
 

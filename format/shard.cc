@@ -33,10 +33,13 @@ std::string EncodeShardHeader(const ShardHeader& h) {
 }
 
 absl::StatusOr<ShardHeader> DecodeShardHeader(absl::string_view bytes) {
-  if (bytes.size() < kShardHeaderSize) {
+  // §2 stable prefix: magic and major come before the v1 size, so a newer
+  // major is Unsupported even when its header is shorter.
+  auto truncated = [&] {
     return absl::DataLossError(absl::StrFormat(
         "shard header: truncated: %d bytes, %d needed", bytes.size(), kShardHeaderSize));
-  }
+  };
+  if (bytes.size() < kMagicSize + 4) return truncated();
   if (std::memcmp(bytes.data(), kShardMagic, kMagicSize) != 0) {
     return absl::DataLossError("shard header: bad magic at offset 0: not a ckpt shard file");
   }
@@ -53,6 +56,7 @@ absl::StatusOr<ShardHeader> DecodeShardHeader(absl::string_view bytes) {
     return absl::DataLossError(absl::StrFormat(
         "shard header: format major version %d is invalid (expected %d)", major, kFormatMajor));
   }
+  if (bytes.size() < kShardHeaderSize) return truncated();
   uint64_t stored = LoadFixed64(bytes.data() + 56);
   uint64_t actual = Checksum(bytes.data(), 56);
   if (stored != actual) {
@@ -172,7 +176,8 @@ absl::StatusOr<ShardIndex> DecodeShardIndex(absl::string_view bytes,
   }
   auto sections = internal::SplitSections(
       bytes.substr(16), tail.index_offset + 16,
-      {kSectionCheckpointInfo, kSectionMetadata, kSectionShardChunks});
+      {kSectionCheckpointInfo, kSectionMetadata, kSectionShardChunks},
+      "shard index");
   if (!sections.ok()) return fail(sections.status());
   bool have_info = false, have_chunks = false;
   for (const RawSection& s : *sections) {
@@ -201,6 +206,11 @@ absl::StatusOr<ShardIndex> DecodeShardIndex(absl::string_view bytes,
     return fail(absl::DataLossError(absl::StrCat(
         "checkpoint id ", IdToHex(index.info.id), " != header's ",
         IdToHex(header.checkpoint_id))));
+  }
+  if (header.shard_id >= index.info.world_size) {
+    return fail(absl::DataLossError(absl::StrCat(
+        "shard id ", header.shard_id, " is not below the world size ",
+        index.info.world_size)));
   }
   if (RequiredFeaturesOf(index.entries) & ~index.required_features) {
     return fail(absl::DataLossError(

@@ -15,7 +15,8 @@ namespace ckpt::format {
 // Exactly kShardHeaderSize bytes.
 std::string EncodeShardHeader(const ShardHeader& h);
 // Parses the first kShardHeaderSize bytes of a shard file (`bytes` may be
-// longer). FailedPrecondition for a newer major version; DataLoss for
+// longer). FailedPrecondition for a newer major version, even when fewer
+// than kShardHeaderSize (but at least 12) bytes are given; DataLoss for
 // truncation, bad magic, checksum, reserved bits, bad alignment.
 absl::StatusOr<ShardHeader> DecodeShardHeader(absl::string_view bytes);
 
@@ -28,8 +29,11 @@ absl::StatusOr<ShardTail> DecodeShardTail(absl::string_view last_bytes,
 
 std::string EncodeShardIndex(const ShardIndex& index);
 // Parses the index bytes located by `tail`, verifying their checksum, and
-// checks them against `header`: same checkpoint id, every chunk in this
-// shard, its payload inside [kShardHeaderSize, index_offset) and aligned.
+// checks them against `header`: same checkpoint id, shard id below the world
+// size, every chunk in this shard, its payload inside
+// [kShardHeaderSize, index_offset) and aligned. DataLoss also for sections
+// of the wrong file kind or required flag (tags 3, 4, 6) and for bytes after
+// the last field of METADATA or SHARD_CHUNKS.
 absl::StatusOr<ShardIndex> DecodeShardIndex(absl::string_view bytes,
                                             const ShardHeader& header,
                                             const ShardTail& tail);

@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "format/checksum.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -84,6 +85,49 @@ TEST(BlockCodecTest, UncompressedBlockOfWrongSize) {
   std::string out(200, '\0');
   EXPECT_THAT(dec.Decode(Codec::kNone, raw, Checksum(raw), 200, out.data()),
               StatusIs(absl::StatusCode::kDataLoss, "expected 200 for codec none"));
+}
+
+// §5.3: a compressed block is exactly one zstd frame. Anything after it
+// (garbage, a second frame, a skippable frame) is corrupt even when the
+// checksum, which covers the stored bytes, matches.
+TEST(BlockCodecTest, ZstdBlockWithTrailingGarbage) {
+  BlockEncoder enc(3);
+  std::string raw = Compressible(10000), stored;
+  CKPT_ASSERT_OK(enc.EncodeZstd(raw, &stored));
+  stored += "xyz";
+  BlockDecoder dec;
+  std::string out(raw.size(), '\0');
+  EXPECT_THAT(dec.Decode(Codec::kZstd, stored, Checksum(stored), raw.size(), out.data()),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "zstd block has 3 trailing bytes after its frame"));
+}
+
+TEST(BlockCodecTest, TwoZstdFramesInOneBlock) {
+  BlockEncoder enc(3);
+  std::string raw = Compressible(10000), frame;
+  CKPT_ASSERT_OK(enc.EncodeZstd(raw, &frame));
+  std::string stored = frame + frame;
+  ASSERT_LT(stored.size(), raw.size());
+  BlockDecoder dec;
+  std::string out(raw.size(), '\0');
+  EXPECT_THAT(dec.Decode(Codec::kZstd, stored, Checksum(stored), raw.size(), out.data()),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       absl::StrCat("zstd block has ", frame.size(),
+                                    " trailing bytes after its frame")));
+}
+
+TEST(BlockCodecTest, SkippableFrameAfterZstdFrame) {
+  BlockEncoder enc(3);
+  std::string raw = Compressible(10000), stored;
+  CKPT_ASSERT_OK(enc.EncodeZstd(raw, &stored));
+  // Skippable frame: magic 0x184D2A50, u32le payload size, payload.
+  const char skippable[] = {'\x50', '\x2a', '\x4d', '\x18', 4, 0, 0, 0, 'a', 'b', 'c', 'd'};
+  stored.append(skippable, sizeof(skippable));
+  BlockDecoder dec;
+  std::string out(raw.size(), '\0');
+  EXPECT_THAT(dec.Decode(Codec::kZstd, stored, Checksum(stored), raw.size(), out.data()),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "zstd block has 12 trailing bytes after its frame"));
 }
 
 TEST(BlockCodecTest, NumBlocks) {

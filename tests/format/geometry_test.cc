@@ -1,6 +1,10 @@
 #include "format/geometry.h"
 
+#include <algorithm>
+#include <array>
 #include <random>
+
+#include "absl/strings/str_cat.h"
 
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -68,7 +72,9 @@ TEST(GeometryTest, ForEachRunMatchesBruteForceOnRandomRegions) {
     bool first = true;
     uint64_t total = ForEachRun(shape, src, dst, [&](uint64_t s, uint64_t d, uint64_t n) {
       ASSERT_GT(n, 0u);
-      if (!first) EXPECT_GE(s, last_end);  // increasing, coalesced
+      if (!first) {
+        EXPECT_GE(s, last_end);  // increasing, coalesced
+      }
       first = false;
       last_end = s + n;
       for (uint64_t i = 0; i < n; ++i) actual.emplace_back(s + i, d + i);
@@ -199,6 +205,190 @@ TEST(GeometryTest, IrregularBoxesUseSweep) {
   r.push_back(Box{{50, 50}, {1, 1}});
   EXPECT_THAT(CheckCover(shape, r, false),
               StatusIs(absl::StatusCode::kInvalidArgument, "overlap"));
+}
+
+// Column i of an [n, n] tensor is split at row 1 + (i * 7919) % (n - 1): the
+// row boundaries differ from column to column, so the grid would have n^2
+// cells and the check falls back to the sweep.
+std::vector<Region> StaggeredColumns(uint64_t n) {
+  std::vector<Region> r;
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t split = 1 + (i * 7919) % (n - 1);
+    r.push_back(Box{{0, i}, {split, 1}});
+    r.push_back(Box{{split, i}, {n - split, 1}});
+  }
+  return r;
+}
+
+TEST(GeometryTest, CraftedIrregularLayoutIsCheckedQuickly) {
+  // Regression: the sweep compared every pair of boxes that overlap along
+  // dim 0, here all n boxes that start at row 0: n^2 / 2 comparisons, over
+  // 500 million for this size, and quadratic growth beyond it (2^24 chunks
+  // would take hours). Now O(n log n).
+  const uint64_t n = 1 << 15;
+  CKPT_EXPECT_OK(CheckCover(Shape{n, n}, StaggeredColumns(n), false));
+}
+
+TEST(GeometryTest, IrregularTwoDimOverlapIsNamed) {
+  const uint64_t n = 1000;
+  std::vector<Region> r = StaggeredColumns(n);
+  std::get<Box>(r[2 * 500 + 1]).offset[0] -= 1;  // lower half of column 500
+  std::get<Box>(r[2 * 500 + 1]).size[0] += 1;
+  uint64_t split = 1 + (500 * 7919) % (n - 1);
+  EXPECT_THAT(CheckCover(Shape{n, n}, r, false),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       absl::StrCat("chunks 1000 and 1001 overlap in [", split - 1, ":",
+                                    split, ", 500:501]")));
+}
+
+TEST(GeometryTest, IrregularTwoDimGapIsCounted) {
+  const uint64_t n = 1000;
+  std::vector<Region> r = StaggeredColumns(n);
+  Box& b = std::get<Box>(r[2 * 300]);
+  b.size[0] -= 1;  // one element of column 300 is left out
+  EXPECT_THAT(CheckCover(Shape{n, n}, r, false),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "(1 of 1000000 elements missing)"));
+  CKPT_EXPECT_OK(CheckCover(Shape{n, n}, r, /*allow_gaps=*/true));
+}
+
+TEST(GeometryTest, IrregularLayoutInTwoOfFourDims) {
+  // Dims 0 and 3 are whole in every chunk, so only dims 1 and 2 can
+  // separate chunks: still the exact sweep.
+  const uint64_t n = 500;
+  std::vector<Region> r;
+  for (const Region& c : StaggeredColumns(n)) {
+    const Box& b = std::get<Box>(c);
+    r.push_back(Box{{0, b.offset[0], b.offset[1], 0}, {3, b.size[0], b.size[1], 2}});
+  }
+  CKPT_EXPECT_OK(CheckCover(Shape{3, n, n, 2}, r, false));
+  std::get<Box>(r[7]).size[2] = 2;  // column 3 also covers column 4
+  EXPECT_THAT(CheckCover(Shape{3, n, n, 2}, r, false),
+              StatusIs(absl::StatusCode::kInvalidArgument, "overlap in [0:3, "));
+}
+
+TEST(GeometryTest, IrregularThreeDimLayoutIsVerified) {
+  // Staggered columns in each of 4 planes: all three dims vary, and the
+  // sweep runs along dim 2, where few boxes overlap.
+  const uint64_t n = 600;
+  std::vector<Region> r;
+  for (uint64_t p = 0; p < 4; ++p) {
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t split = 1 + (i * 7919 + p * 31) % (n - 1);
+      r.push_back(Box{{p, 0, i}, {1, split, 1}});
+      r.push_back(Box{{p, split, i}, {1, n - split, 1}});
+    }
+  }
+  CKPT_EXPECT_OK(CheckCover(Shape{4, n, n}, r, false));
+  r.push_back(Box{{2, 10, 10}, {1, 1, 1}});
+  EXPECT_THAT(CheckCover(Shape{4, n, n}, r, false),
+              StatusIs(absl::StatusCode::kInvalidArgument, "overlap in [2:3, 10:11, 10:11]"));
+}
+
+TEST(GeometryTest, IrregularLayoutTooComplexToVerify) {
+  // 4000 large boxes at staggered offsets: every pair overlaps along every
+  // dim, so any sweep compares ~8M pairs, more than the budget of
+  // 64 * 4000 + 2^22. Refused at once instead of running quadratically.
+  std::vector<Region> r;
+  for (uint64_t i = 0; i < 4000; ++i) {
+    r.push_back(Box{{i % 50, (i / 50) % 50, i % 47}, {900, 900, 900}});
+  }
+  EXPECT_THAT(CheckCover(Shape{1000, 1000, 1000}, r, true),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "irregular chunk layout too complex to verify (4000 chunks)"));
+}
+
+// Splits `shape` into `pieces` boxes by cutting a random box along a random
+// dim from `dims` at a random position, again and again: an exact cover.
+std::vector<Box> GuillotineCover(std::mt19937_64& rng, const Shape& shape,
+                                 const std::vector<size_t>& dims, int pieces) {
+  std::vector<Box> boxes = {FullBox(shape)};
+  for (int tries = 0; static_cast<int>(boxes.size()) < pieces && tries < 100 * pieces;
+       ++tries) {
+    size_t k = rng() % boxes.size();
+    size_t d = dims[rng() % dims.size()];
+    Box b = boxes[k];
+    if (b.size[d] < 2) continue;
+    uint64_t cut = 1 + rng() % (b.size[d] - 1);
+    Box hi = b;
+    b.size[d] = cut;
+    hi.offset[d] += cut;
+    hi.size[d] -= cut;
+    boxes[k] = b;
+    boxes.push_back(hi);
+  }
+  return boxes;
+}
+
+TEST(GeometryTest, RandomIrregularCoverAgreesWithPairwiseCheck) {
+  // Large shapes and many cuts at random positions make the grid too big,
+  // so these go through the sweeps; the reference is a pairwise check.
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 80; ++trial) {
+    int ndim = 2 + rng() % 3;
+    Shape shape;
+    for (int d = 0; d < ndim; ++d) shape.push_back(2000 + rng() % 3000);
+    std::vector<size_t> dims;
+    for (int d = 0; d < ndim; ++d) {
+      if (rng() % 3 != 0) dims.push_back(d);
+    }
+    if (dims.empty()) dims.push_back(0);
+    // Enough pieces that the grid of their boundaries is too large: many
+    // when they are cut along one or two dims, fewer along three or more.
+    int pieces = dims.size() <= 2 ? 600 + rng() % 300 : 60 + rng() % 200;
+    std::vector<Box> boxes = GuillotineCover(rng, shape, dims, pieces);
+    switch (rng() % 3) {
+      case 0:
+        break;  // exact cover
+      case 1:
+        boxes.erase(boxes.begin() + rng() % boxes.size());  // a gap
+        break;
+      case 2: {  // grow a box by one along some dim: usually an overlap
+        Box& b = boxes[rng() % boxes.size()];
+        size_t d = rng() % ndim;
+        if (b.offset[d] > 0) {
+          --b.offset[d];
+          ++b.size[d];
+        } else if (b.offset[d] + b.size[d] < shape[d]) {
+          ++b.size[d];
+        }
+        break;
+      }
+    }
+    std::shuffle(boxes.begin(), boxes.end(), rng);
+    std::vector<Region> r(boxes.begin(), boxes.end());
+    uint64_t numel = 1, volume = 0;
+    for (uint64_t s : shape) numel *= s;
+    // Plain arrays keep the quadratic reference fast in Debug builds.
+    std::vector<std::array<uint64_t, 8>> lohi(boxes.size());
+    for (size_t i = 0; i < boxes.size(); ++i) {
+      volume += RegionElements(r[i]);
+      for (int d = 0; d < ndim; ++d) {
+        lohi[i][2 * d] = boxes[i].offset[d];
+        lohi[i][2 * d + 1] = boxes[i].offset[d] + boxes[i].size[d];
+      }
+    }
+    bool overlap = false;
+    for (size_t i = 0; i < lohi.size() && !overlap; ++i) {
+      const uint64_t* a = lohi[i].data();
+      for (size_t j = i + 1; j < lohi.size() && !overlap; ++j) {
+        const uint64_t* b = lohi[j].data();
+        bool meet = true;
+        for (int d = 0; d < ndim && meet; ++d) {
+          meet = a[2 * d] < b[2 * d + 1] && b[2 * d] < a[2 * d + 1];
+        }
+        overlap = meet;
+      }
+    }
+    bool gap = !overlap && volume != numel;
+    absl::Status s = CheckCover(shape, r, false);
+    EXPECT_EQ(s.ok(), !overlap && !gap) << trial << ": " << s;
+    if (overlap) {
+      EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument, "overlap"));
+    }
+    absl::Status p = CheckCover(shape, r, true);
+    EXPECT_EQ(p.ok(), !overlap) << trial << ": " << p;
+  }
 }
 
 TEST(GeometryTest, RandomCoverAgreesWithBruteForce) {

@@ -104,6 +104,9 @@ int Main(const std::string& root) {
       c.blocks.clear();
       rec.chunks.push_back(c);
     }
+    // An entry with no chunks is listed, with none, in the lowest shard's
+    // index, so that the manifest can be rebuilt from the shards (§5.7).
+    if (e.chunks.empty()) shards[0].index.entries.push_back(rec);
     m.entries.push_back(rec);
   }
   std::string dir = root + "/" + StepDirName(kStep);

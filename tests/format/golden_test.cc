@@ -2,6 +2,7 @@
 // regenerated: if this test fails, the change broke compatibility with
 // format v1.
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "format/block_codec.h"
@@ -97,6 +98,36 @@ TEST(GoldenV1Test, EveryBlockOfEveryShardDecodesToTheExpectedBytes) {
     }
   }
   EXPECT_GE(blocks, 20);
+}
+
+// §5.7: the manifest can be rebuilt from the shards only if every entry,
+// including one with no chunks, appears in some shard's SHARD_CHUNKS.
+TEST(GoldenV1Test, EntryWithNoChunksIsListedInShardZero) {
+  auto m = DecodeManifest(Slurp(std::string(kGoldenCheckpoint) + "/MANIFEST"));
+  CKPT_ASSERT_OK(m);
+  std::set<std::string> indexed;
+  for (const ShardInfo& si : m->shards) {
+    std::string file = Slurp(std::string(kGoldenCheckpoint) + "/" + si.file_name);
+    auto h = DecodeShardHeader(file);
+    CKPT_ASSERT_OK(h);
+    auto t = DecodeShardTail(file, file.size());
+    CKPT_ASSERT_OK(t);
+    auto idx = DecodeShardIndex(
+        absl::string_view(file).substr(t->index_offset, t->index_length), *h, *t);
+    CKPT_ASSERT_OK(idx);
+    for (const EntryRecord& e : idx->entries) {
+      indexed.insert(e.name);
+      if (e.name == "empty") {
+        EXPECT_EQ(h->shard_id, 0u);
+        EXPECT_TRUE(e.chunks.empty());
+        EXPECT_EQ(e.shape, (Shape{0, 4}));
+      }
+    }
+  }
+  EXPECT_EQ(indexed.count("empty"), 1u);
+  for (const EntryRecord& e : m->entries) {
+    EXPECT_EQ(indexed.count(e.name), 1u) << e.name << " is in no shard index";
+  }
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "format/latest.h"
 
+#include <cctype>
+
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 
@@ -33,6 +36,54 @@ TEST(LatestTest, BitFlipIsDetected) {
 TEST(LatestTest, PathTraversalIsRejected) {
   // Checksum is valid but the name would escape the root.
   EXPECT_THAT(DecodeLatest(EncodeLatest("../x")), StatusIs(kDataLoss, "invalid file name"));
+}
+
+// `latest` with its checksum field replaced by `field`.
+std::string WithChecksumField(absl::string_view field) {
+  std::string s = EncodeLatest("step-00000100");
+  return absl::StrCat(s.substr(0, s.size() - 17), field, "\n");
+}
+
+// The valid checksum field of EncodeLatest("step-00000100").
+std::string ValidField() {
+  std::string s = EncodeLatest("step-00000100");
+  return s.substr(s.size() - 17, 16);
+}
+
+TEST(LatestTest, ValidFieldIsAccepted) {
+  EXPECT_EQ(ValidField(), "10978e48109e2be1");  // spec/FORMAT.md §12.3
+  CKPT_EXPECT_OK(DecodeLatest(WithChecksumField(ValidField())));
+}
+
+TEST(LatestTest, UppercaseChecksumIsRejected) {
+  std::string upper = ValidField();
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  EXPECT_THAT(DecodeLatest(WithChecksumField(upper)),
+              StatusIs(kDataLoss, "latest: bad checksum field '10978E48109E2BE1'"));
+}
+
+TEST(LatestTest, ChecksumWith0xPrefixIsRejected) {
+  EXPECT_THAT(DecodeLatest(WithChecksumField("0x" + ValidField().substr(2))),
+              StatusIs(kDataLoss, "latest: bad checksum field '0x"));
+}
+
+TEST(LatestTest, ChecksumWithSignIsRejected) {
+  EXPECT_THAT(DecodeLatest(WithChecksumField("+" + ValidField().substr(1))),
+              StatusIs(kDataLoss, "expected 16 lowercase hex digits"));
+}
+
+TEST(LatestTest, ChecksumWithWhitespaceIsRejected) {
+  EXPECT_THAT(DecodeLatest(WithChecksumField("\t" + ValidField().substr(1))),
+              StatusIs(kDataLoss, "latest: bad checksum field '\\t"));
+  EXPECT_THAT(DecodeLatest(WithChecksumField(ValidField() + "\r")),
+              StatusIs(kDataLoss, "latest: bad checksum field"));
+}
+
+TEST(LatestTest, ChecksumOfWrongLengthIsRejected) {
+  EXPECT_THAT(DecodeLatest(WithChecksumField(ValidField().substr(1))),
+              StatusIs(kDataLoss, "latest: bad checksum field"));
+  EXPECT_THAT(DecodeLatest(WithChecksumField("0" + ValidField())),
+              StatusIs(kDataLoss, "latest: bad checksum field"));
 }
 
 TEST(LatestTest, StepDirNames) {

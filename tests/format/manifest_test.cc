@@ -1,5 +1,9 @@
 #include "format/manifest.h"
 
+#include <sys/mman.h>
+
+#include <cstring>
+
 #include "format/coding.h"
 #include "format/section_coding.h"
 #include "gtest/gtest.h"
@@ -255,6 +259,204 @@ TEST(ManifestTest, UncoveredTensorFailsCoverageUnlessPartial) {
                                   "e.g. [4:8, 0:4]"));
   m.entries[0].flags = kEntryFlagPartial;
   CKPT_EXPECT_OK(ValidateCoverage(*DecodeManifest(EncodeManifest(m))));
+}
+
+// A manifest assembled section by section, so tests can edit one body or
+// flag and still get a file whose checksum and framing are right.
+struct Section {
+  uint32_t tag;
+  bool required;
+  std::string body;
+};
+
+std::vector<Section> SampleSections() {
+  Manifest m = SampleManifest();
+  std::vector<Section> v;
+  std::string body;
+  internal::EncodeCheckpointInfo(m.info, &body);
+  v.push_back({kSectionCheckpointInfo, true, body});
+  body.clear();
+  internal::EncodeMetadata(m.metadata, &body);
+  v.push_back({kSectionMetadata, false, body});
+  body.clear();
+  PutVarint(&body, m.shards.size());
+  for (const ShardInfo& s : m.shards) {
+    PutVarint(&body, s.shard_id);
+    PutString(&body, s.file_name);
+    PutVarint(&body, s.file_size);
+  }
+  v.push_back({kSectionShards, true, body});
+  body.clear();
+  internal::EncodeEntries(m.entries, /*with_blocks=*/false, &body);
+  v.push_back({kSectionEntries, true, body});
+  return v;
+}
+
+std::string Assemble(const std::vector<Section>& sections) {
+  std::string out(kManifestMagic, kMagicSize);
+  PutFixed16(&out, kFormatMajor);
+  PutFixed16(&out, 0);
+  PutFixed32(&out, 0);
+  PutFixed64(&out, 0);
+  PutFixed64(&out, 0);
+  for (const Section& s : sections) internal::PutSection(&out, s.tag, s.required, s.body);
+  out += std::string(16, '\0');
+  out.replace(out.size() - 8, 8, std::string(kManifestMagic, kMagicSize));
+  ResealManifest(&out);
+  return out;
+}
+
+TEST(ManifestTest, AssembledSampleMatchesEncoder) {
+  EXPECT_EQ(Assemble(SampleSections()), EncodeManifest(SampleManifest()));
+}
+
+TEST(ManifestTest, TrailingBytesAfterCheckpointInfoAreIgnored) {
+  // A later minor version may append fields to CHECKPOINT_INFO (§7.1).
+  std::vector<Section> v = SampleSections();
+  v[0].body += "new field";
+  auto d = DecodeManifest(Assemble(v));
+  CKPT_ASSERT_OK(d);
+  EXPECT_EQ(*d, SampleManifest());
+}
+
+TEST(ManifestTest, TrailingBytesAfterMetadata) {
+  std::vector<Section> v = SampleSections();
+  v[1].body += "abc";
+  EXPECT_THAT(DecodeManifest(Assemble(v)),
+              StatusIs(kDataLoss, "manifest: section 2: 3 trailing bytes after the last "
+                                  "metadata pair"));
+}
+
+TEST(ManifestTest, TrailingBytesAfterShards) {
+  std::vector<Section> v = SampleSections();
+  v[2].body += "ab";
+  EXPECT_THAT(DecodeManifest(Assemble(v)),
+              StatusIs(kDataLoss, "section 3: 2 trailing bytes after the last shard"));
+}
+
+TEST(ManifestTest, TrailingBytesAfterEntries) {
+  std::vector<Section> v = SampleSections();
+  v[3].body += "abc";
+  EXPECT_THAT(DecodeManifest(Assemble(v)),
+              StatusIs(kDataLoss, "section 4: 3 trailing bytes after the last entry"));
+}
+
+TEST(ManifestTest, ShardChunksSectionInManifest) {
+  // Known to v1 but not allowed here: corrupt, whatever its required flag.
+  for (bool required : {true, false}) {
+    std::vector<Section> v = SampleSections();
+    v.push_back({kSectionShardChunks, required, v[3].body});
+    EXPECT_THAT(DecodeManifest(Assemble(v)),
+                StatusIs(kDataLoss, "section 5 is not allowed in a manifest"))
+        << required;
+  }
+}
+
+TEST(ManifestTest, MetadataSectionMarkedRequired) {
+  std::vector<Section> v = SampleSections();
+  v[1].required = true;
+  EXPECT_THAT(DecodeManifest(Assemble(v)),
+              StatusIs(kDataLoss, "section 2 (METADATA) at offset 100 has required flag 1; "
+                                  "v1 defines it as 0"));
+}
+
+TEST(ManifestTest, PlanSectionMarkedRequired) {
+  std::vector<Section> v = SampleSections();
+  v.push_back({kSectionPlan, true, "plan"});
+  EXPECT_THAT(DecodeManifest(Assemble(v)),
+              StatusIs(kDataLoss, "section 6 (PLAN)"));
+}
+
+TEST(ManifestTest, EntriesSectionMarkedOptional) {
+  std::vector<Section> v = SampleSections();
+  v[3].required = false;
+  EXPECT_THAT(DecodeManifest(Assemble(v)),
+              StatusIs(kDataLoss, "section 4 (ENTRIES) at offset"));
+  EXPECT_THAT(DecodeManifest(Assemble(v)), StatusIs(kDataLoss, "has required flag 0"));
+}
+
+// The first 12 bytes of a manifest of a newer major version.
+std::string NewerPrefix() {
+  std::string b(kManifestMagic, kMagicSize);
+  PutFixed16(&b, 2);
+  PutFixed16(&b, 1);
+  return b;
+}
+
+TEST(ManifestTest, NewerMajorVersionShorterThanV1Minimum) {
+  // §2: the version is checked before the v1 size rules.
+  std::string b = NewerPrefix();
+  EXPECT_THAT(DecodeManifest(b),
+              StatusIs(kPrecondition, "format version 2.1 is newer than this reader supports"));
+  b += std::string(20, 'x');
+  EXPECT_THAT(DecodeManifest(b), StatusIs(kPrecondition, "format version 2.1 is newer"));
+}
+
+TEST(ManifestTest, ElevenBytesAreTruncated) {
+  EXPECT_THAT(DecodeManifest(NewerPrefix().substr(0, 11)),
+              StatusIs(kDataLoss, "manifest: truncated: 11 bytes"));
+}
+
+TEST(ManifestTest, ShortV1FileIsTruncatedNotUnsupported) {
+  std::string b = EncodeManifest(SampleManifest()).substr(0, 40);
+  EXPECT_THAT(DecodeManifest(b), StatusIs(kDataLoss, "manifest: truncated: 40 bytes"));
+}
+
+// A view of kMaxManifestSize + 1 bytes that starts with `prefix`. The pages
+// are reserved, not touched, so this costs no memory; the decoder must not
+// read past the prefix of a file it rejects for its size.
+class OversizedView {
+ public:
+  explicit OversizedView(const std::string& prefix) {
+    size_ = kMaxManifestSize + 1;
+    p_ = mmap(nullptr, size_, PROT_READ | PROT_WRITE,
+              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p_ == MAP_FAILED) {
+      p_ = nullptr;
+      return;
+    }
+    std::memcpy(p_, prefix.data(), prefix.size());
+  }
+  ~OversizedView() {
+    if (p_ != nullptr) munmap(p_, size_);
+  }
+  bool ok() const { return p_ != nullptr; }
+  absl::string_view view() const {
+    return absl::string_view(static_cast<const char*>(p_), size_);
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t size_ = 0;
+};
+
+TEST(ManifestTest, NewerMajorVersionLargerThanV1Maximum) {
+  OversizedView big(NewerPrefix());
+  if (!big.ok()) GTEST_SKIP() << "cannot reserve 4 GiB of address space";
+  EXPECT_THAT(DecodeManifest(big.view()), StatusIs(kPrecondition, "format version 2.1"));
+}
+
+TEST(ManifestTest, V1FileLargerThanMaximum) {
+  OversizedView big(EncodeManifest(SampleManifest()).substr(0, 12));
+  if (!big.ok()) GTEST_SKIP() << "cannot reserve 4 GiB of address space";
+  EXPECT_THAT(DecodeManifest(big.view()),
+              StatusIs(kDataLoss, "manifest: 4294967297 bytes exceeds the limit of 4294967296"));
+}
+
+TEST(ManifestTest, ShardIdNotBelowWorldSize) {
+  Manifest m = SampleManifest();
+  m.shards[1].shard_id = 2;
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
+              StatusIs(kDataLoss, "shard id 2 ('shard-00001.ckpt') is not below the world "
+                                  "size 2"));
+}
+
+TEST(ManifestTest, ShardFileMissingForARank) {
+  // Every rank writes a shard file, even one with no chunks (§7.3).
+  Manifest m = SampleManifest();
+  m.info.world_size = 3;
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
+              StatusIs(kDataLoss, "2 shard files listed for world size 3"));
 }
 
 }  // namespace

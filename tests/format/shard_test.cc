@@ -1,8 +1,10 @@
 #include "format/shard.h"
 
+#include "absl/strings/str_cat.h"
 #include "format/block_codec.h"
 #include "format/checksum.h"
 #include "format/coding.h"
+#include "format/section_coding.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 
@@ -213,6 +215,140 @@ TEST(ShardTest, BlockSizeOutOfRange) {
   std::string idx = EncodeShardIndex(s);
   EXPECT_THAT(DecodeShardIndex(idx, SampleHeader(), TailFor(idx, 16384)),
               StatusIs(kDataLoss, "block size 100 outside [4096, 1073741824]"));
+}
+
+TEST(ShardTest, HeaderNewerMajorVersionShorterThanV1Header) {
+  // §2: the version is checked before the v1 size, so a newer file whose
+  // header is shorter is Unsupported, not truncated.
+  std::string b(kShardMagic, kMagicSize);
+  PutFixed16(&b, 2);
+  PutFixed16(&b, 0);
+  EXPECT_THAT(DecodeShardHeader(b), StatusIs(kPrecondition, "format version 2.0 is newer"));
+  b += std::string(20, 'x');
+  EXPECT_THAT(DecodeShardHeader(b), StatusIs(kPrecondition, "format version 2.0 is newer"));
+  EXPECT_THAT(DecodeShardHeader(b.substr(0, 11)),
+              StatusIs(kDataLoss, "shard header: truncated: 11 bytes, 64 needed"));
+}
+
+TEST(ShardTest, HeaderShortV1HeaderIsTruncated) {
+  std::string b = EncodeShardHeader(SampleHeader()).substr(0, 40);
+  EXPECT_THAT(DecodeShardHeader(b), StatusIs(kDataLoss, "shard header: truncated: 40 bytes"));
+}
+
+TEST(ShardTest, ShardIdNotBelowWorldSize) {
+  ShardIndex s = SampleIndex();
+  s.info.world_size = 3;
+  std::string idx = EncodeShardIndex(s);
+  EXPECT_THAT(DecodeShardIndex(idx, SampleHeader(), TailFor(idx, 12288)),
+              StatusIs(kDataLoss, "shard index: shard id 3 is not below the world size 3"));
+}
+
+// An index assembled section by section, so tests can edit one body or flag.
+struct Section {
+  uint32_t tag;
+  bool required;
+  std::string body;
+};
+
+std::vector<Section> SampleSections() {
+  ShardIndex idx = SampleIndex();
+  std::vector<Section> v;
+  std::string body;
+  internal::EncodeCheckpointInfo(idx.info, &body);
+  v.push_back({kSectionCheckpointInfo, true, body});
+  body.clear();
+  internal::EncodeMetadata({{"run", "x"}}, &body);
+  v.push_back({kSectionMetadata, false, body});
+  body.clear();
+  internal::EncodeEntries(idx.entries, /*with_blocks=*/true, &body);
+  v.push_back({kSectionShardChunks, true, body});
+  return v;
+}
+
+std::string Assemble(const std::vector<Section>& sections) {
+  std::string out;
+  PutFixed64(&out, 0);
+  PutFixed64(&out, 0);
+  for (const Section& s : sections) internal::PutSection(&out, s.tag, s.required, s.body);
+  return out;
+}
+
+absl::StatusOr<ShardIndex> DecodeAssembled(const std::vector<Section>& sections) {
+  std::string idx = Assemble(sections);
+  return DecodeShardIndex(idx, SampleHeader(), TailFor(idx, 12288));
+}
+
+TEST(ShardTest, AssembledSampleMatchesEncoder) {
+  ShardIndex s = SampleIndex();
+  s.metadata = {{"run", "x"}};
+  EXPECT_EQ(Assemble(SampleSections()), EncodeShardIndex(s));
+}
+
+TEST(ShardTest, IndexTrailingBytesAfterCheckpointInfoAreIgnored) {
+  std::vector<Section> v = SampleSections();
+  v[0].body += "new field";
+  auto d = DecodeAssembled(v);
+  CKPT_ASSERT_OK(d);
+  EXPECT_EQ(d->info, SampleIndex().info);
+}
+
+TEST(ShardTest, IndexTrailingBytesAfterMetadata) {
+  std::vector<Section> v = SampleSections();
+  v[1].body += "z";
+  EXPECT_THAT(DecodeAssembled(v),
+              StatusIs(kDataLoss, "section 2: 1 trailing bytes after the last metadata pair"));
+}
+
+TEST(ShardTest, IndexTrailingBytesAfterShardChunks) {
+  std::vector<Section> v = SampleSections();
+  v[2].body += "abc";
+  EXPECT_THAT(DecodeAssembled(v),
+              StatusIs(kDataLoss, "shard index: section 5: 3 trailing bytes after the last "
+                                  "entry"));
+}
+
+TEST(ShardTest, ManifestOnlySectionsInIndex) {
+  // Tags 3, 4 and 6 are known to v1 but not allowed in an index: corrupt,
+  // whatever their required flag, never skipped as unknown.
+  for (uint32_t tag : {kSectionShards, kSectionEntries, kSectionPlan}) {
+    for (bool required : {true, false}) {
+      std::vector<Section> v = SampleSections();
+      v.push_back({tag, required, "x"});
+      EXPECT_THAT(DecodeAssembled(v),
+                  StatusIs(kDataLoss, absl::StrCat("section ", tag,
+                                                   " is not allowed in a shard index")))
+          << tag << " " << required;
+    }
+  }
+}
+
+TEST(ShardTest, ShardChunksSectionMarkedOptional) {
+  std::vector<Section> v = SampleSections();
+  v[2].required = false;
+  EXPECT_THAT(DecodeAssembled(v),
+              StatusIs(kDataLoss, "section 5 (SHARD_CHUNKS) at offset"));
+}
+
+TEST(ShardTest, CheckpointInfoSectionMarkedOptional) {
+  std::vector<Section> v = SampleSections();
+  v[0].required = false;
+  EXPECT_THAT(DecodeAssembled(v),
+              StatusIs(kDataLoss, "section 1 (CHECKPOINT_INFO) at offset 12304 has required "
+                                  "flag 0; v1 defines it as 1"));
+}
+
+TEST(ShardTest, IndexMetadataSectionMarkedRequired) {
+  std::vector<Section> v = SampleSections();
+  v[1].required = true;
+  EXPECT_THAT(DecodeAssembled(v), StatusIs(kDataLoss, "section 2 (METADATA)"));
+}
+
+TEST(ShardTest, UnknownSectionsInIndex) {
+  std::vector<Section> v = SampleSections();
+  v.push_back({77, false, "later"});
+  CKPT_EXPECT_OK(DecodeAssembled(v));
+  v.back().required = true;
+  EXPECT_THAT(DecodeAssembled(v), StatusIs(kPrecondition, "unknown required section 77"));
 }
 
 TEST(ShardTest, FileName) { EXPECT_EQ(ShardFileName(3), "shard-00003.ckpt"); }
