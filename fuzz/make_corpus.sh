@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Writes the seed corpora of the fuzz targets, made from the golden files of
+# format v1, into OUT_DIR/<target>/ (one directory per ckpt_fuzz_<target>):
+#
+#   fuzz/make_corpus.sh OUT_DIR [GOLDEN_DIR]
+#
+# GOLDEN_DIR defaults to tests/data/v1/golden. Every step-*/ in it with a
+# MANIFEST and its shard-*.ckpt files is used, and the `latest` file. The
+# seeds are generated, not checked in, so they follow the golden files when
+# those are regenerated. Needs bash, coreutils (head, tail, od, stat); the
+# zstd command, when present, adds compressed blocks to the `block` seeds.
+set -euo pipefail
+
+if (($# < 1 || $# > 2)); then
+  echo "usage: $0 OUT_DIR [GOLDEN_DIR]" >&2
+  exit 2
+fi
+out=$1
+golden=${2:-$(cd "$(dirname "$0")/.." && pwd)/tests/data/v1/golden}
+if [[ ! -d $golden ]]; then
+  echo "make_corpus: no golden directory $golden" >&2
+  exit 1
+fi
+
+targets=(manifest shard_header shard_tail shard_index latest block)
+for t in "${targets[@]}"; do mkdir -p "$out/$t"; done
+
+# le64 N: N as 8 little-endian bytes on stdout.
+le64() {
+  local v=$1 i s=
+  for ((i = 0; i < 8; i++)); do
+    s+=$(printf '\\x%02x' $(((v >> (8 * i)) & 255)))
+  done
+  printf "$s"
+}
+# le32 N: N as 4 little-endian bytes on stdout.
+le32() {
+  local v=$1 i s=
+  for ((i = 0; i < 4; i++)); do
+    s+=$(printf '\\x%02x' $(((v >> (8 * i)) & 255)))
+  done
+  printf "$s"
+}
+# read_le64 FILE OFFSET: the u64le at OFFSET of FILE, in decimal (values
+# below 2^63 only; used for offsets and lengths).
+read_le64() {
+  local v=0 b i=0
+  for b in $(od -An -v -t u1 -j "$2" -N 8 "$1"); do
+    v=$((v | (b << (8 * i))))
+    i=$((i + 1))
+  done
+  echo "$v"
+}
+fsize() { stat -c %s "$1"; }
+
+n_step=0
+for step in "$golden"/step-*; do
+  [[ -d $step ]] || continue
+  n_step=$((n_step + 1))
+  s=$(basename "$step")
+  if [[ -f $step/MANIFEST ]]; then
+    cp "$step/MANIFEST" "$out/manifest/$s-MANIFEST"
+  fi
+  for f in "$step"/shard-*.ckpt; do
+    [[ -f $f ]] || continue
+    b=$s-$(basename "$f" .ckpt)
+    size=$(fsize "$f")
+    # shard_header: the first 64 bytes.
+    head -c 64 "$f" >"$out/shard_header/$b-header"
+    # shard_tail: the last 32 bytes (file size = input size, 32: rejected,
+    # and the first 8 bytes as the size), and the file size as u64le
+    # followed by them (a valid tail for the first-8-bytes size).
+    tail -c 32 "$f" >"$out/shard_tail/$b-tail"
+    { le64 "$size"; tail -c 32 "$f"; } >"$out/shard_tail/$b-size-tail"
+    # shard_index: the whole file, and a compact copy without the payload
+    # area (header, index, tail with index_offset 64). The compact copy's
+    # chunks point past its index, so it fails the payload-range check, but
+    # all its bytes are index bytes: mutations land in the index instead of
+    # the payload, and the fuzzer gets to the end of the index parser.
+    cp "$f" "$out/shard_index/$b"
+    off=$(read_le64 "$f" $((size - 32)))
+    len=$(read_le64 "$f" $((size - 24)))
+    if ((off >= 64 && off + len + 32 == size)); then
+      {
+        head -c 64 "$f"
+        tail -c $((len + 32)) "$f" | head -c "$len"
+        le64 64
+        le64 "$len"
+        tail -c 16 "$f"  # index checksum (of the same bytes) and magic
+      } >"$out/shard_index/$b-compact"
+    else
+      echo "make_corpus: $f: tail does not locate the index; no compact seed" >&2
+    fi
+  done
+done
+if ((n_step == 0)); then
+  echo "make_corpus: no step-* directory in $golden" >&2
+  exit 1
+fi
+if [[ -f $golden/latest ]]; then
+  cp "$golden/latest" "$out/latest/latest"
+fi
+
+# block: codec byte, raw size (u32le), stored bytes (see block_fuzz.cc).
+{ printf '\x00'; le32 16; printf '0123456789abcdef'; } >"$out/block/raw-16"
+# A zstd frame with one RLE block: 100 x 'a' (magic, single-segment
+# descriptor, 1-byte content size 100, block header last|RLE|100, 'a').
+{ printf '\x01'; le32 100; printf '\x28\xb5\x2f\xfd\x20\x64\x23\x03\x00\x61'; } \
+  >"$out/block/zstd-rle-100"
+# A zstd frame with one raw block "hello" (not smaller than 5 raw bytes, so
+# Decode rejects it; a starting point for the frame parser).
+{ printf '\x01'; le32 5; printf '\x28\xb5\x2f\xfd\x20\x05\x29\x00\x00hello'; } \
+  >"$out/block/zstd-rawblock-5"
+if command -v zstd >/dev/null; then
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  seq 1 1500 >"$tmp/seq"
+  for f in "$tmp/seq" "$golden"/step-*/MANIFEST; do
+    [[ -f $f ]] || continue
+    if [[ $f == "$tmp/seq" ]]; then
+      name=zstd-seq
+    else
+      name=zstd-$(basename "$(dirname "$f")")-MANIFEST
+    fi
+    # From a file (not a pipe) the frame records its content size, which
+    # Decode requires.
+    zstd -q -c -3 "$f" >"$tmp/z"
+    if (($(fsize "$tmp/z") < $(fsize "$f"))); then
+      { printf '\x01'; le32 "$(fsize "$f")"; cat "$tmp/z"; } >"$out/block/$name"
+    fi
+  done
+fi
+
+for t in "${targets[@]}"; do
+  echo "make_corpus: $t: $(find "$out/$t" -type f | wc -l) seeds in $out/$t"
+done
