@@ -33,7 +33,6 @@ struct ChunkPlan {
 // A per-thread host buffer, for staging device memory and compression.
 struct ThreadScratch {
   std::string stage;
-  std::string stored;
   std::unique_ptr<format::BlockEncoder> encoder;
 };
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "gtest/gtest.h"
+#include "tests/testing/geometry_reference.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ckpt {
@@ -14,24 +15,7 @@ namespace {
 
 using ::ckpt::testing::StatusIs;
 
-// Brute force: position of global element g in region r's layout, or -1.
-int64_t LocalIndex(const Shape& shape, const Region& r, uint64_t g) {
-  if (const FlatRange* f = std::get_if<FlatRange>(&r)) {
-    return (g >= f->start && g < f->start + f->length) ? int64_t(g - f->start) : -1;
-  }
-  const Box& b = std::get<Box>(r);
-  uint64_t rem = g, local = 0;
-  Dims coord(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    coord[d] = rem % shape[d];
-    rem /= shape[d];
-  }
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (coord[d] < b.offset[d] || coord[d] >= b.offset[d] + b.size[d]) return -1;
-    local = local * b.size[d] + (coord[d] - b.offset[d]);
-  }
-  return int64_t(local);
-}
+using ::ckpt::testing::LocalIndexOf;
 
 Region RandomRegion(std::mt19937_64& rng, const Shape& shape) {
   uint64_t numel = 1;
@@ -65,7 +49,7 @@ TEST(GeometryTest, ForEachRunMatchesBruteForceOnRandomRegions) {
     uint64_t numel = 1;
     for (uint64_t s : shape) numel *= s;
     for (uint64_t g = 0; g < numel; ++g) {
-      int64_t s = LocalIndex(shape, src, g), d = LocalIndex(shape, dst, g);
+      int64_t s = LocalIndexOf(shape, src, g), d = LocalIndexOf(shape, dst, g);
       if (s >= 0 && d >= 0) expected.emplace_back(s, d);
     }
     uint64_t last_end = 0;
@@ -405,7 +389,7 @@ TEST(GeometryTest, RandomCoverAgreesWithBruteForce) {
     std::vector<int> count(numel, 0);
     for (const Region& reg : r)
       for (uint64_t g = 0; g < numel; ++g)
-        if (LocalIndex(shape, reg, g) >= 0) ++count[g];
+        if (LocalIndexOf(shape, reg, g) >= 0) ++count[g];
     bool overlap = false, gap = false;
     for (int c : count) {
       overlap |= c > 1;

@@ -11,6 +11,7 @@
 
 #include "ckpt/types.h"
 #include "gtest/gtest.h"
+#include "tests/testing/geometry_reference.h"
 
 namespace ckpt::testing {
 
@@ -42,25 +43,6 @@ inline std::string ReferenceBytes(DType dtype, const Shape& shape, uint64_t seed
   return out;
 }
 
-// Position of global element g in region r, or -1 (brute force, independent
-// of the library's run computation).
-inline int64_t LocalIndexOf(const Shape& shape, const Region& r, uint64_t g) {
-  if (const FlatRange* f = std::get_if<FlatRange>(&r)) {
-    return (g >= f->start && g < f->start + f->length) ? int64_t(g - f->start) : -1;
-  }
-  const Box& b = std::get<Box>(r);
-  uint64_t rem = g, local = 0;
-  Dims coord(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    coord[d] = rem % shape[d];
-    rem /= shape[d];
-  }
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (coord[d] < b.offset[d] || coord[d] >= b.offset[d] + b.size[d]) return -1;
-    local = local * b.size[d] + (coord[d] - b.offset[d]);
-  }
-  return int64_t(local);
-}
 
 // The bytes of region r cut out of the global tensor, by brute force.
 inline std::string Extract(const std::string& global, DType dtype, const Shape& shape,
