@@ -1,0 +1,117 @@
+#include "tools/common/tool_util.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "ckpt/version.h"
+#include "format/format_constants.h"
+
+namespace ckpt::tools {
+namespace {
+std::atomic<bool> g_progress_disabled{false};
+}
+
+std::string VersionText(absl::string_view tool) {
+  return absl::StrFormat("%s %s (ckpt library %s, format v%d.%d)", tool, CKPT_VERSION_STRING,
+                         CKPT_VERSION_STRING, format::kFormatMajor, format::kFormatMinor);
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return absl::StrFormat("%d B", bytes);
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 6) {
+    v /= 1024;
+    ++u;
+  }
+  // Three significant digits; rounding may carry into the next unit.
+  if (v >= 999.5 && u < 6) {
+    v /= 1024;
+    ++u;
+  }
+  int decimals = v < 9.995 ? 2 : (v < 99.95 ? 1 : 0);
+  return absl::StrFormat("%.*f %s", decimals, v, kUnits[u]);
+}
+
+Progress::Progress(std::string label, uint64_t total)
+    : label_(std::move(label)),
+      total_(total),
+      enabled_(!g_progress_disabled.load() && isatty(STDERR_FILENO)),
+      last_(std::chrono::steady_clock::now() - std::chrono::seconds(1)) {}
+
+Progress::~Progress() { Finish(); }
+
+void Progress::DisableForTesting() { g_progress_disabled = true; }
+
+void Progress::Add(uint64_t done) {
+  done_ += done;
+  if (!enabled_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_ < std::chrono::milliseconds(100)) return;
+  last_ = now;
+  Draw(false);
+}
+
+void Progress::Finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (enabled_) Draw(true);
+}
+
+void Progress::Draw(bool final) {
+  constexpr int kWidth = 30;
+  double frac = total_ == 0 ? 1.0 : std::min(1.0, static_cast<double>(done_) / total_);
+  int full = static_cast<int>(frac * kWidth);
+  std::string bar(full, '=');
+  if (full < kWidth) bar += '>';
+  bar.resize(kWidth, ' ');
+  std::string line = absl::StrFormat("\r%s [%s] %3d%% %s/%s", label_, bar,
+                                     static_cast<int>(frac * 100), HumanBytes(done_),
+                                     HumanBytes(total_));
+  if (final) line += "\n";
+  std::fputs(line.c_str(), stderr);
+  std::fflush(stderr);
+}
+
+void PrintError(absl::string_view tool, const absl::Status& status) {
+  std::string msg(status.message());
+  if (msg.empty()) msg = status.ToString();
+  std::fprintf(stderr, "%.*s: error: %s\n", static_cast<int>(tool.size()), tool.data(),
+               msg.c_str());
+}
+
+int RunToolMain(CLI::App& app, int argc, char** argv,
+                const std::function<absl::StatusOr<int>()>& run) {
+  const std::string tool = app.get_name();
+  app.set_version_flag("--version", VersionText(tool), "Print the tool, library and format version");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::cout << app.help();
+    return kExitOk;
+  } catch (const CLI::CallForAllHelp& e) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
+    return kExitOk;
+  } catch (const CLI::CallForVersion& e) {
+    std::cout << e.what() << "\n";
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s: error: %s\nRun '%s --help' for usage.\n", tool.c_str(), e.what(),
+                 tool.c_str());
+    return kExitError;
+  }
+  absl::StatusOr<int> code = run();
+  if (!code.ok()) {
+    PrintError(tool, code.status());
+    return kExitError;
+  }
+  return *code;
+}
+
+}  // namespace ckpt::tools

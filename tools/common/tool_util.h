@@ -1,0 +1,89 @@
+// Shared conventions of the ckpt command-line tools (tools/README.md):
+// exit codes, version text, human-readable sizes, a progress bar that only
+// draws on a terminal, and the one function every main() calls.
+//
+// Each tool keeps its logic in a library (tools/<tool>/<tool>.{h,cc}) that
+// returns a Status or a result struct and is unit-tested; its main.cc only
+// declares flags and calls RunToolMain.
+#ifndef CKPT_TOOLS_COMMON_TOOL_UTIL_H_
+#define CKPT_TOOLS_COMMON_TOOL_UTIL_H_
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace CLI {
+class App;
+}
+
+namespace ckpt::tools {
+
+// Exit codes shared by every tool.
+enum ExitCode : int {
+  kExitOk = 0,        // ok / valid / equal
+  kExitFindings = 1,  // invalid, different (the tool ran and found problems)
+  kExitError = 2,     // usage or I/O error, not a checkpoint, ...
+};
+
+// "ckpt-inspect 0.1.0 (ckpt library 0.1.0, format v1.0)".
+std::string VersionText(absl::string_view tool);
+
+// 0 B, 1023 B, 1.0 KiB, 12.3 MiB, 4.00 GiB (binary units, 3 significant
+// digits).
+std::string HumanBytes(uint64_t bytes);
+
+// A shape as "[4096, 1024]" ("[]" for a scalar).
+template <typename Dims>
+std::string ShapeText(const Dims& dims) {
+  std::string s = "[";
+  bool first = true;
+  for (auto d : dims) {
+    if (!first) s += ", ";
+    s += std::to_string(d);
+    first = false;
+  }
+  return s + "]";
+}
+
+// Progress of long work on stderr: "label [=====>    ]  42% 1.2 GiB/2.9 GiB".
+// Draws only when stderr is a terminal (and at most ~10 times a second);
+// otherwise every call is a no-op. Thread-compatible: call from one thread.
+class Progress {
+ public:
+  Progress(std::string label, uint64_t total);
+  ~Progress();  // Finish()es.
+  void Add(uint64_t done);
+  void Finish();
+  // Forces drawing off (tests) or on (never: only a terminal draws).
+  static void DisableForTesting();
+
+ private:
+  void Draw(bool final);
+  std::string label_;
+  uint64_t total_, done_ = 0;
+  bool enabled_, finished_ = false;
+  std::chrono::steady_clock::time_point last_;
+};
+
+// The body of a tool's main(): parses `argc/argv` with `app` (which must
+// already declare its options; --version is added here), then runs `run`.
+//   --help                       -> help on stdout, exit 0
+//   --version                    -> VersionText on stdout, exit 0
+//   parse error                  -> "TOOL: error: MSG" + hint on stderr, exit 2
+//   run() returns an error        -> "TOOL: error: MSG" on stderr, exit 2
+//   run() returns a code          -> that code
+int RunToolMain(CLI::App& app, int argc, char** argv,
+                const std::function<absl::StatusOr<int>()>& run);
+
+// Prints "TOOL: error: MSG" on stderr.
+void PrintError(absl::string_view tool, const absl::Status& status);
+
+}  // namespace ckpt::tools
+
+#endif  // CKPT_TOOLS_COMMON_TOOL_UTIL_H_
