@@ -38,6 +38,14 @@ struct ThreadScratch {
 
 absl::Status StageIfDevice(const WriteItem& w, uint64_t offset, uint64_t n,
                            DeviceMemory* dm, ThreadScratch* s, const char** out) {
+  if (w.source != nullptr) {
+    if (s->stage.size() < n) s->stage.resize(n);
+    CKPT_RETURN_IF_ERROR(Annotate((*w.source)(offset, s->stage.data(), n),
+                                  absl::StrCat("entry '", w.item->name, "': source at byte ",
+                                               offset)));
+    *out = s->stage.data();
+    return absl::OkStatus();
+  }
   const char* src = static_cast<const char*>(w.data) + offset;
   if (w.memory == MemoryKind::kHost) {
     *out = src;

@@ -20,6 +20,7 @@ struct WriteItem {
   const void* data;       // region-sized bytes
   MemoryKind memory = MemoryKind::kHost;
   int device = 0;
+  const TensorSource* source = nullptr;  // if set, bytes come from here, not `data`
 };
 
 struct ShardWriteResult {

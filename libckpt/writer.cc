@@ -94,6 +94,21 @@ class WriterImpl final : public Writer {
     return absl::OkStatus();
   }
 
+  absl::Status AddTensorSource(const std::string& name, DType dtype, const Shape& shape,
+                               const Region& local, TensorSource source,
+                               const TensorOptions& options) override {
+    if (!source) {
+      return absl::InvalidArgumentError(absl::StrCat("entry '", name, "': source is empty"));
+    }
+    TensorOptions host = options;
+    host.memory = MemoryKind::kHost;
+    static const char kNonNull = 0;
+    CKPT_RETURN_IF_ERROR(AddTensor(name, dtype, shape, local, &kNonNull, host));
+    items_.back().source = std::move(source);
+    items_.back().data = nullptr;
+    return absl::OkStatus();
+  }
+
   absl::Status SetObject(const std::string& name, std::string bytes) override {
     CKPT_RETURN_IF_ERROR(format::ValidateEntryName(name));
     auto it = index_.find(name);
@@ -145,6 +160,7 @@ class WriterImpl final : public Writer {
     MemoryKind memory = MemoryKind::kHost;
     int device = 0;
     std::string bytes;  // objects only
+    TensorSource source;  // AddTensorSource only
   };
 
   // Rank 0 runs `fn`; its status (and payload) reach every rank.
@@ -230,7 +246,8 @@ absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t st
   std::vector<internal::WriteItem> writes;
   for (uint32_t i : plan.writes[rank]) {
     const Registered& r = items_[i];
-    writes.push_back(internal::WriteItem{&r.item, r.data, r.memory, r.device});
+    writes.push_back(internal::WriteItem{&r.item, r.data, r.memory, r.device,
+                                         r.source ? &r.source : nullptr});
   }
   format::ShardHeader header;
   header.checkpoint_id = info.id;

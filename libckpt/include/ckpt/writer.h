@@ -23,6 +23,7 @@
 #define CKPT_WRITER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -48,6 +49,12 @@ struct TensorOptions {
   // embedding saved in part). Without it a gap fails the save.
   bool partial = false;
 };
+
+// Produces bytes [offset, offset + n) of a registered piece, in the layout
+// of its region, into `dst`. Called by Save from its I/O threads, possibly
+// concurrently for disjoint ranges, at most once per byte per save, in
+// pieces of at most a few MiB (block-aligned). An error fails the save.
+using TensorSource = std::function<absl::Status(uint64_t offset, void* dst, uint64_t n)>;
 
 struct SaveOptions {
   format::Codec codec = format::Codec::kNone;
@@ -93,6 +100,15 @@ class Writer {
                                                const Shape& shape, const Region& local,
                                                const void* data,
                                                const TensorOptions& options = {}) = 0;
+  // As AddTensor, but the piece's bytes come from `source` during each Save
+  // instead of from memory: for data larger than RAM or produced on demand
+  // (ckpt-reshard streams a checkpoint this way). options.memory is ignored.
+  // With zstd a chunk's compressed bytes are held in memory while it is
+  // written.
+  [[nodiscard]] virtual absl::Status AddTensorSource(const std::string& name, DType dtype,
+                                                     const Shape& shape, const Region& local,
+                                                     TensorSource source,
+                                                     const TensorOptions& options = {}) = 0;
   // Adds or replaces an opaque object (RNG state, data-loader position...).
   // An object name is saved by exactly one rank.
   [[nodiscard]] virtual absl::Status SetObject(const std::string& name,
