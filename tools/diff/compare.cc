@@ -1,0 +1,219 @@
+#include "tools/diff/compare.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_format.h"
+
+namespace ckpt::tools {
+namespace {
+
+// Elements are little-endian on disk (spec/FORMAT.md §9), whatever the host.
+uint64_t LoadLE(const char* p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v |= uint64_t{static_cast<uint8_t>(p[i])} << (8 * i);
+  return v;
+}
+
+double Float16ToDouble(uint16_t h) {
+  const int sign = h >> 15, exp = (h >> 10) & 0x1f, frac = h & 0x3ff;
+  double v;
+  if (exp == 0) {
+    v = std::ldexp(frac, -24);  // subnormal: frac / 2^10 * 2^-14
+  } else if (exp == 31) {
+    v = frac != 0 ? std::numeric_limits<double>::quiet_NaN()
+                  : std::numeric_limits<double>::infinity();
+  } else {
+    v = std::ldexp(1024 + frac, exp - 25);  // (1 + frac / 2^10) * 2^(exp - 15)
+  }
+  return sign ? -v : v;
+}
+
+double Float8E4M3FNToDouble(uint8_t x) {
+  const int sign = x >> 7, exp = (x >> 3) & 0xf, frac = x & 0x7;
+  double v;
+  if (exp == 15 && frac == 7) {
+    v = std::numeric_limits<double>::quiet_NaN();  // no infinities in E4M3FN
+  } else if (exp == 0) {
+    v = std::ldexp(frac, -9);  // frac / 2^3 * 2^-6
+  } else {
+    v = std::ldexp(8 + frac, exp - 10);  // (1 + frac / 2^3) * 2^(exp - 7)
+  }
+  return sign ? -v : v;
+}
+
+double Float8E5M2ToDouble(uint8_t x) {
+  const int sign = x >> 7, exp = (x >> 2) & 0x1f, frac = x & 0x3;
+  double v;
+  if (exp == 31) {
+    v = frac != 0 ? std::numeric_limits<double>::quiet_NaN()
+                  : std::numeric_limits<double>::infinity();
+  } else if (exp == 0) {
+    v = std::ldexp(frac, -16);  // frac / 2^2 * 2^-14
+  } else {
+    v = std::ldexp(4 + frac, exp - 17);  // (1 + frac / 2^2) * 2^(exp - 15)
+  }
+  return sign ? -v : v;
+}
+
+enum class Category { kBool, kSigned, kUnsigned, kFloat };
+
+Category CategoryOf(DType d) {
+  switch (d) {
+    case DType::kBool:
+      return Category::kBool;
+    case DType::kInt8:
+    case DType::kInt16:
+    case DType::kInt32:
+    case DType::kInt64:
+      return Category::kSigned;
+    case DType::kUInt8:
+    case DType::kUInt16:
+    case DType::kUInt32:
+    case DType::kUInt64:
+      return Category::kUnsigned;
+    default:
+      return Category::kFloat;
+  }
+}
+
+int64_t LoadSigned(const char* p, int es) {
+  uint64_t v = LoadLE(p, es);
+  if (es < 8 && (v >> (8 * es - 1)) != 0) v |= ~uint64_t{0} << (8 * es);  // sign-extend
+  return static_cast<int64_t>(v);
+}
+
+// |x - y| exactly, as an unsigned 64-bit count.
+uint64_t AbsDiffSigned(int64_t x, int64_t y) {
+  return x >= y ? static_cast<uint64_t>(x) - static_cast<uint64_t>(y)
+                : static_cast<uint64_t>(y) - static_cast<uint64_t>(x);
+}
+
+// Difference reported for two decoded floats that compare unequal.
+double FloatAbsDiff(double x, double y) {
+  const bool nx = std::isnan(x), ny = std::isnan(y);
+  if (nx && ny) return 0;
+  if (nx || ny) return std::numeric_limits<double>::infinity();
+  if (x == y) return 0;  // +0 / -0 in exact mode
+  return std::fabs(x - y);
+}
+
+bool FloatClose(double x, double y, const Tolerance& tol) {
+  const bool nx = std::isnan(x), ny = std::isnan(y);
+  if (nx || ny) return nx && ny;
+  if (x == y) return true;
+  if (std::isinf(x) || std::isinf(y)) return false;
+  return std::fabs(x - y) <= tol.atol + tol.rtol * std::fabs(y);
+}
+
+void Record(DType dtype, const char* pa, const char* pb, uint64_t index, double diff,
+            CompareStats* s) {
+  ++s->differing;
+  if (diff > s->max_abs_diff || std::isnan(s->max_abs_diff)) s->max_abs_diff = diff;
+  if (!s->has_first) {
+    s->has_first = true;
+    s->first_index = index;
+    s->first_a = ElementToString(dtype, pa);
+    s->first_b = ElementToString(dtype, pb);
+  }
+}
+
+}  // namespace
+
+double ElementToDouble(DType dtype, const char* p) {
+  const int es = DTypeSize(dtype);
+  switch (dtype) {
+    case DType::kBool:
+      return p[0] != 0 ? 1.0 : 0.0;
+    case DType::kFloat16:
+      return Float16ToDouble(static_cast<uint16_t>(LoadLE(p, 2)));
+    case DType::kBFloat16: {
+      uint32_t bits = static_cast<uint32_t>(LoadLE(p, 2)) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    case DType::kFloat32: {
+      uint32_t bits = static_cast<uint32_t>(LoadLE(p, 4));
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    case DType::kFloat64: {
+      uint64_t bits = LoadLE(p, 8);
+      double f;
+      std::memcpy(&f, &bits, 8);
+      return f;
+    }
+    case DType::kFloat8E4M3FN:
+      return Float8E4M3FNToDouble(static_cast<uint8_t>(p[0]));
+    case DType::kFloat8E5M2:
+      return Float8E5M2ToDouble(static_cast<uint8_t>(p[0]));
+    default:
+      break;
+  }
+  if (CategoryOf(dtype) == Category::kSigned) return static_cast<double>(LoadSigned(p, es));
+  return static_cast<double>(LoadLE(p, es));
+}
+
+std::string ElementToString(DType dtype, const char* p) {
+  const int es = DTypeSize(dtype);
+  switch (CategoryOf(dtype)) {
+    case Category::kBool:
+      return p[0] != 0 ? "true" : "false";
+    case Category::kSigned:
+      return std::to_string(LoadSigned(p, es));
+    case Category::kUnsigned:
+      return std::to_string(LoadLE(p, es));
+    case Category::kFloat:
+      break;
+  }
+  double v = ElementToDouble(dtype, p);
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return absl::StrFormat(dtype == DType::kFloat64 ? "%.17g" : "%.9g", v);
+}
+
+void CompareElements(DType dtype, const char* a, const char* b, uint64_t n, uint64_t base,
+                     const Tolerance& tol, CompareStats* stats) {
+  const int es = DTypeSize(dtype);
+  const bool exact = tol.exact();
+  if (exact && std::memcmp(a, b, n * es) == 0) return;
+  const Category cat = CategoryOf(dtype);
+  for (uint64_t i = 0; i < n; ++i) {
+    const char* pa = a + i * es;
+    const char* pb = b + i * es;
+    if (exact && std::memcmp(pa, pb, es) == 0) continue;
+    switch (cat) {
+      case Category::kBool: {
+        const bool x = pa[0] != 0, y = pb[0] != 0;
+        if (!exact && x == y) continue;
+        Record(dtype, pa, pb, base + i, x == y ? 0.0 : 1.0, stats);
+        break;
+      }
+      case Category::kSigned: {
+        const int64_t x = LoadSigned(pa, es), y = LoadSigned(pb, es);
+        const double d = static_cast<double>(AbsDiffSigned(x, y));
+        if (!exact && d <= tol.atol + tol.rtol * std::fabs(static_cast<double>(y))) continue;
+        Record(dtype, pa, pb, base + i, d, stats);
+        break;
+      }
+      case Category::kUnsigned: {
+        const uint64_t x = LoadLE(pa, es), y = LoadLE(pb, es);
+        const double d = static_cast<double>(x >= y ? x - y : y - x);
+        if (!exact && d <= tol.atol + tol.rtol * static_cast<double>(y)) continue;
+        Record(dtype, pa, pb, base + i, d, stats);
+        break;
+      }
+      case Category::kFloat: {
+        const double x = ElementToDouble(dtype, pa), y = ElementToDouble(dtype, pb);
+        if (!exact && FloatClose(x, y, tol)) continue;
+        Record(dtype, pa, pb, base + i, FloatAbsDiff(x, y), stats);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace ckpt::tools

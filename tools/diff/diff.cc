@@ -1,0 +1,387 @@
+#include "tools/diff/diff.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "ckpt/reader.h"
+#include "format/status_macros.h"
+#include "tools/common/tool_util.h"
+#include "tools/diff/local_range.h"
+
+namespace ckpt::tools {
+namespace {
+
+using format::EntryKind;
+using format::EntryRecord;
+
+constexpr char kAbsent[] = "(absent)";
+
+std::string KindName(EntryKind k) { return k == EntryKind::kObject ? "object" : "tensor"; }
+bool IsPartial(const EntryRecord& e) { return (e.flags & format::kEntryFlagPartial) != 0; }
+
+uint64_t EntryBytes(const EntryRecord& e) {
+  uint64_t n = 1;
+  for (uint64_t d : e.shape) n *= d;
+  return n * DTypeSize(e.dtype);
+}
+
+CheckpointSummary Summarize(const Reader& r) {
+  CheckpointSummary s;
+  s.path = r.path();
+  s.step = r.manifest().info.step;
+  s.world_size = r.manifest().info.world_size;
+  s.entries = r.manifest().entries.size();
+  return s;
+}
+
+std::vector<DiffNote> Notes(const format::Manifest& a, const format::Manifest& b) {
+  std::vector<DiffNote> notes;
+  if (a.info.step != b.info.step) {
+    notes.push_back({"step", absl::StrCat(a.info.step), absl::StrCat(b.info.step)});
+  }
+  if (a.info.world_size != b.info.world_size) {
+    notes.push_back(
+        {"world size", absl::StrCat(a.info.world_size), absl::StrCat(b.info.world_size)});
+  }
+  std::map<std::string, std::pair<std::string, std::string>> meta;
+  for (const auto& [k, v] : a.metadata) meta[k] = {v, kAbsent};
+  for (const auto& [k, v] : b.metadata) {
+    auto it = meta.find(k);
+    if (it == meta.end()) {
+      meta[k] = {kAbsent, v};
+    } else {
+      it->second.second = v;
+    }
+  }
+  for (const auto& [k, v] : meta) {
+    if (v.first != v.second) notes.push_back({absl::StrCat("metadata '", k, "'"), v.first, v.second});
+  }
+  return notes;
+}
+
+// Elements of the partial entry `a` that `b` stores too, and in total.
+uint64_t CoveredByBoth(const EntryRecord& a, const EntryRecord& b) {
+  uint64_t n = 0;
+  for (const auto& ca : a.chunks)
+    for (const auto& cb : b.chunks) n += IntersectionElements(a.shape, ca.region, cb.region);
+  return n;
+}
+uint64_t Stored(const EntryRecord& e) {
+  uint64_t n = 0;
+  for (const auto& c : e.chunks) n += RegionElements(c.region);
+  return n;
+}
+
+class Differ {
+ public:
+  Differ(const DiffOptions& o, Reader* a, Reader* b, Progress* progress)
+      : o_(o), a_(a), b_(b), progress_(progress) {}
+
+  // Compares the values of a tensor entry whose structure is equal in A and
+  // B (and, if partial, whose chunks cover the same elements).
+  absl::StatusOr<std::optional<ValueDiff>> CompareTensor(const EntryRecord& e) {
+    const uint64_t es = DTypeSize(e.dtype);
+    const uint64_t window = std::max<uint64_t>(1, o_.window_bytes / es);
+    std::vector<Region> regions;
+    if (IsPartial(e)) {
+      for (const auto& c : e.chunks) regions.push_back(c.region);
+    } else {
+      regions.push_back(FullBox(e.shape));
+    }
+    CompareStats stats;
+    ValueDiff vd;
+    vd.entry = e.name;
+    for (const Region& region : regions) {
+      const uint64_t n = RegionElements(region);
+      for (uint64_t begin = 0; begin < n; begin += window) {
+        const uint64_t end = std::min(n, begin + window);
+        const uint64_t bytes = (end - begin) * es;
+        if (buf_a_.size() < bytes) {
+          buf_a_.resize(bytes);
+          buf_b_.resize(bytes);
+        }
+        std::vector<Region> subs = LocalRangeToRegions(region, begin, end);
+        CKPT_RETURN_IF_ERROR(LoadWindow(a_, e, subs, buf_a_.data()));
+        CKPT_RETURN_IF_ERROR(LoadWindow(b_, e, subs, buf_b_.data()));
+        const bool had_first = stats.has_first;
+        CompareElements(e.dtype, buf_a_.data(), buf_b_.data(), end - begin, begin, o_.tolerance,
+                        &stats);
+        if (!had_first && stats.has_first) {
+          vd.first_at = GlobalCoordinates(e.shape, region, stats.first_index);
+        }
+        vd.total += end - begin;
+        if (progress_) progress_->Add(bytes);
+      }
+    }
+    if (stats.differing == 0) return std::nullopt;
+    vd.differing = stats.differing;
+    vd.max_abs_diff = stats.max_abs_diff;
+    vd.first_a = stats.first_a;
+    vd.first_b = stats.first_b;
+    return vd;
+  }
+
+  absl::StatusOr<std::optional<ValueDiff>> CompareObject(const EntryRecord& e) {
+    CKPT_ASSIGN_OR_RETURN(std::string x, a_->ReadObject(e.name));
+    CKPT_ASSIGN_OR_RETURN(std::string y, b_->ReadObject(e.name));
+    if (progress_) progress_->Add(x.size());
+    ValueDiff vd;
+    vd.entry = e.name;
+    vd.object = true;
+    vd.size_a = x.size();
+    vd.size_b = y.size();
+    const size_t common = std::min(x.size(), y.size());
+    vd.total = std::max(x.size(), y.size());
+    vd.differing = vd.total - common;
+    for (size_t i = 0; i < common; ++i) vd.differing += x[i] != y[i];
+    if (vd.differing == 0) return std::nullopt;
+    return vd;
+  }
+
+ private:
+  absl::Status LoadWindow(Reader* r, const EntryRecord& e, const std::vector<Region>& subs,
+                          char* dst) {
+    std::vector<LoadRequest> reqs;
+    reqs.reserve(subs.size());
+    for (const Region& sub : subs) {
+      LoadRequest q;
+      q.name = e.name;
+      q.dtype = e.dtype;
+      q.shape = e.shape;
+      q.region = sub;
+      q.data = dst;
+      dst += RegionElements(sub) * DTypeSize(e.dtype);
+      reqs.push_back(std::move(q));
+    }
+    LoadOptions lo;
+    lo.allow_unrequested = true;
+    lo.io_threads = o_.io_threads;
+    return r->Load(reqs, lo).status();
+  }
+
+  const DiffOptions& o_;
+  Reader* a_;
+  Reader* b_;
+  Progress* progress_;
+  std::string buf_a_, buf_b_;
+};
+
+std::string FormatDiff(double d) {
+  if (std::isinf(d)) return "inf";
+  return absl::StrFormat("%g", d);
+}
+
+}  // namespace
+
+absl::StatusOr<DiffReport> Diff(const DiffOptions& o) {
+  const Tolerance& tol = o.tolerance;
+  if (!(tol.atol >= 0) || !(tol.rtol >= 0) || std::isinf(tol.atol) || std::isinf(tol.rtol)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tolerances must be finite and >= 0, got atol ", tol.atol, " and rtol ", tol.rtol));
+  }
+  if (o.io_threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("io_threads must be >= 1, got ", o.io_threads));
+  }
+  ReaderOptions ro;
+  ro.storage = o.storage;
+  ro.io_threads = o.io_threads;
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> a, Reader::Open(o.a, ro));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> b, Reader::Open(o.b, ro));
+
+  DiffReport report;
+  report.a = Summarize(*a);
+  report.b = Summarize(*b);
+  report.tolerance = tol;
+  report.notes = Notes(a->manifest(), b->manifest());
+
+  std::set<std::string> names;
+  for (const auto& e : a->manifest().entries) names.insert(e.name);
+  for (const auto& e : b->manifest().entries) names.insert(e.name);
+  // Entries to compare by value, after the structural checks.
+  std::vector<const EntryRecord*> to_compare;
+  uint64_t total_bytes = 0;
+  for (const std::string& name : names) {
+    const EntryRecord* ea = a->Find(name);
+    const EntryRecord* eb = b->Find(name);
+    auto add = [&](const char* change, std::string x, std::string y) {
+      report.structural.push_back({name, change, std::move(x), std::move(y)});
+    };
+    if (eb == nullptr) {
+      add("removed", "", "");
+      continue;
+    }
+    if (ea == nullptr) {
+      add("added", "", "");
+      continue;
+    }
+    const size_t before = report.structural.size();
+    if (ea->kind != eb->kind) {
+      add("kind", KindName(ea->kind), KindName(eb->kind));
+    } else if (ea->kind == EntryKind::kTensor) {
+      if (ea->dtype != eb->dtype) {
+        add("dtype", std::string(DTypeName(ea->dtype)), std::string(DTypeName(eb->dtype)));
+      }
+      if (ea->shape != eb->shape) add("shape", ShapeText(ea->shape), ShapeText(eb->shape));
+      if (IsPartial(*ea) != IsPartial(*eb)) {
+        add("partial", IsPartial(*ea) ? "true" : "false", IsPartial(*eb) ? "true" : "false");
+      }
+      if (report.structural.size() == before && IsPartial(*ea)) {
+        const uint64_t sa = Stored(*ea), sb = Stored(*eb);
+        uint64_t total = 1;
+        for (uint64_t d : ea->shape) total *= d;
+        if (sa != sb || CoveredByBoth(*ea, *eb) != sa) {
+          add("coverage", absl::StrCat(sa, " of ", total, " elements"),
+              absl::StrCat(sb, " of ", total, " elements"));
+        }
+      }
+    }
+    if (report.structural.size() != before) continue;
+    to_compare.push_back(ea);
+    total_bytes += EntryBytes(*ea);
+  }
+
+  std::optional<Progress> progress;
+  if (o.progress) progress.emplace("ckpt-diff", total_bytes);
+  Differ differ(o, a.get(), b.get(), progress ? &*progress : nullptr);
+  for (const EntryRecord* e : to_compare) {
+    std::optional<ValueDiff> vd;
+    if (e->kind == EntryKind::kObject) {
+      CKPT_ASSIGN_OR_RETURN(vd, differ.CompareObject(*e));
+      report.bytes_compared += e->shape[0];
+    } else {
+      CKPT_ASSIGN_OR_RETURN(vd, differ.CompareTensor(*e));
+      report.bytes_compared += IsPartial(*e) ? Stored(*e) * DTypeSize(e->dtype) : EntryBytes(*e);
+    }
+    ++report.entries_compared;
+    if (vd) report.values.push_back(*std::move(vd));
+  }
+  return report;
+}
+
+void PrintDiffText(const DiffReport& r, std::ostream& out) {
+  auto side = [&](const char* label, const CheckpointSummary& s) {
+    out << label << ": " << s.path << " (step " << s.step << ", " << s.world_size
+        << (s.world_size == 1 ? " rank, " : " ranks, ") << s.entries
+        << (s.entries == 1 ? " entry)\n" : " entries)\n");
+  };
+  side("A", r.a);
+  side("B", r.b);
+  if (!r.tolerance.exact()) {
+    out << "tolerance: atol " << absl::StrFormat("%g", r.tolerance.atol) << ", rtol "
+        << absl::StrFormat("%g", r.tolerance.rtol) << "\n";
+  }
+  for (const DiffNote& n : r.notes) {
+    out << "note: " << n.what << ": " << n.a << " in A, " << n.b << " in B\n";
+  }
+  if (!r.structural.empty()) {
+    out << "structural differences: " << r.structural.size() << "\n";
+    for (const StructuralDiff& s : r.structural) {
+      out << "  " << absl::StrFormat("%-9s", s.change) << s.entry;
+      if (s.change == "removed") {
+        out << " (only in A)";
+      } else if (s.change == "added") {
+        out << " (only in B)";
+      } else if (s.change == "coverage") {
+        out << ": chunks cover different elements (" << s.a << " in A, " << s.b << " in B)";
+      } else {
+        out << ": " << s.a << " in A, " << s.b << " in B";
+      }
+      out << "\n";
+    }
+  }
+  if (!r.values.empty()) {
+    out << "value differences: " << r.values.size() << " of " << r.entries_compared
+        << " entries compared\n";
+    for (const ValueDiff& v : r.values) {
+      out << "  " << v.entry << ": ";
+      if (v.object) {
+        out << "object, " << v.differing << " of " << v.total << " bytes differ ("
+            << HumanBytes(v.size_a) << " in A, " << HumanBytes(v.size_b) << " in B)\n";
+      } else {
+        out << v.differing << " of " << v.total << " elements differ, max abs diff "
+            << FormatDiff(v.max_abs_diff) << ", first at " << ShapeText(v.first_at) << ": "
+            << v.first_a << " in A, " << v.first_b << " in B\n";
+      }
+    }
+  }
+  if (r.equal()) {
+    out << "result: equal (" << r.entries_compared
+        << (r.entries_compared == 1 ? " entry, " : " entries, ") << HumanBytes(r.bytes_compared)
+        << " compared)\n";
+  } else {
+    out << "result: different (" << r.structural.size() << " structural, " << r.values.size()
+        << (r.values.size() == 1 ? " value difference)\n" : " value differences)\n");
+  }
+}
+
+nlohmann::ordered_json DiffToJson(const DiffReport& r) {
+  using J = nlohmann::ordered_json;
+  auto side = [](const CheckpointSummary& s) {
+    J j;
+    j["path"] = s.path;
+    j["step"] = s.step;
+    j["world_size"] = s.world_size;
+    j["entries"] = s.entries;
+    return j;
+  };
+  J j;
+  j["a"] = side(r.a);
+  j["b"] = side(r.b);
+  j["atol"] = r.tolerance.atol;
+  j["rtol"] = r.tolerance.rtol;
+  j["equal"] = r.equal();
+  j["notes"] = J::array();
+  for (const DiffNote& n : r.notes) j["notes"].push_back({{"what", n.what}, {"a", n.a}, {"b", n.b}});
+  j["structural"] = J::array();
+  for (const StructuralDiff& s : r.structural) {
+    J x{{"entry", s.entry}, {"change", s.change}};
+    if (s.change != "added" && s.change != "removed") {
+      x["a"] = s.a;
+      x["b"] = s.b;
+    }
+    j["structural"].push_back(std::move(x));
+  }
+  j["values"] = J::array();
+  for (const ValueDiff& v : r.values) {
+    J x{{"entry", v.entry}, {"kind", v.object ? "object" : "tensor"},
+        {"differing", v.differing}, {"total", v.total}};
+    if (v.object) {
+      x["size_a"] = v.size_a;
+      x["size_b"] = v.size_b;
+    } else {
+      if (std::isinf(v.max_abs_diff)) {
+        x["max_abs_diff"] = "inf";
+      } else {
+        x["max_abs_diff"] = v.max_abs_diff;
+      }
+      x["first_at"] = J::array();
+      for (uint64_t c : v.first_at) x["first_at"].push_back(c);
+      x["first_a"] = v.first_a;
+      x["first_b"] = v.first_b;
+    }
+    j["values"].push_back(std::move(x));
+  }
+  j["entries_compared"] = r.entries_compared;
+  j["bytes_compared"] = r.bytes_compared;
+  return j;
+}
+
+absl::StatusOr<int> RunDiff(const DiffOptions& options, bool json, std::ostream& out) {
+  CKPT_ASSIGN_OR_RETURN(DiffReport report, Diff(options));
+  if (json) {
+    out << DiffToJson(report).dump(2) << "\n";
+  } else {
+    PrintDiffText(report, out);
+  }
+  return report.equal() ? kExitOk : kExitFindings;
+}
+
+}  // namespace ckpt::tools
