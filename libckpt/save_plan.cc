@@ -120,10 +120,26 @@ absl::StatusOr<LocalPlan> DecodeLocalPlan(absl::string_view bytes) {
 }
 
 format::Fingerprint FingerprintOf(const LocalPlan& plan) {
+  return FingerprintOf(plan.size(), [&](size_t i) -> const LocalItem& { return plan[i]; });
+}
+
+format::Fingerprint FingerprintOf(size_t n, absl::FunctionRef<const LocalItem&(size_t)> item) {
+  // Streaming: the encoding of each item is hashed as it is produced, in
+  // batches of a few KiB.
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_128bits_reset(st);
   std::string buf;
-  PutVarint(&buf, plan.size());
-  for (const LocalItem& it : plan) PutItem(&buf, it, false);
-  XXH128_hash_t h = XXH3_128bits(buf.data(), buf.size());
+  PutVarint(&buf, n);
+  for (size_t i = 0; i < n; ++i) {
+    PutItem(&buf, item(i), false);
+    if (buf.size() >= 4096) {
+      XXH3_128bits_update(st, buf.data(), buf.size());
+      buf.clear();
+    }
+  }
+  XXH3_128bits_update(st, buf.data(), buf.size());
+  XXH128_hash_t h = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
   format::Fingerprint fp;
   for (int i = 0; i < 8; ++i) {
     fp[i] = static_cast<uint8_t>(h.low64 >> (8 * i));

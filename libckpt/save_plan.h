@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "ckpt/types.h"
 #include "format/format_constants.h"
@@ -36,6 +37,8 @@ absl::StatusOr<LocalPlan> DecodeLocalPlan(absl::string_view bytes);
 // regions, replica and partial flags; not values. Object sizes are
 // excluded (they change from save to save without changing the plan).
 format::Fingerprint FingerprintOf(const LocalPlan& plan);
+// The same over n items given by item(i), without copying them.
+format::Fingerprint FingerprintOf(size_t n, absl::FunctionRef<const LocalItem&(size_t)> item);
 
 struct GlobalPlan {
   // writes[r] = indices into rank r's LocalPlan of the items rank r writes.

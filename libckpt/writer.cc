@@ -12,6 +12,7 @@
 #include "format/latest.h"
 #include "format/manifest.h"
 #include "format/names.h"
+#include "format/plan_record.h"
 #include "format/shard.h"
 #include "format/status_macros.h"
 #include "libckpt/commit.h"
@@ -172,13 +173,145 @@ class WriterImpl final : public Writer {
     return internal::DecodeStatusOr(msg);
   }
 
+  // The plan of the last save, valid for exactly one local structure
+  // (`local_fp`) on every rank of a world of `world` ranks.
+  struct PlanCache {
+    bool valid = false;
+    int world = 0;
+    format::Fingerprint local_fp{};
+    std::vector<uint32_t> writes;  // positions in items_ this rank writes
+    // Coordinator (rank 0) only: what the manifest records.
+    format::Fingerprint global_fp{};
+    std::string plan_section;  // PLAN section body
+  };
+
+  format::Fingerprint LocalFingerprint() const {
+    return internal::FingerprintOf(items_.size(),
+                                   [&](size_t i) -> const LocalItem& { return items_[i].item; });
+  }
+  // Agrees across ranks whether the cached plan (or, with no cache, the one
+  // recorded in the root's latest checkpoint) fits every rank's structure.
+  absl::StatusOr<bool> TryCachedPlan(const std::string& root, const SaveOptions& options);
+  // Full planning: gathers every local plan; the coordinator checks the
+  // union and assigns writers; fills cache_.
+  absl::Status Replan();
+  // Adopts `record` as cache_ if it fits this rank; false otherwise.
+  bool AdoptRecord(const format::PlanRecord& record, absl::string_view body,
+                   const format::Fingerprint& local_fp);
+
   SingleProcessCommunicator single_;
   Communicator* comm_;
   Storage* storage_;
   DeviceMemory* device_memory_;
   std::vector<Registered> items_;
   absl::flat_hash_map<std::string, size_t> index_;
+  PlanCache cache_;
 };
+
+format::Fingerprint GlobalFingerprint(const format::PlanRecord& record) {
+  // Hash of the ranks' fingerprints in rank order.
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_128bits_reset(st);
+  for (const auto& r : record.ranks) XXH3_128bits_update(st, r.fingerprint.data(), 16);
+  XXH128_hash_t h = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
+  format::Fingerprint fp;
+  for (int i = 0; i < 8; ++i) {
+    fp[i] = static_cast<uint8_t>(h.low64 >> (8 * i));
+    fp[8 + i] = static_cast<uint8_t>(h.high64 >> (8 * i));
+  }
+  return fp;
+}
+
+bool WriterImpl::AdoptRecord(const format::PlanRecord& record, absl::string_view body,
+                             const format::Fingerprint& local_fp) {
+  const int rank = comm_->rank(), world = comm_->size();
+  if (static_cast<int>(record.ranks.size()) != world) return false;
+  const auto& mine = record.ranks[rank];
+  if (mine.fingerprint != local_fp) return false;
+  // The fingerprint covers the item count, but a cache is never trusted
+  // further than it can be checked.
+  for (uint32_t i : mine.writes) {
+    if (i >= items_.size()) return false;
+  }
+  cache_.valid = true;
+  cache_.world = world;
+  cache_.local_fp = local_fp;
+  cache_.writes = mine.writes;
+  if (rank == 0) {
+    cache_.global_fp = GlobalFingerprint(record);
+    cache_.plan_section = std::string(body);
+  }
+  return true;
+}
+
+absl::StatusOr<bool> WriterImpl::TryCachedPlan(const std::string& root,
+                                               const SaveOptions& options) {
+  const format::Fingerprint fp = LocalFingerprint();
+  const int world = comm_->size();
+  std::vector<int64_t> flags = {
+      (cache_.valid && cache_.world == world && cache_.local_fp == fp) ? 0 : 1,
+      cache_.valid ? 0 : 1};
+  CKPT_RETURN_IF_ERROR(comm_->AllReduceMax(&flags));
+  if (flags[0] == 0) return true;
+  if (flags[1] == 0 || !options.reuse_recorded_plan) {
+    cache_.valid = false;
+    return false;
+  }
+  // Some rank has no plan in memory (a restarted job): the root's latest
+  // checkpoint may record one. Anything unreadable simply means a miss.
+  std::string body;
+  if (comm_->rank() == 0) {
+    auto dir = internal::ResolveCheckpointDir(storage_, root);
+    if (dir.ok()) {
+      auto bytes = storage_->ReadFile(JoinPath(*dir, format::kManifestFileName));
+      if (bytes.ok()) {
+        auto m = format::DecodeManifest(*bytes);
+        if (m.ok()) body = std::move(m->plan);
+      }
+    }
+  }
+  CKPT_RETURN_IF_ERROR(comm_->Broadcast(&body, 0));
+  std::vector<int64_t> miss = {1};
+  if (!body.empty()) {
+    auto record = format::DecodePlanRecord(body);
+    if (record.ok() && AdoptRecord(*record, body, fp)) miss[0] = 0;
+  }
+  CKPT_RETURN_IF_ERROR(comm_->AllReduceMax(&miss));
+  if (miss[0] != 0) cache_.valid = false;
+  return miss[0] == 0;
+}
+
+absl::Status WriterImpl::Replan() {
+  cache_.valid = false;
+  const int world = comm_->size();
+  LocalPlan local;
+  local.reserve(items_.size());
+  for (const Registered& r : items_) local.push_back(r.item);
+  const format::Fingerprint local_fp = LocalFingerprint();
+  std::string mine(reinterpret_cast<const char*>(local_fp.data()), local_fp.size());
+  mine += internal::EncodeLocalPlan(local);
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> plans, comm_->AllGather(mine));
+  CKPT_ASSIGN_OR_RETURN(std::string body, OnCoordinator([&]() -> absl::StatusOr<std::string> {
+    std::vector<LocalPlan> all(world);
+    format::PlanRecord record;
+    record.ranks.resize(world);
+    for (int r = 0; r < world; ++r) {
+      if (plans[r].size() < 16) return absl::InternalError("short local plan");
+      std::copy(plans[r].begin(), plans[r].begin() + 16, record.ranks[r].fingerprint.begin());
+      CKPT_ASSIGN_OR_RETURN(all[r], internal::DecodeLocalPlan(absl::string_view(plans[r]).substr(16)));
+    }
+    plans.clear();
+    CKPT_ASSIGN_OR_RETURN(internal::GlobalPlan gp, internal::PlanSave(all));
+    for (int r = 0; r < world; ++r) record.ranks[r].writes = std::move(gp.writes[r]);
+    return format::EncodePlanRecord(record);
+  }));
+  CKPT_ASSIGN_OR_RETURN(format::PlanRecord record, format::DecodePlanRecord(body));
+  if (!AdoptRecord(record, body, local_fp)) {
+    return absl::InternalError("the coordinator's plan does not fit this rank's registrations");
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t step,
                                             const SaveOptions& options) {
@@ -187,37 +320,13 @@ absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t st
   auto t0 = std::chrono::steady_clock::now();
   const int rank = comm_->rank(), world = comm_->size();
 
-  // 1. Plan: every rank's structure goes to the coordinator, which checks
-  // the union and assigns each unique chunk to one writer.
-  LocalPlan local;
-  local.reserve(items_.size());
-  for (const Registered& r : items_) local.push_back(r.item);
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> plans,
-                        comm_->AllGather(internal::EncodeLocalPlan(local)));
-  format::Fingerprint fingerprint{};
-  CKPT_ASSIGN_OR_RETURN(std::string plan_bytes, OnCoordinator([&]() -> absl::StatusOr<std::string> {
-    std::vector<LocalPlan> all(world);
-    std::string fps;
-    for (int r = 0; r < world; ++r) {
-      CKPT_ASSIGN_OR_RETURN(all[r], internal::DecodeLocalPlan(plans[r]));
-      format::Fingerprint fp = internal::FingerprintOf(all[r]);
-      fps.append(reinterpret_cast<const char*>(fp.data()), fp.size());
-    }
-    CKPT_ASSIGN_OR_RETURN(internal::GlobalPlan gp, internal::PlanSave(all));
-    return internal::EncodeGlobalPlan(gp) + fps;
-  }));
-  CKPT_ASSIGN_OR_RETURN(internal::GlobalPlan plan, internal::DecodeGlobalPlan(plan_bytes));
-  {
-    // Global fingerprint: hash of the ranks' fingerprints, in rank order.
-    std::string fps = plan_bytes.substr(plan_bytes.size() - 16 * world);
-    XXH128_hash_t h = XXH3_128bits(fps.data(), fps.size());
-    for (int i = 0; i < 8; ++i) {
-      fingerprint[i] = static_cast<uint8_t>(h.low64 >> (8 * i));
-      fingerprint[8 + i] = static_cast<uint8_t>(h.high64 >> (8 * i));
-    }
-  }
-  result.logical_bytes = plan.unique_bytes;
+  // 1. Plan. One small collective decides whether every rank's structure
+  // is what the cached plan was made for; only then is it reused.
+  CKPT_ASSIGN_OR_RETURN(bool hit, TryCachedPlan(root, options));
+  if (!hit) CKPT_RETURN_IF_ERROR(Replan());
+  result.plan_cache_hit = hit;
   result.plan_seconds = Seconds(t0);
+  const format::Fingerprint fingerprint = cache_.global_fp;
 
   // 2. The coordinator creates the temporary directory and the id.
   const std::string dir_name = format::StepDirName(step);
@@ -244,7 +353,7 @@ absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t st
   // 3. Every rank writes its shard file.
   auto t1 = std::chrono::steady_clock::now();
   std::vector<internal::WriteItem> writes;
-  for (uint32_t i : plan.writes[rank]) {
+  for (uint32_t i : cache_.writes) {
     const Registered& r = items_[i];
     writes.push_back(internal::WriteItem{&r.item, r.data, r.memory, r.device,
                                          r.source ? &r.source : nullptr});
@@ -296,7 +405,13 @@ absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t st
           }
         }
       }
-      for (auto& [name, e] : merged) m.entries.push_back(std::move(e));
+      for (auto& [name, e] : merged) {
+        for (const auto& c : e.chunks) {
+          result.logical_bytes += RegionElements(c.region) * DTypeSize(e.dtype);
+        }
+        m.entries.push_back(std::move(e));
+      }
+      m.plan = cache_.plan_section;
       CKPT_RETURN_IF_ERROR(storage_->WriteFileAndSync(JoinPath(tmp, format::kManifestFileName),
                                                       format::EncodeManifest(m)));
       CKPT_RETURN_IF_ERROR(storage_->SyncDir(tmp));
@@ -312,10 +427,12 @@ absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t st
     }
     std::string out;
     format::PutVarint(&out, result.stored_bytes);
+    format::PutVarint(&out, result.logical_bytes);
     return out;
   }));
   format::ByteReader br(committed);
   CKPT_ASSIGN_OR_RETURN(result.stored_bytes, br.ReadVarint("stored bytes"));
+  CKPT_ASSIGN_OR_RETURN(result.logical_bytes, br.ReadVarint("logical bytes"));
   result.commit_seconds = Seconds(t2);
   result.path = final_dir;
   return result;

@@ -65,6 +65,10 @@ struct SaveOptions {
   bool direct_io = false;   // O_DIRECT for aligned payload writes
   bool overwrite = false;   // replace an existing checkpoint of this step
   int keep_last = 0;        // > 0: afterwards delete all but the newest K steps
+  // With no plan in memory (the first save of a restarted job), reuse the
+  // plan recorded in the root's latest checkpoint if every rank's structure
+  // fingerprint equals the recorded one. Never affects what is saved.
+  bool reuse_recorded_plan = true;
   std::vector<std::pair<std::string, std::string>> metadata;  // user key/values
 };
 
@@ -73,7 +77,7 @@ struct SaveResult {
   uint64_t logical_bytes = 0;    // unique tensor and object bytes saved
   uint64_t stored_bytes = 0;     // payload bytes written by all ranks
   uint64_t local_stored_bytes = 0;  // payload bytes written by this rank
-  bool plan_cache_hit = false;
+  bool plan_cache_hit = false;   // the save reused a plan (see Writer: plan cache)
   double plan_seconds = 0;
   double write_seconds = 0;
   double commit_seconds = 0;
