@@ -1,0 +1,242 @@
+#include "tools/convert/convert.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "format/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "tools/common/tool_util.h"
+#include "tools/convert/hdf5_export.h"
+#include "tools/convert/hdf5_import.h"
+
+namespace ckpt::tools {
+namespace {
+
+constexpr char kHdf5[] = "hdf5";
+constexpr int kDefaultLevel = 4;
+
+absl::Status CheckFormat(const std::string& format, const char* flag) {
+  if (format == kHdf5) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown format '", format, "' for ", flag, "; supported: hdf5"));
+}
+
+absl::Status CheckOptions(const ConvertOptions& o, bool to) {
+  auto only = [](const char* flag, const char* mode) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " applies to ", mode, " only"));
+  };
+  if (to) {
+    if (o.step.has_value()) return only("--step", "--from hdf5");
+    if (o.skip_unsupported) return only("--skip-unsupported", "--from hdf5");
+    if (!o.codec.empty()) return only("--codec", "--from hdf5");
+    if (!o.compression.empty() && o.compression != "none" && o.compression != "deflate") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown compression '", o.compression, "' for --compression; supported: none, deflate"));
+    }
+    if (o.compression == "none" && o.level >= 0) {
+      return absl::InvalidArgumentError("--level needs --compression deflate");
+    }
+    if (o.level > 9) {
+      return absl::InvalidArgumentError(absl::StrCat("--level ", o.level, " is outside 0..9"));
+    }
+  } else {
+    if (!o.compression.empty()) return only("--compression", "--to hdf5");
+    if (o.level >= 0) return only("--level", "--to hdf5");
+    if (!o.codec.empty() && o.codec != "none" && o.codec != "zstd") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown codec '", o.codec, "' for --codec; supported: none, zstd"));
+    }
+  }
+  if (o.io_threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads ", o.io_threads, " must be >= 1"));
+  }
+  return absl::OkStatus();
+}
+
+const char* KindName(format::EntryKind k) {
+  return k == format::EntryKind::kObject ? "object" : "tensor";
+}
+
+std::string EntriesText(size_t tensors, size_t objects) {
+  return absl::StrCat(tensors + objects, tensors + objects == 1 ? " entry" : " entries", " (",
+                      tensors, tensors == 1 ? " tensor, " : " tensors, ", objects,
+                      objects == 1 ? " object)" : " objects)");
+}
+
+std::string KeysText(size_t n) {
+  return absl::StrCat(n, n == 1 ? " metadata key" : " metadata keys");
+}
+
+// One verbose line: "  PATH  DTYPE  SHAPE" (objects: "object  N B").
+void PrintEntryLine(std::ostream& out, size_t width, const std::string& path, const std::string& name,
+                    format::EntryKind kind, DType dtype, const Shape& shape, uint64_t bytes,
+                    bool show_name) {
+  std::string what = kind == format::EntryKind::kObject
+                         ? absl::StrFormat("%-13s  %s", "object", HumanBytes(bytes))
+                         : absl::StrFormat("%-13s  %s", DTypeName(dtype), ShapeText(shape));
+  if (show_name) {
+    out << absl::StrFormat("  %-*s  %-*s  %s\n", static_cast<int>(width), path,
+                           static_cast<int>(width), name, what);
+  } else {
+    out << absl::StrFormat("  %-*s  %s\n", static_cast<int>(width), path, what);
+  }
+}
+
+absl::StatusOr<int> RunExport(const ConvertOptions& o, std::ostream& out) {
+  Hdf5ExportOptions eo;
+  eo.compression = o.compression == "none" ? Hdf5Compression::kNone : Hdf5Compression::kDeflate;
+  eo.level = o.level >= 0 ? o.level : kDefaultLevel;
+  eo.overwrite = o.force;
+  eo.io_threads = o.io_threads;
+  std::unique_ptr<Progress> progress;
+  eo.progress = [&](uint64_t n, uint64_t total) {
+    if (!progress) progress = std::make_unique<Progress>("export", total);
+    progress->Add(n);
+  };
+  CKPT_ASSIGN_OR_RETURN(Hdf5ExportResult r, ExportHdf5(o.source, o.destination, eo));
+  if (progress) progress->Finish();
+
+  size_t tensors = 0, objects = 0;
+  for (const Hdf5ExportedEntry& e : r.entries) {
+    (e.kind == format::EntryKind::kObject ? objects : tensors)++;
+  }
+  const bool deflate = eo.compression == Hdf5Compression::kDeflate;
+  if (o.json) {
+    nlohmann::json j;
+    j["direction"] = "export";
+    j["format"] = kHdf5;
+    j["source"] = o.source;
+    j["checkpoint"] = r.checkpoint_dir;
+    j["output"] = r.output;
+    j["step"] = r.info.step;
+    j["world_size"] = r.info.world_size;
+    j["checkpoint_id"] = format::IdToHex(r.info.id);
+    j["compression"] = deflate ? "deflate" : "none";
+    if (deflate) j["level"] = eo.level;
+    j["tensors"] = tensors;
+    j["objects"] = objects;
+    j["metadata_keys"] = r.metadata_count;
+    j["logical_bytes"] = r.logical_bytes;
+    j["file_bytes"] = r.file_bytes;
+    nlohmann::json entries = nlohmann::json::array();
+    for (const Hdf5ExportedEntry& e : r.entries) {
+      nlohmann::json x;
+      x["name"] = e.name;
+      x["path"] = e.path;
+      x["kind"] = KindName(e.kind);
+      x["dtype"] = DTypeName(e.dtype);
+      x["shape"] = std::vector<uint64_t>(e.shape.begin(), e.shape.end());
+      x["chunk"] = std::vector<uint64_t>(e.chunk.begin(), e.chunk.end());
+      x["bytes"] = e.bytes;
+      entries.push_back(std::move(x));
+    }
+    j["entries"] = std::move(entries);
+    out << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  out << "exported " << r.checkpoint_dir << " to " << r.output << "\n";
+  if (o.verbose) {
+    size_t width = 0;
+    for (const auto& e : r.entries) width = std::max(width, e.path.size());
+    width = std::min<size_t>(width, 60);
+    for (const auto& e : r.entries) {
+      PrintEntryLine(out, width, e.path, e.name, e.kind, e.dtype, e.shape, e.bytes, false);
+    }
+  }
+  out << "  step " << r.info.step << ", world size " << r.info.world_size << ", "
+      << EntriesText(tensors, objects) << ", " << HumanBytes(r.logical_bytes) << ", "
+      << KeysText(r.metadata_count) << "\n";
+  out << "  hdf5: "
+      << (deflate ? absl::StrCat("deflate level ", eo.level, " with shuffle")
+                  : std::string("no compression"))
+      << ", file " << HumanBytes(r.file_bytes) << "\n";
+  return kExitOk;
+}
+
+absl::StatusOr<int> RunImport(const ConvertOptions& o, std::ostream& out) {
+  Hdf5ImportOptions io;
+  io.plan.skip_unsupported = o.skip_unsupported;
+  io.step = o.step;
+  io.overwrite = o.force;
+  io.codec = o.codec == "zstd" ? format::Codec::kZstd : format::Codec::kNone;
+  io.io_threads = o.io_threads;
+  std::unique_ptr<Progress> progress;
+  io.progress = [&](uint64_t n, uint64_t total) {
+    if (!progress) progress = std::make_unique<Progress>("import", total);
+    progress->Add(n);
+  };
+  CKPT_ASSIGN_OR_RETURN(Hdf5ImportResult r, ImportHdf5(o.source, o.destination, io));
+  if (progress) progress->Finish();
+
+  size_t tensors = 0, objects = 0;
+  for (const ImportPlanEntry& e : r.plan.entries) {
+    (e.kind == format::EntryKind::kObject ? objects : tensors)++;
+  }
+  if (o.json) {
+    nlohmann::json j;
+    j["direction"] = "import";
+    j["format"] = kHdf5;
+    j["input"] = r.input;
+    j["root"] = o.destination;
+    j["checkpoint"] = r.saved.path;
+    j["step"] = r.step;
+    j["tensors"] = tensors;
+    j["objects"] = objects;
+    j["metadata_keys"] = r.plan.metadata.size();
+    j["logical_bytes"] = r.plan.logical_bytes;
+    j["stored_bytes"] = r.saved.stored_bytes;
+    nlohmann::json entries = nlohmann::json::array();
+    for (const ImportPlanEntry& e : r.plan.entries) {
+      nlohmann::json x;
+      x["name"] = e.name;
+      x["path"] = e.path;
+      x["kind"] = KindName(e.kind);
+      x["dtype"] = DTypeName(e.dtype);
+      x["shape"] = std::vector<uint64_t>(e.shape.begin(), e.shape.end());
+      x["bytes"] = e.bytes;
+      entries.push_back(std::move(x));
+    }
+    j["entries"] = std::move(entries);
+    nlohmann::json skipped = nlohmann::json::array();
+    for (const ImportSkipped& s : r.plan.skipped) {
+      skipped.push_back({{"what", s.what}, {"reason", s.reason}});
+    }
+    j["skipped"] = std::move(skipped);
+    out << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  out << "imported " << r.input << " into " << r.saved.path << "\n";
+  if (o.verbose) {
+    size_t width = 0;
+    for (const auto& e : r.plan.entries) width = std::max(width, e.path.size());
+    width = std::min<size_t>(width, 60);
+    for (const auto& e : r.plan.entries) {
+      PrintEntryLine(out, width, e.path, e.name, e.kind, e.dtype, e.shape, e.bytes, true);
+    }
+  }
+  out << "  step " << r.step << ", " << EntriesText(tensors, objects) << ", "
+      << HumanBytes(r.plan.logical_bytes) << ", " << KeysText(r.plan.metadata.size()) << "\n";
+  if (!r.plan.skipped.empty()) {
+    out << "  skipped " << r.plan.skipped.size() << " (--skip-unsupported):\n";
+    for (const ImportSkipped& s : r.plan.skipped) out << "    " << s.reason << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+absl::StatusOr<int> RunConvert(const ConvertOptions& o, std::ostream& out) {
+  if (o.to.empty() == o.from.empty()) {
+    return absl::InvalidArgumentError(
+        o.to.empty() ? "give --to FORMAT (export a checkpoint) or --from FORMAT (import a file)"
+                     : "--to and --from exclude each other");
+  }
+  const bool to = !o.to.empty();
+  CKPT_RETURN_IF_ERROR(to ? CheckFormat(o.to, "--to") : CheckFormat(o.from, "--from"));
+  CKPT_RETURN_IF_ERROR(CheckOptions(o, to));
+  return to ? RunExport(o, out) : RunImport(o, out);
+}
+
+}  // namespace ckpt::tools

@@ -1,0 +1,470 @@
+#include "tools/convert/hdf5_export.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <memory>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "ckpt/reader.h"
+#include "format/format_constants.h"
+#include "format/status_macros.h"
+#include "tools/convert/hdf5_names.h"
+#include "tools/convert/hdf5_types.h"
+#include "tools/convert/hdf5_util.h"
+
+namespace ckpt::tools {
+namespace {
+
+using hdf5::Handle;
+using hdf5::Hdf5Error;
+using hdf5::Hdf5Lock;
+
+// One slab of one tensor: loaded with one LoadRequest, written with one
+// hyperslab.
+struct SlabJob {
+  size_t entry;  // index into the result's entries
+  Box box;
+  uint64_t bytes;
+};
+
+std::vector<SlabJob> SlabsOf(size_t entry, const Shape& shape, const Dims& slab, int elem_size) {
+  std::vector<SlabJob> jobs;
+  const size_t n = shape.size();
+  Dims off(n, 0);
+  while (true) {
+    SlabJob job{entry, Box{off, Dims(n, 0)}, static_cast<uint64_t>(elem_size)};
+    for (size_t d = 0; d < n; ++d) {
+      job.box.size[d] = std::min(slab[d], shape[d] - off[d]);
+      job.bytes *= job.box.size[d];
+    }
+    jobs.push_back(std::move(job));
+    size_t d = n;
+    while (d > 0) {
+      --d;
+      off[d] += slab[d];
+      if (off[d] < shape[d]) break;
+      off[d] = 0;
+      if (d == 0) return jobs;
+    }
+    if (n == 0) return jobs;
+  }
+}
+
+std::string UserMetadataAttrName(const std::string& key) {
+  if (key.rfind(kReservedAttrPrefix, 0) == 0) return kReservedAttrPrefix + key;
+  return key;
+}
+
+absl::Status SyncAndRename(const std::string& tmp, const std::string& output) {
+  int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    int err = errno;
+    if (fd >= 0) ::close(fd);
+    return absl::InternalError(absl::StrCat(tmp, ": fsync: ", std::strerror(err)));
+  }
+  ::close(fd);
+  if (std::rename(tmp.c_str(), output.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("renaming ", tmp, " to ", output, ": ", std::strerror(errno)));
+  }
+  std::string dir = std::filesystem::path(output).parent_path().string();
+  if (dir.empty()) dir = ".";
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return absl::OkStatus();
+}
+
+// Writes the HDF5 file. All methods take the HDF5 lock themselves.
+class FileWriter {
+ public:
+  FileWriter(std::string file_name, const Hdf5ExportOptions& options)
+      : file_name_(std::move(file_name)), options_(options) {}
+  ~FileWriter() {
+    auto lock = Hdf5Lock();
+    lcpl_.Reset();
+    file_.Reset();
+  }
+
+  absl::Status Create() {
+    auto lock = Hdf5Lock();
+    if (options_.compression == Hdf5Compression::kDeflate) {
+      if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0 ||
+          (options_.shuffle && H5Zfilter_avail(H5Z_FILTER_SHUFFLE) <= 0)) {
+        return absl::FailedPreconditionError(
+            "this HDF5 library has no deflate or shuffle filter; use --compression none");
+      }
+    }
+    Handle fcpl(H5Pcreate(H5P_FILE_CREATE));
+    Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+    // Metadata order survives (attribute creation order); no timestamps, so
+    // the same checkpoint always gives the same file; the 1.8 file format
+    // (read by every h5py) for attributes over 64 KiB (metadata values).
+    if (!fcpl.valid() || !fapl.valid() ||
+        H5Pset_attr_creation_order(fcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED) <
+            0 ||
+        H5Pset_obj_track_times(fcpl.get(), false) < 0 ||
+        H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0) {
+      return Hdf5Error(absl::StatusCode::kInternal, file_name_);
+    }
+    file_.Reset(H5Fcreate(file_name_.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
+    if (!file_.valid()) return Hdf5Error(absl::StatusCode::kInternal, file_name_);
+    lcpl_.Reset(H5Pcreate(H5P_LINK_CREATE));
+    if (!lcpl_.valid() || H5Pset_char_encoding(lcpl_.get(), H5T_CSET_UTF8) < 0) {
+      return Hdf5Error(absl::StatusCode::kInternal, file_name_);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status WriteRootAttributes(const format::Manifest& m) {
+    auto lock = Hdf5Lock();
+    Handle root(H5Gopen2(file_.get(), "/", H5P_DEFAULT));
+    if (!root.valid()) return Hdf5Error(absl::StatusCode::kInternal, file_name_);
+    const hid_t r = root.get();
+    absl::Status s = hdf5::WriteStringAttribute(
+        r, kAttrFormatVersion, absl::StrCat(format::kFormatMajor, ".", m.minor_version));
+    if (s.ok()) s = hdf5::WriteUInt64Attribute(r, kAttrStep, m.info.step);
+    if (s.ok()) s = hdf5::WriteUInt32Attribute(r, kAttrWorldSize, m.info.world_size);
+    if (s.ok()) s = hdf5::WriteStringAttribute(r, kAttrCheckpointId, format::IdToHex(m.info.id));
+    if (s.ok()) s = hdf5::WriteInt64Attribute(r, kAttrCreatedUnixNs, m.info.created_unix_ns);
+    if (s.ok()) s = hdf5::WriteStringAttribute(r, kAttrWriter, m.info.writer);
+    for (const auto& [k, v] : m.metadata) {
+      if (!s.ok()) break;
+      s = Annotate(hdf5::WriteStringAttribute(r, UserMetadataAttrName(k), v),
+                   absl::StrCat("metadata key '", k, "'"));
+    }
+    return Annotate(s, file_name_);
+  }
+
+  // Creates the dataset of `e` (and the groups above it).
+  absl::Status CreateDataset(const Hdf5ExportedEntry& e) {
+    auto lock = Hdf5Lock();
+    auto fail = [&](absl::StatusCode code) {
+      return Hdf5Error(code, absl::StrCat(file_name_, ": dataset '", e.path, "' (entry '",
+                                          e.name, "')"));
+    };
+    // Groups, outermost first.
+    for (size_t pos = e.path.find('/', 1); pos != std::string::npos;
+         pos = e.path.find('/', pos + 1)) {
+      std::string group = e.path.substr(0, pos);
+      if (!groups_.insert(group).second) continue;
+      Handle gcpl(H5Pcreate(H5P_GROUP_CREATE));
+      if (!gcpl.valid() || H5Pset_obj_track_times(gcpl.get(), false) < 0) {
+        return fail(absl::StatusCode::kInternal);
+      }
+      Handle g(H5Gcreate2(file_.get(), group.c_str(), lcpl_.get(), gcpl.get(), H5P_DEFAULT));
+      if (!g.valid()) return fail(absl::StatusCode::kInternal);
+    }
+    CKPT_ASSIGN_OR_RETURN(Handle type, hdf5::FileTypeFor(e.dtype));
+    Handle space;
+    if (e.kind == format::EntryKind::kTensor && e.shape.empty()) {
+      space.Reset(H5Screate(H5S_SCALAR));
+    } else {
+      std::vector<hsize_t> dims(e.shape.begin(), e.shape.end());
+      space.Reset(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+    }
+    Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
+    if (!space.valid() || !dcpl.valid() || H5Pset_obj_track_times(dcpl.get(), false) < 0 ||
+        H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER) < 0) {
+      return fail(absl::StatusCode::kInternal);
+    }
+    if (!e.chunk.empty()) {
+      std::vector<hsize_t> chunk(e.chunk.begin(), e.chunk.end());
+      if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) < 0 ||
+          (options_.shuffle && DTypeSize(e.dtype) > 1 && H5Pset_shuffle(dcpl.get()) < 0) ||
+          H5Pset_deflate(dcpl.get(), static_cast<unsigned>(options_.level)) < 0) {
+        return fail(absl::StatusCode::kInternal);
+      }
+    }
+    Handle ds(H5Dcreate2(file_.get(), e.path.c_str(), type.get(), space.get(), lcpl_.get(),
+                         dcpl.get(), H5P_DEFAULT));
+    if (!ds.valid()) return fail(absl::StatusCode::kInternal);
+    absl::Status s;
+    if (e.kind == format::EntryKind::kObject) {
+      s = hdf5::WriteStringAttribute(ds.get(), hdf5::kKindAttr, hdf5::kKindObject);
+    } else if (hdf5::StoredRaw(e.dtype)) {
+      s = hdf5::WriteStringAttribute(ds.get(), hdf5::kDTypeAttr, DTypeName(e.dtype));
+    }
+    return Annotate(s, absl::StrCat(file_name_, ": dataset '", e.path, "'"));
+  }
+
+  // Writes `data` (the ckpt bytes of `box`) into the dataset of `e`.
+  absl::Status WriteBox(const Hdf5ExportedEntry& e, const Box& box, const void* data) {
+    auto lock = Hdf5Lock();
+    auto fail = [&]() {
+      return Hdf5Error(absl::StatusCode::kInternal,
+                       absl::StrCat(file_name_, ": writing dataset '", e.path, "' at ",
+                                    RegionToString(box)));
+    };
+    Handle ds(H5Dopen2(file_.get(), e.path.c_str(), H5P_DEFAULT));
+    if (!ds.valid()) return fail();
+    CKPT_ASSIGN_OR_RETURN(Handle type, hdf5::FileTypeFor(e.dtype));
+    if (box.size.empty()) {
+      if (H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) return fail();
+      return absl::OkStatus();
+    }
+    std::vector<hsize_t> start(box.offset.begin(), box.offset.end());
+    std::vector<hsize_t> count(box.size.begin(), box.size.end());
+    Handle fspace(H5Dget_space(ds.get()));
+    Handle mspace(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
+    if (!fspace.valid() || !mspace.valid() ||
+        H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
+                            nullptr) < 0 ||
+        H5Dwrite(ds.get(), type.get(), mspace.get(), fspace.get(), H5P_DEFAULT, data) < 0) {
+      return fail();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Close() {
+    auto lock = Hdf5Lock();
+    lcpl_.Reset();
+    if (!file_.valid()) return absl::OkStatus();
+    hid_t f = file_.Release();
+    if (H5Fclose(f) < 0) return Hdf5Error(absl::StatusCode::kInternal, file_name_);
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string file_name_;
+  const Hdf5ExportOptions& options_;
+  Handle file_;
+  Handle lcpl_;
+  absl::flat_hash_set<std::string> groups_;
+};
+
+absl::Status ValidateOptions(const Hdf5ExportOptions& o) {
+  if (o.level < 0 || o.level > 9) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("deflate level ", o.level, " is outside 0..9"));
+  }
+  if (o.chunk_bytes == 0 || o.slab_bytes < o.chunk_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("slab size ", o.slab_bytes,
+                                                   " must be at least the chunk size ",
+                                                   o.chunk_bytes, " (> 0)"));
+  }
+  if (o.io_threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("io_threads ", o.io_threads, " must be >= 1"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOutput(const std::string& output, bool overwrite) {
+  std::error_code ec;
+  auto st = std::filesystem::symlink_status(output, ec);
+  if (!ec && std::filesystem::exists(st)) {
+    if (std::filesystem::is_directory(st)) {
+      return absl::FailedPreconditionError(absl::StrCat(output, ": is a directory"));
+    }
+    if (!overwrite) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(output, ": already exists (use --force to replace it)"));
+    }
+  }
+  std::filesystem::path parent = std::filesystem::path(output).parent_path();
+  if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat(output, ": directory ", parent.string(), " does not exist"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Dims ChunkShape(const Shape& shape, int elem_size, uint64_t target_bytes) {
+  if (shape.empty()) return {};
+  for (uint64_t d : shape) {
+    if (d == 0) return {};
+  }
+  Dims chunk(shape.size(), 1);
+  uint64_t budget = std::max<uint64_t>(1, target_bytes / elem_size);
+  for (size_t i = shape.size(); i > 0; --i) {
+    const size_t d = i - 1;
+    if (shape[d] <= budget) {
+      chunk[d] = shape[d];
+      budget /= shape[d];
+    } else {
+      chunk[d] = budget;
+      budget = 1;
+    }
+  }
+  return chunk;
+}
+
+Dims SlabShape(const Shape& shape, const Dims& chunk, int elem_size, uint64_t max_bytes) {
+  Dims slab(shape.size(), 1);
+  uint64_t chunk_elements = 1;
+  for (uint64_t c : chunk) chunk_elements *= c;
+  const uint64_t budget = std::max<uint64_t>(chunk_elements, max_bytes / elem_size);
+  uint64_t inner = 1;
+  for (size_t i = shape.size(); i > 0; --i) {
+    const size_t d = i - 1;
+    if (shape[d] <= budget / inner) {
+      slab[d] = shape[d];
+      inner *= shape[d];
+      continue;
+    }
+    const uint64_t c = chunk.empty() ? 1 : chunk[d];
+    const uint64_t fit = budget / inner;
+    slab[d] = std::min(shape[d], std::max<uint64_t>(1, fit / c) * c);
+    break;
+  }
+  return slab;
+}
+
+absl::StatusOr<Hdf5ExportResult> ExportHdf5(const std::string& source, const std::string& output,
+                                            const Hdf5ExportOptions& options) {
+  CKPT_RETURN_IF_ERROR(ValidateOptions(options));
+  ReaderOptions ro;
+  ro.io_threads = options.io_threads;
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader, Reader::Open(source, ro));
+  const format::Manifest& m = reader->manifest();
+
+  Hdf5ExportResult result;
+  result.checkpoint_dir = reader->path();
+  result.output = output;
+  result.info = m.info;
+  result.minor_version = m.minor_version;
+  result.metadata_count = m.metadata.size();
+  std::vector<std::string> names;
+  for (const format::EntryRecord& e : m.entries) {
+    if (e.flags & format::kEntryFlagPartial) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          result.checkpoint_dir, ": entry '", e.name,
+          "' is partial (its chunks need not cover the tensor); an HDF5 dataset needs every "
+          "element"));
+    }
+    names.push_back(e.name);
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> paths, hdf5::DatasetPaths(names));
+  const bool compress = options.compression == Hdf5Compression::kDeflate;
+  for (size_t i = 0; i < m.entries.size(); ++i) {
+    const format::EntryRecord& e = m.entries[i];
+    Hdf5ExportedEntry x;
+    x.name = e.name;
+    x.kind = e.kind;
+    x.dtype = e.kind == format::EntryKind::kObject ? DType::kUInt8 : e.dtype;
+    x.shape = e.shape;
+    x.path = paths[i];
+    if (compress) x.chunk = ChunkShape(x.shape, DTypeSize(x.dtype), options.chunk_bytes);
+    x.bytes = DTypeSize(x.dtype);
+    for (uint64_t d : x.shape) x.bytes *= d;
+    result.logical_bytes += x.bytes;
+    result.entries.push_back(std::move(x));
+  }
+
+  CKPT_RETURN_IF_ERROR(CheckOutput(output, options.overwrite));
+  std::string tmp = output + ".tmp-XXXXXX";
+  int fd = mkstemp(tmp.data());
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat(output, ": creating a temporary file: ",
+                                            std::strerror(errno)));
+  }
+  ::close(fd);
+  struct RemoveOnFailure {
+    const std::string& path;
+    bool armed = true;
+    ~RemoveOnFailure() {
+      if (armed) ::unlink(path.c_str());
+    }
+  } cleanup{tmp};
+
+  {
+    FileWriter w(tmp, options);
+    CKPT_RETURN_IF_ERROR(w.Create());
+    CKPT_RETURN_IF_ERROR(w.WriteRootAttributes(m));
+    std::vector<SlabJob> jobs;
+    for (size_t i = 0; i < result.entries.size(); ++i) {
+      const Hdf5ExportedEntry& e = result.entries[i];
+      CKPT_RETURN_IF_ERROR(w.CreateDataset(e));
+      if (e.kind == format::EntryKind::kObject) {
+        CKPT_ASSIGN_OR_RETURN(std::string bytes, reader->ReadObject(e.name));
+        if (!bytes.empty()) {
+          CKPT_RETURN_IF_ERROR(w.WriteBox(e, FullBox(e.shape), bytes.data()));
+        }
+        if (options.progress) options.progress(bytes.size(), result.logical_bytes);
+        continue;
+      }
+      if (e.bytes == 0 && !e.shape.empty()) continue;  // no elements
+      const int es = DTypeSize(e.dtype);
+      Dims slab = SlabShape(e.shape, e.chunk, es, options.slab_bytes);
+      std::vector<SlabJob> more = SlabsOf(i, e.shape, slab, es);
+      jobs.insert(jobs.end(), std::make_move_iterator(more.begin()),
+                  std::make_move_iterator(more.end()));
+    }
+
+    // Batches of consecutive slabs of at most slab_bytes (a larger slab is
+    // alone in its batch): one Reader::Load each, the next one loading
+    // while this one is written.
+    std::vector<std::pair<size_t, size_t>> batches;  // [begin, end) of jobs
+    uint64_t max_batch = 0;
+    for (size_t b = 0; b < jobs.size();) {
+      size_t end = b;
+      uint64_t bytes = 0;
+      while (end < jobs.size() && (end == b || bytes + jobs[end].bytes <= options.slab_bytes)) {
+        bytes += jobs[end++].bytes;
+      }
+      batches.emplace_back(b, end);
+      max_batch = std::max(max_batch, bytes);
+      b = end;
+    }
+    std::unique_ptr<char[]> buffers[2];
+    if (!batches.empty()) {
+      buffers[0].reset(new char[max_batch]);
+      if (batches.size() > 1) buffers[1].reset(new char[max_batch]);
+    }
+    auto load = [&](size_t bi) -> absl::Status {
+      std::vector<LoadRequest> reqs;
+      char* p = buffers[bi % 2].get();
+      for (size_t j = batches[bi].first; j < batches[bi].second; ++j) {
+        const Hdf5ExportedEntry& e = result.entries[jobs[j].entry];
+        LoadRequest r;
+        r.name = e.name;
+        r.dtype = e.dtype;
+        r.shape = e.shape;
+        r.region = jobs[j].box;
+        r.data = p;
+        p += jobs[j].bytes;
+        reqs.push_back(std::move(r));
+      }
+      LoadOptions lo;
+      lo.allow_unrequested = true;
+      lo.io_threads = options.io_threads;
+      return reader->Load(reqs, lo).status();
+    };
+    std::future<absl::Status> next;
+    if (!batches.empty()) next = std::async(std::launch::async, load, 0);
+    for (size_t bi = 0; bi < batches.size(); ++bi) {
+      CKPT_RETURN_IF_ERROR(next.get());
+      if (bi + 1 < batches.size()) next = std::async(std::launch::async, load, bi + 1);
+      const char* p = buffers[bi % 2].get();
+      for (size_t j = batches[bi].first; j < batches[bi].second; ++j) {
+        absl::Status s = w.WriteBox(result.entries[jobs[j].entry], jobs[j].box, p);
+        if (!s.ok()) {
+          if (next.valid()) next.wait();
+          return s;
+        }
+        p += jobs[j].bytes;
+        if (options.progress) options.progress(jobs[j].bytes, result.logical_bytes);
+      }
+    }
+    CKPT_RETURN_IF_ERROR(w.Close());
+  }
+  CKPT_RETURN_IF_ERROR(SyncAndRename(tmp, output));
+  cleanup.armed = false;
+  std::error_code ec;
+  result.file_bytes = std::filesystem::file_size(output, ec);
+  return result;
+}
+
+}  // namespace ckpt::tools

@@ -1,0 +1,43 @@
+// ckpt-convert SRC OUT.h5 --to hdf5 | ckpt-convert IN.h5 DST --from hdf5
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "tools/common/tool_util.h"
+#include "tools/convert/convert.h"
+
+int main(int argc, char** argv) {
+  CLI::App app(
+      "Converts a checkpoint to one HDF5 file (--to hdf5: SRC is a checkpoint directory or a "
+      "root whose 'latest' is followed, DST the .h5 file) or an HDF5 file to a one-rank "
+      "checkpoint (--from hdf5: SRC is the .h5 file, DST a checkpoint root). Exit 0: converted; "
+      "2: usage or I/O error, unsupported input.",
+      "ckpt-convert");
+  ckpt::tools::ConvertOptions opts;
+  uint64_t step = 0;
+  app.add_option("SRC", opts.source, "Checkpoint (--to) or HDF5 file (--from)")->required();
+  app.add_option("DST", opts.destination, "HDF5 file (--to) or checkpoint root (--from)")
+      ->required();
+  app.add_option("--to", opts.to, "Export the checkpoint SRC to DST in this format (hdf5)");
+  app.add_option("--from", opts.from, "Import SRC, a file in this format (hdf5), into DST");
+  app.add_flag("--force", opts.force,
+               "Replace DST (--to) or the checkpoint of that step in DST (--from)");
+  app.add_flag("--json", opts.json, "Print one JSON document (see tools/README.md)");
+  app.add_flag("-v,--verbose", opts.verbose, "List every entry with its HDF5 path");
+  app.add_option("--threads", opts.io_threads, "Checkpoint I/O threads (default 4)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--compression", opts.compression,
+                 "--to: HDF5 compression, none or deflate (default deflate, with shuffle)");
+  app.add_option("--level", opts.level, "--to: deflate level 0..9 (default 4)")
+      ->check(CLI::Range(0, 9));
+  auto* step_opt = app.add_option("--step", step,
+                                  "--from: step of the new checkpoint (default: the file's "
+                                  "ckpt_step attribute, else 0)");
+  app.add_flag("--skip-unsupported", opts.skip_unsupported,
+               "--from: skip (and list) datasets and attributes that cannot be imported "
+               "instead of failing");
+  app.add_option("--codec", opts.codec, "--from: checkpoint codec, none or zstd (default none)");
+  return ckpt::tools::RunToolMain(app, argc, argv, [&] {
+    if (step_opt->count() > 0) opts.step = step;
+    return ckpt::tools::RunConvert(opts, std::cout);
+  });
+}
