@@ -1,6 +1,7 @@
 #include "libckpt/save_plan.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include <xxhash.h>
@@ -64,7 +65,53 @@ struct Ref {
   uint32_t rank;
   uint32_t index;
   const LocalItem* item;
+  uint64_t key = 0;  // hash of the region (SortByRegion)
 };
+
+uint64_t Mix(uint64_t h, uint64_t v) {
+  // splitmix64 finaliser over the running value.
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
+}
+
+uint64_t RegionKey(const Region& r) {
+  if (const Box* b = std::get_if<Box>(&r)) {
+    uint64_t h = Mix(1, b->offset.size());
+    for (uint64_t o : b->offset) h = Mix(h, o);
+    for (uint64_t s : b->size) h = Mix(h, s);
+    return h;
+  }
+  const FlatRange& f = std::get<FlatRange>(r);
+  return Mix(Mix(2, f.start), f.length);
+}
+
+bool SameRegion(const Region& a, const Region& b) {
+  return !RegionLess(a, b) && !RegionLess(b, a);
+}
+
+// Orders refs so that identical regions are adjacent (ties by rank).
+void SortByRegion(std::vector<Ref>* refs) {
+  for (Ref& r : *refs) r.key = RegionKey(r.item->region);
+  std::sort(refs->begin(), refs->end(), [](const Ref& a, const Ref& b) {
+    return a.key != b.key ? a.key < b.key : a.rank < b.rank;
+  });
+  for (size_t i = 1; i < refs->size(); ++i) {
+    const Ref& a = (*refs)[i - 1];
+    const Ref& b = (*refs)[i];
+    if (a.key == b.key && !SameRegion(a.item->region, b.item->region)) {
+      std::sort(refs->begin(), refs->end(), [](const Ref& x, const Ref& y) {
+        if (RegionLess(x.item->region, y.item->region)) return true;
+        if (RegionLess(y.item->region, x.item->region)) return false;
+        return x.rank < y.rank;
+      });
+      return;
+    }
+  }
+}
 
 }  // namespace
 
@@ -119,33 +166,52 @@ absl::StatusOr<LocalPlan> DecodeLocalPlan(absl::string_view bytes) {
   return plan;
 }
 
-format::Fingerprint FingerprintOf(const LocalPlan& plan) {
-  return FingerprintOf(plan.size(), [&](size_t i) -> const LocalItem& { return plan[i]; });
-}
-
-format::Fingerprint FingerprintOf(size_t n, absl::FunctionRef<const LocalItem&(size_t)> item) {
-  // Streaming: the encoding of each item is hashed as it is produced, in
-  // batches of a few KiB.
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_128bits_reset(st);
-  std::string buf;
-  PutVarint(&buf, n);
-  for (size_t i = 0; i < n; ++i) {
-    PutItem(&buf, item(i), false);
-    if (buf.size() >= 4096) {
-      XXH3_128bits_update(st, buf.data(), buf.size());
-      buf.clear();
-    }
-  }
-  XXH3_128bits_update(st, buf.data(), buf.size());
-  XXH128_hash_t h = XXH3_128bits_digest(st);
-  XXH3_freeState(st);
+namespace {
+format::Fingerprint ToFingerprint(XXH128_hash_t h) {
   format::Fingerprint fp;
   for (int i = 0; i < 8; ++i) {
     fp[i] = static_cast<uint8_t>(h.low64 >> (8 * i));
     fp[8 + i] = static_cast<uint8_t>(h.high64 >> (8 * i));
   }
   return fp;
+}
+}  // namespace
+
+format::Fingerprint ItemFingerprint(const LocalItem& item) {
+  std::string buf;
+  PutItem(&buf, item, false);
+  return ToFingerprint(XXH3_128bits(buf.data(), buf.size()));
+}
+
+format::Fingerprint CombineFingerprints(
+    size_t n, absl::FunctionRef<const format::Fingerprint&(size_t)> item) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_128bits_reset(st);
+  std::string count;
+  PutVarint(&count, n);
+  XXH3_128bits_update(st, count.data(), count.size());
+  // Batches of item fingerprints, so the hash runs over large spans.
+  char batch[16 * 256];
+  size_t used = 0;
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy(batch + used, item(i).data(), 16);
+    used += 16;
+    if (used == sizeof(batch)) {
+      XXH3_128bits_update(st, batch, used);
+      used = 0;
+    }
+  }
+  XXH3_128bits_update(st, batch, used);
+  format::Fingerprint fp = ToFingerprint(XXH3_128bits_digest(st));
+  XXH3_freeState(st);
+  return fp;
+}
+
+format::Fingerprint FingerprintOf(const LocalPlan& plan) {
+  std::vector<format::Fingerprint> fps;
+  fps.reserve(plan.size());
+  for (const LocalItem& it : plan) fps.push_back(ItemFingerprint(it));
+  return CombineFingerprints(fps.size(), [&](size_t i) -> const format::Fingerprint& { return fps[i]; });
 }
 
 absl::StatusOr<GlobalPlan> PlanSave(const std::vector<LocalPlan>& ranks) {
@@ -222,16 +288,18 @@ absl::StatusOr<GlobalPlan> PlanSave(const std::vector<LocalPlan>& ranks) {
       }
       refs.swap(nonempty);
     }
-    std::sort(refs.begin(), refs.end(), [](const Ref& a, const Ref& b) {
-      if (RegionLess(a.item->region, b.item->region)) return true;
-      if (RegionLess(b.item->region, a.item->region)) return false;
-      return a.rank < b.rank;
-    });
+    // Group identical regions: sort by a 64-bit hash of the region (cheap
+    // integer compares), then check each group really is identical; on a
+    // hash collision fall back to ordering by the regions themselves.
+    SortByRegion(&refs);
     regions.clear();
     std::vector<std::pair<size_t, size_t>> groups;  // [begin, end) in refs
     for (size_t i = 0; i < refs.size();) {
       size_t j = i + 1;
-      while (j < refs.size() && !RegionLess(refs[i].item->region, refs[j].item->region)) ++j;
+      while (j < refs.size() && refs[j].key == refs[i].key &&
+             SameRegion(refs[i].item->region, refs[j].item->region)) {
+        ++j;
+      }
       int non_replicas = 0;
       for (size_t k = i; k < j; ++k) non_replicas += !refs[k].item->replica;
       if (non_replicas > 1) {

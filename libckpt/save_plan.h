@@ -36,9 +36,12 @@ absl::StatusOr<LocalPlan> DecodeLocalPlan(absl::string_view bytes);
 // Structure fingerprint of a local plan: names, kinds, dtypes, shapes,
 // regions, replica and partial flags; not values. Object sizes are
 // excluded (they change from save to save without changing the plan).
+// Computed as CombineFingerprints over the ItemFingerprint of each item, in
+// order, so a writer can fingerprint each item once when it is registered.
 format::Fingerprint FingerprintOf(const LocalPlan& plan);
-// The same over n items given by item(i), without copying them.
-format::Fingerprint FingerprintOf(size_t n, absl::FunctionRef<const LocalItem&(size_t)> item);
+format::Fingerprint ItemFingerprint(const LocalItem& item);
+format::Fingerprint CombineFingerprints(
+    size_t n, absl::FunctionRef<const format::Fingerprint&(size_t)> item);
 
 struct GlobalPlan {
   // writes[r] = indices into rank r's LocalPlan of the items rank r writes.

@@ -90,6 +90,7 @@ class WriterImpl final : public Writer {
     r.data = data;
     r.memory = options.memory;
     r.device = options.device;
+    r.fp = internal::ItemFingerprint(r.item);
     index_[name] = items_.size();
     items_.push_back(std::move(r));
     return absl::OkStatus();
@@ -125,13 +126,15 @@ class WriterImpl final : public Writer {
       r.item.kind = format::EntryKind::kObject;
       r.item.dtype = DType::kUInt8;
       r.bytes = std::move(bytes);
+      r.fp = internal::ItemFingerprint(r.item);  // kind, dtype, name: not the size
       index_[name] = items_.size();
       items_.push_back(std::move(r));
     }
     Registered& r = items_[index_[name]];
     r.item.shape = {r.bytes.size()};
     r.item.region = FlatRange{0, r.bytes.size()};
-    r.data = r.bytes.data();
+    // No pointer into r.bytes is kept: a short string lives inside the
+    // Registered record, which moves when items_ grows (Save takes it).
     return absl::OkStatus();
   }
 
@@ -162,6 +165,7 @@ class WriterImpl final : public Writer {
     int device = 0;
     std::string bytes;  // objects only
     TensorSource source;  // AddTensorSource only
+    format::Fingerprint fp{};  // internal::ItemFingerprint(item); sizes of objects excluded
   };
 
   // Rank 0 runs `fn`; its status (and payload) reach every rank.
@@ -186,8 +190,8 @@ class WriterImpl final : public Writer {
   };
 
   format::Fingerprint LocalFingerprint() const {
-    return internal::FingerprintOf(items_.size(),
-                                   [&](size_t i) -> const LocalItem& { return items_[i].item; });
+    return internal::CombineFingerprints(
+        items_.size(), [&](size_t i) -> const format::Fingerprint& { return items_[i].fp; });
   }
   // Agrees across ranks whether the cached plan (or, with no cache, the one
   // recorded in the root's latest checkpoint) fits every rank's structure.
@@ -355,7 +359,8 @@ absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t st
   std::vector<internal::WriteItem> writes;
   for (uint32_t i : cache_.writes) {
     const Registered& r = items_[i];
-    writes.push_back(internal::WriteItem{&r.item, r.data, r.memory, r.device,
+    const void* data = r.item.kind == format::EntryKind::kObject ? r.bytes.data() : r.data;
+    writes.push_back(internal::WriteItem{&r.item, data, r.memory, r.device,
                                          r.source ? &r.source : nullptr});
   }
   format::ShardHeader header;

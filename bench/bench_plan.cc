@@ -1,0 +1,263 @@
+// ckpt-bench-plan: cost of save planning, on a plan-cache miss and hit.
+//
+//   ckpt-bench-plan --ranks 8 --tensors 100000
+//     R in-process ranks each register T tensors (tiny data: planning is
+//     what is timed) and save three times into a fresh root under --dir.
+//     The first save plans (miss); the next two reuse the plan (hit). Each
+//     figure is the slowest rank's SaveResult::plan_seconds, median over
+//     --repeats jobs. A job restarts with fresh writers and
+//     reuse_recorded_plan off, so its first save is a true miss.
+//
+//   ckpt-bench-plan --synthetic-ranks 4096 --tensors 1000
+//     Times the coordinator's planning of a synthetic 4096-rank job in one
+//     process (one core): decoding every rank's local plan, checking the
+//     union, de-duplicating replicas, balancing, and encoding the result.
+//     The job is tensor parallel x data parallel (TP 8; the rest replicas)
+//     with per-rank RNG objects.
+//
+// The last line printed is one JSON object.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "ckpt/in_process.h"
+#include "ckpt/writer.h"
+#include "format/plan_record.h"
+#include "libckpt/save_plan.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// CPU time of this thread: unlike wall time, not inflated by other jobs on
+// a shared machine.
+double ThreadCpuMs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Tensor i of a rank's model: a quarter each row-split (TP), column-split
+// (TP), uneven-flat (FSDP) and replicated (DP); 16x8 float32 each.
+struct Piece {
+  ckpt::Shape shape;
+  ckpt::Region region;
+  bool replica;
+};
+Piece PieceOf(uint64_t i, int rank, int world) {
+  const ckpt::Shape shape = {16, 8};
+  switch (i % 4) {
+    case 0: {  // rows
+      uint64_t b = 16 * rank / world, e = 16 * (rank + 1) / world;
+      return {shape, ckpt::Box{{b, 0}, {e - b, 8}}, false};
+    }
+    case 1: {  // columns
+      uint64_t b = 8 * rank / world, e = 8 * (rank + 1) / world;
+      return {shape, ckpt::Box{{0, b}, {16, e - b}}, false};
+    }
+    case 2: {  // uneven flat
+      auto cut = [&](int r) { return uint64_t{128} * r * r / (uint64_t(world) * world); };
+      return {shape, ckpt::FlatRange{cut(rank), cut(rank + 1) - cut(rank)}, false};
+    }
+    default:
+      return {shape, ckpt::FullBox(shape), true};
+  }
+}
+
+int RunInProcess(int ranks, uint64_t tensors, int repeats, const std::string& dir_arg) {
+  std::string base = dir_arg;
+  if (base.empty()) base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp";
+  std::vector<double> miss, hit;
+  const std::vector<char> data(16 * 8 * 4, 1);
+  for (int rep = 0; rep < repeats; ++rep) {
+    std::string root = absl::StrFormat("%s/ckpt-bench-plan-%d-%d", base, getpid(), rep);
+    std::filesystem::remove_all(root);
+    ckpt::InProcessWorld world(ranks);
+    std::vector<std::vector<double>> plan_ms(3, std::vector<double>(ranks));
+    std::vector<std::vector<bool>> hits(3, std::vector<bool>(ranks));
+    absl::Status st = ckpt::RunRanks(world, [&](ckpt::Communicator& comm) -> absl::Status {
+      ckpt::Writer::Options wo;
+      wo.comm = &comm;
+      auto writer = ckpt::Writer::Create(wo);
+      if (!writer.ok()) return writer.status();
+      for (uint64_t i = 0; i < tensors; ++i) {
+        Piece p = PieceOf(i, comm.rank(), ranks);
+        ckpt::TensorOptions o;
+        o.replica = p.replica;
+        absl::Status s = (*writer)->AddTensor(absl::StrFormat("layers.%d.t%d", i / 16, i % 16),
+                                              ckpt::DType::kFloat32, p.shape, p.region,
+                                              data.data(), o);
+        if (!s.ok()) return s;
+      }
+      absl::Status s = (*writer)->SetObject(absl::StrFormat("rng.rank%d", comm.rank()), "state");
+      if (!s.ok()) return s;
+      ckpt::SaveOptions so;
+      so.reuse_recorded_plan = false;
+      so.io_threads = 1;
+      so.alignment = 1;
+      for (int k = 0; k < 3; ++k) {
+        auto r = (*writer)->Save(root, k + 1, so);
+        if (!r.ok()) return r.status();
+        plan_ms[k][comm.rank()] = r->plan_seconds * 1e3;
+        hits[k][comm.rank()] = r->plan_cache_hit;
+      }
+      return absl::OkStatus();
+    });
+    std::filesystem::remove_all(root);
+    if (!st.ok()) {
+      std::cerr << "ckpt-bench-plan: " << st << "\n";
+      return 2;
+    }
+    for (int k = 0; k < 3; ++k) {
+      bool all_hit = std::all_of(hits[k].begin(), hits[k].end(), [](bool b) { return b; });
+      if (all_hit != (k > 0)) {
+        std::cerr << "ckpt-bench-plan: unexpected cache outcome at save " << k + 1 << "\n";
+        return 2;
+      }
+      double slowest = *std::max_element(plan_ms[k].begin(), plan_ms[k].end());
+      (k == 0 ? miss : hit).push_back(slowest);
+    }
+    std::printf("repeat %d: miss %.1f ms, hits %.2f / %.2f ms\n", rep, miss.back(),
+                hit[hit.size() - 2], hit.back());
+  }
+  double m = Median(miss), h = Median(hit);
+  std::printf("ranks %d, tensors per rank %llu: miss %.1f ms, hit %.2f ms (%.2f%% of a miss)\n",
+              ranks, static_cast<unsigned long long>(tensors), m, h, 100 * h / m);
+  std::printf(
+      "{\"ranks\": %d, \"tensors\": %llu, \"repeats\": %d, \"miss_ms\": %.3f, \"hit_ms\": %.3f, "
+      "\"hit_over_miss\": %.5f}\n",
+      ranks, static_cast<unsigned long long>(tensors), repeats, m, h, h / m);
+  return 0;
+}
+
+int RunSynthetic(int ranks, uint64_t tensors, int repeats) {
+  using ckpt::internal::LocalItem;
+  using ckpt::internal::LocalPlan;
+  constexpr int kTp = 8;
+  if (ranks % kTp != 0) {
+    std::cerr << "ckpt-bench-plan: --synthetic-ranks must be a multiple of 8\n";
+    return 2;
+  }
+  // What each rank would send: its encoded local plan. Rank r is TP rank
+  // r % 8 of data-parallel group r / 8; every DP group holds the same
+  // pieces (replicas). Tensors alternate row and column splits.
+  std::vector<std::string> encoded(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    LocalPlan plan;
+    plan.reserve(tensors + 1);
+    const int tp = r % kTp;
+    for (uint64_t i = 0; i < tensors; ++i) {
+      LocalItem it;
+      it.name = absl::StrFormat("model.layers.%d.param%d", i / 10, i % 10);
+      it.dtype = ckpt::DType::kBFloat16;
+      it.shape = {4096, 1024};
+      if (i % 2 == 0) {
+        it.region = ckpt::Box{{uint64_t(tp) * 512, 0}, {512, 1024}};
+      } else {
+        it.region = ckpt::Box{{0, uint64_t(tp) * 128}, {4096, 128}};
+      }
+      it.replica = true;
+      plan.push_back(std::move(it));
+    }
+    LocalItem rng;
+    rng.name = absl::StrFormat("rng.rank%d", r);
+    rng.kind = ckpt::format::EntryKind::kObject;
+    rng.dtype = ckpt::DType::kUInt8;
+    rng.shape = {5056};
+    rng.region = ckpt::FlatRange{0, 5056};
+    plan.push_back(std::move(rng));
+    encoded[r] = ckpt::internal::EncodeLocalPlan(plan);
+  }
+  uint64_t encoded_bytes = 0;
+  for (const auto& e : encoded) encoded_bytes += e.size();
+  std::vector<double> times, cpu_times;
+  size_t record_bytes = 0;
+  for (int rep = 0; rep < repeats; ++rep) {
+    auto t = Clock::now();
+    double cpu0 = ThreadCpuMs();
+    std::vector<LocalPlan> all(ranks);
+    for (int r = 0; r < ranks; ++r) {
+      auto p = ckpt::internal::DecodeLocalPlan(encoded[r]);
+      if (!p.ok()) {
+        std::cerr << p.status() << "\n";
+        return 2;
+      }
+      all[r] = std::move(*p);
+    }
+    double decode_ms = MsSince(t);
+    auto gp = ckpt::internal::PlanSave(all);
+    double plan_only_ms = MsSince(t) - decode_ms;
+    if (!gp.ok()) {
+      std::cerr << "ckpt-bench-plan: " << gp.status() << "\n";
+      return 2;
+    }
+    ckpt::format::PlanRecord record;
+    record.ranks.resize(ranks);
+    uint64_t writes = 0, max_writes = 0;
+    for (int r = 0; r < ranks; ++r) {
+      writes += gp->writes[r].size();
+      max_writes = std::max<uint64_t>(max_writes, gp->writes[r].size());
+      record.ranks[r].writes = std::move(gp->writes[r]);
+    }
+    record_bytes = ckpt::format::EncodePlanRecord(record).size();
+    times.push_back(MsSince(t));
+    cpu_times.push_back(ThreadCpuMs() - cpu0);
+    // Every unique piece written once: 8 pieces per tensor plus the objects.
+    if (writes != tensors * kTp + ranks) {
+      std::cerr << "ckpt-bench-plan: plan assigns " << writes << " writes, expected "
+                << tensors * kTp + ranks << "\n";
+      return 2;
+    }
+    std::printf("repeat %d: %.0f ms, cpu %.0f ms (decode %.0f, check+assign %.0f; most writes on one rank: %llu)\n",
+                rep, times.back(), cpu_times.back(), decode_ms, plan_only_ms,
+                static_cast<unsigned long long>(max_writes));
+  }
+  double ms = Median(times), cpu_ms = Median(cpu_times);
+  std::printf(
+      "synthetic %d ranks x %llu tensors (%llu local items, %.1f MiB of local plans): "
+      "plan %.0f ms, PLAN record %.1f KiB\n",
+      ranks, static_cast<unsigned long long>(tensors),
+      static_cast<unsigned long long>(uint64_t(ranks) * (tensors + 1)), encoded_bytes / 1048576.0,
+      ms, record_bytes / 1024.0);
+  std::printf(
+      "{\"synthetic_ranks\": %d, \"tensors\": %llu, \"repeats\": %d, \"plan_ms\": %.3f, "
+      "\"plan_cpu_ms\": %.3f}\n",
+      ranks, static_cast<unsigned long long>(tensors), repeats, ms, cpu_ms);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ckpt-bench-plan: save planning cost on a plan-cache miss and hit"};
+  app.name("ckpt-bench-plan");
+  int ranks = 8, synthetic = 0, repeats = 3;
+  uint64_t tensors = 1000;
+  std::string dir;
+  app.add_option("--ranks", ranks, "in-process ranks")->check(CLI::Range(1, 1024));
+  app.add_option("--tensors", tensors, "tensors per rank")->check(CLI::Range(1, 10000000));
+  app.add_option("--synthetic-ranks", synthetic,
+                 "time the coordinator's planning of a synthetic job of this many ranks")
+      ->check(CLI::Range(8, 1 << 20));
+  app.add_option("--repeats", repeats, "jobs (or plannings) to take the median of")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--dir", dir, "where the in-process saves go (default /dev/shm)");
+  CLI11_PARSE(app, argc, argv);
+  return synthetic > 0 ? RunSynthetic(synthetic, tensors, repeats)
+                       : RunInProcess(ranks, tensors, repeats, dir);
+}
