@@ -90,7 +90,14 @@ uint64_t RegionKey(const Region& r) {
 }
 
 bool SameRegion(const Region& a, const Region& b) {
-  return !RegionLess(a, b) && !RegionLess(b, a);
+  if (a.index() != b.index()) return false;
+  if (const Box* x = std::get_if<Box>(&a)) {
+    const Box& y = std::get<Box>(b);
+    return x->offset == y.offset && x->size == y.size;
+  }
+  const FlatRange& x = std::get<FlatRange>(a);
+  const FlatRange& y = std::get<FlatRange>(b);
+  return x.start == y.start && x.length == y.length;
 }
 
 // Orders refs so that identical regions are adjacent (ties by rank).
