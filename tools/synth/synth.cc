@@ -1,0 +1,604 @@
+#include "tools/synth/synth.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "ckpt/in_process.h"
+#include "ckpt/reader.h"
+#include "ckpt/writer.h"
+#include "format/status_macros.h"
+
+namespace ckpt::synth {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+constexpr char kStepObject[] = "step";
+
+absl::Status ValidateConfig(const ModelConfig& c) {
+  if (c.layers < 1 || c.hidden < 1 || c.ffn < 1 || c.vocab < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad model config: layers ", c.layers, ", hidden ", c.hidden, ", ffn ",
+        c.ffn, ", vocab ", c.vocab, " (each must be >= 1)"));
+  }
+  return absl::OkStatus();
+}
+
+// Runs fn on `world` in-process ranks. A rank that fails must not leave the
+// others blocked in a collective, so fn is split in two: `prepare` (local
+// work), after which the ranks agree on whether any failed, and `collective`.
+// Returns the first real error in rank order, not the "another rank failed"
+// of the ranks that merely stopped.
+absl::Status RunAgreeing(
+    int world_size, const std::function<absl::Status(Communicator&)>& prepare,
+    const std::function<absl::Status(Communicator&)>& collective) {
+  InProcessWorld world(world_size);
+  std::vector<absl::Status> status(world_size);
+  absl::Status run = RunRanks(world, [&](Communicator& comm) {
+    const int r = comm.rank();
+    absl::Status s = prepare(comm);
+    std::vector<int64_t> failed = {s.ok() ? 0 : 1};
+    absl::Status agree = comm.AllReduceMax(&failed);
+    if (!agree.ok()) return status[r] = agree;
+    if (!s.ok()) return status[r] = s;
+    if (failed[0] != 0)
+      return status[r] = absl::CancelledError("another rank failed");
+    return status[r] = collective(comm);
+  });
+  for (const absl::Status& s : status) {
+    if (!s.ok() && !absl::IsCancelled(s)) return s;
+  }
+  return run;
+}
+
+std::string Coords(const Shape& shape, uint64_t index) {
+  std::vector<uint64_t> c(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    c[d] = index % shape[d];
+    index /= shape[d];
+  }
+  return absl::StrCat("[", absl::StrJoin(c, ", "), "]");
+}
+
+std::string ByteHex(absl::string_view s, uint64_t i) {
+  if (i >= s.size()) return "(end)";
+  return absl::StrFormat("0x%02x", static_cast<unsigned char>(s[i]));
+}
+
+// What the model says an entry is.
+struct Expected {
+  const SynthTensor* tensor = nullptr;  // null for an object
+  std::string object;                   // an object's bytes
+};
+
+// One destination of one rank.
+struct Work {
+  const std::string* name;
+  const SynthTensor* tensor;  // null for an object
+  const std::string* object;  // expected bytes
+  Region region;
+  uint64_t bytes;
+};
+
+// What one loading rank found.
+struct RankOutcome {
+  absl::Mutex mu;
+  std::map<std::string, Mismatch> mismatches ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<std::string, bool> done
+      ABSL_GUARDED_BY(mu);  // fully compared
+  uint64_t elements = 0 ABSL_GUARDED_BY(mu);
+  uint64_t bytes_loaded = 0;
+};
+
+void Record(RankOutcome& out, Mismatch m)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(out.mu) {
+  auto it = out.mismatches.find(m.entry);
+  if (it == out.mismatches.end() || m.index < it->second.index) {
+    out.mismatches[m.entry] = std::move(m);
+  }
+}
+
+// Compares a loaded destination with the generator.
+void Check(uint64_t seed, const Work& w, const char* data,
+           const std::string* loaded, RankOutcome& out) {
+  Mismatch m;
+  m.kind = Mismatch::Kind::kValue;
+  m.entry = *w.name;
+  bool differs = false;
+  uint64_t count = 0;
+  if (w.tensor != nullptr) {
+    const SynthTensor& t = *w.tensor;
+    Difference d = FirstDifference(seed, t, w.region, data);
+    count = RegionElements(w.region);
+    if (d.found) {
+      differs = true;
+      const int es = DTypeSize(t.dtype);
+      std::string expected(es, '\0');
+      ElementValue(seed, t.name, t.dtype, t.kind, d.global_index,
+                   expected.data());
+      m.index = d.global_index;
+      m.coords = Coords(t.shape, d.global_index);
+      m.expected = ElementText(t.dtype, expected.data());
+      m.actual = ElementText(t.dtype, data + d.local_index * es);
+      m.message = absl::StrCat("entry '", t.name, "': element ", m.coords,
+                               " (index ", m.index, ") differs: expected ",
+                               m.expected, ", actual ", m.actual);
+    }
+  } else {
+    const std::string& want = *w.object;
+    const std::string& got = *loaded;
+    count = got.size();
+    if (want != got) {
+      differs = true;
+      uint64_t i = 0;
+      while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
+      m.index = i;
+      if (*w.name == kStepObject) {
+        m.expected = absl::StrCat("\"", want, "\"");
+        m.actual = absl::StrCat("\"", absl::CHexEscape(got), "\"");
+        m.message = absl::StrCat("object '", *w.name, "' differs: expected ",
+                                 m.expected,
+                                 " (the checkpoint's step), actual ", m.actual);
+      } else {
+        m.expected = ByteHex(want, i);
+        m.actual = ByteHex(got, i);
+        m.message = absl::StrCat(
+            "object '", *w.name, "': byte ", i, " differs: expected ",
+            m.expected, ", actual ", m.actual,
+            want.size() != got.size()
+                ? absl::StrCat(" (", want.size(), " bytes expected, ",
+                               got.size(), " stored)")
+                : "");
+      }
+    }
+  }
+  absl::MutexLock l(&out.mu);
+  out.elements += count;
+  out.done[*w.name] = true;
+  if (differs) Record(out, std::move(m));
+}
+
+// Loads `batch` (one rank's destinations) and checks each as it completes.
+// A DataLoss is a finding: the batch is retried one entry at a time so that
+// each failing entry is named.
+absl::Status LoadAndCheck(Reader& reader, uint64_t seed,
+                          const std::vector<const Work*>& batch,
+                          const VerifyOptions& o, RankOutcome& out) {
+  std::vector<std::unique_ptr<char[]>> buffers(batch.size());
+  std::vector<std::string> objects(batch.size());
+  std::vector<LoadRequest> reqs(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Work& w = *batch[i];
+    LoadRequest& r = reqs[i];
+    r.name = *w.name;
+    if (w.tensor == nullptr) {
+      r.object = &objects[i];
+      r.on_complete = [&, i] {
+        Check(seed, *batch[i], nullptr, &objects[i], out);
+        if (o.progress) o.progress(batch[i]->bytes);
+      };
+    } else {
+      buffers[i].reset(new char[w.bytes]);
+      r.dtype = w.tensor->dtype;
+      r.shape = w.tensor->shape;
+      r.region = w.region;
+      r.data = buffers[i].get();
+      r.on_complete = [&, i] {
+        Check(seed, *batch[i], buffers[i].get(), nullptr, out);
+        if (o.progress) o.progress(batch[i]->bytes);
+      };
+    }
+  }
+  LoadOptions lo;
+  lo.allow_unrequested = true;
+  lo.io_threads = o.io_threads;
+  absl::StatusOr<LoadReport> report = reader.Load(reqs, lo);
+  if (report.ok()) {
+    out.bytes_loaded += report->bytes_loaded;
+    return absl::OkStatus();
+  }
+  if (!absl::IsDataLoss(report.status())) return report.status();
+  if (batch.size() == 1) {
+    Mismatch m;
+    m.kind = Mismatch::Kind::kLoad;
+    m.entry = *batch[0]->name;
+    m.message = std::string(report.status().message());
+    absl::MutexLock l(&out.mu);
+    out.done[m.entry] = false;
+    Record(out, std::move(m));
+    return absl::OkStatus();
+  }
+  for (const Work* w : batch) {
+    {
+      absl::MutexLock l(&out.mu);
+      if (out.done[*w->name]) continue;
+    }
+    CKPT_RETURN_IF_ERROR(LoadAndCheck(reader, seed, {w}, o, out));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> MetaInt(const std::map<std::string, std::string>& meta,
+                                 const std::string& dir, const char* key) {
+  auto it = meta.find(key);
+  uint64_t v = 0;
+  if (it == meta.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, ": metadata '", key, "' is missing (written by ckpt-synth?)"));
+  }
+  if (!absl::SimpleAtoi(it->second, &v)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, ": metadata '", key, "' = '", it->second, "' is not a number"));
+  }
+  return v;
+}
+
+}  // namespace
+
+absl::string_view MismatchKindName(Mismatch::Kind kind) {
+  switch (kind) {
+    case Mismatch::Kind::kMetadata:
+      return "metadata";
+    case Mismatch::Kind::kMissing:
+      return "missing";
+    case Mismatch::Kind::kUnexpected:
+      return "unexpected";
+    case Mismatch::Kind::kType:
+      return "type";
+    case Mismatch::Kind::kValue:
+      return "value";
+    case Mismatch::Kind::kLoad:
+      return "load";
+  }
+  return "?";
+}
+
+absl::StatusOr<SynthResult> WriteSynth(const SynthOptions& o) {
+  if (o.ranks < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ranks must be >= 1, got ", o.ranks));
+  }
+  if (!o.config && !(o.size_mb > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--size-mb must be > 0, got ", o.size_mb));
+  }
+  const ModelConfig config =
+      o.config ? *o.config : ConfigForSize(o.size_mb, o.dtype);
+  CKPT_RETURN_IF_ERROR(ValidateConfig(config));
+  const Model model = DescribeModel(config, o.dtype);
+  for (const SynthTensor& t : model.tensors) {
+    CKPT_RETURN_IF_ERROR(
+        Annotate(ValidateShape(t.shape, DTypeSize(t.dtype)), t.name));
+  }
+
+  SaveOptions so;
+  so.codec = o.codec;
+  so.zstd_level = o.zstd_level;
+  so.io_threads = o.io_threads;
+  so.overwrite = o.overwrite;
+  so.metadata = {
+      {kMetaVersion, absl::StrCat(kValueVersion)},
+      {kMetaLayout, std::string(LayoutName(o.layout))},
+      {kMetaSeed, absl::StrCat(o.seed)},
+      {kMetaDType, std::string(DTypeName(o.dtype))},
+      {kMetaRanks, absl::StrCat(o.ranks)},
+      {kMetaLayers, absl::StrCat(config.layers)},
+      {kMetaHidden, absl::StrCat(config.hidden)},
+      {kMetaFfn, absl::StrCat(config.ffn)},
+      {kMetaVocab, absl::StrCat(config.vocab)},
+      {kMetaSizeMb, o.config
+                        ? absl::StrFormat("%.3f", model.total_bytes / 1048576.0)
+                        : absl::StrFormat("%g", o.size_mb)},
+  };
+
+  std::vector<std::unique_ptr<Writer>> writers(o.ranks);
+  std::vector<std::vector<std::unique_ptr<char[]>>> buffers(o.ranks);
+  std::vector<SaveResult> saved(o.ranks);
+  std::vector<double> generate(o.ranks), save(o.ranks);
+  auto prepare = [&](Communicator& comm) -> absl::Status {
+    const int r = comm.rank();
+    const auto t0 = Clock::now();
+    Writer::Options wo;
+    wo.comm = &comm;
+    wo.storage = o.storage;
+    CKPT_ASSIGN_OR_RETURN(writers[r], Writer::Create(wo));
+    for (const SynthTensor& t : model.tensors) {
+      const SynthPiece p = PieceOf(model, t, o.layout, r, o.ranks);
+      const uint64_t bytes = RegionElements(p.region) * DTypeSize(t.dtype);
+      std::unique_ptr<char[]> buf(bytes ? new char[bytes] : nullptr);
+      if (bytes != 0) {
+        FillRegion(o.seed, t, p.region, buf.get());
+        if (o.progress) o.progress(bytes);
+      }
+      TensorOptions to;
+      to.replica = p.replica;
+      CKPT_RETURN_IF_ERROR(writers[r]->AddTensor(t.name, t.dtype, t.shape,
+                                                 p.region, buf.get(), to));
+      buffers[r].push_back(std::move(buf));
+    }
+    const std::string rng = RngObjectName(r);
+    CKPT_RETURN_IF_ERROR(
+        writers[r]->SetObject(rng, ObjectBytes(o.seed, rng, kRngStateSize)));
+    if (r == 0)
+      CKPT_RETURN_IF_ERROR(
+          writers[r]->SetObject(kStepObject, absl::StrCat(o.step)));
+    generate[r] = Since(t0);
+    return absl::OkStatus();
+  };
+  auto collective = [&](Communicator& comm) -> absl::Status {
+    const int r = comm.rank();
+    const auto t0 = Clock::now();
+    CKPT_ASSIGN_OR_RETURN(saved[r], writers[r]->Save(o.dir, o.step, so));
+    save[r] = Since(t0);
+    writers[r].reset();
+    buffers[r].clear();
+    return absl::OkStatus();
+  };
+  CKPT_RETURN_IF_ERROR(RunAgreeing(o.ranks, prepare, collective));
+
+  SynthResult res;
+  res.path = saved[0].path;
+  res.step = o.step;
+  res.ranks = o.ranks;
+  res.layout = o.layout;
+  res.seed = o.seed;
+  res.dtype = o.dtype;
+  res.config = config;
+  res.tensors = model.tensors.size();
+  res.objects = 1 + o.ranks;
+  for (const SynthTensor& t : model.tensors) res.elements += t.numel;
+  res.logical_bytes = saved[0].logical_bytes;
+  res.stored_bytes = saved[0].stored_bytes;
+  res.generate_seconds = *std::max_element(generate.begin(), generate.end());
+  res.save_seconds = *std::max_element(save.begin(), save.end());
+  return res;
+}
+
+absl::StatusOr<SynthResult> WriteTestCheckpoint(const std::string& dir,
+                                                int ranks, SynthLayout layout,
+                                                uint64_t seed, uint64_t step) {
+  SynthOptions o;
+  o.dir = dir;
+  o.ranks = ranks;
+  o.layout = layout;
+  o.seed = seed;
+  o.step = step;
+  o.config = ConfigFor(2, 16);
+  o.io_threads = 2;
+  return WriteSynth(o);
+}
+
+absl::StatusOr<VerifyResult> VerifySynth(const VerifyOptions& o) {
+  const auto t0 = Clock::now();
+  if (o.ranks < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ranks must be >= 1, got ", o.ranks));
+  }
+  ReaderOptions ro;
+  ro.storage = o.storage;
+  ro.io_threads = std::max(1, o.io_threads);
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
+                        Reader::Open(o.path, ro));
+  const format::Manifest& manifest = reader->manifest();
+  const std::string& dir = reader->path();
+  std::map<std::string, std::string> meta(manifest.metadata.begin(),
+                                          manifest.metadata.end());
+
+  // What the checkpoint says about itself.
+  if (meta.find(kMetaVersion) == meta.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, ": not written by ckpt-synth (no '", kMetaVersion,
+                     "' in its metadata)"));
+  }
+  CKPT_ASSIGN_OR_RETURN(uint64_t version, MetaInt(meta, dir, kMetaVersion));
+  if (version != static_cast<uint64_t>(kValueVersion)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, ": written by ckpt-synth value version ", version,
+                     ", this one implements ", kValueVersion));
+  }
+  VerifyResult res;
+  res.path = dir;
+  res.step = manifest.info.step;
+  res.entries = manifest.entries.size();
+  auto layout_it = meta.find(kMetaLayout);
+  if (layout_it == meta.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": metadata '", kMetaLayout, "' is missing"));
+  }
+  absl::StatusOr<SynthLayout> written_layout = ParseLayout(layout_it->second);
+  if (!written_layout.ok()) return Annotate(written_layout.status(), dir);
+  res.written_layout = *written_layout;
+  auto dtype_it = meta.find(kMetaDType);
+  if (dtype_it == meta.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": metadata '", kMetaDType, "' is missing"));
+  }
+  absl::StatusOr<DType> dtype = DTypeFromName(dtype_it->second);
+  if (!dtype.ok()) return Annotate(dtype.status(), dir);
+  res.dtype = *dtype;
+  CKPT_ASSIGN_OR_RETURN(uint64_t recorded_seed, MetaInt(meta, dir, kMetaSeed));
+  CKPT_ASSIGN_OR_RETURN(uint64_t written_ranks, MetaInt(meta, dir, kMetaRanks));
+  CKPT_ASSIGN_OR_RETURN(uint64_t layers, MetaInt(meta, dir, kMetaLayers));
+  CKPT_ASSIGN_OR_RETURN(res.config.hidden, MetaInt(meta, dir, kMetaHidden));
+  CKPT_ASSIGN_OR_RETURN(res.config.ffn, MetaInt(meta, dir, kMetaFfn));
+  CKPT_ASSIGN_OR_RETURN(res.config.vocab, MetaInt(meta, dir, kMetaVocab));
+  if (written_ranks < 1 || written_ranks > (1u << 20) || layers > (1u << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": metadata ranks ",
+                                                   written_ranks, " or layers ",
+                                                   layers, " out of range"));
+  }
+  res.config.layers = static_cast<int>(layers);
+  CKPT_RETURN_IF_ERROR(Annotate(ValidateConfig(res.config), dir));
+  res.written_ranks = static_cast<int>(written_ranks);
+  res.ranks = o.ranks > 0 ? o.ranks : res.written_ranks;
+  res.layout = o.layout.value_or(res.written_layout);
+  res.seed = o.seed.value_or(recorded_seed);
+
+  std::vector<Mismatch> mismatches;
+  if (o.seed && *o.seed != recorded_seed) {
+    Mismatch m;
+    m.kind = Mismatch::Kind::kMetadata;
+    m.entry = kMetaSeed;
+    m.expected = absl::StrCat(*o.seed);
+    m.actual = absl::StrCat(recorded_seed);
+    m.message =
+        absl::StrCat("metadata '", kMetaSeed, "': expected ", m.expected,
+                     " (--seed), the checkpoint records ", m.actual);
+    mismatches.push_back(std::move(m));
+  }
+
+  // The entries the model has, against those in the checkpoint.
+  const Model model = DescribeModel(res.config, res.dtype);
+  std::map<std::string, Expected> expected;
+  for (const SynthTensor& t : model.tensors) expected[t.name].tensor = &t;
+  expected[kStepObject].object = absl::StrCat(manifest.info.step);
+  for (int r = 0; r < res.written_ranks; ++r) {
+    expected[RngObjectName(r)].object =
+        ObjectBytes(res.seed, RngObjectName(r), kRngStateSize);
+  }
+  std::vector<std::string> checkable;
+  std::map<std::string, Mismatch> entry_mismatches;
+  auto type_mismatch = [&](const std::string& name, absl::string_view what,
+                           std::string want, std::string got) {
+    Mismatch m;
+    m.kind = Mismatch::Kind::kType;
+    m.entry = name;
+    m.expected = std::move(want);
+    m.actual = std::move(got);
+    m.message = absl::StrCat("entry '", name, "': ", what, " ", m.expected,
+                             " expected, the checkpoint has ", m.actual);
+    entry_mismatches[name] = std::move(m);
+  };
+  for (const format::EntryRecord& e : manifest.entries) {
+    auto it = expected.find(e.name);
+    if (it == expected.end()) {
+      Mismatch m;
+      m.kind = Mismatch::Kind::kUnexpected;
+      m.entry = e.name;
+      m.message =
+          absl::StrCat("entry '", e.name,
+                       "' is in the checkpoint but not in the synthetic model");
+      entry_mismatches[e.name] = std::move(m);
+      continue;
+    }
+    const bool is_object = it->second.tensor == nullptr;
+    const bool stored_object = e.kind == format::EntryKind::kObject;
+    if (is_object != stored_object) {
+      type_mismatch(e.name, "kind", is_object ? "object" : "tensor",
+                    stored_object ? "object" : "tensor");
+    } else if (!is_object && e.dtype != it->second.tensor->dtype) {
+      type_mismatch(e.name, "dtype",
+                    std::string(DTypeName(it->second.tensor->dtype)),
+                    std::string(DTypeName(e.dtype)));
+    } else if (!is_object && e.shape != it->second.tensor->shape) {
+      type_mismatch(e.name, "shape", ShapeToString(it->second.tensor->shape),
+                    ShapeToString(e.shape));
+    } else {
+      checkable.push_back(e.name);
+    }
+  }
+  for (const auto& [name, exp] : expected) {
+    if (reader->Find(name) == nullptr) {
+      Mismatch m;
+      m.kind = Mismatch::Kind::kMissing;
+      m.entry = name;
+      m.message =
+          absl::StrCat("entry '", name, "' is missing from the checkpoint");
+      entry_mismatches[name] = std::move(m);
+    }
+  }
+
+  // Each loading rank's destinations, in model order.
+  std::vector<std::vector<Work>> work(res.ranks);
+  {
+    int next_object_rank = 0;
+    for (const std::string& name : checkable) {
+      const Expected& exp = expected.at(name);
+      if (exp.tensor == nullptr) {
+        const int r = name == kStepObject ? 0 : next_object_rank++ % res.ranks;
+        work[r].push_back(
+            Work{&name, nullptr, &exp.object, FlatRange{}, exp.object.size()});
+        continue;
+      }
+      for (int r = 0; r < res.ranks; ++r) {
+        SynthPiece p = PieceOf(model, *exp.tensor, res.layout, r, res.ranks);
+        const uint64_t bytes =
+            RegionElements(p.region) * DTypeSize(exp.tensor->dtype);
+        if (bytes == 0) continue;
+        work[r].push_back(Work{&name, exp.tensor, nullptr, p.region, bytes});
+      }
+    }
+  }
+  if (o.progress_start) {
+    uint64_t total = 0;
+    for (const auto& ws : work)
+      for (const Work& w : ws) total += w.bytes;
+    o.progress_start(total);
+  }
+  std::vector<std::unique_ptr<RankOutcome>> outcomes(res.ranks);
+  for (auto& oc : outcomes) oc = std::make_unique<RankOutcome>();
+  CKPT_RETURN_IF_ERROR(RunAgreeing(
+      res.ranks,
+      [&](Communicator& comm) -> absl::Status {
+        // Each rank opens the checkpoint itself, as a separate process would.
+        const int r = comm.rank();
+        CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> mine,
+                              Reader::Open(dir, ro));
+        RankOutcome& out = *outcomes[r];
+        std::vector<const Work*> batch;
+        uint64_t batch_bytes = 0;
+        for (size_t i = 0; i < work[r].size(); ++i) {
+          batch.push_back(&work[r][i]);
+          batch_bytes += work[r][i].bytes;
+          if (batch_bytes >= o.batch_bytes || i + 1 == work[r].size()) {
+            CKPT_RETURN_IF_ERROR(LoadAndCheck(*mine, res.seed, batch, o, out));
+            batch.clear();
+            batch_bytes = 0;
+          }
+        }
+        return absl::OkStatus();
+      },
+      [](Communicator&) { return absl::OkStatus(); }));
+
+  // Merge: the lowest differing index of each entry; an entry is checked
+  // when every rank compared all of its piece.
+  std::map<std::string, bool> incomplete;
+  for (auto& oc : outcomes) {
+    absl::MutexLock l(&oc->mu);
+    res.elements_checked += oc->elements;
+    res.bytes_loaded += oc->bytes_loaded;
+    for (auto& [name, m] : oc->mismatches) {
+      auto it = entry_mismatches.find(name);
+      if (it == entry_mismatches.end() ||
+          (it->second.kind == Mismatch::Kind::kValue &&
+           m.kind == Mismatch::Kind::kValue && m.index < it->second.index) ||
+          m.kind == Mismatch::Kind::kLoad) {
+        entry_mismatches[name] = m;
+      }
+    }
+    for (const auto& [name, done] : oc->done) {
+      if (!done) incomplete[name] = true;
+    }
+  }
+  for (const std::string& name : checkable) {
+    if (!incomplete.count(name)) ++res.entries_checked;
+  }
+  for (auto& [name, m] : entry_mismatches) mismatches.push_back(std::move(m));
+  res.mismatches = std::move(mismatches);
+  res.seconds = Since(t0);
+  return res;
+}
+
+}  // namespace ckpt::synth
