@@ -151,4 +151,33 @@ absl::Status PruneOld(Storage* storage, const std::string& root, int keep) {
   return storage->SyncDir(root);
 }
 
+absl::StatusOr<std::unique_ptr<FileLock>> LockRootForSave(Storage* storage,
+                                                          const std::string& root,
+                                                          std::vector<std::string>* removed) {
+  const std::string path = JoinPath(root, kSaveLockName);
+  auto lock = storage->Lock(path, LockMode::kExclusive, /*wait=*/false);
+  if (absl::IsUnimplemented(lock.status())) return std::unique_ptr<FileLock>();
+  if (lock.ok()) {
+    // No other save is in progress: every temporary is a crashed save's.
+    CKPT_ASSIGN_OR_RETURN(std::vector<std::string> names, storage->List(root));
+    for (const std::string& n : names) {
+      if (n.rfind(format::kTempDirPrefix, 0) != 0) continue;
+      CKPT_RETURN_IF_ERROR(storage->RemoveAll(JoinPath(root, n)));
+      if (removed) removed->push_back(n);
+    }
+    CKPT_RETURN_IF_ERROR((*lock)->Downgrade());
+    return std::move(*lock);
+  }
+  if (!absl::IsUnavailable(lock.status())) return lock.status();
+  // Another save is in progress (its temporaries are live): share.
+  return storage->Lock(path, LockMode::kShared, /*wait=*/true);
+}
+
+absl::StatusOr<std::unique_ptr<FileLock>> LockRootForCommit(Storage* storage,
+                                                            const std::string& root) {
+  auto lock = storage->Lock(JoinPath(root, kCommitLockName), LockMode::kExclusive, true);
+  if (absl::IsUnimplemented(lock.status())) return std::unique_ptr<FileLock>();
+  return lock;
+}
+
 }  // namespace ckpt::internal

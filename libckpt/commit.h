@@ -7,7 +7,9 @@
 #define CKPT_LIBCKPT_COMMIT_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "ckpt/storage.h"
@@ -39,6 +41,27 @@ absl::Status UpdateLatest(Storage* storage, const std::string& root,
 // Removes all but the newest `keep` committed step directories, never the
 // one `latest` names.
 absl::Status PruneOld(Storage* storage, const std::string& root, int keep);
+
+// Writers of one root coordinate through two lock files in it (spec §4.1):
+//   .ckpt-save.lock    held shared by every save in progress, from before
+//                      its temporary directory is created until it returns;
+//                      a save that can take it exclusively knows no other
+//                      save is in progress and removes leftover temporaries
+//                      (.tmp-*) of crashed saves first.
+//   .ckpt-commit.lock  held exclusively around rename, `latest` and pruning,
+//                      so `latest` never moves back to an older step.
+inline constexpr char kSaveLockName[] = ".ckpt-save.lock";
+inline constexpr char kCommitLockName[] = ".ckpt-commit.lock";
+
+// Takes the save lock on `root` (cleaning leftovers when alone). Returns
+// null where the storage has no locks. `removed` (may be null) receives the
+// names of the temporaries removed.
+absl::StatusOr<std::unique_ptr<FileLock>> LockRootForSave(Storage* storage,
+                                                          const std::string& root,
+                                                          std::vector<std::string>* removed);
+// The commit lock; null where the storage has no locks.
+absl::StatusOr<std::unique_ptr<FileLock>> LockRootForCommit(Storage* storage,
+                                                            const std::string& root);
 
 // 16 random bytes.
 std::array<uint8_t, 16> RandomId();

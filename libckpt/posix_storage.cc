@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -390,6 +391,42 @@ absl::Status PosixStorage::RemoveFile(const std::string& path) {
 
 absl::Status PosixStorage::RemoveAll(const std::string& path) {
   return RemoveTree(path);
+}
+
+namespace {
+class PosixLock final : public FileLock {
+ public:
+  PosixLock(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~PosixLock() override { ::close(fd_); }  // releases the lock
+  absl::Status Downgrade() override {
+    if (::flock(fd_, LOCK_SH) != 0) return ErrnoToStatus(errno, absl::StrCat("flock ", path_));
+    return absl::OkStatus();
+  }
+
+ private:
+  int fd_;
+  std::string path_;
+};
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FileLock>> PosixStorage::Lock(const std::string& path,
+                                                             LockMode mode, bool wait) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
+  int op = (mode == LockMode::kExclusive ? LOCK_EX : LOCK_SH) | (wait ? 0 : LOCK_NB);
+  int rc;
+  do {
+    rc = ::flock(fd, op);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      return absl::UnavailableError(absl::StrCat("flock ", path, ": held by another writer"));
+    }
+    return ErrnoToStatus(err, absl::StrCat("flock ", path));
+  }
+  return std::unique_ptr<FileLock>(new PosixLock(fd, path));
 }
 
 }  // namespace ckpt::internal

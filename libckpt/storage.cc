@@ -30,6 +30,11 @@ absl::Status Storage::WriteFileAndSync(const std::string& path,
   return file->Close();
 }
 
+absl::StatusOr<std::unique_ptr<FileLock>> Storage::Lock(const std::string& path, LockMode,
+                                                         bool) {
+  return absl::UnimplementedError(absl::StrCat("lock ", path, ": this storage has no locks"));
+}
+
 Storage* DefaultStorage() {
   // Leaked on purpose: usable from static destructors and other threads at
   // exit.

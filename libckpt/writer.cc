@@ -332,11 +332,14 @@ absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t st
   result.plan_seconds = Seconds(t0);
   const format::Fingerprint fingerprint = cache_.global_fp;
 
-  // 2. The coordinator creates the temporary directory and the id.
+  // 2. The coordinator creates the temporary directory and the id, under
+  // the root's save lock (held until Save returns).
+  std::unique_ptr<FileLock> save_lock;
   const std::string dir_name = format::StepDirName(step);
   const std::string final_dir = JoinPath(root, dir_name);
   CKPT_ASSIGN_OR_RETURN(std::string prep, OnCoordinator([&]() -> absl::StatusOr<std::string> {
     CKPT_RETURN_IF_ERROR(internal::EnsureRoot(storage_, root));
+    CKPT_ASSIGN_OR_RETURN(save_lock, internal::LockRootForSave(storage_, root, nullptr));
     if (!options.overwrite && storage_->Stat(final_dir).ok()) {
       return absl::AlreadyExistsError(absl::StrCat(
           final_dir, ": a checkpoint of step ", step, " already exists (set overwrite to replace it)"));
@@ -420,6 +423,8 @@ absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t st
       CKPT_RETURN_IF_ERROR(storage_->WriteFileAndSync(JoinPath(tmp, format::kManifestFileName),
                                                       format::EncodeManifest(m)));
       CKPT_RETURN_IF_ERROR(storage_->SyncDir(tmp));
+      CKPT_ASSIGN_OR_RETURN(std::unique_ptr<FileLock> commit_lock,
+                            internal::LockRootForCommit(storage_, root));
       CKPT_RETURN_IF_ERROR(internal::CommitDir(storage_, root, tmp, final_dir, options.overwrite));
       CKPT_RETURN_IF_ERROR(internal::UpdateLatest(storage_, root, dir_name, step));
       CKPT_RETURN_IF_ERROR(internal::PruneOld(storage_, root, options.keep_last));

@@ -159,11 +159,13 @@ absl::Status LoadOnRanks(const std::string& path, const Model& model, int world,
   });
 }
 
-// Names in `dir`, sorted.
+// Names in `dir`, sorted, without the writers' lock files.
 std::vector<std::string> Names(const std::string& dir) {
   std::vector<std::string> out;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    out.push_back(e.path().filename().string());
+    std::string n = e.path().filename().string();
+    if (n == ".ckpt-save.lock" || n == ".ckpt-commit.lock") continue;
+    out.push_back(n);
   }
   std::sort(out.begin(), out.end());
   return out;

@@ -34,7 +34,11 @@ struct Model {
 
 std::vector<std::string> Names(const std::string& dir) {
   std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename());
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::string n = e.path().filename();
+    if (n == ".ckpt-save.lock" || n == ".ckpt-commit.lock") continue;  // writers' locks
+    out.push_back(n);
+  }
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -94,6 +98,36 @@ TEST(WriterTest, TensorSourceErrorFailsTheSaveNamingTheEntry) {
   EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kUnavailable,
                                    "entry 'w': source at byte 0"));
   EXPECT_EQ(Names(dir.path()), std::vector<std::string>{});
+}
+
+TEST(WriterTest, LeftoverTemporariesAreRemovedByTheNextSave) {
+  TempDir dir;
+  Model m;
+  std::filesystem::create_directories(dir / ".tmp-step-00000009-0123456789abcdef");
+  std::ofstream(dir / ".tmp-step-00000009-0123456789abcdef/shard-00000.ckpt") << "partial";
+  std::ofstream(dir / ".tmp-latest-0123456789abcdef") << "partial";
+  CKPT_ASSERT_OK_AND_ASSIGN(auto writer, Writer::Create({}));
+  CKPT_ASSERT_OK(m.Register(*writer));
+  CKPT_ASSERT_OK(writer->Save(dir.path(), 1, {}).status());
+  EXPECT_EQ(Names(dir.path()), (std::vector<std::string>{"latest", "step-00000001"}));
+}
+
+TEST(WriterTest, TemporariesOfASaveInProgressAreLeftAlone) {
+  TempDir dir;
+  Model m;
+  std::filesystem::create_directories(dir / ".tmp-step-00000009-0123456789abcdef");
+  // Another writer's save in progress holds the save lock shared.
+  CKPT_ASSERT_OK_AND_ASSIGN(auto other, DefaultStorage()->Lock(dir / ".ckpt-save.lock",
+                                                               LockMode::kShared, true));
+  CKPT_ASSERT_OK_AND_ASSIGN(auto writer, Writer::Create({}));
+  CKPT_ASSERT_OK(m.Register(*writer));
+  CKPT_ASSERT_OK(writer->Save(dir.path(), 1, {}).status());
+  EXPECT_EQ(Names(dir.path()), (std::vector<std::string>{".tmp-step-00000009-0123456789abcdef",
+                                                         "latest", "step-00000001"}));
+  other.reset();
+  CKPT_ASSERT_OK(writer->Save(dir.path(), 2, {}).status());
+  EXPECT_EQ(Names(dir.path()),
+            (std::vector<std::string>{"latest", "step-00000001", "step-00000002"}));
 }
 
 TEST(WriterTest, SaveCommitsAndMovesLatest) {

@@ -136,6 +136,12 @@ class FaultInjectingStorage final : public Storage {
   absl::StatusOr<FileInfo> Stat(const std::string& path) override;
   absl::Status RemoveFile(const std::string& path) override;
   absl::Status RemoveAll(const std::string& path) override;
+  // Forwarded to the base storage (no faults: a lock that cannot be taken
+  // only costs the writer its mutual exclusion, see storage.h).
+  absl::StatusOr<std::unique_ptr<FileLock>> Lock(const std::string& path, LockMode mode,
+                                                 bool wait) override {
+    return base_->Lock(path, mode, wait);
+  }
 
  private:
   class FaultFile;

@@ -65,9 +65,29 @@ struct FileInfo {
   uint64_t size = 0;
 };
 
+// An advisory lock, released when destroyed (or when the process dies).
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+  // Exclusive -> shared, without releasing in between for other shared
+  // holders (an exclusive waiter may get in first).
+  [[nodiscard]] virtual absl::Status Downgrade() = 0;
+};
+
+enum class LockMode { kShared, kExclusive };
+
 class Storage {
  public:
   virtual ~Storage() = default;
+
+  // Takes an advisory lock on `path` (a file, created if missing), as
+  // flock(2) does: between processes, and between Lock calls of one
+  // process. With `wait` false, Unavailable if it is held incompatibly.
+  // Writers use it to serialise commits into one root (spec/FORMAT.md
+  // §4.1); a storage without locks returns Unimplemented (the default) and
+  // writers then rely on atomic renames alone.
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<FileLock>> Lock(
+      const std::string& path, LockMode mode, bool wait);
 
   [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<File>> Open(
       const std::string& path, OpenMode mode, const OpenOptions& options = {}) = 0;
