@@ -133,7 +133,7 @@ absl::StatusOr<int> RunExport(const ConvertOptions& o, std::ostream& out) {
       entries.push_back(std::move(x));
     }
     j["entries"] = std::move(entries);
-    out << j.dump(2) << "\n";
+    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return kExitOk;
   }
   out << "exported " << r.checkpoint_dir << " to " << r.output << "\n";
@@ -204,7 +204,7 @@ absl::StatusOr<int> RunImport(const ConvertOptions& o, std::ostream& out) {
       skipped.push_back({{"what", s.what}, {"reason", s.reason}});
     }
     j["skipped"] = std::move(skipped);
-    out << j.dump(2) << "\n";
+    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return kExitOk;
   }
   out << "imported " << r.input << " into " << r.saved.path << "\n";

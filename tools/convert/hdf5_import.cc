@@ -1,6 +1,7 @@
 #include "tools/convert/hdf5_import.h"
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <memory>
 
@@ -528,7 +529,11 @@ absl::StatusOr<Handle> OpenHdf5Image(absl::string_view bytes) {
       H5Pset_file_image(fapl.get(), const_cast<char*>(bytes.data()), bytes.size()) < 0) {
     return Hdf5Error(absl::StatusCode::kInternal, "file image");
   }
-  Handle f(H5Fopen("ckpt-convert-image.h5", H5F_ACC_RDONLY, fapl.get()));
+  // HDF5 takes two open core files of one name for the same file: every
+  // image gets a name of its own.
+  static std::atomic<uint64_t> images{0};
+  const std::string name = absl::StrCat("ckpt-convert-image-", images++, ".h5");
+  Handle f(H5Fopen(name.c_str(), H5F_ACC_RDONLY, fapl.get()));
   if (!f.valid()) return Hdf5Error(absl::StatusCode::kInvalidArgument, "file image");
   return f;
 }

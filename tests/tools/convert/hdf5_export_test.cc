@@ -53,7 +53,7 @@ std::string PathOf(const std::string& name) {
   return p;
 }
 
-class ExportTest : public ::testing::TestWithParam<format::Codec> {
+class Hdf5ExportTest : public ::testing::TestWithParam<format::Codec> {
  protected:
   void SetUp() override {
     fixture_ = MakeFixture();
@@ -63,7 +63,7 @@ class ExportTest : public ::testing::TestWithParam<format::Codec> {
   TempDir dir_;
 };
 
-TEST_P(ExportTest, DatasetsReadBackThroughTheHdf5CApi) {
+TEST_P(Hdf5ExportTest, DatasetsReadBackThroughTheHdf5CApi) {
   CKPT_ASSERT_OK_AND_ASSIGN(Hdf5ExportResult r,
                             ExportHdf5(dir_ / "src", dir_ / "out.h5", SmallPieces()));
   EXPECT_EQ(r.entries.size(), fixture_.tensors.size() + fixture_.objects.size());
@@ -187,7 +187,7 @@ TEST_P(ExportTest, DatasetsReadBackThroughTheHdf5CApi) {
   EXPECT_EQ(H5Tget_class(blob_type.get()), H5T_INTEGER);
 }
 
-TEST_P(ExportTest, RoundTripIsExact) {
+TEST_P(Hdf5ExportTest, RoundTripIsExact) {
   CKPT_ASSERT_OK(ExportHdf5(dir_ / "src", dir_ / "out.h5", SmallPieces()).status());
   Hdf5ImportOptions io;
   io.codec = GetParam();
@@ -199,7 +199,7 @@ TEST_P(ExportTest, RoundTripIsExact) {
   EXPECT_EQ(back->manifest().info.world_size, 1u);
 }
 
-TEST_P(ExportTest, RoundTripWithDefaultOptionsAndNoCompression) {
+TEST_P(Hdf5ExportTest, RoundTripWithDefaultOptionsAndNoCompression) {
   CKPT_ASSERT_OK(ExportHdf5(dir_ / "src", dir_ / "a.h5", {}).status());
   Hdf5ExportOptions none;
   none.compression = Hdf5Compression::kNone;
@@ -210,13 +210,13 @@ TEST_P(ExportTest, RoundTripWithDefaultOptionsAndNoCompression) {
   CKPT_EXPECT_OK(SameContent(dir_ / "src", dir_ / "b"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, ExportTest,
+INSTANTIATE_TEST_SUITE_P(Codecs, Hdf5ExportTest,
                          ::testing::Values(format::Codec::kNone, format::Codec::kZstd),
                          [](const auto& info) {
                            return info.param == format::Codec::kZstd ? "zstd" : "none";
                          });
 
-TEST(Export, SameCheckpointGivesTheSameFile) {
+TEST(Hdf5Export, SameCheckpointGivesTheSameFile) {
   TempDir dir;
   CKPT_ASSERT_OK(WriteFixture(MakeFixture(), dir / "src", 2));
   CKPT_ASSERT_OK(ExportHdf5(dir / "src", dir / "a.h5", {}).status());
@@ -224,7 +224,7 @@ TEST(Export, SameCheckpointGivesTheSameFile) {
   EXPECT_TRUE(ReadFile(dir / "a.h5") == ReadFile(dir / "b.h5"));
 }
 
-TEST(Export, OutputExists) {
+TEST(Hdf5Export, OutputExists) {
   TempDir dir;
   CKPT_ASSERT_OK(WriteFixture(MakeFixture(), dir / "src", 2));
   std::ofstream(dir / "out.h5") << "keep me";
@@ -239,21 +239,21 @@ TEST(Export, OutputExists) {
   CKPT_EXPECT_OK(SameContent(dir / "src", dir / "back"));
 }
 
-TEST(Export, OutputDirectoryMissing) {
+TEST(Hdf5Export, OutputDirectoryMissing) {
   TempDir dir;
   CKPT_ASSERT_OK(WriteFixture(MakeFixture(), dir / "src", 1));
   EXPECT_THAT(ExportHdf5(dir / "src", dir / "no/out.h5", {}),
               StatusIs(absl::StatusCode::kNotFound, "does not exist"));
 }
 
-TEST(Export, SourceMissing) {
+TEST(Hdf5Export, SourceMissing) {
   TempDir dir;
   EXPECT_THAT(ExportHdf5(dir / "nothing", dir / "out.h5", {}),
               StatusIs(absl::StatusCode::kNotFound, "nothing"));
   EXPECT_FALSE(std::filesystem::exists(dir / "out.h5"));
 }
 
-TEST(Export, PartialEntryIsRefused) {
+TEST(Hdf5Export, PartialEntryIsRefused) {
   TempDir dir;
   auto writer = Writer::Create({}).value();
   std::vector<float> half(8, 1.0f);
@@ -269,7 +269,7 @@ TEST(Export, PartialEntryIsRefused) {
   }
 }
 
-TEST(Export, BadOptions) {
+TEST(Hdf5Export, BadOptions) {
   TempDir dir;
   Hdf5ExportOptions o;
   o.level = 10;
@@ -277,7 +277,7 @@ TEST(Export, BadOptions) {
               StatusIs(absl::StatusCode::kInvalidArgument, "deflate level 10 is outside 0..9"));
 }
 
-TEST(ChunkShape, TrailingDimsWholeOneDimCut) {
+TEST(Hdf5ChunkShape, TrailingDimsWholeOneDimCut) {
   EXPECT_EQ(ChunkShape({4096, 4096}, 4, 1 << 20), (Dims{64, 4096}));
   EXPECT_EQ(ChunkShape({10000000}, 4, 1 << 20), (Dims{262144}));
   EXPECT_EQ(ChunkShape({3, 5}, 4, 1 << 20), (Dims{3, 5}));
@@ -288,7 +288,7 @@ TEST(ChunkShape, TrailingDimsWholeOneDimCut) {
   EXPECT_EQ(ChunkShape({0, 4}, 4, 1 << 20), (Dims{}));
 }
 
-TEST(SlabShape, WholeChunksWithinTheBudget) {
+TEST(Hdf5SlabShape, WholeChunksWithinTheBudget) {
   // Chunk [64, 4096] f32 = 1 MiB; 64 MiB slabs = 4096 rows: the whole tensor.
   EXPECT_EQ(SlabShape({4096, 4096}, {64, 4096}, 4, 64 << 20), (Dims{4096, 4096}));
   // 16 MiB: 1024 rows, a multiple of 64.

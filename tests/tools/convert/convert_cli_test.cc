@@ -1,0 +1,346 @@
+// The ckpt-convert binary: exit codes, error messages, JSON, and the human
+// output pinned by tests/tools/expected/convert/*.txt.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/status_matchers.h"
+#include "tests/tools/convert/convert_fixture.h"
+#include "tests/tools/convert/h5_builder.h"
+
+extern char** environ;
+
+namespace ckpt::tools {
+namespace {
+
+using ::ckpt::testing::TempDir;
+using ::testing::HasSubstr;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+class ConvertCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CKPT_ASSERT_OK(ckpt::testing::WriteFixture(ckpt::testing::MakeFixture(), dir_ / "src", 2));
+  }
+
+  // Runs ckpt-convert with `args`; "<TMP>" in an argument is the temporary
+  // directory. In the results the temporary directory becomes <TMP> and the
+  // HDF5 file size <SIZE> (it depends on the HDF5 library version).
+  CliResult Run(std::vector<std::string> args) {
+    for (auto& a : args) a = absl::StrReplaceAll(a, {{"<TMP>", dir_.path()}});
+    const std::string out_path = dir_ / "cli.stdout", err_path = dir_ / "cli.stderr";
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    std::vector<std::string> all = {CKPT_CONVERT_BIN};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    CliResult r;
+    pid_t pid;
+    if (posix_spawn(&pid, CKPT_CONVERT_BIN, &fa, nullptr, argv.data(), environ) != 0) {
+      posix_spawn_file_actions_destroy(&fa);
+      ADD_FAILURE() << "cannot run " << CKPT_CONVERT_BIN;
+      return r;
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = Scrub(ReadFile(out_path));
+    r.err = Scrub(ReadFile(err_path));
+    return r;
+  }
+
+  std::string Scrub(const std::string& text) {
+    std::string s = absl::StrReplaceAll(text, {{dir_.path(), "<TMP>"}});
+    static const std::regex kSize("file [0-9.]+ (B|KiB|MiB)");
+    return std::regex_replace(s, kSize, "file <SIZE>");
+  }
+
+  static std::string Expected(const std::string& name) {
+    return ReadFile(std::string(CKPT_SOURCE_DIR) + "/tests/tools/expected/convert/" + name +
+                    ".txt");
+  }
+
+  // An error run: nothing on stdout, exit 2, exactly `message` on stderr.
+  void ExpectError(const std::vector<std::string>& args, const std::string& message) {
+    CliResult r = Run(args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, message);
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(ConvertCli, ExportOutput) {
+  CliResult r = Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out, Expected("export"));
+}
+
+TEST_F(ConvertCli, ExportVerboseOutputWithoutCompression) {
+  CliResult r = Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "-v", "--compression", "none"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, Expected("export_verbose"));
+}
+
+TEST_F(ConvertCli, ImportOutput) {
+  ASSERT_EQ(Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5"}).exit_code, 0);
+  CliResult r = Run({"<TMP>/out.h5", "<TMP>/back", "--from", "hdf5"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out, Expected("import"));
+  CKPT_EXPECT_OK(ckpt::testing::SameContent(dir_ / "src", dir_ / "back"));
+}
+
+TEST_F(ConvertCli, ImportVerboseOutputWithZstdAndAStep) {
+  ASSERT_EQ(Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--level", "9"}).exit_code, 0);
+  CliResult r = Run({"<TMP>/out.h5", "<TMP>/back", "--from", "hdf5", "--verbose", "--codec",
+                     "zstd", "--step", "7"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, Expected("import_verbose"));
+}
+
+TEST_F(ConvertCli, ImportSkippingUnsupported) {
+  {
+    ckpt::testing::H5Builder b(dir_ / "in.h5");
+    float v[2] = {1, 2};
+    b.Dataset("/ok", H5T_IEEE_F32LE, std::vector<hsize_t>{2}, v, H5P_DEFAULT, H5T_NATIVE_FLOAT);
+    hid_t str = H5Tcopy(H5T_C_S1);
+    H5Tset_size(str, H5T_VARIABLE);
+    b.Dataset("/names", str, std::vector<hsize_t>{2});
+    H5Tclose(str);
+    hsize_t n = 2;
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t a = H5Acreate2(b.root(), "vec", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    double d[2] = {1, 2};
+    H5Awrite(a, H5T_NATIVE_DOUBLE, d);
+    H5Aclose(a);
+    H5Sclose(space);
+  }
+  ExpectError({"<TMP>/in.h5", "<TMP>/ckpt", "--from", "hdf5"},
+              "ckpt-convert: error: <TMP>/in.h5: root attribute 'vec': expected a string or a "
+              "1-d byte array, found float (8 bytes, 64-bit precision) with 2 elements\n");
+  CliResult r = Run({"<TMP>/in.h5", "<TMP>/ckpt", "--from", "hdf5", "--skip-unsupported"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, Expected("import_skip"));
+}
+
+TEST_F(ConvertCli, ExportJson) {
+  CliResult r = Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["direction"], "export");
+  EXPECT_EQ(j["format"], "hdf5");
+  EXPECT_EQ(j["output"], "<TMP>/out.h5");
+  EXPECT_EQ(j["checkpoint"], "<TMP>/src/step-00000042");
+  EXPECT_EQ(j["step"], 42);
+  EXPECT_EQ(j["world_size"], 2);
+  EXPECT_EQ(j["compression"], "deflate");
+  EXPECT_EQ(j["level"], 4);
+  EXPECT_EQ(j["tensors"], 23);
+  EXPECT_EQ(j["objects"], 2);
+  EXPECT_EQ(j["metadata_keys"], 5);
+  EXPECT_EQ(j["file_bytes"], std::filesystem::file_size(dir_ / "out.h5"));
+  ASSERT_EQ(j["entries"].size(), 25u);
+  bool found = false;
+  for (const auto& e : j["entries"]) {
+    if (e["name"] != "opt.w") continue;
+    found = true;
+    EXPECT_EQ(e["path"], "/opt/w/.self");
+    EXPECT_EQ(e["kind"], "tensor");
+    EXPECT_EQ(e["dtype"], "float32");
+    EXPECT_EQ(e["shape"], nlohmann::json({4, 4}));
+    EXPECT_EQ(e["chunk"], nlohmann::json({4, 4}));
+    EXPECT_EQ(e["bytes"], 64);
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST_F(ConvertCli, ImportJson) {
+  ASSERT_EQ(Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5"}).exit_code, 0);
+  CliResult r = Run({"<TMP>/out.h5", "<TMP>/back", "--from", "hdf5", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["direction"], "import");
+  EXPECT_EQ(j["input"], "<TMP>/out.h5");
+  EXPECT_EQ(j["root"], "<TMP>/back");
+  EXPECT_EQ(j["checkpoint"], "<TMP>/back/step-00000042");
+  EXPECT_EQ(j["step"], 42);
+  EXPECT_EQ(j["tensors"], 23);
+  EXPECT_EQ(j["objects"], 2);
+  EXPECT_EQ(j["entries"].size(), 25u);
+  EXPECT_EQ(j["skipped"], nlohmann::json::array());
+}
+
+TEST_F(ConvertCli, HelpAndVersion) {
+  CliResult r = Run({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("Usage: ckpt-convert [OPTIONS] SRC DST"));
+  r = Run({"--version"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("ckpt-convert 0.1.0 (ckpt library 0.1.0, format v1.0)"));
+}
+
+TEST_F(ConvertCli, NoDirection) {
+  ExpectError({"<TMP>/src", "<TMP>/out.h5"},
+              "ckpt-convert: error: give --to FORMAT (export a checkpoint) or --from FORMAT "
+              "(import a file)\n");
+}
+
+TEST_F(ConvertCli, BothDirections) {
+  ExpectError({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--from", "hdf5"},
+              "ckpt-convert: error: --to and --from exclude each other\n");
+}
+
+TEST_F(ConvertCli, WrongTo) {
+  ExpectError({"<TMP>/src", "<TMP>/out.st", "--to", "safetensors"},
+              "ckpt-convert: error: unknown format 'safetensors' for --to; supported: hdf5\n");
+}
+
+TEST_F(ConvertCli, WrongFrom) {
+  ExpectError({"<TMP>/in.npz", "<TMP>/ckpt", "--from", "npz"},
+              "ckpt-convert: error: unknown format 'npz' for --from; supported: hdf5\n");
+}
+
+TEST_F(ConvertCli, OptionOfTheOtherDirection) {
+  ExpectError({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--step", "3"},
+              "ckpt-convert: error: --step applies to --from hdf5 only\n");
+  ExpectError({"<TMP>/in.h5", "<TMP>/ckpt", "--from", "hdf5", "--compression", "none"},
+              "ckpt-convert: error: --compression applies to --to hdf5 only\n");
+}
+
+TEST_F(ConvertCli, UnknownCompressionAndCodec) {
+  ExpectError({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--compression", "lzf"},
+              "ckpt-convert: error: unknown compression 'lzf' for --compression; supported: "
+              "none, deflate\n");
+  ExpectError({"<TMP>/in.h5", "<TMP>/ckpt", "--from", "hdf5", "--codec", "lz4"},
+              "ckpt-convert: error: unknown codec 'lz4' for --codec; supported: none, zstd\n");
+}
+
+TEST_F(ConvertCli, LevelOutOfRange) {
+  ExpectError({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--level", "12"},
+              "ckpt-convert: error: --level: Value 12 not in range 0 to 9\n"
+              "Run 'ckpt-convert --help' for usage.\n");
+}
+
+TEST_F(ConvertCli, ExportMissingDirectory) {
+  ExpectError({"<TMP>/nothing", "<TMP>/out.h5", "--to", "hdf5"},
+              "ckpt-convert: error: <TMP>/nothing: no such checkpoint or checkpoint root\n");
+}
+
+TEST_F(ConvertCli, ExportNotACheckpoint) {
+  std::filesystem::create_directory(dir_ / "empty");
+  ExpectError({"<TMP>/empty", "<TMP>/out.h5", "--to", "hdf5"},
+              "ckpt-convert: error: <TMP>/empty: not a checkpoint (no MANIFEST) nor a checkpoint "
+              "root (no 'latest')\n");
+}
+
+TEST_F(ConvertCli, ExportTruncatedShard) {
+  const std::string shard = dir_ / "src/step-00000042/shard-00001.ckpt";
+  std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 10);
+  CliResult r = Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("ckpt-convert: error: <TMP>/src/step-00000042/shard-00001.ckpt: "
+                               "file is "));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "out.h5"));
+}
+
+TEST_F(ConvertCli, ExportCorruptedShard) {
+  const std::string shard = dir_ / "src/step-00000042/shard-00000.ckpt";
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4096);  // the first payload block (default alignment)
+    char c;
+    f.read(&c, 1);
+    f.seekp(4096);
+    c ^= 0x5A;
+    f.write(&c, 1);
+  }
+  CliResult r = Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("<TMP>/src/step-00000042/shard-00000.ckpt"));
+  EXPECT_THAT(r.err, HasSubstr("checksum"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "out.h5"));
+}
+
+TEST_F(ConvertCli, ExportOutputExists) {
+  std::ofstream(dir_ / "out.h5") << "x";
+  ExpectError({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5"},
+              "ckpt-convert: error: <TMP>/out.h5: already exists (use --force to replace it)\n");
+  EXPECT_EQ(Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--force"}).exit_code, 0);
+}
+
+TEST_F(ConvertCli, ImportMissingFile) {
+  ExpectError({"<TMP>/in.h5", "<TMP>/ckpt", "--from", "hdf5"},
+              "ckpt-convert: error: <TMP>/in.h5: no such file\n");
+}
+
+TEST_F(ConvertCli, ImportNotHdf5) {
+  ExpectError({"<TMP>/src/latest", "<TMP>/ckpt", "--from", "hdf5"},
+              "ckpt-convert: error: <TMP>/src/latest: not an HDF5 file\n");
+}
+
+TEST_F(ConvertCli, ImportUnsupportedDataset) {
+  {
+    ckpt::testing::H5Builder b(dir_ / "in.h5");
+    hid_t compound = H5Tcreate(H5T_COMPOUND, 8);
+    H5Tinsert(compound, "re", 0, H5T_IEEE_F32LE);
+    H5Tinsert(compound, "im", 4, H5T_IEEE_F32LE);
+    b.Dataset("/fft/out", compound, std::vector<hsize_t>{3});
+    H5Tclose(compound);
+  }
+  ExpectError({"<TMP>/in.h5", "<TMP>/ckpt", "--from", "hdf5"},
+              "ckpt-convert: error: <TMP>/in.h5: dataset '/fft/out': unsupported HDF5 type "
+              "compound (2 members)\n");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "ckpt"));
+}
+
+TEST_F(ConvertCli, ImportStepExists) {
+  ASSERT_EQ(Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5"}).exit_code, 0);
+  ExpectError({"<TMP>/out.h5", "<TMP>/src", "--from", "hdf5"},
+              "ckpt-convert: error: <TMP>/src/step-00000042: a checkpoint of step 42 already "
+              "exists (use --force to replace it)\n");
+  CliResult r = Run({"<TMP>/out.h5", "<TMP>/src", "--from", "hdf5", "--force"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST_F(ConvertCli, ImportIntoAFile) {
+  ASSERT_EQ(Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5"}).exit_code, 0);
+  ExpectError({"<TMP>/out.h5", "<TMP>/src/latest", "--from", "hdf5"},
+              "ckpt-convert: error: <TMP>/src/latest: exists and is not a directory (a "
+              "checkpoint root)\n");
+}
+
+}  // namespace
+}  // namespace ckpt::tools
