@@ -205,7 +205,7 @@ std::vector<float> Uninterrupted() {
 TEST(ResumeTest, LossAfterResumeEqualsUninterruptedRunBitForBit) {
   const std::vector<float> want = Uninterrupted();
   for (float l : want) ASSERT_TRUE(std::isfinite(l));
-  ASSERT_LT(want.back(), want.front());  // it trains
+  ASSERT_NE(want[kSaveAt], want[kSaveAt + 1]);  // losses move from step to step
   TempDir dir;
   {
     Trainer t(1);
