@@ -1,0 +1,463 @@
+#include "tools/inspect/inspect.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "format/block_codec.h"
+#include "format/geometry.h"
+#include "format/manifest.h"
+#include "format/status_macros.h"
+#include "libckpt/commit.h"
+#include "tools/common/tool_util.h"
+#include "tools/validate/validate.h"
+
+namespace ckpt::tools {
+
+using format::ChunkRecord;
+using format::EntryRecord;
+
+namespace {
+
+bool IsObject(const EntryRecord& e) { return e.kind == format::EntryKind::kObject; }
+
+uint64_t RawBytes(const EntryRecord& e, const ChunkRecord& c) {
+  return RegionElements(c.region) * DTypeSize(e.dtype);
+}
+
+std::string DTypeText(const EntryRecord& e) {
+  return IsObject(e) ? "object" : std::string(DTypeName(e.dtype));
+}
+
+std::string CodecText(format::Codec c) { return c == format::Codec::kZstd ? "zstd" : "none"; }
+
+std::string Created(int64_t ns) {
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixNanos(ns), absl::UTCTimeZone());
+}
+
+std::string Ratio(double r) { return absl::StrFormat("%.2fx", r); }
+
+// "1 tensor", "2 tensors".
+std::string Count(uint64_t n, absl::string_view noun) {
+  return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+}
+
+// Printable metadata value: short printable text as is, else its length.
+std::string MetadataValue(const std::string& v) {
+  bool printable = v.size() <= 64 && std::all_of(v.begin(), v.end(), [](char c) {
+                     return c >= 0x20 && c < 0x7f;
+                   });
+  return printable ? v : absl::StrCat("<", v.size(), " bytes>");
+}
+
+// Left-aligned columns separated by two spaces, no trailing blanks.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void Print(std::ostream& out) const {
+    std::vector<size_t> width(rows_[0].size(), 0);
+    for (const auto& r : rows_) {
+      for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+    }
+    std::string line;
+    for (const auto& r : rows_) {
+      line.clear();
+      for (size_t i = 0; i < r.size(); ++i) {
+        line += r[i];
+        if (i + 1 < r.size()) line.append(width[i] - r[i].size() + 2, ' ');
+      }
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      out << line << "\n";
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::vector<std::string> StatsCells(const EntrySummary& e) {
+  if (!e.has_stats) return {"-", "-", "-", "-", "-", "-"};
+  const ValueStats& s = e.stats;
+  bool any = s.finite > 0;
+  return {any ? CompactNumber(s.min) : "-", any ? CompactNumber(s.max) : "-",
+          any ? CompactNumber(s.mean()) : "-", CompactNumber(s.l2()),
+          absl::StrCat(s.nan), absl::StrCat(s.inf)};
+}
+
+nlohmann::ordered_json StatsJson(const ValueStats& s) {
+  using json = nlohmann::ordered_json;
+  auto num = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+  bool any = s.finite > 0;
+  return json{{"count", s.count},
+              {"finite", s.finite},
+              {"nan", s.nan},
+              {"inf", s.inf},
+              {"min", any ? num(s.min) : json(nullptr)},
+              {"max", any ? num(s.max) : json(nullptr)},
+              {"mean", any ? num(s.mean()) : json(nullptr)},
+              {"l2", num(s.l2())}};
+}
+
+nlohmann::ordered_json RegionJson(const Region& r) {
+  using json = nlohmann::ordered_json;
+  if (const Box* b = std::get_if<Box>(&r)) {
+    return json{{"box",
+                 {{"offset", std::vector<uint64_t>(b->offset.begin(), b->offset.end())},
+                  {"size", std::vector<uint64_t>(b->size.begin(), b->size.end())}}}};
+  }
+  const FlatRange& f = std::get<FlatRange>(r);
+  return json{{"flat", {{"start", f.start}, {"length", f.length}}}};
+}
+
+}  // namespace
+
+std::string ShardingSummary(const EntryRecord& e) {
+  const std::string suffix = (e.flags & format::kEntryFlagPartial) ? " partial" : "";
+  if (e.chunks.empty()) return "none" + suffix;
+  std::vector<const ChunkRecord*> live;
+  live.reserve(e.chunks.size());
+  for (const ChunkRecord& c : e.chunks) {
+    if (RegionElements(c.region) > 0) live.push_back(&c);
+  }
+  if (live.empty()) return "empty" + suffix;
+  const uint64_t k = live.size();
+  uint64_t numel = 1;
+  for (uint64_t d : e.shape) numel *= d;  // fits: the decoder checked the shape
+  if (k == 1 && RegionElements(live[0]->region) == numel) return "whole" + suffix;
+
+  size_t boxes = 0;
+  for (const ChunkRecord* c : live) boxes += std::holds_alternative<Box>(c->region);
+  if (boxes == 0) {
+    const uint64_t len = std::get<FlatRange>(live[0]->region).length;
+    bool even = std::all_of(live.begin(), live.end(), [&](const ChunkRecord* c) {
+      return std::get<FlatRange>(c->region).length == len;
+    });
+    return absl::StrCat("flat x", k, even ? " even" : " uneven", suffix);
+  }
+  if (boxes == k) {
+    // Distinct (offset, size) intervals per dimension; a grid has exactly
+    // one box per combination of them.
+    const size_t nd = e.shape.size();
+    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> iv(nd);
+    for (size_t d = 0; d < nd; ++d) {
+      iv[d].reserve(k);
+      for (const ChunkRecord* c : live) {
+        const Box& b = std::get<Box>(c->region);
+        iv[d].emplace_back(b.offset[d], b.size[d]);
+      }
+      if (!std::is_sorted(iv[d].begin(), iv[d].end())) std::sort(iv[d].begin(), iv[d].end());
+      iv[d].erase(std::unique(iv[d].begin(), iv[d].end()), iv[d].end());
+    }
+    uint64_t product = 1;
+    bool grid = true;
+    for (size_t d = 0; d < nd && grid; ++d) {
+      if (iv[d].size() > k / product) grid = false;
+      product *= iv[d].size();
+    }
+    grid = grid && product == k;
+    if (grid) {
+      std::vector<bool> used(k, false);
+      for (const ChunkRecord* c : live) {
+        const Box& b = std::get<Box>(c->region);
+        uint64_t cell = 0;
+        for (size_t d = 0; d < nd; ++d) {
+          if (iv[d].size() == 1) continue;
+          auto it = std::lower_bound(iv[d].begin(), iv[d].end(),
+                                     std::make_pair(b.offset[d], b.size[d]));
+          cell = cell * iv[d].size() + static_cast<uint64_t>(it - iv[d].begin());
+        }
+        if (used[cell]) {
+          grid = false;
+          break;
+        }
+        used[cell] = true;
+      }
+    }
+    if (grid) {
+      std::vector<std::string> parts;
+      bool uneven = false;
+      for (size_t d = 0; d < nd; ++d) {
+        if (iv[d].size() < 2) continue;
+        parts.push_back(absl::StrCat("dim", d, " x", iv[d].size()));
+        for (const auto& x : iv[d]) uneven |= x.second != iv[d][0].second;
+      }
+      if (parts.empty()) return "box x1" + suffix;
+      return absl::StrCat(absl::StrJoin(parts, " "), uneven ? " uneven" : "", suffix);
+    }
+  }
+  return absl::StrCat("irregular x", k, suffix);
+}
+
+double CheckpointSummary::compression_ratio() const {
+  return stored_bytes == 0 ? 1.0 : static_cast<double>(raw_bytes) / stored_bytes;
+}
+
+absl::StatusOr<size_t> CheckpointSummary::FindEntry(const std::string& name) const {
+  for (size_t i = 0; i < manifest.entries.size(); ++i) {
+    if (manifest.entries[i].name == name) return i;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("entry '", EscapeName(name), "' is not in the checkpoint ", dir));
+}
+
+CheckpointSummary Summarize(std::string dir, format::Manifest manifest) {
+  CheckpointSummary s;
+  s.dir = std::move(dir);
+  s.manifest = std::move(manifest);
+  s.entries.resize(s.manifest.entries.size());
+  for (size_t i = 0; i < s.manifest.entries.size(); ++i) {
+    const EntryRecord& e = s.manifest.entries[i];
+    EntrySummary& row = s.entries[i];
+    row.index = i;
+    uint64_t numel = 1;
+    for (uint64_t d : e.shape) numel *= d;
+    row.logical_bytes = numel * DTypeSize(e.dtype);
+    for (const ChunkRecord& c : e.chunks) {
+      row.raw_bytes += RawBytes(e, c);
+      row.stored_bytes += c.stored_length;
+    }
+    row.sharding = ShardingSummary(e);
+    (IsObject(e) ? s.objects : s.tensors) += 1;
+    s.chunks += e.chunks.size();
+    s.logical_bytes += row.logical_bytes;
+    s.raw_bytes += row.raw_bytes;
+    s.stored_bytes += row.stored_bytes;
+  }
+  return s;
+}
+
+absl::StatusOr<CheckpointSummary> LoadSummary(const std::string& path, Storage* storage) {
+  if (storage == nullptr) storage = DefaultStorage();
+  CKPT_ASSIGN_OR_RETURN(std::string dir, ::ckpt::internal::ResolveCheckpointDir(storage, path));
+  const std::string mpath = JoinPath(dir, format::kManifestFileName);
+  CKPT_ASSIGN_OR_RETURN(std::string bytes, storage->ReadFile(mpath));
+  auto m = format::DecodeManifest(bytes);
+  if (!m.ok()) return Annotate(m.status(), mpath);
+  return Summarize(std::move(dir), *std::move(m));
+}
+
+absl::Status AddStats(CheckpointSummary* summary, const std::string& only, int threads,
+                      Storage* storage, bool progress) {
+  constexpr size_t kStripes = 64;
+  std::array<absl::Mutex, kStripes> mu;
+  std::vector<ValueStats> stats(summary->entries.size());
+  ValidateOptions o;
+  o.path = summary->dir;
+  o.threads = threads;
+  o.storage = storage;
+  o.progress = progress;
+  o.entry_filter = [&](const std::string& name) { return only.empty() || name == only; };
+  o.on_data = [&](size_t index, const EntryRecord& e, size_t, uint64_t, absl::string_view raw) {
+    if (IsObject(e) || index >= stats.size()) return;
+    ValueStats local;
+    AccumulateValues(e.dtype, raw.data(), raw.size() / DTypeSize(e.dtype), &local);
+    absl::MutexLock l(&mu[index % kStripes]);
+    stats[index].Merge(local);
+  };
+  CKPT_ASSIGN_OR_RETURN(ValidateReport report, Validate(o));
+  const Finding* first = nullptr;
+  size_t errors = 0;
+  for (const Finding& f : report.findings) {
+    if (f.severity != Severity::kError) continue;
+    if (first == nullptr) first = &f;
+    ++errors;
+  }
+  errors += report.findings_dropped;
+  if (first != nullptr) {
+    return absl::DataLossError(absl::StrCat(
+        FindingText(*first),
+        errors > 1 ? absl::StrCat(" (and ", Count(errors - 1, "more problem"),
+                                  "; ckpt-validate lists them all)")
+                   : ""));
+  }
+  for (EntrySummary& row : summary->entries) {
+    const EntryRecord& e = summary->manifest.entries[row.index];
+    if (IsObject(e) || !(only.empty() || e.name == only)) continue;
+    row.has_stats = true;
+    row.stats = stats[row.index];
+  }
+  return absl::OkStatus();
+}
+
+void PrintInspectText(const CheckpointSummary& s, std::ostream& out) {
+  const format::Manifest& m = s.manifest;
+  Table head({"Checkpoint", s.dir});
+  head.Add({"Format", absl::StrCat("v", format::kFormatMajor, ".", m.minor_version)});
+  head.Add({"Step", absl::StrCat(m.info.step)});
+  head.Add({"World size", absl::StrCat(m.info.world_size)});
+  head.Add({"Created", Created(m.info.created_unix_ns)});
+  head.Add({"Writer", m.info.writer});
+  head.Add({"Checkpoint id", format::IdToHex(m.info.id)});
+  head.Add({"Entries", absl::StrCat(m.entries.size(), " (", Count(s.tensors, "tensor"), ", ",
+                                    Count(s.objects, "object"), ") in ",
+                                    Count(s.chunks, "chunk"))});
+  head.Add({"Logical size", absl::StrCat(HumanBytes(s.logical_bytes), " (", s.logical_bytes,
+                                         " bytes)")});
+  head.Add({"Stored size", absl::StrCat(HumanBytes(s.stored_bytes), " (", s.stored_bytes,
+                                        " bytes)")});
+  head.Add({"Compression", Ratio(s.compression_ratio())});
+  for (const auto& [key, value] : m.metadata) {
+    head.Add({"Metadata", absl::StrCat(EscapeName(key), " = ", MetadataValue(value))});
+  }
+  head.Print(out);
+  out << "\n";
+  const bool stats = std::any_of(s.entries.begin(), s.entries.end(),
+                                 [](const EntrySummary& e) { return e.has_stats; });
+  std::vector<std::string> header = {"NAME",  "DTYPE",  "SHAPE",   "CHUNKS",
+                                     "SIZE", "STORED", "SHARDING"};
+  if (stats) header.insert(header.end(), {"MIN", "MAX", "MEAN", "L2", "NAN", "INF"});
+  Table t(std::move(header));
+  for (const EntrySummary& row : s.entries) {
+    const EntryRecord& e = m.entries[row.index];
+    std::vector<std::string> cells = {EscapeName(e.name),
+                                      DTypeText(e),
+                                      ShapeText(e.shape),
+                                      absl::StrCat(e.chunks.size()),
+                                      HumanBytes(row.logical_bytes),
+                                      HumanBytes(row.stored_bytes),
+                                      row.sharding};
+    if (stats) {
+      auto v = StatsCells(row);
+      cells.insert(cells.end(), v.begin(), v.end());
+    }
+    t.Add(std::move(cells));
+  }
+  t.Print(out);
+}
+
+void PrintEntryText(const CheckpointSummary& s, size_t index, std::ostream& out) {
+  const EntryRecord& e = s.manifest.entries[index];
+  const EntrySummary& row = s.entries[index];
+  Table head({"Checkpoint", absl::StrCat(s.dir, " (step ", s.manifest.info.step, ")")});
+  head.Add({"Entry", EscapeName(e.name)});
+  head.Add({"Kind", IsObject(e) ? "object" : "tensor"});
+  head.Add({"Dtype", std::string(DTypeName(e.dtype))});
+  head.Add({"Shape", ShapeText(e.shape)});
+  head.Add({"Partial", (e.flags & format::kEntryFlagPartial) ? "yes" : "no"});
+  head.Add({"Size", absl::StrCat(HumanBytes(row.logical_bytes), " logical, ",
+                                 HumanBytes(row.stored_bytes), " stored (",
+                                 Ratio(row.stored_bytes == 0
+                                           ? 1.0
+                                           : static_cast<double>(row.raw_bytes) /
+                                                 row.stored_bytes),
+                                 ")")});
+  head.Add({"Sharding", row.sharding});
+  head.Add({"Chunks", absl::StrCat(e.chunks.size())});
+  if (row.has_stats) {
+    auto v = StatsCells(row);
+    head.Add({"Min", v[0]});
+    head.Add({"Max", v[1]});
+    head.Add({"Mean", v[2]});
+    head.Add({"L2 norm", v[3]});
+    head.Add({"NaN", v[4]});
+    head.Add({"Inf", v[5]});
+  }
+  head.Print(out);
+  if (e.chunks.empty()) return;
+  out << "\n";
+  std::vector<std::string> files(s.manifest.info.world_size);
+  for (const format::ShardInfo& sh : s.manifest.shards) files[sh.shard_id] = sh.file_name;
+  Table t({"CHUNK", "REGION", "ELEMENTS", "SHARD", "FILE", "OFFSET", "STORED", "CODEC",
+           "BLOCKS"});
+  for (size_t i = 0; i < e.chunks.size(); ++i) {
+    const ChunkRecord& c = e.chunks[i];
+    t.Add({absl::StrCat(i), RegionToString(c.region), absl::StrCat(RegionElements(c.region)),
+           absl::StrCat(c.shard), files[c.shard],
+           c.stored_length > 0 ? absl::StrCat(c.data_offset) : "-",
+           HumanBytes(c.stored_length), CodecText(c.codec),
+           absl::StrCat(format::NumBlocks(RawBytes(e, c), c.block_size))});
+  }
+  t.Print(out);
+}
+
+nlohmann::ordered_json InspectJson(const CheckpointSummary& s, int64_t only) {
+  using json = nlohmann::ordered_json;
+  const format::Manifest& m = s.manifest;
+  json j;
+  j["path"] = s.dir;
+  j["format_version"] = absl::StrCat(format::kFormatMajor, ".", m.minor_version);
+  j["step"] = m.info.step;
+  j["world_size"] = m.info.world_size;
+  j["checkpoint_id"] = format::IdToHex(m.info.id);
+  j["created_unix_ns"] = m.info.created_unix_ns;
+  j["created"] = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixNanos(m.info.created_unix_ns),
+                                  absl::UTCTimeZone());
+  j["writer"] = m.info.writer;
+  j["fingerprint"] = format::IdToHex(m.info.fingerprint);
+  json meta = json::array();
+  for (const auto& [k, v] : m.metadata) meta.push_back(json{{"key", k}, {"value", v}});
+  j["metadata"] = std::move(meta);
+  j["shards"] = m.shards.size();
+  j["entry_count"] = m.entries.size();
+  j["tensor_count"] = s.tensors;
+  j["object_count"] = s.objects;
+  j["chunk_count"] = s.chunks;
+  j["logical_bytes"] = s.logical_bytes;
+  j["raw_bytes"] = s.raw_bytes;
+  j["stored_bytes"] = s.stored_bytes;
+  j["compression_ratio"] = s.compression_ratio();
+  json entries = json::array();
+  for (const EntrySummary& row : s.entries) {
+    if (only >= 0 && row.index != static_cast<size_t>(only)) continue;
+    const EntryRecord& e = m.entries[row.index];
+    json x;
+    x["name"] = e.name;
+    x["kind"] = IsObject(e) ? "object" : "tensor";
+    x["dtype"] = std::string(DTypeName(e.dtype));
+    x["shape"] = std::vector<uint64_t>(e.shape.begin(), e.shape.end());
+    x["partial"] = (e.flags & format::kEntryFlagPartial) != 0;
+    x["chunks"] = e.chunks.size();
+    x["logical_bytes"] = row.logical_bytes;
+    x["stored_bytes"] = row.stored_bytes;
+    x["sharding"] = row.sharding;
+    if (row.has_stats) x["stats"] = StatsJson(row.stats);
+    if (only >= 0) {
+      json map = json::array();
+      for (const ChunkRecord& c : e.chunks) {
+        json cj = RegionJson(c.region);
+        cj["region_text"] = RegionToString(c.region);
+        cj["elements"] = RegionElements(c.region);
+        cj["shard"] = c.shard;
+        cj["data_offset"] = c.data_offset;
+        cj["stored_length"] = c.stored_length;
+        cj["codec"] = CodecText(c.codec);
+        cj["block_size"] = c.block_size;
+        cj["blocks"] = format::NumBlocks(RawBytes(e, c), c.block_size);
+        map.push_back(std::move(cj));
+      }
+      x["chunk_map"] = std::move(map);
+    }
+    entries.push_back(std::move(x));
+  }
+  j["entries"] = std::move(entries);
+  return j;
+}
+
+absl::StatusOr<int> RunInspect(const InspectOptions& o, std::ostream& out) {
+  CKPT_ASSIGN_OR_RETURN(CheckpointSummary s, LoadSummary(o.path, o.storage));
+  int64_t entry = -1;
+  if (!o.entry.empty()) {
+    CKPT_ASSIGN_OR_RETURN(size_t i, s.FindEntry(o.entry));
+    entry = static_cast<int64_t>(i);
+  }
+  if (o.stats) CKPT_RETURN_IF_ERROR(AddStats(&s, o.entry, o.threads, o.storage, o.progress));
+  if (o.json) {
+    out << InspectJson(s, entry).dump(2, ' ', false,
+                                      nlohmann::ordered_json::error_handler_t::replace)
+        << "\n";
+  } else if (entry >= 0) {
+    PrintEntryText(s, static_cast<size_t>(entry), out);
+  } else {
+    PrintInspectText(s, out);
+  }
+  return kExitOk;
+}
+
+}  // namespace ckpt::tools

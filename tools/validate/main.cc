@@ -1,0 +1,28 @@
+// ckpt-validate DIR [--quick] [--check-finite] [--json] [--threads N]
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "tools/common/tool_util.h"
+#include "tools/validate/validate.h"
+
+int main(int argc, char** argv) {
+  CLI::App app("Checks a checkpoint (a checkpoint directory, or a root whose 'latest' is "
+               "followed) and reports every problem found. Exit 0: valid; 1: problems found; "
+               "2: usage or I/O error, not a checkpoint.",
+               "ckpt-validate");
+  ckpt::tools::ValidateOptions opts;
+  bool json = false;
+  app.add_option("DIR", opts.path, "Checkpoint directory or checkpoint root")->required();
+  auto* quick = app.add_flag("--quick", opts.quick,
+                             "Metadata only: manifest, shard headers and indexes, coverage; "
+                             "no payload is read");
+  app.add_flag("--check-finite", opts.check_finite,
+               "Also report NaN and Inf values in floating-point tensors")
+      ->excludes(quick);
+  app.add_flag("--json", json, "Print one JSON document (see tools/README.md)");
+  app.add_option("--threads", opts.threads, "Reader threads (default: one per core)")
+      ->check(CLI::Range(1, 1024));
+  opts.progress = true;  // drawn only when stderr is a terminal
+  return ckpt::tools::RunToolMain(app, argc, argv,
+                                  [&] { return ckpt::tools::RunValidate(opts, json, std::cout); });
+}

@@ -1,0 +1,143 @@
+// ckpt-validate: checks a checkpoint on disk against spec/FORMAT.md and
+// reports every problem it finds, not only the first.
+//
+//   ckpt::tools::ValidateOptions o;
+//   o.path = "/ckpt/run1";  // a root (latest is followed) or a checkpoint
+//   auto report = ckpt::tools::Validate(o);
+//   if (report.ok() && !report->findings.empty()) { ... }
+//
+// What is checked (spec sections in brackets):
+//  - under a root: the `latest` pointer [§4.2] (broken, or naming a
+//    directory that is not a committed checkpoint), and stray `.tmp-*`
+//    entries left by interrupted saves [§4, §4.1];
+//  - the manifest [§6.2 steps 1-12] and the coverage of every entry, each
+//    on its own [§8.5];
+//  - every shard file listed in SHARDS, each opened on its own: presence,
+//    size [§5.6], header, tail and index [§5.1, §5.4, §5.5], checkpoint id
+//    and shard id against the manifest, CHECKPOINT_INFO and METADATA
+//    against the manifest's [§5.6], entries and chunks equal to the
+//    manifest's in both directions [§8.6], payloads that do not overlap
+//    [§5.2];
+//  - unless `quick`: every block of every chunk, read with several threads
+//    in large sequential reads and verified against its checksum while it
+//    is in cache; zstd blocks are also decoded [§5.3];
+//  - with `check_finite`: NaN and Inf in floating-point tensors.
+//
+// A problem is a Finding, not an error: Validate returns an error status
+// only when it cannot validate at all (see Validate). A shard that fails to
+// open is reported once and its chunks are not read; everything else goes
+// on.
+#ifndef CKPT_TOOLS_VALIDATE_VALIDATE_H_
+#define CKPT_TOOLS_VALIDATE_VALIDATE_H_
+
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "ckpt/storage.h"
+#include "format/records.h"
+
+namespace ckpt::tools {
+
+// Both severities are findings and make ckpt-validate exit 1. A warning
+// concerns the root rather than the checkpoint: a stray temporary entry
+// can be a save in progress, so it is reported but not called corrupt.
+enum class Severity { kError, kWarning };
+absl::string_view SeverityName(Severity s);  // "error", "warning"
+
+// One problem. Fields that do not apply are empty / -1.
+struct Finding {
+  Severity severity = Severity::kError;
+  std::string file;    // full path of the file or directory concerned
+  std::string entry;   // entry name
+  int64_t chunk = -1;  // index of the chunk in the manifest's entry
+  std::string region;  // that chunk's region, "[0:4, 0:8]" or "flat[0:100)"
+  int64_t block = -1;  // index of the block in the chunk
+  std::string message;
+};
+
+// "FILE: block 3 of chunk 1 [4:8, 0:8] of 'w': checksum ...": the finding
+// as one line, most specific location first (no severity prefix).
+std::string FindingText(const Finding& f);
+
+// `name` with C0 and C1 control characters escaped (\x1b, \u0085), for
+// printing entry names (spec/FORMAT.md §11).
+std::string EscapeName(absl::string_view name);
+
+struct ValidateOptions {
+  std::string path;           // a checkpoint directory, or a root
+  bool quick = false;         // metadata only: no payload byte is read
+  bool check_finite = false;  // NaN/Inf in floating-point tensors are findings
+  int threads = 0;            // payload readers; 0 = one per hardware thread
+  Storage* storage = nullptr;  // not owned; null = POSIX
+  bool progress = false;       // progress bar on stderr (drawn on a tty only)
+  // Findings kept; more are counted in ValidateReport::findings_dropped.
+  size_t max_findings = 1000;
+  // Payloads are read only for entries for which this returns true (all
+  // when unset). Metadata is checked for every entry regardless.
+  std::function<bool(const std::string& name)> entry_filter;
+  // Called with the raw (decoded) bytes of verified payload, a run of whole
+  // elements of chunk `chunk` of entry `entry_index` (manifest order)
+  // starting at byte `offset` of the chunk. Called concurrently from
+  // several threads, never twice for the same bytes; not called with bytes
+  // that failed verification. Not called when `quick`.
+  std::function<void(size_t entry_index, const format::EntryRecord& entry, size_t chunk,
+                     uint64_t offset, absl::string_view raw)>
+      on_data;
+};
+
+struct ValidateReport {
+  std::string root;            // the root given, or "" for a checkpoint directory
+  std::string checkpoint_dir;  // the checkpoint validated; "" if none was found
+  bool manifest_ok = false;    // the manifest decoded (then the fields below are set)
+  uint16_t format_minor = 0;
+  format::CheckpointInfo info;
+  bool quick = false;
+  bool check_finite = false;
+  uint64_t shards = 0;          // shard files listed
+  uint64_t shards_ok = 0;       // shard files whose header, tail and index are valid
+  uint64_t entries = 0;
+  uint64_t chunks = 0;
+  uint64_t payload_bytes = 0;   // stored bytes of all chunks
+  uint64_t blocks_verified = 0;
+  uint64_t bytes_verified = 0;  // payload bytes read and verified
+  double seconds = 0;
+  std::vector<Finding> findings;  // sorted by file, entry, chunk, block
+  uint64_t findings_dropped = 0;
+
+  size_t errors() const;
+  size_t warnings() const;
+  bool valid() const { return findings.empty() && findings_dropped == 0; }
+};
+
+// Validates the checkpoint at options.path (following `latest` under a
+// root) and returns every problem found in the report. Returns an error
+// only when there is nothing to validate or it cannot be judged:
+//  - NotFound: `path` does not exist, is not a directory, or is neither a
+//    checkpoint (no MANIFEST) nor a checkpoint root (no `latest`, no
+//    committed step-* directory, no .tmp-* entry);
+//  - FailedPrecondition: the manifest is of a newer format version or
+//    needs an unknown feature (upgrade ckpt);
+//  - InvalidArgument: bad options (quick together with check_finite);
+//  - the storage's error when the root or directory cannot be listed.
+// Errors reading a checkpoint file (other than the manifest's absence) are
+// findings naming the file. Thread-safe; uses up to options.threads threads.
+absl::StatusOr<ValidateReport> Validate(const ValidateOptions& options);
+
+// Human-readable report (what ckpt-validate prints).
+void PrintValidateText(const ValidateReport& report, std::ostream& out);
+// The --json document (schema in tools/validate/README.md).
+void PrintValidateJson(const ValidateReport& report, std::ostream& out);
+
+// Runs ckpt-validate: validates, prints the report (JSON if `json`) to
+// `out`, and returns the exit code (kExitOk when valid, kExitFindings
+// otherwise) or Validate's error.
+absl::StatusOr<int> RunValidate(const ValidateOptions& options, bool json, std::ostream& out);
+
+}  // namespace ckpt::tools
+
+#endif  // CKPT_TOOLS_VALIDATE_VALIDATE_H_

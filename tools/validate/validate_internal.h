@@ -1,0 +1,69 @@
+// Internal to ckpt_tool_validate: state shared between the metadata checks
+// (validate.cc) and the payload scan (payload_scan.cc).
+#ifndef CKPT_TOOLS_VALIDATE_VALIDATE_INTERNAL_H_
+#define CKPT_TOOLS_VALIDATE_VALIDATE_INTERNAL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "ckpt/storage.h"
+#include "format/records.h"
+#include "tools/validate/validate.h"
+
+namespace ckpt::tools::internal {
+
+// Thread-safe list of findings, keeping the first `max` and counting the
+// rest.
+class FindingList {
+ public:
+  explicit FindingList(size_t max) : max_(max) {}
+  void Add(Finding f) ABSL_LOCKS_EXCLUDED(mu_);
+  // Moves the findings, sorted, into `report`.
+  void MoveTo(ValidateReport* report) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  const size_t max_;
+  absl::Mutex mu_;
+  std::vector<Finding> findings_ ABSL_GUARDED_BY(mu_);
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A manifest chunk matched with its shard-index record (which has the
+// block table).
+struct ChunkRef {
+  uint32_t entry = 0;                           // manifest entry index
+  uint32_t chunk = 0;                           // chunk index in that entry
+  const format::ChunkRecord* indexed = nullptr;  // in the shard's index
+};
+
+// A shard file whose header, tail and index were verified.
+struct OpenedShard {
+  std::string path;
+  std::unique_ptr<File> file;
+  format::ShardIndex index;
+  std::vector<ChunkRef> chunks;  // matched chunks, by data_offset
+};
+
+struct PayloadResult {
+  uint64_t blocks_verified = 0;
+  uint64_t bytes_verified = 0;
+};
+
+// Reads and verifies every block of the matched chunks of `shards` (those
+// of entries accepted by options.entry_filter), adding a finding for each
+// bad block, read error and (with check_finite) chunk holding NaN or Inf.
+PayloadResult ScanPayload(const ValidateOptions& options, const format::Manifest& manifest,
+                          const std::vector<OpenedShard*>& shards, int threads,
+                          FindingList* findings);
+
+// "[2, 5]": the global coordinates of element `index` (in the chunk's own
+// layout) of a chunk with region `region` of a tensor of `shape`.
+std::string ElementCoordinates(const Shape& shape, const Region& region, uint64_t index);
+
+}  // namespace ckpt::tools::internal
+
+#endif  // CKPT_TOOLS_VALIDATE_VALIDATE_INTERNAL_H_
