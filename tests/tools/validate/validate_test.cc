@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "absl/synchronization/mutex.h"
+#include "ckpt/fault_injection.h"
 #include "ckpt/in_process.h"
 #include "ckpt/writer.h"
 #include "format/latest.h"
@@ -398,6 +399,39 @@ TEST(Validate, UncoveredElements) {
   ASSERT_EQ(r.findings.size(), 1u) << AllFindings(r);
   EXPECT_EQ(r.findings[0].entry, "embed.w");
   EXPECT_THAT(r.findings[0].message, HasSubstr("not covered"));
+}
+
+TEST(Validate, ObjectWithoutItsBytes) {
+  TempDir tmp;
+  FixtureSpec spec = StandardSpec();
+  for (auto& t : spec.tensors) {
+    if (t.name == "rng.rank1") t.pieces.clear();
+  }
+  std::string dir = WriteCheckpoint(tmp.path(), spec);
+  ValidateReport r = MustValidate(dir);
+  ASSERT_EQ(r.findings.size(), 1u) << AllFindings(r);
+  EXPECT_EQ(r.findings[0].entry, "rng.rank1");
+  EXPECT_THAT(r.findings[0].message, HasSubstr("not covered by any chunk"));
+}
+
+TEST(Validate, ReadErrorIsAFindingAndTheRestGoesOn) {
+  TempDir tmp;
+  std::string dir = WriteCheckpoint(tmp.path(), StandardSpec());
+  FaultInjectingStorage faulty(DefaultStorage());
+  faulty.OnlyPathsContaining("shard-00001");
+  faulty.FailAt(StorageOp::kRead, 4, absl::InternalError("Input/output error"));
+  ValidateOptions o;
+  o.path = dir;
+  o.storage = &faulty;
+  o.threads = 1;
+  CKPT_ASSERT_OK_AND_ASSIGN(ValidateReport r, Validate(o));
+  // Reads 1-3 of shard 1 are its header, tail and index; the 4th is payload.
+  ASSERT_EQ(r.findings.size(), 1u) << AllFindings(r);
+  EXPECT_EQ(r.findings[0].file, dir + "/shard-00001.ckpt");
+  EXPECT_THAT(r.findings[0].message, HasSubstr("injected fault: pread"));
+  EXPECT_THAT(r.findings[0].message, HasSubstr("chunks not verified"));
+  EXPECT_EQ(r.shards_ok, 4u);
+  EXPECT_GT(r.blocks_verified, 0u);
 }
 
 TEST(Validate, StrayTempDirIsAWarning) {
