@@ -49,8 +49,8 @@ absl::Status CheckOptions(const ConvertOptions& o, bool to) {
           absl::StrCat("unknown codec '", o.codec, "' for --codec; supported: none, zstd"));
     }
   }
-  if (o.io_threads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--threads ", o.io_threads, " must be >= 1"));
+  if (o.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads ", o.threads, " must be >= 1"));
   }
   return absl::OkStatus();
 }
@@ -89,7 +89,10 @@ absl::StatusOr<int> RunExport(const ConvertOptions& o, std::ostream& out) {
   eo.compression = o.compression == "none" ? Hdf5Compression::kNone : Hdf5Compression::kDeflate;
   eo.level = o.level >= 0 ? o.level : kDefaultLevel;
   eo.overwrite = o.force;
-  eo.io_threads = o.io_threads;
+  if (o.threads > 0) {
+    eo.io_threads = o.threads;
+    eo.compress_threads = o.threads;
+  }
   std::unique_ptr<Progress> progress;
   eo.progress = [&](uint64_t n, uint64_t total) {
     if (!progress) progress = std::make_unique<Progress>("export", total);
@@ -161,7 +164,7 @@ absl::StatusOr<int> RunImport(const ConvertOptions& o, std::ostream& out) {
   io.step = o.step;
   io.overwrite = o.force;
   io.codec = o.codec == "zstd" ? format::Codec::kZstd : format::Codec::kNone;
-  io.io_threads = o.io_threads;
+  if (o.threads > 0) io.io_threads = o.threads;
   std::unique_ptr<Progress> progress;
   io.progress = [&](uint64_t n, uint64_t total) {
     if (!progress) progress = std::make_unique<Progress>("import", total);

@@ -27,7 +27,7 @@ struct ConvertOptions {
   bool force = false;       // replace the output file / the checkpoint of that step
   bool json = false;
   bool verbose = false;     // list every entry
-  int io_threads = 4;
+  int threads = 0;          // checkpoint I/O and compression threads; 0 = default
   // Export only (empty / -1: not given).
   std::string compression;  // "none" | "deflate" (default)
   int level = -1;           // deflate level 0..9 (default 4)

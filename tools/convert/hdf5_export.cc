@@ -10,12 +10,14 @@
 #include <filesystem>
 #include <future>
 #include <memory>
+#include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "ckpt/reader.h"
 #include "format/format_constants.h"
 #include "format/status_macros.h"
+#include "tools/convert/hdf5_chunks.h"
 #include "tools/convert/hdf5_names.h"
 #include "tools/convert/hdf5_types.h"
 #include "tools/convert/hdf5_util.h"
@@ -59,7 +61,7 @@ std::vector<SlabJob> SlabsOf(size_t entry, const Shape& shape, const Dims& slab,
 }
 
 std::string UserMetadataAttrName(const std::string& key) {
-  if (key.rfind(kReservedAttrPrefix, 0) == 0) return kReservedAttrPrefix + key;
+  if (key.rfind(hdf5::kReservedAttrPrefix, 0) == 0) return hdf5::kReservedAttrPrefix + key;
   return key;
 }
 
@@ -132,12 +134,12 @@ class FileWriter {
     if (!root.valid()) return Hdf5Error(absl::StatusCode::kInternal, file_name_);
     const hid_t r = root.get();
     absl::Status s = hdf5::WriteStringAttribute(
-        r, kAttrFormatVersion, absl::StrCat(format::kFormatMajor, ".", m.minor_version));
-    if (s.ok()) s = hdf5::WriteUInt64Attribute(r, kAttrStep, m.info.step);
-    if (s.ok()) s = hdf5::WriteUInt32Attribute(r, kAttrWorldSize, m.info.world_size);
-    if (s.ok()) s = hdf5::WriteStringAttribute(r, kAttrCheckpointId, format::IdToHex(m.info.id));
-    if (s.ok()) s = hdf5::WriteInt64Attribute(r, kAttrCreatedUnixNs, m.info.created_unix_ns);
-    if (s.ok()) s = hdf5::WriteStringAttribute(r, kAttrWriter, m.info.writer);
+        r, hdf5::kAttrFormatVersion, absl::StrCat(format::kFormatMajor, ".", m.minor_version));
+    if (s.ok()) s = hdf5::WriteUInt64Attribute(r, hdf5::kAttrStep, m.info.step);
+    if (s.ok()) s = hdf5::WriteUInt32Attribute(r, hdf5::kAttrWorldSize, m.info.world_size);
+    if (s.ok()) s = hdf5::WriteStringAttribute(r, hdf5::kAttrCheckpointId, format::IdToHex(m.info.id));
+    if (s.ok()) s = hdf5::WriteInt64Attribute(r, hdf5::kAttrCreatedUnixNs, m.info.created_unix_ns);
+    if (s.ok()) s = hdf5::WriteStringAttribute(r, hdf5::kAttrWriter, m.info.writer);
     for (const auto& [k, v] : m.metadata) {
       if (!s.ok()) break;
       s = Annotate(hdf5::WriteStringAttribute(r, UserMetadataAttrName(k), v),
@@ -226,6 +228,28 @@ class FileWriter {
     return absl::OkStatus();
   }
 
+  // Stores `chunks` (encoded for the filters of `e`'s dataset) as they are.
+  absl::Status WriteChunks(const Hdf5ExportedEntry& e, const hdf5::EncodedChunk* chunks,
+                           size_t count) {
+    auto lock = Hdf5Lock();
+    Handle ds(H5Dopen2(file_.get(), e.path.c_str(), H5P_DEFAULT));
+    if (!ds.valid()) {
+      return Hdf5Error(absl::StatusCode::kInternal,
+                       absl::StrCat(file_name_, ": dataset '", e.path, "'"));
+    }
+    for (size_t i = 0; i < count; ++i) {
+      const hdf5::EncodedChunk& c = chunks[i];
+      std::vector<hsize_t> offset(c.offset.begin(), c.offset.end());
+      if (H5Dwrite_chunk(ds.get(), H5P_DEFAULT, 0, offset.data(), c.bytes.size(),
+                         c.bytes.data()) < 0) {
+        return Hdf5Error(absl::StatusCode::kInternal,
+                         absl::StrCat(file_name_, ": writing the chunk of dataset '", e.path,
+                                      "' at ", ShapeToString(c.offset)));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Close() {
     auto lock = Hdf5Lock();
     lcpl_.Reset();
@@ -242,6 +266,42 @@ class FileWriter {
   Handle lcpl_;
   absl::flat_hash_set<std::string> groups_;
 };
+
+// Writes the loaded slabs `jobs[0, count)`, whose bytes follow each other
+// from `data`: chunked datasets through EncodeChunks and H5Dwrite_chunk,
+// the others (scalars; no compression) as hyperslabs.
+absl::Status WriteBatch(FileWriter& w, const std::vector<Hdf5ExportedEntry>& entries,
+                        const SlabJob* jobs, size_t count, const char* data,
+                        const Hdf5ExportOptions& options) {
+  std::vector<hdf5::Slab> slabs;
+  std::vector<size_t> slab_job;
+  for (size_t j = 0; j < count; ++j) {
+    const Hdf5ExportedEntry& e = entries[jobs[j].entry];
+    if (e.chunk.empty()) {
+      CKPT_RETURN_IF_ERROR(w.WriteBox(e, jobs[j].box, data));
+    } else {
+      slabs.push_back({&e.shape, &e.chunk, DTypeSize(e.dtype), jobs[j].box, data});
+      slab_job.push_back(j);
+    }
+    data += jobs[j].bytes;
+  }
+  if (slabs.empty()) return absl::OkStatus();
+  hdf5::ChunkFilters filters;
+  filters.shuffle = options.shuffle;
+  filters.level = options.level;
+  int threads = options.compress_threads;
+  if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  CKPT_ASSIGN_OR_RETURN(std::vector<hdf5::EncodedChunk> chunks,
+                        hdf5::EncodeChunks(slabs, filters, threads));
+  for (size_t c = 0; c < chunks.size();) {
+    size_t end = c;
+    while (end < chunks.size() && chunks[end].slab == chunks[c].slab) ++end;
+    CKPT_RETURN_IF_ERROR(
+        w.WriteChunks(entries[jobs[slab_job[chunks[c].slab]].entry], &chunks[c], end - c));
+    c = end;
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateOptions(const Hdf5ExportOptions& o) {
   if (o.level < 0 || o.level > 9) {
@@ -447,14 +507,14 @@ absl::StatusOr<Hdf5ExportResult> ExportHdf5(const std::string& source, const std
     for (size_t bi = 0; bi < batches.size(); ++bi) {
       CKPT_RETURN_IF_ERROR(next.get());
       if (bi + 1 < batches.size()) next = std::async(std::launch::async, load, bi + 1);
-      const char* p = buffers[bi % 2].get();
+      absl::Status s = WriteBatch(w, result.entries, &jobs[batches[bi].first],
+                                  batches[bi].second - batches[bi].first,
+                                  buffers[bi % 2].get(), options);
+      if (!s.ok()) {
+        if (next.valid()) next.wait();
+        return s;
+      }
       for (size_t j = batches[bi].first; j < batches[bi].second; ++j) {
-        absl::Status s = w.WriteBox(result.entries[jobs[j].entry], jobs[j].box, p);
-        if (!s.ok()) {
-          if (next.valid()) next.wait();
-          return s;
-        }
-        p += jobs[j].bytes;
         if (options.progress) options.progress(jobs[j].bytes, result.logical_bytes);
       }
     }

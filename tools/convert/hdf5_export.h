@@ -8,10 +8,13 @@
 // attributes of the root group. Datasets are chunked (about `chunk_bytes`
 // per chunk) and deflate-compressed by default, so a stock h5py reads them.
 //
-// Memory stays bounded: tensors are loaded with ckpt::Reader in slabs of at
-// most `slab_bytes` that are whole rows of HDF5 chunks, and written with one
-// hyperslab each (two slabs in flight: one loading, one being written).
-// Objects are read whole.
+// Memory stays bounded: tensors are loaded with ckpt::Reader in batches of
+// slabs of at most `slab_bytes` that are whole rows of HDF5 chunks (two
+// batches in flight: one loading, one being written). With compression the
+// chunks of a batch are shuffled and deflated on `compress_threads` threads
+// and stored with H5Dwrite_chunk (hdf5_chunks.h); without, each slab is one
+// hyperslab write. Objects are read whole. Peak memory is about three
+// batches: 2 x 64 MiB loaded plus the compressed chunks of one.
 #ifndef CKPT_TOOLS_CONVERT_HDF5_EXPORT_H_
 #define CKPT_TOOLS_CONVERT_HDF5_EXPORT_H_
 
@@ -26,16 +29,6 @@
 
 namespace ckpt::tools {
 
-// Root attributes of the exported file (user metadata keys are attributes
-// of their own name; a key that begins with "ckpt_" gets one more "ckpt_"
-// in front, so "ckpt_x" is stored as "ckpt_ckpt_x").
-inline constexpr char kAttrFormatVersion[] = "ckpt_format_version";  // "1.0"
-inline constexpr char kAttrStep[] = "ckpt_step";                      // uint64
-inline constexpr char kAttrWorldSize[] = "ckpt_world_size";           // uint32
-inline constexpr char kAttrCheckpointId[] = "ckpt_checkpoint_id";     // 32 hex digits
-inline constexpr char kAttrCreatedUnixNs[] = "ckpt_created_unix_ns";  // int64
-inline constexpr char kAttrWriter[] = "ckpt_writer";                  // "ckpt 0.1.0"
-inline constexpr char kReservedAttrPrefix[] = "ckpt_";
 
 enum class Hdf5Compression { kNone, kDeflate };
 
@@ -47,6 +40,9 @@ struct Hdf5ExportOptions {
   uint64_t chunk_bytes = 1ull << 20;  // target bytes per HDF5 chunk
   uint64_t slab_bytes = 64ull << 20;  // most bytes loaded at once (>= chunk_bytes)
   int io_threads = 4;                 // ckpt::Reader threads
+  // Threads that shuffle and deflate chunks (HDF5 itself would use one);
+  // 0 = one per hardware thread.
+  int compress_threads = 0;
   // Called (from the calling thread) after each slab or object is written,
   // with its bytes and the total bytes of the export.
   std::function<void(uint64_t bytes, uint64_t total)> progress;

@@ -1,5 +1,6 @@
-// How ckpt entry names map to HDF5 dataset paths and back (tools/convert/
-// README.md, "Names"). Pure string logic: no HDF5 calls.
+// How ckpt entry names map to HDF5 dataset paths and back, and the names of
+// the root attributes (tools/convert/README.md, "Names", "Root
+// attributes"). Pure string logic: no HDF5 calls.
 //
 // Export: an entry name is split at '.' and each part becomes one link name,
 // so "layers.0.attn.w" is the dataset /layers/0/attn/w inside groups
@@ -30,6 +31,17 @@ namespace ckpt::tools::hdf5 {
 
 inline constexpr char kSelfLink[] = ".self";
 inline constexpr char kEmptyLink[] = ".empty";
+
+// Root attributes of the exported file (user metadata keys are attributes
+// of their own name; a key that begins with "ckpt_" gets one more "ckpt_"
+// in front, so "ckpt_x" is stored as "ckpt_ckpt_x").
+inline constexpr char kAttrFormatVersion[] = "ckpt_format_version";  // "1.0"
+inline constexpr char kAttrStep[] = "ckpt_step";                      // uint64
+inline constexpr char kAttrWorldSize[] = "ckpt_world_size";           // uint32
+inline constexpr char kAttrCheckpointId[] = "ckpt_checkpoint_id";     // 32 hex digits
+inline constexpr char kAttrCreatedUnixNs[] = "ckpt_created_unix_ns";  // int64
+inline constexpr char kAttrWriter[] = "ckpt_writer";                  // "ckpt 0.1.0"
+inline constexpr char kReservedAttrPrefix[] = "ckpt_";
 
 // The dataset path ("/a/b") of each of `names`, in the same order.
 // InvalidArgument for an invalid entry name (format::ValidateEntryName) or a

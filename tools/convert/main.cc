@@ -23,7 +23,9 @@ int main(int argc, char** argv) {
                "Replace DST (--to) or the checkpoint of that step in DST (--from)");
   app.add_flag("--json", opts.json, "Print one JSON document (see tools/README.md)");
   app.add_flag("-v,--verbose", opts.verbose, "List every entry with its HDF5 path");
-  app.add_option("--threads", opts.io_threads, "Checkpoint I/O threads (default 4)")
+  app.add_option("--threads", opts.threads,
+                 "Threads for checkpoint I/O (default 4) and, with --to, for compression "
+                 "(default: one per core)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--compression", opts.compression,
                  "--to: HDF5 compression, none or deflate (default deflate, with shuffle)");
