@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@ namespace ckpt::testing {
 struct CliResult {
   int exit_code = -1;
   std::string out, err;
+  uint64_t max_rss_bytes = 0;  // peak resident set of the child
 };
 
 // Runs `binary args...` with stdout and stderr sent to files in `scratch`.
@@ -46,7 +48,9 @@ inline CliResult RunCli(const std::string& binary, const std::vector<std::string
   }
   posix_spawn_file_actions_destroy(&fa);
   int status = 0;
-  waitpid(pid, &status, 0);
+  struct rusage usage = {};
+  wait4(pid, &status, 0, &usage);
+  r.max_rss_bytes = static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // KiB on Linux
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = ReadFileBytes(out_path);
   r.err = ReadFileBytes(err_path);

@@ -4,6 +4,7 @@
 #define CKPT_TESTS_TOOLS_DIFF_FIXTURES_H_
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -100,6 +101,21 @@ inline std::string ReadFileBytes(const std::string& path) {
 inline void WriteFileBytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << bytes;
+}
+
+// What a failed save may leave in checkpoint root `root`: nothing but the
+// root's lock files (spec/FORMAT.md §4.1), so the names of anything else
+// (a step directory, `latest`, a temporary directory). Empty if `root` does
+// not exist.
+inline std::vector<std::string> LeftoversIn(const std::string& root) {
+  std::vector<std::string> out;
+  if (!std::filesystem::exists(root)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (name == ".ckpt-save.lock" || name == ".ckpt-commit.lock") continue;
+    out.push_back(name);
+  }
+  return out;
 }
 
 // Sets element `index` of a float32 global buffer.

@@ -1,0 +1,183 @@
+#include "tools/reshard/layout.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ckpt::tools {
+namespace {
+
+using format::EntryRecord;
+
+bool IsPartial(const EntryRecord& e) { return (e.flags & format::kEntryFlagPartial) != 0; }
+
+uint64_t Numel(const Shape& s) {
+  uint64_t n = 1;
+  for (uint64_t d : s) n *= d;
+  return n;
+}
+
+// [start, start + len) of part `rank` of `n` of `total` items.
+std::pair<uint64_t, uint64_t> EvenPart(uint64_t total, int rank, int n) {
+  const uint64_t base = total / n, rem = total % n, r = static_cast<uint64_t>(rank);
+  return {r * base + std::min(r, rem), base + (r < rem ? 1 : 0)};
+}
+
+absl::Status CannotInfer(const EntryRecord& e, absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("entry '", e.name, "': cannot infer its layout: ", why,
+                   "; give it in an override file (--layout FILE)"));
+}
+
+}  // namespace
+
+absl::StatusOr<Split> InferSplit(const EntryRecord& e, std::string* description) {
+  Split s;
+  std::vector<const Region*> regions;
+  for (const auto& c : e.chunks)
+    if (RegionElements(c.region) != 0) regions.push_back(&c.region);
+  const uint64_t numel = Numel(e.shape);
+  if (numel == 0 || (regions.size() == 1 && RegionElements(*regions[0]) == numel)) {
+    *description = numel == 0 ? "empty" : "whole";
+    s.kind = Split::Kind::kReplicated;
+    return s;
+  }
+  size_t flats = 0;
+  for (const Region* r : regions) flats += std::holds_alternative<FlatRange>(*r);
+  if (flats == regions.size()) {
+    *description = absl::StrCat(regions.size(), " flat ranges");
+    s.kind = Split::Kind::kFlat;
+    return s;
+  }
+  if (flats != 0) {
+    return CannotInfer(e, absl::StrCat(flats, " of its ", regions.size(),
+                                       " chunks are flat ranges, the others boxes"));
+  }
+  // Boxes: per dim, the distinct intervals must partition the dim, and the
+  // chunks must be every combination of them (coverage is already checked,
+  // so counting suffices).
+  const size_t nd = e.shape.size();
+  std::vector<size_t> parts(nd);
+  uint64_t combos = 1;
+  for (size_t d = 0; d < nd; ++d) {
+    std::set<std::pair<uint64_t, uint64_t>> iv;
+    for (const Region* r : regions) {
+      const Box& b = std::get<Box>(*r);
+      iv.emplace(b.offset[d], b.size[d]);
+    }
+    uint64_t next = 0;
+    for (const auto& [off, size] : iv) {
+      if (off != next) {
+        return CannotInfer(e, absl::StrCat("its ", regions.size(),
+                                           " chunks are not a regular grid (along dim", d,
+                                           ", a chunk starts at ", off, " where ",
+                                           off < next ? "another part is" : "none ends", ")"));
+      }
+      next = off + size;
+    }
+    parts[d] = iv.size();
+    combos *= iv.size();
+    if (combos > regions.size()) break;
+  }
+  if (combos != regions.size()) {
+    return CannotInfer(e, absl::StrCat("its ", regions.size(),
+                                       " chunks are not a regular grid"));
+  }
+  size_t best = 0;
+  std::vector<std::string> split_dims;
+  for (size_t d = 0; d < nd; ++d) {
+    if (parts[d] > parts[best]) best = d;
+    if (parts[d] > 1) split_dims.push_back(absl::StrCat(parts[d]));
+  }
+  if (split_dims.size() == 1) {
+    *description = absl::StrCat(parts[best], " parts along dim", best);
+  } else {
+    *description = absl::StrCat(absl::StrJoin(split_dims, " x "), " grid");
+  }
+  s.kind = Split::Kind::kDim;
+  s.dim = static_cast<int>(best);
+  return s;
+}
+
+Region PieceOf(const Split& split, const Shape& shape, int rank, int n) {
+  switch (split.kind) {
+    case Split::Kind::kReplicated:
+      return FullBox(shape);
+    case Split::Kind::kFlat: {
+      auto [start, len] = EvenPart(Numel(shape), rank, n);
+      return FlatRange{start, len};
+    }
+    case Split::Kind::kDim: {
+      Box b = FullBox(shape);
+      auto [start, len] = EvenPart(shape[split.dim], rank, n);
+      b.offset[split.dim] = start;
+      b.size[split.dim] = len;
+      return b;
+    }
+  }
+  return FullBox(shape);
+}
+
+std::string EntryLayout::LayoutName() const {
+  if (object) return "object";
+  if (partial) return "partial";
+  return split.ToString();
+}
+
+absl::StatusOr<EntryLayout> PlanEntry(const EntryRecord& e, int n, const OverrideRule* rule) {
+  EntryLayout out;
+  out.name = e.name;
+  out.pieces.resize(n);
+  auto bad_rule = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("override ", rule->pattern, " -> ",
+                                                   rule->split.ToString(), " for entry '",
+                                                   e.name, "': ", why));
+  };
+  if (e.kind == format::EntryKind::kObject) {
+    if (rule != nullptr) return bad_rule("it is an object (objects are copied as they are)");
+    out.object = true;
+    out.source = "object";
+    out.pieces[0] = FlatRange{0, e.shape[0]};
+    return out;
+  }
+  if (IsPartial(e)) {
+    if (rule != nullptr) {
+      return bad_rule("it is partial (its chunks need not cover it) and is copied chunk by chunk");
+    }
+    if (e.chunks.size() > static_cast<size_t>(n)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "entry '", e.name, "' is partial with ", e.chunks.size(),
+          " chunks: its chunks are kept as stored, one per rank, so it needs --to >= ",
+          e.chunks.size()));
+    }
+    out.partial = true;
+    out.source = absl::StrCat(e.chunks.size(), " chunks (partial)");
+    for (size_t i = 0; i < e.chunks.size(); ++i) out.pieces[i] = e.chunks[i].region;
+    return out;
+  }
+  if (rule != nullptr) {
+    out.from_override = true;
+    out.split = rule->split;
+    if (out.split.kind == Split::Kind::kDim &&
+        static_cast<size_t>(out.split.dim) >= e.shape.size()) {
+      return bad_rule(absl::StrCat("the tensor has ", e.shape.size(), " dims (shape ",
+                                   ShapeToString(e.shape), ")"));
+    }
+    std::string ignored;
+    auto inferred = InferSplit(e, &ignored);
+    out.source = inferred.ok() ? ignored : "irregular";
+  } else {
+    auto inferred = InferSplit(e, &out.source);
+    if (!inferred.ok()) return inferred.status();
+    out.split = *inferred;
+  }
+  out.replica = out.split.kind == Split::Kind::kReplicated;
+  for (int r = 0; r < n; ++r) out.pieces[r] = PieceOf(out.split, e.shape, r, n);
+  return out;
+}
+
+}  // namespace ckpt::tools

@@ -1,0 +1,272 @@
+#include "tools/reshard/overrides.h"
+
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "format/format_constants.h"
+#include "nlohmann/json.hpp"
+
+namespace ckpt::tools {
+namespace {
+
+constexpr char kSplitForms[] = "\"dim<k>\" (k < 32), \"flat\" or \"replicated\"";
+
+// JSON text of a string for messages: quoted and escaped, cut after 80
+// characters so that a fuzzed megabyte key stays readable.
+std::string Quote(absl::string_view s) {
+  std::string shown(s.substr(0, 80));
+  std::string out = nlohmann::json(shown).dump(-1, ' ', false,
+                                               nlohmann::json::error_handler_t::replace);
+  if (s.size() > 80) out.insert(out.size() - 1, "...");
+  return out;
+}
+
+// Builds Overrides from SAX events, checking the document's shape as it
+// goes; the first problem stops the parse (the handler returns false).
+//   depth 0: before the document    depth 2: inside "entries"
+//   depth 1: the top-level object   depth 3: inside one entry's object
+class Handler {
+ public:
+  using json = nlohmann::json;
+
+  bool null() { return Value("null"); }
+  bool boolean(bool) { return Value("a boolean"); }
+  bool number_integer(json::number_integer_t) { return Value("a number"); }
+  bool number_unsigned(json::number_unsigned_t) { return Value("a number"); }
+  bool number_float(json::number_float_t, const std::string&) { return Value("a number"); }
+  bool binary(json::binary_t&) { return Value("binary data"); }
+  bool start_array(std::size_t) { return Value("an array"); }
+  bool end_array() { return Fail("unexpected end of array"); }
+
+  bool string(std::string& s) {
+    if (depth_ == 3 && key_ == "split") {
+      auto split = ParseSplit(s);
+      if (!split.ok()) {
+        return Fail(absl::StrCat(EntryPath(), ".split: expected ", kSplitForms, ", got ",
+                                 Quote(s)));
+      }
+      split_ = *split;
+      has_split_ = true;
+      return true;
+    }
+    return Value("a string");
+  }
+
+  bool start_object(std::size_t) {
+    switch (depth_) {
+      case 0:
+        break;
+      case 1:
+        if (key_ != "entries") return Value("an object");
+        has_entries_ = true;
+        break;
+      case 2:
+        entry_ = key_;
+        has_split_ = false;
+        break;
+      default:
+        return Value("an object");
+    }
+    ++depth_;
+    keys_.emplace_back();
+    key_.clear();
+    return true;
+  }
+
+  bool key(std::string& k) {
+    if (!keys_.back().insert(k).second) {
+      return Fail(absl::StrCat(Where(), ": duplicate key ", Quote(k)));
+    }
+    if (depth_ == 1 && k != "entries") {
+      return Fail(absl::StrCat("top level: unknown key ", Quote(k), " (expected \"entries\")"));
+    }
+    if (depth_ == 2) {
+      if (k.empty()) return Fail("entries: empty entry name or pattern");
+      if (k.size() > format::kMaxNameLength) {
+        return Fail(absl::StrCat("entries: key of ", k.size(), " bytes is longer than ",
+                                 format::kMaxNameLength, " (", Quote(k), ")"));
+      }
+    }
+    if (depth_ == 3 && k != "split") {
+      return Fail(absl::StrCat(EntryPath(), ": unknown key ", Quote(k), " (expected \"split\")"));
+    }
+    key_ = k;
+    return true;
+  }
+
+  bool end_object() {
+    switch (depth_) {
+      case 1:
+        if (!has_entries_) return Fail("top level: missing key \"entries\"");
+        break;
+      case 3:
+        if (!has_split_) return Fail(absl::StrCat(EntryPath(), ": missing key \"split\""));
+        result_.rules.push_back(OverrideRule{entry_, split_});
+        key_.clear();
+        break;
+      default:
+        break;
+    }
+    --depth_;
+    keys_.pop_back();
+    if (depth_ == 2) key_.clear();
+    return true;
+  }
+
+  bool parse_error(std::size_t, const std::string&, const json::exception& ex) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
+    absl::string_view what = ex.what();
+    size_t at = what.find("at line ");
+    if (at != absl::string_view::npos) {
+      what.remove_prefix(at + 3);
+    } else if (absl::StartsWith(what, "[json.exception.")) {
+      what.remove_prefix(what.find(']') + 1);
+    }
+    return Fail(std::string(absl::StripAsciiWhitespace(what)));
+  }
+
+  const std::string& error() const { return error_; }
+  Overrides& result() { return result_; }
+
+ private:
+  // A value other than an object or a split string, where `got` was found.
+  bool Value(const char* got) {
+    switch (depth_) {
+      case 0:
+        return Fail(absl::StrCat("top level: expected an object, got ", got));
+      case 1:
+        return Fail(absl::StrCat("entries: expected an object, got ", got));
+      case 2:
+        return Fail(absl::StrCat("entries.", Quote(key_), ": expected an object, got ", got));
+      default:
+        return Fail(absl::StrCat(EntryPath(), ".split: expected a string, got ", got));
+    }
+  }
+  std::string EntryPath() const { return absl::StrCat("entries.", Quote(entry_)); }
+  std::string Where() const {
+    switch (depth_) {
+      case 1:
+        return "top level";
+      case 2:
+        return "entries";
+      default:
+        return EntryPath();
+    }
+  }
+  bool Fail(std::string msg) {
+    if (error_.empty()) error_ = std::move(msg);
+    return false;
+  }
+
+  int depth_ = 0;
+  std::vector<std::set<std::string>> keys_;  // keys seen, per open object
+  std::string key_;                          // the last key at this depth
+  std::string entry_;                        // the entry being read (depth 3)
+  bool has_entries_ = false;
+  bool has_split_ = false;
+  Split split_;
+  Overrides result_;
+  std::string error_;
+};
+
+}  // namespace
+
+std::string Split::ToString() const {
+  switch (kind) {
+    case Kind::kDim:
+      return absl::StrCat("dim", dim);
+    case Kind::kFlat:
+      return "flat";
+    case Kind::kReplicated:
+      return "replicated";
+  }
+  return "?";
+}
+
+absl::StatusOr<Split> ParseSplit(absl::string_view text) {
+  Split s;
+  if (text == "flat") {
+    s.kind = Split::Kind::kFlat;
+    return s;
+  }
+  if (text == "replicated") {
+    s.kind = Split::Kind::kReplicated;
+    return s;
+  }
+  if (absl::StartsWith(text, "dim")) {
+    absl::string_view digits = text.substr(3);
+    int dim = 0;
+    const bool canonical = !digits.empty() && digits.size() <= 2 &&
+                           absl::ascii_isdigit(digits[0]) &&
+                           (digits.size() == 1 || (digits[0] != '0' &&
+                                                   absl::ascii_isdigit(digits[1])));
+    if (canonical && absl::SimpleAtoi(digits, &dim) &&
+        dim < static_cast<int>(format::kMaxDims)) {
+      s.kind = Split::Kind::kDim;
+      s.dim = dim;
+      return s;
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("split: expected ", kSplitForms, ", got ", Quote(text)));
+}
+
+bool OverrideRule::is_glob() const {
+  return pattern.find_first_of("*?") != std::string::npos;
+}
+
+absl::StatusOr<const OverrideRule*> Overrides::Find(absl::string_view name) const {
+  const OverrideRule* found = nullptr;
+  std::vector<std::string> globs;
+  for (const OverrideRule& r : rules) {
+    if (r.pattern == name) return &r;
+    if (r.is_glob() && GlobMatch(r.pattern, name)) {
+      if (found == nullptr) found = &r;
+      globs.push_back(Quote(r.pattern));
+    }
+  }
+  if (globs.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("entry '", name, "' matches several patterns: ",
+                                                   absl::StrJoin(globs, ", "),
+                                                   " (give it its own key)"));
+  }
+  return found;
+}
+
+absl::StatusOr<Overrides> ParseOverrides(absl::string_view text) {
+  Handler h;
+  const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &h,
+                                            nlohmann::json::input_format_t::json,
+                                            /*strict=*/true, /*ignore_comments=*/false);
+  if (!ok || !h.error().empty()) {
+    return absl::InvalidArgumentError(h.error().empty() ? "invalid JSON" : h.error());
+  }
+  return std::move(h.result());
+}
+
+bool GlobMatch(absl::string_view p, absl::string_view s) {
+  // Greedy with one backtrack point (the last '*'): O(|p| * |s|).
+  size_t pi = 0, si = 0, star = absl::string_view::npos, mark = 0;
+  while (si < s.size()) {
+    if (pi < p.size() && (p[pi] == '?' || p[pi] == s[si])) {
+      ++pi;
+      ++si;
+    } else if (pi < p.size() && p[pi] == '*') {
+      star = pi++;
+      mark = si;
+    } else if (star != absl::string_view::npos) {
+      pi = star + 1;
+      si = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+}  // namespace ckpt::tools

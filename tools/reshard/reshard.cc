@@ -1,0 +1,358 @@
+#include "tools/reshard/reshard.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "ckpt/in_process.h"
+#include "ckpt/reader.h"
+#include "ckpt/writer.h"
+#include "format/status_macros.h"
+#include "tools/common/tool_util.h"
+#include "tools/diff/local_range.h"
+#include "tools/reshard/layout.h"
+#include "tools/reshard/overrides.h"
+
+namespace ckpt::tools {
+namespace {
+
+using format::EntryRecord;
+
+// Shared by the tensor sources of all ranks; called from I/O threads.
+class SourceContext {
+ public:
+  SourceContext(Reader* reader, Progress* progress) : reader_(reader), progress_(progress) {}
+
+  // The source of piece `piece` of entry `e`: serves byte ranges of the
+  // piece's layout by loading the matching sub-regions of SRC.
+  TensorSource Make(const EntryRecord* e, Region piece) {
+    return [this, e, piece](uint64_t offset, void* dst, uint64_t n) -> absl::Status {
+      const uint64_t es = DTypeSize(e->dtype);
+      if (offset % es != 0 || n % es != 0) {
+        return absl::InternalError(absl::StrCat("entry '", e->name, "': byte range [", offset,
+                                                ", ", offset + n,
+                                                ") is not a whole number of elements"));
+      }
+      std::vector<LoadRequest> reqs;
+      char* out = static_cast<char*>(dst);
+      for (const Region& sub : LocalRangeToRegions(piece, offset / es, (offset + n) / es)) {
+        LoadRequest q;
+        q.name = e->name;
+        q.dtype = e->dtype;
+        q.shape = e->shape;
+        q.region = sub;
+        q.data = out;
+        out += RegionElements(sub) * es;
+        reqs.push_back(std::move(q));
+      }
+      LoadOptions lo;
+      lo.allow_unrequested = true;
+      lo.io_threads = 1;  // parallelism comes from the writers' I/O threads
+      CKPT_RETURN_IF_ERROR(reader_->Load(reqs, lo).status());
+      uint64_t seen = largest_.load();
+      while (n > seen && !largest_.compare_exchange_weak(seen, n)) {
+      }
+      if (progress_ != nullptr) {
+        absl::MutexLock l(&mu_);
+        progress_->Add(n);
+      }
+      return absl::OkStatus();
+    };
+  }
+
+  uint64_t largest() const { return largest_.load(); }
+
+ private:
+  Reader* reader_;
+  Progress* progress_;
+  absl::Mutex mu_;
+  std::atomic<uint64_t> largest_{0};
+};
+
+absl::Status CheckOptions(const ReshardOptions& o) {
+  if (o.to < 1 || o.to > kMaxReshardRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--to must be in [1, ", kMaxReshardRanks, "], got ", o.to));
+  }
+  if (o.from < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--from must be >= 1, got ", o.from));
+  }
+  if (o.threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads must be >= 1, got ", o.threads));
+  }
+  if (o.src.empty() || o.dst.empty()) {
+    return absl::InvalidArgumentError("SRC and DST must not be empty");
+  }
+  return absl::OkStatus();
+}
+
+// Plans every entry; reports all entries that cannot be planned at once.
+absl::StatusOr<std::vector<EntryLayout>> PlanAll(const format::Manifest& m, int n,
+                                                 const Overrides& overrides,
+                                                 const std::string& layout_file) {
+  std::vector<EntryLayout> plans;
+  std::vector<std::string> errors;
+  std::vector<bool> used(overrides.rules.size(), false);
+  for (const EntryRecord& e : m.entries) {
+    auto rule = overrides.Find(e.name);
+    if (!rule.ok()) {
+      errors.push_back(absl::StrCat(layout_file, ": ", rule.status().message()));
+      continue;
+    }
+    if (*rule != nullptr) used[*rule - overrides.rules.data()] = true;
+    auto plan = PlanEntry(e, n, *rule);
+    if (!plan.ok()) {
+      errors.push_back(std::string(plan.status().message()));
+      continue;
+    }
+    plans.push_back(*std::move(plan));
+  }
+  for (size_t i = 0; i < used.size(); ++i) {
+    if (!used[i]) {
+      errors.push_back(absl::StrCat(layout_file, ": \"", overrides.rules[i].pattern,
+                                    "\" matches no entry of the checkpoint"));
+    }
+  }
+  if (errors.empty()) return plans;
+  if (errors.size() == 1) return absl::InvalidArgumentError(errors[0]);
+  const size_t shown = std::min<size_t>(errors.size(), 5);
+  return absl::InvalidArgumentError(
+      absl::StrCat(errors.size(), " problems with entry layouts: ",
+                   absl::StrJoin(errors.begin(), errors.begin() + shown, "; "),
+                   errors.size() > shown ? "; ..." : ""));
+}
+
+std::string CodecName(format::Codec c) { return c == format::Codec::kZstd ? "zstd" : "none"; }
+
+}  // namespace
+
+absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CKPT_RETURN_IF_ERROR(CheckOptions(o));
+  Storage* storage = o.storage != nullptr ? o.storage : DefaultStorage();
+  ReaderOptions ro;
+  ro.storage = storage;
+  ro.io_threads = 1;
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader, Reader::Open(o.src, ro));
+  const format::Manifest& m = reader->manifest();
+  if (o.from > 0 && m.info.world_size != static_cast<uint32_t>(o.from)) {
+    return absl::InvalidArgumentError(absl::StrCat(reader->path(), ": saved on ",
+                                                   m.info.world_size, " ranks, --from ", o.from,
+                                                   " given"));
+  }
+  if (storage->Stat(JoinPath(o.dst, format::kManifestFileName)).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        o.dst, ": is a checkpoint directory; DST must be a checkpoint root (the output goes "
+               "to DST/step-NNNNNNNN)"));
+  }
+  Overrides overrides;
+  if (!o.layout_file.empty()) {
+    CKPT_ASSIGN_OR_RETURN(std::string text, storage->ReadFile(o.layout_file));
+    auto parsed = ParseOverrides(text);
+    if (!parsed.ok()) return Annotate(parsed.status(), o.layout_file);
+    overrides = *std::move(parsed);
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<EntryLayout> plans,
+                        PlanAll(m, o.to, overrides, o.layout_file));
+
+  ReshardReport report;
+  report.src_dir = reader->path();
+  report.step = o.step.value_or(m.info.step);
+  report.from = m.info.world_size;
+  report.to = static_cast<uint32_t>(o.to);
+
+  SaveOptions so;
+  so.codec = format::Codec::kNone;
+  bool have_block_size = false;
+  for (const EntryRecord& e : m.entries) {
+    for (const auto& c : e.chunks) {
+      if (c.codec == format::Codec::kZstd) so.codec = format::Codec::kZstd;
+      if (!have_block_size && c.stored_length > 0) {
+        so.block_size = c.block_size;
+        have_block_size = true;
+      }
+    }
+  }
+  if (o.codec) so.codec = *o.codec;
+  so.io_threads = std::max(1, o.threads / o.to);
+  so.metadata = m.metadata;
+  report.codec = CodecName(so.codec);
+
+  // Objects are read now (verified) and held during the save.
+  std::vector<std::pair<std::string, std::string>> objects;
+  std::map<std::string, const EntryRecord*> by_name;
+  for (const EntryRecord& e : m.entries) by_name[e.name] = &e;
+  for (const EntryLayout& p : plans) {
+    const EntryRecord& e = *by_name[p.name];
+    ReshardedEntry re;
+    re.name = p.name;
+    re.object = p.object;
+    re.dtype = e.dtype;
+    re.shape = e.shape;
+    re.source = p.source;
+    re.layout = p.LayoutName();
+    re.from_override = p.from_override;
+    report.entries.push_back(std::move(re));
+    if (p.object) {
+      CKPT_ASSIGN_OR_RETURN(std::string bytes, reader->ReadObject(p.name));
+      report.object_bytes += bytes.size();
+      objects.emplace_back(p.name, std::move(bytes));
+    } else {
+      uint64_t n = 0;
+      for (const auto& c : e.chunks) n += RegionElements(c.region);
+      report.tensor_bytes += n * DTypeSize(e.dtype);
+    }
+  }
+
+  std::optional<Progress> progress;
+  if (o.progress) progress.emplace("ckpt-reshard", report.tensor_bytes);
+  SourceContext sources(reader.get(), progress ? &*progress : nullptr);
+  InProcessWorld world(o.to);
+  std::vector<absl::Status> registration(o.to);
+  SaveResult saved;
+  absl::Status status = RunRanks(world, [&](Communicator& comm) -> absl::Status {
+    const int rank = comm.rank();
+    Writer::Options wo;
+    wo.comm = &comm;
+    wo.storage = storage;
+    auto writer = Writer::Create(wo);
+    absl::Status reg = writer.status();
+    for (size_t i = 0; reg.ok() && i < plans.size(); ++i) {
+      const EntryLayout& p = plans[i];
+      if (p.object || !p.pieces[rank]) continue;
+      TensorOptions to;
+      to.replica = p.replica;
+      to.partial = p.partial;
+      const EntryRecord* e = by_name[p.name];
+      reg = (*writer)->AddTensorSource(p.name, e->dtype, e->shape, *p.pieces[rank],
+                                       sources.Make(e, *p.pieces[rank]), to);
+    }
+    if (rank == 0) {
+      for (size_t i = 0; reg.ok() && i < objects.size(); ++i) {
+        reg = (*writer)->SetObject(objects[i].first, std::move(objects[i].second));
+      }
+    }
+    // Every rank must reach Save, or none: agree on registration first.
+    std::vector<int64_t> failed = {reg.ok() ? 0 : 1};
+    CKPT_RETURN_IF_ERROR(comm.AllReduceMax(&failed));
+    if (failed[0] != 0) {
+      registration[rank] = reg;
+      return absl::AbortedError("registration failed on some rank");
+    }
+    CKPT_ASSIGN_OR_RETURN(SaveResult r, (*writer)->Save(o.dst, report.step, so));
+    if (rank == 0) saved = r;
+    return absl::OkStatus();
+  });
+  for (const absl::Status& s : registration) {
+    if (!s.ok()) return s;
+  }
+  CKPT_RETURN_IF_ERROR(status);
+  if (progress) progress->Finish();
+  report.dst_dir = saved.path;
+  report.stored_bytes = saved.stored_bytes;
+  report.largest_read = sources.largest();
+  std::sort(report.entries.begin(), report.entries.end(),
+            [](const ReshardedEntry& a, const ReshardedEntry& b) { return a.name < b.name; });
+  if (o.verify) {
+    DiffOptions d;
+    d.a = report.src_dir;
+    d.b = report.dst_dir;
+    d.storage = storage;
+    d.io_threads = o.threads;
+    d.progress = o.progress;
+    CKPT_ASSIGN_OR_RETURN(DiffReport dr, Diff(d));
+    report.verify = std::move(dr);
+  }
+  report.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report;
+}
+
+void PrintReshardText(const ReshardReport& r, bool verbose, std::ostream& out) {
+  out << "resharded " << r.src_dir << " (step " << r.step << ", " << r.from
+      << (r.from == 1 ? " rank" : " ranks") << ") into " << r.dst_dir << " (" << r.to
+      << (r.to == 1 ? " rank" : " ranks") << ")\n";
+  std::map<std::string, int> counts;
+  for (const ReshardedEntry& e : r.entries) {
+    const std::string& l = e.layout;
+    counts[l.rfind("dim", 0) == 0 ? "split along a dim" : l]++;
+  }
+  std::vector<std::string> parts;
+  for (const char* k : {"split along a dim", "flat", "replicated", "partial", "object"}) {
+    auto it = counts.find(k);
+    if (it == counts.end()) continue;
+    std::string label = it->first;
+    if (label == "object" && it->second != 1) label = "objects";
+    parts.push_back(absl::StrCat(it->second, " ", label));
+  }
+  out << "entries: " << r.entries.size() << " (" << absl::StrJoin(parts, ", ") << ")\n";
+  if (verbose) {
+    for (const ReshardedEntry& e : r.entries) {
+      out << "  " << e.name << ": ";
+      if (e.object) {
+        out << "object -> rank 0\n";
+        continue;
+      }
+      out << DTypeName(e.dtype) << " " << ShapeText(e.shape) << ", " << e.source << " -> "
+          << e.layout << (e.from_override ? " (override)" : "") << "\n";
+    }
+  }
+  out << "wrote " << HumanBytes(r.tensor_bytes) << " of tensors and " << HumanBytes(r.object_bytes)
+      << " of objects (codec " << r.codec << ")\n";
+  if (r.verify) {
+    if (r.verify->equal()) {
+      out << "verify: equal to the source (" << r.verify->entries_compared << " entries, "
+          << HumanBytes(r.verify->bytes_compared) << " compared)\n";
+    } else {
+      out << "verify: the output differs from the source:\n";
+      PrintDiffText(*r.verify, out);
+    }
+  }
+}
+
+nlohmann::ordered_json ReshardToJson(const ReshardReport& r) {
+  using J = nlohmann::ordered_json;
+  J j;
+  j["src"] = {{"path", r.src_dir}, {"world_size", r.from}};
+  j["dst"] = {{"path", r.dst_dir}, {"world_size", r.to}};
+  j["step"] = r.step;
+  j["codec"] = r.codec;
+  j["entries"] = J::array();
+  for (const ReshardedEntry& e : r.entries) {
+    J x{{"name", e.name}, {"kind", e.object ? "object" : "tensor"}};
+    if (!e.object) {
+      x["dtype"] = std::string(DTypeName(e.dtype));
+      x["shape"] = J::array();
+      for (uint64_t d : e.shape) x["shape"].push_back(d);
+    }
+    x["source"] = e.source;
+    x["layout"] = e.layout;
+    x["override"] = e.from_override;
+    j["entries"].push_back(std::move(x));
+  }
+  j["tensor_bytes"] = r.tensor_bytes;
+  j["object_bytes"] = r.object_bytes;
+  j["stored_bytes"] = r.stored_bytes;
+  j["largest_read"] = r.largest_read;
+  j["seconds"] = r.seconds;
+  j["verify"] = r.verify ? J(DiffToJson(*r.verify)) : J(nullptr);
+  return j;
+}
+
+absl::StatusOr<int> RunReshard(const ReshardOptions& options, bool json, bool verbose,
+                               std::ostream& out) {
+  CKPT_ASSIGN_OR_RETURN(ReshardReport report, Reshard(options));
+  if (json) {
+    out << ReshardToJson(report).dump(2) << "\n";
+  } else {
+    PrintReshardText(report, verbose, out);
+  }
+  return report.verify && !report.verify->equal() ? kExitFindings : kExitOk;
+}
+
+}  // namespace ckpt::tools
