@@ -161,6 +161,11 @@ absl::StatusOr<const OpenShard*> ReaderImpl::GetShard(uint32_t id) {
   index.resize(n);
   auto idx = format::DecodeShardIndex(index, *header, *tail);
   if (!idx.ok()) return fail(idx.status());
+  if (!(idx->info == manifest_.info)) {
+    // §7.1: the same CHECKPOINT_INFO in the manifest and every index.
+    return fail(absl::DataLossError(
+        "CHECKPOINT_INFO of the shard index differs from the manifest's"));
+  }
   shard->index = *std::move(idx);
   for (const EntryRecord& e : shard->index.entries) shard->entries[e.name] = &e;
   absl::MutexLock l(&mu_);

@@ -345,16 +345,22 @@ absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t st
           final_dir, ": a checkpoint of step ", step, " already exists (set overwrite to replace it)"));
     }
     CKPT_ASSIGN_OR_RETURN(std::string tmp, internal::CreateTempDir(storage_, root, step));
+    // Everything of CHECKPOINT_INFO that is not known to every rank comes
+    // from here, so that every shard index carries the manifest's (§7.1).
     auto id = internal::RandomId();
-    return std::string(reinterpret_cast<const char*>(id.data()), id.size()) + tmp;
+    std::string out(reinterpret_cast<const char*>(id.data()), id.size());
+    out.append(reinterpret_cast<const char*>(fingerprint.data()), fingerprint.size());
+    format::PutFixed64(&out, static_cast<uint64_t>(absl::GetCurrentTimeNanos()));
+    return out + tmp;
   }));
+  if (prep.size() < 40) return absl::InternalError("short commit preparation message");
   format::CheckpointInfo info;
   std::copy(prep.begin(), prep.begin() + 16, info.id.begin());
-  const std::string tmp = prep.substr(16);
+  std::copy(prep.begin() + 16, prep.begin() + 32, info.fingerprint.begin());
+  info.created_unix_ns = static_cast<int64_t>(format::LoadFixed64(prep.data() + 32));
+  const std::string tmp = prep.substr(40);
   info.step = step;
   info.world_size = world;
-  info.created_unix_ns = absl::GetCurrentTimeNanos();
-  info.fingerprint = fingerprint;
   info.writer = "ckpt " CKPT_VERSION_STRING;
 
   // 3. Every rank writes its shard file.
