@@ -1,6 +1,7 @@
 #include "tools/convert/hdf5_plan.h"
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <filesystem>
 #include <memory>
@@ -32,29 +33,25 @@ using LinkInfo = H5L_info2_t;
 std::string ObjectKey(const ObjectInfo& i) {
   return std::string(reinterpret_cast<const char*>(&i.token), sizeof(i.token));
 }
-herr_t GetObjectInfoByIdx(hid_t g, hsize_t idx, ObjectInfo* info) {
-  return H5Oget_info_by_idx3(g, ".", H5_INDEX_NAME, H5_ITER_INC, idx, info, H5O_INFO_BASIC,
-                             H5P_DEFAULT);
-}
 herr_t GetObjectInfoByName(hid_t loc, const char* name, ObjectInfo* info) {
   return H5Oget_info_by_name3(loc, name, info, H5O_INFO_BASIC, H5P_DEFAULT);
 }
-herr_t GetLinkInfoByIdx(hid_t g, hsize_t idx, LinkInfo* info) {
-  return H5Lget_info_by_idx2(g, ".", H5_INDEX_NAME, H5_ITER_INC, idx, info, H5P_DEFAULT);
+herr_t IterateLinks(hid_t g, herr_t (*op)(hid_t, const char*, const LinkInfo*, void*),
+                    void* data) {
+  hsize_t idx = 0;
+  return H5Literate2(g, H5_INDEX_NAME, H5_ITER_INC, &idx, op, data);
 }
 #else
 using ObjectInfo = H5O_info_t;
 using LinkInfo = H5L_info_t;
 std::string ObjectKey(const ObjectInfo& i) { return absl::StrCat(i.fileno, ":", i.addr); }
-herr_t GetObjectInfoByIdx(hid_t g, hsize_t idx, ObjectInfo* info) {
-  return H5Oget_info_by_idx2(g, ".", H5_INDEX_NAME, H5_ITER_INC, idx, info, H5O_INFO_BASIC,
-                             H5P_DEFAULT);
-}
 herr_t GetObjectInfoByName(hid_t loc, const char* name, ObjectInfo* info) {
   return H5Oget_info_by_name2(loc, name, info, H5O_INFO_BASIC, H5P_DEFAULT);
 }
-herr_t GetLinkInfoByIdx(hid_t g, hsize_t idx, LinkInfo* info) {
-  return H5Lget_info_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, idx, info, H5P_DEFAULT);
+herr_t IterateLinks(hid_t g, herr_t (*op)(hid_t, const char*, const LinkInfo*, void*),
+                    void* data) {
+  hsize_t idx = 0;
+  return H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, &idx, op, data);
 }
 #endif
 
@@ -80,81 +77,94 @@ std::string DatasetWhere(absl::string_view path) {
 // but cannot be expressed as a checkpoint.
 bool Skippable(const absl::Status& s) { return absl::IsInvalidArgument(s); }
 
+// The links of one group, collected in one pass (by-index access would be
+// quadratic in old-style groups, which h5py writes by default).
+struct GroupLinks {
+  struct Link {
+    std::string name;  // at most kMaxPath + 1 bytes (longer names are cut)
+    bool hard = false;
+  };
+  std::vector<Link> links;
+  uint64_t* total = nullptr;  // links seen in the whole file
+  bool too_many = false;
+};
+
+constexpr size_t kMaxPath = format::kMaxNameLength + 64;
+
+herr_t CollectLink(hid_t, const char* name, const LinkInfo* info, void* data) {
+  auto* g = static_cast<GroupLinks*>(data);
+  if (++*g->total > kMaxVisitedObjects) {
+    g->too_many = true;
+    return 1;  // stops the iteration
+  }
+  g->links.push_back({std::string(name, strnlen(name, kMaxPath + 1)),
+                      info->type == H5L_TYPE_HARD});
+  return 0;
+}
+
 // The paths of all datasets reachable through hard links from the root,
-// each dataset once (the first path in name order wins over other hard
-// links to it), sorted. Soft, external and user-defined links are not
-// followed. Bounded: kMaxVisitedObjects links, paths of kMaxNameLength +
-// 64 bytes.
+// each dataset once (another hard link to a dataset already seen is
+// ignored), sorted. Soft, external and user-defined links are not
+// followed. Bounded: kMaxVisitedObjects links, paths of kMaxPath bytes.
 absl::Status ListDatasets(hid_t file, std::vector<std::string>* datasets,
                           std::vector<ImportSkipped>* skipped, bool skip_unsupported) {
-  constexpr size_t kMaxPath = format::kMaxNameLength + 64;
   absl::flat_hash_set<std::string> seen;
-  Handle root(H5Gopen2(file, "/", H5P_DEFAULT));
-  if (!root.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, "opening the root group");
   {
     ObjectInfo info;
-    if (GetObjectInfoByName(root.get(), ".", &info) < 0) {
+    if (GetObjectInfoByName(file, "/", &info) < 0) {
       return Hdf5Error(absl::StatusCode::kDataLoss, "the root group");
     }
     seen.insert(ObjectKey(info));
   }
+  auto problem = [&](const std::string& what, std::string message) -> absl::Status {
+    absl::Status s = absl::InvalidArgumentError(std::move(message));
+    if (!skip_unsupported) return s;
+    skipped->push_back({what, std::string(s.message())});
+    return absl::OkStatus();
+  };
   std::vector<std::string> stack = {""};  // group paths; "" is the root
-  uint64_t links = 0;
+  uint64_t total = 0;
   while (!stack.empty()) {
     const std::string group_path = std::move(stack.back());
     stack.pop_back();
-    const std::string where = absl::StrCat("group '", Shown(group_path.empty() ? "/" : group_path),
-                                           "'");
-    Handle g(H5Gopen2(file, group_path.empty() ? "/" : group_path.c_str(), H5P_DEFAULT));
+    const std::string shown = group_path.empty() ? "/" : group_path;
+    const std::string where = absl::StrCat("group '", Shown(shown), "'");
+    Handle g(H5Gopen2(file, shown.c_str(), H5P_DEFAULT));
     if (!g.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, where);
-    H5G_info_t ginfo;
-    if (H5Gget_info(g.get(), &ginfo) < 0) return Hdf5Error(absl::StatusCode::kDataLoss, where);
-    if (ginfo.nlinks > 0 && group_path.size() > kMaxPath) {
-      absl::Status s = absl::InvalidArgumentError(
-          absl::StrCat(where, ": nested too deep (a path of ", group_path.size(),
-                       " bytes; entry names have at most ", format::kMaxNameLength, ")"));
-      if (!skip_unsupported) return s;
-      skipped->push_back({group_path, std::string(s.message())});
+    GroupLinks links;
+    links.total = &total;
+    if (IterateLinks(g.get(), CollectLink, &links) < 0) {
+      return Hdf5Error(absl::StatusCode::kDataLoss, absl::StrCat(where, ": its links"));
+    }
+    if (links.too_many) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("more than ", kMaxVisitedObjects, " links in the file"));
+    }
+    if (!links.links.empty() && group_path.size() > kMaxPath) {
+      CKPT_RETURN_IF_ERROR(problem(
+          shown, absl::StrCat(where, ": nested too deep (a path of ", group_path.size(),
+                              " bytes; entry names have at most ", format::kMaxNameLength,
+                              ")")));
       continue;
     }
-    for (hsize_t i = 0; i < ginfo.nlinks; ++i) {
-      if (++links > kMaxVisitedObjects) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("more than ", kMaxVisitedObjects, " links in the file"));
-      }
-      LinkInfo linfo;
-      if (GetLinkInfoByIdx(g.get(), i, &linfo) < 0) {
-        return Hdf5Error(absl::StatusCode::kDataLoss, absl::StrCat(where, ": link ", i));
-      }
-      if (linfo.type != H5L_TYPE_HARD) continue;  // not followed
-      ssize_t len = H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0,
-                                       H5P_DEFAULT);
-      if (len < 0) return Hdf5Error(absl::StatusCode::kDataLoss, absl::StrCat(where, ": link ", i));
-      if (static_cast<size_t>(len) > kMaxPath) {
-        absl::Status s = absl::InvalidArgumentError(
-            absl::StrCat(where, ": link ", i, " has a name of ", len, " bytes"));
-        if (!skip_unsupported) return s;
-        skipped->push_back({group_path, std::string(s.message())});
+    for (const GroupLinks::Link& link : links.links) {
+      if (!link.hard) continue;  // not followed
+      const std::string path = absl::StrCat(group_path, "/", link.name);
+      if (link.name.size() > kMaxPath) {
+        CKPT_RETURN_IF_ERROR(problem(
+            path, absl::StrCat(where, ": a link name of more than ", kMaxPath, " bytes")));
         continue;
       }
-      std::string name(len + 1, '\0');
-      if (H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(),
-                             name.size(), H5P_DEFAULT) < 0) {
-        return Hdf5Error(absl::StatusCode::kDataLoss, absl::StrCat(where, ": link ", i));
-      }
-      name.resize(len);
-      const std::string path = absl::StrCat(group_path, "/", name);
-      if (name.empty() || name == "." || name.find('/') != std::string::npos ||
-          name.find('\0') != std::string::npos) {
-        absl::Status s = absl::InvalidArgumentError(
-            absl::StrCat(where, ": link name '", absl::CHexEscape(name), "' is not a path part"));
-        if (!skip_unsupported) return s;
-        skipped->push_back({path, std::string(s.message())});
+      if (link.name.empty() || link.name == "." || link.name.find('/') != std::string::npos) {
+        CKPT_RETURN_IF_ERROR(
+            problem(path, absl::StrCat(where, ": link name '", absl::CHexEscape(link.name),
+                                       "' is not a path part")));
         continue;
       }
       ObjectInfo oinfo;
-      if (GetObjectInfoByIdx(g.get(), i, &oinfo) < 0) {
-        return Hdf5Error(absl::StatusCode::kDataLoss, DatasetWhere(path));
+      if (GetObjectInfoByName(g.get(), link.name.c_str(), &oinfo) < 0) {
+        return Hdf5Error(absl::StatusCode::kDataLoss,
+                         absl::StrCat("object '", Shown(path), "'"));
       }
       if (!seen.insert(ObjectKey(oinfo)).second) continue;  // another hard link to it
       if (oinfo.type == H5O_TYPE_GROUP) {

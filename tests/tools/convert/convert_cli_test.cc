@@ -169,7 +169,7 @@ TEST_F(ConvertCli, ExportJson) {
   EXPECT_EQ(j["level"], 4);
   EXPECT_EQ(j["tensors"], 23);
   EXPECT_EQ(j["objects"], 2);
-  EXPECT_EQ(j["metadata_keys"], 5);
+  EXPECT_EQ(j["metadata_keys"], 6);
   EXPECT_EQ(j["file_bytes"], std::filesystem::file_size(dir_ / "out.h5"));
   ASSERT_EQ(j["entries"].size(), 25u);
   bool found = false;

@@ -63,7 +63,8 @@ inline Fixture MakeFixture() {
                 {"ckpt_note", "a user key with the reserved prefix"},
                 {"blob", std::string("\x00\x01\xfe", 3)},
                 {"empty", ""},
-                {"unicode", "h\xc3\xa9llo"}};
+                {"unicode", "h\xc3\xa9llo"},
+                {".", "a key that is one dot"}};
   return f;
 }
 

@@ -114,6 +114,7 @@ TEST(ConvertH5py, ReadsTheExportedCheckpoint) {
   want["@blob"] = "hex:0001fe";
   want["@empty"] = "";
   want["@unicode"] = "h\xc3\xa9llo";
+  want["@."] = "a key that is one dot";
   for (const auto& [key, value] : want) {
     auto it = got.find(key);
     ASSERT_NE(it, got.end()) << key << " not in h5py's output:\n" << out;
