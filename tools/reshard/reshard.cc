@@ -5,10 +5,10 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "ckpt/in_process.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
@@ -58,7 +58,7 @@ class SourceContext {
       while (n > seen && !largest_.compare_exchange_weak(seen, n)) {
       }
       if (progress_ != nullptr) {
-        absl::MutexLock l(&mu_);
+        std::lock_guard<std::mutex> l(mu_);
         progress_->Add(n);
       }
       return absl::OkStatus();
@@ -70,7 +70,8 @@ class SourceContext {
  private:
   Reader* reader_;
   Progress* progress_;
-  absl::Mutex mu_;
+  // std::mutex rather than absl::Mutex: visible to ThreadSanitizer.
+  std::mutex mu_;  // guards progress_
   std::atomic<uint64_t> largest_{0};
 };
 

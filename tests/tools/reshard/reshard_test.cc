@@ -137,9 +137,9 @@ struct Case {
   int from, to;
 };
 
-class ReshardMatrixTest : public ReshardTest, public ::testing::WithParamInterface<Case> {};
+class ReshardToolMatrixTest : public ReshardTest, public ::testing::WithParamInterface<Case> {};
 
-TEST_P(ReshardMatrixTest, OutputIsValidEqualAndRankLocal) {
+TEST_P(ReshardToolMatrixTest, OutputIsValidEqualAndRankLocal) {
   const auto [from, to] = GetParam();
   CKPT_ASSERT_OK(WriteFixture(Src(), 7, from, Model(), Objects()));
   CKPT_ASSERT_OK_AND_ASSIGN(ReshardReport report, Reshard(Opts(to)));
@@ -152,7 +152,7 @@ TEST_P(ReshardMatrixTest, OutputIsValidEqualAndRankLocal) {
   ExpectRankLocal(report);
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, ReshardMatrixTest,
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ReshardToolMatrixTest,
                          ::testing::Values(Case{4, 2}, Case{4, 3}, Case{2, 4}, Case{3, 1},
                                            Case{1, 1}, Case{2, 7}),
                          [](const auto& info) {
