@@ -1,6 +1,7 @@
 #include "ckpt/fault_injection.h"
 
 #include <algorithm>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -106,7 +107,7 @@ FaultInjectingStorage::FaultInjectingStorage(Storage* base) : base_(base) {}
 FaultInjectingStorage::~FaultInjectingStorage() = default;
 
 void FaultInjectingStorage::AddRule(Rule rule) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   rules_.push_back(std::move(rule));
 }
 
@@ -133,12 +134,12 @@ void FaultInjectingStorage::CrashAt(StorageOp op, int64_t nth) {
 }
 
 void FaultInjectingStorage::OnlyPathsContaining(std::string substr) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   path_filter_ = std::move(substr);
 }
 
 void FaultInjectingStorage::Reset() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   counts_ = {};
   matched_ = {};
   rules_.clear();
@@ -149,12 +150,12 @@ void FaultInjectingStorage::Reset() {
 }
 
 int64_t FaultInjectingStorage::count(StorageOp op) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return counts_[Index(op)];
 }
 
 int64_t FaultInjectingStorage::injected() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return injected_;
 }
 
@@ -162,7 +163,7 @@ FaultInjectingStorage::Decision FaultInjectingStorage::Check(
     StorageOp op, bool mutating, absl::string_view what, absl::string_view path,
     absl::string_view path2) {
   const std::string prefix = absl::StrCat("injected fault: ", what);
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   ++counts_[Index(op)];
   const bool matches =
       path_filter_.empty() || absl::StrContains(path, path_filter_) ||

@@ -4,13 +4,13 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "format/block_codec.h"
 #include "format/checksum.h"
 #include "format/manifest.h"
@@ -107,13 +107,15 @@ class ReaderImpl final : public Reader {
   ReaderOptions options_;
   absl::flat_hash_map<std::string, size_t> by_name_;
   absl::flat_hash_map<uint32_t, const format::ShardInfo*> shard_info_;
-  absl::Mutex mu_;
+  // std::mutex rather than absl::Mutex so that ThreadSanitizer sees the
+  // synchronization (Debian's Abseil is not TSan-instrumented).
+  std::mutex mu_;
   std::map<uint32_t, std::unique_ptr<OpenShard>> shards_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<const OpenShard*> ReaderImpl::GetShard(uint32_t id) {
   {
-    absl::MutexLock l(&mu_);
+    std::lock_guard<std::mutex> l(mu_);
     auto it = shards_.find(id);
     if (it != shards_.end()) return it->second.get();
   }
@@ -168,7 +170,7 @@ absl::StatusOr<const OpenShard*> ReaderImpl::GetShard(uint32_t id) {
   }
   shard->index = *std::move(idx);
   for (const EntryRecord& e : shard->index.entries) shard->entries[e.name] = &e;
-  absl::MutexLock l(&mu_);
+  std::lock_guard<std::mutex> l(mu_);
   auto [it, inserted] = shards_.emplace(id, std::move(shard));
   return it->second.get();
 }

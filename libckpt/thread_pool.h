@@ -2,14 +2,15 @@
 #ifndef CKPT_LIBCKPT_THREAD_POOL_H_
 #define CKPT_LIBCKPT_THREAD_POOL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 
 namespace ckpt::internal {
 
@@ -32,7 +33,9 @@ inline absl::Status ParallelFor(int threads, size_t num_tasks,
   size_t n = std::max<size_t>(1, std::min<size_t>(threads, num_tasks));
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
-  absl::Mutex mu;
+  // std::mutex rather than absl::Mutex so that ThreadSanitizer sees the
+  // synchronization (Debian's Abseil is not TSan-instrumented).
+  std::mutex mu;
   absl::Status first;
   auto worker = [&](int t) {
     while (!failed.load(std::memory_order_relaxed)) {
@@ -40,7 +43,7 @@ inline absl::Status ParallelFor(int threads, size_t num_tasks,
       if (i >= num_tasks) break;
       absl::Status s = fn(t, i);
       if (!s.ok()) {
-        absl::MutexLock l(&mu);
+        std::lock_guard<std::mutex> l(mu);
         if (first.ok()) first = s;
         failed = true;
       }
