@@ -2,165 +2,597 @@
 // of the same directory, measured in the same run.
 //
 //   ckpt-bench-io --dir /dev/shm/b --gib 2 --threads 4
+//   ckpt-bench-io --dir /dev/shm/b --gib 2 --ranks 1,4 --codecs none,zstd --reshard-to 2
 //
-// Saves G GiB of float32 tensors (64 MiB each, uncompressed), loads them back
-// under the same layout and under a different one (each tensor loaded as
-// two column halves), and compares with a dd-like baseline: sequential
-// 64 MiB writes of one file followed by fsync, and sequential reads of it.
-// The page cache is what it is: on /dev/shm it is the medium itself; on a
-// disk the read figures measure the cache unless the file is evicted (the
-// baseline and ckpt are treated alike). The last line is one JSON object.
+// The data: G GiB of float32 tensors of 64 MiB (4096 x 4096), a mix that
+// compresses somewhat (see Generate). With R ranks, rank r holds rows
+// [4096 r / R, 4096 (r + 1) / R) of every tensor: a contiguous piece of its
+// buffer. Ranks are threads of this process (ckpt::InProcessWorld), all
+// saving or loading at once.
+//
+// Each run measures, on the same bytes and in this order:
+//   limit   sequential 64 MiB writes of one file + fsync, sequential 64 MiB
+//           reads of it into the same destination buffers (dd-like); memcpy
+//           of the data into those buffers on 1 thread and on every core;
+//   ckpt    for every rank count and codec: Save (everything from Writer
+//           creation to the commit: planning, every rank's writes, fsyncs,
+//           manifest, renames) and a same-layout Load into those buffers;
+//   reshard the checkpoint of the most ranks (uncompressed) loaded by
+//           --reshard-to ranks that each want a block of columns of every
+//           tensor (rows to columns: every stored row is cut), against the
+//           same-layout load of that checkpoint.
+// With --direct, uncompressed ckpt is also measured with O_DIRECT
+// (SaveOptions/ReaderOptions::direct_io; tmpfs has none and falls back to
+// buffered I/O). Every load is checked against the data afterwards (not
+// timed); the destination buffers are overwritten before each load. Every
+// figure comes with the CPU time of the process (all threads, user +
+// system) per GB: on a busy machine it stays meaningful when wall time does
+// not.
+//
+// Page cache: on /dev/shm it is the medium itself. On a disk, --evict drops
+// each file's pages (posix_fadvise DONTNEED, after the fsync) before it is
+// read, for the limit and ckpt alike, so reads come from the device.
+//
+// --dump-inputs PATH writes the generated tensors to PATH (raw float32,
+// little-endian, tensor after tensor) and a description to PATH.json, so
+// that other programs (bench/peers/) can use the very same bytes;
+// --inputs PATH reads them back instead of generating.
+//
+// Figures are in GB/s (1e9 bytes) of tensor bytes. The last line printed
+// is one JSON object holding every run's figure.
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
-#include <random>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "ckpt/in_process.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
 
 namespace {
 
+namespace format = ckpt::format;
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The dd-like limit for the same bytes: the same buffers written in order
-// to one file with large sequential writes + fsync, then read back in order
-// into the same destination buffers.
-std::pair<double, double> Baseline(const std::string& dir, const std::vector<std::string>& src,
-                                   std::vector<std::string>& dst) {
-  std::string path = dir + "/baseline.bin";
-  uint64_t bytes = 0;
-  int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
-  auto t = Clock::now();
-  for (const std::string& s : src) {
-    if (write(fd, s.data(), s.size()) != static_cast<ssize_t>(s.size())) std::abort();
-    bytes += s.size();
+// Wall time and the CPU time of this process (all threads, user + system):
+// on a busy machine the CPU time per byte stays meaningful when the wall
+// time does not.
+struct Timing {
+  double wall = 0, cpu = 0;
+};
+double CpuNow() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+class Stopwatch {
+ public:
+  Stopwatch() : wall_(Clock::now()), cpu_(CpuNow()) {}
+  Timing Stop() const {
+    return {std::chrono::duration<double>(Clock::now() - wall_).count(), CpuNow() - cpu_};
   }
-  fsync(fd);
-  close(fd);
-  double w = Since(t);
-  fd = open(path.c_str(), O_RDONLY);
-  t = Clock::now();
-  for (std::string& d : dst) {
-    if (read(fd, d.data(), d.size()) != static_cast<ssize_t>(d.size())) std::abort();
-  }
-  double r = Since(t);
-  close(fd);
-  unlink(path.c_str());
-  return {bytes / w / 1e9, bytes / r / 1e9};
+
+ private:
+  Clock::time_point wall_;
+  double cpu_;
+};
+
+constexpr uint64_t kRows = 4096, kCols = 4096;
+constexpr uint64_t kTensorBytes = kRows * kCols * 4;  // 64 MiB of float32
+
+[[noreturn]] void Die(const std::string& what) {
+  std::cerr << "ckpt-bench-io: " << what << "\n";
+  std::exit(2);
+}
+void Check(const absl::Status& s, const std::string& what) {
+  if (!s.ok()) Die(absl::StrCat(what, ": ", s.ToString()));
 }
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  if (v.empty()) return 0;
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// SplitMix64: a tiny counter-based generator, so that tensors can be
+// generated in parallel and identically anywhere.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Tensor i, a quarter each of: float32 weights (uniform, |w| < 0.05: sign,
+// exponent and 23 random mantissa bits), weights of bfloat16 precision (the
+// low 16 bits zero), small positive second moments (Adam's exp_avg_sq) and
+// sparse weights (half of them zero, as in rarely used embedding rows).
+// zstd -3 stores about 70% of the mix (ratio 1.42).
+void Generate(int i, char* out) {
+  const int kind = i % 4;
+  const uint64_t n = kTensorBytes / 4;
+  for (uint64_t j = 0; j < n; ++j) {
+    uint64_t r = Mix((uint64_t(i) << 40) + j);
+    float f;
+    if (kind == 2) {
+      f = static_cast<float>(static_cast<uint32_t>(r)) * (1e-6f / 4294967296.0f);
+    } else {
+      f = static_cast<float>(static_cast<int32_t>(r)) * (0.05f / 2147483648.0f);
+      if (kind == 3 && (r >> 63) != 0) f = 0;
+    }
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    if (kind == 1) bits &= 0xffff0000u;
+    std::memcpy(out + 4 * j, &bits, 4);
+  }
+}
+
+// Runs fn(i) for i in [0, n) on every core.
+template <typename Fn>
+void ParallelOver(int n, Fn fn) {
+  const int hw = std::max(1u, std::thread::hardware_concurrency());
+  std::atomic<int> next{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < std::min(hw, n); ++t) {
+    pool.emplace_back([&] {
+      for (int i; (i = next++) < n;) fn(i);
+    });
+  }
+  for (auto& th : pool) th.join();
+}
+
+// Drops the cached pages of `path` (a file, or every file below a
+// directory). The data must be clean (fsync'd).
+void Evict(const std::string& path) {
+  auto one = [](const std::string& p) {
+    int fd = open(p.c_str(), O_RDONLY);
+    if (fd < 0) Die("open " + p + ": " + std::strerror(errno));
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+  };
+  if (!std::filesystem::is_directory(path)) return one(path);
+  for (const auto& e : std::filesystem::recursive_directory_iterator(path)) {
+    if (e.is_regular_file()) one(e.path().string());
+  }
+}
+
+// One tensor's 64 MiB, page-aligned (as O_DIRECT needs) and touched once so
+// that no timed region pays for first-touch page faults.
+class Buffer {
+ public:
+  Buffer() : p_(static_cast<char*>(std::aligned_alloc(4096, kTensorBytes))) {
+    if (p_ == nullptr) Die("out of memory");
+    std::memset(p_.get(), 0, kTensorBytes);
+  }
+  char* data() { return p_.get(); }
+  const char* data() const { return p_.get(); }
+  size_t size() const { return kTensorBytes; }
+  bool operator!=(const Buffer& o) const { return std::memcmp(data(), o.data(), size()) != 0; }
+
+ private:
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  std::unique_ptr<char, Free> p_;
+};
+
+struct Data {
+  std::vector<Buffer> src;  // the tensors
+  std::vector<Buffer> dst;  // destinations of every load
+  uint64_t bytes() const { return src.size() * kTensorBytes; }
+  // Overwrites the destinations so that a load that skips bytes is caught.
+  void Poison() {
+    ParallelOver(static_cast<int>(dst.size()),
+                 [&](int i) { std::memset(dst[i].data(), 0xa5, dst[i].size()); });
+  }
+  void VerifySameLayout(const std::string& what) const {
+    for (size_t i = 0; i < src.size(); ++i) {
+      if (src[i] != dst[i]) Die(absl::StrCat(what, ": tensor ", i, " differs from the data"));
+    }
+  }
+};
+
+// Rows [Lo(r, R), Lo(r + 1, R)) of every tensor belong to rank r of R.
+uint64_t Lo(int r, int world, uint64_t n) { return n * r / world; }
+
+std::string Name(int i) { return absl::StrFormat("layers.%d.w", i); }
+
+// ---- the limit -----------------------------------------------------------
+
+// Returns the write (+ fsync) and read timings.
+std::pair<Timing, Timing> Sequential(const std::string& dir, Data& d, bool evict) {
+  const std::string path = dir + "/sequential.bin";
+  unlink(path.c_str());
+  int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
+  if (fd < 0) Die("open " + path + ": " + std::strerror(errno));
+  Stopwatch sw;
+  for (const Buffer& s : d.src) {
+    if (write(fd, s.data(), s.size()) != static_cast<ssize_t>(s.size())) Die("write " + path);
+  }
+  if (fsync(fd) != 0) Die("fsync " + path);
+  close(fd);
+  const Timing w = sw.Stop();
+  if (evict) Evict(path);
+  d.Poison();
+  fd = open(path.c_str(), O_RDONLY);
+  sw = Stopwatch();
+  for (Buffer& s : d.dst) {
+    if (read(fd, s.data(), s.size()) != static_cast<ssize_t>(s.size())) Die("read " + path);
+  }
+  const Timing r = sw.Stop();
+  close(fd);
+  unlink(path.c_str());
+  d.VerifySameLayout("sequential read");
+  return {w, r};
+}
+
+double Memcpy(Data& d, int threads) {
+  std::atomic<int> next{0};
+  Stopwatch sw;
+  std::vector<std::thread> pool;
+  for (int k = 0; k < threads; ++k) {
+    pool.emplace_back([&] {
+      for (int i; (i = next++) < static_cast<int>(d.src.size());) {
+        std::memcpy(d.dst[i].data(), d.src[i].data(), kTensorBytes);
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  return d.bytes() / sw.Stop().wall / 1e9;
+}
+
+// ---- ckpt ---------------------------------------------------------------
+
+// One configuration of ckpt and its figures, one per run.
+struct Config {
+  int ranks;
+  format::Codec codec;
+  std::string codec_name;
+  bool direct = false;  // SaveOptions / ReaderOptions::direct_io
+  std::vector<double> save, load, save_vs_limit, load_vs_limit, save_cpu, load_cpu;
+  double ratio = 1;  // logical / stored bytes
+  std::string Label() const { return codec_name + (direct ? " O_DIRECT" : ""); }
+};
+
+struct SaveOutcome {
+  Timing time;
+  uint64_t logical = 0, stored = 0;
+};
+
+SaveOutcome Save(const std::string& root, const Data& d, const Config& c, int zstd_level,
+                 int threads) {
+  const int world = c.ranks;
+  std::filesystem::remove_all(root);
+  ckpt::InProcessWorld w(world);
+  SaveOutcome out;
+  Stopwatch sw;
+  absl::Status s = ckpt::RunRanks(w, [&](ckpt::Communicator& comm) -> absl::Status {
+    const int r = comm.rank();
+    ckpt::Writer::Options wo;
+    wo.comm = world > 1 ? &comm : nullptr;  // one rank: the single-process path
+    auto writer = ckpt::Writer::Create(wo);
+    if (!writer.ok()) return writer.status();
+    const uint64_t b = Lo(r, world, kRows), e = Lo(r + 1, world, kRows);
+    for (size_t i = 0; i < d.src.size(); ++i) {
+      absl::Status st = (*writer)->AddTensor(Name(i), ckpt::DType::kFloat32, {kRows, kCols},
+                                             ckpt::Box{{b, 0}, {e - b, kCols}},
+                                             d.src[i].data() + b * kCols * 4);
+      if (!st.ok()) return st;
+    }
+    ckpt::SaveOptions so;
+    so.codec = c.codec;
+    so.zstd_level = zstd_level;
+    so.io_threads = threads;
+    so.direct_io = c.direct;
+    auto saved = (*writer)->Save(root, 1, so);
+    if (!saved.ok()) return saved.status();
+    if (r == 0) {
+      out.logical = saved->logical_bytes;
+      out.stored = saved->stored_bytes;
+    }
+    return absl::OkStatus();
+  });
+  out.time = sw.Stop();
+  Check(s, "save " + root);
+  return out;
+}
+
+// `world` ranks each load their row piece of every tensor into its place.
+Timing LoadSameLayout(const std::string& root, Data& d, int world, int threads, bool direct,
+                      bool evict) {
+  if (evict) Evict(root);
+  d.Poison();
+  ckpt::InProcessWorld w(world);
+  Stopwatch sw;
+  absl::Status s = ckpt::RunRanks(w, [&](ckpt::Communicator& comm) -> absl::Status {
+    const int r = comm.rank();
+    ckpt::ReaderOptions ro;
+    ro.io_threads = threads;
+    ro.direct_io = direct;
+    auto reader = ckpt::Reader::Open(root, ro);
+    if (!reader.ok()) return reader.status();
+    const uint64_t b = Lo(r, world, kRows), e = Lo(r + 1, world, kRows);
+    std::vector<ckpt::LoadRequest> reqs;
+    for (size_t i = 0; i < d.src.size(); ++i) {
+      reqs.push_back({Name(i), ckpt::DType::kFloat32, {kRows, kCols},
+                      ckpt::Box{{b, 0}, {e - b, kCols}}, d.dst[i].data() + b * kCols * 4});
+    }
+    return (*reader)->Load(reqs).status();
+  });
+  const Timing sec = sw.Stop();
+  Check(s, "load " + root);
+  d.VerifySameLayout("load of " + root);
+  return sec;
+}
+
+// `world` ranks each load columns [Lo(r), Lo(r + 1)) of every tensor; rank
+// r's piece of tensor i lands (box-local, row-major) in dst[i] at the offset
+// where the pieces of ranks < r end.
+Timing LoadColumns(const std::string& root, Data& d, int world, int threads, bool evict) {
+  if (evict) Evict(root);
+  d.Poison();
+  ckpt::InProcessWorld w(world);
+  Stopwatch sw;
+  absl::Status s = ckpt::RunRanks(w, [&](ckpt::Communicator& comm) -> absl::Status {
+    const int r = comm.rank();
+    ckpt::ReaderOptions ro;
+    ro.io_threads = threads;
+    auto reader = ckpt::Reader::Open(root, ro);
+    if (!reader.ok()) return reader.status();
+    const uint64_t b = Lo(r, world, kCols), e = Lo(r + 1, world, kCols);
+    std::vector<ckpt::LoadRequest> reqs;
+    for (size_t i = 0; i < d.src.size(); ++i) {
+      reqs.push_back({Name(i), ckpt::DType::kFloat32, {kRows, kCols},
+                      ckpt::Box{{0, b}, {kRows, e - b}}, d.dst[i].data() + kRows * b * 4});
+    }
+    return (*reader)->Load(reqs).status();
+  });
+  const Timing sec = sw.Stop();
+  Check(s, "resharded load of " + root);
+  for (int r = 0; r < world; ++r) {
+    const uint64_t b = Lo(r, world, kCols), e = Lo(r + 1, world, kCols);
+    for (size_t i = 0; i < d.src.size(); ++i) {
+      const char* piece = d.dst[i].data() + kRows * b * 4;
+      for (uint64_t row = 0; row < kRows; ++row) {
+        if (std::memcmp(piece + row * (e - b) * 4, d.src[i].data() + (row * kCols + b) * 4,
+                        (e - b) * 4) != 0) {
+          Die(absl::StrCat("resharded load: tensor ", i, " row ", row, " of rank ", r,
+                           " differs from the data"));
+        }
+      }
+    }
+  }
+  return sec;
+}
+
+// ---- output -------------------------------------------------------------
+
+std::string Json(const std::vector<double>& v) {
+  return absl::StrCat("[", absl::StrJoin(v, ", ", [](std::string* out, double x) {
+                        absl::StrAppendFormat(out, "%.4f", x);
+                      }),
+                      "]");
+}
+
+std::vector<int> ParseInts(const std::string& s) {
+  std::vector<int> out;
+  for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) {
+    int v;
+    if (!absl::SimpleAtoi(p, &v) || v < 1 || v > 1024) Die(absl::StrCat("bad rank count '", p, "'"));
+    out.push_back(v);
+  }
+  return out;
+}
+
+void ReadInputs(const std::string& path, Data& d) {
+  int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) Die("open " + path + ": " + std::strerror(errno));
+  struct stat st;
+  fstat(fd, &st);
+  if (st.st_size == 0 || st.st_size % kTensorBytes != 0) {
+    Die(absl::StrCat(path, ": ", st.st_size, " bytes is not a whole number of 64 MiB tensors"));
+  }
+  d.src.resize(st.st_size / kTensorBytes);
+  for (Buffer& s : d.src) {
+    if (read(fd, s.data(), s.size()) != static_cast<ssize_t>(s.size())) Die("read " + path);
+  }
+  close(fd);
+}
+
+void DumpInputs(const std::string& path, const Data& d) {
+  int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
+  if (fd < 0) Die("open " + path + ": " + std::strerror(errno));
+  for (const Buffer& s : d.src) {
+    if (write(fd, s.data(), s.size()) != static_cast<ssize_t>(s.size())) Die("write " + path);
+  }
+  close(fd);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < d.src.size(); ++i) names.push_back("\"" + Name(i) + "\"");
+  FILE* f = std::fopen((path + ".json").c_str(), "w");
+  if (f == nullptr) Die("open " + path + ".json");
+  std::fprintf(f,
+               "{\"dtype\": \"float32\", \"byte_order\": \"little\", \"shape\": [%llu, %llu], "
+               "\"tensors\": %zu, \"names\": [%s]}\n",
+               static_cast<unsigned long long>(kRows), static_cast<unsigned long long>(kCols),
+               d.src.size(), absl::StrJoin(names, ", ").c_str());
+  std::fclose(f);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"ckpt save/load throughput vs. sequential I/O on the same directory"};
-  std::string dir;
+  std::string dir, ranks_arg = "1", codecs_arg = "none", inputs, dump;
   double gib = 2;
-  int threads = 4;
-  int repeats = 3;
-  app.add_option("--dir", dir, "directory to write into (removed afterwards)")->required();
-  app.add_option("--gib", gib, "GiB of data");
-  app.add_option("--threads", threads, "I/O threads");
-  app.add_option("--repeats", repeats, "runs; each figure is the median, each ratio the median of per-run ratios");
+  int threads = 4, repeats = 3, reshard_to = 0, zstd_level = 3;
+  bool evict = false, direct = false;
+  app.add_option("--dir", dir, "directory to write into (created; what is written is removed)")->required();
+  app.add_option("--gib", gib, "GiB of data (64 MiB tensors)");
+  app.add_option("--threads", threads, "I/O threads of each rank");
+  app.add_option("--repeats", repeats,
+                 "runs; each figure is the median, each ratio the median of per-run ratios (0: "
+                 "only generate and --dump-inputs)");
+  app.add_option("--ranks", ranks_arg, "comma-separated in-process rank counts, e.g. 1,4");
+  app.add_option("--codecs", codecs_arg, "comma-separated codecs: none, zstd");
+  app.add_option("--zstd-level", zstd_level, "zstd level");
+  app.add_option("--reshard-to", reshard_to,
+                 "also load the checkpoint of the most ranks on this many ranks, by columns (0: off)");
+  app.add_flag("--direct", direct,
+               "also save and load uncompressed with O_DIRECT (SaveOptions/ReaderOptions::direct_io)");
+  app.add_flag("--evict", evict, "drop every file's cached pages before it is read (cold reads)");
+  app.add_option("--inputs", inputs, "read the tensors from this file (written by --dump-inputs)");
+  app.add_option("--dump-inputs", dump, "write the tensors to this file (raw float32) and PATH.json");
   CLI11_PARSE(app, argc, argv);
 
-  const uint64_t kTensorBytes = 64ull << 20;
-  const uint64_t rows = 4096, cols = kTensorBytes / 4 / rows;  // 4096 x 4096 float32
-  const int ntensors = std::max<int>(1, static_cast<int>(gib * (1ull << 30) / kTensorBytes));
-  const uint64_t total = ntensors * kTensorBytes;
-  std::filesystem::create_directories(dir);
-
-  std::vector<std::string> data(ntensors);
-  std::mt19937_64 rng(1);
-  for (auto& d : data) {
-    d.resize(kTensorBytes);
-    for (size_t i = 0; i < d.size(); i += 8) {
-      uint64_t v = rng();
-      std::memcpy(d.data() + i, &v, 8);
-    }
+  Data d;
+  if (!inputs.empty()) {
+    ReadInputs(inputs, d);
+  } else {
+    const int n = std::max<int>(1, static_cast<int>(gib * (1ull << 30) / kTensorBytes));
+    d.src.resize(n);
+    ParallelOver(n, [&](int i) { Generate(i, d.src[i].data()); });
   }
-  std::vector<double> v_ws, v_rs, v_save, v_load, v_reshard, r_save, r_load, r_reshard;
-  std::vector<std::string> out(ntensors, std::string(kTensorBytes, '\0'));
+  if (!dump.empty()) DumpInputs(dump, d);
+  if (repeats < 1) return 0;  // --repeats 0: only generate (and dump)
+  d.dst.resize(d.src.size());
+  const int ntensors = static_cast<int>(d.src.size());
+
+  std::vector<Config> configs;
+  const std::vector<int> rank_counts = ParseInts(ranks_arg);
+  for (absl::string_view c : absl::StrSplit(codecs_arg, ',', absl::SkipEmpty())) {
+    format::Codec codec;
+    if (c == "none") {
+      codec = format::Codec::kNone;
+    } else if (c == "zstd") {
+      codec = format::Codec::kZstd;
+    } else {
+      Die(absl::StrCat("unknown codec '", c, "'"));
+    }
+    for (int r : rank_counts) configs.push_back(Config{r, codec, std::string(c)});
+  }
+  if (direct) {
+    for (int r : rank_counts) configs.push_back(Config{r, format::Codec::kNone, "none", true});
+  }
+  const int reshard_from = *std::max_element(rank_counts.begin(), rank_counts.end());
+  const bool reshard = reshard_to > 0 && std::any_of(configs.begin(), configs.end(), [&](auto& c) {
+    return c.ranks == reshard_from && c.codec == format::Codec::kNone;
+  });
+
+  std::filesystem::create_directories(dir);
+  const int hw = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<double> v_write, v_read, v_write_cpu, v_read_cpu, v_memcpy1, v_memcpyn, v_reshard,
+      v_reshard_vs_same;
+  const double gb = d.bytes() / 1e9;
   for (int rep = 0; rep < repeats; ++rep) {
     // The limit is measured next to each ckpt run so that both see the
     // machine in the same state.
-    auto [ws, rs] = Baseline(dir, data, out);
-    v_ws.push_back(ws);
-    v_rs.push_back(rs);
-
-    std::string root = dir + "/root";
-    std::filesystem::remove_all(root);
-    auto writer = ckpt::Writer::Create({}).value();
-    for (int i = 0; i < ntensors; ++i) {
-      auto s = writer->AddTensor(absl::StrFormat("layers.%d.w", i), ckpt::DType::kFloat32,
-                                 {rows, cols}, ckpt::FullBox({rows, cols}), data[i].data());
-      if (!s.ok()) { std::cerr << s << "\n"; return 2; }
+    auto [wt, rt] = Sequential(dir, d, evict);
+    const double ws = gb / wt.wall, rs = gb / rt.wall;
+    v_write.push_back(ws);
+    v_read.push_back(rs);
+    v_write_cpu.push_back(wt.cpu / gb);
+    v_read_cpu.push_back(rt.cpu / gb);
+    v_memcpy1.push_back(Memcpy(d, 1));
+    v_memcpyn.push_back(Memcpy(d, hw));
+    std::string line = absl::StrFormat("run %d: limit write %.2f read %.2f memcpy %.2f/%.2f GB/s",
+                                       rep + 1, ws, rs, v_memcpy1.back(), v_memcpyn.back());
+    for (Config& c : configs) {
+      const std::string root = absl::StrFormat("%s/ckpt-%d-%s%s", dir, c.ranks, c.codec_name,
+                                               c.direct ? "-direct" : "");
+      SaveOutcome so = Save(root, d, c, zstd_level, threads);
+      const Timing lt = LoadSameLayout(root, d, c.ranks, threads, c.direct, evict);
+      c.save.push_back(gb / so.time.wall);
+      c.load.push_back(gb / lt.wall);
+      c.save_cpu.push_back(so.time.cpu / gb);
+      c.load_cpu.push_back(lt.cpu / gb);
+      c.save_vs_limit.push_back(c.save.back() / ws);
+      c.load_vs_limit.push_back(c.load.back() / rs);
+      c.ratio = so.stored ? double(so.logical) / so.stored : 0;
+      absl::StrAppendFormat(&line, "; %s x%d save %.2f load %.2f", c.Label(), c.ranks,
+                            c.save.back(), c.load.back());
+      if (reshard && c.ranks == reshard_from && c.codec == format::Codec::kNone && !c.direct) {
+        const Timing rl = LoadColumns(root, d, reshard_to, threads, evict);
+        v_reshard.push_back(gb / rl.wall);
+        v_reshard_vs_same.push_back(rl.wall / lt.wall);
+        absl::StrAppendFormat(&line, " reshard %d->%d %.2f", reshard_from, reshard_to,
+                              v_reshard.back());
+      }
+      std::filesystem::remove_all(root);
     }
-    ckpt::SaveOptions so;
-    so.io_threads = threads;
-    auto t = Clock::now();
-    auto saved = writer->Save(root, 1, so);
-    double save_s = Since(t);
-    if (!saved.ok()) { std::cerr << saved.status() << "\n"; return 2; }
-    v_save.push_back(total / save_s / 1e9);
-    r_save.push_back(v_save.back() / ws);
-
-    ckpt::ReaderOptions ro;
-    ro.io_threads = threads;
-    auto reader = ckpt::Reader::Open(root, ro).value();
-    std::vector<ckpt::LoadRequest> same, resharded;
-    for (int i = 0; i < ntensors; ++i) {
-      std::string name = absl::StrFormat("layers.%d.w", i);
-      same.push_back({name, ckpt::DType::kFloat32, {rows, cols}, ckpt::FullBox({rows, cols}), out[i].data()});
-      // Column halves: every row of the stored chunk is split in two.
-      resharded.push_back({name, ckpt::DType::kFloat32, {rows, cols},
-                           ckpt::Box{{0, 0}, {rows, cols / 2}}, out[i].data()});
-      resharded.push_back({name, ckpt::DType::kFloat32, {rows, cols},
-                           ckpt::Box{{0, cols / 2}, {rows, cols / 2}}, out[i].data() + kTensorBytes / 2});
-    }
-    t = Clock::now();
-    auto r1 = reader->Load(same);
-    double l = Since(t);
-    if (!r1.ok()) { std::cerr << r1.status() << "\n"; return 2; }
-    if (out[0] != data[0]) { std::cerr << "load mismatch\n"; return 2; }
-    t = Clock::now();
-    auto r2 = reader->Load(resharded);
-    double rl = Since(t);
-    if (!r2.ok()) { std::cerr << r2.status() << "\n"; return 2; }
-    v_load.push_back(total / l / 1e9);
-    r_load.push_back(v_load.back() / rs);
-    v_reshard.push_back(total / rl / 1e9);
-    r_reshard.push_back(rl / l);
-    std::filesystem::remove_all(root);
+    std::cout << line << "\n" << std::flush;
   }
-  const double ws = Median(v_ws), rs = Median(v_rs), save = Median(v_save),
-               load = Median(v_load), reshard = Median(v_reshard);
-  const double rsave = Median(r_save), rload = Median(r_load), rresh = Median(r_reshard);
-  std::printf("dir %s, %.2f GiB in %d tensors of 64 MiB, %d threads, median of %d runs\n",
-              dir.c_str(), total / double(1ull << 30), ntensors, threads, repeats);
-  std::printf("limit: sequential write+fsync %.2f GB/s, read %.2f GB/s\n", ws, rs);
-  std::printf("ckpt save %.2f GB/s (%.0f%% of the limit), load %.2f GB/s (%.0f%%), "
-              "resharded load %.2f GB/s (%.2fx the same-layout time)\n",
-              save, 100 * rsave, load, 100 * rload, reshard, rresh);
-  std::printf("{\"dir\": \"%s\", \"bytes\": %llu, \"threads\": %d, \"repeats\": %d, "
-              "\"dd_write_GBps\": %.3f, \"dd_read_GBps\": %.3f, \"save_GBps\": %.3f, "
-              "\"load_GBps\": %.3f, \"reshard_load_GBps\": %.3f, \"save_vs_dd\": %.3f, "
-              "\"load_vs_dd\": %.3f, \"reshard_vs_load_time\": %.3f}\n",
-              dir.c_str(), static_cast<unsigned long long>(total), threads, repeats, ws, rs, save,
-              load, reshard, rsave, rload, rresh);
+
+  std::printf("dir %s, %.2f GiB in %d tensors of 64 MiB, %d threads per rank, median of %d runs\n",
+              dir.c_str(), d.bytes() / double(1ull << 30), ntensors, threads, repeats);
+  std::printf("limit: sequential write+fsync %.2f GB/s (%.2f CPU s/GB), read %.2f GB/s (%.2f CPU "
+              "s/GB); memcpy %.2f GB/s (1 thread), %.2f GB/s (%d threads)\n",
+              Median(v_write), Median(v_write_cpu), Median(v_read), Median(v_read_cpu),
+              Median(v_memcpy1), Median(v_memcpyn), hw);
+  for (const Config& c : configs) {
+    std::printf("ckpt %s, %d rank%s: save %.2f GB/s (%.0f%% of the limit, %.2f CPU s/GB), load "
+                "%.2f GB/s (%.0f%%, %.2f CPU s/GB)",
+                c.Label().c_str(), c.ranks, c.ranks > 1 ? "s" : "", Median(c.save),
+                100 * Median(c.save_vs_limit), Median(c.save_cpu), Median(c.load),
+                100 * Median(c.load_vs_limit), Median(c.load_cpu));
+    if (c.codec != format::Codec::kNone) std::printf(", compression ratio %.3f", c.ratio);
+    std::printf("\n");
+  }
+  if (reshard) {
+    std::printf("resharded load %d -> %d ranks (rows to columns): %.2f GB/s (%.2fx the "
+                "same-layout time)\n",
+                reshard_from, reshard_to, Median(v_reshard), Median(v_reshard_vs_same));
+  }
+
+  std::string json = absl::StrFormat(
+      "{\"dir\": \"%s\", \"bytes\": %llu, \"tensors\": %d, \"tensor_shape\": [%llu, %llu], "
+      "\"threads\": %d, \"repeats\": %d, \"evict\": %s, \"cores\": %d, "
+      "\"limit\": {\"write_GBps\": %s, \"read_GBps\": %s, \"write_cpu_s_per_GB\": %s, "
+      "\"read_cpu_s_per_GB\": %s, \"memcpy_GBps\": %s, \"memcpy_all_cores_GBps\": %s}, "
+      "\"ckpt\": [",
+      dir, static_cast<unsigned long long>(d.bytes()), ntensors,
+      static_cast<unsigned long long>(kRows), static_cast<unsigned long long>(kCols), threads,
+      repeats, evict ? "true" : "false", hw, Json(v_write), Json(v_read), Json(v_write_cpu),
+      Json(v_read_cpu), Json(v_memcpy1), Json(v_memcpyn));
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const Config& c = configs[i];
+    absl::StrAppendFormat(
+        &json,
+        "%s{\"ranks\": %d, \"codec\": \"%s\", \"io\": \"%s\", \"save_GBps\": %s, "
+        "\"load_GBps\": %s, \"save_vs_limit\": %s, \"load_vs_limit\": %s, "
+        "\"save_cpu_s_per_GB\": %s, \"load_cpu_s_per_GB\": %s, \"compression_ratio\": %.4f}",
+        i ? ", " : "", c.ranks, c.codec_name, c.direct ? "direct" : "buffered", Json(c.save),
+        Json(c.load), Json(c.save_vs_limit), Json(c.load_vs_limit), Json(c.save_cpu),
+        Json(c.load_cpu), c.ratio);
+  }
+  json += "]";
+  if (reshard) {
+    absl::StrAppendFormat(&json,
+                          ", \"reshard\": {\"from\": %d, \"to\": %d, \"load_GBps\": %s, "
+                          "\"time_vs_same_layout\": %s}",
+                          reshard_from, reshard_to, Json(v_reshard), Json(v_reshard_vs_same));
+  }
+  json += "}";
+  std::printf("%s\n", json.c_str());
   return 0;
 }
