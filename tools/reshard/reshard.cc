@@ -189,7 +189,7 @@ absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& o) {
   std::map<std::string, const EntryRecord*> by_name;
   for (const EntryRecord& e : m.entries) by_name[e.name] = &e;
   for (const EntryLayout& p : plans) {
-    const EntryRecord& e = *by_name[p.name];
+    const EntryRecord& e = *by_name.at(p.name);
     ReshardedEntry re;
     re.name = p.name;
     re.object = p.object;
@@ -229,7 +229,7 @@ absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& o) {
       TensorOptions to;
       to.replica = p.replica;
       to.partial = p.partial;
-      const EntryRecord* e = by_name[p.name];
+      const EntryRecord* e = by_name.at(p.name);
       reg = (*writer)->AddTensorSource(p.name, e->dtype, e->shape, *p.pieces[rank],
                                        sources.Make(e, *p.pieces[rank]), to);
     }
