@@ -4,7 +4,7 @@
 //   ckpt-convert IN.h5 DST --from hdf5    HDF5 file -> one-rank checkpoint
 //
 // HDF5 is the only other format so far (hdf5_export.h, hdf5_import.h; the
-// mapping is documented in tools/convert/README.md). RunConvert holds the
+// mapping is documented in tools/README.md (ckpt-convert)). RunConvert holds the
 // logic of main(): it checks the option combination, runs the conversion
 // and prints the human or JSON report.
 #ifndef CKPT_TOOLS_CONVERT_CONVERT_H_

@@ -1,5 +1,5 @@
 // ckpt-convert SRC OUT.h5 --to hdf5: writes a committed checkpoint as one
-// consolidated HDF5 file (tools/convert/README.md).
+// consolidated HDF5 file (tools/README.md (ckpt-convert)).
 //
 // Every entry becomes one dataset at its global shape, whatever the
 // checkpoint's sharding; names map to groups as hdf5_names.h says and types

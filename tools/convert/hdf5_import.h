@@ -1,5 +1,5 @@
 // ckpt-convert IN.h5 DST --from hdf5: imports an HDF5 file as a one-rank
-// checkpoint (tools/convert/README.md).
+// checkpoint (tools/README.md (ckpt-convert)).
 //
 // Every dataset becomes one entry (names: hdf5_names.h; types:
 // hdf5_types.h); datasets with ckpt_kind = "object" and opaque datasets

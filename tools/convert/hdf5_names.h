@@ -1,5 +1,5 @@
 // How ckpt entry names map to HDF5 dataset paths and back, and the names of
-// the root attributes (tools/convert/README.md, "Names", "Root
+// the root attributes (tools/README.md (ckpt-convert), "Names", "Root
 // attributes"). Pure string logic: no HDF5 calls.
 //
 // Export: an entry name is split at '.' and each part becomes one link name,

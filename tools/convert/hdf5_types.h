@@ -1,4 +1,4 @@
-// ckpt element types <-> HDF5 datatypes (tools/convert/README.md, "Types").
+// ckpt element types <-> HDF5 datatypes (tools/README.md (ckpt-convert), "Types").
 //
 // Export: integers and float32/float64 as the standard little-endian HDF5
 // types; float16 as the IEEE half type h5py defines (numpy.float16); bool as

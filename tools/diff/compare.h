@@ -1,6 +1,6 @@
 // Element-wise comparison of two buffers of one dtype, for ckpt-diff.
 //
-// Semantics (tools/diff/README.md):
+// Semantics (tools/README.md (ckpt-diff)):
 //  - exact mode (atol == 0 and rtol == 0, the default): two elements are
 //    equal iff their bytes are equal. NaN equals NaN with the same bits;
 //    +0 and -0 differ.

@@ -101,9 +101,9 @@ struct DiffReport {
 // the file, entry and block), InvalidArgument for bad options.
 absl::StatusOr<DiffReport> Diff(const DiffOptions& options);
 
-// The human-readable report (format in tools/diff/README.md).
+// The human-readable report (format in tools/README.md (ckpt-diff)).
 void PrintDiffText(const DiffReport& report, std::ostream& out);
-// The --json document (schema in tools/diff/README.md).
+// The --json document (schema in tools/README.md (ckpt-diff)).
 nlohmann::ordered_json DiffToJson(const DiffReport& report);
 
 // What main() runs: Diff, then print; returns the exit code (0 equal,

@@ -1,5 +1,5 @@
 // ckpt-diff A B: structural and value differences between two checkpoints.
-// Exit 0 equal, 1 different, 2 error. See tools/diff/README.md.
+// Exit 0 equal, 1 different, 2 error. See tools/README.md (ckpt-diff).
 #include <iostream>
 
 #include "CLI/CLI.hpp"

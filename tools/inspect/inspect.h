@@ -83,7 +83,7 @@ absl::Status AddStats(CheckpointSummary* summary, const std::string& only, int t
 void PrintInspectText(const CheckpointSummary& s, std::ostream& out);
 void PrintEntryText(const CheckpointSummary& s, size_t entry, std::ostream& out);
 
-// The --json document (schema in tools/inspect/README.md). With `entry` >=
+// The --json document (schema in tools/README.md (ckpt-inspect)). With `entry` >=
 // 0, "entries" holds only that entry, with its "chunk_map".
 nlohmann::ordered_json InspectJson(const CheckpointSummary& s, int64_t entry = -1);
 

@@ -1,7 +1,7 @@
 // Layouts of ckpt-reshard: inferring how an entry is split from its stored
 // chunks, and the piece each of the N output ranks holds.
 //
-// Inference (tools/reshard/README.md):
+// Inference (tools/README.md (ckpt-reshard)):
 //  - a single chunk holding the whole tensor (or a tensor with no elements)
 //    -> replicated: every rank's part is the whole tensor, written once;
 //  - box chunks forming a regular grid split along one dim -> re-split

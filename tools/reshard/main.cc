@@ -1,5 +1,5 @@
 // ckpt-reshard SRC DST --to N: rewrites a checkpoint for N ranks.
-// Exit 0 done, 1 --verify found differences, 2 error. See tools/reshard/README.md.
+// Exit 0 done, 1 --verify found differences, 2 error. See tools/README.md (ckpt-reshard).
 #include <iostream>
 #include <map>
 

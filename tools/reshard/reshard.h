@@ -92,7 +92,7 @@ absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& options);
 
 // Human-readable summary; with `verbose`, one line per entry.
 void PrintReshardText(const ReshardReport& report, bool verbose, std::ostream& out);
-// The --json document (schema in tools/reshard/README.md).
+// The --json document (schema in tools/README.md (ckpt-reshard)).
 nlohmann::ordered_json ReshardToJson(const ReshardReport& report);
 
 // What main() runs: Reshard, then print. Exit code 0; 1 if --verify found

@@ -50,7 +50,7 @@ absl::StatusOr<int> RunWrite(const WriteArgs& args, std::ostream& out);
 // an error (exit 2) when the checkpoint cannot be opened or is not synthetic.
 absl::StatusOr<int> RunVerify(const VerifyArgs& args, std::ostream& out);
 
-// Renderings (the formats are in tools/synth/README.md).
+// Renderings (the formats are in tools/README.md (ckpt-synth)).
 std::string WriteText(const SynthResult& r);
 nlohmann::ordered_json WriteJson(const SynthResult& r);
 // At most `max_listed` mismatches are listed, then "... and N more".

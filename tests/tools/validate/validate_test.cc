@@ -627,11 +627,9 @@ TEST(Validate, WriterCheckpointIsValid) {
   EXPECT_EQ(r.blocks_verified, 3u);
 }
 
-// Disabled: ckpt::Writer gives each rank's shard index its own
-// created_unix_ns (libckpt/writer.cc, Writer::Save), so every multi-rank
-// checkpoint breaks spec/FORMAT.md §7.1 and ckpt-validate says so. Enable
-// once the coordinator's CHECKPOINT_INFO reaches every rank.
-TEST(Validate, DISABLED_MultiRankWriterCheckpointIsValid) {
+// Regression: ckpt::Writer once gave each rank's shard index its own
+// created_unix_ns and fingerprint (spec/FORMAT.md §7.1).
+TEST(Validate, MultiRankWriterCheckpointIsValid) {
   TempDir tmp;
   const int kWorld = 4;
   std::string w = testing::Elements<float>(64 * 32, [](uint64_t i) { return i * 0.5f; });
