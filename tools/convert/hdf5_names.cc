@@ -40,7 +40,8 @@ absl::StatusOr<std::string> EntryNameOfPath(absl::string_view path) {
   if (links.size() >= 2 && links.back() == kSelfLink) links.pop_back();
   std::vector<absl::string_view> parts;
   parts.reserve(links.size());
-  for (absl::string_view l : links) parts.push_back(l == kEmptyLink ? absl::string_view() : l);
+  // "" (not a default string_view): StrJoin copies from every part's data().
+  for (absl::string_view l : links) parts.push_back(l == kEmptyLink ? absl::string_view("") : l);
   std::string name = absl::StrJoin(parts, ".");
   absl::Status s = format::ValidateEntryName(name);
   if (!s.ok()) {

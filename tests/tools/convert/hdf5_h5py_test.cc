@@ -1,5 +1,5 @@
 // ckpt-convert and h5py, both ways: h5py reads an exported checkpoint with
-// the numpy types of tools/convert/README.md, and a file h5py writes
+// the numpy types of tools/README.md (ckpt-convert), and a file h5py writes
 // imports. Skipped (with a message) where python3-h5py is not installed;
 // the same import from a file made with the HDF5 C API always runs
 // (hdf5_import_test.cc, Hdf5ImportTest.PlainFileBecomesAOneRankCheckpoint).
