@@ -1,7 +1,6 @@
 #include "tools/convert/hdf5_export.h"
 
 #include <fcntl.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -424,13 +423,21 @@ absl::StatusOr<Hdf5ExportResult> ExportHdf5(const std::string& source, const std
   }
 
   CKPT_RETURN_IF_ERROR(CheckOutput(output, options.overwrite));
-  std::string tmp = output + ".tmp-XXXXXX";
-  int fd = mkstemp(tmp.data());
-  if (fd < 0) {
-    return absl::InternalError(absl::StrCat(output, ": creating a temporary file: ",
-                                            std::strerror(errno)));
+  // Not mkstemp: its 0600 would become the mode of the output; this file
+  // gets 0666 less the umask, like any file the user creates.
+  std::string tmp;
+  for (int attempt = 0;; ++attempt) {
+    tmp = absl::StrCat(output, ".tmp-", getpid(), "-", attempt);
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      ::close(fd);
+      break;
+    }
+    if (errno != EEXIST || attempt == 100) {
+      return absl::InternalError(absl::StrCat(output, ": creating the temporary file ", tmp,
+                                              ": ", std::strerror(errno)));
+    }
   }
-  ::close(fd);
   struct RemoveOnFailure {
     const std::string& path;
     bool armed = true;

@@ -1,8 +1,8 @@
 #include "tools/convert/hdf5_plan.h"
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 

@@ -2,6 +2,8 @@
 // through the HDF5 C API, and the round trip through ImportHdf5.
 #include "tools/convert/hdf5_export.h"
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -237,6 +239,17 @@ TEST(Hdf5Export, OutputExists) {
   CKPT_ASSERT_OK(ExportHdf5(dir / "src", dir / "out.h5", o).status());
   CKPT_ASSERT_OK(ImportHdf5(dir / "out.h5", dir / "back", {}).status());
   CKPT_EXPECT_OK(SameContent(dir / "src", dir / "back"));
+}
+
+TEST(Hdf5Export, OutputModeFollowsTheUmask) {
+  TempDir dir;
+  CKPT_ASSERT_OK(WriteFixture(MakeFixture(), dir / "src", 1));
+  const mode_t old = umask(022);
+  auto r = ExportHdf5(dir / "src", dir / "out.h5", {});
+  umask(old);
+  CKPT_ASSERT_OK(r.status());
+  EXPECT_EQ(std::filesystem::status(dir / "out.h5").permissions(),
+            std::filesystem::perms(0644));
 }
 
 TEST(Hdf5Export, OutputDirectoryMissing) {
