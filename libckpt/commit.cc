@@ -35,6 +35,7 @@ absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage, const std::st
   }
   auto manifest = storage->Stat(JoinPath(path, format::kManifestFileName));
   if (manifest.ok()) return path;
+  if (!absl::IsNotFound(manifest.status())) return manifest.status();  // EIO, EACCES: as is
   auto latest = storage->ReadFile(JoinPath(path, format::kLatestFileName));
   if (!latest.ok()) {
     if (absl::IsNotFound(latest.status())) {
@@ -48,6 +49,7 @@ absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage, const std::st
   std::string full = JoinPath(path, *dir);
   auto m = storage->Stat(JoinPath(full, format::kManifestFileName));
   if (!m.ok()) {
+    if (!absl::IsNotFound(m.status())) return m.status();
     return absl::NotFoundError(absl::StrCat(JoinPath(path, format::kLatestFileName),
                                             ": points to '", *dir,
                                             "', which is not a committed checkpoint"));
@@ -145,7 +147,9 @@ absl::Status PruneOld(Storage* storage, const std::string& root, int keep) {
     // Remove the manifest first: the directory stops being a committed
     // checkpoint at once, even if the rest of the removal is interrupted.
     std::string dir = JoinPath(root, steps[i].second);
-    CKPT_RETURN_IF_ERROR(storage->RemoveFile(JoinPath(dir, format::kManifestFileName)));
+    // An interrupted earlier removal may have taken the manifest already.
+    absl::Status s = storage->RemoveFile(JoinPath(dir, format::kManifestFileName));
+    if (!s.ok() && !absl::IsNotFound(s)) return s;
     CKPT_RETURN_IF_ERROR(storage->RemoveAll(dir));
   }
   return storage->SyncDir(root);

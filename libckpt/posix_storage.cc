@@ -297,11 +297,32 @@ absl::StatusOr<std::unique_ptr<File>> PosixStorage::Open(
       flags |= O_RDWR;
       break;
   }
+  // O_NONBLOCK: a FIFO (or device) put where a file is expected must not
+  // block the open; anything but a regular file is refused below.
   int fd;
   do {
-    fd = ::open(path.c_str(), flags, 0644);
+    fd = ::open(path.c_str(), flags | O_NONBLOCK, 0644);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
+  {
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return ErrnoToStatus(err, absl::StrCat("fstat ", path));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return absl::FailedPreconditionError(
+          absl::StrCat("open ", path, ": not a regular file"));
+    }
+    int fl = ::fcntl(fd, F_GETFL);
+    if (fl < 0 || ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+      int err = errno;
+      ::close(fd);
+      return ErrnoToStatus(err, absl::StrCat("fcntl ", path));
+    }
+  }
 
   int direct_fd = -1;
   if (options.direct) {

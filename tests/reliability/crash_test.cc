@@ -38,13 +38,9 @@ using ::ckpt::testing::TempDir;
 
 constexpr int kScale = 16;  // about 3 MiB per checkpoint
 constexpr int kWorld = 4;
-// keep_last of the killed writers. 0 until libckpt/commit.cc PruneOld
-// tolerates a step directory whose MANIFEST an interrupted prune already
-// removed (see ReliabilityFaults.DISABLED_SaveAfterAnInterruptedPrune...):
-// with pruning writers, a kill between the two removals makes every later
-// save fail with NotFound. Meanwhile the test itself removes old
-// checkpoints between trials. Set it to 3 with that fix.
-constexpr int kKeepLast = 0;
+// keep_last of the killed writers: pruning is killed too (PruneOld
+// tolerates a step directory whose MANIFEST an interrupted prune removed).
+constexpr int kKeepLast = 3;
 constexpr size_t kRetain = 3;  // checkpoints kept by the test between trials
 
 uint64_t EnvOr(const char* name, uint64_t fallback) {

@@ -285,11 +285,7 @@ TEST_F(ReliabilityFaults, EveryOperationOfAPruningSaveFailingKeepsLatestIntact) 
 // Pruning removes MANIFEST first, then the directory. When the second step
 // fails (or the process dies between the two), the next pruning save must
 // still succeed and remove the remains.
-//
-// DISABLED until libckpt/commit.cc PruneOld skips the MANIFEST removal of a
-// step directory that has none (it returns NotFound from RemoveFile today,
-// failing every later save with keep_last in that root).
-TEST_F(ReliabilityFaults, DISABLED_SaveAfterAnInterruptedPruneSucceedsAndRemovesTheRemains) {
+TEST_F(ReliabilityFaults, SaveAfterAnInterruptedPruneSucceedsAndRemovesTheRemains) {
   config_.keep_last = 2;
   MakeTemplate(/*two=*/true);
   CopyRoot(template_, root_);
@@ -368,13 +364,9 @@ TEST_F(ReliabilityFaults, EveryOperationOfALoadFailingNeverReturnsWrongData) {
   EXPECT_GE(tally.trials, 100);
 }
 
-// The same for stat. DISABLED until libckpt/commit.cc ResolveCheckpointDir
-// returns a failed Stat of MANIFEST other than NotFound (EIO, EACCES...)
-// as it is: today it takes any failure for "no MANIFEST" and reports
-// NotFound ("not a checkpoint (no MANIFEST) nor a checkpoint root", or
-// "latest points to ..., which is not a committed checkpoint"), losing the
-// I/O error and the operation.
-TEST_F(ReliabilityFaults, DISABLED_StatFaultsOfALoadKeepTheirCodeAndNameTheOperation) {
+// The same for stat: a failed Stat of MANIFEST other than NotFound (EIO,
+// EACCES...) keeps its code and names the operation.
+TEST_F(ReliabilityFaults, StatFaultsOfALoadKeepTheirCodeAndNameTheOperation) {
   MakeTemplate(/*two=*/true);
   CopyRoot(template_, root_);
   Tally tally;

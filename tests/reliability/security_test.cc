@@ -81,17 +81,14 @@ TEST_F(ReliabilitySecurity, DirectoryInPlaceOfAShardFileIsACleanError) {
 
 // A FIFO named like a shard file or MANIFEST (from an untrusted archive, say)
 // must fail the load, not block it forever in open(2).
-//
-// DISABLED until libckpt/posix_storage.cc opens files for reading with
-// O_NONBLOCK and rejects anything but a regular file (fstat, S_ISREG),
-// then clears O_NONBLOCK: today Reader::Load (and ckpt-validate) block in
-// open(2) waiting for a writer of the FIFO.
-TEST_F(ReliabilitySecurity, DISABLED_FifoInPlaceOfAShardFileFailsInsteadOfBlocking) {
+// (libckpt/posix_storage.cc opens with O_NONBLOCK and refuses anything but
+// a regular file.)
+TEST_F(ReliabilitySecurity, FifoInPlaceOfAShardFileFailsInsteadOfBlocking) {
   MakeFifo("shard-00000.ckpt");
   EXPECT_EQ(VerifyInChild(root_, std::chrono::seconds(5)), kCleanError);
 }
 
-TEST_F(ReliabilitySecurity, DISABLED_FifoInPlaceOfTheManifestFailsInsteadOfBlocking) {
+TEST_F(ReliabilitySecurity, FifoInPlaceOfTheManifestFailsInsteadOfBlocking) {
   MakeFifo("MANIFEST");
   EXPECT_EQ(VerifyInChild(root_, std::chrono::seconds(5)), kCleanError);
 }
