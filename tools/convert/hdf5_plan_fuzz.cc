@@ -75,6 +75,11 @@ void CheckPlan(hid_t file, const ImportPlan& plan) {
 
 }  // namespace
 
+// libhdf5 1.10 leaks on some of its own error paths for corrupt object
+// headers (found by this target; not instrumented, not ours): those leaks
+// are suppressed, leaks of allocations made outside libhdf5 are not.
+extern "C" const char* __lsan_default_suppressions() { return "leak:libhdf5\n"; }
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto lock = hdf5::Hdf5Lock();
   auto file = OpenHdf5Image(absl::string_view(reinterpret_cast<const char*>(data), size));
