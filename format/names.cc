@@ -7,7 +7,17 @@
 namespace ckpt::format {
 namespace {
 
-bool ValidUtf8(absl::string_view s) {
+absl::Status Bad(absl::string_view what, absl::string_view name,
+                 absl::string_view why) {
+  std::string shown(name.substr(0, 80));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "invalid ", what, " '", absl::CHexEscape(shown),
+      name.size() > 80 ? "..." : "", "': ", why));
+}
+
+}  // namespace
+
+bool IsValidUtf8(absl::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     unsigned char c = s[i];
@@ -45,16 +55,6 @@ bool ValidUtf8(absl::string_view s) {
   return true;
 }
 
-absl::Status Bad(absl::string_view what, absl::string_view name,
-                 absl::string_view why) {
-  std::string shown(name.substr(0, 80));
-  return absl::InvalidArgumentError(absl::StrCat(
-      "invalid ", what, " '", absl::CHexEscape(shown),
-      name.size() > 80 ? "..." : "", "': ", why));
-}
-
-}  // namespace
-
 absl::Status ValidateEntryName(absl::string_view name) {
   if (name.empty()) return Bad("name", name, "empty");
   if (name.size() > kMaxNameLength) {
@@ -69,7 +69,7 @@ absl::Status ValidateEntryName(absl::string_view name) {
   if (name.find("..") != absl::string_view::npos) {
     return Bad("name", name, "contains '..'");
   }
-  if (!ValidUtf8(name)) return Bad("name", name, "not valid UTF-8");
+  if (!IsValidUtf8(name)) return Bad("name", name, "not valid UTF-8");
   return absl::OkStatus();
 }
 

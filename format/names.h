@@ -13,6 +13,10 @@ namespace ckpt::format {
 // InvalidArgument naming the problem and the (escaped) name otherwise.
 absl::Status ValidateEntryName(absl::string_view name);
 
+// Well-formed UTF-8: no overlong encodings, surrogates or code points past
+// U+10FFFF. (NUL bytes are valid UTF-8; callers that forbid them check.)
+bool IsValidUtf8(absl::string_view s);
+
 // A file name stored in metadata: 1..kMaxFileNameLength bytes from
 // [A-Za-z0-9._-], not "." or "..", not starting with '.'. Such a name can
 // never resolve outside the checkpoint directory.
