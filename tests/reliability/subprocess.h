@@ -27,8 +27,10 @@ extern char** environ;
 
 namespace ckpt::reliability {
 
+#ifdef CKPT_CRASH_WRITER
 // The writer program, built next to the tests (see CMakeLists.txt).
 inline std::string CrashWriterPath() { return CKPT_CRASH_WRITER; }
+#endif
 
 class Child {
  public:
