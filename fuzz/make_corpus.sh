@@ -22,7 +22,7 @@ if [[ ! -d $golden ]]; then
   exit 1
 fi
 
-targets=(manifest shard_header shard_tail shard_index latest block)
+targets=(manifest shard_header shard_tail shard_index latest block reshard_overrides hdf5_plan)
 for t in "${targets[@]}"; do mkdir -p "$out/$t"; done
 
 # le64 N: N as 8 little-endian bytes on stdout.
@@ -129,6 +129,33 @@ if command -v zstd >/dev/null; then
       { printf '\x01'; le32 "$(fsize "$f")"; cat "$tmp/z"; } >"$out/block/$name"
     fi
   done
+fi
+
+# reshard_overrides: ckpt-reshard --layout files (tools/reshard/overrides.h),
+# valid ones and near misses.
+seed_overrides() { printf '%s' "$2" >"$out/reshard_overrides/$1.json"; }
+seed_overrides empty '{"entries": {}}'
+seed_overrides tp '{"entries": {"layers.*.attn.qkv": {"split": "dim0"}, "layers.*.mlp.down": {"split": "dim1"}, "embed": {"split": "flat"}}}'
+seed_overrides globs '{"entries": {"norm": {"split": "replicated"}, "a?c[0-9]": {"split": "dim31"}, "*": {"split": "flat"}}}'
+seed_overrides unicode '{"entries": {"\u00e9t\u00e9": {"split": "dim2"}}}'
+seed_overrides bad-split '{"entries": {"x": {"split": "dim01"}}}'
+seed_overrides bad-type '{"entries": {"x": {"split": 1}, "y": {"splt": "dim0"}}}'
+seed_overrides not-object '[{"entries": {}}]'
+
+# hdf5_plan: HDF5 files for ckpt-convert --from hdf5. Exports of the golden
+# checkpoint by ckpt-convert (every dtype, objects, metadata attributes;
+# CKPT_CONVERT or build/bin/ckpt-convert), when that binary is there.
+convert=${CKPT_CONVERT:-$(cd "$(dirname "$0")/.." && pwd)/build/bin/ckpt-convert}
+if [[ -x $convert ]]; then
+  for step in "$golden"/step-*; do
+    [[ -f $step/MANIFEST ]] || continue
+    for c in none deflate; do
+      "$convert" "$step" "$out/hdf5_plan/$(basename "$step")-$c.h5" --to hdf5 \
+        --compression "$c" --force >/dev/null
+    done
+  done
+else
+  echo "make_corpus: no ckpt-convert at $convert: hdf5_plan gets no seeds" >&2
 fi
 
 for t in "${targets[@]}"; do
