@@ -59,9 +59,12 @@ class FaultInjectingStorage::FaultFile final : public File {
       : owner_(owner), base_(std::move(base)) {}
 
   absl::StatusOr<size_t> PRead(uint64_t offset, size_t n, char* dst) override {
-    CKPT_RETURN_IF_ERROR(
-        owner_->CheckStatus(StorageOp::kRead, false, What("pread"), path()));
-    return base_->PRead(offset, n, dst);
+    Decision d = owner_->Check(StorageOp::kRead, false, What("pread"), path());
+    if (!d.error.ok()) return d.error;
+    if (d.short_read) n = std::min(n, d.bytes);
+    CKPT_ASSIGN_OR_RETURN(size_t got, base_->PRead(offset, n, dst));
+    if (d.corrupt_read && got > 0) dst[d.bytes % got] ^= static_cast<char>(1 << (d.bit % 8));
+    return got;
   }
 
   absl::Status PWrite(uint64_t offset, absl::string_view data) override {
@@ -121,6 +124,15 @@ void FaultInjectingStorage::ShortWriteAt(int64_t nth_write,
                                          absl::Status error) {
   AddRule({RuleKind::kShortWrite, StorageOp::kWrite, nth_write,
            NonOk(std::move(error)), bytes_written});
+}
+
+void FaultInjectingStorage::ShortReadAt(int64_t nth_read, size_t bytes_read) {
+  AddRule({RuleKind::kShortRead, StorageOp::kRead, nth_read, absl::OkStatus(), bytes_read});
+}
+
+void FaultInjectingStorage::CorruptReadAt(int64_t nth_read, uint64_t byte, int bit) {
+  AddRule({RuleKind::kCorruptRead, StorageOp::kRead, nth_read, absl::OkStatus(),
+           static_cast<size_t>(byte), bit});
 }
 
 void FaultInjectingStorage::FailAllAfter(StorageOp op, int64_t nth,
@@ -187,6 +199,14 @@ FaultInjectingStorage::Decision FaultInjectingStorage::Check(
   for (const Rule& rule : rules_) {
     if (rule.op != op || rule.nth != n) continue;
     ++injected_;
+    if (rule.kind == RuleKind::kShortRead || rule.kind == RuleKind::kCorruptRead) {
+      // The call succeeds, with fewer or other bytes.
+      d.short_read = rule.kind == RuleKind::kShortRead;
+      d.corrupt_read = rule.kind == RuleKind::kCorruptRead;
+      d.bytes = rule.bytes;
+      d.bit = rule.bit;
+      return d;
+    }
     d.error = Annotate(rule.error, prefix);
     switch (rule.kind) {
       case RuleKind::kFail:
@@ -200,6 +220,9 @@ FaultInjectingStorage::Decision FaultInjectingStorage::Check(
         break;
       case RuleKind::kCrash:
         crashed_ = true;
+        break;
+      case RuleKind::kShortRead:
+      case RuleKind::kCorruptRead:
         break;
     }
     return d;

@@ -216,6 +216,33 @@ TEST_F(FaultInjectionTest, ShortWriteOfZeroBytesWritesNothing) {
   EXPECT_EQ(ReadBase(Path("f")), "");
 }
 
+TEST_F(FaultInjectionTest, ShortReadReturnsFewerBytesWithoutAnError) {
+  CKPT_ASSERT_OK(base_->WriteFileAndSync(Path("f"), "0123456789"));
+  fs_.ShortReadAt(2, 3);
+  CKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<File> f, fs_.Open(Path("f"), OpenMode::kRead));
+  char buf[10];
+  CKPT_ASSERT_OK_AND_ASSIGN(size_t n, f->PRead(0, 10, buf));
+  EXPECT_EQ(std::string(buf, n), "0123456789");
+  CKPT_ASSERT_OK_AND_ASSIGN(n, f->PRead(2, 8, buf));  // the 2nd read
+  EXPECT_EQ(std::string(buf, n), "234");
+  CKPT_ASSERT_OK_AND_ASSIGN(n, f->PRead(2, 8, buf));
+  EXPECT_EQ(std::string(buf, n), "23456789");
+  EXPECT_EQ(fs_.injected(), 1);
+}
+
+TEST_F(FaultInjectionTest, CorruptReadFlipsOneBitOfWhatWasRead) {
+  CKPT_ASSERT_OK(base_->WriteFileAndSync(Path("f"), "0123456789"));
+  fs_.CorruptReadAt(1, /*byte=*/15, /*bit=*/2);  // byte 15 % 4 = 3 of the read
+  CKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<File> f, fs_.Open(Path("f"), OpenMode::kRead));
+  char buf[4];
+  CKPT_ASSERT_OK_AND_ASSIGN(size_t n, f->PRead(4, 4, buf));
+  EXPECT_EQ(std::string(buf, n), std::string("456") + static_cast<char>('7' ^ 4));
+  CKPT_ASSERT_OK_AND_ASSIGN(n, f->PRead(4, 4, buf));
+  EXPECT_EQ(std::string(buf, n), "4567");
+  EXPECT_EQ(ReadBase(Path("f")), "0123456789");  // the file is untouched
+  EXPECT_EQ(fs_.injected(), 1);
+}
+
 TEST_F(FaultInjectionTest, CrashAtFailsEveryLaterOp) {
   fs_.CrashAt(StorageOp::kSync, 1);
   const std::string path = Path("f");

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -362,6 +363,64 @@ TEST_F(ReliabilityFaults, EveryOperationOfALoadFailingNeverReturnsWrongData) {
       << misreported.size() << " load faults came back without their code, operation or file:\n"
       << absl::StrJoin(misreported, "\n");
   EXPECT_GE(tally.trials, 100);
+}
+
+// Every read of a load returning OK with fewer bytes than asked (a file
+// that ends early: 0 bytes, and 7) or with one bit of them inverted (a disk
+// or cable that returns other bytes than the file's): the load fails with
+// DataLoss naming a file of the checkpoint. Never wrong data. Everything a
+// reader reads is under a checksum or a length check, so a read that comes
+// back short or altered can never go unnoticed.
+TEST_F(ReliabilityFaults, EveryReadOfALoadCutShortOrCorruptedIsDataLoss) {
+  MakeTemplate(/*two=*/true);
+  CopyRoot(template_, root_);
+  Tally tally;
+  std::vector<std::string> misreported;
+  std::mt19937_64 rng(7);
+  for (const std::string& path : {root_, JoinPath(root_, format::StepDirName(1))}) {
+    FaultInjectingStorage counter(DefaultStorage());
+    ASSERT_THAT(VerifyCheckpoint(path, kScale, &counter), IsOk());
+    const int64_t reads = counter.count(StorageOp::kRead);
+    EXPECT_GE(reads, 5) << path;
+    for (int64_t nth = 1; nth <= reads; ++nth) {
+      for (int kind = 0; kind < 4; ++kind) {
+        FaultInjectingStorage faulty(DefaultStorage());
+        std::string what;
+        if (kind < 2) {
+          const size_t keep = kind == 0 ? 0 : 7;
+          faulty.ShortReadAt(nth, keep);
+          what = absl::StrCat("read cut to ", keep, " bytes");
+        } else {
+          const uint64_t byte = rng();
+          const int bit = static_cast<int>(rng() % 8);
+          faulty.CorruptReadAt(nth, byte, bit);
+          what = absl::StrCat("bit ", bit, " of byte ", byte, " % n inverted");
+        }
+        SCOPED_TRACE(Where(StorageOp::kRead, nth, absl::StrCat(what, " loading ", path)));
+        auto got = VerifyCheckpoint(path, kScale, &faulty);
+        ++tally.trials;
+        tally.injected += faulty.injected();
+        ASSERT_FALSE(IsWrongData(got.status())) << got.status();
+        if (got.ok()) {
+          ++tally.tolerated;
+          ++tally.tolerated_at[absl::StrCat("read#", nth, " ", what)];
+          continue;
+        }
+        ++tally.failed;
+        if (got.status().code() != absl::StatusCode::kDataLoss ||
+            !absl::StrContains(got.status().message(), root_)) {
+          misreported.push_back(absl::StrCat(Where(StorageOp::kRead, nth, what), " loading ",
+                                             path, ": ", got.status().ToString()));
+        }
+      }
+    }
+  }
+  tally.Print("short and corrupted reads of a load");
+  EXPECT_EQ(tally.tolerated, 0) << "a short or corrupted read went unnoticed";
+  EXPECT_TRUE(misreported.empty())
+      << misreported.size() << " were not DataLoss naming a file of the checkpoint:\n"
+      << absl::StrJoin(misreported, "\n");
+  EXPECT_GE(tally.trials, 40);
 }
 
 // The same for stat: a failed Stat of MANIFEST other than NotFound (EIO,

@@ -94,6 +94,18 @@ class FaultInjectingStorage final : public Storage {
   void ShortWriteAt(int64_t nth_write, size_t bytes_written,
                     absl::Status error);
 
+  // The nth PRead returns OK with at most `bytes_read` of the bytes asked
+  // for (read through `base`): a file that ends early, as when it is
+  // truncated under the reader. Breaks File::PRead's contract on purpose
+  // (short only at end of file). REQUIRES: nth_read >= 1.
+  void ShortReadAt(int64_t nth_read, size_t bytes_read);
+
+  // The nth PRead returns OK, but with bit `bit % 8` of byte
+  // `byte % count` of what it read inverted (no change when it read
+  // nothing): a disk, cable or page cache that returns other bytes than the
+  // file's. REQUIRES: nth_read >= 1.
+  void CorruptReadAt(int64_t nth_read, uint64_t byte, int bit);
+
   // The nth call of `op` fails with `error` and so does every later
   // mutating call, of any op and on any path: PWrite, Sync, CreateDir,
   // SyncDir, Rename*, Remove* and Open other than kRead. Reads, List, Stat
@@ -119,7 +131,8 @@ class FaultInjectingStorage final : public Storage {
   // Calls of `op` seen since construction or Reset(), on any path, failed
   // or not.
   int64_t count(StorageOp op) const;
-  // Calls failed (wholly or by a short write) by this object so far.
+  // Calls failed (wholly or by a short write) or whose reads were cut short
+  // or corrupted by this object so far.
   int64_t injected() const;
 
   // Storage.
@@ -145,19 +158,23 @@ class FaultInjectingStorage final : public Storage {
 
  private:
   class FaultFile;
-  enum class RuleKind { kFail, kShortWrite, kFailAllAfter, kCrash };
+  enum class RuleKind { kFail, kShortWrite, kFailAllAfter, kCrash, kShortRead, kCorruptRead };
   struct Rule {
     RuleKind kind;
     StorageOp op;
     int64_t nth;
     absl::Status error;
     size_t bytes = 0;
+    int bit = 0;
   };
   // What one call should do.
   struct Decision {
-    absl::Status error;        // OK: forward the call to base
-    bool short_write = false;  // write `bytes`, then return `error`
+    absl::Status error;          // OK: forward the call to base
+    bool short_write = false;    // write `bytes`, then return `error`
+    bool short_read = false;     // (error OK) read at most `bytes`
+    bool corrupt_read = false;   // (error OK) flip bit `bit` of byte `bytes`
     size_t bytes = 0;
+    int bit = 0;
   };
 
   // Counts the call and applies the rules. `what` is "<op> <path>" for
