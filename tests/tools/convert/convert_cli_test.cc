@@ -1,10 +1,5 @@
 // The ckpt-convert binary: exit codes, error messages, JSON, and the human
 // output pinned by tests/tools/expected/convert/*.txt.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -13,11 +8,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/cli.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/tools/convert/convert_fixture.h"
 #include "tests/tools/convert/h5_builder.h"
-
-extern char** environ;
 
 namespace ckpt::tools {
 namespace {
@@ -32,10 +26,7 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out, err;
-};
+using ::ckpt::testing::CliResult;
 
 class ConvertCli : public ::testing::Test {
  protected:
@@ -48,32 +39,10 @@ class ConvertCli : public ::testing::Test {
   // HDF5 file size <SIZE> (it depends on the HDF5 library version).
   CliResult Run(std::vector<std::string> args) {
     for (auto& a : args) a = absl::StrReplaceAll(a, {{"<TMP>", dir_.path()}});
-    const std::string out_path = dir_ / "cli.stdout", err_path = dir_ / "cli.stderr";
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    std::vector<std::string> all = {CKPT_CONVERT_BIN};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    CliResult r;
-    pid_t pid;
-    if (posix_spawn(&pid, CKPT_CONVERT_BIN, &fa, nullptr, argv.data(), environ) != 0) {
-      posix_spawn_file_actions_destroy(&fa);
-      ADD_FAILURE() << "cannot run " << CKPT_CONVERT_BIN;
-      return r;
-    }
-    posix_spawn_file_actions_destroy(&fa);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = Scrub(ReadFile(out_path));
-    r.err = Scrub(ReadFile(err_path));
+    CliResult r = ckpt::testing::RunCli(CKPT_CONVERT_BIN, args, dir_.path());
+    EXPECT_NE(r.exit_code, -1) << r.err;
+    r.out = Scrub(r.out);
+    r.err = Scrub(r.err);
     return r;
   }
 

@@ -11,8 +11,6 @@
 #ifndef CKPT_TESTS_TOOLS_INSPECT_FIXTURE_H_
 #define CKPT_TESTS_TOOLS_INSPECT_FIXTURE_H_
 
-#include <sys/wait.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -24,13 +22,16 @@
 #include <vector>
 
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "ckpt/types.h"
 #include "format/block_codec.h"
 #include "format/checksum.h"
 #include "format/latest.h"
 #include "format/manifest.h"
 #include "format/shard.h"
+#include "gtest/gtest.h"
 #include "tests/libckpt/test_util.h"
+#include "tests/testing/cli.h"
 
 namespace ckpt::tools::testing {
 
@@ -348,18 +349,18 @@ struct RunResult {
   std::string out, err;
 };
 
-// Runs `command` (a tool binary and its arguments; no quoting needed for
-// the paths tests use) with stdout and stderr captured in `tmp`.
+// Runs `command` (a tool binary and its arguments, split at spaces; no
+// shell: the paths tests use have no spaces) with stdout and stderr
+// captured in `tmp`.
 inline RunResult Run(const std::string& command, const std::string& tmp) {
-  const std::string out = tmp + "/.stdout", err = tmp + "/.stderr";
-  int status = std::system((command + " >" + out + " 2>" + err).c_str());
-  RunResult r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = ReadBytes(out);
-  r.err = ReadBytes(err);
-  std::filesystem::remove(out);
-  std::filesystem::remove(err);
-  return r;
+  std::vector<std::string> args = absl::StrSplit(command, ' ', absl::SkipEmpty());
+  const std::string binary = args.empty() ? "" : args.front();
+  if (!args.empty()) args.erase(args.begin());
+  ckpt::testing::CliResult c = ckpt::testing::RunCli(binary, args, tmp);
+  EXPECT_NE(c.exit_code, -1) << c.err;
+  std::filesystem::remove(tmp + "/cli.stdout");
+  std::filesystem::remove(tmp + "/cli.stderr");
+  return RunResult{c.exit_code, c.out, c.err};
 }
 
 // The expected-output file tests/tools/expected/<tool>/<name>.

@@ -1,14 +1,11 @@
 // The ckpt-synth binary: exit codes, stdout and stderr. Human output is
 // pinned by tests/tools/expected/synth/*.txt, with the run's temporary
 // directory replaced by <TMP>.
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
 #include "format/status_macros.h"
@@ -16,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/libckpt/test_util.h"
+#include "tests/testing/cli.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ckpt::synth {
@@ -37,18 +35,13 @@ struct RunResult {
   std::string out, err;
 };
 
-// Runs ckpt-synth with `args` (no shell quoting needed: temp paths have no
-// spaces), stdout and stderr captured.
+// Runs ckpt-synth with `args`, split at spaces (no shell: temp paths have
+// no spaces), stdout and stderr captured.
 RunResult Synth(const TempDir& tmp, const std::string& args) {
-  const std::string out = tmp / "stdout.txt", err = tmp / "stderr.txt";
-  const std::string cmd = absl::StrCat(CKPT_SYNTH_BINARY, " ", args, " >", out,
-                                       " 2>", err, " </dev/null");
-  int status = std::system(cmd.c_str());
-  RunResult r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = ReadFile(out);
-  r.err = ReadFile(err);
-  return r;
+  ckpt::testing::CliResult c = ckpt::testing::RunCli(
+      CKPT_SYNTH_BINARY, absl::StrSplit(args, ' ', absl::SkipEmpty()), tmp.path());
+  EXPECT_NE(c.exit_code, -1) << c.err;
+  return RunResult{c.exit_code, c.out, c.err};
 }
 
 std::string Expected(const std::string& name) {

@@ -1,0 +1,76 @@
+// Runs a program (a tool binary under test) to completion and captures its
+// exit code, stdout, stderr and peak memory: the one runner of the CLI
+// tests (tests/tools/*/..._cli_test.cc).
+#ifndef CKPT_TESTS_TESTING_CLI_H_
+#define CKPT_TESTS_TESTING_CLI_H_
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace ckpt::testing {
+
+struct CliResult {
+  // The exit status, 128 + the signal if a signal ended it, -1 if it could
+  // not be started (then `err` says why).
+  int exit_code = -1;
+  std::string out, err;
+  uint64_t max_rss_bytes = 0;  // peak resident set of the child
+};
+
+// Runs `binary args...` (no shell: arguments are passed as they are) with
+// stdin from /dev/null and stdout and stderr sent to files in `scratch`,
+// which must exist; those files are left there.
+inline CliResult RunCli(const std::string& binary, const std::vector<std::string>& args,
+                        const std::string& scratch) {
+  CliResult r;
+  const std::string out_path = scratch + "/cli.stdout", err_path = scratch + "/cli.stderr";
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<std::string> all = {binary};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  const int rc = posix_spawn(&pid, binary.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    r.err = "posix_spawn " + binary + ": " + std::strerror(rc);
+    return r;
+  }
+  int status = 0;
+  struct rusage usage = {};
+  while (wait4(pid, &status, 0, &usage) < 0 && errno == EINTR) {
+  }
+  r.max_rss_bytes = static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // KiB on Linux
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  return r;
+}
+
+}  // namespace ckpt::testing
+
+#endif  // CKPT_TESTS_TESTING_CLI_H_
