@@ -295,7 +295,8 @@ absl::Status WriterImpl::Replan() {
   const format::Fingerprint local_fp = LocalFingerprint();
   std::string mine(reinterpret_cast<const char*>(local_fp.data()), local_fp.size());
   mine += internal::EncodeLocalPlan(local);
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> plans, comm_->AllGather(mine));
+  // Only the coordinator needs them (empty elsewhere).
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> plans, comm_->Gather(mine, 0));
   CKPT_ASSIGN_OR_RETURN(std::string body, OnCoordinator([&]() -> absl::StatusOr<std::string> {
     std::vector<LocalPlan> all(world);
     format::PlanRecord record;
@@ -393,7 +394,7 @@ absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t st
     report = internal::EncodeStatusOr(absl::StatusOr<std::string>(
         Annotate(written.status(), absl::StrCat("rank ", rank))));
   }
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> reports, comm_->AllGather(report));
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> reports, comm_->Gather(report, 0));
   result.write_seconds = Seconds(t1);
 
   // 4. The coordinator commits only if every rank succeeded.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ckpt/fault_injection.h"
 #include "ckpt/in_process.h"
@@ -220,6 +221,38 @@ Model SmallTransformer() {
 // layouts, and two variants in [0, 6) never give a tensor the same one.
 Layout MixedLayout(size_t i, int variant) {
   return testing::kAllLayouts[(i + variant) % std::size(testing::kAllLayouts)];
+}
+
+// Communicator::Gather's default (built on AllGather), as the in-process
+// and user adapters that do not override it run it: the root gets every
+// contribution in rank order, the others nothing; a bad root fails on every
+// rank without a collective.
+TEST(MultiRankTest, DefaultGatherDeliversToTheRootOnly) {
+  auto contribution = [](int rank) { return std::string(rank * 3, static_cast<char>('a' + rank)); };
+  auto check = [&](Communicator& comm) -> absl::Status {
+    for (int root = 0; root < comm.size(); ++root) {
+      CKPT_ASSIGN_OR_RETURN(std::vector<std::string> got,
+                            comm.Gather(contribution(comm.rank()), root));
+      std::vector<std::string> want;
+      if (comm.rank() == root) {
+        for (int r = 0; r < comm.size(); ++r) want.push_back(contribution(r));
+      }
+      if (got != want) {
+        return absl::InternalError(absl::StrCat("rank ", comm.rank(), ", root ", root,
+                                                ": got ", got.size(), " contributions"));
+      }
+    }
+    absl::Status bad = comm.Gather("x", comm.size()).status();
+    if (bad.code() != absl::StatusCode::kInvalidArgument ||
+        !absl::StrContains(bad.message(), "is not a rank")) {
+      return absl::InternalError(absl::StrCat("bad root: ", bad.ToString()));
+    }
+    return absl::OkStatus();
+  };
+  for (int world_size : {1, 3}) {
+    InProcessWorld world(world_size);
+    EXPECT_THAT(RunRanks(world, check), IsOk()) << world_size << " ranks";
+  }
 }
 
 TEST(MultiRankTest, TransformerSavedOnEachWorldSizeLoadsExactlyOnEveryOther) {

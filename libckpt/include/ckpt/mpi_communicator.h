@@ -95,6 +95,11 @@ class MpiCommunicator final : public Communicator {
   // MPI_Allgather of the int64 lengths, then MPI_Allgatherv of the bytes
   // (several rounds when the total exceeds max_bytes_per_call).
   absl::StatusOr<std::vector<std::string>> AllGather(absl::string_view mine) override;
+  // MPI_Allgather of the int64 lengths (so that every rank derives the same
+  // rounds), then MPI_Gatherv of the bytes to `root` only (several rounds
+  // when the total exceeds max_bytes_per_call). InvalidArgument on every
+  // rank if `root` is not a rank of the communicator.
+  absl::StatusOr<std::vector<std::string>> Gather(absl::string_view mine, int root) override;
   // MPI_Bcast of the length, then of the bytes (in pieces of at most
   // max_bytes_per_call). InvalidArgument on every rank if `root` is not a
   // rank of the communicator. REQUIRES: data != nullptr.

@@ -3,7 +3,7 @@
 // runs every test in the same order; the process exit code is agreed by all
 // ranks (non-zero if any rank failed).
 //
-// Two parts: the five collectives one by one (including the split path for
+// Two parts: the six collectives one by one (including the split path for
 // transfers above Options::max_bytes_per_call, observed through the MPI
 // profiling interface), then a multi-rank save through ckpt::Writer and a
 // resharded load on every rank through ckpt::Reader.
@@ -36,7 +36,7 @@
 #include "tests/libckpt/test_util.h"
 #include "tests/testing/status_matchers.h"
 
-// --- MPI profiling interface: the test binary's definitions of these two
+// --- MPI profiling interface: the test binary's definitions of these
 // functions take precedence over libmpi's, record the largest byte count of
 // any call and forward to the PMPI_ entry points.
 namespace {
@@ -62,6 +62,23 @@ extern "C" int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype s
   g_allgatherv.Record(total);
   return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
                          comm);
+}
+
+CallLog g_gatherv;  // recorded at the root only
+
+extern "C" int MPI_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                           void* recvbuf, const int recvcounts[], const int displs[],
+                           MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  int rank = 0, size = 0;
+  PMPI_Comm_rank(comm, &rank);
+  PMPI_Comm_size(comm, &size);
+  if (rank == root) {
+    int64_t total = 0;
+    for (int r = 0; r < size; ++r) total += recvcounts[r];
+    g_gatherv.Record(total);
+  }
+  return PMPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root,
+                      comm);
 }
 
 extern "C" int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
@@ -194,6 +211,66 @@ TEST(MpiCommunicatorTest, AllGatherWithALimitOfOneByte) {
   std::vector<size_t> lengths;
   for (int r = 0; r < comm->size(); ++r) lengths.push_back((r * 5) % 17);
   CheckAllGather(*comm, lengths);
+}
+
+// Every rank contributes Contribution(r, lengths[r]) to `root`: the root
+// gets them all, every other rank nothing.
+void CheckGather(Communicator& comm, const std::vector<size_t>& lengths, int root) {
+  ASSERT_EQ(lengths.size(), static_cast<size_t>(comm.size()));
+  auto all = comm.Gather(Contribution(comm.rank(), lengths[comm.rank()]), root);
+  ASSERT_TRUE(all.ok()) << all.status();
+  if (comm.rank() != root) {
+    EXPECT_TRUE(all->empty()) << "rank " << comm.rank() << " is not the root " << root;
+    return;
+  }
+  ASSERT_EQ(all->size(), lengths.size());
+  for (int r = 0; r < comm.size(); ++r) {
+    EXPECT_EQ((*all)[r], Contribution(r, lengths[r])) << "contribution of rank " << r;
+  }
+}
+
+TEST(MpiCommunicatorTest, GatherToEveryRootReachesOnlyThatRootWithoutAllGatherv) {
+  auto comm = MakeComm();
+  g_allgatherv = {};
+  g_gatherv = {};
+  for (int root = 0; root < comm->size(); ++root) {
+    ASSERT_TRUE(NoRankFailed());
+    CheckGather(*comm, VaryingLengths(comm->size()), root);
+  }
+  EXPECT_EQ(g_allgatherv.calls, 0) << "the bytes go through MPI_Gatherv only";
+  EXPECT_EQ(g_gatherv.calls, 1) << "this rank was the root once, and all fit in one call";
+}
+
+TEST(MpiCommunicatorTest, GatherOfNothingFromEveryRank) {
+  auto comm = MakeComm();
+  ASSERT_TRUE(NoRankFailed());
+  CheckGather(*comm, std::vector<size_t>(comm->size(), 0), 0);
+}
+
+TEST(MpiCommunicatorTest, GatherAboveTheLimitIsSplitIntoCallsWithinIt) {
+  auto comm = MakeComm(/*max_bytes_per_call=*/1000);
+  ASSERT_TRUE(NoRankFailed());
+  std::vector<size_t> lengths;
+  for (int r = 0; r < comm->size(); ++r) lengths.push_back(r == 1 ? 2501 : 97 * r);
+  const int root = comm->size() - 1;
+  g_gatherv = {};
+  CheckGather(*comm, lengths, root);
+  if (comm->rank() == root) {
+    EXPECT_GT(g_gatherv.calls, 1);
+    EXPECT_LE(g_gatherv.largest, 1000);
+  }
+}
+
+TEST(MpiCommunicatorTest, GatherToARootOutsideTheCommunicatorFailsOnEveryRank) {
+  auto comm = MakeComm();
+  ASSERT_TRUE(NoRankFailed());
+  EXPECT_THAT(comm->Gather("x", comm->size()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "root " + std::to_string(comm->size()) + " is not a rank"));
+  EXPECT_THAT(comm->Gather("x", -1),
+              StatusIs(absl::StatusCode::kInvalidArgument, "root -1 is not a rank"));
+  ASSERT_TRUE(NoRankFailed());
+  CKPT_EXPECT_OK(comm->Barrier());
 }
 
 TEST(MpiCommunicatorTest, BroadcastFromNonZeroRootsReplacesEveryRanksData) {
