@@ -91,19 +91,38 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 absl::StatusOr<std::vector<std::string>> MpiCommunicator::AllGather(absl::string_view mine) {
+  return GatherBytes(mine, /*root=*/-1, "AllGather");
+}
+
+absl::StatusOr<std::vector<std::string>> MpiCommunicator::Gather(absl::string_view mine,
+                                                                  int root) {
+  if (root < 0 || root >= size_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Gather: root ", root, " is not a rank of the communicator (size ", size_, ")"));
+  }
+  return GatherBytes(mine, root, "Gather");
+}
+
+absl::StatusOr<std::vector<std::string>> MpiCommunicator::GatherBytes(absl::string_view mine,
+                                                                       int root,
+                                                                       const char* call) {
+  const bool receives = root < 0 || rank_ == root;
   const int64_t my_length = static_cast<int64_t>(mine.size());
   std::vector<int64_t> lengths(size_);
   CKPT_RETURN_IF_ERROR(MpiStatus(MPI_Allgather(&my_length, 1, MPI_INT64_T, lengths.data(), 1,
                                                MPI_INT64_T, comm_),
-                                 "AllGather: MPI_Allgather of the lengths"));
+                                 absl::StrCat(call, ": MPI_Allgather of the lengths")));
   int64_t total = 0, longest = 0;
   for (int64_t n : lengths) {
     total += n;
     longest = std::max(longest, n);
   }
-  std::vector<std::string> out(size_);
+  std::vector<std::string> out;
+  if (receives) {
+    out.resize(size_);
+    for (int r = 0; r < size_; ++r) out[r].reserve(lengths[r]);
+  }
   if (total == 0) return out;
-  for (int r = 0; r < size_; ++r) out[r].reserve(lengths[r]);
 
   // Round k moves bytes [k * piece, (k + 1) * piece) of every contribution.
   // One round when everything fits in one call; otherwise each rank sends at
@@ -123,63 +142,20 @@ absl::StatusOr<std::vector<std::string>> MpiCommunicator::AllGather(absl::string
       displs[r] = static_cast<int>(round_total);
       round_total += counts[r];
     }
-    buffer.resize(round_total);
+    if (receives) buffer.resize(round_total);
     const char* send = mine.data() + std::min(begin, my_length);
-    CKPT_RETURN_IF_ERROR(
-        MpiStatus(MPI_Allgatherv(send, counts[rank_], MPI_BYTE, buffer.data(), counts.data(),
-                                 displs.data(), MPI_BYTE, comm_),
-                  What("AllGather", "MPI_Allgatherv", k, rounds)));
-    for (int r = 0; r < size_; ++r) out[r].append(buffer, displs[r], counts[r]);
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<std::string>> MpiCommunicator::Gather(absl::string_view mine,
-                                                                  int root) {
-  if (root < 0 || root >= size_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Gather: root ", root, " is not a rank of the communicator (size ", size_, ")"));
-  }
-  const int64_t my_length = static_cast<int64_t>(mine.size());
-  std::vector<int64_t> lengths(size_);
-  CKPT_RETURN_IF_ERROR(MpiStatus(MPI_Allgather(&my_length, 1, MPI_INT64_T, lengths.data(), 1,
-                                               MPI_INT64_T, comm_),
-                                 "Gather: MPI_Allgather of the lengths"));
-  int64_t total = 0, longest = 0;
-  for (int64_t n : lengths) {
-    total += n;
-    longest = std::max(longest, n);
-  }
-  std::vector<std::string> out;
-  if (rank_ == root) {
-    out.resize(size_);
-    for (int r = 0; r < size_; ++r) out[r].reserve(lengths[r]);
-  }
-  if (total == 0) return out;
-
-  // The rounds of AllGather: round k moves bytes [k * piece, (k + 1) * piece)
-  // of every contribution, so the root's counts and displacements stay
-  // within the limit; every rank derives the same rounds from `lengths`.
-  const int64_t limit = options_.max_bytes_per_call;
-  const int64_t piece = total <= limit ? longest : std::max<int64_t>(1, limit / size_);
-  const int64_t rounds = (longest + piece - 1) / piece;
-  std::vector<int> counts(size_), displs(size_);
-  std::string buffer;
-  for (int64_t k = 0; k < rounds; ++k) {
-    const int64_t begin = k * piece;
-    int64_t round_total = 0;
-    for (int r = 0; r < size_; ++r) {
-      counts[r] = static_cast<int>(std::clamp<int64_t>(lengths[r] - begin, 0, piece));
-      displs[r] = static_cast<int>(round_total);
-      round_total += counts[r];
+    if (root < 0) {
+      CKPT_RETURN_IF_ERROR(
+          MpiStatus(MPI_Allgatherv(send, counts[rank_], MPI_BYTE, buffer.data(), counts.data(),
+                                   displs.data(), MPI_BYTE, comm_),
+                    What(call, "MPI_Allgatherv", k, rounds)));
+    } else {
+      CKPT_RETURN_IF_ERROR(
+          MpiStatus(MPI_Gatherv(send, counts[rank_], MPI_BYTE, buffer.data(), counts.data(),
+                                displs.data(), MPI_BYTE, root, comm_),
+                    What(call, "MPI_Gatherv", k, rounds)));
     }
-    if (rank_ == root) buffer.resize(round_total);
-    const char* send = mine.data() + std::min(begin, my_length);
-    CKPT_RETURN_IF_ERROR(
-        MpiStatus(MPI_Gatherv(send, counts[rank_], MPI_BYTE, buffer.data(), counts.data(),
-                              displs.data(), MPI_BYTE, root, comm_),
-                  What("Gather", "MPI_Gatherv", k, rounds)));
-    if (rank_ == root) {
+    if (receives) {
       for (int r = 0; r < size_; ++r) out[r].append(buffer, displs[r], counts[r]);
     }
   }

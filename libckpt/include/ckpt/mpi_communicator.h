@@ -118,6 +118,12 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator(MPI_Comm comm, int rank, int size, const Options& options)
       : comm_(comm), rank_(rank), size_(size), options_(options) {}
 
+  // AllGather (root < 0: every rank receives) and Gather (only `root`
+  // receives): the lengths, then the bytes in rounds within
+  // max_bytes_per_call. `call` names the public call in errors.
+  absl::StatusOr<std::vector<std::string>> GatherBytes(absl::string_view mine, int root,
+                                                       const char* call);
+
   MPI_Comm comm_;
   const int rank_;
   const int size_;
