@@ -318,56 +318,52 @@ SaveOutcome Save(const std::string& root, const Data& d, const Config& c, int zs
   return out;
 }
 
-// `world` ranks each load their row piece of every tensor into its place.
-Timing LoadSameLayout(const std::string& root, Data& d, int world, int threads, bool direct,
-                      bool evict) {
-  if (evict) Evict(root);
-  d.Poison();
+// `world` ranks each load one piece of every tensor with one Load: rank r
+// the rows [Lo(r), Lo(r + 1)) (`by_columns` false: the saved layout, into
+// their place in dst[i]), or the columns [Lo(r), Lo(r + 1)) (box-local,
+// row-major, in dst[i] at the offset where the pieces of ranks < r end).
+absl::Status LoadPieces(const std::string& root, Data& d, int world, int threads, bool direct,
+                        bool by_columns) {
   ckpt::InProcessWorld w(world);
-  Stopwatch sw;
-  absl::Status s = ckpt::RunRanks(w, [&](ckpt::Communicator& comm) -> absl::Status {
+  return ckpt::RunRanks(w, [&](ckpt::Communicator& comm) -> absl::Status {
     const int r = comm.rank();
     ckpt::ReaderOptions ro;
     ro.io_threads = threads;
     ro.direct_io = direct;
     auto reader = ckpt::Reader::Open(root, ro);
     if (!reader.ok()) return reader.status();
-    const uint64_t b = Lo(r, world, kRows), e = Lo(r + 1, world, kRows);
+    const uint64_t n = by_columns ? kCols : kRows;
+    const uint64_t b = Lo(r, world, n), e = Lo(r + 1, world, n);
+    const ckpt::Box box = by_columns ? ckpt::Box{{0, b}, {kRows, e - b}}
+                                     : ckpt::Box{{b, 0}, {e - b, kCols}};
     std::vector<ckpt::LoadRequest> reqs;
     for (size_t i = 0; i < d.src.size(); ++i) {
-      reqs.push_back({Name(i), ckpt::DType::kFloat32, {kRows, kCols},
-                      ckpt::Box{{b, 0}, {e - b, kCols}}, d.dst[i].data() + b * kCols * 4});
+      // Both layouts put rank r's piece after b rows' or b columns' worth
+      // of elements: b * kCols or kRows * b.
+      reqs.push_back({Name(i), ckpt::DType::kFloat32, {kRows, kCols}, box,
+                      d.dst[i].data() + b * (by_columns ? kRows : kCols) * 4});
     }
     return (*reader)->Load(reqs).status();
   });
+}
+
+Timing LoadSameLayout(const std::string& root, Data& d, int world, int threads, bool direct,
+                      bool evict) {
+  if (evict) Evict(root);
+  d.Poison();
+  Stopwatch sw;
+  absl::Status s = LoadPieces(root, d, world, threads, direct, /*by_columns=*/false);
   const Timing sec = sw.Stop();
   Check(s, "load " + root);
   d.VerifySameLayout("load of " + root);
   return sec;
 }
 
-// `world` ranks each load columns [Lo(r), Lo(r + 1)) of every tensor; rank
-// r's piece of tensor i lands (box-local, row-major) in dst[i] at the offset
-// where the pieces of ranks < r end.
 Timing LoadColumns(const std::string& root, Data& d, int world, int threads, bool evict) {
   if (evict) Evict(root);
   d.Poison();
-  ckpt::InProcessWorld w(world);
   Stopwatch sw;
-  absl::Status s = ckpt::RunRanks(w, [&](ckpt::Communicator& comm) -> absl::Status {
-    const int r = comm.rank();
-    ckpt::ReaderOptions ro;
-    ro.io_threads = threads;
-    auto reader = ckpt::Reader::Open(root, ro);
-    if (!reader.ok()) return reader.status();
-    const uint64_t b = Lo(r, world, kCols), e = Lo(r + 1, world, kCols);
-    std::vector<ckpt::LoadRequest> reqs;
-    for (size_t i = 0; i < d.src.size(); ++i) {
-      reqs.push_back({Name(i), ckpt::DType::kFloat32, {kRows, kCols},
-                      ckpt::Box{{0, b}, {kRows, e - b}}, d.dst[i].data() + kRows * b * 4});
-    }
-    return (*reader)->Load(reqs).status();
-  });
+  absl::Status s = LoadPieces(root, d, world, threads, /*direct=*/false, /*by_columns=*/true);
   const Timing sec = sw.Stop();
   Check(s, "resharded load of " + root);
   for (int r = 0; r < world; ++r) {
