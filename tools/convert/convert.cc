@@ -8,6 +8,7 @@
 #include "format/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "tools/common/tool_util.h"
+#include "tools/convert/convert_interop.h"
 #include "tools/convert/hdf5_export.h"
 #include "tools/convert/hdf5_import.h"
 
@@ -15,12 +16,19 @@ namespace ckpt::tools {
 namespace {
 
 constexpr char kHdf5[] = "hdf5";
+constexpr char kSafetensors[] = "safetensors";
+constexpr char kDcp[] = "dcp";
+constexpr bool kDcpEnabled = false;
 constexpr int kDefaultLevel = 4;
 
 absl::Status CheckFormat(const std::string& format, const char* flag) {
-  if (format == kHdf5) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown format '", format, "' for ", flag, "; supported: hdf5"));
+  const bool to = flag == std::string("--to");
+  if (format == kHdf5 || format == kSafetensors || (!to && format == kDcp && kDcpEnabled)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown format '", format, "' for ", flag,
+                                                 "; supported: hdf5, safetensors",
+                                                 to || !kDcpEnabled ? "" : ", dcp"));
 }
 
 absl::Status CheckOptions(const ConvertOptions& o, bool to) {
@@ -238,6 +246,16 @@ absl::StatusOr<int> RunConvert(const ConvertOptions& o, std::ostream& out) {
   }
   const bool to = !o.to.empty();
   CKPT_RETURN_IF_ERROR(to ? CheckFormat(o.to, "--to") : CheckFormat(o.from, "--from"));
+  const std::string& format = to ? o.to : o.from;
+  if (format != kHdf5) {
+    CKPT_RETURN_IF_ERROR(CheckInteropOptions(o));
+    if (format == kDcp) return RunDcpImport(o, out);
+    return to ? RunSafetensorsExport(o, out) : RunSafetensorsImport(o, out);
+  }
+  if (!o.max_shard_size.empty() || !o.include.empty() || !o.exclude.empty() || o.ranks > 0) {
+    return absl::InvalidArgumentError(
+        "--max-shard-size, --include, --exclude and --ranks apply to safetensors and dcp only");
+  }
   CKPT_RETURN_IF_ERROR(CheckOptions(o, to));
   return to ? RunExport(o, out) : RunImport(o, out);
 }

@@ -2,9 +2,13 @@
 //
 //   ckpt-convert SRC OUT.h5 --to hdf5     checkpoint -> one HDF5 file
 //   ckpt-convert IN.h5 DST --from hdf5    HDF5 file -> one-rank checkpoint
+//   ckpt-convert SRC OUT --to safetensors [--max-shard-size 5GB]
+//   ckpt-convert IN DST --from safetensors [--ranks N]
+//   ckpt-convert DIR DST --from dcp        PyTorch DCP / Megatron torch_dist
 //
-// HDF5 is the only other format so far (hdf5_export.h, hdf5_import.h; the
-// mapping is documented in tools/README.md (ckpt-convert)). RunConvert holds the
+// HDF5: hdf5_export.h, hdf5_import.h; safetensors and DCP:
+// convert_interop.h and tools/interop/ (the mappings are documented in
+// tools/README.md (ckpt-convert)). RunConvert holds the
 // logic of main(): it checks the option combination, runs the conversion
 // and prints the human or JSON report.
 #ifndef CKPT_TOOLS_CONVERT_CONVERT_H_
@@ -14,6 +18,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -35,6 +40,11 @@ struct ConvertOptions {
   std::optional<uint64_t> step;  // default: the file's ckpt_step, else 0
   bool skip_unsupported = false;
   std::string codec;        // checkpoint codec "none" (default) | "zstd"
+  // safetensors and dcp (convert_interop.h).
+  std::string max_shard_size;        // --to safetensors: "5GB" etc.; "" = one file
+  std::vector<std::string> include;  // --to safetensors: entry globs
+  std::vector<std::string> exclude;
+  int ranks = 0;                     // --from safetensors: 0 = not given (1 rank)
 };
 
 // Runs the conversion and writes its report to `out`. Returns kExitOk, or

@@ -8,9 +8,11 @@
 int main(int argc, char** argv) {
   CLI::App app(
       "Converts a checkpoint to one HDF5 file (--to hdf5: SRC is a checkpoint directory or a "
-      "root whose 'latest' is followed, DST the .h5 file) or an HDF5 file to a one-rank "
-      "checkpoint (--from hdf5: SRC is the .h5 file, DST a checkpoint root). Exit 0: converted; "
-      "2: usage or I/O error, unsupported input.",
+      "root whose 'latest' is followed, DST the .h5 file) or to safetensors (--to "
+      "safetensors: one file, or Hugging Face shards with --max-shard-size), or imports an "
+      "HDF5 file (--from hdf5), a safetensors file or Hugging Face index directory (--from "
+      "safetensors) or a PyTorch DCP / Megatron torch_dist directory (--from dcp) into the "
+      "checkpoint root DST. Exit 0: converted; 2: usage or I/O error, unsupported input.",
       "ckpt-convert");
   ckpt::tools::ConvertOptions opts;
   uint64_t step = 0;
@@ -38,6 +40,17 @@ int main(int argc, char** argv) {
                "--from: skip (and list) datasets and attributes that cannot be imported "
                "instead of failing");
   app.add_option("--codec", opts.codec, "--from: checkpoint codec, none or zstd (default none)");
+  app.add_option("--max-shard-size", opts.max_shard_size,
+                 "--to safetensors: write Hugging Face shards of at most SIZE (5GB, 500MiB, "
+                 "bytes) and model.safetensors.index.json into the directory DST");
+  app.add_option("--include", opts.include,
+                 "--to safetensors: export only entries matching this glob (repeatable)");
+  app.add_option("--exclude", opts.exclude,
+                 "--to safetensors: leave out entries matching this glob (repeatable)");
+  app.add_option("--ranks", opts.ranks,
+                 "--from safetensors: write the checkpoint for N ranks (layouts inferred as "
+                 "ckpt-reshard does)")
+      ->check(CLI::Range(1, 1024));
   return ckpt::tools::RunToolMain(app, argc, argv, [&] {
     if (step_opt->count() > 0) opts.step = step;
     return ckpt::tools::RunConvert(opts, std::cout);

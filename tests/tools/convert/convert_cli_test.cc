@@ -196,13 +196,14 @@ TEST_F(ConvertCli, BothDirections) {
 }
 
 TEST_F(ConvertCli, WrongTo) {
-  ExpectError({"<TMP>/src", "<TMP>/out.st", "--to", "safetensors"},
-              "ckpt-convert: error: unknown format 'safetensors' for --to; supported: hdf5\n");
+  ExpectError({"<TMP>/src", "<TMP>/out.st", "--to", "dcp"},
+              "ckpt-convert: error: unknown format 'dcp' for --to; supported: hdf5, "
+              "safetensors\n");
 }
 
 TEST_F(ConvertCli, WrongFrom) {
   ExpectError({"<TMP>/in.npz", "<TMP>/ckpt", "--from", "npz"},
-              "ckpt-convert: error: unknown format 'npz' for --from; supported: hdf5\n");
+              "ckpt-convert: error: unknown format 'npz' for --from; supported: hdf5, safetensors\n");
 }
 
 TEST_F(ConvertCli, OptionOfTheOtherDirection) {
@@ -313,6 +314,47 @@ TEST_F(ConvertCli, ImportIntoAFile) {
   ExpectError({"<TMP>/out.h5", "<TMP>/src/latest", "--from", "hdf5"},
               "ckpt-convert: error: <TMP>/src/latest: exists and is not a directory (a "
               "checkpoint root)\n");
+}
+
+TEST_F(ConvertCli, SafetensorsExportOutput) {
+  CliResult r = Run({"<TMP>/src", "<TMP>/m.safetensors", "--to", "safetensors", "-v"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out, Expected("safetensors_export"));
+}
+
+TEST_F(ConvertCli, SafetensorsShardsExportAndImportOutput) {
+  CliResult r = Run({"<TMP>/src", "<TMP>/hf", "--to", "safetensors", "--max-shard-size", "1KB",
+                     "--exclude", "*.exp_avg"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, Expected("safetensors_export_shards"));
+  r = Run({"<TMP>/hf", "<TMP>/back", "--from", "safetensors", "--ranks", "2", "-v"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out, Expected("safetensors_import"));
+}
+
+TEST_F(ConvertCli, SafetensorsOptionsOfOtherModes) {
+  ExpectError({"<TMP>/src", "<TMP>/m.safetensors", "--to", "safetensors", "--ranks", "2"},
+              "ckpt-convert: error: --ranks applies to --from safetensors only\n");
+  ExpectError({"<TMP>/m.safetensors", "<TMP>/c", "--from", "safetensors", "--max-shard-size",
+               "1GB"},
+              "ckpt-convert: error: --max-shard-size applies to --to safetensors only\n");
+  ExpectError({"<TMP>/src", "<TMP>/o.h5", "--to", "hdf5", "--include", "x"},
+              "ckpt-convert: error: --max-shard-size, --include, --exclude and --ranks apply to "
+              "safetensors and dcp only\n");
+  ExpectError({"<TMP>/src", "<TMP>/hf", "--to", "safetensors", "--max-shard-size", "big"},
+              "ckpt-convert: error: size 'big' is not a positive number of bytes (e.g. 5GB, "
+              "500MiB, 1000000)\n");
+}
+
+TEST_F(ConvertCli, SafetensorsHostileIndexExitsTwo) {
+  std::filesystem::create_directory(dir_ / "evil");
+  std::ofstream(dir_ / "evil/model.safetensors.index.json")
+      << R"({"weight_map":{"w":"../../etc/passwd"}})";
+  ExpectError({"<TMP>/evil", "<TMP>/c", "--from", "safetensors"},
+              "ckpt-convert: error: <TMP>/evil/model.safetensors.index.json: weight_map entry of "
+              "'w' names '../../etc/passwd', which is not a file inside the index's directory\n");
 }
 
 }  // namespace

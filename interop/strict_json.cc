@@ -1,0 +1,100 @@
+#include "interop/strict_json.h"
+
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace ckpt::interop {
+namespace {
+
+bool AllStringsValid(const nlohmann::ordered_json& v) {
+  if (v.is_string()) return IsValidUtf8(v.get_ref<const std::string&>());
+  if (v.is_object()) {
+    for (const auto& [k, x] : v.items()) {
+      if (!IsValidUtf8(k) || !AllStringsValid(x)) return false;
+    }
+  } else if (v.is_array()) {
+    for (const auto& x : v) {
+      if (!AllStringsValid(x)) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool IsValidUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = s[i];
+    int n;  // continuation bytes
+    unsigned char lo = 0x80, hi = 0xbf;  // range of the first continuation byte
+    if (c < 0x80) {
+      n = 0;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      n = 1;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      n = 2;
+      if (c == 0xe0) lo = 0xa0;
+      if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 3;
+      if (c == 0xf0) lo = 0x90;
+      if (c == 0xf4) hi = 0x8f;
+    } else {
+      return false;
+    }
+    if (s.size() - i <= static_cast<size_t>(n)) return false;
+    for (int k = 1; k <= n; ++k) {
+      const unsigned char b = s[i + k];
+      if (k == 1 ? (b < lo || b > hi) : (b >> 6) != 2) return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
+absl::StatusOr<nlohmann::json> ParseStrictJson(absl::string_view text, absl::string_view what) {
+  std::vector<std::set<std::string>> keys;
+  std::string duplicate;
+  bool too_deep = false;
+  auto callback = [&](int depth, nlohmann::json::parse_event_t event,
+                      nlohmann::json& parsed) -> bool {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start || event == E::array_start) {
+      if (depth >= kMaxJsonDepth) too_deep = true;
+      if (event == E::object_start) keys.emplace_back();
+      return !too_deep;
+    }
+    if (event == E::object_end && !keys.empty()) keys.pop_back();
+    if (event == E::key && !keys.empty() && parsed.is_string()) {
+      if (!keys.back().insert(parsed.get<std::string>()).second && duplicate.empty()) {
+        duplicate = parsed.get<std::string>();
+      }
+    }
+    return true;
+  };
+  nlohmann::json doc = nlohmann::json::parse(text.begin(), text.end(), callback,
+                                             /*allow_exceptions=*/false);
+  if (too_deep) {
+    return absl::DataLossError(
+        absl::StrCat(what, " nests deeper than ", kMaxJsonDepth, " levels"));
+  }
+  if (doc.is_discarded()) {
+    return absl::DataLossError(absl::StrCat(what, " is not well-formed UTF-8 JSON"));
+  }
+  if (!duplicate.empty()) {
+    return absl::DataLossError(absl::StrCat(what, " has the key '", duplicate, "' twice"));
+  }
+  return doc;
+}
+
+absl::StatusOr<std::string> DumpStrictJson(const nlohmann::ordered_json& doc, int indent) {
+  if (!AllStringsValid(doc)) {
+    return absl::InvalidArgumentError("a name or metadata string is not valid UTF-8");
+  }
+  return doc.dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+}  // namespace ckpt::interop

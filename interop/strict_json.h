@@ -1,0 +1,31 @@
+// JSON as the foreign formats' strict readers need it: parsing that rejects
+// duplicate keys, invalid UTF-8 and deep nesting, without exceptions.
+#ifndef CKPT_INTEROP_STRICT_JSON_H_
+#define CKPT_INTEROP_STRICT_JSON_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+
+namespace ckpt::interop {
+
+// The deepest nesting of arrays and objects accepted.
+inline constexpr int kMaxJsonDepth = 64;
+
+// Parses `text` (`what` names it in errors: "header", "index"). DataLoss for
+// malformed JSON or invalid UTF-8, a key that occurs twice in one object
+// (naming it), or nesting deeper than kMaxJsonDepth.
+absl::StatusOr<nlohmann::json> ParseStrictJson(absl::string_view text, absl::string_view what);
+
+// True iff `s` is well-formed UTF-8.
+bool IsValidUtf8(absl::string_view s);
+
+// `doc` as compact JSON (indent < 0) or indented. InvalidArgument if a
+// string in it is not valid UTF-8.
+absl::StatusOr<std::string> DumpStrictJson(const nlohmann::ordered_json& doc, int indent);
+
+}  // namespace ckpt::interop
+
+#endif  // CKPT_INTEROP_STRICT_JSON_H_

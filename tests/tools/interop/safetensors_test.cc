@@ -1,0 +1,217 @@
+// Export to safetensors (one file and Hugging Face shards) and import back:
+// exact round trips of every dtype, objects and metadata; the reference
+// implementation's sample file; hostile and inconsistent indexes.
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "format/status_macros.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/tools/convert/convert_fixture.h"
+#include "tools/interop/safetensors_export.h"
+#include "tools/interop/safetensors_import.h"
+
+namespace ckpt::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using ::ckpt::testing::StatusIs;
+using ::ckpt::testing::TempDir;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+class SafetensorsTools : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CKPT_ASSERT_OK(ckpt::testing::WriteFixture(ckpt::testing::MakeFixture(), src_, 3));
+  }
+  TempDir dir_;
+  const std::string src_ = (dir_ / "src");
+};
+
+TEST_F(SafetensorsTools, OneFileRoundTripIsExact) {
+  const std::string out = (dir_ / "m.safetensors");
+  CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsExportResult e, ExportSafetensors(src_, out, {}));
+  EXPECT_EQ(e.files.size(), 1u);
+  EXPECT_EQ(e.entries.size(), 25u);
+  CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsImportResult r,
+                            ImportSafetensors(out, (dir_ / "back"), {}));
+  EXPECT_EQ(r.step, 42u);
+  CKPT_EXPECT_OK(ckpt::testing::SameContent(src_, (dir_ / "back")));
+}
+
+TEST_F(SafetensorsTools, ShardsRoundTripIsExactAndIndexIsHuggingFaces) {
+  const std::string out = (dir_ / "hf");
+  SafetensorsExportOptions o;
+  o.max_shard_bytes = 200;
+  CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsExportResult e, ExportSafetensors(src_, out, o));
+  ASSERT_GT(e.files.size(), 2u);
+  nlohmann::json index = nlohmann::json::parse(ReadFile(out + "/model.safetensors.index.json"));
+  EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), e.total_size);
+  for (const auto& x : e.entries) {
+    EXPECT_EQ(index["weight_map"][x.name].get<std::string>(), x.file) << x.name;
+  }
+  for (size_t i = 0; i < e.files.size(); ++i) {
+    EXPECT_TRUE(fs::exists(out + "/" + interop::HfShardName(i, e.files.size())));
+  }
+  // Every shard but the last is within the limit unless it holds one entry.
+  uint64_t total = 0;
+  for (const auto& x : e.entries) total += x.bytes;
+  EXPECT_EQ(total, e.total_size);
+  CKPT_ASSERT_OK(ImportSafetensors(out, (dir_ / "back"), {}).status());
+  CKPT_EXPECT_OK(ckpt::testing::SameContent(src_, (dir_ / "back")));
+}
+
+TEST_F(SafetensorsTools, ImportOnThreeRanksInfersLayoutsAsReshard) {
+  const std::string out = (dir_ / "m.safetensors");
+  CKPT_ASSERT_OK(ExportSafetensors(src_, out, {}).status());
+  SafetensorsImportOptions io;
+  io.ranks = 3;
+  CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsImportResult r,
+                            ImportSafetensors(out, (dir_ / "back"), io));
+  CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(r.checkpoint));
+  EXPECT_EQ(reader->manifest().info.world_size, 3u);
+  CKPT_EXPECT_OK(ckpt::testing::SameContent(src_, (dir_ / "back")));
+  EXPECT_FALSE(fs::exists(dir_ / ("back.import-tmp-" + std::to_string(::getpid()))));
+}
+
+TEST_F(SafetensorsTools, IncludeAndExcludeSelectEntries) {
+  SafetensorsExportOptions o;
+  o.include = {"dtypes.*", "opt.*"};
+  o.exclude = {"*.exp_avg", "dtypes.float8*"};
+  CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsExportResult e,
+                            ExportSafetensors(src_, (dir_ / "m.safetensors"), o));
+  std::vector<std::string> names;
+  for (const auto& x : e.entries) names.push_back(x.name);
+  EXPECT_THAT(names, ::testing::Contains("opt.w"));
+  EXPECT_THAT(names, ::testing::Not(::testing::Contains("opt.w.exp_avg")));
+  EXPECT_THAT(names, ::testing::Not(::testing::Contains("dtypes.float8_e5m2")));
+  EXPECT_EQ(names.size(), 14u);  // 13 dtypes + opt.w
+  EXPECT_EQ(e.excluded, 11u);
+}
+
+TEST_F(SafetensorsTools, GlobsSelectingNothing) {
+  SafetensorsExportOptions o;
+  o.include = {"nothing*"};
+  EXPECT_THAT(ExportSafetensors(src_, (dir_ / "m.safetensors"), o),
+              StatusIs(absl::StatusCode::kInvalidArgument, "select no entry"));
+  EXPECT_FALSE(fs::exists(dir_ / "m.safetensors"));
+}
+
+TEST_F(SafetensorsTools, ExistingOutputNeedsForce) {
+  const std::string out = (dir_ / "m.safetensors");
+  WriteText(out, "old");
+  EXPECT_THAT(ExportSafetensors(src_, out, {}),
+              StatusIs(absl::StatusCode::kAlreadyExists, "use --force"));
+  SafetensorsExportOptions o;
+  o.overwrite = true;
+  CKPT_EXPECT_OK(ExportSafetensors(src_, out, o).status());
+  EXPECT_NE(ReadFile(out), "old");
+}
+
+TEST_F(SafetensorsTools, ReferenceSampleFileImports) {
+  const std::string in =
+      std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/safetensors/overall.safetensors";
+  CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsImportResult r,
+                            ImportSafetensors(in, (dir_ / "ref"), {}));
+  EXPECT_EQ(r.entries.size(), 9u);
+  EXPECT_EQ(r.step, 0u);
+  CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open((dir_ / "ref")));
+  EXPECT_EQ(reader->manifest().metadata, (format::Metadata{{"test", "a"}}));
+  const format::EntryRecord* f = reader->Find("f");
+  ASSERT_NE(f, nullptr);
+  CKPT_ASSERT_OK_AND_ASSIGN(std::string bytes, ckpt::testing::ReadWhole(*reader, *f));
+  std::vector<float> v(6);
+  std::memcpy(v.data(), bytes.data(), 24);
+  EXPECT_EQ(v, (std::vector<float>{-3, -2, -1, 0, 1, 2}));
+}
+
+class HostileIndex : public SafetensorsTools {
+ protected:
+  void SetUp() override {
+    SafetensorsTools::SetUp();
+    SafetensorsExportOptions o;
+    o.max_shard_bytes = 200;
+    auto e = ExportSafetensors(src_, hf_, o);
+    ASSERT_TRUE(e.ok()) << e.status();
+    exported_ = *std::move(e);
+  }
+  void Rewrite(const std::function<void(nlohmann::json&)>& edit) {
+    const std::string path = hf_ + "/model.safetensors.index.json";
+    nlohmann::json j = nlohmann::json::parse(ReadFile(path));
+    edit(j);
+    WriteText(path, j.dump());
+  }
+  const std::string hf_ = (dir_ / "hf");
+  SafetensorsExportResult exported_;
+};
+
+TEST_F(HostileIndex, FileOutsideItsDirectory) {
+  WriteText((dir_ / "outside.safetensors"), "x");
+  Rewrite([](nlohmann::json& j) { j["weight_map"]["opt.w"] = "../outside.safetensors"; });
+  EXPECT_THAT(ImportSafetensors(hf_, (dir_ / "b"), {}),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "weight_map entry of 'opt.w' names '../outside.safetensors', which is not "
+                       "a file inside the index's directory"));
+}
+
+TEST_F(HostileIndex, TensorMappedToTheWrongShard) {
+  Rewrite([&](nlohmann::json& j) {
+    const std::string own = j["weight_map"]["dtypes.bool"].get<std::string>();
+    for (const auto& [_, file] : j["weight_map"].items()) {
+      if (file != own) {
+        j["weight_map"]["dtypes.bool"] = file;
+        break;
+      }
+    }
+  });
+  EXPECT_THAT(ImportSafetensors(hf_, (dir_ / "b"), {}),
+              StatusIs(absl::StatusCode::kDataLoss, "but mapped to"));
+}
+
+TEST_F(HostileIndex, TensorMissingFromTheIndex) {
+  Rewrite([](nlohmann::json& j) { j["weight_map"].erase("opt.w"); });
+  EXPECT_THAT(ImportSafetensors(hf_, (dir_ / "b"), {}),
+              StatusIs(absl::StatusCode::kDataLoss, "tensor 'opt.w' of"));
+}
+
+TEST_F(HostileIndex, MissingShard) {
+  const std::string shard = interop::HfShardName(1, exported_.files.size());
+  fs::remove(hf_ + "/" + shard);
+  EXPECT_THAT(ImportSafetensors(hf_, (dir_ / "b"), {}),
+              StatusIs(absl::StatusCode::kNotFound, shard));
+}
+
+TEST_F(SafetensorsTools, ObjectMarkerOnAWideTensor) {
+  const std::string path = (dir_ / "x.safetensors");
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      std::string head,
+      interop::EncodeSafetensorsHeader({{"w", DType::kFloat32, {1}, 0, 4}},
+                                       {{"ckpt.objects", "[\"w\"]"}}));
+  WriteText(path, head + std::string(4, '\0'));
+  EXPECT_THAT(ImportSafetensors(path, (dir_ / "b"), {}),
+              StatusIs(absl::StatusCode::kDataLoss, "listed in ckpt.objects but is not 1-d U8"));
+}
+
+TEST(SelectedByGlobsTest, StarMatchesDots) {
+  EXPECT_TRUE(SelectedByGlobs("a.b.c", {"a.*"}, {}));
+  EXPECT_FALSE(SelectedByGlobs("a.b.c", {"a.*"}, {"*.c"}));
+  EXPECT_TRUE(SelectedByGlobs("x", {}, {}));
+}
+
+}  // namespace
+}  // namespace ckpt::tools

@@ -1,0 +1,200 @@
+#include "tools/convert/convert_interop.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "format/status_macros.h"
+#include "interop/safetensors.h"
+#include "nlohmann/json.hpp"
+#include "tools/common/tool_util.h"
+#include "tools/interop/safetensors_export.h"
+#include "tools/interop/safetensors_import.h"
+
+namespace ckpt::tools {
+namespace {
+
+absl::Status OnlyFor(const char* flag, const char* mode) {
+  return absl::InvalidArgumentError(absl::StrCat(flag, " applies to ", mode, " only"));
+}
+
+std::string Plural(size_t n, const char* one, const char* many) {
+  return absl::StrCat(n, " ", n == 1 ? one : many);
+}
+
+
+}  // namespace
+
+absl::Status CheckInteropOptions(const ConvertOptions& o) {
+  const bool to = !o.to.empty();
+  if (o.skip_unsupported) return OnlyFor("--skip-unsupported", "--from hdf5");
+  if (!o.compression.empty()) return OnlyFor("--compression", "--to hdf5");
+  if (o.level >= 0) return OnlyFor("--level", "--to hdf5");
+  if (to) {
+    if (o.step.has_value()) return OnlyFor("--step", "--from");
+    if (!o.codec.empty()) return OnlyFor("--codec", "--from");
+    if (o.ranks > 0) return OnlyFor("--ranks", "--from safetensors");
+  } else {
+    if (!o.max_shard_size.empty()) return OnlyFor("--max-shard-size", "--to safetensors");
+    if (!o.include.empty() || !o.exclude.empty()) {
+      return OnlyFor("--include/--exclude", "--to safetensors");
+    }
+    if (o.from == "dcp" && o.ranks > 0) return OnlyFor("--ranks", "--from safetensors");
+    if (!o.codec.empty() && o.codec != "none" && o.codec != "zstd") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown codec '", o.codec, "' for --codec; supported: none, zstd"));
+    }
+  }
+  if (o.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads ", o.threads, " must be >= 1"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> RunSafetensorsExport(const ConvertOptions& o, std::ostream& out) {
+  SafetensorsExportOptions eo;
+  if (!o.max_shard_size.empty()) {
+    CKPT_ASSIGN_OR_RETURN(eo.max_shard_bytes, interop::ParseByteSize(o.max_shard_size));
+  }
+  eo.include = o.include;
+  eo.exclude = o.exclude;
+  eo.overwrite = o.force;
+  if (o.threads > 0) eo.io_threads = o.threads;
+  std::unique_ptr<Progress> progress;
+  eo.progress = [&](uint64_t n, uint64_t total) {
+    if (!progress) progress = std::make_unique<Progress>("export", total);
+    progress->Add(n);
+  };
+  CKPT_ASSIGN_OR_RETURN(SafetensorsExportResult r, ExportSafetensors(o.source, o.destination, eo));
+  if (progress) progress->Finish();
+  size_t objects = 0;
+  for (const auto& e : r.entries) objects += e.kind == format::EntryKind::kObject;
+  const size_t tensors = r.entries.size() - objects;
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["direction"] = "export";
+    j["format"] = "safetensors";
+    j["source"] = o.source;
+    j["checkpoint"] = r.checkpoint_dir;
+    j["output"] = r.output;
+    j["sharded"] = eo.max_shard_bytes > 0;
+    j["max_shard_bytes"] = eo.max_shard_bytes;
+    j["step"] = r.info.step;
+    j["world_size"] = r.info.world_size;
+    j["tensors"] = tensors;
+    j["objects"] = objects;
+    j["excluded"] = r.excluded;
+    j["metadata_keys"] = r.metadata_count;
+    j["total_size"] = r.total_size;
+    nlohmann::ordered_json files = nlohmann::ordered_json::array();
+    for (const auto& [name, size] : r.files) files.push_back({{"name", name}, {"bytes", size}});
+    j["files"] = std::move(files);
+    nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+    for (const auto& e : r.entries) {
+      entries.push_back({{"name", e.name},
+                         {"kind", e.kind == format::EntryKind::kObject ? "object" : "tensor"},
+                         {"dtype", std::string(interop::SafetensorsDTypeName(e.dtype))},
+                         {"shape", std::vector<uint64_t>(e.shape.begin(), e.shape.end())},
+                         {"file", e.file},
+                         {"bytes", e.bytes}});
+    }
+    j["entries"] = std::move(entries);
+    out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    return kExitOk;
+  }
+  out << "exported " << r.checkpoint_dir << " to " << r.output << "\n";
+  if (o.verbose) {
+    size_t width = 0;
+    for (const auto& e : r.entries) width = std::max(width, e.name.size());
+    width = std::min<size_t>(width, 60);
+    for (const auto& e : r.entries) {
+      out << absl::StrFormat("  %-*s  %-7s  %-14s  %s\n", static_cast<int>(width), e.name,
+                             interop::SafetensorsDTypeName(e.dtype), ShapeText(e.shape), e.file);
+    }
+  }
+  out << "  step " << r.info.step << ", world size " << r.info.world_size << ", "
+      << Plural(tensors + objects, "entry", "entries") << " ("
+      << Plural(tensors, "tensor", "tensors") << ", " << Plural(objects, "object", "objects")
+      << " as U8), " << HumanBytes(r.total_size) << ", "
+      << Plural(r.metadata_count, "metadata key", "metadata keys");
+  if (r.excluded > 0) out << ", " << r.excluded << " excluded";
+  out << "\n";
+  if (eo.max_shard_bytes > 0) {
+    out << "  safetensors: " << Plural(r.files.size(), "shard", "shards") << " of at most "
+        << HumanBytes(eo.max_shard_bytes) << " and " << interop::kHfIndexName << "\n";
+  } else {
+    out << "  safetensors: one file\n";
+  }
+  return kExitOk;
+}
+
+absl::StatusOr<int> RunSafetensorsImport(const ConvertOptions& o, std::ostream& out) {
+  SafetensorsImportOptions io;
+  io.step = o.step;
+  io.ranks = o.ranks > 0 ? o.ranks : 1;
+  io.overwrite = o.force;
+  io.codec = o.codec == "zstd" ? format::Codec::kZstd : format::Codec::kNone;
+  if (o.threads > 0) io.io_threads = o.threads;
+  std::unique_ptr<Progress> progress;
+  io.progress = [&](uint64_t n, uint64_t total) {
+    if (!progress) progress = std::make_unique<Progress>("import", total);
+    progress->Add(n);
+  };
+  CKPT_ASSIGN_OR_RETURN(SafetensorsImportResult r,
+                        ImportSafetensors(o.source, o.destination, io));
+  if (progress) progress->Finish();
+  size_t objects = 0;
+  for (const auto& e : r.entries) objects += e.object;
+  const size_t tensors = r.entries.size() - objects;
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["direction"] = "import";
+    j["format"] = "safetensors";
+    j["input"] = r.input;
+    j["root"] = o.destination;
+    j["checkpoint"] = r.checkpoint;
+    j["step"] = r.step;
+    j["ranks"] = r.ranks;
+    j["files"] = r.files;
+    j["tensors"] = tensors;
+    j["objects"] = objects;
+    j["metadata_keys"] = r.metadata_keys;
+    j["logical_bytes"] = r.logical_bytes;
+    nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+    for (const auto& e : r.entries) {
+      entries.push_back({{"name", e.name},
+                         {"kind", e.object ? "object" : "tensor"},
+                         {"dtype", std::string(DTypeName(e.dtype))},
+                         {"shape", std::vector<uint64_t>(e.shape.begin(), e.shape.end())},
+                         {"file", e.file},
+                         {"bytes", e.bytes}});
+    }
+    j["entries"] = std::move(entries);
+    out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    return kExitOk;
+  }
+  out << "imported " << r.input << " into " << r.checkpoint << "\n";
+  if (o.verbose) {
+    size_t width = 0;
+    for (const auto& e : r.entries) width = std::max(width, e.name.size());
+    width = std::min<size_t>(width, 60);
+    for (const auto& e : r.entries) {
+      out << absl::StrFormat("  %-*s  %-13s  %-14s  %s\n", static_cast<int>(width), e.name,
+                             e.object ? "object" : std::string(DTypeName(e.dtype)),
+                             ShapeText(e.shape), e.file);
+    }
+  }
+  out << "  step " << r.step << ", " << Plural(r.ranks, "rank", "ranks") << ", "
+      << Plural(tensors + objects, "entry", "entries") << " ("
+      << Plural(tensors, "tensor", "tensors") << ", " << Plural(objects, "object", "objects")
+      << ") from " << Plural(r.files, "file", "files") << ", " << HumanBytes(r.logical_bytes)
+      << ", " << Plural(r.metadata_keys, "metadata key", "metadata keys") << "\n";
+  return kExitOk;
+}
+
+absl::StatusOr<int> RunDcpImport(const ConvertOptions& o, std::ostream& out) {
+  return absl::UnimplementedError("--from dcp");
+}
+
+}  // namespace ckpt::tools

@@ -1,0 +1,25 @@
+// The safetensors and DCP directions of ckpt-convert (RunConvert dispatches
+// here for --to safetensors, --from safetensors and --from dcp; the
+// conversions themselves are in tools/interop/).
+#ifndef CKPT_TOOLS_CONVERT_CONVERT_INTEROP_H_
+#define CKPT_TOOLS_CONVERT_CONVERT_INTEROP_H_
+
+#include <ostream>
+
+#include "absl/status/statusor.h"
+#include "tools/convert/convert.h"
+
+namespace ckpt::tools {
+
+// Checks the options of the safetensors and dcp modes (InvalidArgument for
+// a flag of another mode, naming the flag and its mode).
+absl::Status CheckInteropOptions(const ConvertOptions& options);
+
+// The conversions and their human or JSON reports.
+absl::StatusOr<int> RunSafetensorsExport(const ConvertOptions& options, std::ostream& out);
+absl::StatusOr<int> RunSafetensorsImport(const ConvertOptions& options, std::ostream& out);
+absl::StatusOr<int> RunDcpImport(const ConvertOptions& options, std::ostream& out);
+
+}  // namespace ckpt::tools
+
+#endif  // CKPT_TOOLS_CONVERT_CONVERT_INTEROP_H_
