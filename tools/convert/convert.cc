@@ -18,17 +18,16 @@ namespace {
 constexpr char kHdf5[] = "hdf5";
 constexpr char kSafetensors[] = "safetensors";
 constexpr char kDcp[] = "dcp";
-constexpr bool kDcpEnabled = false;
 constexpr int kDefaultLevel = 4;
 
 absl::Status CheckFormat(const std::string& format, const char* flag) {
   const bool to = flag == std::string("--to");
-  if (format == kHdf5 || format == kSafetensors || (!to && format == kDcp && kDcpEnabled)) {
+  if (format == kHdf5 || format == kSafetensors || (!to && format == kDcp)) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown format '", format, "' for ", flag,
                                                  "; supported: hdf5, safetensors",
-                                                 to || !kDcpEnabled ? "" : ", dcp"));
+                                                 to ? "" : ", dcp"));
 }
 
 absl::Status CheckOptions(const ConvertOptions& o, bool to) {

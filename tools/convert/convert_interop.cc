@@ -9,6 +9,7 @@
 #include "interop/safetensors.h"
 #include "nlohmann/json.hpp"
 #include "tools/common/tool_util.h"
+#include "tools/interop/dcp_import.h"
 #include "tools/interop/safetensors_export.h"
 #include "tools/interop/safetensors_import.h"
 
@@ -194,7 +195,71 @@ absl::StatusOr<int> RunSafetensorsImport(const ConvertOptions& o, std::ostream& 
 }
 
 absl::StatusOr<int> RunDcpImport(const ConvertOptions& o, std::ostream& out) {
-  return absl::UnimplementedError("--from dcp");
+  DcpImportOptions io;
+  io.step = o.step;
+  io.overwrite = o.force;
+  io.codec = o.codec == "zstd" ? format::Codec::kZstd : format::Codec::kNone;
+  if (o.threads > 0) io.io_threads = o.threads;
+  std::unique_ptr<Progress> progress;
+  io.progress = [&](uint64_t n, uint64_t total) {
+    if (!progress) progress = std::make_unique<Progress>("import", total);
+    progress->Add(n);
+  };
+  CKPT_ASSIGN_OR_RETURN(DcpImportResult r, ImportDcp(o.source, o.destination, io));
+  if (progress) progress->Finish();
+  size_t objects = 0, chunks = 0;
+  for (const auto& e : r.entries) {
+    objects += e.object;
+    if (!e.object) chunks += e.chunks;
+  }
+  const size_t tensors = r.entries.size() - objects;
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["direction"] = "import";
+    j["format"] = "dcp";
+    j["detected"] = r.format;
+    j["module"] = r.module;
+    j["input"] = r.input;
+    j["root"] = o.destination;
+    j["checkpoint"] = r.checkpoint;
+    j["step"] = r.step;
+    j["world_size"] = r.world_size;
+    j["tensors"] = tensors;
+    j["objects"] = objects;
+    j["chunks"] = chunks;
+    j["metadata_keys"] = r.metadata_keys;
+    j["logical_bytes"] = r.logical_bytes;
+    nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+    for (const auto& e : r.entries) {
+      entries.push_back({{"name", e.name},
+                         {"kind", e.object ? "object" : "tensor"},
+                         {"dtype", std::string(DTypeName(e.dtype))},
+                         {"shape", std::vector<uint64_t>(e.shape.begin(), e.shape.end())},
+                         {"chunks", e.chunks},
+                         {"bytes", e.bytes}});
+    }
+    j["entries"] = std::move(entries);
+    out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    return kExitOk;
+  }
+  out << "imported " << r.input << " (" << r.format << ", " << r.module << ") into "
+      << r.checkpoint << "\n";
+  if (o.verbose) {
+    size_t width = 0;
+    for (const auto& e : r.entries) width = std::max(width, e.name.size());
+    width = std::min<size_t>(width, 60);
+    for (const auto& e : r.entries) {
+      out << absl::StrFormat("  %-*s  %-13s  %-14s  %s\n", static_cast<int>(width), e.name,
+                             e.object ? "object" : std::string(DTypeName(e.dtype)),
+                             ShapeText(e.shape), Plural(e.chunks, "chunk", "chunks"));
+    }
+  }
+  out << "  step " << r.step << ", " << Plural(r.world_size, "rank", "ranks") << " (as saved), "
+      << Plural(tensors + objects, "entry", "entries") << " ("
+      << Plural(tensors, "tensor", "tensors") << " in " << Plural(chunks, "chunk", "chunks")
+      << ", " << Plural(objects, "object", "objects") << "), " << HumanBytes(r.logical_bytes)
+      << ", " << Plural(r.metadata_keys, "metadata key", "metadata keys") << "\n";
+  return kExitOk;
 }
 
 }  // namespace ckpt::tools

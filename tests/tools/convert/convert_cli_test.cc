@@ -203,7 +203,8 @@ TEST_F(ConvertCli, WrongTo) {
 
 TEST_F(ConvertCli, WrongFrom) {
   ExpectError({"<TMP>/in.npz", "<TMP>/ckpt", "--from", "npz"},
-              "ckpt-convert: error: unknown format 'npz' for --from; supported: hdf5, safetensors\n");
+              "ckpt-convert: error: unknown format 'npz' for --from; supported: hdf5, "
+              "safetensors, dcp\n");
 }
 
 TEST_F(ConvertCli, OptionOfTheOtherDirection) {

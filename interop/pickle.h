@@ -1,0 +1,102 @@
+// A restricted reader of Python pickles (protocols 2 to 5): it turns the
+// pickles that PyTorch writes for checkpoint metadata (DCP's ".metadata",
+// the "data.pkl" of torch.save records, Megatron's common state) into plain
+// data, and never executes anything.
+//
+// Only the opcodes these files use are read (SECURITY.md lists them); any
+// other opcode is an error naming it and its offset. A global (a class or
+// function reference) must be on an allow-list (AllowedGlobals()): the DCP
+// metadata classes under torch.distributed.checkpoint and
+// torch.distributed._shard.checkpoint, torch.Size, torch dtypes, layouts
+// and memory formats, the storage types and tensor rebuild functions of
+// torch.save, collections.OrderedDict, and a few helpers that these
+// pickles call (builtins.getattr on an allow-listed enum,
+// torch.serialization._get_layout, pathlib paths). Any other global, such
+// as os.system, is an error naming it; nothing is ever imported or called.
+// What REDUCE, NEWOBJ and BUILD produce is described, not performed:
+// torch.Size(t) is the tuple t, OrderedDict() a dict, a dataclass an
+// object with its class name and state, _rebuild_tensor_v2(...) an object
+// holding its arguments.
+//
+// Bounded: the input size is the caller's; values live in an arena owned
+// by the result (cycles made with the memo are harmless); MARK nesting,
+// memo indices and integer widths are limited (kPickle* below).
+#ifndef CKPT_INTEROP_PICKLE_H_
+#define CKPT_INTEROP_PICKLE_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace ckpt::interop {
+
+inline constexpr int kPickleMaxMarkDepth = 1000;
+inline constexpr uint64_t kPickleMaxMemo = 1u << 24;
+inline constexpr uint64_t kPickleMaxValues = 1u << 26;
+
+struct PyValue {
+  enum class Kind {
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kStr,
+    kBytes,
+    kTuple,
+    kList,
+    kDict,
+    kSet,
+    kGlobal,        // an allow-listed name: `text` = "torch.float32"
+    kObject,        // a described call: `text` = "module.Class", `items` = args
+    kPersistentId,  // BINPERSID: `items` = the id's tuple items
+  };
+  Kind kind = Kind::kNone;
+  bool boolean = false;
+  int64_t integer = 0;
+  double real = 0;
+  std::string text;                  // str, bytes, global or class name
+  std::vector<const PyValue*> items;  // tuple, list, set; object args
+  std::vector<std::pair<const PyValue*, const PyValue*>> entries;  // dict
+  const PyValue* state = nullptr;    // object: BUILD state (null if none)
+
+  bool Is(Kind k) const { return kind == k; }
+  bool IsObject(absl::string_view cls) const { return kind == Kind::kObject && text == cls; }
+  // For dicts: the value of string key `key`, or null.
+  const PyValue* Get(absl::string_view key) const;
+};
+
+// The values of one unpickling; the root and everything it refers to live
+// as long as this.
+struct Unpickled {
+  std::unique_ptr<std::deque<PyValue>> arena;
+  const PyValue* root = nullptr;
+};
+
+// Unpickles `data`. Errors: FailedPrecondition naming a global that is not
+// on the allow-list ("pickle global 'posix.system' is not allowed ..."), or
+// an opcode it does not read; DataLoss for malformed or truncated input,
+// naming the opcode and offset; ResourceExhausted past the limits above.
+absl::StatusOr<Unpickled> Unpickle(absl::string_view data);
+
+// The allow-listed globals, "module.name" each (for SECURITY.md and tests).
+std::vector<std::string> AllowedGlobals();
+
+// A short human-readable rendering (Python-like), at most `max_chars`
+// characters and `max_depth` levels (deeper: "...").
+std::string DescribePy(const PyValue& v, size_t max_chars = 200, int max_depth = 8);
+
+// The module paths under which DCP's metadata classes have lived:
+// "torch.distributed.checkpoint.metadata" (PyTorch >= 2.0) and
+// "torch.distributed._shard.checkpoint.metadata" (1.13).
+// True iff `cls` is "<one of them>.<name>".
+bool IsDcpClass(const PyValue& v, absl::string_view name);
+
+}  // namespace ckpt::interop
+
+#endif  // CKPT_INTEROP_PICKLE_H_

@@ -1,0 +1,137 @@
+// The restricted unpickler: the values of allow-listed pickles, and one
+// test per refusal (globals off the allow-list, unread opcodes, malformed
+// input, limits).
+#include "interop/pickle.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/escaping.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "format/status_macros.h"
+#include "tests/testing/status_matchers.h"
+
+namespace ckpt::interop {
+namespace {
+
+using ::ckpt::testing::StatusIs;
+using Kind = PyValue::Kind;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Data(const std::string& name) {
+  return ReadFile(std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/" + name);
+}
+
+// Protocol-2 framing around `body`.
+std::string P2(const std::string& body) { return std::string("\x80\x02", 2) + body + "."; }
+
+TEST(PickleTest, PlainValues) {
+  // pickle.dumps({'a': [1, -2, True, None], 'b': (b'xy', 2.5)}, protocol=4)
+  const std::string data = absl::HexStringToBytes(
+      "8004952a000000000000007d94288c0161945d94284b014afeffffff884e658c0162944302787994474004"
+      "0000000000008694752e");
+  CKPT_ASSERT_OK_AND_ASSIGN(Unpickled u, Unpickle(data));
+  const PyValue& root = *u.root;
+  ASSERT_TRUE(root.Is(Kind::kDict));
+  const PyValue* a = root.Get("a");
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(a->items.size(), 4u);
+  EXPECT_EQ(a->items[0]->integer, 1);
+  EXPECT_EQ(a->items[1]->integer, -2);
+  EXPECT_TRUE(a->items[2]->boolean);
+  EXPECT_TRUE(a->items[3]->Is(Kind::kNone));
+  const PyValue* b = root.Get("b");
+  ASSERT_TRUE(b->Is(Kind::kTuple));
+  EXPECT_EQ(b->items[0]->text, "xy");
+  EXPECT_EQ(b->items[1]->real, 2.5);
+  EXPECT_EQ(DescribePy(root), "{'a': [1, -2, True, None], 'b': (<2 bytes>, 2.5)}");
+}
+
+TEST(PickleTest, TorchSizeAndDtypeAreData) {
+  // torch.Size((3, 4)) and torch.float32
+  const std::string body = std::string("ctorch\nSize\nK\x03K\x04\x86\x85R", 19) +
+                           "ctorch\nfloat32\n\x86";
+  CKPT_ASSERT_OK_AND_ASSIGN(Unpickled u, Unpickle(P2(body)));
+  EXPECT_EQ(DescribePy(*u.root), "((3, 4), torch.float32)");
+}
+
+TEST(PickleTest, OsSystemIsRefusedByName) {
+  EXPECT_THAT(Unpickle(Data("hostile/os_system.pkl")),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "pickle global 'posix.system' is not allowed"));
+}
+
+TEST(PickleTest, BuiltinsEvalIsRefused) {
+  EXPECT_THAT(Unpickle(P2("cbuiltins\neval\nX\x01\x00\x00\x001\x85R")),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "'builtins.eval' is not allowed"));
+}
+
+TEST(PickleTest, GetattrOnlyOnAnAllowListedEnum) {
+  EXPECT_THAT(
+      Unpickle(P2(std::string("cbuiltins\ngetattr\nctorch\nSize\nX\x03\x00\x00\x00" "abc\x86R", 40))),
+      StatusIs(absl::StatusCode::kDataLoss, "getattr is read only as a member"));
+}
+
+TEST(PickleTest, AllowListedClassIsNotCallable) {
+  EXPECT_THAT(Unpickle(P2("ctorch.distributed.checkpoint.metadata\nMetadata\n)R")),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "is not read as a call"));
+}
+
+TEST(PickleTest, UnreadOpcode) {
+  EXPECT_THAT(Unpickle("I1\n."),  // protocol 0 INT
+              StatusIs(absl::StatusCode::kFailedPrecondition, "opcode 0x49 at offset 0 is not read"));
+}
+
+TEST(PickleTest, Truncated) {
+  EXPECT_THAT(Unpickle(std::string("\x80\x02X\xff\x00\x00\x00" "ab", 9)),
+              StatusIs(absl::StatusCode::kDataLoss, "past the end"));
+  EXPECT_THAT(Unpickle(std::string("\x80\x02K\x01", 4)),
+              StatusIs(absl::StatusCode::kDataLoss, "ends without STOP"));
+}
+
+TEST(PickleTest, StackUnderflow) {
+  EXPECT_THAT(Unpickle(P2("\x85")), StatusIs(absl::StatusCode::kDataLoss, "stack underflow"));
+}
+
+TEST(PickleTest, MemoNeverSet) {
+  EXPECT_THAT(Unpickle(P2("h\x07")), StatusIs(absl::StatusCode::kDataLoss, "memo 7 was never set"));
+}
+
+TEST(PickleTest, MarkDepthLimit) {
+  EXPECT_THAT(Unpickle(P2(std::string(kPickleMaxMarkDepth + 1, '('))),
+              StatusIs(absl::StatusCode::kResourceExhausted, "MARKs nest deeper"));
+}
+
+TEST(PickleTest, IntegerWiderThan64Bits) {
+  EXPECT_THAT(Unpickle(P2(std::string("\x8a\x09") + std::string(9, '\x01'))),
+              StatusIs(absl::StatusCode::kDataLoss, "wider than 64 bits"));
+}
+
+TEST(PickleTest, SelfReferenceIsHarmless) {
+  // l = []; l.append(l)
+  CKPT_ASSERT_OK_AND_ASSIGN(Unpickled u, Unpickle(P2(std::string("]q\x00h\x00" "a", 6))));
+  EXPECT_EQ(u.root->items[0], u.root);
+  EXPECT_EQ(DescribePy(*u.root, 40, 3), "[[[...]]]");
+}
+
+TEST(PickleTest, ExtraValuesOnTheStackAtStop) {
+  EXPECT_THAT(Unpickle(P2("NN")), StatusIs(absl::StatusCode::kDataLoss, "2 values on the stack"));
+}
+
+TEST(PickleTest, AllowListNamesTheDcpClassesOfBothPytorchGenerations) {
+  std::vector<std::string> g = AllowedGlobals();
+  EXPECT_THAT(g, ::testing::Contains("torch.distributed.checkpoint.metadata.Metadata"));
+  EXPECT_THAT(g, ::testing::Contains("torch.distributed._shard.checkpoint.metadata.Metadata"));
+  EXPECT_THAT(g, ::testing::Not(::testing::Contains("posix.system")));
+  EXPECT_THAT(g, ::testing::Not(::testing::Contains("builtins.eval")));
+}
+
+}  // namespace
+}  // namespace ckpt::interop

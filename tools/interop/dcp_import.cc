@@ -1,0 +1,170 @@
+#include "tools/interop/dcp_import.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "ckpt/in_process.h"
+#include "ckpt/writer.h"
+#include "format/latest.h"
+#include "format/status_macros.h"
+#include "tools/interop/dcp_reader.h"
+
+namespace ckpt::tools {
+namespace fs = std::filesystem;
+namespace {
+
+// The bytes of one chunk, read on the first request and dropped once every
+// byte has been served (the writer asks for each byte once per save).
+class ChunkSource {
+ public:
+  ChunkSource(const DcpInput& in, const interop::DcpTensor& t, size_t chunk, uint64_t bytes,
+              std::function<void(uint64_t)> progress)
+      : in_(in), t_(t), chunk_(chunk), total_(bytes), progress_(std::move(progress)) {}
+  absl::Status Read(uint64_t offset, void* dst, uint64_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!loaded_) {
+      CKPT_ASSIGN_OR_RETURN(data_, ReadDcpChunk(in_, t_, chunk_));
+      loaded_ = true;
+    }
+    if (offset > data_.size() || n > data_.size() - offset) {
+      return absl::InternalError(absl::StrCat("chunk of '", t_.fqn, "': bytes [", offset, ", ",
+                                              offset + n, ") asked of ", data_.size()));
+    }
+    std::memcpy(dst, data_.data() + offset, n);
+    served_ += n;
+    if (progress_) progress_(n);
+    if (served_ >= total_) std::string().swap(data_);
+    return absl::OkStatus();
+  }
+
+ private:
+  const DcpInput& in_;
+  const interop::DcpTensor& t_;
+  const size_t chunk_;
+  const uint64_t total_;
+  std::function<void(uint64_t)> progress_;
+  std::mutex mu_;
+  bool loaded_ = false;
+  std::string data_;
+  uint64_t served_ = 0;
+};
+
+format::Metadata UserMetadata(const DcpInput& in) {
+  format::Metadata m = {{"dcp.module", in.meta.module}};
+  if (!in.meta.version.empty()) m.emplace_back("dcp.version", in.meta.version);
+  if (!in.meta.checkpoint_id.empty()) m.emplace_back("dcp.checkpoint_id", in.meta.checkpoint_id);
+  if (!in.megatron_json.empty()) m.emplace_back("megatron.metadata.json", in.megatron_json);
+  return m;
+}
+
+// What rank `rank` registers: its chunks, and on rank 0 the objects.
+absl::Status RegisterRank(const DcpInput& in, int rank, Writer& w,
+                          std::vector<std::unique_ptr<ChunkSource>>& sources,
+                          const std::function<void(uint64_t)>& progress) {
+  for (const interop::DcpTensor& t : in.meta.tensors) {
+    const auto& storage = in.chunk_storage.at(t.fqn);
+    for (size_t i = 0; i < t.chunks.size(); ++i) {
+      if (in.file_rank.at(storage[i]->relative_path) != rank) continue;
+      const interop::DcpChunk& c = t.chunks[i];
+      const Box box{c.offsets, c.sizes};
+      const uint64_t bytes = RegionElements(box) * DTypeSize(t.dtype);
+      sources.push_back(std::make_unique<ChunkSource>(in, t, i, bytes, progress));
+      ChunkSource* src = sources.back().get();
+      CKPT_RETURN_IF_ERROR(w.AddTensorSource(
+          t.fqn, t.dtype, t.size, box,
+          [src](uint64_t offset, void* dst, uint64_t n) { return src->Read(offset, dst, n); }));
+    }
+  }
+  if (rank != 0) return absl::OkStatus();
+  for (const std::string& b : in.meta.bytes_items) {
+    CKPT_ASSIGN_OR_RETURN(std::string bytes, ReadDcpBytes(in, b));
+    CKPT_RETURN_IF_ERROR(w.SetObject(b, std::move(bytes)));
+  }
+  if (!in.common_path.empty()) {
+    CKPT_ASSIGN_OR_RETURN(InputFile f, InputFile::Open(in.common_path));
+    CKPT_ASSIGN_OR_RETURN(std::string bytes, f.Read(0, f.size()));
+    CKPT_RETURN_IF_ERROR(w.SetObject("common.pt", std::move(bytes)));
+  }
+  return absl::OkStatus();
+}
+
+void Summarize(const DcpInput& in, DcpImportResult& r) {
+  for (const interop::DcpTensor& t : in.meta.tensors) {
+    uint64_t n = DTypeSize(t.dtype);
+    for (uint64_t d : t.size) n *= d;
+    r.entries.push_back({t.fqn, false, t.dtype, t.size, t.chunks.size(), n});
+    r.logical_bytes += n;
+  }
+  for (const std::string& b : in.meta.bytes_items) {
+    const uint64_t n = in.bytes_storage.at(b)->length;
+    r.entries.push_back({b, true, DType::kUInt8, {n}, 1, n});
+    r.logical_bytes += n;
+  }
+  if (!in.common_path.empty()) {
+    const uint64_t n = fs::file_size(in.common_path);
+    r.entries.push_back({"common.pt", true, DType::kUInt8, {n}, 1, n});
+    r.logical_bytes += n;
+  }
+  std::sort(r.entries.begin(), r.entries.end(),
+            [](const DcpImportedEntry& a, const DcpImportedEntry& b) { return a.name < b.name; });
+}
+
+}  // namespace
+
+absl::StatusOr<DcpImportResult> ImportDcp(const std::string& dir, const std::string& root,
+                                          const DcpImportOptions& o) {
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DcpInput> in, OpenDcp(dir));
+  DcpImportResult r;
+  r.input = dir;
+  r.format = in->megatron ? "Megatron torch_dist" : "PyTorch DCP";
+  r.module = in->meta.module;
+  r.step = o.step.value_or(0);
+  r.world_size = in->world_size;
+  Summarize(*in, r);
+  const format::Metadata metadata = UserMetadata(*in);
+  r.metadata_keys = metadata.size();
+  std::error_code ec;
+  auto st = fs::status(root, ec);
+  if (!ec && fs::exists(st) && !fs::is_directory(st)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(root, ": exists and is not a directory (a checkpoint root)"));
+  }
+  const std::string step_dir = (fs::path(root) / format::StepDirName(r.step)).string();
+  if (!o.overwrite && fs::exists(step_dir, ec)) {
+    return absl::AlreadyExistsError(absl::StrCat(step_dir, ": a checkpoint of step ", r.step,
+                                                 " already exists (use --force to replace it)"));
+  }
+  std::mutex progress_mu;
+  std::function<void(uint64_t)> progress;
+  if (o.progress) {
+    progress = [&](uint64_t n) {
+      std::lock_guard<std::mutex> lock(progress_mu);
+      o.progress(n, in->tensor_bytes);
+    };
+  }
+  InProcessWorld world(in->world_size);
+  std::vector<std::string> paths(in->world_size);
+  CKPT_RETURN_IF_ERROR(RunRanks(world, [&](Communicator& comm) -> absl::Status {
+    Writer::Options wo;
+    wo.comm = &comm;
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Writer> w, Writer::Create(wo));
+    std::vector<std::unique_ptr<ChunkSource>> sources;
+    CKPT_RETURN_IF_ERROR(RegisterRank(*in, comm.rank(), *w, sources, progress));
+    SaveOptions so;
+    so.codec = o.codec;
+    so.io_threads = std::max(1, o.io_threads / in->world_size);
+    so.overwrite = o.overwrite;
+    so.metadata = metadata;
+    CKPT_ASSIGN_OR_RETURN(SaveResult saved, w->Save(root, r.step, so));
+    paths[comm.rank()] = saved.path;
+    return absl::OkStatus();
+  }));
+  r.checkpoint = paths[0];
+  return r;
+}
+
+}  // namespace ckpt::tools

@@ -1,0 +1,70 @@
+// Reading a PyTorch Distributed Checkpoint (DCP) directory, or Megatron-Core
+// torch_dist one (a DCP directory plus metadata.json and common.pt),
+// without executing any of its pickles (interop/pickle.h).
+//
+// OpenDcp reads and decodes ".metadata" and checks, without reading data,
+// what can be checked from it and the file sizes: every tensor's chunks lie
+// inside it, cover it without overlap, and each has exactly one storage
+// item; every storage item names a chunk or bytes item of the metadata and
+// a file of the directory, with its range inside that file. ReadDcpChunk
+// and ReadDcpBytes then read one item, parse its torch.save record (stored
+// zip entries only, CRC-32 verified) and check it against the metadata.
+#ifndef CKPT_TOOLS_INTEROP_DCP_READER_H_
+#define CKPT_TOOLS_INTEROP_DCP_READER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "interop/dcp_metadata.h"
+#include "tools/interop/file_io.h"
+
+namespace ckpt::tools {
+
+struct DcpInput {
+  std::string dir;
+  interop::DcpMetadata meta;
+  // Data files by name (opened), with the rank that wrote each
+  // ("__<rank>_<n>.distcp"; 0 for other names).
+  std::map<std::string, std::shared_ptr<InputFile>> files;
+  std::map<std::string, int> file_rank;
+  int world_size = 1;  // 1 + the highest rank of a data file
+  // Megatron torch_dist.
+  bool megatron = false;
+  std::string megatron_json;  // metadata.json as it is
+  std::string common_path;    // common.pt, if present
+  // The storage item of each chunk: storage_of[fqn][i] for chunk i of the
+  // tensor; and of each bytes item.
+  std::map<std::string, std::vector<const interop::DcpStorage*>> chunk_storage;
+  std::map<std::string, const interop::DcpStorage*> bytes_storage;
+  uint64_t tensor_bytes = 0, bytes_item_bytes = 0;
+};
+
+// True iff `dir` is a directory holding ".metadata".
+bool LooksLikeDcp(const std::string& dir);
+
+// Opens and checks `dir` as described above. Errors name the file and item:
+// NotFound (no .metadata, a missing data file), DataLoss (a range outside
+// its file, chunks that overlap or leave a gap, an item without storage),
+// and those of DecodeDcpMetadata (a pickle global off the allow-list is
+// FailedPrecondition naming it).
+absl::StatusOr<std::unique_ptr<DcpInput>> OpenDcp(const std::string& dir);
+
+// The bytes of chunk `chunk` of tensor `t`, row-major. DataLoss naming the
+// file, range and tensor if the record does not parse, fails its CRC-32, or
+// holds a tensor of another dtype or size.
+absl::StatusOr<std::string> ReadDcpChunk(const DcpInput& in, const interop::DcpTensor& t,
+                                         size_t chunk);
+
+// The bytes of bytes item `fqn` exactly as stored (a torch.save record).
+absl::StatusOr<std::string> ReadDcpBytes(const DcpInput& in, const std::string& fqn);
+
+// A description of a torch.save record holding plain data (the value,
+// decoded by the restricted unpickler), or "opaque: <why>".
+std::string DescribeTorchRecord(absl::string_view record);
+
+}  // namespace ckpt::tools
+
+#endif  // CKPT_TOOLS_INTEROP_DCP_READER_H_
