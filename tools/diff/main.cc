@@ -5,6 +5,7 @@
 #include "CLI/CLI.hpp"
 #include "tools/common/tool_util.h"
 #include "tools/diff/diff.h"
+#include "tools/interop/foreign.h"
 
 int main(int argc, char** argv) {
   CLI::App app("Compares two checkpoints entry by entry, whatever their world sizes and "
@@ -29,6 +30,6 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "Print one JSON document (schema in tools/README.md)");
   return ckpt::tools::RunToolMain(app, argc, argv, [&]() -> absl::StatusOr<int> {
     opts.window_bytes = window_mib << 20;
-    return ckpt::tools::RunDiff(opts, json, std::cout);
+    return ckpt::tools::RunDiffAnyFormat(opts, json, std::cout);
   });
 }

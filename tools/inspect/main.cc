@@ -4,6 +4,7 @@
 #include "CLI/CLI.hpp"
 #include "tools/common/tool_util.h"
 #include "tools/inspect/inspect.h"
+#include "tools/interop/foreign.h"
 
 int main(int argc, char** argv) {
   CLI::App app("Shows what a checkpoint holds (a checkpoint directory, or a root whose "
@@ -21,5 +22,5 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   opts.progress = true;  // drawn only when stderr is a terminal
   return ckpt::tools::RunToolMain(app, argc, argv,
-                                  [&] { return ckpt::tools::RunInspect(opts, std::cout); });
+                                  [&] { return ckpt::tools::RunInspectAnyFormat(opts, std::cout); });
 }

@@ -3,6 +3,7 @@
 
 #include "CLI/CLI.hpp"
 #include "tools/common/tool_util.h"
+#include "tools/interop/foreign.h"
 #include "tools/validate/validate.h"
 
 int main(int argc, char** argv) {
@@ -24,5 +25,5 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   opts.progress = true;  // drawn only when stderr is a terminal
   return ckpt::tools::RunToolMain(app, argc, argv,
-                                  [&] { return ckpt::tools::RunValidate(opts, json, std::cout); });
+                                  [&] { return ckpt::tools::RunValidateAnyFormat(opts, json, std::cout); });
 }

@@ -175,7 +175,7 @@ def stored(name, compress=zipfile.ZIP_STORED):
     return info
 
 
-def torch_save_record(obj):
+def torch_save_record(obj, compress=zipfile.ZIP_STORED):
     """torch.save of obj, plus the entries that current releases add."""
     buf = io.BytesIO()
     torch.save(obj, buf)
@@ -183,7 +183,7 @@ def torch_save_record(obj):
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as z:
         for info in src.infolist():
-            z.writestr(stored(info.filename), src.read(info.filename))
+            z.writestr(stored(info.filename, compress), src.read(info.filename))
             if info.filename.endswith("/data.pkl"):
                 prefix = info.filename[: -len("/data.pkl")]
                 z.writestr(stored(prefix + "/byteorder"), "little")
@@ -192,7 +192,7 @@ def torch_save_record(obj):
     return out.getvalue()
 
 
-def modern(out, megatron):
+def modern(out, megatron, compress=zipfile.ZIP_STORED, path_of_rank1=None):
     c = modern_classes()
     os.makedirs(out, exist_ok=True)
     world = 2
@@ -210,9 +210,10 @@ def modern(out, megatron):
                 offs[dim] = start
                 pieces.append((r, full.narrow(dim, start, sizes[r]).contiguous(), offs))
         for rank, piece, offs in pieces:
-            rec = torch_save_record(piece)
+            rec = torch_save_record(piece, compress)
             f = files[rank]
-            info = make(c._StorageInfo, relative_path=f"__{rank}_0.distcp", offset=len(f),
+            path = path_of_rank1 if rank == 1 and path_of_rank1 else f"__{rank}_0.distcp"
+            info = make(c._StorageInfo, relative_path=path, offset=len(f),
                         length=len(rec), transform_descriptors=[])
             f += rec
             storage[make(c.MetadataIndex, fqn=name, offset=torch.Size(offs), index=len(chunks))] = info
@@ -285,6 +286,9 @@ def hostile(out):
         f.write(bytes(data))
     with open(os.path.join(out, "record.zip"), "wb") as f:
         f.write(rec)
+    # DCP directories: deflated records; rank 1's items "in" ../__1_0.distcp.
+    modern(os.path.join(out, "dcp_compressed"), False, compress=zipfile.ZIP_DEFLATED)
+    modern(os.path.join(out, "dcp_outside"), False, path_of_rank1="../__1_0.distcp")
 
 
 if __name__ == "__main__":
