@@ -22,7 +22,8 @@ if [[ ! -d $golden ]]; then
   exit 1
 fi
 
-targets=(manifest shard_header shard_tail shard_index latest block reshard_overrides hdf5_plan)
+targets=(manifest shard_header shard_tail shard_index latest block reshard_overrides hdf5_plan
+  safetensors_header pickle torch_zip)
 for t in "${targets[@]}"; do mkdir -p "$out/$t"; done
 
 # le64 N: N as 8 little-endian bytes on stdout.
@@ -156,6 +157,32 @@ if [[ -x $convert ]]; then
   done
 else
   echo "make_corpus: no ckpt-convert at $convert: hdf5_plan gets no seeds" >&2
+fi
+
+# safetensors_header, pickle, torch_zip: the interop fixtures of
+# tests/data/interop/ (the reference implementation's safetensors samples,
+# DCP metadata of torch 1.13 and of the current layout, torch.save records,
+# and the hostile files), plus exports of the golden checkpoint.
+interop=$(cd "$(dirname "$0")/.." && pwd)/tests/data/interop
+if [[ -d $interop ]]; then
+  cp "$interop"/safetensors/*.safetensors "$out/safetensors_header/"
+  printf '%s' '{"metadata":{"total_size":6},"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}}' \
+    >"$out/safetensors_header/index.json"
+  for d in dcp_torch113 dcp_modern megatron_torch_dist hostile/dcp_os_system hostile/dcp_outside; do
+    cp "$interop/$d/.metadata" "$out/pickle/$(echo "$d" | tr / -).metadata"
+  done
+  cp "$interop/hostile/os_system.pkl" "$out/pickle/"
+  for f in "$interop"/hostile/*.zip "$interop"/megatron_torch_dist/common.pt \
+      "$interop"/dcp_torch113/__0_0.distcp "$interop"/dcp_torch113/__0_1.distcp; do
+    cp "$f" "$out/torch_zip/$(basename "$(dirname "$f")")-$(basename "$f")"
+  done
+fi
+if [[ -x $convert ]]; then
+  for step in "$golden"/step-*; do
+    [[ -f $step/MANIFEST ]] || continue
+    "$convert" "$step" "$out/safetensors_header/$(basename "$step").safetensors" \
+      --to safetensors --force >/dev/null
+  done
 fi
 
 for t in "${targets[@]}"; do

@@ -272,6 +272,14 @@ absl::StatusOr<std::string> GatherTensor(const TorchTensorRef& t, absl::string_v
       return absl::DataLossError("torch record: size or stride out of range");
     }
   }
+  if (n > t.storage_numel) {
+    // Only a view with zero strides (an expanded tensor) has more elements
+    // than its storage; checkpoints hold none, and refusing them bounds the
+    // output by the bytes read.
+    return absl::DataLossError(absl::StrCat("torch record: the tensor has ", n,
+                                            " elements, more than its storage (", t.storage_numel,
+                                            ")"));
+  }
   if (last >= t.storage_numel) {
     return absl::DataLossError(absl::StrCat("torch record: the tensor reaches element ", last,
                                             " of a storage of ", t.storage_numel));

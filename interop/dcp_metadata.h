@@ -84,7 +84,8 @@ absl::StatusOr<TorchTensorRef> DecodeTorchTensor(const PyValue& root);
 
 // The tensor `t` as contiguous row-major bytes, gathered from the bytes of
 // its storage `storage` (little-endian, as torch.save writes). DataLoss if
-// an element lies outside the storage.
+// an element lies outside the storage, or if the tensor has more elements
+// than its storage (an expanded view), which bounds the output by the input.
 absl::StatusOr<std::string> GatherTensor(const TorchTensorRef& t, absl::string_view storage);
 
 // The ckpt dtype of a torch dtype name ("torch.float32", "torch.bfloat16";
