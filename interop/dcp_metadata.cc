@@ -151,6 +151,11 @@ absl::Status DecodeStateDict(const PyValue* sdm, DcpMetadata& m) {
   std::sort(m.tensors.begin(), m.tensors.end(),
             [](const DcpTensor& a, const DcpTensor& b) { return a.fqn < b.fqn; });
   std::sort(m.bytes_items.begin(), m.bytes_items.end());
+  std::vector<std::string> names = m.bytes_items;
+  for (const DcpTensor& t : m.tensors) names.push_back(t.fqn);
+  std::sort(names.begin(), names.end());
+  auto dup = std::adjacent_find(names.begin(), names.end());
+  if (dup != names.end()) return Bad(absl::StrCat("'", *dup, "' is in state_dict_metadata twice"));
   return absl::OkStatus();
 }
 

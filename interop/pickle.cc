@@ -78,6 +78,13 @@ const absl::flat_hash_map<std::string, Role>& AllowList() {
   return *m;
 }
 
+// The role of a global value: its allow-list entry, or kName for the
+// values that getattr and _get_layout produce (members, layouts).
+Role RoleOf(const std::string& name) {
+  auto it = AllowList().find(name);
+  return it == AllowList().end() ? Role::kName : it->second;
+}
+
 class Unpickler {
  public:
   explicit Unpickler(absl::string_view data) : data_(data), arena_(new std::deque<PyValue>()) {}
@@ -195,7 +202,7 @@ absl::Status Unpickler::Reduce() {
   if (!fn->Is(Kind::kGlobal) || !args->Is(Kind::kTuple)) {
     return Fail("REDUCE needs an allow-listed global and a tuple");
   }
-  const Role role = AllowList().at(fn->text);
+  const Role role = RoleOf(fn->text);
   const auto& a = args->items;
   PyValue* out = nullptr;
   switch (role) {
@@ -227,7 +234,7 @@ absl::Status Unpickler::Reduce() {
       break;
     case Role::kGetattr:
       if (a.size() != 2 || !a[0]->Is(Kind::kGlobal) || !a[1]->Is(Kind::kStr) ||
-          AllowList().at(a[0]->text) != Role::kEnum) {
+          RoleOf(a[0]->text) != Role::kEnum) {
         return Fail("getattr is read only as a member of an allow-listed enum");
       }
       out = New(Kind::kGlobal);
@@ -262,7 +269,7 @@ absl::Status Unpickler::NewObj() {
   CKPT_ASSIGN_OR_RETURN(const PyValue* args, Pop());
   CKPT_ASSIGN_OR_RETURN(const PyValue* cls, Pop());
   if (!cls->Is(Kind::kGlobal) || !args->Is(Kind::kTuple) ||
-      AllowList().at(cls->text) != Role::kClass) {
+      RoleOf(cls->text) != Role::kClass) {
     return Fail("NEWOBJ needs an allow-listed class and a tuple");
   }
   PyValue* out = New(Kind::kObject);

@@ -84,6 +84,17 @@ TEST(PickleTest, AllowListedClassIsNotCallable) {
               StatusIs(absl::StatusCode::kFailedPrecondition, "is not read as a call"));
 }
 
+// Found by ckpt_fuzz_pickle: calling the value that getattr produced threw
+// from the allow-list lookup instead of returning an error.
+TEST(PickleTest, CallingAGetattrResultIsRefusedNotThrown) {
+  EXPECT_THAT(Unpickle(P2(std::string("cbuiltins\ngetattr\n"
+                                      "ctorch.distributed.checkpoint.metadata\n_MEM_FORMAT_ENCODING\n"
+                                      "X\x01\x00\x00\x00" "A\x86R)R", 88))),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "'torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING.A' is not read "
+                       "as a call"));
+}
+
 TEST(PickleTest, UnreadOpcode) {
   EXPECT_THAT(Unpickle("I1\n."),  // protocol 0 INT
               StatusIs(absl::StatusCode::kFailedPrecondition, "opcode 0x49 at offset 0 is not read"));

@@ -68,6 +68,7 @@ absl::Status MatchStorage(DcpInput& in) {
   }
   size_t used = 0;
   for (const interop::DcpTensor& t : in.meta.tensors) {
+    in.chunk_storage[t.fqn];  // present even for a tensor without chunks
     std::vector<Region> regions;
     for (const interop::DcpChunk& c : t.chunks) {
       Box box{c.offsets, c.sizes};
