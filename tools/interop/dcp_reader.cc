@@ -119,7 +119,8 @@ absl::Status ReadMegatron(DcpInput& in) {
   if (f.size() > (1u << 20)) return absl::DataLossError(absl::StrCat(f.path(), ": too large"));
   CKPT_ASSIGN_OR_RETURN(in.megatron_json, f.Read(0, f.size()));
   nlohmann::json j = nlohmann::json::parse(in.megatron_json, nullptr, false);
-  in.megatron = j.is_object() && j.value("sharded_backend", "") == "torch_dist";
+  in.megatron = j.is_object() && j.contains("sharded_backend") &&
+                j["sharded_backend"].is_string() && j["sharded_backend"] == "torch_dist";
   if (fs::exists(fs::path(in.dir) / "common.pt", ec)) {
     in.common_path = (fs::path(in.dir) / "common.pt").string();
   }

@@ -14,7 +14,9 @@
 namespace ckpt::tools {
 
 absl::StatusOr<InputFile> InputFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in place of a file must not block the open; it is
+  // then refused as not a regular file.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     std::string msg = absl::StrCat(path, ": ", std::strerror(err));

@@ -16,7 +16,7 @@ namespace ckpt::tools {
 class InputFile {
  public:
   // NotFound if `path` does not exist; FailedPrecondition if it is not a
-  // regular file.
+  // regular file (a FIFO is refused without blocking).
   static absl::StatusOr<InputFile> Open(const std::string& path);
   InputFile(InputFile&& o) noexcept;
   InputFile& operator=(InputFile&& o) noexcept;

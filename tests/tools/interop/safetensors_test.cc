@@ -1,16 +1,19 @@
 // Export to safetensors (one file and Hugging Face shards) and import back:
 // exact round trips of every dtype, objects and metadata; the reference
 // implementation's sample file; hostile and inconsistent indexes.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "format/status_macros.h"
+#include "tests/testing/cli.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/tools/convert/convert_fixture.h"
 #include "tools/interop/safetensors_export.h"
@@ -205,6 +208,52 @@ TEST_F(SafetensorsTools, ObjectMarkerOnAWideTensor) {
   WriteText(path, head + std::string(4, '\0'));
   EXPECT_THAT(ImportSafetensors(path, (dir_ / "b"), {}),
               StatusIs(absl::StatusCode::kDataLoss, "listed in ckpt.objects but is not 1-d U8"));
+}
+
+TEST_F(SafetensorsTools, FifoInPlaceOfAShardIsRefusedWithoutBlocking) {
+  const std::string fifo = (dir_ / "x.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  EXPECT_THAT(ImportSafetensors(fifo, (dir_ / "b"), {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "not a regular file"));
+}
+
+// An independent reader (Python's json and struct, no safetensors package)
+// checks the exported file against the specification: header length,
+// padding to 8 bytes, __metadata__ first, contiguous offsets, and the
+// values of one tensor.
+TEST_F(SafetensorsTools, IndependentPythonReaderAgrees) {
+  if (!fs::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
+  const std::string out = (dir_ / "m.safetensors");
+  CKPT_ASSERT_OK(ExportSafetensors(src_, out, {}).status());
+  const std::string script = R"PY(
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+assert n % 8 == 0, n
+h = json.loads(b[8:8 + n])
+assert list(h)[0] == '__metadata__', list(h)[0]
+meta = h.pop('__metadata__')
+assert meta['format'] == 'pt' and meta['ckpt.step'] == '42', meta
+spans = sorted(v['data_offsets'] for v in h.values())
+end = 0
+for s, e in spans:
+    assert s == end, (s, end)
+    end = e
+assert 8 + n + end == len(b), (8 + n + end, len(b))
+w = h['opt.w']
+assert w['dtype'] == 'F32' and w['shape'] == [4, 4], w
+s, e = w['data_offsets']
+print(len(h), b[8 + n + s:8 + n + e].hex())
+)PY";
+  std::ofstream(dir_ / "check.py") << script;
+  ckpt::testing::CliResult r =
+      ckpt::testing::RunCli("/usr/bin/python3", {dir_ / "check.py", out}, dir_.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The same bytes through ckpt's reader.
+  CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(src_));
+  CKPT_ASSERT_OK_AND_ASSIGN(std::string bytes,
+                            ckpt::testing::ReadWhole(*reader, *reader->Find("opt.w")));
+  EXPECT_EQ(r.out, "25 " + absl::BytesToHexString(bytes) + "\n");
 }
 
 TEST(SelectedByGlobsTest, StarMatchesDots) {
