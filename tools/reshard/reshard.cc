@@ -5,11 +5,11 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/in_process.h"
+#include "ckpt/mutex.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
 #include "format/status_macros.h"
@@ -58,7 +58,7 @@ class SourceContext {
       while (n > seen && !largest_.compare_exchange_weak(seen, n)) {
       }
       if (progress_ != nullptr) {
-        std::lock_guard<std::mutex> l(mu_);
+        MutexLock l(&mu_);
         progress_->Add(n);
       }
       return absl::OkStatus();
@@ -69,9 +69,8 @@ class SourceContext {
 
  private:
   Reader* reader_;
-  Progress* progress_;
-  // std::mutex rather than absl::Mutex: visible to ThreadSanitizer.
-  std::mutex mu_;  // guards progress_
+  Mutex mu_;
+  Progress* const progress_ ABSL_PT_GUARDED_BY(mu_);
   std::atomic<uint64_t> largest_{0};
 };
 
