@@ -34,7 +34,7 @@ inline absl::Status ParallelFor(int threads, size_t num_tasks,
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   Mutex mu;
-  absl::Status first ABSL_GUARDED_BY(mu);
+  absl::Status first;  // guarded by mu
   auto worker = [&](int t) {
     while (!failed.load(std::memory_order_relaxed)) {
       size_t i = next.fetch_add(1);

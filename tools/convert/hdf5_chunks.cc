@@ -96,7 +96,7 @@ absl::StatusOr<std::vector<EncodedChunk>> EncodeChunks(absl::Span<const Slab> sl
   std::vector<EncodedChunk> out(tasks.size());
   std::atomic<size_t> next{0};
   Mutex mu;
-  absl::Status status ABSL_GUARDED_BY(mu);
+  absl::Status status;  // guarded by mu
   auto work = [&] {
     std::string chunk, shuffled;
     for (size_t t = next++; t < tasks.size(); t = next++) {

@@ -7,17 +7,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ckpt/mutex.h"
 #include "format/names.h"
 #include "format/status_macros.h"
 
 namespace ckpt::tools::hdf5 {
 namespace {
-
-Mutex& Hdf5Mutex() {
-  static Mutex* mu = new Mutex;
-  return *mu;
-}
 
 herr_t KeepInnermost(unsigned /*n*/, const H5E_error2_t* err, void* data) {
   auto* out = static_cast<std::string*>(data);
@@ -75,6 +69,11 @@ absl::Status WriteScalar(hid_t obj, absl::string_view name, hid_t type, hid_t me
 }
 
 }  // namespace
+
+Mutex& Hdf5Mutex() {
+  static Mutex* mu = new Mutex;
+  return *mu;
+}
 
 Handle& Handle::operator=(Handle&& o) noexcept {
   if (this != &o) {

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "ckpt/mutex.h"
 #include "ckpt/types.h"
 
 namespace ckpt::tools::hdf5 {
@@ -50,6 +51,9 @@ class Handle {
   hid_t id_ = H5I_INVALID_HID;
 };
 
+// The lock of every HDF5 call; taken through Hdf5Lock.
+Mutex& Hdf5Mutex();
+
 // Holds the lock every HDF5 call of this adapter holds (the library may be
 // built without thread safety, and HDF5 error stacks are per thread) from
 // construction to destruction: `Hdf5Lock lock;`. Taking it also initialises
@@ -58,7 +62,7 @@ class Handle {
 // anything). Not recursive: a thread that holds it must not take it again.
 class ABSL_SCOPED_LOCKABLE Hdf5Lock {
  public:
-  Hdf5Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION();
+  Hdf5Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION(Hdf5Mutex());
   ~Hdf5Lock() ABSL_UNLOCK_FUNCTION();
   Hdf5Lock(const Hdf5Lock&) = delete;
   Hdf5Lock& operator=(const Hdf5Lock&) = delete;
