@@ -100,7 +100,6 @@ class Unpickler {
   absl::StatusOr<uint64_t> TakeUint(int bytes);
   PyValue* New(Kind k);
   absl::StatusOr<const PyValue*> Pop();
-  absl::StatusOr<PyValue*> PopMutable();
   absl::StatusOr<std::vector<const PyValue*>> PopToMark();
   absl::Status Memo(uint64_t index);
   absl::Status Get(uint64_t index);
@@ -150,12 +149,6 @@ absl::StatusOr<const PyValue*> Unpickler::Pop() {
   const PyValue* v = stack_.back();
   stack_.pop_back();
   return v;
-}
-
-absl::StatusOr<PyValue*> Unpickler::PopMutable() {
-  CKPT_ASSIGN_OR_RETURN(const PyValue* v, Pop());
-  // Every value lives in the arena, which this unpickler owns.
-  return const_cast<PyValue*>(v);
 }
 
 absl::StatusOr<std::vector<const PyValue*>> Unpickler::PopToMark() {

@@ -4,10 +4,11 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/base/thread_annotations.h"
 #include "ckpt/in_process.h"
+#include "ckpt/mutex.h"
 #include "ckpt/writer.h"
 #include "format/latest.h"
 #include "format/status_macros.h"
@@ -25,7 +26,7 @@ class ChunkSource {
               std::function<void(uint64_t)> progress)
       : in_(in), t_(t), chunk_(chunk), total_(bytes), progress_(std::move(progress)) {}
   absl::Status Read(uint64_t offset, void* dst, uint64_t n) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!loaded_) {
       CKPT_ASSIGN_OR_RETURN(data_, ReadDcpChunk(in_, t_, chunk_));
       loaded_ = true;
@@ -47,10 +48,10 @@ class ChunkSource {
   const size_t chunk_;
   const uint64_t total_;
   std::function<void(uint64_t)> progress_;
-  std::mutex mu_;
-  bool loaded_ = false;
-  std::string data_;
-  uint64_t served_ = 0;
+  Mutex mu_;
+  bool loaded_ ABSL_GUARDED_BY(mu_) = false;
+  std::string data_ ABSL_GUARDED_BY(mu_);
+  uint64_t served_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 format::Metadata UserMetadata(const DcpInput& in) {
@@ -138,11 +139,11 @@ absl::StatusOr<DcpImportResult> ImportDcp(const std::string& dir, const std::str
     return absl::AlreadyExistsError(absl::StrCat(step_dir, ": a checkpoint of step ", r.step,
                                                  " already exists (use --force to replace it)"));
   }
-  std::mutex progress_mu;
+  Mutex progress_mu;
   std::function<void(uint64_t)> progress;
   if (o.progress) {
     progress = [&](uint64_t n) {
-      std::lock_guard<std::mutex> lock(progress_mu);
+      MutexLock lock(&progress_mu);
       o.progress(n, in->tensor_bytes);
     };
   }

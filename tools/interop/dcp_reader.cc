@@ -58,10 +58,14 @@ absl::Status OpenFiles(DcpInput& in) {
 // bytes item; chunks cover their tensor without overlap.
 absl::Status MatchStorage(DcpInput& in) {
   const std::string md = (fs::path(in.dir) / ".metadata").string();
-  std::map<std::pair<std::string, Dims>, const interop::DcpStorage*> by_key;
+  // Keys as std::vector: gcc 12 warns (maybe-uninitialized) about
+  // temporary empty InlinedVectors.
+  using Key = std::pair<std::string, std::vector<uint64_t>>;
+  std::map<Key, const interop::DcpStorage*> by_key;
   for (const interop::DcpStorage& s : in.meta.storage) {
-    const Dims offs = s.offsets.value_or(Dims{});
-    if (!by_key.emplace(std::make_pair(s.fqn, offs), &s).second) {
+    std::vector<uint64_t> offs;
+    if (s.offsets.has_value()) offs.assign(s.offsets->begin(), s.offsets->end());
+    if (!by_key.emplace(Key(s.fqn, offs), &s).second) {
       return absl::DataLossError(absl::StrCat(md, ": '", s.fqn, "' at ", ShapeToString(offs),
                                               " has two storage items"));
     }
@@ -75,7 +79,7 @@ absl::Status MatchStorage(DcpInput& in) {
       absl::Status v = ValidateRegion(box, t.size);
       if (!v.ok()) return absl::DataLossError(absl::StrCat(md, ": tensor '", t.fqn, "': ", v.message()));
       regions.push_back(box);
-      auto it = by_key.find({t.fqn, c.offsets});
+      auto it = by_key.find(Key(t.fqn, std::vector<uint64_t>(c.offsets.begin(), c.offsets.end())));
       if (it == by_key.end()) {
         return absl::DataLossError(absl::StrCat(md, ": chunk ", RegionToString(box), " of '",
                                                 t.fqn, "' has no storage item"));
@@ -90,7 +94,7 @@ absl::Status MatchStorage(DcpInput& in) {
     }
   }
   for (const std::string& b : in.meta.bytes_items) {
-    auto it = by_key.find({b, Dims{}});
+    auto it = by_key.find(Key(b, std::vector<uint64_t>()));
     if (it == by_key.end()) {
       return absl::DataLossError(absl::StrCat(md, ": bytes item '", b, "' has no storage item"));
     }

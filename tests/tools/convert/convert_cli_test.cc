@@ -1,5 +1,6 @@
 // The ckpt-convert binary: exit codes, error messages, JSON, and the human
 // output pinned by tests/tools/expected/convert/*.txt.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -37,9 +38,10 @@ class ConvertCli : public ::testing::Test {
   // Runs ckpt-convert with `args`; "<TMP>" in an argument is the temporary
   // directory. In the results the temporary directory becomes <TMP> and the
   // HDF5 file size <SIZE> (it depends on the HDF5 library version).
-  CliResult Run(std::vector<std::string> args) {
+  // `binary` replaces ckpt-convert (e.g. a shell that runs it).
+  CliResult Run(std::vector<std::string> args, const std::string& binary = CKPT_CONVERT_BIN) {
     for (auto& a : args) a = absl::StrReplaceAll(a, {{"<TMP>", dir_.path()}});
-    CliResult r = ckpt::testing::RunCli(CKPT_CONVERT_BIN, args, dir_.path());
+    CliResult r = ckpt::testing::RunCli(binary, args, dir_.path());
     EXPECT_NE(r.exit_code, -1) << r.err;
     r.out = Scrub(r.out);
     r.err = Scrub(r.err);
@@ -269,6 +271,34 @@ TEST_F(ConvertCli, ExportCorruptedShard) {
   EXPECT_FALSE(std::filesystem::exists(dir_ / "out.h5"));
 }
 
+// A file system that fills up while the HDF5 file is written (here the
+// file size limit, RLIMIT_FSIZE, with SIGXFSZ ignored: writes fail with
+// EFBIG as they would with ENOSPC). libhdf5 1.10 used to be left with a
+// half-closed file that its exit handler then crashed on (SIGSEGV); the
+// export must fail cleanly: exit 2, one line naming the output, the dataset
+// and the errno text, and no file left behind.
+TEST_F(ConvertCli, ExportOntoAFullDiskFailsWithOneLine) {
+  for (const char* compression : {"none", "deflate"}) {
+    SCOPED_TRACE(compression);
+    // A limit of 4 KiB: the fixture's file is larger than that either way.
+    CliResult r = Run({"-c", "ulimit -f 8; trap '' XFSZ; exec \"$0\" \"$@\"", CKPT_CONVERT_BIN,
+                       "<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--compression", compression},
+                      "/bin/sh");
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_THAT(r.err, ::testing::StartsWith("ckpt-convert: error: <TMP>/out.h5: "));
+    EXPECT_THAT(r.err, HasSubstr("dataset '/"));
+    EXPECT_THAT(r.err, ::testing::EndsWith(": File too large\n"));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("HDF5")));
+    std::vector<std::string> left;
+    for (const auto& f : std::filesystem::directory_iterator(dir_.path())) {
+      if (f.path().filename().string().rfind("out.h5", 0) == 0) left.push_back(f.path());
+    }
+    EXPECT_THAT(left, ::testing::IsEmpty());
+  }
+}
+
 TEST_F(ConvertCli, ExportOutputExists) {
   std::ofstream(dir_ / "out.h5") << "x";
   ExpectError({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5"},
@@ -356,6 +386,50 @@ TEST_F(ConvertCli, SafetensorsHostileIndexExitsTwo) {
   ExpectError({"<TMP>/evil", "<TMP>/c", "--from", "safetensors"},
               "ckpt-convert: error: <TMP>/evil/model.safetensors.index.json: weight_map entry of "
               "'w' names '../../etc/passwd', which is not a file inside the index's directory\n");
+}
+
+TEST_F(ConvertCli, DcpImportOutput) {
+  const std::string dcp = std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/dcp_torch113";
+  CliResult r = Run({dcp, "<TMP>/c", "--from", "dcp", "-v"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(absl::StrReplaceAll(r.out, {{CKPT_SOURCE_DIR, "<SRC>"}}), Expected("dcp_import"));
+}
+
+TEST_F(ConvertCli, DcpImportJson) {
+  const std::string dcp = std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/megatron_torch_dist";
+  CliResult r = Run({dcp, "<TMP>/c", "--from", "dcp", "--json", "--step", "7"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["direction"], "import");
+  EXPECT_EQ(j["format"], "dcp");
+  EXPECT_EQ(j["detected"], "Megatron torch_dist");
+  EXPECT_EQ(j["module"], "torch.distributed.checkpoint.metadata");
+  EXPECT_EQ(j["checkpoint"], "<TMP>/c/step-00000007");
+  EXPECT_EQ(j["world_size"], 2);
+  EXPECT_EQ(j["tensors"], 5);
+  EXPECT_EQ(j["objects"], 2);
+  EXPECT_EQ(j["chunks"], 8);
+  EXPECT_EQ(j["entries"][0]["name"], "common.pt");
+  EXPECT_EQ(j["entries"][0]["kind"], "object");
+}
+
+TEST_F(ConvertCli, SafetensorsExportJson) {
+  CliResult r = Run({"<TMP>/src", "<TMP>/hf", "--to", "safetensors", "--max-shard-size", "1KiB",
+                     "--include", "dtypes.*", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["format"], "safetensors");
+  EXPECT_EQ(j["sharded"], true);
+  EXPECT_EQ(j["max_shard_bytes"], 1024);
+  EXPECT_EQ(j["tensors"], 15);
+  EXPECT_EQ(j["objects"], 0);
+  EXPECT_EQ(j["excluded"], 10);
+  uint64_t total = 0;
+  for (const auto& e : j["entries"]) total += e["bytes"].get<uint64_t>();
+  EXPECT_EQ(j["total_size"], total);
+  EXPECT_EQ(j["entries"][0]["dtype"], "BF16");
+  EXPECT_EQ(j["files"][0]["name"], "model-00001-of-00002.safetensors");
 }
 
 }  // namespace
