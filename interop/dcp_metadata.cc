@@ -40,7 +40,8 @@ absl::StatusOr<Dims> IntTuple(const PyValue* v, absl::string_view what) {
   Dims out;
   for (const PyValue* x : v->items) {
     if (!x->Is(Kind::kInt) || x->integer < 0) {
-      return Bad(absl::StrCat(what, " holds something other than a non-negative integer"));
+      return Bad(absl::StrCat(
+          what, " holds something other than a non-negative integer"));
     }
     out.push_back(static_cast<uint64_t>(x->integer));
   }
@@ -56,62 +57,76 @@ absl::StatusOr<uint64_t> NonNegative(const PyValue* v, absl::string_view what) {
 
 // TensorProperties: a (dtype, layout, requires_grad, memory_format,
 // pin_memory) tuple from __getstate__, or a dict.
-absl::StatusOr<std::string> DtypeOf(const PyValue* props, const std::string& fqn) {
-  if (props == nullptr || !IsDcpClass(*props, "TensorProperties") || props->state == nullptr) {
-    return Bad(absl::StrCat("tensor '", fqn, "': properties are not TensorProperties"));
+absl::StatusOr<std::string> DtypeOf(const PyValue* props,
+                                    const std::string& fqn) {
+  if (props == nullptr || !IsDcpClass(*props, "TensorProperties") ||
+      props->state == nullptr) {
+    return Bad(absl::StrCat("tensor '", fqn,
+                            "': properties are not TensorProperties"));
   }
-  const PyValue* d = props->state->Is(Kind::kTuple) && !props->state->items.empty()
-                         ? props->state->items[0]
-                         : Field(*props, "dtype");
+  const PyValue* d =
+      props->state->Is(Kind::kTuple) && !props->state->items.empty()
+          ? props->state->items[0]
+          : Field(*props, "dtype");
   if (d == nullptr || !d->Is(Kind::kGlobal)) {
     return Bad(absl::StrCat("tensor '", fqn, "': no dtype in its properties"));
   }
   return d->text;
 }
 
-absl::StatusOr<DcpTensor> DecodeTensor(const std::string& fqn, const PyValue& v) {
+absl::StatusOr<DcpTensor> DecodeTensor(const std::string& fqn,
+                                       const PyValue& v) {
   DcpTensor t;
   t.fqn = fqn;
   CKPT_ASSIGN_OR_RETURN(t.dtype_name, DtypeOf(Field(v, "properties"), fqn));
   auto dtype = DTypeFromTorch(t.dtype_name);
   if (!dtype.ok()) {
-    return absl::Status(dtype.status().code(),
-                        absl::StrCat("tensor '", fqn, "': ", dtype.status().message()));
+    return absl::Status(
+        dtype.status().code(),
+        absl::StrCat("tensor '", fqn, "': ", dtype.status().message()));
   }
   t.dtype = *dtype;
-  CKPT_ASSIGN_OR_RETURN(t.size, IntTuple(Field(v, "size"), absl::StrCat("size of '", fqn, "'")));
+  CKPT_ASSIGN_OR_RETURN(
+      t.size, IntTuple(Field(v, "size"), absl::StrCat("size of '", fqn, "'")));
   const PyValue* chunks = Field(v, "chunks");
   if (chunks == nullptr || !chunks->Is(Kind::kList)) {
     return Bad(absl::StrCat("tensor '", fqn, "': chunks is not a list"));
   }
   for (const PyValue* c : chunks->items) {
     if (!IsDcpClass(*c, "ChunkStorageMetadata")) {
-      return Bad(absl::StrCat("tensor '", fqn, "': a chunk is not ChunkStorageMetadata"));
+      return Bad(absl::StrCat("tensor '", fqn,
+                              "': a chunk is not ChunkStorageMetadata"));
     }
     DcpChunk chunk;
-    CKPT_ASSIGN_OR_RETURN(chunk.offsets, IntTuple(Field(*c, "offsets"), "chunk offsets"));
-    CKPT_ASSIGN_OR_RETURN(chunk.sizes, IntTuple(Field(*c, "sizes"), "chunk sizes"));
+    CKPT_ASSIGN_OR_RETURN(chunk.offsets,
+                          IntTuple(Field(*c, "offsets"), "chunk offsets"));
+    CKPT_ASSIGN_OR_RETURN(chunk.sizes,
+                          IntTuple(Field(*c, "sizes"), "chunk sizes"));
     t.chunks.push_back(std::move(chunk));
   }
   return t;
 }
 
 bool PlainFileName(const std::string& f) {
-  return !f.empty() && f != "." && f != ".." && f.find('/') == std::string::npos &&
+  return !f.empty() && f != "." && f != ".." &&
+         f.find('/') == std::string::npos &&
          f.find('\\') == std::string::npos && f.find('\0') == std::string::npos;
 }
 
-absl::StatusOr<DcpStorage> DecodeStorage(const PyValue& key, const PyValue& info) {
+absl::StatusOr<DcpStorage> DecodeStorage(const PyValue& key,
+                                         const PyValue& info) {
   if (!IsDcpClass(key, "MetadataIndex") || !IsDcpClass(info, "_StorageInfo")) {
     return Bad("a storage_data item is not MetadataIndex -> _StorageInfo");
   }
   DcpStorage s;
   const PyValue* fqn = Field(key, "fqn");
-  if (fqn == nullptr || !fqn->Is(Kind::kStr)) return Bad("MetadataIndex.fqn is not a string");
+  if (fqn == nullptr || !fqn->Is(Kind::kStr))
+    return Bad("MetadataIndex.fqn is not a string");
   s.fqn = fqn->text;
   const PyValue* off = Field(key, "offset");
   if (off != nullptr && !off->Is(Kind::kNone)) {
-    CKPT_ASSIGN_OR_RETURN(s.offsets, IntTuple(off, absl::StrCat("offset of '", s.fqn, "'")));
+    CKPT_ASSIGN_OR_RETURN(
+        s.offsets, IntTuple(off, absl::StrCat("offset of '", s.fqn, "'")));
   }
   const PyValue* path = Field(info, "relative_path");
   if (path == nullptr || !path->Is(Kind::kStr)) {
@@ -123,12 +138,15 @@ absl::StatusOr<DcpStorage> DecodeStorage(const PyValue& key, const PyValue& info
         "DCP metadata: '", s.fqn, "' is stored in '", s.relative_path,
         "', which is not a file inside the checkpoint directory"));
   }
-  CKPT_ASSIGN_OR_RETURN(s.offset, NonNegative(Field(info, "offset"), "_StorageInfo.offset"));
-  CKPT_ASSIGN_OR_RETURN(s.length, NonNegative(Field(info, "length"), "_StorageInfo.length"));
+  CKPT_ASSIGN_OR_RETURN(
+      s.offset, NonNegative(Field(info, "offset"), "_StorageInfo.offset"));
+  CKPT_ASSIGN_OR_RETURN(
+      s.length, NonNegative(Field(info, "length"), "_StorageInfo.length"));
   const PyValue* td = Field(info, "transform_descriptors");
   if (td != nullptr && (td->Is(Kind::kList) || td->Is(Kind::kTuple))) {
     for (const PyValue* x : td->items) {
-      if (!x->Is(Kind::kStr)) return Bad("a transform descriptor is not a string");
+      if (!x->Is(Kind::kStr))
+        return Bad("a transform descriptor is not a string");
       s.transform_descriptors.push_back(x->text);
     }
   }
@@ -136,26 +154,31 @@ absl::StatusOr<DcpStorage> DecodeStorage(const PyValue& key, const PyValue& info
 }
 
 absl::Status DecodeStateDict(const PyValue* sdm, DcpMetadata& m) {
-  if (sdm == nullptr || !sdm->Is(Kind::kDict)) return Bad("state_dict_metadata is not a dict");
+  if (sdm == nullptr || !sdm->Is(Kind::kDict))
+    return Bad("state_dict_metadata is not a dict");
   for (const auto& [k, v] : sdm->entries) {
-    if (!k->Is(Kind::kStr)) return Bad("a state_dict_metadata key is not a string");
+    if (!k->Is(Kind::kStr))
+      return Bad("a state_dict_metadata key is not a string");
     if (IsDcpClass(*v, "BytesStorageMetadata")) {
       m.bytes_items.push_back(k->text);
     } else if (IsDcpClass(*v, "TensorStorageMetadata")) {
       CKPT_ASSIGN_OR_RETURN(DcpTensor t, DecodeTensor(k->text, *v));
       m.tensors.push_back(std::move(t));
     } else {
-      return Bad(absl::StrCat("'", k->text, "' is neither tensor nor bytes metadata"));
+      return Bad(
+          absl::StrCat("'", k->text, "' is neither tensor nor bytes metadata"));
     }
   }
-  std::sort(m.tensors.begin(), m.tensors.end(),
-            [](const DcpTensor& a, const DcpTensor& b) { return a.fqn < b.fqn; });
+  std::sort(
+      m.tensors.begin(), m.tensors.end(),
+      [](const DcpTensor& a, const DcpTensor& b) { return a.fqn < b.fqn; });
   std::sort(m.bytes_items.begin(), m.bytes_items.end());
   std::vector<std::string> names = m.bytes_items;
   for (const DcpTensor& t : m.tensors) names.push_back(t.fqn);
   std::sort(names.begin(), names.end());
   auto dup = std::adjacent_find(names.begin(), names.end());
-  if (dup != names.end()) return Bad(absl::StrCat("'", *dup, "' is in state_dict_metadata twice"));
+  if (dup != names.end())
+    return Bad(absl::StrCat("'", *dup, "' is in state_dict_metadata twice"));
   return absl::OkStatus();
 }
 
@@ -163,75 +186,101 @@ absl::Status DecodeStateDict(const PyValue* sdm, DcpMetadata& m) {
 
 absl::StatusOr<DType> DTypeFromTorch(absl::string_view name) {
   static const std::pair<const char*, DType> kMap[] = {
-      {"torch.float32", DType::kFloat32},   {"torch.float", DType::kFloat32},
-      {"torch.float64", DType::kFloat64},   {"torch.double", DType::kFloat64},
-      {"torch.float16", DType::kFloat16},   {"torch.half", DType::kFloat16},
-      {"torch.bfloat16", DType::kBFloat16}, {"torch.int8", DType::kInt8},
-      {"torch.uint8", DType::kUInt8},       {"torch.int16", DType::kInt16},
-      {"torch.short", DType::kInt16},       {"torch.int32", DType::kInt32},
-      {"torch.int", DType::kInt32},         {"torch.int64", DType::kInt64},
-      {"torch.long", DType::kInt64},        {"torch.bool", DType::kBool},
-      {"torch.uint16", DType::kUInt16},     {"torch.uint32", DType::kUInt32},
-      {"torch.uint64", DType::kUInt64},     {"torch.float8_e4m3fn", DType::kFloat8E4M3FN},
+      {"torch.float32", DType::kFloat32},
+      {"torch.float", DType::kFloat32},
+      {"torch.float64", DType::kFloat64},
+      {"torch.double", DType::kFloat64},
+      {"torch.float16", DType::kFloat16},
+      {"torch.half", DType::kFloat16},
+      {"torch.bfloat16", DType::kBFloat16},
+      {"torch.int8", DType::kInt8},
+      {"torch.uint8", DType::kUInt8},
+      {"torch.int16", DType::kInt16},
+      {"torch.short", DType::kInt16},
+      {"torch.int32", DType::kInt32},
+      {"torch.int", DType::kInt32},
+      {"torch.int64", DType::kInt64},
+      {"torch.long", DType::kInt64},
+      {"torch.bool", DType::kBool},
+      {"torch.uint16", DType::kUInt16},
+      {"torch.uint32", DType::kUInt32},
+      {"torch.uint64", DType::kUInt64},
+      {"torch.float8_e4m3fn", DType::kFloat8E4M3FN},
       {"torch.float8_e5m2", DType::kFloat8E5M2}};
   for (const auto& [n, d] : kMap) {
     if (name == n) return d;
   }
-  return absl::FailedPreconditionError(absl::StrCat("dtype ", name, " has no ckpt equivalent"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("dtype ", name, " has no ckpt equivalent"));
 }
 
 absl::StatusOr<DcpMetadata> DecodeDcpMetadata(absl::string_view pickle_bytes) {
   CKPT_ASSIGN_OR_RETURN(Unpickled u, Unpickle(pickle_bytes));
   const PyValue& root = *u.root;
   if (!IsDcpClass(root, "Metadata")) {
-    return Bad(absl::StrCat("the root is ", DescribePy(root, 80), ", not Metadata"));
+    return Bad(
+        absl::StrCat("the root is ", DescribePy(root, 80), ", not Metadata"));
   }
   DcpMetadata m;
   m.module = root.text.substr(0, root.text.rfind('.'));
   CKPT_RETURN_IF_ERROR(DecodeStateDict(Field(root, "state_dict_metadata"), m));
-  if (const PyValue* v = Field(root, "version"); v != nullptr && v->Is(Kind::kStr)) {
+  if (const PyValue* v = Field(root, "version");
+      v != nullptr && v->Is(Kind::kStr)) {
     m.version = v->text;
   }
-  if (const PyValue* sm = Field(root, "storage_meta"); sm != nullptr && !sm->Is(Kind::kNone)) {
+  if (const PyValue* sm = Field(root, "storage_meta");
+      sm != nullptr && !sm->Is(Kind::kNone)) {
     m.has_storage_meta = true;
-    if (const PyValue* id = Field(*sm, "checkpoint_id"); id != nullptr && id->Is(Kind::kStr)) {
+    if (const PyValue* id = Field(*sm, "checkpoint_id");
+        id != nullptr && id->Is(Kind::kStr)) {
       m.checkpoint_id = id->text;
     }
   }
   const PyValue* pd = Field(root, "planner_data");
   m.has_planner_data = pd != nullptr && !pd->Is(Kind::kNone);
   const PyValue* sd = Field(root, "storage_data");
-  if (sd == nullptr || !sd->Is(Kind::kDict)) return Bad("storage_data is not a dict");
+  if (sd == nullptr || !sd->Is(Kind::kDict))
+    return Bad("storage_data is not a dict");
   for (const auto& [k, v] : sd->entries) {
     CKPT_ASSIGN_OR_RETURN(DcpStorage s, DecodeStorage(*k, *v));
     m.storage.push_back(std::move(s));
   }
-  std::sort(m.storage.begin(), m.storage.end(), [](const DcpStorage& a, const DcpStorage& b) {
-    return std::tie(a.fqn, a.offsets) < std::tie(b.fqn, b.offsets);
-  });
+  std::sort(m.storage.begin(), m.storage.end(),
+            [](const DcpStorage& a, const DcpStorage& b) {
+              return std::tie(a.fqn, a.offsets) < std::tie(b.fqn, b.offsets);
+            });
   return m;
 }
 
 absl::StatusOr<TorchTensorRef> DecodeTorchTensor(const PyValue& root) {
-  if (!root.IsObject("torch._utils._rebuild_tensor_v2") || root.items.size() < 4) {
-    return absl::DataLossError(
-        absl::StrCat("torch record: data.pkl holds ", DescribePy(root, 80), ", not a tensor"));
+  if (!root.IsObject("torch._utils._rebuild_tensor_v2") ||
+      root.items.size() < 4) {
+    return absl::DataLossError(absl::StrCat("torch record: data.pkl holds ",
+                                            DescribePy(root, 80),
+                                            ", not a tensor"));
   }
   const PyValue& pid = *root.items[0];
-  if (!pid.Is(Kind::kPersistentId) || pid.items.size() != 5 || !pid.items[0]->Is(Kind::kStr) ||
-      pid.items[0]->text != "storage" || !pid.items[1]->Is(Kind::kGlobal) ||
-      !pid.items[2]->Is(Kind::kStr)) {
-    return absl::DataLossError("torch record: the tensor's storage is not ('storage', ...)");
+  if (!pid.Is(Kind::kPersistentId) || pid.items.size() != 5 ||
+      !pid.items[0]->Is(Kind::kStr) || pid.items[0]->text != "storage" ||
+      !pid.items[1]->Is(Kind::kGlobal) || !pid.items[2]->Is(Kind::kStr)) {
+    return absl::DataLossError(
+        "torch record: the tensor's storage is not ('storage', ...)");
   }
   TorchTensorRef t;
   const std::string& type = pid.items[1]->text;  // torch.FloatStorage
   static const std::pair<const char*, DType> kStorages[] = {
-      {"torch.FloatStorage", DType::kFloat32},     {"torch.DoubleStorage", DType::kFloat64},
-      {"torch.HalfStorage", DType::kFloat16},      {"torch.BFloat16Storage", DType::kBFloat16},
-      {"torch.ByteStorage", DType::kUInt8},        {"torch.CharStorage", DType::kInt8},
-      {"torch.ShortStorage", DType::kInt16},       {"torch.IntStorage", DType::kInt32},
-      {"torch.LongStorage", DType::kInt64},        {"torch.BoolStorage", DType::kBool},
-      {"torch.UInt16Storage", DType::kUInt16},     {"torch.UInt32Storage", DType::kUInt32},
+      {"torch.FloatStorage", DType::kFloat32},
+      {"torch.DoubleStorage", DType::kFloat64},
+      {"torch.HalfStorage", DType::kFloat16},
+      {"torch.BFloat16Storage", DType::kBFloat16},
+      {"torch.ByteStorage", DType::kUInt8},
+      {"torch.CharStorage", DType::kInt8},
+      {"torch.ShortStorage", DType::kInt16},
+      {"torch.IntStorage", DType::kInt32},
+      {"torch.LongStorage", DType::kInt64},
+      {"torch.BoolStorage", DType::kBool},
+      {"torch.UInt16Storage", DType::kUInt16},
+      {"torch.UInt32Storage", DType::kUInt32},
       {"torch.UInt64Storage", DType::kUInt64},
       {"torch.Float8_e4m3fnStorage", DType::kFloat8E4M3FN},
       {"torch.Float8_e5m2Storage", DType::kFloat8E5M2}};
@@ -243,12 +292,14 @@ absl::StatusOr<TorchTensorRef> DecodeTorchTensor(const PyValue& root) {
     }
   }
   if (!found) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("torch record: storage type ", type, " has no ckpt dtype"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "torch record: storage type ", type, " has no ckpt dtype"));
   }
   t.storage_key = pid.items[2]->text;
-  CKPT_ASSIGN_OR_RETURN(t.storage_numel, NonNegative(pid.items[4], "storage numel"));
-  CKPT_ASSIGN_OR_RETURN(t.storage_offset, NonNegative(root.items[1], "storage offset"));
+  CKPT_ASSIGN_OR_RETURN(t.storage_numel,
+                        NonNegative(pid.items[4], "storage numel"));
+  CKPT_ASSIGN_OR_RETURN(t.storage_offset,
+                        NonNegative(root.items[1], "storage offset"));
   CKPT_ASSIGN_OR_RETURN(t.size, IntTuple(root.items[2], "tensor size"));
   CKPT_ASSIGN_OR_RETURN(Dims stride, IntTuple(root.items[3], "tensor stride"));
   if (stride.size() != t.size.size()) {
@@ -258,17 +309,19 @@ absl::StatusOr<TorchTensorRef> DecodeTorchTensor(const PyValue& root) {
   return t;
 }
 
-absl::StatusOr<std::string> GatherTensor(const TorchTensorRef& t, absl::string_view storage) {
+absl::StatusOr<std::string> GatherTensor(const TorchTensorRef& t,
+                                         absl::string_view storage) {
   const uint64_t es = DTypeSize(t.dtype);
   if (storage.size() / es < t.storage_numel) {
-    return absl::DataLossError(absl::StrCat("torch record: storage '", t.storage_key, "' holds ",
-                                            storage.size(), " bytes, less than ",
-                                            t.storage_numel, " elements"));
+    return absl::DataLossError(absl::StrCat(
+        "torch record: storage '", t.storage_key, "' holds ", storage.size(),
+        " bytes, less than ", t.storage_numel, " elements"));
   }
   uint64_t n = 1, last = t.storage_offset;  // the highest element index used
   for (size_t d = 0; d < t.size.size(); ++d) {
     if (t.size[d] == 0) return std::string();
-    if (t.size[d] > (1ull << 40) || static_cast<uint64_t>(t.stride[d]) > (1ull << 40)) {
+    if (t.size[d] > (1ull << 40) ||
+        static_cast<uint64_t>(t.stride[d]) > (1ull << 40)) {
       return absl::DataLossError("torch record: size or stride out of range");
     }
     n *= t.size[d];
@@ -281,19 +334,21 @@ absl::StatusOr<std::string> GatherTensor(const TorchTensorRef& t, absl::string_v
     // Only a view with zero strides (an expanded tensor) has more elements
     // than its storage; checkpoints hold none, and refusing them bounds the
     // output by the bytes read.
-    return absl::DataLossError(absl::StrCat("torch record: the tensor has ", n,
-                                            " elements, more than its storage (", t.storage_numel,
-                                            ")"));
+    return absl::DataLossError(absl::StrCat(
+        "torch record: the tensor has ", n,
+        " elements, more than its storage (", t.storage_numel, ")"));
   }
   if (last >= t.storage_numel) {
-    return absl::DataLossError(absl::StrCat("torch record: the tensor reaches element ", last,
-                                            " of a storage of ", t.storage_numel));
+    return absl::DataLossError(
+        absl::StrCat("torch record: the tensor reaches element ", last,
+                     " of a storage of ", t.storage_numel));
   }
   std::string out(n * es, '\0');
   Dims idx(t.size.size(), 0);
   for (uint64_t i = 0; i < n; ++i) {
     uint64_t src = t.storage_offset;
-    for (size_t d = 0; d < idx.size(); ++d) src += idx[d] * static_cast<uint64_t>(t.stride[d]);
+    for (size_t d = 0; d < idx.size(); ++d)
+      src += idx[d] * static_cast<uint64_t>(t.stride[d]);
     std::memcpy(out.data() + i * es, storage.data() + src * es, es);
     for (size_t d = idx.size(); d-- > 0;) {
       if (++idx[d] < t.size[d]) break;

@@ -49,8 +49,8 @@ struct DcpStorage {
 };
 
 struct DcpMetadata {
-  std::string module;    // where the classes came from (see pickle.h IsDcpClass)
-  std::string version;   // Metadata.version ("" before PyTorch 2.4)
+  std::string module;   // where the classes came from (see pickle.h IsDcpClass)
+  std::string version;  // Metadata.version ("" before PyTorch 2.4)
   bool has_storage_meta = false;
   std::string checkpoint_id;  // StorageMeta.checkpoint_id, if any
   bool has_planner_data = false;
@@ -86,7 +86,8 @@ absl::StatusOr<TorchTensorRef> DecodeTorchTensor(const PyValue& root);
 // its storage `storage` (little-endian, as torch.save writes). DataLoss if
 // an element lies outside the storage, or if the tensor has more elements
 // than its storage (an expanded view), which bounds the output by the input.
-absl::StatusOr<std::string> GatherTensor(const TorchTensorRef& t, absl::string_view storage);
+absl::StatusOr<std::string> GatherTensor(const TorchTensorRef& t,
+                                         absl::string_view storage);
 
 // The ckpt dtype of a torch dtype name ("torch.float32", "torch.bfloat16";
 // aliases "torch.float", "torch.half", "torch.long"...).

@@ -16,54 +16,70 @@ using Kind = PyValue::Kind;
 
 // What an allow-listed global may do.
 enum class Role {
-  kName,             // a value in itself (torch.float32, torch.FloatStorage)
-  kSize,             // torch.Size(tuple) -> the tuple
-  kOrderedDict,      // OrderedDict() / OrderedDict(pairs) -> a dict
-  kRebuild,          // a tensor rebuild function -> an object of its args
-  kRebuildParameter, // _rebuild_parameter(tensor, ...) -> the tensor
-  kGetLayout,        // torch.serialization._get_layout("torch.strided")
-  kGetattr,          // builtins.getattr(<allow-listed enum>, "NAME")
-  kEnum,             // an enum class: Enum(value) -> an object
-  kClass,            // a dataclass: NEWOBJ + BUILD -> an object
-  kPath,             // pathlib paths -> a string
+  kName,              // a value in itself (torch.float32, torch.FloatStorage)
+  kSize,              // torch.Size(tuple) -> the tuple
+  kOrderedDict,       // OrderedDict() / OrderedDict(pairs) -> a dict
+  kRebuild,           // a tensor rebuild function -> an object of its args
+  kRebuildParameter,  // _rebuild_parameter(tensor, ...) -> the tensor
+  kGetLayout,         // torch.serialization._get_layout("torch.strided")
+  kGetattr,           // builtins.getattr(<allow-listed enum>, "NAME")
+  kEnum,              // an enum class: Enum(value) -> an object
+  kClass,             // a dataclass: NEWOBJ + BUILD -> an object
+  kPath,              // pathlib paths -> a string
 };
 
-constexpr const char* kDcpModules[] = {"torch.distributed.checkpoint.metadata",
-                                       "torch.distributed._shard.checkpoint.metadata"};
-constexpr const char* kDcpClasses[] = {"Metadata",        "TensorStorageMetadata",
-                                       "ChunkStorageMetadata", "BytesStorageMetadata",
-                                       "MetadataIndex",   "TensorProperties",
+constexpr const char* kDcpModules[] = {
+    "torch.distributed.checkpoint.metadata",
+    "torch.distributed._shard.checkpoint.metadata"};
+constexpr const char* kDcpClasses[] = {"Metadata",
+                                       "TensorStorageMetadata",
+                                       "ChunkStorageMetadata",
+                                       "BytesStorageMetadata",
+                                       "MetadataIndex",
+                                       "TensorProperties",
                                        "StorageMeta"};
 constexpr const char* kDtypes[] = {
-    "float32", "float",   "float64", "double",  "float16",       "half",
-    "bfloat16", "int8",   "uint8",   "int16",   "short",         "int32",
-    "int",     "int64",   "long",    "bool",    "uint16",        "uint32",
-    "uint64",  "float8_e4m3fn", "float8_e5m2", "complex64", "complex128", "cfloat"};
+    "float32",     "float",     "float64",    "double", "float16",
+    "half",        "bfloat16",  "int8",       "uint8",  "int16",
+    "short",       "int32",     "int",        "int64",  "long",
+    "bool",        "uint16",    "uint32",     "uint64", "float8_e4m3fn",
+    "float8_e5m2", "complex64", "complex128", "cfloat"};
 constexpr const char* kStorages[] = {
-    "FloatStorage", "DoubleStorage", "HalfStorage",  "BFloat16Storage", "ByteStorage",
-    "CharStorage",  "ShortStorage",  "IntStorage",   "LongStorage",     "BoolStorage",
-    "UInt16Storage", "UInt32Storage", "UInt64Storage", "Float8_e4m3fnStorage",
-    "Float8_e5m2Storage", "UntypedStorage"};
-constexpr const char* kLayouts[] = {"strided", "sparse_coo", "sparse_csr", "_mkldnn"};
-constexpr const char* kFormats[] = {"contiguous_format", "channels_last", "channels_last_3d",
-                                    "preserve_format"};
+    "FloatStorage",    "DoubleStorage",        "HalfStorage",
+    "BFloat16Storage", "ByteStorage",          "CharStorage",
+    "ShortStorage",    "IntStorage",           "LongStorage",
+    "BoolStorage",     "UInt16Storage",        "UInt32Storage",
+    "UInt64Storage",   "Float8_e4m3fnStorage", "Float8_e5m2Storage",
+    "UntypedStorage"};
+constexpr const char* kLayouts[] = {"strided", "sparse_coo", "sparse_csr",
+                                    "_mkldnn"};
+constexpr const char* kFormats[] = {"contiguous_format", "channels_last",
+                                    "channels_last_3d", "preserve_format"};
 
 const absl::flat_hash_map<std::string, Role>& AllowList() {
   static const auto* m = [] {
     auto* m = new absl::flat_hash_map<std::string, Role>();
     for (const char* mod : kDcpModules) {
-      for (const char* c : kDcpClasses) (*m)[absl::StrCat(mod, ".", c)] = Role::kClass;
+      for (const char* c : kDcpClasses)
+        (*m)[absl::StrCat(mod, ".", c)] = Role::kClass;
       (*m)[absl::StrCat(mod, "._MEM_FORMAT_ENCODING")] = Role::kEnum;
     }
-    (*m)["torch.distributed._shard.sharded_tensor.metadata.TensorProperties"] = Role::kClass;
-    (*m)["torch.distributed._shard.sharded_tensor.metadata.MEM_FORMAT_ENCODING"] = Role::kEnum;
+    (*m)["torch.distributed._shard.sharded_tensor.metadata.TensorProperties"] =
+        Role::kClass;
+    (*m)
+        ["torch.distributed._shard.sharded_tensor.metadata.MEM_FORMAT_"
+         "ENCODING"] = Role::kEnum;
     (*m)["torch.distributed.checkpoint.filesystem._StorageInfo"] = Role::kClass;
-    (*m)["torch.distributed._shard.checkpoint.filesystem._StorageInfo"] = Role::kClass;
+    (*m)["torch.distributed._shard.checkpoint.filesystem._StorageInfo"] =
+        Role::kClass;
     for (const char* d : kDtypes) (*m)[absl::StrCat("torch.", d)] = Role::kName;
-    for (const char* s : kStorages) (*m)[absl::StrCat("torch.", s)] = Role::kName;
+    for (const char* s : kStorages)
+      (*m)[absl::StrCat("torch.", s)] = Role::kName;
     (*m)["torch.storage.UntypedStorage"] = Role::kName;
-    for (const char* l : kLayouts) (*m)[absl::StrCat("torch.", l)] = Role::kName;
-    for (const char* f : kFormats) (*m)[absl::StrCat("torch.", f)] = Role::kName;
+    for (const char* l : kLayouts)
+      (*m)[absl::StrCat("torch.", l)] = Role::kName;
+    for (const char* f : kFormats)
+      (*m)[absl::StrCat("torch.", f)] = Role::kName;
     (*m)["torch.Size"] = Role::kSize;
     (*m)["collections.OrderedDict"] = Role::kOrderedDict;
     (*m)["torch._utils._rebuild_tensor_v2"] = Role::kRebuild;
@@ -87,14 +103,15 @@ Role RoleOf(const std::string& name) {
 
 class Unpickler {
  public:
-  explicit Unpickler(absl::string_view data) : data_(data), arena_(new std::deque<PyValue>()) {}
+  explicit Unpickler(absl::string_view data)
+      : data_(data), arena_(new std::deque<PyValue>()) {}
   absl::StatusOr<Unpickled> Run();
 
  private:
   absl::Status Step(uint8_t op);
   absl::Status Fail(absl::string_view what) const {
-    return absl::DataLossError(
-        absl::StrFormat("pickle: %s (opcode 0x%02x at offset %d)", what, op_, op_pos_));
+    return absl::DataLossError(absl::StrFormat(
+        "pickle: %s (opcode 0x%02x at offset %d)", what, op_, op_pos_));
   }
   absl::StatusOr<absl::string_view> Take(uint64_t n);
   absl::StatusOr<uint64_t> TakeUint(int bytes);
@@ -123,7 +140,8 @@ class Unpickler {
 };
 
 absl::StatusOr<absl::string_view> Unpickler::Take(uint64_t n) {
-  if (n > data_.size() - pos_) return Fail(absl::StrCat("needs ", n, " bytes past the end"));
+  if (n > data_.size() - pos_)
+    return Fail(absl::StrCat("needs ", n, " bytes past the end"));
   absl::string_view s = data_.substr(pos_, n);
   pos_ += n;
   return s;
@@ -132,7 +150,8 @@ absl::StatusOr<absl::string_view> Unpickler::Take(uint64_t n) {
 absl::StatusOr<uint64_t> Unpickler::TakeUint(int bytes) {
   CKPT_ASSIGN_OR_RETURN(absl::string_view s, Take(bytes));
   uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(s[i]);
+  for (int i = bytes - 1; i >= 0; --i)
+    v = (v << 8) | static_cast<uint8_t>(s[i]);
   return v;
 }
 
@@ -163,7 +182,8 @@ absl::StatusOr<std::vector<const PyValue*>> Unpickler::PopToMark() {
 absl::Status Unpickler::Memo(uint64_t index) {
   if (stack_.empty()) return Fail("memoizing an empty stack");
   if (index >= kPickleMaxMemo) {
-    return absl::ResourceExhaustedError(absl::StrCat("pickle: memo index ", index, " over the limit"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("pickle: memo index ", index, " over the limit"));
   }
   memo_[index] = stack_.back();
   return absl::OkStatus();
@@ -171,16 +191,19 @@ absl::Status Unpickler::Memo(uint64_t index) {
 
 absl::Status Unpickler::Get(uint64_t index) {
   auto it = memo_.find(index);
-  if (it == memo_.end()) return Fail(absl::StrCat("memo ", index, " was never set"));
+  if (it == memo_.end())
+    return Fail(absl::StrCat("memo ", index, " was never set"));
   stack_.push_back(it->second);
   return absl::OkStatus();
 }
 
-absl::Status Unpickler::Global(const std::string& module, const std::string& name) {
+absl::Status Unpickler::Global(const std::string& module,
+                               const std::string& name) {
   const std::string full = absl::StrCat(module, ".", name);
   if (!AllowList().contains(full)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "pickle global '", full, "' is not allowed: only plain data and the classes of "
+        "pickle global '", full,
+        "' is not allowed: only plain data and the classes of "
         "checkpoint metadata are read, and nothing is ever executed"));
   }
   PyValue* v = New(Kind::kGlobal);
@@ -200,14 +223,16 @@ absl::Status Unpickler::Reduce() {
   PyValue* out = nullptr;
   switch (role) {
     case Role::kSize:
-      if (a.size() != 1 || !a[0]->Is(Kind::kTuple)) return Fail("torch.Size needs a tuple");
+      if (a.size() != 1 || !a[0]->Is(Kind::kTuple))
+        return Fail("torch.Size needs a tuple");
       stack_.push_back(a[0]);
       return absl::OkStatus();
     case Role::kOrderedDict:
       out = New(Kind::kDict);
       if (a.size() == 1 && (a[0]->Is(Kind::kList) || a[0]->Is(Kind::kTuple))) {
         for (const PyValue* p : a[0]->items) {
-          if (!p->Is(Kind::kTuple) || p->items.size() != 2) return Fail("OrderedDict item");
+          if (!p->Is(Kind::kTuple) || p->items.size() != 2)
+            return Fail("OrderedDict item");
           out->entries.emplace_back(p->items[0], p->items[1]);
         }
       } else if (!a.empty()) {
@@ -219,7 +244,8 @@ absl::Status Unpickler::Reduce() {
       stack_.push_back(a[0]);
       return absl::OkStatus();
     case Role::kGetLayout:
-      if (a.size() != 1 || !a[0]->Is(Kind::kStr) || !AllowList().contains(a[0]->text)) {
+      if (a.size() != 1 || !a[0]->Is(Kind::kStr) ||
+          !AllowList().contains(a[0]->text)) {
         return Fail("_get_layout of an unknown layout");
       }
       out = New(Kind::kGlobal);
@@ -251,8 +277,8 @@ absl::Status Unpickler::Reduce() {
       break;
     case Role::kName:
     case Role::kClass:
-      return absl::FailedPreconditionError(
-          absl::StrCat("pickle: '", fn->text, "' is not read as a call (REDUCE)"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "pickle: '", fn->text, "' is not read as a call (REDUCE)"));
   }
   stack_.push_back(out);
   return absl::OkStatus();
@@ -296,7 +322,8 @@ absl::Status Unpickler::SetItems(bool many) {
     return Fail("SETITEM(S) needs a dict and key-value pairs");
   }
   PyValue* dict = const_cast<PyValue*>(stack_.back());
-  for (size_t i = 0; i < kv.size(); i += 2) dict->entries.emplace_back(kv[i], kv[i + 1]);
+  for (size_t i = 0; i < kv.size(); i += 2)
+    dict->entries.emplace_back(kv[i], kv[i + 1]);
   return absl::OkStatus();
 }
 
@@ -308,7 +335,8 @@ absl::Status Unpickler::Appends(bool many) {
     CKPT_ASSIGN_OR_RETURN(const PyValue* v, Pop());
     items = {v};
   }
-  if (stack_.empty() || !(stack_.back()->Is(Kind::kList) || stack_.back()->Is(Kind::kSet))) {
+  if (stack_.empty() ||
+      !(stack_.back()->Is(Kind::kList) || stack_.back()->Is(Kind::kSet))) {
     return Fail("APPEND(S)/ADDITEMS needs a list or set");
   }
   PyValue* list = const_cast<PyValue*>(stack_.back());
@@ -328,7 +356,8 @@ absl::Status Unpickler::PushString(Kind k, int len_bytes) {
 absl::Status Unpickler::PushInt(int bytes, bool is_signed) {
   CKPT_ASSIGN_OR_RETURN(uint64_t u, TakeUint(bytes));
   PyValue* v = New(Kind::kInt);
-  if (is_signed && bytes < 8 && (u >> (8 * bytes - 1)) != 0) u |= ~0ull << (8 * bytes);
+  if (is_signed && bytes < 8 && (u >> (8 * bytes - 1)) != 0)
+    u |= ~0ull << (8 * bytes);
   v->integer = static_cast<int64_t>(u);
   stack_.push_back(v);
   return absl::OkStatus();
@@ -336,29 +365,41 @@ absl::Status Unpickler::PushInt(int bytes, bool is_signed) {
 
 absl::Status Unpickler::Step(uint8_t op) {
   switch (op) {
-    case 0x80: return TakeUint(1).status();       // PROTO
-    case 0x95: return TakeUint(8).status();       // FRAME: a size hint
-    case '.': stopped_ = true; return absl::OkStatus();  // STOP
-    case '(':                                     // MARK
+    case 0x80:
+      return TakeUint(1).status();  // PROTO
+    case 0x95:
+      return TakeUint(8).status();  // FRAME: a size hint
+    case '.':
+      stopped_ = true;
+      return absl::OkStatus();  // STOP
+    case '(':                   // MARK
       if (marks_.size() >= kPickleMaxMarkDepth) {
-        return absl::ResourceExhaustedError("pickle: MARKs nest deeper than the limit");
+        return absl::ResourceExhaustedError(
+            "pickle: MARKs nest deeper than the limit");
       }
       marks_.push_back(stack_.size());
       return absl::OkStatus();
-    case '0': return Pop().status();              // POP
-    case '1': return PopToMark().status();        // POP_MARK
-    case 'N': stack_.push_back(New(Kind::kNone)); return absl::OkStatus();
+    case '0':
+      return Pop().status();  // POP
+    case '1':
+      return PopToMark().status();  // POP_MARK
+    case 'N':
+      stack_.push_back(New(Kind::kNone));
+      return absl::OkStatus();
     case 0x88:
-    case 0x89: {                                  // NEWTRUE, NEWFALSE
+    case 0x89: {  // NEWTRUE, NEWFALSE
       PyValue* v = New(Kind::kBool);
       v->boolean = op == 0x88;
       stack_.push_back(v);
       return absl::OkStatus();
     }
-    case 'J': return PushInt(4, true);            // BININT
-    case 'K': return PushInt(1, false);           // BININT1
-    case 'M': return PushInt(2, false);           // BININT2
-    case 0x8a: {                                  // LONG1
+    case 'J':
+      return PushInt(4, true);  // BININT
+    case 'K':
+      return PushInt(1, false);  // BININT1
+    case 'M':
+      return PushInt(2, false);  // BININT2
+    case 0x8a: {                 // LONG1
       CKPT_ASSIGN_OR_RETURN(uint64_t n, TakeUint(1));
       if (n > 8) return Fail("integer wider than 64 bits");
       if (n == 0) {
@@ -367,7 +408,7 @@ absl::Status Unpickler::Step(uint8_t op) {
       }
       return PushInt(static_cast<int>(n), true);
     }
-    case 'G': {                                   // BINFLOAT (big-endian)
+    case 'G': {  // BINFLOAT (big-endian)
       CKPT_ASSIGN_OR_RETURN(absl::string_view s, Take(8));
       uint64_t u = 0;
       for (int i = 0; i < 8; ++i) u = (u << 8) | static_cast<uint8_t>(s[i]);
@@ -376,14 +417,22 @@ absl::Status Unpickler::Step(uint8_t op) {
       stack_.push_back(v);
       return absl::OkStatus();
     }
-    case 'X': return PushString(Kind::kStr, 4);   // BINUNICODE
-    case 0x8c: return PushString(Kind::kStr, 1);  // SHORT_BINUNICODE
-    case 0x8d: return PushString(Kind::kStr, 8);  // BINUNICODE8
-    case 'B': return PushString(Kind::kBytes, 4); // BINBYTES
-    case 'C': return PushString(Kind::kBytes, 1); // SHORT_BINBYTES
-    case 0x8e: return PushString(Kind::kBytes, 8);  // BINBYTES8
-    case ')': stack_.push_back(New(Kind::kTuple)); return absl::OkStatus();
-    case 't': {                                   // TUPLE
+    case 'X':
+      return PushString(Kind::kStr, 4);  // BINUNICODE
+    case 0x8c:
+      return PushString(Kind::kStr, 1);  // SHORT_BINUNICODE
+    case 0x8d:
+      return PushString(Kind::kStr, 8);  // BINUNICODE8
+    case 'B':
+      return PushString(Kind::kBytes, 4);  // BINBYTES
+    case 'C':
+      return PushString(Kind::kBytes, 1);  // SHORT_BINBYTES
+    case 0x8e:
+      return PushString(Kind::kBytes, 8);  // BINBYTES8
+    case ')':
+      stack_.push_back(New(Kind::kTuple));
+      return absl::OkStatus();
+    case 't': {  // TUPLE
       CKPT_ASSIGN_OR_RETURN(auto items, PopToMark());
       PyValue* v = New(Kind::kTuple);
       v->items = std::move(items);
@@ -392,7 +441,7 @@ absl::Status Unpickler::Step(uint8_t op) {
     }
     case 0x85:
     case 0x86:
-    case 0x87: {                                  // TUPLE1..3
+    case 0x87: {  // TUPLE1..3
       const int n = op - 0x84;
       std::vector<const PyValue*> items(n);
       for (int i = n - 1; i >= 0; --i) {
@@ -403,25 +452,36 @@ absl::Status Unpickler::Step(uint8_t op) {
       stack_.push_back(v);
       return absl::OkStatus();
     }
-    case ']': stack_.push_back(New(Kind::kList)); return absl::OkStatus();
-    case '}': stack_.push_back(New(Kind::kDict)); return absl::OkStatus();
-    case 0x8f: stack_.push_back(New(Kind::kSet)); return absl::OkStatus();
-    case 'a': return Appends(false);
+    case ']':
+      stack_.push_back(New(Kind::kList));
+      return absl::OkStatus();
+    case '}':
+      stack_.push_back(New(Kind::kDict));
+      return absl::OkStatus();
+    case 0x8f:
+      stack_.push_back(New(Kind::kSet));
+      return absl::OkStatus();
+    case 'a':
+      return Appends(false);
     case 'e':
-    case 0x90: return Appends(true);              // APPENDS, ADDITEMS
-    case 's': return SetItems(false);
-    case 'u': return SetItems(true);
-    case 'c': {                                   // GLOBAL "module\nname\n"
+    case 0x90:
+      return Appends(true);  // APPENDS, ADDITEMS
+    case 's':
+      return SetItems(false);
+    case 'u':
+      return SetItems(true);
+    case 'c': {  // GLOBAL "module\nname\n"
       std::string parts[2];
       for (auto& p : parts) {
         const size_t nl = data_.find('\n', pos_);
-        if (nl == absl::string_view::npos) return Fail("GLOBAL without a newline");
+        if (nl == absl::string_view::npos)
+          return Fail("GLOBAL without a newline");
         p = std::string(data_.substr(pos_, nl - pos_));
         pos_ = nl + 1;
       }
       return Global(parts[0], parts[1]);
     }
-    case 0x93: {                                  // STACK_GLOBAL
+    case 0x93: {  // STACK_GLOBAL
       CKPT_ASSIGN_OR_RETURN(const PyValue* name, Pop());
       CKPT_ASSIGN_OR_RETURN(const PyValue* module, Pop());
       if (!name->Is(Kind::kStr) || !module->Is(Kind::kStr)) {
@@ -429,31 +489,50 @@ absl::Status Unpickler::Step(uint8_t op) {
       }
       return Global(module->text, name->text);
     }
-    case 'R': return Reduce();
-    case 0x81: return NewObj();
-    case 'b': return Build();
-    case 'Q': {                                   // BINPERSID
+    case 'R':
+      return Reduce();
+    case 0x81:
+      return NewObj();
+    case 'b':
+      return Build();
+    case 'Q': {  // BINPERSID
       CKPT_ASSIGN_OR_RETURN(const PyValue* pid, Pop());
       PyValue* v = New(Kind::kPersistentId);
-      v->items = pid->Is(Kind::kTuple) ? pid->items : std::vector<const PyValue*>{pid};
+      v->items =
+          pid->Is(Kind::kTuple) ? pid->items : std::vector<const PyValue*>{pid};
       stack_.push_back(v);
       return absl::OkStatus();
     }
-    case 'q': { CKPT_ASSIGN_OR_RETURN(uint64_t i, TakeUint(1)); return Memo(i); }
-    case 'r': { CKPT_ASSIGN_OR_RETURN(uint64_t i, TakeUint(4)); return Memo(i); }
-    case 0x94: return Memo(memo_.size());         // MEMOIZE
-    case 'h': { CKPT_ASSIGN_OR_RETURN(uint64_t i, TakeUint(1)); return Get(i); }
-    case 'j': { CKPT_ASSIGN_OR_RETURN(uint64_t i, TakeUint(4)); return Get(i); }
+    case 'q': {
+      CKPT_ASSIGN_OR_RETURN(uint64_t i, TakeUint(1));
+      return Memo(i);
+    }
+    case 'r': {
+      CKPT_ASSIGN_OR_RETURN(uint64_t i, TakeUint(4));
+      return Memo(i);
+    }
+    case 0x94:
+      return Memo(memo_.size());  // MEMOIZE
+    case 'h': {
+      CKPT_ASSIGN_OR_RETURN(uint64_t i, TakeUint(1));
+      return Get(i);
+    }
+    case 'j': {
+      CKPT_ASSIGN_OR_RETURN(uint64_t i, TakeUint(4));
+      return Get(i);
+    }
     default:
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "pickle: opcode 0x%02x at offset %d is not read (not used by checkpoint metadata)",
-          op, op_pos_));
+      return absl::FailedPreconditionError(
+          absl::StrFormat("pickle: opcode 0x%02x at offset %d is not read (not "
+                          "used by checkpoint metadata)",
+                          op, op_pos_));
   }
 }
 
 absl::StatusOr<Unpickled> Unpickler::Run() {
   while (!stopped_) {
-    if (pos_ >= data_.size()) return absl::DataLossError("pickle: ends without STOP");
+    if (pos_ >= data_.size())
+      return absl::DataLossError("pickle: ends without STOP");
     if (arena_->size() >= kPickleMaxValues) {
       return absl::ResourceExhaustedError("pickle: more values than the limit");
     }
@@ -462,8 +541,8 @@ absl::StatusOr<Unpickled> Unpickler::Run() {
     CKPT_RETURN_IF_ERROR(Step(op_));
   }
   if (stack_.size() != 1 || !marks_.empty()) {
-    return absl::DataLossError(
-        absl::StrCat("pickle: STOP with ", stack_.size(), " values on the stack"));
+    return absl::DataLossError(absl::StrCat("pickle: STOP with ", stack_.size(),
+                                            " values on the stack"));
   }
   Unpickled out;
   out.root = stack_[0];
@@ -477,7 +556,8 @@ void Describe(const PyValue& v, int depth, std::string& out, size_t max_chars) {
     out += "...";
     return;
   }
-  auto list = [&](const std::vector<const PyValue*>& items, const char* open, const char* close) {
+  auto list = [&](const std::vector<const PyValue*>& items, const char* open,
+                  const char* close) {
     out += open;
     for (size_t i = 0; i < items.size() && out.size() <= max_chars; ++i) {
       if (i) out += ", ";
@@ -486,18 +566,42 @@ void Describe(const PyValue& v, int depth, std::string& out, size_t max_chars) {
     out += close;
   };
   switch (v.kind) {
-    case Kind::kNone: out += "None"; break;
-    case Kind::kBool: out += v.boolean ? "True" : "False"; break;
-    case Kind::kInt: out += std::to_string(v.integer); break;
-    case Kind::kFloat: out += absl::StrFormat("%g", v.real); break;
-    case Kind::kStr: out += absl::StrCat("'", v.text, "'"); break;
-    case Kind::kBytes: out += absl::StrCat("<", v.text.size(), " bytes>"); break;
-    case Kind::kTuple: list(v.items, "(", ")"); break;
-    case Kind::kList: list(v.items, "[", "]"); break;
-    case Kind::kSet: list(v.items, "{", "}"); break;
-    case Kind::kGlobal: out += v.text; break;
-    case Kind::kPersistentId: list(v.items, "persistent_id(", ")"); break;
-    case Kind::kObject: list(v.items, (v.text + "(").c_str(), ")"); break;
+    case Kind::kNone:
+      out += "None";
+      break;
+    case Kind::kBool:
+      out += v.boolean ? "True" : "False";
+      break;
+    case Kind::kInt:
+      out += std::to_string(v.integer);
+      break;
+    case Kind::kFloat:
+      out += absl::StrFormat("%g", v.real);
+      break;
+    case Kind::kStr:
+      out += absl::StrCat("'", v.text, "'");
+      break;
+    case Kind::kBytes:
+      out += absl::StrCat("<", v.text.size(), " bytes>");
+      break;
+    case Kind::kTuple:
+      list(v.items, "(", ")");
+      break;
+    case Kind::kList:
+      list(v.items, "[", "]");
+      break;
+    case Kind::kSet:
+      list(v.items, "{", "}");
+      break;
+    case Kind::kGlobal:
+      out += v.text;
+      break;
+    case Kind::kPersistentId:
+      list(v.items, "persistent_id(", ")");
+      break;
+    case Kind::kObject:
+      list(v.items, (v.text + "(").c_str(), ")");
+      break;
     case Kind::kDict:
       out += "{";
       for (size_t i = 0; i < v.entries.size() && out.size() <= max_chars; ++i) {
@@ -520,7 +624,9 @@ const PyValue* PyValue::Get(absl::string_view key) const {
   return nullptr;
 }
 
-absl::StatusOr<Unpickled> Unpickle(absl::string_view data) { return Unpickler(data).Run(); }
+absl::StatusOr<Unpickled> Unpickle(absl::string_view data) {
+  return Unpickler(data).Run();
+}
 
 std::vector<std::string> AllowedGlobals() {
   std::vector<std::string> out;
@@ -543,9 +649,13 @@ bool IsDcpClass(const PyValue& v, absl::string_view name) {
   }
   // 1.13 kept TensorProperties with the sharded tensor, and _StorageInfo
   // is in filesystem.
-  return v.text == absl::StrCat("torch.distributed._shard.sharded_tensor.metadata.", name) ||
-         v.text == absl::StrCat("torch.distributed.checkpoint.filesystem.", name) ||
-         v.text == absl::StrCat("torch.distributed._shard.checkpoint.filesystem.", name);
+  return v.text ==
+             absl::StrCat("torch.distributed._shard.sharded_tensor.metadata.",
+                          name) ||
+         v.text ==
+             absl::StrCat("torch.distributed.checkpoint.filesystem.", name) ||
+         v.text == absl::StrCat(
+                       "torch.distributed._shard.checkpoint.filesystem.", name);
 }
 
 }  // namespace ckpt::interop

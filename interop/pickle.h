@@ -60,13 +60,15 @@ struct PyValue {
   bool boolean = false;
   int64_t integer = 0;
   double real = 0;
-  std::string text;                  // str, bytes, global or class name
+  std::string text;                   // str, bytes, global or class name
   std::vector<const PyValue*> items;  // tuple, list, set; object args
   std::vector<std::pair<const PyValue*, const PyValue*>> entries;  // dict
-  const PyValue* state = nullptr;    // object: BUILD state (null if none)
+  const PyValue* state = nullptr;  // object: BUILD state (null if none)
 
   bool Is(Kind k) const { return kind == k; }
-  bool IsObject(absl::string_view cls) const { return kind == Kind::kObject && text == cls; }
+  bool IsObject(absl::string_view cls) const {
+    return kind == Kind::kObject && text == cls;
+  }
   // For dicts: the value of string key `key`, or null.
   const PyValue* Get(absl::string_view key) const;
 };
@@ -89,7 +91,8 @@ std::vector<std::string> AllowedGlobals();
 
 // A short human-readable rendering (Python-like), at most `max_chars`
 // characters and `max_depth` levels (deeper: "...").
-std::string DescribePy(const PyValue& v, size_t max_chars = 200, int max_depth = 8);
+std::string DescribePy(const PyValue& v, size_t max_chars = 200,
+                       int max_depth = 8);
 
 // The module paths under which DCP's metadata classes have lived:
 // "torch.distributed.checkpoint.metadata" (PyTorch >= 2.0) and

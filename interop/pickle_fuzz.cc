@@ -15,12 +15,13 @@
 #include "interop/dcp_metadata.h"
 #include "interop/pickle.h"
 
-#define FUZZ_CHECK(cond)                                                                 \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      __builtin_trap();                                                                  \
-    }                                                                                    \
+#define FUZZ_CHECK(cond)                                               \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
+      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, \
+                   __LINE__, #cond);                                   \
+      __builtin_trap();                                                \
+    }                                                                  \
   } while (0)
 
 using namespace ckpt::interop;

@@ -31,13 +31,16 @@ constexpr DTypeNamePair kNames[] = {
     {DType::kFloat64, "F64"},       {DType::kFloat8E4M3FN, "F8_E4M3"},
     {DType::kFloat8E5M2, "F8_E5M2"}};
 // Valid in the reference implementation, without a ckpt dtype.
-constexpr const char* kForeignOnly[] = {"F4", "F6_E2M3", "F6_E3M2", "F8_E8M0", "C64"};
+constexpr const char* kForeignOnly[] = {"F4", "F6_E2M3", "F6_E3M2", "F8_E8M0",
+                                        "C64"};
 
 absl::Status Bad(absl::string_view what) { return absl::DataLossError(what); }
 
-absl::StatusOr<uint64_t> Unsigned(const nlohmann::json& v, absl::string_view what) {
+absl::StatusOr<uint64_t> Unsigned(const nlohmann::json& v,
+                                  absl::string_view what) {
   if (!v.is_number_unsigned()) {
-    return Bad(absl::StrCat(what, " is not a non-negative integer: ", v.dump()));
+    return Bad(
+        absl::StrCat(what, " is not a non-negative integer: ", v.dump()));
   }
   return v.get<uint64_t>();
 }
@@ -62,14 +65,18 @@ absl::StatusOr<SafetensorsTensor> DecodeTensor(const std::string& name,
     return Bad(absl::StrCat(where, ": shape missing or not an array"));
   }
   for (const auto& d : v["shape"]) {
-    CKPT_ASSIGN_OR_RETURN(uint64_t n, Unsigned(d, absl::StrCat(where, ": a dim")));
+    CKPT_ASSIGN_OR_RETURN(uint64_t n,
+                          Unsigned(d, absl::StrCat(where, ": a dim")));
     t.shape.push_back(n);
   }
-  const auto& off = v.contains("data_offsets") ? v["data_offsets"] : nlohmann::json();
+  const auto& off =
+      v.contains("data_offsets") ? v["data_offsets"] : nlohmann::json();
   if (!off.is_array() || off.size() != 2) {
-    return Bad(absl::StrCat(where, ": data_offsets missing or not [begin, end]"));
+    return Bad(
+        absl::StrCat(where, ": data_offsets missing or not [begin, end]"));
   }
-  CKPT_ASSIGN_OR_RETURN(t.begin, Unsigned(off[0], absl::StrCat(where, ": begin")));
+  CKPT_ASSIGN_OR_RETURN(t.begin,
+                        Unsigned(off[0], absl::StrCat(where, ": begin")));
   CKPT_ASSIGN_OR_RETURN(t.end, Unsigned(off[1], absl::StrCat(where, ": end")));
   return t;
 }
@@ -81,27 +88,31 @@ absl::Status ValidateOffsets(const std::vector<SafetensorsTensor>& tensors,
   uint64_t expected_begin = 0;
   for (const SafetensorsTensor& t : tensors) {
     if (t.begin != expected_begin || t.end < t.begin) {
-      return Bad(absl::StrFormat(
-          "tensor '%s': data_offsets [%d, %d] are not contiguous (expected begin %d)", t.name,
-          t.begin, t.end, expected_begin));
+      return Bad(
+          absl::StrFormat("tensor '%s': data_offsets [%d, %d] are not "
+                          "contiguous (expected begin %d)",
+                          t.name, t.begin, t.end, expected_begin));
     }
     uint64_t bytes = DTypeSize(t.dtype);
     for (uint64_t d : t.shape) {
       if (d != 0 && bytes > UINT64_MAX / d) {
-        return Bad(absl::StrCat("tensor '", t.name, "': byte count of shape overflows"));
+        return Bad(absl::StrCat("tensor '", t.name,
+                                "': byte count of shape overflows"));
       }
       bytes *= d;
     }
     if (bytes != t.end - t.begin) {
-      return Bad(absl::StrFormat("tensor '%s': %d bytes in data_offsets [%d, %d] != %d bytes "
-                                 "of its shape and dtype",
-                                 t.name, t.end - t.begin, t.begin, t.end, bytes));
+      return Bad(absl::StrFormat(
+          "tensor '%s': %d bytes in data_offsets [%d, %d] != %d bytes "
+          "of its shape and dtype",
+          t.name, t.end - t.begin, t.begin, t.end, bytes));
     }
     expected_begin = t.end;
   }
   if (expected_begin != data_size) {
-    return Bad(absl::StrFormat("tensors cover %d bytes of the data, which holds %d bytes",
-                               expected_begin, data_size));
+    return Bad(absl::StrFormat(
+        "tensors cover %d bytes of the data, which holds %d bytes",
+        expected_begin, data_size));
   }
   return absl::OkStatus();
 }
@@ -111,7 +122,8 @@ absl::Status DecodeMetadata(const nlohmann::json& v, SafetensorsHeader& h) {
   if (!v.is_object()) return Bad("__metadata__ is not a JSON object");
   for (const auto& [key, value] : v.items()) {
     if (!value.is_string()) {
-      return Bad(absl::StrCat("__metadata__ value of '", key, "' is not a string"));
+      return Bad(
+          absl::StrCat("__metadata__ value of '", key, "' is not a string"));
     }
     h.metadata.emplace_back(key, value.get<std::string>());
   }
@@ -143,7 +155,8 @@ absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view name) {
 absl::StatusOr<uint64_t> DecodeSafetensorsHeaderLength(absl::string_view first8,
                                                        uint64_t file_size) {
   if (first8.size() < 8 || file_size < 8) {
-    return Bad(absl::StrCat("file of ", file_size, " bytes is too short for a header length"));
+    return Bad(absl::StrCat("file of ", file_size,
+                            " bytes is too short for a header length"));
   }
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(first8[i]);
@@ -152,15 +165,17 @@ absl::StatusOr<uint64_t> DecodeSafetensorsHeaderLength(absl::string_view first8,
                             kSafetensorsMaxHeader, " bytes"));
   }
   if (n > file_size - 8) {
-    return Bad(absl::StrCat("header length ", n, " runs past the end of the file (",
-                            file_size, " bytes)"));
+    return Bad(absl::StrCat("header length ", n,
+                            " runs past the end of the file (", file_size,
+                            " bytes)"));
   }
   return n;
 }
 
-absl::StatusOr<SafetensorsHeader> DecodeSafetensorsHeader(absl::string_view json,
-                                                          uint64_t data_size) {
-  if (json.empty() || json[0] != '{') return Bad("header does not start with '{'");
+absl::StatusOr<SafetensorsHeader> DecodeSafetensorsHeader(
+    absl::string_view json, uint64_t data_size) {
+  if (json.empty() || json[0] != '{')
+    return Bad("header does not start with '{'");
   CKPT_ASSIGN_OR_RETURN(nlohmann::json doc, ParseStrictJson(json, "header"));
   if (!doc.is_object()) return Bad("header is not a JSON object");
   SafetensorsHeader h;
@@ -174,7 +189,8 @@ absl::StatusOr<SafetensorsHeader> DecodeSafetensorsHeader(absl::string_view json
   }
   std::sort(h.tensors.begin(), h.tensors.end(),
             [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
-              return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+              return std::tie(a.begin, a.end, a.name) <
+                     std::tie(b.begin, b.end, b.name);
             });
   CKPT_RETURN_IF_ERROR(ValidateOffsets(h.tensors, data_size));
   return h;
@@ -199,13 +215,15 @@ absl::StatusOr<std::string> EncodeSafetensorsHeader(
   CKPT_ASSIGN_OR_RETURN(std::string text, DumpStrictJson(doc, -1));
   text.append((8 - text.size() % 8) % 8, ' ');
   std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    out[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
   return out + text;
 }
 
 absl::StatusOr<HfIndex> DecodeHfIndex(absl::string_view json) {
   CKPT_ASSIGN_OR_RETURN(nlohmann::json doc, ParseStrictJson(json, "index"));
-  if (!doc.is_object() || !doc.contains("weight_map") || !doc["weight_map"].is_object()) {
+  if (!doc.is_object() || !doc.contains("weight_map") ||
+      !doc["weight_map"].is_object()) {
     return Bad("index has no weight_map object");
   }
   HfIndex index;
@@ -224,13 +242,16 @@ absl::StatusOr<HfIndex> DecodeHfIndex(absl::string_view json) {
   std::set<std::string> files;
   for (const auto& [tensor, file] : doc["weight_map"].items()) {
     if (!file.is_string()) {
-      return Bad(absl::StrCat("weight_map entry of '", tensor, "' is not a string"));
+      return Bad(
+          absl::StrCat("weight_map entry of '", tensor, "' is not a string"));
     }
     const std::string f = file.get<std::string>();
-    if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos ||
-        f.find('\\') != std::string::npos || f.find('\0') != std::string::npos) {
-      return Bad(absl::StrCat("weight_map entry of '", tensor, "' names '", f,
-                              "', which is not a file inside the index's directory"));
+    if (f.empty() || f == "." || f == ".." ||
+        f.find('/') != std::string::npos || f.find('\\') != std::string::npos ||
+        f.find('\0') != std::string::npos) {
+      return Bad(
+          absl::StrCat("weight_map entry of '", tensor, "' names '", f,
+                       "', which is not a file inside the index's directory"));
     }
     index.weight_map.emplace_back(tensor, f);
     files.insert(f);
@@ -248,7 +269,9 @@ std::string EncodeHfIndex(const HfIndex& index) {
   nlohmann::ordered_json wm = nlohmann::ordered_json::object();
   for (const auto& [tensor, file] : map) wm[tensor] = file;
   doc["weight_map"] = std::move(wm);
-  return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  return doc.dump(2, ' ', false,
+                  nlohmann::ordered_json::error_handler_t::replace) +
+         "\n";
 }
 
 std::string HfShardName(size_t index, size_t count) {
@@ -260,10 +283,10 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
     const char* suffix;
     uint64_t factor;
   };
-  constexpr Unit kUnits[] = {{"TiB", 1ull << 40}, {"GiB", 1ull << 30}, {"MiB", 1ull << 20},
-                             {"KiB", 1ull << 10}, {"TB", 1000000000000ull},
-                             {"GB", 1000000000ull}, {"MB", 1000000ull},
-                             {"KB", 1000ull},       {"B", 1ull}};
+  constexpr Unit kUnits[] = {
+      {"TiB", 1ull << 40}, {"GiB", 1ull << 30},      {"MiB", 1ull << 20},
+      {"KiB", 1ull << 10}, {"TB", 1000000000000ull}, {"GB", 1000000000ull},
+      {"MB", 1000000ull},  {"KB", 1000ull},          {"B", 1ull}};
   absl::string_view digits = absl::StripAsciiWhitespace(text);
   uint64_t factor = 1;
   for (const Unit& u : kUnits) {
@@ -277,7 +300,8 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
   if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(digits), &n) || n == 0 ||
       n > UINT64_MAX / factor) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "size '", text, "' is not a positive number of bytes (e.g. 5GB, 500MiB, 1000000)"));
+        "size '", text,
+        "' is not a positive number of bytes (e.g. 5GB, 500MiB, 1000000)"));
   }
   return n * factor;
 }

@@ -50,7 +50,7 @@ struct SafetensorsTensor {
 
 struct SafetensorsHeader {
   uint64_t data_offset = 0;  // 8 + N: where the data section starts
-  std::vector<SafetensorsTensor> tensors;  // sorted by begin
+  std::vector<SafetensorsTensor> tensors;                     // sorted by begin
   std::vector<std::pair<std::string, std::string>> metadata;  // sorted by key
 };
 
@@ -62,8 +62,8 @@ absl::StatusOr<uint64_t> DecodeSafetensorsHeaderLength(absl::string_view first8,
 // Decodes and validates the N header bytes of a file whose data section
 // holds `data_size` bytes. DataLoss naming the tensor and both values for
 // every violation listed above; FailedPrecondition for a dtype ckpt lacks.
-absl::StatusOr<SafetensorsHeader> DecodeSafetensorsHeader(absl::string_view json,
-                                                          uint64_t data_size);
+absl::StatusOr<SafetensorsHeader> DecodeSafetensorsHeader(
+    absl::string_view json, uint64_t data_size);
 
 // The first 8 + N bytes of a file holding `tensors` (their begin/end set,
 // contiguous from 0) in this order, with `metadata` as "__metadata__"
@@ -76,7 +76,8 @@ absl::StatusOr<std::string> EncodeSafetensorsHeader(
 struct HfIndex {
   bool has_total_size = false;
   uint64_t total_size = 0;
-  std::vector<std::pair<std::string, std::string>> weight_map;  // sorted by tensor
+  std::vector<std::pair<std::string, std::string>>
+      weight_map;                  // sorted by tensor
   std::vector<std::string> files;  // distinct, sorted
 };
 

@@ -14,12 +14,13 @@
 
 #include "interop/safetensors.h"
 
-#define FUZZ_CHECK(cond)                                                                 \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      __builtin_trap();                                                                  \
-    }                                                                                    \
+#define FUZZ_CHECK(cond)                                               \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
+      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, \
+                   __LINE__, #cond);                                   \
+      __builtin_trap();                                                \
+    }                                                                  \
   } while (0)
 
 namespace {
@@ -27,11 +28,12 @@ namespace {
 using namespace ckpt::interop;
 
 bool SameTensors(const SafetensorsHeader& a, const SafetensorsHeader& b) {
-  if (a.tensors.size() != b.tensors.size() || a.metadata != b.metadata) return false;
+  if (a.tensors.size() != b.tensors.size() || a.metadata != b.metadata)
+    return false;
   for (size_t i = 0; i < a.tensors.size(); ++i) {
     const auto &x = a.tensors[i], &y = b.tensors[i];
-    if (x.name != y.name || x.dtype != y.dtype || x.shape != y.shape || x.begin != y.begin ||
-        x.end != y.end) {
+    if (x.name != y.name || x.dtype != y.dtype || x.shape != y.shape ||
+        x.begin != y.begin || x.end != y.end) {
       return false;
     }
   }
@@ -49,7 +51,8 @@ void CheckHeader(absl::string_view in) {
   const uint64_t data = h->tensors.empty() ? 0 : h->tensors.back().end;
   auto n2 = DecodeSafetensorsHeaderLength(*re, re->size() + data);
   FUZZ_CHECK(n2.ok());
-  auto h2 = DecodeSafetensorsHeader(absl::string_view(*re).substr(8, *n2), data);
+  auto h2 =
+      DecodeSafetensorsHeader(absl::string_view(*re).substr(8, *n2), data);
   FUZZ_CHECK(h2.ok());
   FUZZ_CHECK(SameTensors(*h, *h2));
 }

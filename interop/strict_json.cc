@@ -28,7 +28,7 @@ bool IsValidUtf8(absl::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     const unsigned char c = s[i];
-    int n;  // continuation bytes
+    int n;                               // continuation bytes
     unsigned char lo = 0x80, hi = 0xbf;  // range of the first continuation byte
     if (c < 0x80) {
       n = 0;
@@ -55,7 +55,8 @@ bool IsValidUtf8(absl::string_view s) {
   return true;
 }
 
-absl::StatusOr<nlohmann::json> ParseStrictJson(absl::string_view text, absl::string_view what) {
+absl::StatusOr<nlohmann::json> ParseStrictJson(absl::string_view text,
+                                               absl::string_view what) {
   std::vector<std::set<std::string>> keys;
   std::string duplicate;
   bool too_deep = false;
@@ -69,7 +70,8 @@ absl::StatusOr<nlohmann::json> ParseStrictJson(absl::string_view text, absl::str
     }
     if (event == E::object_end && !keys.empty()) keys.pop_back();
     if (event == E::key && !keys.empty() && parsed.is_string()) {
-      if (!keys.back().insert(parsed.get<std::string>()).second && duplicate.empty()) {
+      if (!keys.back().insert(parsed.get<std::string>()).second &&
+          duplicate.empty()) {
         duplicate = parsed.get<std::string>();
       }
     }
@@ -82,19 +84,24 @@ absl::StatusOr<nlohmann::json> ParseStrictJson(absl::string_view text, absl::str
         absl::StrCat(what, " nests deeper than ", kMaxJsonDepth, " levels"));
   }
   if (doc.is_discarded()) {
-    return absl::DataLossError(absl::StrCat(what, " is not well-formed UTF-8 JSON"));
+    return absl::DataLossError(
+        absl::StrCat(what, " is not well-formed UTF-8 JSON"));
   }
   if (!duplicate.empty()) {
-    return absl::DataLossError(absl::StrCat(what, " has the key '", duplicate, "' twice"));
+    return absl::DataLossError(
+        absl::StrCat(what, " has the key '", duplicate, "' twice"));
   }
   return doc;
 }
 
-absl::StatusOr<std::string> DumpStrictJson(const nlohmann::ordered_json& doc, int indent) {
+absl::StatusOr<std::string> DumpStrictJson(const nlohmann::ordered_json& doc,
+                                           int indent) {
   if (!AllStringsValid(doc)) {
-    return absl::InvalidArgumentError("a name or metadata string is not valid UTF-8");
+    return absl::InvalidArgumentError(
+        "a name or metadata string is not valid UTF-8");
   }
-  return doc.dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  return doc.dump(indent, ' ', false,
+                  nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace ckpt::interop

@@ -17,14 +17,16 @@ inline constexpr int kMaxJsonDepth = 64;
 // Parses `text` (`what` names it in errors: "header", "index"). DataLoss for
 // malformed JSON or invalid UTF-8, a key that occurs twice in one object
 // (naming it), or nesting deeper than kMaxJsonDepth.
-absl::StatusOr<nlohmann::json> ParseStrictJson(absl::string_view text, absl::string_view what);
+absl::StatusOr<nlohmann::json> ParseStrictJson(absl::string_view text,
+                                               absl::string_view what);
 
 // True iff `s` is well-formed UTF-8.
 bool IsValidUtf8(absl::string_view s);
 
 // `doc` as compact JSON (indent < 0) or indented. InvalidArgument if a
 // string in it is not valid UTF-8.
-absl::StatusOr<std::string> DumpStrictJson(const nlohmann::ordered_json& doc, int indent);
+absl::StatusOr<std::string> DumpStrictJson(const nlohmann::ordered_json& doc,
+                                           int indent);
 
 }  // namespace ckpt::interop
 

@@ -19,12 +19,13 @@
 #include "interop/pickle.h"
 #include "interop/torch_zip.h"
 
-#define FUZZ_CHECK(cond)                                                                 \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      __builtin_trap();                                                                  \
-    }                                                                                    \
+#define FUZZ_CHECK(cond)                                               \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
+      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, \
+                   __LINE__, #cond);                                   \
+      __builtin_trap();                                                \
+    }                                                                  \
   } while (0)
 
 using namespace ckpt::interop;
@@ -40,7 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)VerifyZipEntry(in, e);
   }
   std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i) FUZZ_CHECK(ranges[i].first >= ranges[i - 1].second);
+  for (size_t i = 1; i < ranges.size(); ++i)
+    FUZZ_CHECK(ranges[i].first >= ranges[i - 1].second);
   auto rec = FindTorchRecord(*zip);
   if (!rec.ok()) return 0;
   auto u = Unpickle(in.substr(rec->pickle->data_offset, rec->pickle->size));

@@ -6,9 +6,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "format/status_macros.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ckpt::interop {
@@ -17,7 +17,8 @@ namespace {
 using ::ckpt::testing::StatusIs;
 
 std::string Data(const std::string& name) {
-  std::ifstream in(std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/" + name, std::ios::binary);
+  std::ifstream in(std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/" + name,
+                   std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -43,19 +44,22 @@ void ExpectFixtureTensors(const DcpMetadata& m) {
 }
 
 TEST(DcpMetadataTest, Torch113Layout) {
-  CKPT_ASSERT_OK_AND_ASSIGN(DcpMetadata m, DecodeDcpMetadata(Data("dcp_torch113/.metadata")));
+  CKPT_ASSERT_OK_AND_ASSIGN(DcpMetadata m,
+                            DecodeDcpMetadata(Data("dcp_torch113/.metadata")));
   EXPECT_EQ(m.module, "torch.distributed._shard.checkpoint.metadata");
   EXPECT_EQ(m.version, "");
   EXPECT_FALSE(m.has_storage_meta);
   ExpectFixtureTensors(m);
   for (const DcpStorage& s : m.storage) {
-    EXPECT_THAT(s.relative_path, ::testing::MatchesRegex("__[01]_[0-9]+\\.distcp"));
+    EXPECT_THAT(s.relative_path,
+                ::testing::MatchesRegex("__[01]_[0-9]+\\.distcp"));
     EXPECT_EQ(s.offset, 0u);  // 1.13 writes one file per item
   }
 }
 
 TEST(DcpMetadataTest, CurrentReleaseLayout) {
-  CKPT_ASSERT_OK_AND_ASSIGN(DcpMetadata m, DecodeDcpMetadata(Data("dcp_modern/.metadata")));
+  CKPT_ASSERT_OK_AND_ASSIGN(DcpMetadata m,
+                            DecodeDcpMetadata(Data("dcp_modern/.metadata")));
   EXPECT_EQ(m.module, "torch.distributed.checkpoint.metadata");
   EXPECT_EQ(m.version, "1.0.0");
   EXPECT_TRUE(m.has_storage_meta);
@@ -78,15 +82,17 @@ TEST(DcpMetadataTest, PickleCallingOsSystem) {
 }
 
 TEST(DcpMetadataTest, RootThatIsNotMetadata) {
-  EXPECT_THAT(DecodeDcpMetadata(std::string("\x80\x02N.", 4)),
-              StatusIs(absl::StatusCode::kDataLoss, "the root is None, not Metadata"));
+  EXPECT_THAT(
+      DecodeDcpMetadata(std::string("\x80\x02N.", 4)),
+      StatusIs(absl::StatusCode::kDataLoss, "the root is None, not Metadata"));
 }
 
 TEST(DcpMetadataTest, TorchDtypes) {
   EXPECT_EQ(*DTypeFromTorch("torch.half"), DType::kFloat16);
   EXPECT_EQ(*DTypeFromTorch("torch.float8_e4m3fn"), DType::kFloat8E4M3FN);
-  EXPECT_THAT(DTypeFromTorch("torch.complex64"),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "no ckpt equivalent"));
+  EXPECT_THAT(
+      DTypeFromTorch("torch.complex64"),
+      StatusIs(absl::StatusCode::kFailedPrecondition, "no ckpt equivalent"));
 }
 
 TEST(DcpMetadataTest, GatherStridedView) {
@@ -96,11 +102,13 @@ TEST(DcpMetadataTest, GatherStridedView) {
   t.storage_numel = 6;
   t.size = {2, 3};
   t.stride = {1, 2};
-  CKPT_ASSERT_OK_AND_ASSIGN(std::string out, GatherTensor(t, std::string("\0\1\2\3\4\5", 6)));
+  CKPT_ASSERT_OK_AND_ASSIGN(std::string out,
+                            GatherTensor(t, std::string("\0\1\2\3\4\5", 6)));
   EXPECT_EQ(out, std::string("\0\2\4\1\3\5", 6));
   t.storage_offset = 1;
   EXPECT_THAT(GatherTensor(t, std::string(6, '\0')),
-              StatusIs(absl::StatusCode::kDataLoss, "reaches element 6 of a storage of 6"));
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "reaches element 6 of a storage of 6"));
 }
 
 }  // namespace

@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "absl/strings/escaping.h"
+#include "format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "format/status_macros.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ckpt::interop {
@@ -30,12 +30,15 @@ std::string Data(const std::string& name) {
 }
 
 // Protocol-2 framing around `body`.
-std::string P2(const std::string& body) { return std::string("\x80\x02", 2) + body + "."; }
+std::string P2(const std::string& body) {
+  return std::string("\x80\x02", 2) + body + ".";
+}
 
 TEST(PickleTest, PlainValues) {
   // pickle.dumps({'a': [1, -2, True, None], 'b': (b'xy', 2.5)}, protocol=4)
   const std::string data = absl::HexStringToBytes(
-      "8004952a000000000000007d94288c0161945d94284b014afeffffff884e658c0162944302787994474004"
+      "8004952a000000000000007d94288c0161945d94284b014afeffffff884e658c01629443"
+      "02787994474004"
       "0000000000008694752e");
   CKPT_ASSERT_OK_AND_ASSIGN(Unpickled u, Unpickle(data));
   const PyValue& root = *u.root;
@@ -51,13 +54,15 @@ TEST(PickleTest, PlainValues) {
   ASSERT_TRUE(b->Is(Kind::kTuple));
   EXPECT_EQ(b->items[0]->text, "xy");
   EXPECT_EQ(b->items[1]->real, 2.5);
-  EXPECT_EQ(DescribePy(root), "{'a': [1, -2, True, None], 'b': (<2 bytes>, 2.5)}");
+  EXPECT_EQ(DescribePy(root),
+            "{'a': [1, -2, True, None], 'b': (<2 bytes>, 2.5)}");
 }
 
 TEST(PickleTest, TorchSizeAndDtypeAreData) {
   // torch.Size((3, 4)) and torch.float32
-  const std::string body = std::string("ctorch\nSize\nK\x03K\x04\x86\x85R", 19) +
-                           "ctorch\nfloat32\n\x86";
+  const std::string body =
+      std::string("ctorch\nSize\nK\x03K\x04\x86\x85R", 19) +
+      "ctorch\nfloat32\n\x86";
   CKPT_ASSERT_OK_AND_ASSIGN(Unpickled u, Unpickle(P2(body)));
   EXPECT_EQ(DescribePy(*u.root), "((3, 4), torch.float32)");
 }
@@ -70,54 +75,70 @@ TEST(PickleTest, OsSystemIsRefusedByName) {
 
 TEST(PickleTest, BuiltinsEvalIsRefused) {
   EXPECT_THAT(Unpickle(P2("cbuiltins\neval\nX\x01\x00\x00\x001\x85R")),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "'builtins.eval' is not allowed"));
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "'builtins.eval' is not allowed"));
 }
 
 TEST(PickleTest, GetattrOnlyOnAnAllowListedEnum) {
-  EXPECT_THAT(
-      Unpickle(P2(std::string("cbuiltins\ngetattr\nctorch\nSize\nX\x03\x00\x00\x00" "abc\x86R", 40))),
-      StatusIs(absl::StatusCode::kDataLoss, "getattr is read only as a member"));
+  EXPECT_THAT(Unpickle(P2(std::string(
+                  "cbuiltins\ngetattr\nctorch\nSize\nX\x03\x00\x00\x00"
+                  "abc\x86R",
+                  40))),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "getattr is read only as a member"));
 }
 
 TEST(PickleTest, AllowListedClassIsNotCallable) {
-  EXPECT_THAT(Unpickle(P2("ctorch.distributed.checkpoint.metadata\nMetadata\n)R")),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "is not read as a call"));
+  EXPECT_THAT(
+      Unpickle(P2("ctorch.distributed.checkpoint.metadata\nMetadata\n)R")),
+      StatusIs(absl::StatusCode::kFailedPrecondition, "is not read as a call"));
 }
 
 // Found by ckpt_fuzz_pickle: calling the value that getattr produced threw
 // from the allow-list lookup instead of returning an error.
 TEST(PickleTest, CallingAGetattrResultIsRefusedNotThrown) {
-  EXPECT_THAT(Unpickle(P2(std::string("cbuiltins\ngetattr\n"
-                                      "ctorch.distributed.checkpoint.metadata\n_MEM_FORMAT_ENCODING\n"
-                                      "X\x01\x00\x00\x00" "A\x86R)R", 88))),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       "'torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING.A' is not read "
-                       "as a call"));
+  EXPECT_THAT(
+      Unpickle(P2(std::string(
+          "cbuiltins\ngetattr\n"
+          "ctorch.distributed.checkpoint.metadata\n_MEM_FORMAT_ENCODING\n"
+          "X\x01\x00\x00\x00"
+          "A\x86R)R",
+          88))),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               "'torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING.A' "
+               "is not read "
+               "as a call"));
 }
 
 TEST(PickleTest, UnreadOpcode) {
   EXPECT_THAT(Unpickle("I1\n."),  // protocol 0 INT
-              StatusIs(absl::StatusCode::kFailedPrecondition, "opcode 0x49 at offset 0 is not read"));
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "opcode 0x49 at offset 0 is not read"));
 }
 
 TEST(PickleTest, Truncated) {
-  EXPECT_THAT(Unpickle(std::string("\x80\x02X\xff\x00\x00\x00" "ab", 9)),
+  EXPECT_THAT(Unpickle(std::string("\x80\x02X\xff\x00\x00\x00"
+                                   "ab",
+                                   9)),
               StatusIs(absl::StatusCode::kDataLoss, "past the end"));
   EXPECT_THAT(Unpickle(std::string("\x80\x02K\x01", 4)),
               StatusIs(absl::StatusCode::kDataLoss, "ends without STOP"));
 }
 
 TEST(PickleTest, StackUnderflow) {
-  EXPECT_THAT(Unpickle(P2("\x85")), StatusIs(absl::StatusCode::kDataLoss, "stack underflow"));
+  EXPECT_THAT(Unpickle(P2("\x85")),
+              StatusIs(absl::StatusCode::kDataLoss, "stack underflow"));
 }
 
 TEST(PickleTest, MemoNeverSet) {
-  EXPECT_THAT(Unpickle(P2("h\x07")), StatusIs(absl::StatusCode::kDataLoss, "memo 7 was never set"));
+  EXPECT_THAT(Unpickle(P2("h\x07")),
+              StatusIs(absl::StatusCode::kDataLoss, "memo 7 was never set"));
 }
 
 TEST(PickleTest, MarkDepthLimit) {
-  EXPECT_THAT(Unpickle(P2(std::string(kPickleMaxMarkDepth + 1, '('))),
-              StatusIs(absl::StatusCode::kResourceExhausted, "MARKs nest deeper"));
+  EXPECT_THAT(
+      Unpickle(P2(std::string(kPickleMaxMarkDepth + 1, '('))),
+      StatusIs(absl::StatusCode::kResourceExhausted, "MARKs nest deeper"));
 }
 
 TEST(PickleTest, IntegerWiderThan64Bits) {
@@ -127,19 +148,24 @@ TEST(PickleTest, IntegerWiderThan64Bits) {
 
 TEST(PickleTest, SelfReferenceIsHarmless) {
   // l = []; l.append(l)
-  CKPT_ASSERT_OK_AND_ASSIGN(Unpickled u, Unpickle(P2(std::string("]q\x00h\x00" "a", 6))));
+  CKPT_ASSERT_OK_AND_ASSIGN(Unpickled u, Unpickle(P2(std::string("]q\x00h\x00"
+                                                                 "a",
+                                                                 6))));
   EXPECT_EQ(u.root->items[0], u.root);
   EXPECT_EQ(DescribePy(*u.root, 40, 3), "[[[...]]]");
 }
 
 TEST(PickleTest, ExtraValuesOnTheStackAtStop) {
-  EXPECT_THAT(Unpickle(P2("NN")), StatusIs(absl::StatusCode::kDataLoss, "2 values on the stack"));
+  EXPECT_THAT(Unpickle(P2("NN")),
+              StatusIs(absl::StatusCode::kDataLoss, "2 values on the stack"));
 }
 
 TEST(PickleTest, AllowListNamesTheDcpClassesOfBothPytorchGenerations) {
   std::vector<std::string> g = AllowedGlobals();
-  EXPECT_THAT(g, ::testing::Contains("torch.distributed.checkpoint.metadata.Metadata"));
-  EXPECT_THAT(g, ::testing::Contains("torch.distributed._shard.checkpoint.metadata.Metadata"));
+  EXPECT_THAT(
+      g, ::testing::Contains("torch.distributed.checkpoint.metadata.Metadata"));
+  EXPECT_THAT(g, ::testing::Contains(
+                     "torch.distributed._shard.checkpoint.metadata.Metadata"));
   EXPECT_THAT(g, ::testing::Not(::testing::Contains("posix.system")));
   EXPECT_THAT(g, ::testing::Not(::testing::Contains("builtins.eval")));
 }

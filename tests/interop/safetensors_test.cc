@@ -8,9 +8,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "format/status_macros.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ckpt::interop {
@@ -37,13 +37,15 @@ absl::StatusOr<SafetensorsHeader> DecodeImage(const std::string& image) {
 
 std::string Image(const std::string& json, uint64_t data_bytes) {
   std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    out[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
   return out + json + std::string(data_bytes, '\0');
 }
 
 TEST(SafetensorsTest, DTypeNamesRoundTripForEveryCkptDType) {
   for (DType d : kAllDTypes) {
-    CKPT_ASSERT_OK_AND_ASSIGN(DType back, DTypeFromSafetensors(SafetensorsDTypeName(d)));
+    CKPT_ASSERT_OK_AND_ASSIGN(DType back,
+                              DTypeFromSafetensors(SafetensorsDTypeName(d)));
     EXPECT_EQ(back, d);
   }
   EXPECT_EQ(SafetensorsDTypeName(DType::kBFloat16), "BF16");
@@ -53,19 +55,24 @@ TEST(SafetensorsTest, DTypeNamesRoundTripForEveryCkptDType) {
 
 TEST(SafetensorsTest, ForeignOnlyDTypeIsFailedPrecondition) {
   EXPECT_THAT(DTypeFromSafetensors("C64"),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "C64 has no ckpt equivalent"));
-  EXPECT_THAT(DTypeFromSafetensors("F33"),
-              StatusIs(absl::StatusCode::kInvalidArgument, "unknown dtype 'F33'"));
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "C64 has no ckpt equivalent"));
+  EXPECT_THAT(
+      DTypeFromSafetensors("F33"),
+      StatusIs(absl::StatusCode::kInvalidArgument, "unknown dtype 'F33'"));
 }
 
 TEST(SafetensorsTest, EncodeDecodeRoundTrip) {
-  std::vector<SafetensorsTensor> ts = {{"b.w", DType::kBFloat16, {2, 3}, 0, 12},
-                                       {"a", DType::kFloat8E5M2, {}, 12, 13},
-                                       {"empty", DType::kFloat32, {0, 4}, 13, 13}};
-  CKPT_ASSERT_OK_AND_ASSIGN(std::string head,
-                            EncodeSafetensorsHeader(ts, {{"format", "pt"}, {"k", "v"}}));
+  std::vector<SafetensorsTensor> ts = {
+      {"b.w", DType::kBFloat16, {2, 3}, 0, 12},
+      {"a", DType::kFloat8E5M2, {}, 12, 13},
+      {"empty", DType::kFloat32, {0, 4}, 13, 13}};
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      std::string head,
+      EncodeSafetensorsHeader(ts, {{"format", "pt"}, {"k", "v"}}));
   EXPECT_EQ(head.size() % 8, 0u);
-  CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsHeader h, DecodeImage(head + std::string(13, 'x')));
+  CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsHeader h,
+                            DecodeImage(head + std::string(13, 'x')));
   EXPECT_EQ(h.data_offset, head.size());
   ASSERT_EQ(h.tensors.size(), 3u);
   EXPECT_EQ(h.tensors[0].name, "b.w");
@@ -74,8 +81,8 @@ TEST(SafetensorsTest, EncodeDecodeRoundTrip) {
   EXPECT_EQ(h.tensors[1].dtype, DType::kFloat8E5M2);
   EXPECT_EQ(h.tensors[1].shape, Shape{});
   EXPECT_EQ(h.tensors[2].begin, 13u);
-  EXPECT_EQ(h.metadata,
-            (std::vector<std::pair<std::string, std::string>>{{"format", "pt"}, {"k", "v"}}));
+  EXPECT_EQ(h.metadata, (std::vector<std::pair<std::string, std::string>>{
+                            {"format", "pt"}, {"k", "v"}}));
   // The JSON starts with __metadata__, as the reference writes it.
   EXPECT_EQ(head.substr(8, 16), "{\"__metadata__\":");
 }
@@ -90,14 +97,16 @@ TEST(SafetensorsTest, HeaderLengthBeyondLimit) {
   const uint64_t n = kSafetensorsMaxHeader + 1;
   std::memcpy(image.data(), &n, 8);
   EXPECT_THAT(DecodeSafetensorsHeaderLength(image, 1ull << 40),
-              StatusIs(absl::StatusCode::kDataLoss, "exceeds the limit of 100000000 bytes"));
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "exceeds the limit of 100000000 bytes"));
 }
 
 TEST(SafetensorsTest, HeaderLengthPastEndOfFile) {
   std::string image = Image("{}", 0);
   image[0] = 100;
   EXPECT_THAT(DecodeSafetensorsHeaderLength(image, image.size()),
-              StatusIs(absl::StatusCode::kDataLoss, "header length 100 runs past the end"));
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "header length 100 runs past the end"));
 }
 
 TEST(SafetensorsTest, FileShorterThanLength) {
@@ -111,13 +120,15 @@ TEST(SafetensorsTest, HeaderNotStartingWithBrace) {
 }
 
 TEST(SafetensorsTest, MalformedJson) {
-  EXPECT_THAT(DecodeImage(Image("{\"a\":", 0)),
-              StatusIs(absl::StatusCode::kDataLoss, "not well-formed UTF-8 JSON"));
+  EXPECT_THAT(
+      DecodeImage(Image("{\"a\":", 0)),
+      StatusIs(absl::StatusCode::kDataLoss, "not well-formed UTF-8 JSON"));
 }
 
 TEST(SafetensorsTest, InvalidUtf8InHeader) {
-  EXPECT_THAT(DecodeImage(Image("{\"\xc3\x28\":{}}", 0)),
-              StatusIs(absl::StatusCode::kDataLoss, "not well-formed UTF-8 JSON"));
+  EXPECT_THAT(
+      DecodeImage(Image("{\"\xc3\x28\":{}}", 0)),
+      StatusIs(absl::StatusCode::kDataLoss, "not well-formed UTF-8 JSON"));
 }
 
 TEST(SafetensorsTest, DuplicateKey) {
@@ -127,70 +138,91 @@ TEST(SafetensorsTest, DuplicateKey) {
 }
 
 TEST(SafetensorsTest, UnknownDType) {
-  EXPECT_THAT(DecodeImage(Image(R"({"x":{"dtype":"Q8","shape":[1],"data_offsets":[0,1]}})", 1)),
-              StatusIs(absl::StatusCode::kInvalidArgument, "tensor 'x': unknown dtype 'Q8'"));
+  EXPECT_THAT(
+      DecodeImage(
+          Image(R"({"x":{"dtype":"Q8","shape":[1],"data_offsets":[0,1]}})", 1)),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "tensor 'x': unknown dtype 'Q8'"));
 }
 
 TEST(SafetensorsTest, NegativeDim) {
-  EXPECT_THAT(DecodeImage(Image(R"({"x":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", 1)),
-              StatusIs(absl::StatusCode::kDataLoss, "a dim is not a non-negative integer"));
+  EXPECT_THAT(
+      DecodeImage(Image(
+          R"({"x":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", 1)),
+      StatusIs(absl::StatusCode::kDataLoss,
+               "a dim is not a non-negative integer"));
 }
 
 TEST(SafetensorsTest, OffsetsNotContiguous) {
-  EXPECT_THAT(DecodeImage(Image(R"({"x":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", 2)),
-              StatusIs(absl::StatusCode::kDataLoss, "not contiguous (expected begin 0)"));
+  EXPECT_THAT(
+      DecodeImage(
+          Image(R"({"x":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", 2)),
+      StatusIs(absl::StatusCode::kDataLoss,
+               "not contiguous (expected begin 0)"));
 }
 
 TEST(SafetensorsTest, OffsetsOverlap) {
-  EXPECT_THAT(
-      DecodeImage(Image(R"({"x":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
-                        R"("y":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})",
-                        3)),
-      StatusIs(absl::StatusCode::kDataLoss, "tensor 'y': data_offsets [1, 3] are not contiguous"));
+  EXPECT_THAT(DecodeImage(Image(
+                  R"({"x":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
+                  R"("y":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})",
+                  3)),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "tensor 'y': data_offsets [1, 3] are not contiguous"));
 }
 
 TEST(SafetensorsTest, ByteCountDiffersFromShape) {
-  EXPECT_THAT(DecodeImage(Image(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4)),
-              StatusIs(absl::StatusCode::kDataLoss, "4 bytes in data_offsets [0, 4] != 8 bytes"));
+  EXPECT_THAT(
+      DecodeImage(Image(
+          R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4)),
+      StatusIs(absl::StatusCode::kDataLoss,
+               "4 bytes in data_offsets [0, 4] != 8 bytes"));
 }
 
 TEST(SafetensorsTest, DataNotCovered) {
-  EXPECT_THAT(DecodeImage(Image(R"({"x":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 2)),
-              StatusIs(absl::StatusCode::kDataLoss, "cover 1 bytes of the data, which holds 2"));
+  EXPECT_THAT(
+      DecodeImage(
+          Image(R"({"x":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 2)),
+      StatusIs(absl::StatusCode::kDataLoss,
+               "cover 1 bytes of the data, which holds 2"));
 }
 
 TEST(SafetensorsTest, ShapeOverflow) {
-  EXPECT_THAT(DecodeImage(Image(R"({"x":{"dtype":"F64","shape":[4294967296,4294967296],)"
-                                R"("data_offsets":[0,1]}})",
-                                1)),
+  EXPECT_THAT(DecodeImage(Image(
+                  R"({"x":{"dtype":"F64","shape":[4294967296,4294967296],)"
+                  R"("data_offsets":[0,1]}})",
+                  1)),
               StatusIs(absl::StatusCode::kDataLoss, "overflows"));
 }
 
 TEST(SafetensorsTest, MetadataValueNotString) {
-  EXPECT_THAT(DecodeImage(Image(R"({"__metadata__":{"a":1}})", 0)),
-              StatusIs(absl::StatusCode::kDataLoss, "value of 'a' is not a string"));
+  EXPECT_THAT(
+      DecodeImage(Image(R"({"__metadata__":{"a":1}})", 0)),
+      StatusIs(absl::StatusCode::kDataLoss, "value of 'a' is not a string"));
 }
 
 TEST(SafetensorsTest, NestingTooDeep) {
-  EXPECT_THAT(DecodeImage(Image("{\"a\":" + std::string(100, '[') + std::string(100, ']') + "}",
-                                0)),
-              StatusIs(absl::StatusCode::kDataLoss, "nests deeper than 64"));
+  EXPECT_THAT(
+      DecodeImage(Image(
+          "{\"a\":" + std::string(100, '[') + std::string(100, ']') + "}", 0)),
+      StatusIs(absl::StatusCode::kDataLoss, "nests deeper than 64"));
 }
 
 // The reference implementation's sample files: nine one-tensor files and
 // one with all nine, each tensor [-3, -2, -1, 0, 1, 2] in its dtype
 // (unsigned: wrapped), metadata {"test": "a"}.
 TEST(SafetensorsTest, ReferenceSampleFilesReadExactly) {
-  const std::string dir = std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/safetensors/";
+  const std::string dir =
+      std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/safetensors/";
   const std::string image = ReadFile(dir + "overall.safetensors");
   ASSERT_EQ(image.size(), 702u);
   CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsHeader h, DecodeImage(image));
-  EXPECT_EQ(h.metadata, (std::vector<std::pair<std::string, std::string>>{{"test", "a"}}));
+  EXPECT_EQ(h.metadata,
+            (std::vector<std::pair<std::string, std::string>>{{"test", "a"}}));
   ASSERT_EQ(h.tensors.size(), 9u);
   const char* names[] = {"B", "H", "I", "b", "d", "e", "f", "h", "i"};
-  const DType dtypes[] = {DType::kUInt8, DType::kUInt16,  DType::kUInt32,
-                          DType::kInt8,  DType::kFloat64, DType::kFloat16,
-                          DType::kFloat32, DType::kInt16, DType::kInt32};
+  const DType dtypes[] = {DType::kUInt8,   DType::kUInt16,  DType::kUInt32,
+                          DType::kInt8,    DType::kFloat64, DType::kFloat16,
+                          DType::kFloat32, DType::kInt16,   DType::kInt32};
   for (int i = 0; i < 9; ++i) {
     const SafetensorsTensor& t = h.tensors[i];
     EXPECT_EQ(t.name, names[i]);
@@ -201,24 +233,50 @@ TEST(SafetensorsTest, ReferenceSampleFilesReadExactly) {
       const int want = k - 3;
       double got = 0;
       switch (t.dtype) {
-        case DType::kUInt8: got = static_cast<int8_t>(p[k]); break;
-        case DType::kInt8: got = static_cast<int8_t>(p[k]); break;
+        case DType::kUInt8:
+          got = static_cast<int8_t>(p[k]);
+          break;
+        case DType::kInt8:
+          got = static_cast<int8_t>(p[k]);
+          break;
         case DType::kUInt16:
-        case DType::kInt16: { int16_t v; std::memcpy(&v, p + 2 * k, 2); got = v; break; }
+        case DType::kInt16: {
+          int16_t v;
+          std::memcpy(&v, p + 2 * k, 2);
+          got = v;
+          break;
+        }
         case DType::kUInt32:
-        case DType::kInt32: { int32_t v; std::memcpy(&v, p + 4 * k, 4); got = v; break; }
-        case DType::kFloat32: { float v; std::memcpy(&v, p + 4 * k, 4); got = v; break; }
-        case DType::kFloat64: { double v; std::memcpy(&v, p + 8 * k, 8); got = v; break; }
+        case DType::kInt32: {
+          int32_t v;
+          std::memcpy(&v, p + 4 * k, 4);
+          got = v;
+          break;
+        }
+        case DType::kFloat32: {
+          float v;
+          std::memcpy(&v, p + 4 * k, 4);
+          got = v;
+          break;
+        }
+        case DType::kFloat64: {
+          double v;
+          std::memcpy(&v, p + 8 * k, 8);
+          got = v;
+          break;
+        }
         case DType::kFloat16: {
           uint16_t v;
           std::memcpy(&v, p + 2 * k, 2);
           // -3..2 in IEEE half: sign, exponent and the top mantissa bits.
-          const uint16_t want16[] = {0xc200, 0xc000, 0xbc00, 0x0000, 0x3c00, 0x4000};
+          const uint16_t want16[] = {0xc200, 0xc000, 0xbc00,
+                                     0x0000, 0x3c00, 0x4000};
           EXPECT_EQ(v, want16[k]) << t.name << "[" << k << "]";
           got = want;
           break;
         }
-        default: FAIL() << "unexpected dtype";
+        default:
+          FAIL() << "unexpected dtype";
       }
       EXPECT_EQ(got, want) << t.name << "[" << k << "]";
     }
@@ -230,7 +288,8 @@ TEST(SafetensorsTest, ReferenceSampleFilesReadExactly) {
     ASSERT_EQ(s.tensors.size(), 1u);
     EXPECT_EQ(s.tensors[0].dtype, dtypes[i]);
     const SafetensorsTensor& t = h.tensors[i];
-    EXPECT_EQ(one.substr(s.data_offset), image.substr(h.data_offset + t.begin, t.end - t.begin));
+    EXPECT_EQ(one.substr(s.data_offset),
+              image.substr(h.data_offset + t.begin, t.end - t.begin));
   }
 }
 
@@ -243,15 +302,19 @@ TEST(HfIndexTest, RoundTrip) {
   EXPECT_TRUE(out.has_total_size);
   EXPECT_EQ(out.total_size, 1234u);
   EXPECT_EQ(out.weight_map[0].first, "a");
-  EXPECT_EQ(out.files, (std::vector<std::string>{"model-00001-of-00002.safetensors",
-                                                 "model-00002-of-00002.safetensors"}));
+  EXPECT_EQ(out.files,
+            (std::vector<std::string>{"model-00001-of-00002.safetensors",
+                                      "model-00002-of-00002.safetensors"}));
   EXPECT_EQ(HfShardName(0, 3), "model-00001-of-00003.safetensors");
 }
 
 TEST(HfIndexTest, FileOutsideTheDirectory) {
-  for (const char* f : {"../x.safetensors", "/etc/passwd", "sub/x.safetensors", "..", ""}) {
-    EXPECT_THAT(DecodeHfIndex(std::string(R"({"weight_map":{"w":")") + f + "\"}}"),
-                StatusIs(absl::StatusCode::kDataLoss, "not a file inside the index's directory"))
+  for (const char* f :
+       {"../x.safetensors", "/etc/passwd", "sub/x.safetensors", "..", ""}) {
+    EXPECT_THAT(
+        DecodeHfIndex(std::string(R"({"weight_map":{"w":")") + f + "\"}}"),
+        StatusIs(absl::StatusCode::kDataLoss,
+                 "not a file inside the index's directory"))
         << f;
   }
 }
@@ -266,8 +329,10 @@ TEST(ParseByteSizeTest, UnitsAsTransformers) {
   EXPECT_EQ(*ParseByteSize("500MiB"), 500ull << 20);
   EXPECT_EQ(*ParseByteSize("10kb"), 10000u);
   EXPECT_EQ(*ParseByteSize("4096"), 4096u);
-  EXPECT_THAT(ParseByteSize("0"), StatusIs(absl::StatusCode::kInvalidArgument, "'0'"));
-  EXPECT_THAT(ParseByteSize("five"), StatusIs(absl::StatusCode::kInvalidArgument, "'five'"));
+  EXPECT_THAT(ParseByteSize("0"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "'0'"));
+  EXPECT_THAT(ParseByteSize("five"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "'five'"));
 }
 
 }  // namespace

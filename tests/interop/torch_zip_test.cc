@@ -8,9 +8,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "format/status_macros.h"
 #include "interop/dcp_metadata.h"
 #include "interop/pickle.h"
 #include "tests/testing/status_matchers.h"
@@ -21,7 +21,8 @@ namespace {
 using ::ckpt::testing::StatusIs;
 
 std::string Data(const std::string& name) {
-  std::ifstream in(std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/" + name, std::ios::binary);
+  std::ifstream in(std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/" + name,
+                   std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -35,16 +36,17 @@ TEST(TorchZipTest, ReadsARecordOfTorchSave) {
   ASSERT_NE(r.version, nullptr);
   EXPECT_NE(zip.Find("archive/byteorder"), nullptr);
   for (const ZipEntry& e : zip.entries) CKPT_EXPECT_OK(VerifyZipEntry(rec, e));
-  CKPT_ASSERT_OK_AND_ASSIGN(Unpickled u,
-                            Unpickle(absl::string_view(rec).substr(r.pickle->data_offset,
-                                                                   r.pickle->size)));
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      Unpickled u, Unpickle(absl::string_view(rec).substr(r.pickle->data_offset,
+                                                          r.pickle->size)));
   CKPT_ASSERT_OK_AND_ASSIGN(TorchTensorRef t, DecodeTorchTensor(*u.root));
   EXPECT_EQ(t.dtype, DType::kFloat32);
   EXPECT_EQ(t.size, Shape{4});
   const ZipEntry* st = r.Storage(zip, t.storage_key);
   ASSERT_NE(st, nullptr);
   CKPT_ASSERT_OK_AND_ASSIGN(std::string bytes,
-                            GatherTensor(t, absl::string_view(rec).substr(st->data_offset, st->size)));
+                            GatherTensor(t, absl::string_view(rec).substr(
+                                                st->data_offset, st->size)));
   std::vector<float> v(4);
   std::memcpy(v.data(), bytes.data(), 16);
   EXPECT_EQ(v, (std::vector<float>{0, 1, 2, 3}));
@@ -74,15 +76,19 @@ TEST(TorchZipTest, OverlapOfTwoWellFormedEntries) {
     v += 10;
     std::memcpy(rec.data() + cd + field, &v, 4);
   }
-  EXPECT_THAT(ParseZip(rec), StatusIs(absl::StatusCode::kDataLoss,
-                                      "entry 'archive/byteorder' overlaps entry 'archive/data.pkl'"));
+  EXPECT_THAT(
+      ParseZip(rec),
+      StatusIs(absl::StatusCode::kDataLoss,
+               "entry 'archive/byteorder' overlaps entry 'archive/data.pkl'"));
 }
 
 TEST(TorchZipTest, TruncatedArchive) {
   const std::string rec = Data("hostile/record.zip");
-  EXPECT_THAT(ParseZip(rec.substr(0, rec.size() - 10)),
-              StatusIs(absl::StatusCode::kDataLoss, "no end of central directory"));
-  EXPECT_THAT(ParseZip("PK"), StatusIs(absl::StatusCode::kDataLoss, "too short"));
+  EXPECT_THAT(
+      ParseZip(rec.substr(0, rec.size() - 10)),
+      StatusIs(absl::StatusCode::kDataLoss, "no end of central directory"));
+  EXPECT_THAT(ParseZip("PK"),
+              StatusIs(absl::StatusCode::kDataLoss, "too short"));
 }
 
 TEST(TorchZipTest, CentralDirectoryOutsideTheArchive) {
@@ -92,7 +98,8 @@ TEST(TorchZipTest, CentralDirectoryOutsideTheArchive) {
   rec[end + 17] = '\xff';
   rec[end + 18] = '\xff';
   rec[end + 19] = '\x7f';
-  EXPECT_THAT(ParseZip(rec), StatusIs(absl::StatusCode::kDataLoss, "outside the archive"));
+  EXPECT_THAT(ParseZip(rec),
+              StatusIs(absl::StatusCode::kDataLoss, "outside the archive"));
 }
 
 TEST(TorchZipTest, CrcMismatch) {
@@ -101,15 +108,17 @@ TEST(TorchZipTest, CrcMismatch) {
   const ZipEntry* data = zip.Find("archive/data/0");
   ASSERT_NE(data, nullptr);
   rec[data->data_offset] ^= 1;
-  EXPECT_THAT(VerifyZipEntry(rec, *data),
-              StatusIs(absl::StatusCode::kDataLoss, "entry 'archive/data/0': CRC-32"));
+  EXPECT_THAT(
+      VerifyZipEntry(rec, *data),
+      StatusIs(absl::StatusCode::kDataLoss, "entry 'archive/data/0': CRC-32"));
 }
 
 TEST(TorchZipTest, NotATorchRecord) {
   // An archive without data.pkl: the compressed fixture's names, stored.
   ZipArchive zip;
   zip.entries.push_back({"x/other", 0, 0, 0});
-  EXPECT_THAT(FindTorchRecord(zip), StatusIs(absl::StatusCode::kDataLoss, "no <dir>/data.pkl"));
+  EXPECT_THAT(FindTorchRecord(zip),
+              StatusIs(absl::StatusCode::kDataLoss, "no <dir>/data.pkl"));
 }
 
 }  // namespace

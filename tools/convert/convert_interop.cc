@@ -17,13 +17,13 @@ namespace ckpt::tools {
 namespace {
 
 absl::Status OnlyFor(const char* flag, const char* mode) {
-  return absl::InvalidArgumentError(absl::StrCat(flag, " applies to ", mode, " only"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, " applies to ", mode, " only"));
 }
 
 std::string Plural(size_t n, const char* one, const char* many) {
   return absl::StrCat(n, " ", n == 1 ? one : many);
 }
-
 
 }  // namespace
 
@@ -37,26 +37,31 @@ absl::Status CheckInteropOptions(const ConvertOptions& o) {
     if (!o.codec.empty()) return OnlyFor("--codec", "--from");
     if (o.ranks > 0) return OnlyFor("--ranks", "--from safetensors");
   } else {
-    if (!o.max_shard_size.empty()) return OnlyFor("--max-shard-size", "--to safetensors");
+    if (!o.max_shard_size.empty())
+      return OnlyFor("--max-shard-size", "--to safetensors");
     if (!o.include.empty() || !o.exclude.empty()) {
       return OnlyFor("--include/--exclude", "--to safetensors");
     }
-    if (o.from == "dcp" && o.ranks > 0) return OnlyFor("--ranks", "--from safetensors");
+    if (o.from == "dcp" && o.ranks > 0)
+      return OnlyFor("--ranks", "--from safetensors");
     if (!o.codec.empty() && o.codec != "none" && o.codec != "zstd") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown codec '", o.codec, "' for --codec; supported: none, zstd"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown codec '", o.codec, "' for --codec; supported: none, zstd"));
     }
   }
   if (o.threads < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--threads ", o.threads, " must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--threads ", o.threads, " must be >= 1"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> RunSafetensorsExport(const ConvertOptions& o, std::ostream& out) {
+absl::StatusOr<int> RunSafetensorsExport(const ConvertOptions& o,
+                                         std::ostream& out) {
   SafetensorsExportOptions eo;
   if (!o.max_shard_size.empty()) {
-    CKPT_ASSIGN_OR_RETURN(eo.max_shard_bytes, interop::ParseByteSize(o.max_shard_size));
+    CKPT_ASSIGN_OR_RETURN(eo.max_shard_bytes,
+                          interop::ParseByteSize(o.max_shard_size));
   }
   eo.include = o.include;
   eo.exclude = o.exclude;
@@ -67,10 +72,12 @@ absl::StatusOr<int> RunSafetensorsExport(const ConvertOptions& o, std::ostream& 
     if (!progress) progress = std::make_unique<Progress>("export", total);
     progress->Add(n);
   };
-  CKPT_ASSIGN_OR_RETURN(SafetensorsExportResult r, ExportSafetensors(o.source, o.destination, eo));
+  CKPT_ASSIGN_OR_RETURN(SafetensorsExportResult r,
+                        ExportSafetensors(o.source, o.destination, eo));
   if (progress) progress->Finish();
   size_t objects = 0;
-  for (const auto& e : r.entries) objects += e.kind == format::EntryKind::kObject;
+  for (const auto& e : r.entries)
+    objects += e.kind == format::EntryKind::kObject;
   const size_t tensors = r.entries.size() - objects;
   if (o.json) {
     nlohmann::ordered_json j;
@@ -89,19 +96,23 @@ absl::StatusOr<int> RunSafetensorsExport(const ConvertOptions& o, std::ostream& 
     j["metadata_keys"] = r.metadata_count;
     j["total_size"] = r.total_size;
     nlohmann::ordered_json files = nlohmann::ordered_json::array();
-    for (const auto& [name, size] : r.files) files.push_back({{"name", name}, {"bytes", size}});
+    for (const auto& [name, size] : r.files)
+      files.push_back({{"name", name}, {"bytes", size}});
     j["files"] = std::move(files);
     nlohmann::ordered_json entries = nlohmann::ordered_json::array();
     for (const auto& e : r.entries) {
-      entries.push_back({{"name", e.name},
-                         {"kind", e.kind == format::EntryKind::kObject ? "object" : "tensor"},
-                         {"dtype", std::string(interop::SafetensorsDTypeName(e.dtype))},
-                         {"shape", std::vector<uint64_t>(e.shape.begin(), e.shape.end())},
-                         {"file", e.file},
-                         {"bytes", e.bytes}});
+      entries.push_back(
+          {{"name", e.name},
+           {"kind", e.kind == format::EntryKind::kObject ? "object" : "tensor"},
+           {"dtype", std::string(interop::SafetensorsDTypeName(e.dtype))},
+           {"shape", std::vector<uint64_t>(e.shape.begin(), e.shape.end())},
+           {"file", e.file},
+           {"bytes", e.bytes}});
     }
     j["entries"] = std::move(entries);
-    out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    out << j.dump(2, ' ', false,
+                  nlohmann::ordered_json::error_handler_t::replace)
+        << "\n";
     return kExitOk;
   }
   out << "exported " << r.checkpoint_dir << " to " << r.output << "\n";
@@ -110,27 +121,31 @@ absl::StatusOr<int> RunSafetensorsExport(const ConvertOptions& o, std::ostream& 
     for (const auto& e : r.entries) width = std::max(width, e.name.size());
     width = std::min<size_t>(width, 60);
     for (const auto& e : r.entries) {
-      out << absl::StrFormat("  %-*s  %-7s  %-14s  %s\n", static_cast<int>(width), e.name,
-                             interop::SafetensorsDTypeName(e.dtype), ShapeText(e.shape), e.file);
+      out << absl::StrFormat(
+          "  %-*s  %-7s  %-14s  %s\n", static_cast<int>(width), e.name,
+          interop::SafetensorsDTypeName(e.dtype), ShapeText(e.shape), e.file);
     }
   }
-  out << "  step " << r.info.step << ", world size " << r.info.world_size << ", "
-      << Plural(tensors + objects, "entry", "entries") << " ("
-      << Plural(tensors, "tensor", "tensors") << ", " << Plural(objects, "object", "objects")
-      << " as U8), " << HumanBytes(r.total_size) << ", "
+  out << "  step " << r.info.step << ", world size " << r.info.world_size
+      << ", " << Plural(tensors + objects, "entry", "entries") << " ("
+      << Plural(tensors, "tensor", "tensors") << ", "
+      << Plural(objects, "object", "objects") << " as U8), "
+      << HumanBytes(r.total_size) << ", "
       << Plural(r.metadata_count, "metadata key", "metadata keys");
   if (r.excluded > 0) out << ", " << r.excluded << " excluded";
   out << "\n";
   if (eo.max_shard_bytes > 0) {
-    out << "  safetensors: " << Plural(r.files.size(), "shard", "shards") << " of at most "
-        << HumanBytes(eo.max_shard_bytes) << " and " << interop::kHfIndexName << "\n";
+    out << "  safetensors: " << Plural(r.files.size(), "shard", "shards")
+        << " of at most " << HumanBytes(eo.max_shard_bytes) << " and "
+        << interop::kHfIndexName << "\n";
   } else {
     out << "  safetensors: one file\n";
   }
   return kExitOk;
 }
 
-absl::StatusOr<int> RunSafetensorsImport(const ConvertOptions& o, std::ostream& out) {
+absl::StatusOr<int> RunSafetensorsImport(const ConvertOptions& o,
+                                         std::ostream& out) {
   SafetensorsImportOptions io;
   io.step = o.step;
   io.ranks = o.ranks > 0 ? o.ranks : 1;
@@ -164,15 +179,18 @@ absl::StatusOr<int> RunSafetensorsImport(const ConvertOptions& o, std::ostream& 
     j["logical_bytes"] = r.logical_bytes;
     nlohmann::ordered_json entries = nlohmann::ordered_json::array();
     for (const auto& e : r.entries) {
-      entries.push_back({{"name", e.name},
-                         {"kind", e.object ? "object" : "tensor"},
-                         {"dtype", std::string(DTypeName(e.dtype))},
-                         {"shape", std::vector<uint64_t>(e.shape.begin(), e.shape.end())},
-                         {"file", e.file},
-                         {"bytes", e.bytes}});
+      entries.push_back(
+          {{"name", e.name},
+           {"kind", e.object ? "object" : "tensor"},
+           {"dtype", std::string(DTypeName(e.dtype))},
+           {"shape", std::vector<uint64_t>(e.shape.begin(), e.shape.end())},
+           {"file", e.file},
+           {"bytes", e.bytes}});
     }
     j["entries"] = std::move(entries);
-    out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    out << j.dump(2, ' ', false,
+                  nlohmann::ordered_json::error_handler_t::replace)
+        << "\n";
     return kExitOk;
   }
   out << "imported " << r.input << " into " << r.checkpoint << "\n";
@@ -181,16 +199,19 @@ absl::StatusOr<int> RunSafetensorsImport(const ConvertOptions& o, std::ostream& 
     for (const auto& e : r.entries) width = std::max(width, e.name.size());
     width = std::min<size_t>(width, 60);
     for (const auto& e : r.entries) {
-      out << absl::StrFormat("  %-*s  %-13s  %-14s  %s\n", static_cast<int>(width), e.name,
-                             e.object ? "object" : std::string(DTypeName(e.dtype)),
-                             ShapeText(e.shape), e.file);
+      out << absl::StrFormat(
+          "  %-*s  %-13s  %-14s  %s\n", static_cast<int>(width), e.name,
+          e.object ? "object" : std::string(DTypeName(e.dtype)),
+          ShapeText(e.shape), e.file);
     }
   }
   out << "  step " << r.step << ", " << Plural(r.ranks, "rank", "ranks") << ", "
       << Plural(tensors + objects, "entry", "entries") << " ("
-      << Plural(tensors, "tensor", "tensors") << ", " << Plural(objects, "object", "objects")
-      << ") from " << Plural(r.files, "file", "files") << ", " << HumanBytes(r.logical_bytes)
-      << ", " << Plural(r.metadata_keys, "metadata key", "metadata keys") << "\n";
+      << Plural(tensors, "tensor", "tensors") << ", "
+      << Plural(objects, "object", "objects") << ") from "
+      << Plural(r.files, "file", "files") << ", " << HumanBytes(r.logical_bytes)
+      << ", " << Plural(r.metadata_keys, "metadata key", "metadata keys")
+      << "\n";
   return kExitOk;
 }
 
@@ -205,7 +226,8 @@ absl::StatusOr<int> RunDcpImport(const ConvertOptions& o, std::ostream& out) {
     if (!progress) progress = std::make_unique<Progress>("import", total);
     progress->Add(n);
   };
-  CKPT_ASSIGN_OR_RETURN(DcpImportResult r, ImportDcp(o.source, o.destination, io));
+  CKPT_ASSIGN_OR_RETURN(DcpImportResult r,
+                        ImportDcp(o.source, o.destination, io));
   if (progress) progress->Finish();
   size_t objects = 0, chunks = 0;
   for (const auto& e : r.entries) {
@@ -231,34 +253,40 @@ absl::StatusOr<int> RunDcpImport(const ConvertOptions& o, std::ostream& out) {
     j["logical_bytes"] = r.logical_bytes;
     nlohmann::ordered_json entries = nlohmann::ordered_json::array();
     for (const auto& e : r.entries) {
-      entries.push_back({{"name", e.name},
-                         {"kind", e.object ? "object" : "tensor"},
-                         {"dtype", std::string(DTypeName(e.dtype))},
-                         {"shape", std::vector<uint64_t>(e.shape.begin(), e.shape.end())},
-                         {"chunks", e.chunks},
-                         {"bytes", e.bytes}});
+      entries.push_back(
+          {{"name", e.name},
+           {"kind", e.object ? "object" : "tensor"},
+           {"dtype", std::string(DTypeName(e.dtype))},
+           {"shape", std::vector<uint64_t>(e.shape.begin(), e.shape.end())},
+           {"chunks", e.chunks},
+           {"bytes", e.bytes}});
     }
     j["entries"] = std::move(entries);
-    out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    out << j.dump(2, ' ', false,
+                  nlohmann::ordered_json::error_handler_t::replace)
+        << "\n";
     return kExitOk;
   }
-  out << "imported " << r.input << " (" << r.format << ", " << r.module << ") into "
-      << r.checkpoint << "\n";
+  out << "imported " << r.input << " (" << r.format << ", " << r.module
+      << ") into " << r.checkpoint << "\n";
   if (o.verbose) {
     size_t width = 0;
     for (const auto& e : r.entries) width = std::max(width, e.name.size());
     width = std::min<size_t>(width, 60);
     for (const auto& e : r.entries) {
-      out << absl::StrFormat("  %-*s  %-13s  %-14s  %s\n", static_cast<int>(width), e.name,
-                             e.object ? "object" : std::string(DTypeName(e.dtype)),
-                             ShapeText(e.shape), Plural(e.chunks, "chunk", "chunks"));
+      out << absl::StrFormat(
+          "  %-*s  %-13s  %-14s  %s\n", static_cast<int>(width), e.name,
+          e.object ? "object" : std::string(DTypeName(e.dtype)),
+          ShapeText(e.shape), Plural(e.chunks, "chunk", "chunks"));
     }
   }
-  out << "  step " << r.step << ", " << Plural(r.world_size, "rank", "ranks") << " (as saved), "
-      << Plural(tensors + objects, "entry", "entries") << " ("
-      << Plural(tensors, "tensor", "tensors") << " in " << Plural(chunks, "chunk", "chunks")
-      << ", " << Plural(objects, "object", "objects") << "), " << HumanBytes(r.logical_bytes)
-      << ", " << Plural(r.metadata_keys, "metadata key", "metadata keys") << "\n";
+  out << "  step " << r.step << ", " << Plural(r.world_size, "rank", "ranks")
+      << " (as saved), " << Plural(tensors + objects, "entry", "entries")
+      << " (" << Plural(tensors, "tensor", "tensors") << " in "
+      << Plural(chunks, "chunk", "chunks") << ", "
+      << Plural(objects, "object", "objects") << "), "
+      << HumanBytes(r.logical_bytes) << ", "
+      << Plural(r.metadata_keys, "metadata key", "metadata keys") << "\n";
   return kExitOk;
 }
 

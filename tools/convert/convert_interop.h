@@ -16,9 +16,12 @@ namespace ckpt::tools {
 absl::Status CheckInteropOptions(const ConvertOptions& options);
 
 // The conversions and their human or JSON reports.
-absl::StatusOr<int> RunSafetensorsExport(const ConvertOptions& options, std::ostream& out);
-absl::StatusOr<int> RunSafetensorsImport(const ConvertOptions& options, std::ostream& out);
-absl::StatusOr<int> RunDcpImport(const ConvertOptions& options, std::ostream& out);
+absl::StatusOr<int> RunSafetensorsExport(const ConvertOptions& options,
+                                         std::ostream& out);
+absl::StatusOr<int> RunSafetensorsImport(const ConvertOptions& options,
+                                         std::ostream& out);
+absl::StatusOr<int> RunDcpImport(const ConvertOptions& options,
+                                 std::ostream& out);
 
 }  // namespace ckpt::tools
 

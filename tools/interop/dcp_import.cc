@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <memory>
 
-#include "absl/strings/str_cat.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "ckpt/in_process.h"
 #include "ckpt/mutex.h"
 #include "ckpt/writer.h"
@@ -22,9 +22,13 @@ namespace {
 // byte has been served (the writer asks for each byte once per save).
 class ChunkSource {
  public:
-  ChunkSource(const DcpInput& in, const interop::DcpTensor& t, size_t chunk, uint64_t bytes,
-              std::function<void(uint64_t)> progress)
-      : in_(in), t_(t), chunk_(chunk), total_(bytes), progress_(std::move(progress)) {}
+  ChunkSource(const DcpInput& in, const interop::DcpTensor& t, size_t chunk,
+              uint64_t bytes, std::function<void(uint64_t)> progress)
+      : in_(in),
+        t_(t),
+        chunk_(chunk),
+        total_(bytes),
+        progress_(std::move(progress)) {}
   absl::Status Read(uint64_t offset, void* dst, uint64_t n) {
     MutexLock lock(&mu_);
     if (!loaded_) {
@@ -32,8 +36,9 @@ class ChunkSource {
       loaded_ = true;
     }
     if (offset > data_.size() || n > data_.size() - offset) {
-      return absl::InternalError(absl::StrCat("chunk of '", t_.fqn, "': bytes [", offset, ", ",
-                                              offset + n, ") asked of ", data_.size()));
+      return absl::InternalError(
+          absl::StrCat("chunk of '", t_.fqn, "': bytes [", offset, ", ",
+                       offset + n, ") asked of ", data_.size()));
     }
     std::memcpy(dst, data_.data() + offset, n);
     served_ += n;
@@ -57,8 +62,10 @@ class ChunkSource {
 format::Metadata UserMetadata(const DcpInput& in) {
   format::Metadata m = {{"dcp.module", in.meta.module}};
   if (!in.meta.version.empty()) m.emplace_back("dcp.version", in.meta.version);
-  if (!in.meta.checkpoint_id.empty()) m.emplace_back("dcp.checkpoint_id", in.meta.checkpoint_id);
-  if (!in.megatron_json.empty()) m.emplace_back("megatron.metadata.json", in.megatron_json);
+  if (!in.meta.checkpoint_id.empty())
+    m.emplace_back("dcp.checkpoint_id", in.meta.checkpoint_id);
+  if (!in.megatron_json.empty())
+    m.emplace_back("megatron.metadata.json", in.megatron_json);
   return m;
 }
 
@@ -73,11 +80,14 @@ absl::Status RegisterRank(const DcpInput& in, int rank, Writer& w,
       const interop::DcpChunk& c = t.chunks[i];
       const Box box{c.offsets, c.sizes};
       const uint64_t bytes = RegionElements(box) * DTypeSize(t.dtype);
-      sources.push_back(std::make_unique<ChunkSource>(in, t, i, bytes, progress));
+      sources.push_back(
+          std::make_unique<ChunkSource>(in, t, i, bytes, progress));
       ChunkSource* src = sources.back().get();
-      CKPT_RETURN_IF_ERROR(w.AddTensorSource(
-          t.fqn, t.dtype, t.size, box,
-          [src](uint64_t offset, void* dst, uint64_t n) { return src->Read(offset, dst, n); }));
+      CKPT_RETURN_IF_ERROR(
+          w.AddTensorSource(t.fqn, t.dtype, t.size, box,
+                            [src](uint64_t offset, void* dst, uint64_t n) {
+                              return src->Read(offset, dst, n);
+                            }));
     }
   }
   if (rank != 0) return absl::OkStatus();
@@ -111,12 +121,15 @@ void Summarize(const DcpInput& in, DcpImportResult& r) {
     r.logical_bytes += n;
   }
   std::sort(r.entries.begin(), r.entries.end(),
-            [](const DcpImportedEntry& a, const DcpImportedEntry& b) { return a.name < b.name; });
+            [](const DcpImportedEntry& a, const DcpImportedEntry& b) {
+              return a.name < b.name;
+            });
 }
 
 }  // namespace
 
-absl::StatusOr<DcpImportResult> ImportDcp(const std::string& dir, const std::string& root,
+absl::StatusOr<DcpImportResult> ImportDcp(const std::string& dir,
+                                          const std::string& root,
                                           const DcpImportOptions& o) {
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DcpInput> in, OpenDcp(dir));
   DcpImportResult r;
@@ -131,13 +144,15 @@ absl::StatusOr<DcpImportResult> ImportDcp(const std::string& dir, const std::str
   std::error_code ec;
   auto st = fs::status(root, ec);
   if (!ec && fs::exists(st) && !fs::is_directory(st)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(root, ": exists and is not a directory (a checkpoint root)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        root, ": exists and is not a directory (a checkpoint root)"));
   }
-  const std::string step_dir = (fs::path(root) / format::StepDirName(r.step)).string();
+  const std::string step_dir =
+      (fs::path(root) / format::StepDirName(r.step)).string();
   if (!o.overwrite && fs::exists(step_dir, ec)) {
-    return absl::AlreadyExistsError(absl::StrCat(step_dir, ": a checkpoint of step ", r.step,
-                                                 " already exists (use --force to replace it)"));
+    return absl::AlreadyExistsError(
+        absl::StrCat(step_dir, ": a checkpoint of step ", r.step,
+                     " already exists (use --force to replace it)"));
   }
   Mutex progress_mu;
   std::function<void(uint64_t)> progress;

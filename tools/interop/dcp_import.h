@@ -32,7 +32,8 @@ struct DcpImportOptions {
   bool overwrite = false;
   format::Codec codec = format::Codec::kNone;
   int io_threads = 4;
-  std::function<void(uint64_t bytes, uint64_t total)> progress;  // any thread, serialized
+  std::function<void(uint64_t bytes, uint64_t total)>
+      progress;  // any thread, serialized
 };
 
 struct DcpImportedEntry {
@@ -58,7 +59,8 @@ struct DcpImportResult {
 
 // Errors: those of OpenDcp and ReadDcpChunk; AlreadyExists if the step
 // exists and !overwrite; the Writer's errors.
-absl::StatusOr<DcpImportResult> ImportDcp(const std::string& dir, const std::string& root,
+absl::StatusOr<DcpImportResult> ImportDcp(const std::string& dir,
+                                          const std::string& root,
                                           const DcpImportOptions& options);
 
 }  // namespace ckpt::tools

@@ -25,10 +25,12 @@ absl::Status At(const absl::Status& s, const std::string& where) {
 
 int RankOfFile(const std::string& name) {
   // "__<rank>_<n>.distcp"
-  if (!absl::StartsWith(name, "__") || !absl::EndsWith(name, ".distcp")) return 0;
+  if (!absl::StartsWith(name, "__") || !absl::EndsWith(name, ".distcp"))
+    return 0;
   std::vector<std::string> parts = absl::StrSplit(name.substr(2), '_');
   int rank = 0;
-  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &rank) || rank < 0 || rank > 65535) {
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &rank) || rank < 0 ||
+      rank > 65535) {
     return 0;
   }
   return rank;
@@ -37,7 +39,9 @@ int RankOfFile(const std::string& name) {
 absl::Status OpenFiles(DcpInput& in) {
   for (const interop::DcpStorage& s : in.meta.storage) {
     if (in.files.count(s.relative_path)) continue;
-    CKPT_ASSIGN_OR_RETURN(InputFile f, InputFile::Open((fs::path(in.dir) / s.relative_path).string()));
+    CKPT_ASSIGN_OR_RETURN(
+        InputFile f,
+        InputFile::Open((fs::path(in.dir) / s.relative_path).string()));
     in.files[s.relative_path] = std::make_shared<InputFile>(std::move(f));
     const int rank = RankOfFile(s.relative_path);
     in.file_rank[s.relative_path] = rank;
@@ -46,9 +50,9 @@ absl::Status OpenFiles(DcpInput& in) {
   for (const interop::DcpStorage& s : in.meta.storage) {
     const InputFile& f = *in.files[s.relative_path];
     if (s.offset > f.size() || s.length > f.size() - s.offset) {
-      return absl::DataLossError(absl::StrCat(f.path(), ": '", s.fqn, "' is stored at [",
-                                              s.offset, ", ", s.offset + s.length,
-                                              "), outside the file (", f.size(), " bytes)"));
+      return absl::DataLossError(absl::StrCat(
+          f.path(), ": '", s.fqn, "' is stored at [", s.offset, ", ",
+          s.offset + s.length, "), outside the file (", f.size(), " bytes)"));
     }
   }
   return absl::OkStatus();
@@ -64,9 +68,11 @@ absl::Status MatchStorage(DcpInput& in) {
   std::map<Key, const interop::DcpStorage*> by_key;
   for (const interop::DcpStorage& s : in.meta.storage) {
     std::vector<uint64_t> offs;
-    if (s.offsets.has_value()) offs.assign(s.offsets->begin(), s.offsets->end());
+    if (s.offsets.has_value())
+      offs.assign(s.offsets->begin(), s.offsets->end());
     if (!by_key.emplace(Key(s.fqn, offs), &s).second) {
-      return absl::DataLossError(absl::StrCat(md, ": '", s.fqn, "' at ", ShapeToString(offs),
+      return absl::DataLossError(absl::StrCat(md, ": '", s.fqn, "' at ",
+                                              ShapeToString(offs),
                                               " has two storage items"));
     }
   }
@@ -77,12 +83,16 @@ absl::Status MatchStorage(DcpInput& in) {
     for (const interop::DcpChunk& c : t.chunks) {
       Box box{c.offsets, c.sizes};
       absl::Status v = ValidateRegion(box, t.size);
-      if (!v.ok()) return absl::DataLossError(absl::StrCat(md, ": tensor '", t.fqn, "': ", v.message()));
+      if (!v.ok())
+        return absl::DataLossError(
+            absl::StrCat(md, ": tensor '", t.fqn, "': ", v.message()));
       regions.push_back(box);
-      auto it = by_key.find(Key(t.fqn, std::vector<uint64_t>(c.offsets.begin(), c.offsets.end())));
+      auto it = by_key.find(Key(
+          t.fqn, std::vector<uint64_t>(c.offsets.begin(), c.offsets.end())));
       if (it == by_key.end()) {
-        return absl::DataLossError(absl::StrCat(md, ": chunk ", RegionToString(box), " of '",
-                                                t.fqn, "' has no storage item"));
+        return absl::DataLossError(
+            absl::StrCat(md, ": chunk ", RegionToString(box), " of '", t.fqn,
+                         "' has no storage item"));
       }
       in.chunk_storage[t.fqn].push_back(it->second);
       in.tensor_bytes += RegionElements(box) * DTypeSize(t.dtype);
@@ -90,13 +100,15 @@ absl::Status MatchStorage(DcpInput& in) {
     }
     absl::Status cover = CheckCover(t.size, regions, /*allow_gaps=*/false);
     if (!cover.ok()) {
-      return absl::DataLossError(absl::StrCat(md, ": tensor '", t.fqn, "': ", cover.message()));
+      return absl::DataLossError(
+          absl::StrCat(md, ": tensor '", t.fqn, "': ", cover.message()));
     }
   }
   for (const std::string& b : in.meta.bytes_items) {
     auto it = by_key.find(Key(b, std::vector<uint64_t>()));
     if (it == by_key.end()) {
-      return absl::DataLossError(absl::StrCat(md, ": bytes item '", b, "' has no storage item"));
+      return absl::DataLossError(
+          absl::StrCat(md, ": bytes item '", b, "' has no storage item"));
     }
     in.bytes_storage[b] = it->second;
     in.bytes_item_bytes += it->second->length;
@@ -107,8 +119,9 @@ absl::Status MatchStorage(DcpInput& in) {
       bool known = in.bytes_storage.count(s.fqn) > 0;
       for (const auto* p : in.chunk_storage[s.fqn]) known = known || p == &s;
       if (!known) {
-        return absl::DataLossError(absl::StrCat(md, ": storage item of '", s.fqn,
-                                                "' names no chunk of the metadata"));
+        return absl::DataLossError(
+            absl::StrCat(md, ": storage item of '", s.fqn,
+                         "' names no chunk of the metadata"));
       }
     }
   }
@@ -120,11 +133,13 @@ absl::Status ReadMegatron(DcpInput& in) {
   std::error_code ec;
   if (!fs::exists(json, ec)) return absl::OkStatus();
   CKPT_ASSIGN_OR_RETURN(InputFile f, InputFile::Open(json.string()));
-  if (f.size() > (1u << 20)) return absl::DataLossError(absl::StrCat(f.path(), ": too large"));
+  if (f.size() > (1u << 20))
+    return absl::DataLossError(absl::StrCat(f.path(), ": too large"));
   CKPT_ASSIGN_OR_RETURN(in.megatron_json, f.Read(0, f.size()));
   nlohmann::json j = nlohmann::json::parse(in.megatron_json, nullptr, false);
   in.megatron = j.is_object() && j.contains("sharded_backend") &&
-                j["sharded_backend"].is_string() && j["sharded_backend"] == "torch_dist";
+                j["sharded_backend"].is_string() &&
+                j["sharded_backend"] == "torch_dist";
   if (fs::exists(fs::path(in.dir) / "common.pt", ec)) {
     in.common_path = (fs::path(in.dir) / "common.pt").string();
   }
@@ -139,10 +154,12 @@ struct Record {
   interop::TorchRecord torch;
 };
 
-absl::StatusOr<Record> ReadRecord(const DcpInput& in, const interop::DcpStorage& s) {
+absl::StatusOr<Record> ReadRecord(const DcpInput& in,
+                                  const interop::DcpStorage& s) {
   const InputFile& f = *in.files.at(s.relative_path);
   const std::string where =
-      absl::StrCat(f.path(), " [", s.offset, ", ", s.offset + s.length, ") of '", s.fqn, "'");
+      absl::StrCat(f.path(), " [", s.offset, ", ", s.offset + s.length,
+                   ") of '", s.fqn, "'");
   Record r;
   CKPT_ASSIGN_OR_RETURN(r.bytes, f.Read(s.offset, s.length));
   auto zip = interop::ParseZip(r.bytes);
@@ -162,7 +179,8 @@ absl::StatusOr<Record> ReadRecord(const DcpInput& in, const interop::DcpStorage&
 
 bool LooksLikeDcp(const std::string& dir) {
   std::error_code ec;
-  return fs::is_directory(dir, ec) && fs::exists(fs::path(dir) / ".metadata", ec);
+  return fs::is_directory(dir, ec) &&
+         fs::exists(fs::path(dir) / ".metadata", ec);
 }
 
 absl::StatusOr<std::unique_ptr<DcpInput>> OpenDcp(const std::string& dir) {
@@ -171,8 +189,8 @@ absl::StatusOr<std::unique_ptr<DcpInput>> OpenDcp(const std::string& dir) {
   const std::string md = (fs::path(dir) / ".metadata").string();
   CKPT_ASSIGN_OR_RETURN(InputFile f, InputFile::Open(md));
   if (f.size() > kMaxMetadataBytes) {
-    return absl::DataLossError(absl::StrCat(md, ": ", f.size(), " bytes exceed the limit of ",
-                                            kMaxMetadataBytes));
+    return absl::DataLossError(absl::StrCat(
+        md, ": ", f.size(), " bytes exceed the limit of ", kMaxMetadataBytes));
   }
   CKPT_ASSIGN_OR_RETURN(std::string bytes, f.Read(0, f.size()));
   auto meta = interop::DecodeDcpMetadata(bytes);
@@ -184,33 +202,39 @@ absl::StatusOr<std::unique_ptr<DcpInput>> OpenDcp(const std::string& dir) {
   return in;
 }
 
-absl::StatusOr<std::string> ReadDcpChunk(const DcpInput& in, const interop::DcpTensor& t,
+absl::StatusOr<std::string> ReadDcpChunk(const DcpInput& in,
+                                         const interop::DcpTensor& t,
                                          size_t chunk) {
   const interop::DcpStorage& s = *in.chunk_storage.at(t.fqn).at(chunk);
   const interop::DcpChunk& c = t.chunks[chunk];
-  const std::string where = absl::StrCat(in.files.at(s.relative_path)->path(), " [", s.offset,
-                                         ", ", s.offset + s.length, ") of '", t.fqn, "'");
+  const std::string where =
+      absl::StrCat(in.files.at(s.relative_path)->path(), " [", s.offset, ", ",
+                   s.offset + s.length, ") of '", t.fqn, "'");
   CKPT_ASSIGN_OR_RETURN(Record r, ReadRecord(in, s));
-  auto root = interop::Unpickle(absl::string_view(r.bytes).substr(r.torch.pickle->data_offset,
-                                                                   r.torch.pickle->size));
+  auto root = interop::Unpickle(absl::string_view(r.bytes).substr(
+      r.torch.pickle->data_offset, r.torch.pickle->size));
   if (!root.ok()) return At(root.status(), where);
   auto ref = interop::DecodeTorchTensor(*root->root);
   if (!ref.ok()) return At(ref.status(), where);
   if (ref->dtype != t.dtype || ref->size != c.sizes) {
-    return absl::DataLossError(absl::StrCat(
-        where, ": holds ", DTypeName(ref->dtype), " ", ShapeToString(ref->size),
-        ", the metadata says ", DTypeName(t.dtype), " ", ShapeToString(c.sizes)));
+    return absl::DataLossError(
+        absl::StrCat(where, ": holds ", DTypeName(ref->dtype), " ",
+                     ShapeToString(ref->size), ", the metadata says ",
+                     DTypeName(t.dtype), " ", ShapeToString(c.sizes)));
   }
   const interop::ZipEntry* st = r.torch.Storage(r.zip, ref->storage_key);
   if (st == nullptr) {
-    return absl::DataLossError(absl::StrCat(where, ": storage '", ref->storage_key, "' missing"));
+    return absl::DataLossError(
+        absl::StrCat(where, ": storage '", ref->storage_key, "' missing"));
   }
-  auto bytes = interop::GatherTensor(*ref, absl::string_view(r.bytes).substr(st->data_offset, st->size));
+  auto bytes = interop::GatherTensor(
+      *ref, absl::string_view(r.bytes).substr(st->data_offset, st->size));
   if (!bytes.ok()) return At(bytes.status(), where);
   return bytes;
 }
 
-absl::StatusOr<std::string> ReadDcpBytes(const DcpInput& in, const std::string& fqn) {
+absl::StatusOr<std::string> ReadDcpBytes(const DcpInput& in,
+                                         const std::string& fqn) {
   const interop::DcpStorage& s = *in.bytes_storage.at(fqn);
   return in.files.at(s.relative_path)->Read(s.offset, s.length);
 }
@@ -220,7 +244,8 @@ std::string DescribeTorchRecord(absl::string_view record) {
   if (!zip.ok()) return absl::StrCat("opaque: ", zip.status().message());
   auto torch = interop::FindTorchRecord(*zip);
   if (!torch.ok()) return absl::StrCat("opaque: ", torch.status().message());
-  auto root = interop::Unpickle(record.substr(torch->pickle->data_offset, torch->pickle->size));
+  auto root = interop::Unpickle(
+      record.substr(torch->pickle->data_offset, torch->pickle->size));
   if (!root.ok()) return absl::StrCat("opaque: ", root.status().message());
   return interop::DescribePy(*root->root);
 }

@@ -55,11 +55,13 @@ absl::StatusOr<std::unique_ptr<DcpInput>> OpenDcp(const std::string& dir);
 // The bytes of chunk `chunk` of tensor `t`, row-major. DataLoss naming the
 // file, range and tensor if the record does not parse, fails its CRC-32, or
 // holds a tensor of another dtype or size.
-absl::StatusOr<std::string> ReadDcpChunk(const DcpInput& in, const interop::DcpTensor& t,
+absl::StatusOr<std::string> ReadDcpChunk(const DcpInput& in,
+                                         const interop::DcpTensor& t,
                                          size_t chunk);
 
 // The bytes of bytes item `fqn` exactly as stored (a torch.save record).
-absl::StatusOr<std::string> ReadDcpBytes(const DcpInput& in, const std::string& fqn);
+absl::StatusOr<std::string> ReadDcpBytes(const DcpInput& in,
+                                         const std::string& fqn);
 
 // A description of a torch.save record holding plain data (the value,
 // decoded by the restricted unpickler), or "opaque: <why>".

@@ -1,5 +1,4 @@
 #include "tools/interop/foreign.h"
-#include "tools/inspect/inspect.h"
 
 #include <filesystem>
 
@@ -7,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "format/status_macros.h"
 #include "tools/common/tool_util.h"
+#include "tools/inspect/inspect.h"
 #include "tools/interop/dcp_reader.h"
 #include "tools/interop/foreign_report.h"
 #include "tools/interop/safetensors_import.h"
@@ -17,7 +17,9 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* FormatWord(InputFormat f) {
-  return f == InputFormat::kDcp ? "dcp" : f == InputFormat::kSafetensors ? "safetensors" : "ckpt";
+  return f == InputFormat::kDcp           ? "dcp"
+         : f == InputFormat::kSafetensors ? "safetensors"
+                                          : "ckpt";
 }
 
 }  // namespace
@@ -26,16 +28,20 @@ InputFormat DetectFormat(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     if (LooksLikeDcp(path)) return InputFormat::kDcp;
-    if (fs::exists(fs::path(path) / "MANIFEST", ec) || fs::exists(fs::path(path) / "latest", ec)) {
+    if (fs::exists(fs::path(path) / "MANIFEST", ec) ||
+        fs::exists(fs::path(path) / "latest", ec)) {
       return InputFormat::kCkpt;
     }
-    return LooksLikeSafetensors(path) ? InputFormat::kSafetensors : InputFormat::kCkpt;
+    return LooksLikeSafetensors(path) ? InputFormat::kSafetensors
+                                      : InputFormat::kCkpt;
   }
-  if (fs::is_regular_file(path, ec) && LooksLikeSafetensors(path)) return InputFormat::kSafetensors;
+  if (fs::is_regular_file(path, ec) && LooksLikeSafetensors(path))
+    return InputFormat::kSafetensors;
   return InputFormat::kCkpt;
 }
 
-absl::StatusOr<int> RunInspectAnyFormat(const InspectOptions& o, std::ostream& out) {
+absl::StatusOr<int> RunInspectAnyFormat(const InspectOptions& o,
+                                        std::ostream& out) {
   const InputFormat f = DetectFormat(o.path);
   if (f == InputFormat::kCkpt) return RunInspect(o, out);
   if (o.stats) {
@@ -43,13 +49,16 @@ absl::StatusOr<int> RunInspectAnyFormat(const InspectOptions& o, std::ostream& o
         "--stats reads ckpt checkpoints; ", o.path, " is ", FormatWord(f),
         " (convert it with ckpt-convert --from ", FormatWord(f), " first)"));
   }
-  return f == InputFormat::kDcp ? InspectDcp(o, out) : InspectSafetensors(o, out);
+  return f == InputFormat::kDcp ? InspectDcp(o, out)
+                                : InspectSafetensors(o, out);
 }
 
-absl::StatusOr<int> RunValidateAnyFormat(const ValidateOptions& o, bool json, std::ostream& out) {
+absl::StatusOr<int> RunValidateAnyFormat(const ValidateOptions& o, bool json,
+                                         std::ostream& out) {
   const InputFormat f = DetectFormat(o.path);
   if (f == InputFormat::kCkpt) return RunValidate(o, json, out);
-  ForeignValidation v = f == InputFormat::kDcp ? ValidateDcp(o.path) : ValidateSafetensors(o.path);
+  ForeignValidation v = f == InputFormat::kDcp ? ValidateDcp(o.path)
+                                               : ValidateSafetensors(o.path);
   PrintForeignValidation(v, json, out);
   return v.errors.empty() ? kExitOk : kExitFindings;
 }

@@ -33,18 +33,20 @@ InputFormat DetectFormat(const std::string& path);
 // ckpt-inspect: for a foreign input, its format, producer and entries
 // (--entry: the entry's chunks and where they are stored); --stats is
 // InvalidArgument (convert first). Exit 0, or the error of opening it.
-absl::StatusOr<int> RunInspectAnyFormat(const InspectOptions& options, std::ostream& out);
+absl::StatusOr<int> RunInspectAnyFormat(const InspectOptions& options,
+                                        std::ostream& out);
 
 // ckpt-validate: for a foreign input, every structural check of OpenDcp /
 // OpenSafetensors, then (DCP) every record read, parsed, CRC-32 verified
 // and checked against the metadata. Problems are findings (exit 1).
-absl::StatusOr<int> RunValidateAnyFormat(const ValidateOptions& options, bool json,
-                                         std::ostream& out);
+absl::StatusOr<int> RunValidateAnyFormat(const ValidateOptions& options,
+                                         bool json, std::ostream& out);
 
 // ckpt-diff: a foreign side is converted (ckpt-convert --from ...) into a
 // temporary checkpoint, removed afterwards, and compared as any checkpoint;
 // the output names the original path and its format.
-absl::StatusOr<int> RunDiffAnyFormat(const DiffOptions& options, bool json, std::ostream& out);
+absl::StatusOr<int> RunDiffAnyFormat(const DiffOptions& options, bool json,
+                                     std::ostream& out);
 
 }  // namespace ckpt::tools
 

@@ -17,18 +17,22 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* FormatWord(InputFormat f) {
-  return f == InputFormat::kDcp ? "dcp" : f == InputFormat::kSafetensors ? "safetensors" : "ckpt";
+  return f == InputFormat::kDcp           ? "dcp"
+         : f == InputFormat::kSafetensors ? "safetensors"
+                                          : "ckpt";
 }
 
 // A foreign input converted into a temporary checkpoint root, removed on
 // destruction.
 class TempConversion {
  public:
-  static absl::StatusOr<std::unique_ptr<TempConversion>> Make(const std::string& path,
-                                                              InputFormat f) {
-    std::string tmpl = (fs::temp_directory_path() / "ckpt-diff-XXXXXX").string();
+  static absl::StatusOr<std::unique_ptr<TempConversion>> Make(
+      const std::string& path, InputFormat f) {
+    std::string tmpl =
+        (fs::temp_directory_path() / "ckpt-diff-XXXXXX").string();
     if (mkdtemp(tmpl.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat(tmpl, ": cannot create a temporary directory"));
+      return absl::InternalError(
+          absl::StrCat(tmpl, ": cannot create a temporary directory"));
     }
     auto t = std::unique_ptr<TempConversion>(new TempConversion(tmpl));
     const std::string root = (fs::path(tmpl) / "ckpt").string();
@@ -54,9 +58,11 @@ class TempConversion {
 
 }  // namespace
 
-absl::StatusOr<int> RunDiffAnyFormat(const DiffOptions& o, bool json, std::ostream& out) {
+absl::StatusOr<int> RunDiffAnyFormat(const DiffOptions& o, bool json,
+                                     std::ostream& out) {
   const InputFormat fa = DetectFormat(o.a), fb = DetectFormat(o.b);
-  if (fa == InputFormat::kCkpt && fb == InputFormat::kCkpt) return RunDiff(o, json, out);
+  if (fa == InputFormat::kCkpt && fb == InputFormat::kCkpt)
+    return RunDiff(o, json, out);
   DiffOptions d = o;
   std::unique_ptr<TempConversion> ta, tb;
   if (fa != InputFormat::kCkpt) {
@@ -80,7 +86,8 @@ absl::StatusOr<int> RunDiffAnyFormat(const DiffOptions& o, bool json, std::ostre
     while ((pos = s.find(t->root())) != std::string::npos) {
       size_t end = pos + t->root().size();
       if (s.compare(end, 6, "/step-") == 0) end += 6 + 8;
-      s.replace(pos, end - pos, absl::StrCat(original, " [", FormatWord(f), "]"));
+      s.replace(pos, end - pos,
+                absl::StrCat(original, " [", FormatWord(f), "]"));
     }
   }
   out << s;

@@ -22,31 +22,38 @@ std::string Plural(size_t n, const char* one, const char* many) {
 }
 
 std::string DcpFormat(const DcpInput& in) {
-  return absl::StrCat(in.megatron ? "Megatron torch_dist (PyTorch DCP" : "PyTorch DCP (",
-                      in.megatron ? ", " : "", in.meta.module, ")");
+  return absl::StrCat(
+      in.megatron ? "Megatron torch_dist (PyTorch DCP" : "PyTorch DCP (",
+      in.megatron ? ", " : "", in.meta.module, ")");
 }
 
-void PrintRow(std::ostream& out, size_t w, const std::string& name, const std::string& dtype,
-              const std::string& shape, const std::string& chunks, const std::string& size,
+void PrintRow(std::ostream& out, size_t w, const std::string& name,
+              const std::string& dtype, const std::string& shape,
+              const std::string& chunks, const std::string& size,
               const std::string& where) {
-  std::string line = absl::StrFormat("%-*s  %-13s  %-12s  %-6s  %-9s  %s", static_cast<int>(w),
-                                     name, dtype, shape, chunks, size, where);
+  std::string line =
+      absl::StrFormat("%-*s  %-13s  %-12s  %-6s  %-9s  %s", static_cast<int>(w),
+                      name, dtype, shape, chunks, size, where);
   line.erase(line.find_last_not_of(' ') + 1);
   out << line << "\n";
 }
 
-absl::StatusOr<int> InspectDcpEntry(const DcpInput& in, const std::string& entry,
+absl::StatusOr<int> InspectDcpEntry(const DcpInput& in,
+                                    const std::string& entry,
                                     std::ostream& out) {
   for (const interop::DcpTensor& t : in.meta.tensors) {
     if (t.fqn != entry) continue;
-    out << "Entry   " << t.fqn << "\nDType   " << DTypeName(t.dtype) << " (" << t.dtype_name
-        << ")\nShape   " << ShapeText(t.size) << "\nChunks  " << t.chunks.size() << "\n\n";
-    out << absl::StrFormat("%-5s  %-20s  %-20s  %s\n", "CHUNK", "OFFSETS", "SIZES", "STORED AT");
+    out << "Entry   " << t.fqn << "\nDType   " << DTypeName(t.dtype) << " ("
+        << t.dtype_name << ")\nShape   " << ShapeText(t.size) << "\nChunks  "
+        << t.chunks.size() << "\n\n";
+    out << absl::StrFormat("%-5s  %-20s  %-20s  %s\n", "CHUNK", "OFFSETS",
+                           "SIZES", "STORED AT");
     for (size_t i = 0; i < t.chunks.size(); ++i) {
       const interop::DcpStorage* s = in.chunk_storage.at(t.fqn)[i];
-      out << absl::StrFormat("%-5d  %-20s  %-20s  %s [%d, %d)\n", i, ShapeText(t.chunks[i].offsets),
-                             ShapeText(t.chunks[i].sizes), s->relative_path, s->offset,
-                             s->offset + s->length);
+      out << absl::StrFormat("%-5d  %-20s  %-20s  %s [%d, %d)\n", i,
+                             ShapeText(t.chunks[i].offsets),
+                             ShapeText(t.chunks[i].sizes), s->relative_path,
+                             s->offset, s->offset + s->length);
     }
     return kExitOk;
   }
@@ -63,8 +70,10 @@ absl::StatusOr<int> InspectDcp(const InspectOptions& o, std::ostream& out) {
   uint64_t file_bytes = 0;
   for (const auto& [_, f] : in->files) file_bytes += f->size();
   const std::string common =
-      in->common_path.empty() ? "" : DescribeTorchRecord(*InputFile::Open(in->common_path)->Read(
-                                         0, fs::file_size(in->common_path)));
+      in->common_path.empty()
+          ? ""
+          : DescribeTorchRecord(*InputFile::Open(in->common_path)
+                                     ->Read(0, fs::file_size(in->common_path)));
   if (o.json) {
     nlohmann::ordered_json j;
     j["path"] = o.path;
@@ -78,43 +87,57 @@ absl::StatusOr<int> InspectDcp(const InspectOptions& o, std::ostream& out) {
     j["data_bytes"] = file_bytes;
     j["tensor_bytes"] = in->tensor_bytes;
     if (in->megatron) {
-      j["megatron_metadata"] = nlohmann::json::parse(in->megatron_json, nullptr, false);
+      j["megatron_metadata"] =
+          nlohmann::json::parse(in->megatron_json, nullptr, false);
       j["common_state"] = common;
     }
     nlohmann::ordered_json entries = nlohmann::ordered_json::array();
     for (const auto& t : in->meta.tensors) {
-      entries.push_back({{"name", t.fqn}, {"kind", "tensor"}, {"dtype", std::string(DTypeName(t.dtype))},
-                         {"shape", std::vector<uint64_t>(t.size.begin(), t.size.end())},
-                         {"chunks", t.chunks.size()}});
+      entries.push_back(
+          {{"name", t.fqn},
+           {"kind", "tensor"},
+           {"dtype", std::string(DTypeName(t.dtype))},
+           {"shape", std::vector<uint64_t>(t.size.begin(), t.size.end())},
+           {"chunks", t.chunks.size()}});
     }
     for (const auto& b : in->meta.bytes_items) {
       auto bytes = ReadDcpBytes(*in, b);
-      entries.push_back({{"name", b}, {"kind", "bytes"},
-                         {"bytes", in->bytes_storage.at(b)->length},
-                         {"value", bytes.ok() ? DescribeTorchRecord(*bytes)
-                                              : std::string(bytes.status().message())}});
+      entries.push_back(
+          {{"name", b},
+           {"kind", "bytes"},
+           {"bytes", in->bytes_storage.at(b)->length},
+           {"value", bytes.ok() ? DescribeTorchRecord(*bytes)
+                                : std::string(bytes.status().message())}});
     }
     j["entries"] = std::move(entries);
-    out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    out << j.dump(2, ' ', false,
+                  nlohmann::ordered_json::error_handler_t::replace)
+        << "\n";
     return kExitOk;
   }
   out << "Path          " << o.path << "\n";
   out << "Format        " << DcpFormat(*in) << "\n";
-  out << "DCP version   " << (in->meta.version.empty() ? "(none: written before PyTorch 2.4)"
-                                                          : in->meta.version)
+  out << "DCP version   "
+      << (in->meta.version.empty() ? "(none: written before PyTorch 2.4)"
+                                   : in->meta.version)
       << "\n";
   out << "World size    " << in->world_size << " (from the data file names)\n";
-  out << "Data files    " << in->files.size() << " (" << HumanBytes(file_bytes) << ")\n";
-  out << "Entries       " << in->meta.tensors.size() + in->meta.bytes_items.size() << " ("
+  out << "Data files    " << in->files.size() << " (" << HumanBytes(file_bytes)
+      << ")\n";
+  out << "Entries       "
+      << in->meta.tensors.size() + in->meta.bytes_items.size() << " ("
       << Plural(in->meta.tensors.size(), "tensor", "tensors") << " in "
       << Plural(chunks, "chunk", "chunks") << ", "
-      << Plural(in->meta.bytes_items.size(), "bytes item", "bytes items") << ")\n";
-  out << "Tensor size   " << HumanBytes(in->tensor_bytes) << " (" << in->tensor_bytes
-      << " bytes)\n";
+      << Plural(in->meta.bytes_items.size(), "bytes item", "bytes items")
+      << ")\n";
+  out << "Tensor size   " << HumanBytes(in->tensor_bytes) << " ("
+      << in->tensor_bytes << " bytes)\n";
   if (in->megatron) {
-    out << "Megatron      metadata.json " << nlohmann::json::parse(in->megatron_json, nullptr, false).dump()
+    out << "Megatron      metadata.json "
+        << nlohmann::json::parse(in->megatron_json, nullptr, false).dump()
         << "\n";
-    out << "Common state  " << (in->common_path.empty() ? "(no common.pt)" : "common.pt: " + common)
+    out << "Common state  "
+        << (in->common_path.empty() ? "(no common.pt)" : "common.pt: " + common)
         << "\n";
   }
   size_t w = 4;
@@ -131,31 +154,37 @@ absl::StatusOr<int> InspectDcp(const InspectOptions& o, std::ostream& out) {
   }
   for (const auto& b : in->meta.bytes_items) {
     auto bytes = ReadDcpBytes(*in, b);
-    PrintRow(out, w, b, "bytes", "", "1", HumanBytes(in->bytes_storage.at(b)->length),
-             bytes.ok() ? DescribeTorchRecord(*bytes) : std::string(bytes.status().message()));
+    PrintRow(out, w, b, "bytes", "", "1",
+             HumanBytes(in->bytes_storage.at(b)->length),
+             bytes.ok() ? DescribeTorchRecord(*bytes)
+                        : std::string(bytes.status().message()));
   }
   return kExitOk;
 }
 
-absl::StatusOr<int> InspectSafetensors(const InspectOptions& o, std::ostream& out) {
+absl::StatusOr<int> InspectSafetensors(const InspectOptions& o,
+                                       std::ostream& out) {
   CKPT_ASSIGN_OR_RETURN(SafetensorsInput in, OpenSafetensors(o.path));
   uint64_t bytes = 0, file_bytes = 0;
   for (const auto& r : in.tensors) bytes += r.tensor->end - r.tensor->begin;
   for (const auto& f : in.files) file_bytes += f.size();
-  const std::string format = in.index ? absl::StrCat("Hugging Face safetensors index (",
-                                                     Plural(in.files.size(), "shard", "shards"), ")")
-                                      : "safetensors (one file)";
+  const std::string format =
+      in.index ? absl::StrCat("Hugging Face safetensors index (",
+                              Plural(in.files.size(), "shard", "shards"), ")")
+               : "safetensors (one file)";
   if (!o.entry.empty()) {
     for (const auto& r : in.tensors) {
       if (r.name != o.entry) continue;
-      out << "Entry   " << r.name << "\nDType   " << DTypeName(r.tensor->dtype) << " ("
-          << interop::SafetensorsDTypeName(r.tensor->dtype) << ")\nShape   "
-          << ShapeText(r.tensor->shape) << "\nFile    " << in.files[r.file].path() << "\nBytes   ["
+      out << "Entry   " << r.name << "\nDType   " << DTypeName(r.tensor->dtype)
+          << " (" << interop::SafetensorsDTypeName(r.tensor->dtype)
+          << ")\nShape   " << ShapeText(r.tensor->shape) << "\nFile    "
+          << in.files[r.file].path() << "\nBytes   ["
           << in.headers[r.file].data_offset + r.tensor->begin << ", "
           << in.headers[r.file].data_offset + r.tensor->end << ")\n";
       return kExitOk;
     }
-    return absl::NotFoundError(absl::StrCat(o.path, ": no tensor '", o.entry, "'"));
+    return absl::NotFoundError(
+        absl::StrCat(o.path, ": no tensor '", o.entry, "'"));
   }
   if (o.json) {
     nlohmann::ordered_json j;
@@ -170,26 +199,33 @@ absl::StatusOr<int> InspectSafetensors(const InspectOptions& o, std::ostream& ou
     j["metadata"] = std::move(meta);
     nlohmann::ordered_json entries = nlohmann::ordered_json::array();
     for (const auto& r : in.tensors) {
-      entries.push_back({{"name", r.name},
-                         {"dtype", std::string(interop::SafetensorsDTypeName(r.tensor->dtype))},
-                         {"shape", std::vector<uint64_t>(r.tensor->shape.begin(), r.tensor->shape.end())},
-                         {"file", fs::path(in.files[r.file].path()).filename().string()},
-                         {"bytes", r.tensor->end - r.tensor->begin}});
+      entries.push_back(
+          {{"name", r.name},
+           {"dtype",
+            std::string(interop::SafetensorsDTypeName(r.tensor->dtype))},
+           {"shape", std::vector<uint64_t>(r.tensor->shape.begin(),
+                                           r.tensor->shape.end())},
+           {"file", fs::path(in.files[r.file].path()).filename().string()},
+           {"bytes", r.tensor->end - r.tensor->begin}});
     }
     j["entries"] = std::move(entries);
-    out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    out << j.dump(2, ' ', false,
+                  nlohmann::ordered_json::error_handler_t::replace)
+        << "\n";
     return kExitOk;
   }
   out << "Path          " << o.path << "\n";
   out << "Format        " << format << "\n";
-  out << "Files         " << in.files.size() << " (" << HumanBytes(file_bytes) << ")\n";
-  out << "Entries       " << Plural(in.tensors.size(), "tensor", "tensors") << "\n";
+  out << "Files         " << in.files.size() << " (" << HumanBytes(file_bytes)
+      << ")\n";
+  out << "Entries       " << Plural(in.tensors.size(), "tensor", "tensors")
+      << "\n";
   out << "Tensor size   " << HumanBytes(bytes) << " (" << bytes << " bytes)\n";
   for (size_t i = 0; i < in.metadata.size(); ++i) {
     std::string v = in.metadata[i].second;
     if (v.size() > 60) v = v.substr(0, 57) + "...";
-    out << (i == 0 ? "Metadata      " : "              ") << in.metadata[i].first << " = " << v
-        << "\n";
+    out << (i == 0 ? "Metadata      " : "              ")
+        << in.metadata[i].first << " = " << v << "\n";
   }
   size_t w = 4;
   for (const auto& r : in.tensors) w = std::max(w, r.name.size());
@@ -197,8 +233,10 @@ absl::StatusOr<int> InspectSafetensors(const InspectOptions& o, std::ostream& ou
   out << "\n";
   PrintRow(out, w, "NAME", "DTYPE", "SHAPE", "", "SIZE", "FILE");
   for (const auto& r : in.tensors) {
-    PrintRow(out, w, r.name, std::string(interop::SafetensorsDTypeName(r.tensor->dtype)),
-             ShapeText(r.tensor->shape), "", HumanBytes(r.tensor->end - r.tensor->begin),
+    PrintRow(out, w, r.name,
+             std::string(interop::SafetensorsDTypeName(r.tensor->dtype)),
+             ShapeText(r.tensor->shape), "",
+             HumanBytes(r.tensor->end - r.tensor->begin),
              fs::path(in.files[r.file].path()).filename().string());
   }
   return kExitOk;
@@ -233,16 +271,19 @@ ForeignValidation ValidateDcp(const std::string& path) {
       continue;
     }
     if (DescribeTorchRecord(*bytes).rfind("opaque: zip", 0) == 0) {
-      v.warnings.push_back(absl::StrCat("bytes item '", b, "' is not a torch.save record"));
+      v.warnings.push_back(
+          absl::StrCat("bytes item '", b, "' is not a torch.save record"));
     }
     ++records;
   }
-  v.checked = absl::StrCat("metadata, coverage of ", Plural((*in)->meta.tensors.size(), "tensor", "tensors"),
-                           " (", Plural(chunks, "chunk", "chunks"), ") and ",
-                           Plural((*in)->meta.bytes_items.size(), "bytes item", "bytes items"), ", ",
-                           Plural((*in)->files.size(), "data file", "data files"), ", ", records,
-                           " of ", chunks + (*in)->meta.bytes_items.size(),
-                           " records read and verified (zip structure, CRC-32, dtype and size)");
+  v.checked = absl::StrCat(
+      "metadata, coverage of ",
+      Plural((*in)->meta.tensors.size(), "tensor", "tensors"), " (",
+      Plural(chunks, "chunk", "chunks"), ") and ",
+      Plural((*in)->meta.bytes_items.size(), "bytes item", "bytes items"), ", ",
+      Plural((*in)->files.size(), "data file", "data files"), ", ", records,
+      " of ", chunks + (*in)->meta.bytes_items.size(),
+      " records read and verified (zip structure, CRC-32, dtype and size)");
   return v;
 }
 
@@ -256,25 +297,29 @@ ForeignValidation ValidateSafetensors(const std::string& path) {
     v.checked = "header";
     return v;
   }
-  v.format = in->index ? absl::StrCat("Hugging Face safetensors index (",
-                                      Plural(in->files.size(), "shard", "shards"), ")")
-                       : "safetensors (one file)";
+  v.format =
+      in->index ? absl::StrCat("Hugging Face safetensors index (",
+                               Plural(in->files.size(), "shard", "shards"), ")")
+                : "safetensors (one file)";
   uint64_t bytes = 0;
   for (const auto& r : in->tensors) bytes += r.tensor->end - r.tensor->begin;
-  if (in->index && in->hf_index.has_total_size && in->hf_index.total_size != bytes) {
+  if (in->index && in->hf_index.has_total_size &&
+      in->hf_index.total_size != bytes) {
     v.warnings.push_back(absl::StrCat(in->index_path, ": metadata.total_size ",
                                       in->hf_index.total_size, " != ", bytes,
                                       " bytes of the tensors"));
   }
-  v.checked = absl::StrCat(in->index ? "index, " : "", "headers of ",
-                           Plural(in->files.size(), "file", "files"), " (",
-                           Plural(in->tensors.size(), "tensor", "tensors"),
-                           ": dtypes, shapes, offsets contiguous and covering the data); "
-                           "safetensors stores no checksums, so values are not verified");
+  v.checked = absl::StrCat(
+      in->index ? "index, " : "", "headers of ",
+      Plural(in->files.size(), "file", "files"), " (",
+      Plural(in->tensors.size(), "tensor", "tensors"),
+      ": dtypes, shapes, offsets contiguous and covering the data); "
+      "safetensors stores no checksums, so values are not verified");
   return v;
 }
 
-void PrintForeignValidation(const ForeignValidation& v, bool json, std::ostream& out) {
+void PrintForeignValidation(const ForeignValidation& v, bool json,
+                            std::ostream& out) {
   if (json) {
     nlohmann::ordered_json j;
     j["path"] = v.path;
@@ -283,7 +328,9 @@ void PrintForeignValidation(const ForeignValidation& v, bool json, std::ostream&
     j["checked"] = v.checked;
     j["errors"] = v.errors;
     j["warnings"] = v.warnings;
-    out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    out << j.dump(2, ' ', false,
+                  nlohmann::ordered_json::error_handler_t::replace)
+        << "\n";
     return;
   }
   out << "Format      " << v.format << "\n";
@@ -292,11 +339,15 @@ void PrintForeignValidation(const ForeignValidation& v, bool json, std::ostream&
   for (const auto& w : v.warnings) out << "warning: " << w << "\n";
   const size_t n = v.errors.size() + v.warnings.size();
   if (v.errors.empty()) {
-    out << (v.warnings.empty() ? "VALID: no problems found\n"
-                               : absl::StrCat("VALID: ", Plural(v.warnings.size(), "warning", "warnings"), "\n"));
+    out << (v.warnings.empty()
+                ? "VALID: no problems found\n"
+                : absl::StrCat("VALID: ",
+                               Plural(v.warnings.size(), "warning", "warnings"),
+                               "\n"));
   } else {
-    out << "INVALID: " << Plural(n, "problem", "problems") << " (" << Plural(v.errors.size(), "error", "errors")
-        << ", " << Plural(v.warnings.size(), "warning", "warnings") << ")\n";
+    out << "INVALID: " << Plural(n, "problem", "problems") << " ("
+        << Plural(v.errors.size(), "error", "errors") << ", "
+        << Plural(v.warnings.size(), "warning", "warnings") << ")\n";
   }
 }
 

@@ -12,12 +12,15 @@
 
 namespace ckpt::tools {
 
-absl::StatusOr<int> InspectDcp(const InspectOptions& options, std::ostream& out);
-absl::StatusOr<int> InspectSafetensors(const InspectOptions& options, std::ostream& out);
+absl::StatusOr<int> InspectDcp(const InspectOptions& options,
+                               std::ostream& out);
+absl::StatusOr<int> InspectSafetensors(const InspectOptions& options,
+                                       std::ostream& out);
 
 struct ForeignValidation {
   std::string path;
-  std::string format;   // "PyTorch DCP (torch.distributed.checkpoint.metadata)", ...
+  std::string
+      format;  // "PyTorch DCP (torch.distributed.checkpoint.metadata)", ...
   std::string checked;  // what was checked, one line
   std::vector<std::string> errors, warnings;
 };
@@ -26,7 +29,8 @@ struct ForeignValidation {
 ForeignValidation ValidateDcp(const std::string& path);
 ForeignValidation ValidateSafetensors(const std::string& path);
 
-void PrintForeignValidation(const ForeignValidation& v, bool json, std::ostream& out);
+void PrintForeignValidation(const ForeignValidation& v, bool json,
+                            std::ostream& out);
 
 }  // namespace ckpt::tools
 

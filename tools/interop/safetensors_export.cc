@@ -29,9 +29,9 @@ uint64_t EntryBytes(const format::EntryRecord& e) {
   return n;
 }
 
-absl::StatusOr<std::vector<Selected>> SelectEntries(const format::Manifest& m,
-                                                    const SafetensorsExportOptions& o,
-                                                    size_t* excluded) {
+absl::StatusOr<std::vector<Selected>> SelectEntries(
+    const format::Manifest& m, const SafetensorsExportOptions& o,
+    size_t* excluded) {
   std::vector<Selected> out;
   for (const format::EntryRecord& e : m.entries) {
     if (!SelectedByGlobs(e.name, o.include, o.exclude)) {
@@ -40,20 +40,23 @@ absl::StatusOr<std::vector<Selected>> SelectEntries(const format::Manifest& m,
     }
     if (e.flags & format::kEntryFlagPartial) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "entry '", e.name, "' is partial: its chunks do not cover the tensor, so there is no "
+          "entry '", e.name,
+          "' is partial: its chunks do not cover the tensor, so there is no "
           "whole tensor to export (leave it out with --exclude)"));
     }
     out.push_back({&e, EntryBytes(e)});
   }
   if (out.empty()) {
-    return absl::InvalidArgumentError("--include/--exclude select no entry of the checkpoint");
+    return absl::InvalidArgumentError(
+        "--include/--exclude select no entry of the checkpoint");
   }
   return out;
 }
 
 // Shards as transformers fills them: in order, a new shard when the next
 // entry would take the current one past `max` (0: one shard).
-std::vector<std::vector<Selected>> PlanShards(const std::vector<Selected>& entries, uint64_t max) {
+std::vector<std::vector<Selected>> PlanShards(
+    const std::vector<Selected>& entries, uint64_t max) {
   std::vector<std::vector<Selected>> shards(1);
   uint64_t size = 0;
   for (const Selected& s : entries) {
@@ -69,8 +72,9 @@ std::vector<std::vector<Selected>> PlanShards(const std::vector<Selected>& entri
 
 // Appends the bytes of tensor `e` to `file`, loading flat pieces of at most
 // `slab` bytes.
-absl::Status StreamTensor(Reader& reader, const format::EntryRecord& e, uint64_t slab,
-                          OutputFile& file, const SafetensorsExportOptions& o, uint64_t total) {
+absl::Status StreamTensor(Reader& reader, const format::EntryRecord& e,
+                          uint64_t slab, OutputFile& file,
+                          const SafetensorsExportOptions& o, uint64_t total) {
   const uint64_t es = DTypeSize(e.dtype);
   uint64_t n = 1;
   for (uint64_t d : e.shape) n *= d;
@@ -84,7 +88,8 @@ absl::Status StreamTensor(Reader& reader, const format::EntryRecord& e, uint64_t
     r.name = e.name;
     r.dtype = e.dtype;
     r.shape = e.shape;
-    r.region = len == n ? Region(FullBox(e.shape)) : Region(FlatRange{start, len});
+    r.region =
+        len == n ? Region(FullBox(e.shape)) : Region(FlatRange{start, len});
     r.data = buf.data();
     LoadOptions lo;
     lo.allow_unrequested = true;
@@ -96,7 +101,8 @@ absl::Status StreamTensor(Reader& reader, const format::EntryRecord& e, uint64_t
 }
 
 absl::Status WriteShard(Reader& reader, const std::string& path,
-                        const std::vector<Selected>& entries, const StringPairs& metadata,
+                        const std::vector<Selected>& entries,
+                        const StringPairs& metadata,
                         const SafetensorsExportOptions& o, uint64_t total) {
   std::vector<interop::SafetensorsTensor> tensors;
   uint64_t offset = 0;
@@ -110,31 +116,37 @@ absl::Status WriteShard(Reader& reader, const std::string& path,
     t.end = offset += s.bytes;
     tensors.push_back(std::move(t));
   }
-  CKPT_ASSIGN_OR_RETURN(std::string header, interop::EncodeSafetensorsHeader(tensors, metadata));
+  CKPT_ASSIGN_OR_RETURN(std::string header,
+                        interop::EncodeSafetensorsHeader(tensors, metadata));
   CKPT_ASSIGN_OR_RETURN(OutputFile file, OutputFile::Create(path));
   CKPT_RETURN_IF_ERROR(file.Append(header));
   for (const Selected& s : entries) {
     if (s.entry->kind == format::EntryKind::kObject) {
-      CKPT_ASSIGN_OR_RETURN(std::string bytes, reader.ReadObject(s.entry->name));
+      CKPT_ASSIGN_OR_RETURN(std::string bytes,
+                            reader.ReadObject(s.entry->name));
       CKPT_RETURN_IF_ERROR(file.Append(bytes));
       if (o.progress) o.progress(bytes.size(), total);
     } else {
-      CKPT_RETURN_IF_ERROR(StreamTensor(reader, *s.entry, o.slab_bytes, file, o, total));
+      CKPT_RETURN_IF_ERROR(
+          StreamTensor(reader, *s.entry, o.slab_bytes, file, o, total));
     }
   }
   return file.Commit();
 }
 
-absl::Status CheckOutput(const std::string& output, bool sharded, bool overwrite) {
+absl::Status CheckOutput(const std::string& output, bool sharded,
+                         bool overwrite) {
   std::error_code ec;
   auto st = fs::symlink_status(output, ec);
   if (!ec && fs::exists(st)) {
     if (!sharded && fs::is_directory(st)) {
-      return absl::FailedPreconditionError(absl::StrCat(output, ": is a directory"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(output, ": is a directory"));
     }
     if (sharded && !fs::is_directory(st)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(output, ": exists and is not a directory (shards go into a directory)"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          output,
+          ": exists and is not a directory (shards go into a directory)"));
     }
     if (!overwrite) {
       return absl::AlreadyExistsError(
@@ -143,8 +155,8 @@ absl::Status CheckOutput(const std::string& output, bool sharded, bool overwrite
   }
   fs::path parent = fs::path(output).parent_path();
   if (!parent.empty() && !fs::is_directory(parent, ec)) {
-    return absl::NotFoundError(
-        absl::StrCat(output, ": directory ", parent.string(), " does not exist"));
+    return absl::NotFoundError(absl::StrCat(
+        output, ": directory ", parent.string(), " does not exist"));
   }
   return absl::OkStatus();
 }
@@ -156,10 +168,14 @@ absl::Status PublishDir(const std::string& tmp, const std::string& output) {
   const bool replace = fs::exists(output, ec);
   if (replace) {
     fs::rename(output, old, ec);
-    if (ec) return absl::InternalError(absl::StrCat("renaming ", output, ": ", ec.message()));
+    if (ec)
+      return absl::InternalError(
+          absl::StrCat("renaming ", output, ": ", ec.message()));
   }
   fs::rename(tmp, output, ec);
-  if (ec) return absl::InternalError(absl::StrCat("renaming ", tmp, ": ", ec.message()));
+  if (ec)
+    return absl::InternalError(
+        absl::StrCat("renaming ", tmp, ": ", ec.message()));
   if (replace) fs::remove_all(old, ec);
   std::string dir = fs::path(output).parent_path().string();
   return SyncDir(dir.empty() ? "." : dir);
@@ -167,40 +183,49 @@ absl::Status PublishDir(const std::string& tmp, const std::string& output) {
 
 }  // namespace
 
-bool SelectedByGlobs(const std::string& name, const std::vector<std::string>& include,
+bool SelectedByGlobs(const std::string& name,
+                     const std::vector<std::string>& include,
                      const std::vector<std::string>& exclude) {
   bool in = include.empty();
-  for (const std::string& g : include) in = in || fnmatch(g.c_str(), name.c_str(), 0) == 0;
-  for (const std::string& g : exclude) in = in && fnmatch(g.c_str(), name.c_str(), 0) != 0;
+  for (const std::string& g : include)
+    in = in || fnmatch(g.c_str(), name.c_str(), 0) == 0;
+  for (const std::string& g : exclude)
+    in = in && fnmatch(g.c_str(), name.c_str(), 0) != 0;
   return in;
 }
 
 absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
-    const std::string& source, const std::string& output, const SafetensorsExportOptions& o) {
+    const std::string& source, const std::string& output,
+    const SafetensorsExportOptions& o) {
   const bool sharded = o.max_shard_bytes > 0;
   CKPT_RETURN_IF_ERROR(CheckOutput(output, sharded, o.overwrite));
   ReaderOptions ro;
   ro.io_threads = std::max(1, o.io_threads);
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader, Reader::Open(source, ro));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
+                        Reader::Open(source, ro));
   const format::Manifest& m = reader->manifest();
   SafetensorsExportResult r;
   r.checkpoint_dir = reader->path();
   r.output = output;
   r.info = m.info;
   r.metadata_count = m.metadata.size();
-  CKPT_ASSIGN_OR_RETURN(std::vector<Selected> selected, SelectEntries(m, o, &r.excluded));
+  CKPT_ASSIGN_OR_RETURN(std::vector<Selected> selected,
+                        SelectEntries(m, o, &r.excluded));
   std::vector<std::string> objects;
   for (const Selected& s : selected) {
-    if (s.entry->kind == format::EntryKind::kObject) objects.push_back(s.entry->name);
+    if (s.entry->kind == format::EntryKind::kObject)
+      objects.push_back(s.entry->name);
     r.total_size += s.bytes;
   }
   const StringPairs metadata = ExportMetadata(m.info, m.metadata, objects);
   const auto shards = PlanShards(selected, o.max_shard_bytes);
 
-  const std::string dir = sharded ? absl::StrCat(output, ".tmp-", ::getpid()) : "";
+  const std::string dir =
+      sharded ? absl::StrCat(output, ".tmp-", ::getpid()) : "";
   std::error_code ec;
   if (sharded && !fs::create_directory(dir, ec)) {
-    return absl::InternalError(absl::StrCat(dir, ": cannot create: ", ec.message()));
+    return absl::InternalError(
+        absl::StrCat(dir, ": cannot create: ", ec.message()));
   }
   struct Cleanup {
     std::string dir;
@@ -212,22 +237,25 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
   interop::HfIndex index;
   index.total_size = r.total_size;
   for (size_t i = 0; i < shards.size(); ++i) {
-    const std::string name =
-        sharded ? interop::HfShardName(i, shards.size()) : fs::path(output).filename().string();
+    const std::string name = sharded ? interop::HfShardName(i, shards.size())
+                                     : fs::path(output).filename().string();
     const std::string path = sharded ? (fs::path(dir) / name).string() : output;
-    CKPT_RETURN_IF_ERROR(WriteShard(*reader, path, shards[i], metadata, o, r.total_size));
+    CKPT_RETURN_IF_ERROR(
+        WriteShard(*reader, path, shards[i], metadata, o, r.total_size));
     r.files.emplace_back(name, fs::file_size(path, ec));
     for (const Selected& s : shards[i]) {
       r.entries.push_back({s.entry->name, s.entry->kind,
-                           s.entry->kind == format::EntryKind::kObject ? DType::kUInt8
-                                                                       : s.entry->dtype,
+                           s.entry->kind == format::EntryKind::kObject
+                               ? DType::kUInt8
+                               : s.entry->dtype,
                            s.entry->shape, name, s.bytes});
       index.weight_map.emplace_back(s.entry->name, name);
     }
   }
   if (!sharded) return r;
-  CKPT_ASSIGN_OR_RETURN(OutputFile idx,
-                        OutputFile::Create((fs::path(dir) / interop::kHfIndexName).string()));
+  CKPT_ASSIGN_OR_RETURN(
+      OutputFile idx,
+      OutputFile::Create((fs::path(dir) / interop::kHfIndexName).string()));
   CKPT_RETURN_IF_ERROR(idx.Append(interop::EncodeHfIndex(index)));
   CKPT_RETURN_IF_ERROR(idx.Commit());
   CKPT_RETURN_IF_ERROR(PublishDir(dir, output));

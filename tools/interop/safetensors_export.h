@@ -30,9 +30,9 @@
 namespace ckpt::tools {
 
 struct SafetensorsExportOptions {
-  uint64_t max_shard_bytes = 0;       // 0: one file
-  std::vector<std::string> include;   // fnmatch globs; empty = every entry
-  std::vector<std::string> exclude;   // fnmatch globs
+  uint64_t max_shard_bytes = 0;      // 0: one file
+  std::vector<std::string> include;  // fnmatch globs; empty = every entry
+  std::vector<std::string> exclude;  // fnmatch globs
   bool overwrite = false;
   uint64_t slab_bytes = 64ull << 20;  // most tensor bytes loaded at once
   int io_threads = 4;
@@ -52,11 +52,11 @@ struct SafetensorsExportResult {
   std::string checkpoint_dir;
   std::string output;
   format::CheckpointInfo info;
-  size_t metadata_count = 0;                       // user metadata keys
-  std::vector<SafetensorsExportedEntry> entries;   // in checkpoint order
-  size_t excluded = 0;                             // entries left out by the globs
+  size_t metadata_count = 0;                      // user metadata keys
+  std::vector<SafetensorsExportedEntry> entries;  // in checkpoint order
+  size_t excluded = 0;  // entries left out by the globs
   std::vector<std::pair<std::string, uint64_t>> files;  // name, size
-  uint64_t total_size = 0;                         // tensor bytes (the index's total_size)
+  uint64_t total_size = 0;  // tensor bytes (the index's total_size)
 };
 
 // Exports `source` (a checkpoint directory or a root) to `output`.
@@ -66,11 +66,13 @@ struct SafetensorsExportResult {
 // select nothing or a name or metadata string cannot be JSON (objects
 // aside, names must be UTF-8).
 absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
-    const std::string& source, const std::string& output, const SafetensorsExportOptions& options);
+    const std::string& source, const std::string& output,
+    const SafetensorsExportOptions& options);
 
 // True iff `name` is selected by `include` (empty: everything) and not by
 // `exclude` (fnmatch globs, '*' matching '.' too).
-bool SelectedByGlobs(const std::string& name, const std::vector<std::string>& include,
+bool SelectedByGlobs(const std::string& name,
+                     const std::vector<std::string>& include,
                      const std::vector<std::string>& exclude);
 
 }  // namespace ckpt::tools

@@ -24,7 +24,8 @@ absl::Status Annotated(const absl::Status& s, const std::string& file) {
 absl::StatusOr<interop::SafetensorsHeader> ReadHeader(const InputFile& f) {
   char first8[8] = {};
   if (f.size() >= 8) CKPT_RETURN_IF_ERROR(f.ReadAt(0, 8, first8));
-  auto n = interop::DecodeSafetensorsHeaderLength(absl::string_view(first8, 8), f.size());
+  auto n = interop::DecodeSafetensorsHeaderLength(absl::string_view(first8, 8),
+                                                  f.size());
   if (!n.ok()) return Annotated(n.status(), f.path());
   CKPT_ASSIGN_OR_RETURN(std::string json, f.Read(8, *n));
   auto h = interop::DecodeSafetensorsHeader(json, f.size() - 8 - *n);
@@ -43,40 +44,47 @@ absl::StatusOr<std::string> ResolveDirectory(const std::string& dir) {
   std::error_code ec;
   for (const auto& de : fs::directory_iterator(dir, ec)) {
     const std::string name = de.path().filename().string();
-    if (absl::EndsWith(name, ".safetensors.index.json")) indexes.push_back(de.path().string());
-    if (absl::EndsWith(name, ".safetensors")) files.push_back(de.path().string());
+    if (absl::EndsWith(name, ".safetensors.index.json"))
+      indexes.push_back(de.path().string());
+    if (absl::EndsWith(name, ".safetensors"))
+      files.push_back(de.path().string());
   }
   if (indexes.size() == 1) return indexes[0];
   if (indexes.empty() && files.size() == 1) return files[0];
-  return absl::NotFoundError(absl::StrCat(
-      dir, ": holds no ", interop::kHfIndexName, " (", indexes.size(), " index files and ",
-      files.size(), " .safetensors files found; give the file to read)"));
+  return absl::NotFoundError(
+      absl::StrCat(dir, ": holds no ", interop::kHfIndexName, " (",
+                   indexes.size(), " index files and ", files.size(),
+                   " .safetensors files found; give the file to read)"));
 }
 
 // Checks that the index maps exactly the tensors of its shards.
 absl::Status CheckIndex(const SafetensorsInput& in) {
   std::map<std::string, std::string> where;
-  for (const auto& [tensor, file] : in.hf_index.weight_map) where[tensor] = file;
+  for (const auto& [tensor, file] : in.hf_index.weight_map)
+    where[tensor] = file;
   std::map<std::string, std::string> found;
   for (size_t i = 0; i < in.files.size(); ++i) {
     const std::string file = fs::path(in.files[i].path()).filename().string();
     for (const auto& t : in.headers[i].tensors) {
       auto it = where.find(t.name);
       if (it == where.end()) {
-        return absl::DataLossError(absl::StrCat(in.index_path, ": tensor '", t.name, "' of ",
-                                                file, " is not in the weight_map"));
+        return absl::DataLossError(absl::StrCat(in.index_path, ": tensor '",
+                                                t.name, "' of ", file,
+                                                " is not in the weight_map"));
       }
       if (it->second != file) {
-        return absl::DataLossError(absl::StrCat(in.index_path, ": tensor '", t.name,
-                                                "' is in ", file, " but mapped to ", it->second));
+        return absl::DataLossError(absl::StrCat(in.index_path, ": tensor '",
+                                                t.name, "' is in ", file,
+                                                " but mapped to ", it->second));
       }
       found[t.name] = file;
     }
   }
   for (const auto& [tensor, file] : where) {
     if (!found.count(tensor)) {
-      return absl::DataLossError(absl::StrCat(in.index_path, ": weight_map maps '", tensor,
-                                              "' to ", file, ", which does not hold it"));
+      return absl::DataLossError(
+          absl::StrCat(in.index_path, ": weight_map maps '", tensor, "' to ",
+                       file, ", which does not hold it"));
     }
   }
   return absl::OkStatus();
@@ -95,9 +103,9 @@ absl::Status OpenIndex(SafetensorsInput& in, const std::string& index_path) {
   in.index_path = index_path;
   CKPT_ASSIGN_OR_RETURN(InputFile idx, InputFile::Open(index_path));
   if (idx.size() > interop::kSafetensorsMaxHeader) {
-    return absl::DataLossError(absl::StrCat(index_path, ": index of ", idx.size(),
-                                            " bytes exceeds the limit of ",
-                                            interop::kSafetensorsMaxHeader));
+    return absl::DataLossError(absl::StrCat(
+        index_path, ": index of ", idx.size(), " bytes exceeds the limit of ",
+        interop::kSafetensorsMaxHeader));
   }
   CKPT_ASSIGN_OR_RETURN(std::string text, idx.Read(0, idx.size()));
   auto index = interop::DecodeHfIndex(text);
@@ -115,7 +123,8 @@ absl::Status OpenIndex(SafetensorsInput& in, const std::string& index_path) {
 bool LooksLikeSafetensors(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) return ResolveDirectory(path).ok();
-  return absl::EndsWith(path, ".safetensors") || absl::EndsWith(path, ".safetensors.index.json");
+  return absl::EndsWith(path, ".safetensors") ||
+         absl::EndsWith(path, ".safetensors.index.json");
 }
 
 absl::StatusOr<SafetensorsInput> OpenSafetensors(const std::string& path) {
@@ -135,9 +144,9 @@ absl::StatusOr<SafetensorsInput> OpenSafetensors(const std::string& path) {
   for (size_t i = 0; i < in.files.size(); ++i) {
     for (const auto& t : in.headers[i].tensors) {
       if (!refs.emplace(t.name, SafetensorsInput::Ref{t.name, i, &t}).second) {
-        return absl::DataLossError(absl::StrCat(in.files[i].path(), ": tensor '", t.name,
-                                                "' is also in ",
-                                                in.files[refs[t.name].file].path()));
+        return absl::DataLossError(
+            absl::StrCat(in.files[i].path(), ": tensor '", t.name,
+                         "' is also in ", in.files[refs[t.name].file].path()));
       }
     }
   }
@@ -148,38 +157,45 @@ absl::StatusOr<SafetensorsInput> OpenSafetensors(const std::string& path) {
 
 namespace {
 
-absl::Status CheckStepFree(const std::string& root, uint64_t step, bool overwrite) {
+absl::Status CheckStepFree(const std::string& root, uint64_t step,
+                           bool overwrite) {
   std::error_code ec;
   auto st = fs::status(root, ec);
   if (!ec && fs::exists(st) && !fs::is_directory(st)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(root, ": exists and is not a directory (a checkpoint root)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        root, ": exists and is not a directory (a checkpoint root)"));
   }
-  const std::string step_dir = (fs::path(root) / format::StepDirName(step)).string();
+  const std::string step_dir =
+      (fs::path(root) / format::StepDirName(step)).string();
   if (!overwrite && fs::exists(step_dir, ec)) {
-    return absl::AlreadyExistsError(absl::StrCat(step_dir, ": a checkpoint of step ", step,
-                                                 " already exists (use --force to replace it)"));
+    return absl::AlreadyExistsError(
+        absl::StrCat(step_dir, ": a checkpoint of step ", step,
+                     " already exists (use --force to replace it)"));
   }
   return absl::OkStatus();
 }
 
 // Registers every tensor of `in` with `writer` (objects as objects).
-absl::Status Register(const SafetensorsInput& in, const ImportedMetadata& meta, Writer& writer,
-                      SafetensorsImportResult& r, const SafetensorsImportOptions& o) {
+absl::Status Register(const SafetensorsInput& in, const ImportedMetadata& meta,
+                      Writer& writer, SafetensorsImportResult& r,
+                      const SafetensorsImportOptions& o) {
   uint64_t total = 0;
-  for (const auto& ref : in.tensors) total += ref.tensor->end - ref.tensor->begin;
+  for (const auto& ref : in.tensors)
+    total += ref.tensor->end - ref.tensor->begin;
   for (const auto& ref : in.tensors) {
     const interop::SafetensorsTensor& t = *ref.tensor;
     const InputFile& f = in.files[ref.file];
     const uint64_t base = in.headers[ref.file].data_offset + t.begin;
     const bool object = meta.objects.count(t.name) > 0;
     r.entries.push_back({t.name, object, t.dtype, t.shape,
-                         fs::path(f.path()).filename().string(), t.end - t.begin});
+                         fs::path(f.path()).filename().string(),
+                         t.end - t.begin});
     r.logical_bytes += t.end - t.begin;
     if (object) {
       if (t.dtype != DType::kUInt8 || t.shape.size() != 1) {
-        return absl::DataLossError(absl::StrCat(f.path(), ": '", t.name,
-                                                "' is listed in ckpt.objects but is not 1-d U8"));
+        return absl::DataLossError(
+            absl::StrCat(f.path(), ": '", t.name,
+                         "' is listed in ckpt.objects but is not 1-d U8"));
       }
       CKPT_ASSIGN_OR_RETURN(std::string bytes, f.Read(base, t.end - t.begin));
       if (o.progress) o.progress(bytes.size(), total);
@@ -192,14 +208,14 @@ absl::Status Register(const SafetensorsInput& in, const ImportedMetadata& meta, 
       if (o.progress) o.progress(n, total);
       return absl::OkStatus();
     };
-    CKPT_RETURN_IF_ERROR(
-        writer.AddTensorSource(t.name, t.dtype, t.shape, FullBox(t.shape), std::move(source)));
+    CKPT_RETURN_IF_ERROR(writer.AddTensorSource(
+        t.name, t.dtype, t.shape, FullBox(t.shape), std::move(source)));
   }
   for (const std::string& name : meta.objects) {
     if (std::none_of(in.tensors.begin(), in.tensors.end(),
                      [&](const auto& ref) { return ref.name == name; })) {
-      return absl::DataLossError(
-          absl::StrCat(in.path, ": ckpt.objects names '", name, "', which is not a tensor"));
+      return absl::DataLossError(absl::StrCat(
+          in.path, ": ckpt.objects names '", name, "', which is not a tensor"));
     }
   }
   return absl::OkStatus();
@@ -207,9 +223,9 @@ absl::Status Register(const SafetensorsInput& in, const ImportedMetadata& meta, 
 
 }  // namespace
 
-absl::StatusOr<SafetensorsImportResult> ImportSafetensors(const std::string& input,
-                                                          const std::string& root,
-                                                          const SafetensorsImportOptions& o) {
+absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
+    const std::string& input, const std::string& root,
+    const SafetensorsImportOptions& o) {
   if (o.ranks < 1 || o.ranks > kMaxReshardRanks) {
     return absl::InvalidArgumentError(
         absl::StrCat("--ranks ", o.ranks, " is outside 1..", kMaxReshardRanks));
@@ -227,7 +243,8 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(const std::string& inp
   // With --ranks N the file is imported on one rank into a temporary root
   // beside `root` and resharded from there (ckpt-reshard's inference).
   const bool reshard = o.ranks > 1;
-  const std::string target = reshard ? absl::StrCat(root, ".import-tmp-", ::getpid()) : root;
+  const std::string target =
+      reshard ? absl::StrCat(root, ".import-tmp-", ::getpid()) : root;
   struct Cleanup {
     std::string dir;
     ~Cleanup() {
@@ -236,7 +253,8 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(const std::string& inp
     }
   } cleanup{reshard ? target : ""};
 
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Writer> writer, Writer::Create(Writer::Options{}));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Writer> writer,
+                        Writer::Create(Writer::Options{}));
   CKPT_RETURN_IF_ERROR(Register(in, *meta, *writer, r, o));
   SaveOptions so;
   so.codec = o.codec;

@@ -29,8 +29,8 @@ namespace ckpt::tools {
 
 // An opened and validated safetensors input.
 struct SafetensorsInput {
-  std::string path;   // as given
-  bool index = false; // an HF index and its shards
+  std::string path;    // as given
+  bool index = false;  // an HF index and its shards
   std::string index_path;
   interop::HfIndex hf_index;
   std::vector<InputFile> files;
@@ -89,9 +89,9 @@ struct SafetensorsImportResult {
 // OpenSafetensors; DataLoss if "ckpt.objects" names a tensor that is not
 // 1-d U8; AlreadyExists if the step exists and !overwrite; the Writer's
 // and (ranks > 1) ckpt-reshard's errors.
-absl::StatusOr<SafetensorsImportResult> ImportSafetensors(const std::string& input,
-                                                          const std::string& root,
-                                                          const SafetensorsImportOptions& options);
+absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
+    const std::string& input, const std::string& root,
+    const SafetensorsImportOptions& options);
 
 }  // namespace ckpt::tools
 

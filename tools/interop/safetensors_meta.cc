@@ -4,8 +4,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "interop/strict_json.h"
 #include "format/status_macros.h"
+#include "interop/strict_json.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt::tools {
@@ -19,7 +19,8 @@ constexpr char kStep[] = "ckpt.step";
 absl::StatusOr<std::string> Unhex(const nlohmann::json& v) {
   if (!v.is_string()) return absl::DataLossError("not a string");
   const std::string& s = v.get_ref<const std::string&>();
-  if (s.size() % 2 != 0 || s.find_first_not_of("0123456789abcdef") != std::string::npos) {
+  if (s.size() % 2 != 0 ||
+      s.find_first_not_of("0123456789abcdef") != std::string::npos) {
     return absl::DataLossError(absl::StrCat("'", s, "' is not lower-case hex"));
   }
   return absl::HexStringToBytes(s);
@@ -28,15 +29,18 @@ absl::StatusOr<std::string> Unhex(const nlohmann::json& v) {
 absl::Status DecodeUser(const std::string& text, format::Metadata& user) {
   auto doc = interop::ParseStrictJson(text, kUser);
   if (!doc.ok()) return doc.status();
-  if (!doc->is_array()) return absl::DataLossError(absl::StrCat(kUser, " is not a JSON array"));
+  if (!doc->is_array())
+    return absl::DataLossError(absl::StrCat(kUser, " is not a JSON array"));
   for (const auto& pair : *doc) {
     if (!pair.is_array() || pair.size() != 2) {
-      return absl::DataLossError(absl::StrCat(kUser, ": an item is not a [key, value] pair"));
+      return absl::DataLossError(
+          absl::StrCat(kUser, ": an item is not a [key, value] pair"));
     }
     auto k = Unhex(pair[0]);
     auto v = Unhex(pair[1]);
     if (!k.ok() || !v.ok()) {
-      return absl::DataLossError(absl::StrCat(kUser, ": ", (!k.ok() ? k : v).status().message()));
+      return absl::DataLossError(
+          absl::StrCat(kUser, ": ", (!k.ok() ? k : v).status().message()));
     }
     user.emplace_back(*std::move(k), *std::move(v));
   }
@@ -45,7 +49,8 @@ absl::Status DecodeUser(const std::string& text, format::Metadata& user) {
 
 }  // namespace
 
-StringPairs ExportMetadata(const format::CheckpointInfo& info, const format::Metadata& user,
+StringPairs ExportMetadata(const format::CheckpointInfo& info,
+                           const format::Metadata& user,
                            const std::vector<std::string>& object_names) {
   StringPairs out;
   bool user_format = false;
@@ -61,7 +66,8 @@ StringPairs ExportMetadata(const format::CheckpointInfo& info, const format::Met
   out.emplace_back(kObjects, nlohmann::json(object_names).dump());
   out.emplace_back(kUser, hex.dump());
   for (const auto& [k, v] : user) {
-    if (absl::StartsWith(k, kPrefix) || !interop::IsValidUtf8(k) || !interop::IsValidUtf8(v)) {
+    if (absl::StartsWith(k, kPrefix) || !interop::IsValidUtf8(k) ||
+        !interop::IsValidUtf8(v)) {
       continue;
     }
     out.emplace_back(k, v);
@@ -76,16 +82,19 @@ absl::StatusOr<ImportedMetadata> ImportMetadata(const StringPairs& metadata) {
     if (k == kStep) {
       uint64_t step;
       if (!absl::SimpleAtoi(v, &step)) {
-        return absl::DataLossError(absl::StrCat(kStep, " '", v, "' is not a step number"));
+        return absl::DataLossError(
+            absl::StrCat(kStep, " '", v, "' is not a step number"));
       }
       r.step = step;
     } else if (k == kObjects) {
       auto doc = interop::ParseStrictJson(v, kObjects);
       if (!doc.ok()) return doc.status();
-      if (!doc->is_array()) return absl::DataLossError(absl::StrCat(kObjects, " is not an array"));
+      if (!doc->is_array())
+        return absl::DataLossError(absl::StrCat(kObjects, " is not an array"));
       for (const auto& n : *doc) {
         if (!n.is_string()) {
-          return absl::DataLossError(absl::StrCat(kObjects, ": a name is not a string"));
+          return absl::DataLossError(
+              absl::StrCat(kObjects, ": a name is not a string"));
         }
         r.objects.insert(n.get<std::string>());
       }

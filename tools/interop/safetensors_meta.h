@@ -27,7 +27,8 @@ namespace ckpt::tools {
 using StringPairs = std::vector<std::pair<std::string, std::string>>;
 
 // The "__metadata__" map of an export.
-StringPairs ExportMetadata(const format::CheckpointInfo& info, const format::Metadata& user,
+StringPairs ExportMetadata(const format::CheckpointInfo& info,
+                           const format::Metadata& user,
                            const std::vector<std::string>& object_names);
 
 // What an import takes from a "__metadata__" map.

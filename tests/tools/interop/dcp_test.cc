@@ -6,10 +6,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "format/status_macros.h"
 #include "tests/testing/cli.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/tools/convert/convert_fixture.h"
@@ -38,10 +38,26 @@ std::string ReadFile(const std::string& path) {
 
 double ElementAsDouble(DType d, const char* p) {
   switch (d) {
-    case DType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DType::kFloat64: { double v; std::memcpy(&v, p, 8); return v; }
-    case DType::kInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case DType::kInt64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case DType::kFloat32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::kFloat64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case DType::kInt32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::kInt64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
     case DType::kBFloat16: {
       uint16_t h;
       std::memcpy(&h, p, 2);
@@ -50,28 +66,33 @@ double ElementAsDouble(DType d, const char* p) {
       std::memcpy(&v, &bits, 4);
       return v;
     }
-    default: ADD_FAILURE() << "dtype " << DTypeName(d); return 0;
+    default:
+      ADD_FAILURE() << "dtype " << DTypeName(d);
+      return 0;
   }
 }
 
 // Every tensor of the checkpoint at `root` equals expected.json of `dcp`
 // (the values make_dcp.py wrote, as float64).
 void ExpectValues(const std::string& root, const std::string& dcp) {
-  const nlohmann::json exp = nlohmann::json::parse(ReadFile(dcp + "/expected.json"));
+  const nlohmann::json exp =
+      nlohmann::json::parse(ReadFile(dcp + "/expected.json"));
   auto reader = Reader::Open(root);
   ASSERT_TRUE(reader.ok()) << reader.status();
   for (const auto& [name, t] : exp["tensors"].items()) {
     const format::EntryRecord* e = (*reader)->Find(name);
     ASSERT_NE(e, nullptr) << name;
     EXPECT_EQ(std::vector<uint64_t>(e->shape.begin(), e->shape.end()),
-              t["shape"].get<std::vector<uint64_t>>()) << name;
+              t["shape"].get<std::vector<uint64_t>>())
+        << name;
     auto bytes = ckpt::testing::ReadWhole(**reader, *e);
     ASSERT_TRUE(bytes.ok()) << bytes.status();
     const auto values = t["values"].get<std::vector<double>>();
     const int es = DTypeSize(e->dtype);
     ASSERT_EQ(bytes->size(), values.size() * es) << name;
     for (size_t i = 0; i < values.size(); ++i) {
-      EXPECT_EQ(ElementAsDouble(e->dtype, bytes->data() + i * es), values[i]) << name << "[" << i << "]";
+      EXPECT_EQ(ElementAsDouble(e->dtype, bytes->data() + i * es), values[i])
+          << name << "[" << i << "]";
     }
   }
 }
@@ -97,25 +118,29 @@ TEST(DcpImport, Torch113FixtureKeepsShardingAndValues) {
 
 TEST(DcpImport, CurrentReleaseLayout) {
   TempDir dir;
-  CKPT_ASSERT_OK_AND_ASSIGN(DcpImportResult r, ImportDcp(DataDir("dcp_modern"), dir / "c", {}));
+  CKPT_ASSERT_OK_AND_ASSIGN(DcpImportResult r,
+                            ImportDcp(DataDir("dcp_modern"), dir / "c", {}));
   EXPECT_EQ(r.module, "torch.distributed.checkpoint.metadata");
   EXPECT_EQ(r.world_size, 2);
   ExpectValues(dir / "c", DataDir("dcp_modern"));
   CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(dir / "c"));
-  EXPECT_EQ(reader->manifest().metadata,
-            (format::Metadata{{"dcp.module", "torch.distributed.checkpoint.metadata"},
-                              {"dcp.version", "1.0.0"},
-                              {"dcp.checkpoint_id", "dcp_modern"}}));
+  EXPECT_EQ(
+      reader->manifest().metadata,
+      (format::Metadata{{"dcp.module", "torch.distributed.checkpoint.metadata"},
+                        {"dcp.version", "1.0.0"},
+                        {"dcp.checkpoint_id", "dcp_modern"}}));
 }
 
 TEST(DcpImport, MegatronTorchDist) {
   TempDir dir;
-  CKPT_ASSERT_OK_AND_ASSIGN(DcpImportResult r,
-                            ImportDcp(DataDir("megatron_torch_dist"), dir / "c", {}));
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      DcpImportResult r,
+      ImportDcp(DataDir("megatron_torch_dist"), dir / "c", {}));
   EXPECT_EQ(r.format, "Megatron torch_dist");
   ExpectValues(dir / "c", DataDir("megatron_torch_dist"));
   CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(dir / "c"));
-  CKPT_ASSERT_OK_AND_ASSIGN(std::string common, reader->ReadObject("common.pt"));
+  CKPT_ASSERT_OK_AND_ASSIGN(std::string common,
+                            reader->ReadObject("common.pt"));
   EXPECT_EQ(common, ReadFile(DataDir("megatron_torch_dist/common.pt")));
   EXPECT_EQ(DescribeTorchRecord(common),
             "{'iteration': 1000, 'checkpoint_version': 3, "
@@ -129,12 +154,16 @@ TEST(DcpImport, WrittenByInstalledTorchConvertsReshardsAndDiffsEqual) {
   if (!fs::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
   TempDir dir;
   ckpt::testing::CliResult py = ckpt::testing::RunCli(
-      "/usr/bin/python3", {DataDir("make_dcp.py"), "real", dir / "dcp"}, dir.path());
-  if (py.exit_code != 0 && py.err.find("No module named 'torch'") != std::string::npos) {
-    GTEST_SKIP() << "torch is not installed (scripts/setup installs python3-torch)";
+      "/usr/bin/python3", {DataDir("make_dcp.py"), "real", dir / "dcp"},
+      dir.path());
+  if (py.exit_code != 0 &&
+      py.err.find("No module named 'torch'") != std::string::npos) {
+    GTEST_SKIP()
+        << "torch is not installed (scripts/setup installs python3-torch)";
   }
   ASSERT_EQ(py.exit_code, 0) << py.err;
-  CKPT_ASSERT_OK_AND_ASSIGN(DcpImportResult r, ImportDcp(dir / "dcp", dir / "c", {}));
+  CKPT_ASSERT_OK_AND_ASSIGN(DcpImportResult r,
+                            ImportDcp(dir / "dcp", dir / "c", {}));
   EXPECT_EQ(r.world_size, 2);
   ExpectValues(dir / "c", dir / "dcp");
   ReshardOptions ro;
@@ -163,13 +192,14 @@ class DamagedDcp : public ::testing::Test {
 
 TEST_F(DamagedDcp, MissingDataFile) {
   fs::remove(dir_ / "d/__1_0.distcp");
-  EXPECT_THAT(OpenDcp(dir_ / "d"), StatusIs(absl::StatusCode::kNotFound, "__1_0.distcp"));
+  EXPECT_THAT(OpenDcp(dir_ / "d"),
+              StatusIs(absl::StatusCode::kNotFound, "__1_0.distcp"));
 }
 
 TEST_F(DamagedDcp, TruncatedDataFile) {
   fs::resize_file(dir_ / "d/__1_0.distcp", 100);
-  EXPECT_THAT(OpenDcp(dir_ / "d"),
-              StatusIs(absl::StatusCode::kDataLoss, "outside the file (100 bytes)"));
+  EXPECT_THAT(OpenDcp(dir_ / "d"), StatusIs(absl::StatusCode::kDataLoss,
+                                            "outside the file (100 bytes)"));
 }
 
 TEST_F(DamagedDcp, FlippedByteFailsItsCrc) {
@@ -179,7 +209,8 @@ TEST_F(DamagedDcp, FlippedByteFailsItsCrc) {
   const interop::DcpStorage* s = in->chunk_storage.at("model.w_rows")[0];
   const std::string path = dir_ / ("d/" + s->relative_path);
   std::string bytes = ReadFile(path);
-  const size_t at = bytes.find("archive/data/0", s->offset) + 14 + 64;  // into the data
+  const size_t at =
+      bytes.find("archive/data/0", s->offset) + 14 + 64;  // into the data
   ASSERT_LT(at, s->offset + s->length);
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekp(static_cast<std::streamoff>(at));

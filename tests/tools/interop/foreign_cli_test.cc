@@ -41,10 +41,12 @@ class ForeignCli : public ::testing::Test {
     return r;
   }
   static std::string Expected(const std::string& name) {
-    return ReadFile(std::string(CKPT_SOURCE_DIR) + "/tests/tools/expected/interop/" + name + ".txt");
+    return ReadFile(std::string(CKPT_SOURCE_DIR) +
+                    "/tests/tools/expected/interop/" + name + ".txt");
   }
   TempDir dir_;
-  const std::string data_ = std::string(CKPT_SOURCE_DIR) + "/tests/data/interop";
+  const std::string data_ =
+      std::string(CKPT_SOURCE_DIR) + "/tests/data/interop";
 };
 
 TEST_F(ForeignCli, InspectMegatronTorchDist) {
@@ -54,13 +56,15 @@ TEST_F(ForeignCli, InspectMegatronTorchDist) {
 }
 
 TEST_F(ForeignCli, InspectDcpEntry) {
-  CliResult r = Run(CKPT_INSPECT_BIN, {"<DATA>/dcp_modern", "--entry", "model.w_cols"});
+  CliResult r =
+      Run(CKPT_INSPECT_BIN, {"<DATA>/dcp_modern", "--entry", "model.w_cols"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, Expected("inspect_dcp_entry"));
 }
 
 TEST_F(ForeignCli, InspectSafetensorsReferenceFile) {
-  CliResult r = Run(CKPT_INSPECT_BIN, {"<DATA>/safetensors/overall.safetensors"});
+  CliResult r =
+      Run(CKPT_INSPECT_BIN, {"<DATA>/safetensors/overall.safetensors"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, Expected("inspect_safetensors"));
 }
@@ -69,7 +73,8 @@ TEST_F(ForeignCli, InspectStatsNeedsConversion) {
   CliResult r = Run(CKPT_INSPECT_BIN, {"<DATA>/dcp_modern", "--stats"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,
-            "ckpt-inspect: error: --stats reads ckpt checkpoints; <DATA>/dcp_modern is dcp "
+            "ckpt-inspect: error: --stats reads ckpt checkpoints; "
+            "<DATA>/dcp_modern is dcp "
             "(convert it with ckpt-convert --from dcp first)\n");
 }
 
@@ -82,7 +87,8 @@ TEST_F(ForeignCli, ValidateTorch113Dcp) {
 TEST_F(ForeignCli, ValidateDamagedRecordNamesFileAndItem) {
   fs::copy(data_ + "/dcp_modern", dir_ / "d", fs::copy_options::recursive);
   // Rank 1's file cut short: its last item now runs past the end.
-  fs::resize_file(dir_ / "d/__1_0.distcp", fs::file_size(dir_ / "d/__1_0.distcp") - 1);
+  fs::resize_file(dir_ / "d/__1_0.distcp",
+                  fs::file_size(dir_ / "d/__1_0.distcp") - 1);
   CliResult r = Run(CKPT_VALIDATE_BIN, {"<TMP>/d"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.out, HasSubstr("error: <TMP>/d/__1_0.distcp: '"));
@@ -93,22 +99,29 @@ TEST_F(ForeignCli, ValidateDamagedRecordNamesFileAndItem) {
 TEST_F(ForeignCli, ValidateCompressedRecords) {
   CliResult r = Run(CKPT_VALIDATE_BIN, {"<DATA>/hostile/dcp_compressed"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.out, HasSubstr("error: <DATA>/hostile/dcp_compressed/__0_0.distcp [2448, 3239) "
-                               "of 'model.norm': zip: entry 'archive/data.pkl' is compressed "
-                               "(method 8); torch.save stores entries\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr(
+          "error: <DATA>/hostile/dcp_compressed/__0_0.distcp [2448, 3239) "
+          "of 'model.norm': zip: entry 'archive/data.pkl' is compressed "
+          "(method 8); torch.save stores entries\n"));
   EXPECT_THAT(r.out, HasSubstr("INVALID: 8 problems (8 errors, 0 warnings)"));
-  r = Run(CKPT_CONVERT_BIN, {"<DATA>/hostile/dcp_compressed", "<TMP>/c", "--from", "dcp"});
+  r = Run(CKPT_CONVERT_BIN,
+          {"<DATA>/hostile/dcp_compressed", "<TMP>/c", "--from", "dcp"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("is compressed (method 8)"));
   EXPECT_FALSE(fs::exists(dir_ / "c/latest"));
 }
 
 TEST_F(ForeignCli, DcpItemOutsideItsDirectory) {
-  CliResult r = Run(CKPT_CONVERT_BIN, {"<DATA>/hostile/dcp_outside", "<TMP>/c", "--from", "dcp"});
+  CliResult r = Run(CKPT_CONVERT_BIN,
+                    {"<DATA>/hostile/dcp_outside", "<TMP>/c", "--from", "dcp"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,
-            "ckpt-convert: error: <DATA>/hostile/dcp_outside/.metadata: DCP metadata: "
-            "'model.w_rows' is stored in '../__1_0.distcp', which is not a file inside the "
+            "ckpt-convert: error: <DATA>/hostile/dcp_outside/.metadata: DCP "
+            "metadata: "
+            "'model.w_rows' is stored in '../__1_0.distcp', which is not a "
+            "file inside the "
             "checkpoint directory\n");
 }
 
@@ -125,15 +138,19 @@ TEST_F(ForeignCli, ValidateIndexPointingOutside) {
       << R"({"metadata":{"total_size":1},"weight_map":{"w":"/etc/passwd"}})";
   CliResult r = Run(CKPT_VALIDATE_BIN, {"<TMP>/evil"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.out,
-            "Format      safetensors\nChecked     header\nerror: "
-            "<TMP>/evil/model.safetensors.index.json: weight_map entry of 'w' names "
-            "'/etc/passwd', which is not a file inside the index's directory\n"
-            "INVALID: 1 problem (1 error, 0 warnings)\n");
+  EXPECT_EQ(
+      r.out,
+      "Format      safetensors\nChecked     header\nerror: "
+      "<TMP>/evil/model.safetensors.index.json: weight_map entry of 'w' names "
+      "'/etc/passwd', which is not a file inside the index's directory\n"
+      "INVALID: 1 problem (1 error, 0 warnings)\n");
 }
 
 TEST_F(ForeignCli, DiffDcpAgainstItsConversionIsEqual) {
-  ASSERT_EQ(Run(CKPT_CONVERT_BIN, {"<DATA>/dcp_torch113", "<TMP>/c", "--from", "dcp"}).exit_code, 0);
+  ASSERT_EQ(
+      Run(CKPT_CONVERT_BIN, {"<DATA>/dcp_torch113", "<TMP>/c", "--from", "dcp"})
+          .exit_code,
+      0);
   CliResult r = Run(CKPT_DIFF_BIN, {"<DATA>/dcp_torch113", "<TMP>/c"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, Expected("diff_dcp"));
@@ -144,11 +161,16 @@ TEST_F(ForeignCli, DiffSafetensorsAgainstDcpFindsDifferences) {
   // The modern and 1.13 fixtures hold the same tensors; a safetensors
   // export of one compared with the other DCP is equal but for the bytes
   // item, whose torch.save record differs.
-  ASSERT_EQ(Run(CKPT_CONVERT_BIN, {"<DATA>/dcp_modern", "<TMP>/c", "--from", "dcp"}).exit_code, 0);
-  ASSERT_EQ(Run(CKPT_CONVERT_BIN, {"<TMP>/c", "<TMP>/m.safetensors", "--to", "safetensors"})
+  ASSERT_EQ(
+      Run(CKPT_CONVERT_BIN, {"<DATA>/dcp_modern", "<TMP>/c", "--from", "dcp"})
+          .exit_code,
+      0);
+  ASSERT_EQ(Run(CKPT_CONVERT_BIN,
+                {"<TMP>/c", "<TMP>/m.safetensors", "--to", "safetensors"})
                 .exit_code,
             0);
-  CliResult r = Run(CKPT_DIFF_BIN, {"<TMP>/m.safetensors", "<DATA>/dcp_torch113"});
+  CliResult r =
+      Run(CKPT_DIFF_BIN, {"<TMP>/m.safetensors", "<DATA>/dcp_torch113"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.out, HasSubstr("A: <TMP>/m.safetensors [safetensors] (step 0"));
   EXPECT_THAT(r.out, HasSubstr("B: <DATA>/dcp_torch113 [dcp] (step 0"));

@@ -9,10 +9,10 @@
 #include <fstream>
 
 #include "absl/strings/escaping.h"
+#include "format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "format/status_macros.h"
 #include "tests/testing/cli.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/tools/convert/convert_fixture.h"
@@ -40,7 +40,8 @@ void WriteText(const std::string& path, const std::string& text) {
 class SafetensorsTools : public ::testing::Test {
  protected:
   void SetUp() override {
-    CKPT_ASSERT_OK(ckpt::testing::WriteFixture(ckpt::testing::MakeFixture(), src_, 3));
+    CKPT_ASSERT_OK(
+        ckpt::testing::WriteFixture(ckpt::testing::MakeFixture(), src_, 3));
   }
   TempDir dir_;
   const std::string src_ = (dir_ / "src");
@@ -48,7 +49,8 @@ class SafetensorsTools : public ::testing::Test {
 
 TEST_F(SafetensorsTools, OneFileRoundTripIsExact) {
   const std::string out = (dir_ / "m.safetensors");
-  CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsExportResult e, ExportSafetensors(src_, out, {}));
+  CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsExportResult e,
+                            ExportSafetensors(src_, out, {}));
   EXPECT_EQ(e.files.size(), 1u);
   EXPECT_EQ(e.entries.size(), 25u);
   CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsImportResult r,
@@ -61,15 +63,18 @@ TEST_F(SafetensorsTools, ShardsRoundTripIsExactAndIndexIsHuggingFaces) {
   const std::string out = (dir_ / "hf");
   SafetensorsExportOptions o;
   o.max_shard_bytes = 200;
-  CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsExportResult e, ExportSafetensors(src_, out, o));
+  CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsExportResult e,
+                            ExportSafetensors(src_, out, o));
   ASSERT_GT(e.files.size(), 2u);
-  nlohmann::json index = nlohmann::json::parse(ReadFile(out + "/model.safetensors.index.json"));
+  nlohmann::json index =
+      nlohmann::json::parse(ReadFile(out + "/model.safetensors.index.json"));
   EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), e.total_size);
   for (const auto& x : e.entries) {
     EXPECT_EQ(index["weight_map"][x.name].get<std::string>(), x.file) << x.name;
   }
   for (size_t i = 0; i < e.files.size(); ++i) {
-    EXPECT_TRUE(fs::exists(out + "/" + interop::HfShardName(i, e.files.size())));
+    EXPECT_TRUE(
+        fs::exists(out + "/" + interop::HfShardName(i, e.files.size())));
   }
   // Every shard but the last is within the limit unless it holds one entry.
   uint64_t total = 0;
@@ -89,15 +94,17 @@ TEST_F(SafetensorsTools, ImportOnThreeRanksInfersLayoutsAsReshard) {
   CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(r.checkpoint));
   EXPECT_EQ(reader->manifest().info.world_size, 3u);
   CKPT_EXPECT_OK(ckpt::testing::SameContent(src_, (dir_ / "back")));
-  EXPECT_FALSE(fs::exists(dir_ / ("back.import-tmp-" + std::to_string(::getpid()))));
+  EXPECT_FALSE(
+      fs::exists(dir_ / ("back.import-tmp-" + std::to_string(::getpid()))));
 }
 
 TEST_F(SafetensorsTools, IncludeAndExcludeSelectEntries) {
   SafetensorsExportOptions o;
   o.include = {"dtypes.*", "opt.*"};
   o.exclude = {"*.exp_avg", "dtypes.float8*"};
-  CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsExportResult e,
-                            ExportSafetensors(src_, (dir_ / "m.safetensors"), o));
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      SafetensorsExportResult e,
+      ExportSafetensors(src_, (dir_ / "m.safetensors"), o));
   std::vector<std::string> names;
   for (const auto& x : e.entries) names.push_back(x.name);
   EXPECT_THAT(names, ::testing::Contains("opt.w"));
@@ -127,8 +134,8 @@ TEST_F(SafetensorsTools, ExistingOutputNeedsForce) {
 }
 
 TEST_F(SafetensorsTools, ReferenceSampleFileImports) {
-  const std::string in =
-      std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/safetensors/overall.safetensors";
+  const std::string in = std::string(CKPT_SOURCE_DIR) +
+                         "/tests/data/interop/safetensors/overall.safetensors";
   CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsImportResult r,
                             ImportSafetensors(in, (dir_ / "ref"), {}));
   EXPECT_EQ(r.entries.size(), 9u);
@@ -137,7 +144,8 @@ TEST_F(SafetensorsTools, ReferenceSampleFileImports) {
   EXPECT_EQ(reader->manifest().metadata, (format::Metadata{{"test", "a"}}));
   const format::EntryRecord* f = reader->Find("f");
   ASSERT_NE(f, nullptr);
-  CKPT_ASSERT_OK_AND_ASSIGN(std::string bytes, ckpt::testing::ReadWhole(*reader, *f));
+  CKPT_ASSERT_OK_AND_ASSIGN(std::string bytes,
+                            ckpt::testing::ReadWhole(*reader, *f));
   std::vector<float> v(6);
   std::memcpy(v.data(), bytes.data(), 24);
   EXPECT_EQ(v, (std::vector<float>{-3, -2, -1, 0, 1, 2}));
@@ -165,10 +173,13 @@ class HostileIndex : public SafetensorsTools {
 
 TEST_F(HostileIndex, FileOutsideItsDirectory) {
   WriteText((dir_ / "outside.safetensors"), "x");
-  Rewrite([](nlohmann::json& j) { j["weight_map"]["opt.w"] = "../outside.safetensors"; });
+  Rewrite([](nlohmann::json& j) {
+    j["weight_map"]["opt.w"] = "../outside.safetensors";
+  });
   EXPECT_THAT(ImportSafetensors(hf_, (dir_ / "b"), {}),
               StatusIs(absl::StatusCode::kDataLoss,
-                       "weight_map entry of 'opt.w' names '../outside.safetensors', which is not "
+                       "weight_map entry of 'opt.w' names "
+                       "'../outside.safetensors', which is not "
                        "a file inside the index's directory"));
 }
 
@@ -207,14 +218,16 @@ TEST_F(SafetensorsTools, ObjectMarkerOnAWideTensor) {
                                        {{"ckpt.objects", "[\"w\"]"}}));
   WriteText(path, head + std::string(4, '\0'));
   EXPECT_THAT(ImportSafetensors(path, (dir_ / "b"), {}),
-              StatusIs(absl::StatusCode::kDataLoss, "listed in ckpt.objects but is not 1-d U8"));
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "listed in ckpt.objects but is not 1-d U8"));
 }
 
 TEST_F(SafetensorsTools, FifoInPlaceOfAShardIsRefusedWithoutBlocking) {
   const std::string fifo = (dir_ / "x.safetensors");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
-  EXPECT_THAT(ImportSafetensors(fifo, (dir_ / "b"), {}),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "not a regular file"));
+  EXPECT_THAT(
+      ImportSafetensors(fifo, (dir_ / "b"), {}),
+      StatusIs(absl::StatusCode::kFailedPrecondition, "not a regular file"));
 }
 
 // An independent reader (Python's json and struct, no safetensors package)
@@ -246,13 +259,14 @@ s, e = w['data_offsets']
 print(len(h), b[8 + n + s:8 + n + e].hex())
 )PY";
   std::ofstream(dir_ / "check.py") << script;
-  ckpt::testing::CliResult r =
-      ckpt::testing::RunCli("/usr/bin/python3", {dir_ / "check.py", out}, dir_.path());
+  ckpt::testing::CliResult r = ckpt::testing::RunCli(
+      "/usr/bin/python3", {dir_ / "check.py", out}, dir_.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // The same bytes through ckpt's reader.
   CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(src_));
-  CKPT_ASSERT_OK_AND_ASSIGN(std::string bytes,
-                            ckpt::testing::ReadWhole(*reader, *reader->Find("opt.w")));
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      std::string bytes,
+      ckpt::testing::ReadWhole(*reader, *reader->Find("opt.w")));
   EXPECT_EQ(r.out, "25 " + absl::BytesToHexString(bytes) + "\n");
 }
 
