@@ -12,13 +12,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/internal/checkpoint_dir.h"  // ResolveCheckpointDir
 #include "ckpt/storage.h"
 
 namespace ckpt::internal {
-
-// A checkpoint directory (holding MANIFEST) is returned as is; a root is
-// resolved through `latest`. NotFound naming `path` otherwise.
-absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage, const std::string& path);
 
 // Creates `root` if it does not exist (its parent must).
 absl::Status EnsureRoot(Storage* storage, const std::string& root);

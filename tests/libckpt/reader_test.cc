@@ -9,6 +9,7 @@
 #include "tests/format/golden_spec.h"
 #include "tests/libckpt/test_util.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/tools/inspect/fixture.h"
 
 namespace ckpt {
 namespace {
@@ -231,6 +232,80 @@ TEST(ReaderGoldenTest, GoldenV1CheckpointLoadsThroughTheReader) {
   for (size_t i = 0; i < entries.size(); ++i) EXPECT_EQ(bufs[i], golden::GoldenBytes(entries[i])) << entries[i].name;
   EXPECT_EQ(rng, golden::kObjectValue);
 }
+
+
+// The spec decisions the Reader shares with ckpt-validate through the read
+// core (spec/FORMAT.md changelog), on checkpoints written byte by byte.
+namespace spec_decisions {
+
+using ::ckpt::tools::testing::FixtureSpec;
+using ::ckpt::tools::testing::FixtureTensor;
+using ::ckpt::tools::testing::WriteCheckpoint;
+
+// "b" (bool, in shard 0) and "empty" (no element, no chunk).
+FixtureSpec Spec() {
+  FixtureSpec spec;
+  spec.world = 2;
+  FixtureTensor b{"b", DType::kBool, {4}};
+  b.pieces = {{FullBox({4}), 0}};
+  b.data = std::string("\1\0\1\1", 4);
+  FixtureTensor empty{"empty", DType::kFloat32, {0, 4}};
+  spec.tensors = {b, empty};
+  return spec;
+}
+
+absl::Status LoadAll(const std::string& dir) {
+  auto reader = Reader::Open(dir);
+  if (!reader.ok()) return reader.status();
+  std::string b(4, '\0');
+  float none;
+  return (*reader)
+      ->Load({{"b", DType::kBool, {4}, FullBox({4}), b.data()},
+              {"empty", DType::kFloat32, {0, 4}, FullBox({0, 4}), &none}})
+      .status();
+}
+
+TEST(ReaderSpecTest, ChunklessEntryListedByAShardIndexLoads) {
+  TempDir tmp;
+  CKPT_EXPECT_OK(LoadAll(WriteCheckpoint(tmp.path(), Spec())));
+}
+
+TEST(ReaderSpecTest, ChunklessEntryInNoShardIndexIsDataLoss) {
+  TempDir tmp;
+  FixtureSpec spec = Spec();
+  spec.edit_index = [](uint32_t, format::ShardIndex* index) {
+    auto& v = index->entries;
+    v.erase(std::remove_if(v.begin(), v.end(), [](auto& e) { return e.name == "empty"; }),
+            v.end());
+  };
+  std::string dir = WriteCheckpoint(tmp.path(), spec);
+  EXPECT_THAT(LoadAll(dir), StatusIs(absl::StatusCode::kDataLoss,
+                                     dir + ": entry 'empty': has no chunk in any shard"));
+}
+
+TEST(ReaderSpecTest, EmptyIndexMetadataSectionWhenTheManifestHasPairsIsDataLoss) {
+  TempDir tmp;
+  FixtureSpec spec = Spec();
+  spec.edit_index = [](uint32_t, format::ShardIndex* index) {
+    index->metadata.clear();
+    index->metadata_present = true;
+  };
+  std::string dir = WriteCheckpoint(tmp.path(), spec);
+  EXPECT_THAT(LoadAll(dir), StatusIs(absl::StatusCode::kDataLoss,
+                                     "shard-00000.ckpt: METADATA differs from the manifest's"));
+}
+
+TEST(ReaderSpecTest, BoolByteOtherThanZeroOrOneIsDataLoss) {
+  TempDir tmp;
+  FixtureSpec spec = Spec();
+  spec.tensors[0].data[2] = 7;
+  std::string dir = WriteCheckpoint(tmp.path(), spec);
+  EXPECT_THAT(LoadAll(dir), StatusIs(absl::StatusCode::kDataLoss,
+                                     "block 0 of chunk 0 [0:4] of 'b': bool element 2 of the "
+                                     "chunk is 0x07"));
+}
+
+}  // namespace spec_decisions
 
 }  // namespace
 }  // namespace ckpt

@@ -14,7 +14,7 @@
 #include "format/geometry.h"
 #include "format/manifest.h"
 #include "format/status_macros.h"
-#include "libckpt/commit.h"
+#include "ckpt/internal/checkpoint_dir.h"
 #include "tools/common/tool_util.h"
 #include "tools/validate/validate.h"
 
