@@ -5,6 +5,7 @@
 #include "absl/strings/strip.h"
 #include "format/format_constants.h"
 #include "format/latest.h"
+#include "format/manifest.h"
 #include "format/status_macros.h"
 
 namespace ckpt::internal {
@@ -88,6 +89,15 @@ absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage,
   }
   if (!dir->has_value()) return NotACheckpoint(path);
   return JoinPath(path, **dir);
+}
+
+absl::StatusOr<format::Manifest> ReadManifest(Storage* storage,
+                                              const std::string& dir) {
+  const std::string path = JoinPath(dir, format::kManifestFileName);
+  CKPT_ASSIGN_OR_RETURN(std::string bytes, storage->ReadFile(path));
+  auto m = format::DecodeManifest(bytes);
+  if (!m.ok()) return Annotate(m.status(), path);
+  return m;
 }
 
 }  // namespace ckpt::internal

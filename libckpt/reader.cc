@@ -540,13 +540,13 @@ absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(
   Storage* storage = options.storage ? options.storage : DefaultStorage();
   CKPT_ASSIGN_OR_RETURN(std::string dir,
                         internal::ResolveCheckpointDir(storage, path));
-  const std::string mpath = JoinPath(dir, format::kManifestFileName);
-  CKPT_ASSIGN_OR_RETURN(std::string bytes, storage->ReadFile(mpath));
-  auto m = format::DecodeManifest(bytes);
-  if (!m.ok()) return Annotate(m.status(), mpath);
-  CKPT_RETURN_IF_ERROR(Annotate(format::ValidateCoverage(*m), mpath));
+  CKPT_ASSIGN_OR_RETURN(format::Manifest m,
+                        internal::ReadManifest(storage, dir));
+  CKPT_RETURN_IF_ERROR(
+      Annotate(format::ValidateCoverage(m),
+               JoinPath(dir, format::kManifestFileName)));
   return std::unique_ptr<Reader>(
-      new ReaderImpl(storage, std::move(dir), *std::move(m), options));
+      new ReaderImpl(storage, std::move(dir), std::move(m), options));
 }
 
 }  // namespace ckpt

@@ -88,5 +88,15 @@ TEST_F(CheckpointDirTest, ListRootSeesLatestCommittedAndTemporaries) {
   EXPECT_THAT(l->temps, ElementsAre(".tmp-step-00000006-ab"));
 }
 
+TEST_F(CheckpointDirTest, ReadManifestNamesTheFileOfACorruptManifest) {
+  const std::string dir = root_ / "step-00000005";
+  auto m = ReadManifest(storage(), dir);
+  CKPT_ASSERT_OK(m);
+  EXPECT_EQ(m->info.step, 5u);
+  std::ofstream(dir + "/MANIFEST", std::ios::binary | std::ios::trunc) << "garbage";
+  EXPECT_THAT(ReadManifest(storage(), dir),
+              StatusIs(absl::StatusCode::kDataLoss, dir + "/MANIFEST: "));
+}
+
 }  // namespace
 }  // namespace ckpt::internal

@@ -236,11 +236,8 @@ CheckpointSummary Summarize(std::string dir, format::Manifest manifest) {
 absl::StatusOr<CheckpointSummary> LoadSummary(const std::string& path, Storage* storage) {
   if (storage == nullptr) storage = DefaultStorage();
   CKPT_ASSIGN_OR_RETURN(std::string dir, ::ckpt::internal::ResolveCheckpointDir(storage, path));
-  const std::string mpath = JoinPath(dir, format::kManifestFileName);
-  CKPT_ASSIGN_OR_RETURN(std::string bytes, storage->ReadFile(mpath));
-  auto m = format::DecodeManifest(bytes);
-  if (!m.ok()) return Annotate(m.status(), mpath);
-  return Summarize(std::move(dir), *std::move(m));
+  CKPT_ASSIGN_OR_RETURN(format::Manifest m, ::ckpt::internal::ReadManifest(storage, dir));
+  return Summarize(std::move(dir), std::move(m));
 }
 
 absl::Status AddStats(CheckpointSummary* summary, const std::string& only, int threads,

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ckpt/storage.h"
+#include "format/records.h"
 
 namespace ckpt::internal {
 
@@ -50,6 +51,12 @@ absl::StatusOr<RootListing> ListRoot(Storage* storage, const std::string& root);
 // errors of IsCheckpointDir and FollowLatest, annotated with root/latest.
 absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage,
                                                  const std::string& path);
+
+// Reads and decodes DIR/MANIFEST (§6.2). The storage's errors as they are;
+// the decoder's (DataLoss, FailedPrecondition for a newer version) with
+// their message prefixed by the manifest's path.
+absl::StatusOr<format::Manifest> ReadManifest(Storage* storage,
+                                              const std::string& dir);
 
 }  // namespace ckpt::internal
 
