@@ -250,9 +250,31 @@ class ReaderImpl final : public Reader {
         options_(o),
         index_(manifest_) {
     for (const auto& s : manifest_.shards) shard_info_[s.shard_id] = &s;
+    description_.step = manifest_.info.step;
+    description_.world_size = manifest_.info.world_size;
+    description_.id = format::IdToHex(manifest_.info.id);
+    description_.created_unix_ns = manifest_.info.created_unix_ns;
+    description_.writer = manifest_.info.writer;
+    description_.format_version =
+        absl::StrCat(format::kFormatMajor, ".", manifest_.minor_version);
+    description_.metadata = manifest_.metadata;
   }
 
   const std::string& path() const override { return dir_; }
+  const CheckpointDescription& description() const override {
+    return description_;
+  }
+  std::vector<EntryView> entries() const override {
+    std::vector<EntryView> out;
+    out.reserve(manifest_.entries.size());
+    for (const EntryRecord& e : manifest_.entries) out.emplace_back(e);
+    return out;
+  }
+  std::optional<EntryView> FindEntry(const std::string& name) const override {
+    const EntryRecord* e = Find(name);
+    if (e == nullptr) return std::nullopt;
+    return EntryView(*e);
+  }
   const format::Manifest& manifest() const override { return manifest_; }
   const EntryRecord* Find(const std::string& name) const override {
     const int64_t e = index_.Find(name);
@@ -292,6 +314,7 @@ class ReaderImpl final : public Reader {
   format::Manifest manifest_;
   ReaderOptions options_;
   internal::ManifestIndex index_;  // over manifest_
+  CheckpointDescription description_;
   absl::flat_hash_map<uint32_t, const format::ShardInfo*> shard_info_;
   // std::mutex rather than absl::Mutex so that ThreadSanitizer sees the
   // synchronization (Debian's Abseil is not TSan-instrumented).

@@ -213,6 +213,32 @@ TEST(ReaderOpenTest, PartialEntryLoadOfUncoveredRegionFails) {
   EXPECT_EQ(y[0], 2);
 }
 
+TEST_F(ReaderTest, ViewsDescribeTheCheckpointWithoutRecords) {
+  const CheckpointDescription& d = reader_->description();
+  EXPECT_EQ(d.step, 3u);
+  EXPECT_EQ(d.world_size, 1u);
+  EXPECT_EQ(d.id.size(), 32u);
+  EXPECT_EQ(d.format_version, "1.0");
+  std::vector<EntryView> entries = reader_->entries();
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0].name(), "big");  // manifest order: by name
+  std::optional<EntryView> big = reader_->FindEntry("big");
+  ASSERT_TRUE(big.has_value());
+  EXPECT_FALSE(big->is_object());
+  EXPECT_EQ(big->dtype(), DType::kFloat32);
+  EXPECT_EQ(big->shape(), (Shape{1024, 256}));
+  EXPECT_FALSE(big->partial());
+  ASSERT_EQ(big->num_chunks(), 1u);
+  EXPECT_EQ(big->chunk_region(0), Region(FullBox({1024, 256})));
+  EXPECT_EQ(big->chunk_shard(0), 0u);
+  EXPECT_EQ(big->chunk_stored_bytes(0), 1024u * 256 * 4);
+  std::optional<EntryView> rng = reader_->FindEntry("rng");
+  ASSERT_TRUE(rng.has_value());
+  EXPECT_TRUE(rng->is_object());
+  EXPECT_EQ(rng->shape(), (Shape{4}));
+  EXPECT_FALSE(reader_->FindEntry("nope").has_value());
+}
+
 TEST(ReaderGoldenTest, GoldenV1CheckpointLoadsThroughTheReader) {
   auto reader = Reader::Open(std::string(CKPT_SOURCE_DIR) + "/" + golden::kGoldenDir);
   CKPT_ASSERT_OK(reader);
