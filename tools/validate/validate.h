@@ -17,14 +17,18 @@
 //    and shard id against the manifest, CHECKPOINT_INFO and METADATA
 //    against the manifest's [§5.6], entries and chunks equal to the
 //    manifest's in both directions [§8.6], payloads that do not overlap
-//    [§5.2];
+//    [§5.2]; when every shard opened, entries without any chunk listed by
+//    some index [§5.7];
 //  - unless `quick`: every block of every chunk, read with several threads
 //    in large sequential reads and verified against its checksum while it
-//    is in cache; zstd blocks are also decoded [§5.3];
+//    is in cache; zstd blocks are also decoded [§5.3]; bool bytes are 0 or
+//    1 [§9];
 //  - with `check_finite`: NaN and Inf in floating-point tensors.
 //
 // A problem is a Finding, not an error: Validate returns an error status
-// only when it cannot validate at all (see Validate). A shard that fails to
+// only when it cannot validate at all (see Validate). The checks and their
+// messages are libckpt's read core (ckpt/internal/), shared with
+// ckpt::Reader; this library collects every problem and reports them. A shard that fails to
 // open is reported once and its chunks are not read; everything else goes
 // on.
 #ifndef CKPT_TOOLS_VALIDATE_VALIDATE_H_
