@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "ckpt/internal/shard_file.h"  // EscapeName
 #include "format/format_constants.h"
 #include "format/latest.h"
 #include "format/manifest.h"
@@ -89,6 +90,12 @@ absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage,
   }
   if (!dir->has_value()) return NotACheckpoint(path);
   return JoinPath(path, **dir);
+}
+
+absl::Status EntryNotInCheckpoint(absl::string_view name,
+                                  const std::string& dir) {
+  return absl::NotFoundError(absl::StrCat(
+      "entry '", EscapeName(name), "' is not in the checkpoint ", dir));
 }
 
 absl::StatusOr<format::Manifest> ReadManifest(Storage* storage,

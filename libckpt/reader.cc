@@ -382,10 +382,7 @@ absl::Status ReaderImpl::OpenShards(const std::vector<uint32_t>& ids,
 absl::Status ReaderImpl::CheckRequest(const LoadRequest& r, const LoadOptions& o,
                                       const EntryRecord** out) {
   const EntryRecord* e = Find(r.name);
-  if (e == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("entry '", r.name, "' is not in the checkpoint ", dir_));
-  }
+  if (e == nullptr) return internal::EntryNotInCheckpoint(r.name, dir_);
   if (o.filter && !o.filter(r.name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("entry '", r.name, "' is requested but excluded by the filter"));

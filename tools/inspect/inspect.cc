@@ -203,8 +203,7 @@ absl::StatusOr<size_t> CheckpointSummary::FindEntry(const std::string& name) con
   for (size_t i = 0; i < manifest.entries.size(); ++i) {
     if (manifest.entries[i].name == name) return i;
   }
-  return absl::NotFoundError(
-      absl::StrCat("entry '", EscapeName(name), "' is not in the checkpoint ", dir));
+  return ::ckpt::internal::EntryNotInCheckpoint(name, dir);
 }
 
 CheckpointSummary Summarize(std::string dir, format::Manifest manifest) {

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "ckpt/storage.h"
 #include "format/records.h"
 
@@ -51,6 +52,11 @@ absl::StatusOr<RootListing> ListRoot(Storage* storage, const std::string& root);
 // errors of IsCheckpointDir and FollowLatest, annotated with root/latest.
 absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage,
                                                  const std::string& path);
+
+// NotFound "entry 'NAME' is not in the checkpoint DIR" (the name escaped
+// as EscapeName does).
+absl::Status EntryNotInCheckpoint(absl::string_view name,
+                                  const std::string& dir);
 
 // Reads and decodes DIR/MANIFEST (§6.2). The storage's errors as they are;
 // the decoder's (DataLoss, FailedPrecondition for a newer version) with
