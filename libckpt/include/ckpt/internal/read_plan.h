@@ -27,7 +27,9 @@ namespace ckpt::internal {
 
 // Region `region` of manifest entry `entry`; its destination is
 // RegionElements(region) elements of the entry's dtype, row-major in the
-// region's own layout. REQUIRES: region valid for the entry's shape.
+// region's own layout. The dtype is the entry's: a load converts nothing,
+// and the caller rejects a request of another dtype before planning
+// (Reader: CheckRequest). REQUIRES: region valid for the entry's shape.
 struct PlanRequest {
   uint32_t entry = 0;
   Region region;
