@@ -44,8 +44,8 @@ absl::StatusOr<std::optional<std::string>> FollowLatest(
     absl::ConsumePrefix(&why, "latest: ");
     return absl::DataLossError(absl::StrCat("broken pointer: ", why));
   }
-  auto m = storage->Stat(
-      JoinPath(JoinPath(root, *dir), format::kManifestFileName));
+  auto m =
+      storage->Stat(JoinPath(JoinPath(root, *dir), format::kManifestFileName));
   if (!m.ok()) {
     if (!absl::IsNotFound(m.status())) return m.status();
     return absl::NotFoundError(absl::StrCat(
@@ -71,8 +71,9 @@ absl::StatusOr<RootListing> ListRoot(Storage* storage,
     } else if (absl::StartsWith(n, format::kTempDirPrefix)) {
       out.temps.push_back(n);
     } else if (format::ParseStepDirName(n, &step) &&
-               storage->Stat(JoinPath(JoinPath(root, n),
-                                      format::kManifestFileName))
+               storage
+                   ->Stat(
+                       JoinPath(JoinPath(root, n), format::kManifestFileName))
                    .ok()) {
       out.committed.emplace_back(step, n);
     }
@@ -94,8 +95,8 @@ absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage,
 
 absl::Status EntryNotInCheckpoint(absl::string_view name,
                                   const std::string& dir) {
-  return absl::NotFoundError(absl::StrCat(
-      "entry '", EscapeName(name), "' is not in the checkpoint ", dir));
+  return absl::NotFoundError(absl::StrCat("entry '", EscapeName(name),
+                                          "' is not in the checkpoint ", dir));
 }
 
 absl::StatusOr<format::Manifest> ReadManifest(Storage* storage,

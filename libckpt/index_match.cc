@@ -97,16 +97,16 @@ absl::flat_hash_map<uint32_t, const EntryRecord*> MapIndexEntries(
 std::string ChunkFieldDiff(const ChunkRecord& ic, const ChunkRecord& mc) {
   std::vector<std::string> d;
   if (mc.stored_length != ic.stored_length) {
-    d.push_back(absl::StrCat("stored_length ", ic.stored_length, " != ",
-                             mc.stored_length));
+    d.push_back(absl::StrCat("stored_length ", ic.stored_length,
+                             " != ", mc.stored_length));
   }
   if (mc.codec != ic.codec) {
-    d.push_back(absl::StrCat("codec ", CodecName(ic.codec), " != ",
-                             CodecName(mc.codec)));
+    d.push_back(absl::StrCat("codec ", CodecName(ic.codec),
+                             " != ", CodecName(mc.codec)));
   }
   if (mc.block_size != ic.block_size) {
-    d.push_back(absl::StrCat("block_size ", ic.block_size, " != ",
-                             mc.block_size));
+    d.push_back(
+        absl::StrCat("block_size ", ic.block_size, " != ", mc.block_size));
   }
   return absl::StrJoin(d, ", ");
 }
@@ -121,15 +121,18 @@ void MatchEntryChunks(const EntryRecord& me, uint32_t e,
                       std::vector<IndexProblem>* problems) {
   std::vector<const ChunkRecord*> theirs;
   for (const ChunkRecord& c : ie.chunks) theirs.push_back(&c);
-  auto mc = [&](size_t i) -> const ChunkRecord& { return me.chunks[mine[i].chunk]; };
+  auto mc = [&](size_t i) -> const ChunkRecord& {
+    return me.chunks[mine[i].chunk];
+  };
   bool same_order = mine.size() == theirs.size();
   for (size_t k = 0; same_order && k < mine.size(); ++k) {
     same_order = SameKey(mc(k), *theirs[k]);
   }
   if (!same_order) {
-    std::sort(mine.begin(), mine.end(), [&](const ChunkRef& x, const ChunkRef& y) {
-      return ChunkKeyLess(me.chunks[x.chunk], me.chunks[y.chunk]);
-    });
+    std::sort(mine.begin(), mine.end(),
+              [&](const ChunkRef& x, const ChunkRef& y) {
+                return ChunkKeyLess(me.chunks[x.chunk], me.chunks[y.chunk]);
+              });
     std::sort(theirs.begin(), theirs.end(),
               [](const ChunkRecord* x, const ChunkRecord* y) {
                 return ChunkKeyLess(*x, *y);
@@ -140,8 +143,9 @@ void MatchEntryChunks(const EntryRecord& me, uint32_t e,
     if (j == theirs.size() ||
         (i < mine.size() && ChunkKeyLess(mc(i), *theirs[j]))) {
       Add(problems, me.name, mine[i].chunk,
-          absl::StrCat("not in the shard index (the manifest puts it at offset ",
-                       mc(i).data_offset, ", ", mc(i).stored_length, " bytes)"));
+          absl::StrCat(
+              "not in the shard index (the manifest puts it at offset ",
+              mc(i).data_offset, ", ", mc(i).stored_length, " bytes)"));
       ++i;
     } else if (i == mine.size() || ChunkKeyLess(*theirs[j], mc(i))) {
       Add(problems, me.name, -1, UnlistedChunk(*theirs[j]));

@@ -92,7 +92,8 @@ void AssignCopies(const std::vector<const ChunkPiece*>& pieces,
 }  // namespace
 
 absl::StatusOr<std::vector<ChunkPiece>> PairRequests(
-    const format::Manifest& manifest, const std::vector<PlanRequest>& requests) {
+    const format::Manifest& manifest,
+    const std::vector<PlanRequest>& requests) {
   std::vector<ChunkPiece> pieces;
   for (size_t i = 0; i < requests.size(); ++i) {
     const PlanRequest& r = requests[i];
@@ -102,12 +103,13 @@ absl::StatusOr<std::vector<ChunkPiece>> PairRequests(
     if (want == 0) continue;
     uint64_t covered = 0;
     for (size_t c = 0; c < e.chunks.size(); ++c) {
-      ChunkPiece p{static_cast<uint32_t>(i), r.entry, static_cast<uint32_t>(c), {}};
-      covered += ForEachRun(e.shape, e.chunks[c].region, r.region,
-                            [&](uint64_t s, uint64_t d, uint64_t k) {
-                              p.copies.push_back(Copy{p.request, s * es,
-                                                      d * es, k * es});
-                            });
+      ChunkPiece p{
+          static_cast<uint32_t>(i), r.entry, static_cast<uint32_t>(c), {}};
+      covered += ForEachRun(
+          e.shape, e.chunks[c].region, r.region,
+          [&](uint64_t s, uint64_t d, uint64_t k) {
+            p.copies.push_back(Copy{p.request, s * es, d * es, k * es});
+          });
       if (!p.copies.empty()) pieces.push_back(std::move(p));
     }
     if (covered != want) {
@@ -134,14 +136,16 @@ ReadPlan PlanBlockReads(const format::Manifest& manifest,
                         const BlockTableLookup& lookup,
                         uint64_t max_read_bytes) {
   // Pieces by stored chunk, in manifest order for a deterministic plan.
-  std::map<std::pair<uint32_t, uint32_t>, std::vector<const ChunkPiece*>> groups;
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<const ChunkPiece*>>
+      groups;
   for (const ChunkPiece& p : pieces) groups[{p.entry, p.chunk}].push_back(&p);
   std::map<uint32_t, ShardReads> by_shard;
   ReadPlan plan;
   for (const auto& [key, group] : groups) {
     const EntryRecord& e = manifest.entries[key.first];
     const ChunkRecord& c = *lookup(key.first, key.second);
-    const uint64_t per_read = std::max<uint64_t>(1, max_read_bytes / c.block_size);
+    const uint64_t per_read =
+        std::max<uint64_t>(1, max_read_bytes / c.block_size);
     std::vector<BlockRead> reads =
         CutReads(BlockSpans(group, c.block_size), c,
                  RegionElements(c.region) * DTypeSize(e.dtype), per_read);

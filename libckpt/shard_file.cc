@@ -26,9 +26,9 @@ std::string EscapeName(absl::string_view name) {
                static_cast<unsigned char>(name[i + 1]) >= 0x80 &&
                static_cast<unsigned char>(name[i + 1]) <= 0x9f) {
       // A C1 control character (U+0080..U+009F), valid in names (§11).
-      absl::StrAppend(&out, absl::StrFormat(
-                                "\\u%04x",
-                                static_cast<unsigned char>(name[++i])));
+      absl::StrAppend(
+          &out,
+          absl::StrFormat("\\u%04x", static_cast<unsigned char>(name[++i])));
     } else {
       out += static_cast<char>(c);
     }
@@ -42,12 +42,12 @@ std::string LocationText(absl::string_view file, absl::string_view entry,
   std::string where;
   if (block >= 0) absl::StrAppend(&where, "block ", block, " of ");
   if (chunk >= 0) {
-    absl::StrAppend(&where, "chunk ", chunk, region.empty() ? "" : " ",
-                    region, " of ");
+    absl::StrAppend(&where, "chunk ", chunk, region.empty() ? "" : " ", region,
+                    " of ");
   }
   if (!entry.empty()) {
-    absl::StrAppend(&where, where.empty() ? "entry '" : "'",
-                    EscapeName(entry), "'");
+    absl::StrAppend(&where, where.empty() ? "entry '" : "'", EscapeName(entry),
+                    "'");
   }
   if (file.empty()) return where;
   if (where.empty()) return std::string(file);
@@ -61,8 +61,8 @@ ManifestIndex::ManifestIndex(const format::Manifest& manifest)
     by_name_[entry.name] = static_cast<uint32_t>(e);
     for (size_t c = 0; c < entry.chunks.size(); ++c) {
       // DecodeManifest guarantees shard < world_size.
-      by_shard_[entry.chunks[c].shard].push_back(
-          ChunkRef{static_cast<uint32_t>(e), static_cast<uint32_t>(c), nullptr});
+      by_shard_[entry.chunks[c].shard].push_back(ChunkRef{
+          static_cast<uint32_t>(e), static_cast<uint32_t>(c), nullptr});
     }
   }
 }
@@ -95,10 +95,10 @@ absl::Status CheckHeaderAgainstManifest(const format::ShardHeader& header,
                                         const format::ShardInfo& info,
                                         const format::CheckpointId& id) {
   if (header.checkpoint_id != id) {
-    return absl::DataLossError(absl::StrCat(
-        "checkpoint id ", format::IdToHex(header.checkpoint_id),
-        " != manifest's ", format::IdToHex(id),
-        ": this shard belongs to another checkpoint"));
+    return absl::DataLossError(
+        absl::StrCat("checkpoint id ", format::IdToHex(header.checkpoint_id),
+                     " != manifest's ", format::IdToHex(id),
+                     ": this shard belongs to another checkpoint"));
   }
   if (header.shard_id != info.shard_id) {
     return absl::DataLossError(absl::StrCat("shard id ", header.shard_id,
@@ -135,9 +135,9 @@ absl::StatusOr<ShardFile> OpenShardFile(Storage* storage,
   CKPT_ASSIGN_OR_RETURN(s.header, format::DecodeShardHeader(head));
   CKPT_RETURN_IF_ERROR(CheckHeaderAgainstManifest(s.header, size, info, id));
   // file_size >= 96 (DecodeManifest checks it), so the tail is in the file.
-  CKPT_ASSIGN_OR_RETURN(std::string tail_bytes,
-                        ReadUpTo(*s.file, size - format::kShardTailSize,
-                                 format::kShardTailSize));
+  CKPT_ASSIGN_OR_RETURN(
+      std::string tail_bytes,
+      ReadUpTo(*s.file, size - format::kShardTailSize, format::kShardTailSize));
   CKPT_ASSIGN_OR_RETURN(format::ShardTail tail,
                         format::DecodeShardTail(tail_bytes, size));
   CKPT_ASSIGN_OR_RETURN(
@@ -155,24 +155,26 @@ absl::Status CheckIndexInfo(const format::ShardIndex& index,
   if (i == m) return absl::OkStatus();
   std::vector<std::string> d;
   if (i.id != m.id) {
-    d.push_back(absl::StrCat("id ", format::IdToHex(i.id), " != ",
-                             format::IdToHex(m.id)));
+    d.push_back(absl::StrCat("id ", format::IdToHex(i.id),
+                             " != ", format::IdToHex(m.id)));
   }
-  if (i.step != m.step) d.push_back(absl::StrCat("step ", i.step, " != ", m.step));
+  if (i.step != m.step)
+    d.push_back(absl::StrCat("step ", i.step, " != ", m.step));
   if (i.world_size != m.world_size) {
-    d.push_back(absl::StrCat("world_size ", i.world_size, " != ", m.world_size));
+    d.push_back(
+        absl::StrCat("world_size ", i.world_size, " != ", m.world_size));
   }
   if (i.created_unix_ns != m.created_unix_ns) {
-    d.push_back(absl::StrCat("created_unix_ns ", i.created_unix_ns, " != ",
-                             m.created_unix_ns));
+    d.push_back(absl::StrCat("created_unix_ns ", i.created_unix_ns,
+                             " != ", m.created_unix_ns));
   }
   if (i.fingerprint != m.fingerprint) d.push_back("fingerprint");
   if (i.writer != m.writer) {
     d.push_back(absl::StrCat("writer '", i.writer, "' != '", m.writer, "'"));
   }
-  return absl::DataLossError(
-      absl::StrCat("CHECKPOINT_INFO differs from the manifest's: ",
-                   absl::StrJoin(d, ", "), " (index != manifest)"));
+  return absl::DataLossError(absl::StrCat(
+      "CHECKPOINT_INFO differs from the manifest's: ", absl::StrJoin(d, ", "),
+      " (index != manifest)"));
 }
 
 absl::Status CheckIndexMetadata(const format::ShardIndex& index,
@@ -196,8 +198,8 @@ uint64_t ChunkRawBytes(const EntryRecord& e, const ChunkRecord& c) {
 }
 
 absl::Status ReadExactly(File& file, uint64_t offset, uint64_t n, char* out) {
-  const std::string what = absl::StrCat("reading bytes [", offset, ", ",
-                                        offset + n, ")");
+  const std::string what =
+      absl::StrCat("reading bytes [", offset, ", ", offset + n, ")");
   auto got = file.PRead(offset, n, out);
   if (!got.ok()) return Annotate(got.status(), what);
   if (*got == n) return absl::OkStatus();
@@ -255,8 +257,8 @@ absl::StatusOr<const char*> VerifyBlock(const EntryRecord& e,
     raw = raw_out;
   }
   if (e.dtype == DType::kBool) {
-    CKPT_RETURN_IF_ERROR(CheckBoolBytes(absl::string_view(raw, raw_size),
-                                        b * c.block_size));
+    CKPT_RETURN_IF_ERROR(
+        CheckBoolBytes(absl::string_view(raw, raw_size), b * c.block_size));
   }
   return raw;
 }

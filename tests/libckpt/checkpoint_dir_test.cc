@@ -48,7 +48,8 @@ TEST_F(CheckpointDirTest, ARootIsResolvedThroughLatest) {
 
 TEST_F(CheckpointDirTest, MissingPathAndFile) {
   EXPECT_THAT(IsCheckpointDir(storage(), root_ / "nope"),
-              StatusIs(absl::StatusCode::kNotFound, "no such checkpoint or checkpoint root"));
+              StatusIs(absl::StatusCode::kNotFound,
+                       "no such checkpoint or checkpoint root"));
   EXPECT_THAT(IsCheckpointDir(storage(), root_ / "latest"),
               StatusIs(absl::StatusCode::kNotFound, "not a directory"));
 }
@@ -58,7 +59,8 @@ TEST_F(CheckpointDirTest, NoLatestIsNotACheckpoint) {
   EXPECT_EQ(FollowLatest(storage(), root_.path()).value(), std::nullopt);
   EXPECT_THAT(ResolveCheckpointDir(storage(), root_.path()),
               StatusIs(absl::StatusCode::kNotFound,
-                       "not a checkpoint (no MANIFEST) nor a checkpoint root (no 'latest')"));
+                       "not a checkpoint (no MANIFEST) nor a checkpoint root "
+                       "(no 'latest')"));
 }
 
 TEST_F(CheckpointDirTest, BrokenLatestIsDataLossNamingTheFile) {
@@ -66,15 +68,17 @@ TEST_F(CheckpointDirTest, BrokenLatestIsDataLossNamingTheFile) {
   EXPECT_THAT(FollowLatest(storage(), root_.path()),
               StatusIs(absl::StatusCode::kDataLoss, "broken pointer: "));
   EXPECT_THAT(ResolveCheckpointDir(storage(), root_.path()),
-              StatusIs(absl::StatusCode::kDataLoss, root_ / "latest: broken pointer: "));
+              StatusIs(absl::StatusCode::kDataLoss,
+                       root_ / "latest: broken pointer: "));
 }
 
 TEST_F(CheckpointDirTest, LatestNamingANonCheckpoint) {
   WriteFile("latest", format::EncodeLatest("step-00000009"));
-  EXPECT_THAT(ResolveCheckpointDir(storage(), root_.path()),
-              StatusIs(absl::StatusCode::kNotFound,
-                       "latest: points to 'step-00000009', which is not a committed "
-                       "checkpoint"));
+  EXPECT_THAT(
+      ResolveCheckpointDir(storage(), root_.path()),
+      StatusIs(absl::StatusCode::kNotFound,
+               "latest: points to 'step-00000009', which is not a committed "
+               "checkpoint"));
 }
 
 TEST_F(CheckpointDirTest, ListRootSeesLatestCommittedAndTemporaries) {
@@ -93,7 +97,8 @@ TEST_F(CheckpointDirTest, ReadManifestNamesTheFileOfACorruptManifest) {
   auto m = ReadManifest(storage(), dir);
   CKPT_ASSERT_OK(m);
   EXPECT_EQ(m->info.step, 5u);
-  std::ofstream(dir + "/MANIFEST", std::ios::binary | std::ios::trunc) << "garbage";
+  std::ofstream(dir + "/MANIFEST", std::ios::binary | std::ios::trunc)
+      << "garbage";
   EXPECT_THAT(ReadManifest(storage(), dir),
               StatusIs(absl::StatusCode::kDataLoss, dir + "/MANIFEST: "));
 }

@@ -15,11 +15,11 @@
 namespace ckpt::internal {
 namespace {
 
+using ::ckpt::testing::StatusIs;
 using format::BlockRecord;
 using format::ChunkRecord;
 using format::EntryRecord;
 using format::Manifest;
-using ::ckpt::testing::StatusIs;
 using ::testing::ElementsAre;
 
 // A manifest of one float32 entry "w" of `shape`, chunk i holding
@@ -30,8 +30,8 @@ struct Fixture {
   Manifest manifest;
   std::map<std::pair<uint32_t, uint32_t>, ChunkRecord> indexed;
 
-  Fixture(Shape shape, std::vector<Region> regions, std::vector<uint32_t> shards,
-          uint64_t block_size, bool compressed) {
+  Fixture(Shape shape, std::vector<Region> regions,
+          std::vector<uint32_t> shards, uint64_t block_size, bool compressed) {
     manifest.info.world_size = 4;
     EntryRecord e;
     e.name = "w";
@@ -87,16 +87,18 @@ TEST(PairRequests, EmptyRegionNeedsNoChunk) {
 TEST(PairRequests, UncoveredRegionIsDataLossNamingEntryAndCount) {
   // A partial entry: elements [60, 100) were not saved.
   Fixture f({100}, {FlatRange{0, 60}}, {0}, 16, false);
-  EXPECT_THAT(PairRequests(f.manifest, {PlanRequest{0, FlatRange{50, 20}}}),
-              StatusIs(absl::StatusCode::kDataLoss,
-                       "entry 'w': requested region flat[50:70) is not covered by "
-                       "the checkpoint: 10 of 20 elements missing"));
+  EXPECT_THAT(
+      PairRequests(f.manifest, {PlanRequest{0, FlatRange{50, 20}}}),
+      StatusIs(absl::StatusCode::kDataLoss,
+               "entry 'w': requested region flat[50:70) is not covered by "
+               "the checkpoint: 10 of 20 elements missing"));
 }
 
 TEST(PlanBlockReads, ReadsOnlyTheBlocksARequestTouches) {
   // Blocks of 16 bytes = 4 elements; elements [9, 15) lie in blocks 2 and 3.
   Fixture f({100}, {FlatRange{0, 100}}, {0}, 16, true);
-  auto pieces = PairRequests(f.manifest, {PlanRequest{0, FlatRange{9, 6}}}).value();
+  auto pieces =
+      PairRequests(f.manifest, {PlanRequest{0, FlatRange{9, 6}}}).value();
   ReadPlan plan = PlanBlockReads(f.manifest, pieces, f.Lookup(), 1 << 20);
   ASSERT_EQ(plan.shards.size(), 1u);
   ASSERT_EQ(plan.shards[0].reads.size(), 1u);
@@ -104,7 +106,8 @@ TEST(PlanBlockReads, ReadsOnlyTheBlocksARequestTouches) {
   const ChunkRecord& c = f.indexed.at({0, 0});
   EXPECT_EQ(r.b0, 2u);
   EXPECT_EQ(r.b1, 4u);
-  EXPECT_EQ(r.offset, c.data_offset + c.blocks[0].stored_size + c.blocks[1].stored_size);
+  EXPECT_EQ(r.offset,
+            c.data_offset + c.blocks[0].stored_size + c.blocks[1].stored_size);
   EXPECT_EQ(r.length, c.blocks[2].stored_size + c.blocks[3].stored_size);
   EXPECT_EQ(r.raw_begin, 32u);
   EXPECT_EQ(r.raw_end, 64u);
@@ -130,7 +133,8 @@ TEST(PlanBlockReads, LongSpansAreCutIntoBoundedReadsThatSplitCopies) {
   // 100 elements = 25 blocks of 16 bytes; reads of at most 64 bytes = 4
   // blocks.
   Fixture f({100}, {FlatRange{0, 100}}, {0}, 16, false);
-  auto pieces = PairRequests(f.manifest, {PlanRequest{0, FlatRange{2, 30}}}).value();
+  auto pieces =
+      PairRequests(f.manifest, {PlanRequest{0, FlatRange{2, 30}}}).value();
   ReadPlan plan = PlanBlockReads(f.manifest, pieces, f.Lookup(), 64);
   const std::vector<BlockRead>& reads = plan.shards.at(0).reads;
   ASSERT_EQ(reads.size(), 2u);  // blocks [0, 4) and [4, 8)
@@ -144,7 +148,8 @@ TEST(PlanBlockReads, LongSpansAreCutIntoBoundedReadsThatSplitCopies) {
 TEST(PlanBlockReads, SeparateSpansOfAChunkAreSeparateReads) {
   // A column of a 2-d chunk: one element per row, rows 64 bytes apart.
   Fixture f({4, 16}, {Box{{0, 0}, {4, 16}}}, {0}, 16, false);
-  auto pieces = PairRequests(f.manifest, {PlanRequest{0, Box{{0, 1}, {4, 1}}}}).value();
+  auto pieces =
+      PairRequests(f.manifest, {PlanRequest{0, Box{{0, 1}, {4, 1}}}}).value();
   ReadPlan plan = PlanBlockReads(f.manifest, pieces, f.Lookup(), 1 << 20);
   const std::vector<BlockRead>& reads = plan.shards.at(0).reads;
   ASSERT_EQ(reads.size(), 4u);
@@ -157,11 +162,14 @@ TEST(PlanBlockReads, SeparateSpansOfAChunkAreSeparateReads) {
 
 TEST(PlanBlockReads, ShardsByIdAndReadsInFileOrder) {
   // Chunks listed in the manifest out of file order, in two shards.
-  Fixture f({40}, {FlatRange{30, 10}, FlatRange{0, 10}, FlatRange{10, 10}, FlatRange{20, 10}},
+  Fixture f({40},
+            {FlatRange{30, 10}, FlatRange{0, 10}, FlatRange{10, 10},
+             FlatRange{20, 10}},
             {1, 0, 1, 0}, 8, false);
   f.indexed.at({0, 0}).data_offset = 640;  // after chunk 2 in shard 1
   f.manifest.entries[0].chunks[0].data_offset = 640;
-  auto pieces = PairRequests(f.manifest, {PlanRequest{0, FlatRange{0, 40}}}).value();
+  auto pieces =
+      PairRequests(f.manifest, {PlanRequest{0, FlatRange{0, 40}}}).value();
   ReadPlan plan = PlanBlockReads(f.manifest, pieces, f.Lookup(), 1 << 20);
   ASSERT_EQ(plan.shards.size(), 2u);
   EXPECT_EQ(plan.shards[0].shard, 0u);
@@ -219,15 +227,17 @@ TEST(PlanBlockReads, RandomBoxesEveryDestinationByteOnceFromTheRightPlace) {
                    static_cast<int64_t>(src)) {
               ++g;
             }
-            EXPECT_EQ(::ckpt::testing::LocalIndexOf(shape, reqs[c.request].region, g),
-                      static_cast<int64_t>(dst));
+            EXPECT_EQ(
+                ::ckpt::testing::LocalIndexOf(shape, reqs[c.request].region, g),
+                static_cast<int64_t>(dst));
             ++written[c.request][dst];
           }
         }
       }
     }
     for (size_t i = 0; i < reqs.size(); ++i) {
-      for (int w : written[i]) ASSERT_EQ(w, 1) << "trial " << trial << " request " << i;
+      for (int w : written[i])
+        ASSERT_EQ(w, 1) << "trial " << trial << " request " << i;
     }
   }
 }

@@ -19,13 +19,13 @@
 namespace ckpt::internal {
 namespace {
 
+using ::ckpt::testing::StatusIs;
+using ::ckpt::testing::TempDir;
 using format::BlockRecord;
 using format::ChunkRecord;
 using format::EntryRecord;
 using format::Manifest;
 using format::ShardIndex;
-using ::ckpt::testing::StatusIs;
-using ::ckpt::testing::TempDir;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
@@ -37,18 +37,23 @@ class ShardFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto writer = Writer::Create({}).value();
-    CKPT_ASSERT_OK(writer->AddTensor("w", DType::kFloat32, {64}, FlatRange{0, 64}, data_.data()));
+    CKPT_ASSERT_OK(writer->AddTensor("w", DType::kFloat32, {64},
+                                     FlatRange{0, 64}, data_.data()));
     SaveOptions o;
     o.metadata = {{"run", "a"}};
     CKPT_ASSERT_OK(writer->Save(root_.path(), 1, o).status());
     dir_ = ResolveCheckpointDir(DefaultStorage(), root_.path()).value();
-    manifest_ = format::DecodeManifest(
-                    DefaultStorage()->ReadFile(JoinPath(dir_, "MANIFEST")).value())
-                    .value();
+    manifest_ =
+        format::DecodeManifest(
+            DefaultStorage()->ReadFile(JoinPath(dir_, "MANIFEST")).value())
+            .value();
   }
-  std::string ShardPath() const { return JoinPath(dir_, manifest_.shards[0].file_name); }
+  std::string ShardPath() const {
+    return JoinPath(dir_, manifest_.shards[0].file_name);
+  }
   absl::StatusOr<ShardFile> Open(const format::ShardInfo& info) {
-    return OpenShardFile(DefaultStorage(), ShardPath(), info, manifest_.info.id);
+    return OpenShardFile(DefaultStorage(), ShardPath(), info,
+                         manifest_.info.id);
   }
 
   TempDir root_;
@@ -73,30 +78,34 @@ TEST_F(ShardFileTest, OpensAShardThatAgreesWithTheManifest) {
 
 TEST_F(ShardFileTest, MissingShardFile) {
   std::filesystem::remove(ShardPath());
-  EXPECT_THAT(Open(manifest_.shards[0]),
-              StatusIs(kDataLoss, "shard file is missing (shard 0 in the manifest)"));
+  EXPECT_THAT(
+      Open(manifest_.shards[0]),
+      StatusIs(kDataLoss, "shard file is missing (shard 0 in the manifest)"));
 }
 
 TEST_F(ShardFileTest, ShardOfAnotherCheckpoint) {
   format::CheckpointId other = manifest_.info.id;
   other[0] ^= 1;
-  EXPECT_THAT(OpenShardFile(DefaultStorage(), ShardPath(), manifest_.shards[0], other),
-              StatusIs(kDataLoss, "this shard belongs to another checkpoint"));
+  EXPECT_THAT(
+      OpenShardFile(DefaultStorage(), ShardPath(), manifest_.shards[0], other),
+      StatusIs(kDataLoss, "this shard belongs to another checkpoint"));
 }
 
 TEST_F(ShardFileTest, ShardIdDiffersFromTheManifest) {
   format::ShardInfo info = manifest_.shards[0];
   info.shard_id = 3;
-  EXPECT_THAT(Open(info), StatusIs(kDataLoss, "shard id 0 != 3 in the manifest"));
+  EXPECT_THAT(Open(info),
+              StatusIs(kDataLoss, "shard id 0 != 3 in the manifest"));
 }
 
 TEST_F(ShardFileTest, SizeDiffersFromTheManifest) {
   format::ShardInfo info = manifest_.shards[0];
   const uint64_t size = info.file_size;
   info.file_size = size + 1;
-  EXPECT_THAT(Open(info), StatusIs(kDataLoss, absl::StrCat("file is ", size,
-                                                           " bytes, the manifest says ",
-                                                           size + 1, " (truncated)")));
+  EXPECT_THAT(Open(info),
+              StatusIs(kDataLoss, absl::StrCat("file is ", size,
+                                               " bytes, the manifest says ",
+                                               size + 1, " (truncated)")));
   info.file_size = size - 1;
   EXPECT_THAT(Open(info), StatusIs(kDataLoss, "(extended)"));
 }
@@ -105,9 +114,11 @@ TEST_F(ShardFileTest, IndexInfoDiffersNamingEachField) {
   ShardIndex index = Open(manifest_.shards[0]).value().index;
   index.info.step = 9;
   index.info.writer = "other";
-  EXPECT_THAT(CheckIndexInfo(index, manifest_),
-              StatusIs(kDataLoss, "CHECKPOINT_INFO differs from the manifest's: step 9 != 1, "
-                                  "writer 'other' != '"));
+  EXPECT_THAT(
+      CheckIndexInfo(index, manifest_),
+      StatusIs(kDataLoss,
+               "CHECKPOINT_INFO differs from the manifest's: step 9 != 1, "
+               "writer 'other' != '"));
 }
 
 TEST(CheckIndexMetadata, AbsentSectionIsNotCompared) {
@@ -123,8 +134,9 @@ TEST(CheckIndexMetadata, EmptySectionWhenTheManifestHasPairsIsDataLoss) {
   ShardIndex index;
   index.metadata_present = true;  // a METADATA section with no pairs
   EXPECT_THAT(CheckIndexMetadata(index, m),
-              StatusIs(kDataLoss, "METADATA differs from the manifest's (0 pairs in the "
-                                  "index, 1 in the manifest)"));
+              StatusIs(kDataLoss,
+                       "METADATA differs from the manifest's (0 pairs in the "
+                       "index, 1 in the manifest)"));
 }
 
 TEST(CheckIndexMetadata, EqualSectionIsAccepted) {
@@ -150,10 +162,12 @@ struct TwoEntries {
     b.chunks.push_back(Chunk(FlatRange{0, 2}, 1, 4096, 8));
     m.entries = {a, b};
     EntryRecord ia = a;
-    for (ChunkRecord& c : ia.chunks) c.blocks = {BlockRecord{c.stored_length, 1}};
+    for (ChunkRecord& c : ia.chunks)
+      c.blocks = {BlockRecord{c.stored_length, 1}};
     index.entries = {ia};
   }
-  static ChunkRecord Chunk(Region r, uint32_t shard, uint64_t offset, uint64_t length) {
+  static ChunkRecord Chunk(Region r, uint32_t shard, uint64_t offset,
+                           uint64_t length) {
     ChunkRecord c;
     c.region = r;
     c.shard = shard;
@@ -188,8 +202,10 @@ TEST(MatchIndexChunks, ChunksInAnotherOrderMatch) {
 TEST(MatchIndexChunks, ManifestChunkMissingFromTheIndex) {
   TwoEntries t;
   t.index.entries[0].chunks.pop_back();
-  EXPECT_THAT(t.Match(), ElementsAre(Problem("a", 1, "not in the shard index (the manifest "
-                                                     "puts it at offset 8192, 16 bytes)")));
+  EXPECT_THAT(t.Match(),
+              ElementsAre(Problem("a", 1,
+                                  "not in the shard index (the manifest "
+                                  "puts it at offset 8192, 16 bytes)")));
 }
 
 TEST(MatchIndexChunks, IndexChunkTheManifestDoesNotList) {
@@ -197,43 +213,53 @@ TEST(MatchIndexChunks, IndexChunkTheManifestDoesNotList) {
   t.m.entries[0].chunks.pop_back();
   t.m.entries[0].flags = format::kEntryFlagPartial;
   t.index.entries[0].flags = format::kEntryFlagPartial;
-  EXPECT_THAT(t.Match(), ElementsAre(Problem("a", -1, "the shard index has a chunk "
-                                                      "flat[4:8) at offset 8192 that the "
-                                                      "manifest does not list")));
+  EXPECT_THAT(t.Match(),
+              ElementsAre(Problem("a", -1,
+                                  "the shard index has a chunk "
+                                  "flat[4:8) at offset 8192 that the "
+                                  "manifest does not list")));
 }
 
 TEST(MatchIndexChunks, ChunkFieldsDifferIndexFirst) {
   TwoEntries t;
   t.index.entries[0].chunks[1].block_size = 7;
   t.index.entries[0].chunks[1].codec = format::Codec::kZstd;
-  EXPECT_THAT(t.Match(), ElementsAre(Problem("a", 1, "the shard index differs from the "
-                                                     "manifest: codec zstd != none, "
-                                                     "block_size 7 != 1048576 (index != "
-                                                     "manifest)")));
+  EXPECT_THAT(t.Match(),
+              ElementsAre(Problem("a", 1,
+                                  "the shard index differs from the "
+                                  "manifest: codec zstd != none, "
+                                  "block_size 7 != 1048576 (index != "
+                                  "manifest)")));
 }
 
 TEST(MatchIndexChunks, IndexEntryUnknownToTheManifest) {
   TwoEntries t;
   t.index.entries.push_back(t.index.entries[0]);
   t.index.entries.back().name = "ghost";
-  EXPECT_THAT(t.Match(), ElementsAre(Problem("ghost", -1, "entry is in the shard index (2 "
-                                                          "chunks) but not in the manifest")));
+  EXPECT_THAT(t.Match(),
+              ElementsAre(Problem("ghost", -1,
+                                  "entry is in the shard index (2 "
+                                  "chunks) but not in the manifest")));
 }
 
 TEST(MatchIndexChunks, IndexEntryDescribedDifferently) {
   TwoEntries t;
   t.index.entries[0].shape = {9};
-  EXPECT_THAT(t.Match(), ElementsAre(Problem("a", -1, "the shard index has tensor float32 "
-                                                      "[9], the manifest has tensor float32 "
-                                                      "[8]")));
+  EXPECT_THAT(t.Match(),
+              ElementsAre(Problem("a", -1,
+                                  "the shard index has tensor float32 "
+                                  "[9], the manifest has tensor float32 "
+                                  "[8]")));
 }
 
 TEST(MatchIndexChunks, EntryTheIndexDoesNotList) {
   TwoEntries t;
   t.index.entries.clear();
-  EXPECT_THAT(t.Match(), ElementsAre(Problem("a", 0, "the manifest stores 2 chunk(s) of this "
-                                                     "entry in this shard, but the shard index "
-                                                     "does not list the entry")));
+  EXPECT_THAT(t.Match(),
+              ElementsAre(Problem("a", 0,
+                                  "the manifest stores 2 chunk(s) of this "
+                                  "entry in this shard, but the shard index "
+                                  "does not list the entry")));
 }
 
 TEST(MatchIndexChunks, DataOffsetIsIgnoredWithoutStoredBytes) {
@@ -254,14 +280,16 @@ TEST(FindPayloadOverlaps, OverlapNamesBothChunks) {
   ASSERT_THAT(t.Match(&matched), IsEmpty());
   std::vector<IndexProblem> problems;
   FindPayloadOverlaps(t.m, matched, &problems);
-  EXPECT_THAT(problems, ElementsAre(Problem("a", 1, "payload at offset 4100 overlaps that of "
-                                                    "chunk 0 of 'a' (offset 4096, 16 bytes)")));
+  EXPECT_THAT(problems,
+              ElementsAre(Problem("a", 1,
+                                  "payload at offset 4100 overlaps that of "
+                                  "chunk 0 of 'a' (offset 4096, 16 bytes)")));
 }
 
 TEST(UnindexedChunklessEntries, AnEntryWithoutChunksMustBeInSomeIndex) {
   TwoEntries t;
-  t.m.entries.push_back(EntryRecord{"empty", format::EntryKind::kTensor, DType::kFloat32, 0,
-                                    {0}, {}});
+  t.m.entries.push_back(EntryRecord{
+      "empty", format::EntryKind::kTensor, DType::kFloat32, 0, {0}, {}});
   EXPECT_THAT(UnindexedChunklessEntries(t.m, {&t.index}), ElementsAre(2u));
   t.index.entries.push_back(t.m.entries[2]);
   EXPECT_THAT(UnindexedChunklessEntries(t.m, {&t.index}), IsEmpty());
@@ -272,9 +300,11 @@ TEST_F(ShardFileTest, ReadExactlyShortReadNamesTheRangeAndTheEnd) {
   auto s = Open(manifest_.shards[0]).value();
   const uint64_t size = manifest_.shards[0].file_size;
   std::string buf(100, '\0');
-  EXPECT_THAT(ReadExactly(*s.file, size - 10, 100, buf.data()),
-              StatusIs(kDataLoss, absl::StrCat("reading bytes [", size - 10, ", ", size + 90,
-                                               "): file ends at offset ", size)));
+  EXPECT_THAT(
+      ReadExactly(*s.file, size - 10, 100, buf.data()),
+      StatusIs(kDataLoss,
+               absl::StrCat("reading bytes [", size - 10, ", ", size + 90,
+                            "): file ends at offset ", size)));
 }
 
 // Entry `name` of dtype `dtype` with one chunk of `stored`, uncompressed,
@@ -307,14 +337,17 @@ TEST(VerifyBlock, ChecksumMismatchOfARawBlock) {
 TEST(VerifyBlock, BoolByteOtherThanZeroOrOneIsDataLoss) {
   const std::string stored("\1\0\1\1\0\2\1\0", 8);
   OneChunk t(DType::kBool, stored);
-  CKPT_EXPECT_OK(VerifyBlock(t.e, t.c, 0, stored.substr(0, 4), nullptr, nullptr));
+  CKPT_EXPECT_OK(
+      VerifyBlock(t.e, t.c, 0, stored.substr(0, 4), nullptr, nullptr));
   EXPECT_THAT(VerifyBlock(t.e, t.c, 1, stored.substr(4, 4), nullptr, nullptr),
-              StatusIs(kDataLoss, "bool element 5 of the chunk is 0x02, not 0x00 or 0x01 "
-                                  "(spec/FORMAT.md §9)"));
+              StatusIs(kDataLoss,
+                       "bool element 5 of the chunk is 0x02, not 0x00 or 0x01 "
+                       "(spec/FORMAT.md §9)"));
 }
 
 TEST(LocationText, MostSpecificFirst) {
-  EXPECT_EQ(LocationText("f", "w", 1, "[4:8, 0:8]", 3), "f: block 3 of chunk 1 [4:8, 0:8] of 'w'");
+  EXPECT_EQ(LocationText("f", "w", 1, "[4:8, 0:8]", 3),
+            "f: block 3 of chunk 1 [4:8, 0:8] of 'w'");
   EXPECT_EQ(LocationText("f", "w", -1, "", -1), "f: entry 'w'");
   EXPECT_EQ(LocationText("f", "", -1, "", -1), "f");
   EXPECT_EQ(LocationText("", "a\x1b", -1, "", -1), "entry 'a\\x1b'");

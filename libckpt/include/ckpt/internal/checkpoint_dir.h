@@ -31,8 +31,8 @@ absl::StatusOr<bool> IsCheckpointDir(Storage* storage, const std::string& path);
 // root/latest): DataLoss "broken pointer: WHY" when the pointer does not
 // decode; NotFound "points to 'DIR', which is not a committed checkpoint"
 // when DIR has no MANIFEST; other storage errors as is.
-absl::StatusOr<std::optional<std::string>> FollowLatest(Storage* storage,
-                                                        const std::string& root);
+absl::StatusOr<std::optional<std::string>> FollowLatest(
+    Storage* storage, const std::string& root);
 
 // NotFound "PATH: not a checkpoint (no MANIFEST) nor a checkpoint root (no
 // 'latest')".

@@ -72,8 +72,8 @@ std::vector<uint32_t> ShardsOf(const format::Manifest& manifest,
 // [raw_begin, raw_end) of the chunk, and the copies out of those raw bytes
 // (clipped to them, sorted by src then request).
 struct BlockRead {
-  uint32_t entry = 0;  // manifest entry
-  uint32_t chunk = 0;  // manifest chunk
+  uint32_t entry = 0;                            // manifest entry
+  uint32_t chunk = 0;                            // manifest chunk
   const format::ChunkRecord* indexed = nullptr;  // with the block table
   uint64_t b0 = 0, b1 = 0;
   uint64_t offset = 0, length = 0;
