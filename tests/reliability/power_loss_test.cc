@@ -15,7 +15,8 @@
 //   - every checkpoint committed before the save that keep_last does not
 //     make the save delete is still there, and loads exactly; and the
 //     save's own checkpoint too if Save returned OK;
-//   - if Save returned OK, what it pruned stays pruned;
+//   - if Save returned OK, what it pruned stays pruned (no step directory
+//     comes back, not even without its MANIFEST);
 //   - the root holds nothing but checkpoints, `latest` and .tmp-* entries,
 //     and the next save into it succeeds and becomes `latest`.
 // With several in-process ranks the order of the ranks' calls while they
@@ -109,9 +110,11 @@ void CheckAfterCut(PowerLossStorage* disk, const Scenario& sc, bool done) {
     EXPECT_NE(std::find(c.begin(), c.end(), step), c.end()) << "step " << step << " is lost";
   }
   if (done && sc.keep_last > 0) {
-    // What a save pruned stays pruned once it returned.
-    EXPECT_LE(c.size(), static_cast<size_t>(sc.keep_last))
-        << "pruned checkpoints came back: " << absl::StrJoin(c, ", ");
+    // What a save pruned stays pruned once it returned: neither the
+    // checkpoint nor its directory comes back.
+    EXPECT_LE(c.size() + listing->uncommitted.size(), static_cast<size_t>(sc.keep_last))
+        << "pruned checkpoints came back: " << absl::StrJoin(c, ", ") << "; "
+        << absl::StrJoin(listing->uncommitted, ", ");
   }
   if (!listing->has_latest) {
     EXPECT_TRUE(sc.prior.empty() && !done) << "latest is lost";
