@@ -23,8 +23,10 @@
 // write their shards varies from run to run; N does not, and every order
 // must pass.
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -141,8 +143,43 @@ void CheckNextSave(PowerLossStorage* disk, const Scenario& sc) {
   EXPECT_EQ(*latest, next);
 }
 
-// Runs the scenario and prints the number of storage calls and of power
-// cuts checked.
+// `name` with the random part of a temporary's name ("-" and 16 hex
+// digits) replaced by "-*".
+std::string WithoutRandomPart(std::string name) {
+  for (size_t i = 0; i + 17 <= name.size(); ++i) {
+    if (name[i] == '-' &&
+        std::all_of(name.begin() + i + 1, name.begin() + i + 17,
+                    [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); })) {
+      name.replace(i + 1, 16, "*");
+    }
+  }
+  return name;
+}
+
+// What a cut left on `disk`, up to what the checks can tell apart: every
+// path (temporaries without their random part) with its size, and the
+// bytes of `latest`. Files are written once and either keep all their
+// bytes or lose the unsynced ones, which changes their size; the ids and
+// times inside MANIFEST differ from run to run and are left out, so that
+// two cuts that leave the same disk are checked once.
+std::string DiskState(PowerLossStorage* disk, const std::string& dir = "/") {
+  std::string out;
+  auto names = disk->List(dir);
+  if (!names.ok()) return out;
+  for (const std::string& n : *names) {
+    const std::string path = JoinPath(dir, n);
+    auto st = disk->Stat(path);
+    if (!st.ok()) continue;
+    absl::StrAppend(&out, JoinPath(dir, WithoutRandomPart(n)), st->is_dir ? "/" : " ",
+                    st->size, "\n");
+    if (st->is_dir) out += DiskState(disk, path);
+    if (n == format::kLatestFileName) out += disk->ReadFile(path).value_or("?");
+  }
+  return out;
+}
+
+// Runs the scenario and prints the number of storage calls, of power cuts
+// and of the distinct disks they left (each checked once).
 void PowerCutEverywhere(const Scenario& sc) {
   PowerLossStorage base;
   EXPECT_THAT(base.CreateDir(kParent), IsOk());
@@ -153,6 +190,7 @@ void PowerCutEverywhere(const Scenario& sc) {
   EXPECT_THAT(SaveOn(probe.get(), sc.world, sc.step, config, sc.overwrite), IsOk());
   const int64_t calls = probe->calls();
   int64_t cuts = 0;
+  std::set<std::string> checked;  // DiskState, and whether the save returned OK
   for (int64_t n = 1; n <= calls + 1 && !::testing::Test::HasFailure(); ++n) {
     auto disk = base.Fork();
     if (n <= calls) disk->HaltAtCall(n);
@@ -172,13 +210,14 @@ void PowerCutEverywhere(const Scenario& sc) {
       } else {
         after->PowerCutKeepingOnly(c - pending - 1);
       }
+      ++cuts;
+      if (!checked.insert(absl::StrCat(done, DiskState(after.get()))).second) continue;
       CheckAfterCut(after.get(), sc, done);
       CheckNextSave(after.get(), sc);
-      ++cuts;
     }
   }
-  std::cout << "power cuts checked: " << cuts << " (save of " << calls
-            << " storage calls, " << sc.world << " rank(s))\n";
+  std::cout << "power cuts: " << cuts << ", distinct disks checked: " << checked.size()
+            << " (save of " << calls << " storage calls, " << sc.world << " rank(s))\n";
 }
 
 TEST(PowerLossTest, FirstSaveIntoANewRoot) {
