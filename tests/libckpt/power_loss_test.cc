@@ -21,7 +21,9 @@ void Write(PowerLossStorage& disk, const std::string& path, const std::string& d
   auto f = disk.Open(path, OpenMode::kCreateNew);
   ASSERT_THAT(f, IsOk());
   ASSERT_THAT((*f)->PWrite(0, data), IsOk());
-  if (sync) ASSERT_THAT((*f)->Sync(), IsOk());
+  if (sync) {
+    ASSERT_THAT((*f)->Sync(), IsOk());
+  }
   ASSERT_THAT((*f)->Close(), IsOk());
 }
 

@@ -195,7 +195,9 @@ void PowerCutEverywhere(const Scenario& sc) {
     auto disk = base.Fork();
     if (n <= calls) disk->HaltAtCall(n);
     const bool done = SaveOn(disk.get(), sc.world, sc.step, config, sc.overwrite).ok();
-    if (n > calls) EXPECT_TRUE(done) << "the save without a power cut failed";
+    if (n > calls) {
+      EXPECT_TRUE(done) << "the save without a power cut failed";
+    }
     const size_t pending = sc.reordered_dir_ops ? disk->pending_dir_ops() : 0;
     // Cut c <= pending keeps the first c pending directory operations; cut
     // pending + 1 + i keeps operation i alone.
