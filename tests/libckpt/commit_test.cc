@@ -31,7 +31,9 @@ void MakeRoot(PowerLossStorage& disk, const std::vector<uint64_t>& steps) {
   for (uint64_t s : steps) {
     const std::string dir = JoinPath(kRoot, format::StepDirName(s));
     ASSERT_THAT(disk.CreateDir(dir), IsOk());
-    ASSERT_THAT(disk.WriteFileAndSync(JoinPath(dir, format::kManifestFileName), "m"), IsOk());
+    ASSERT_THAT(
+        disk.WriteFileAndSync(JoinPath(dir, format::kManifestFileName), "m"),
+        IsOk());
     ASSERT_THAT(disk.SyncDir(dir), IsOk());
   }
   ASSERT_THAT(disk.SyncDir(kRoot), IsOk());
@@ -58,7 +60,8 @@ TEST(CommitTest, EnsureRootOnAFileIsInvalidArgument) {
   PowerLossStorage disk;
   ASSERT_THAT(disk.WriteFileAndSync(kRoot, "x"), IsOk());
   EXPECT_THAT(EnsureRoot(&disk, kRoot),
-              StatusIs(absl::StatusCode::kInvalidArgument, "/ck: exists and is not a directory"));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "/ck: exists and is not a directory"));
 }
 
 TEST(CommitTest, TemporaryDirectoryIsHiddenInTheRoot) {
@@ -75,7 +78,8 @@ TEST(CommitTest, CommitDirRenamesDurably) {
   MakeRoot(disk, {});
   auto tmp = CreateTempDir(&disk, kRoot, 1);
   ASSERT_THAT(tmp, IsOk());
-  ASSERT_THAT(CommitDir(&disk, kRoot, *tmp, "/ck/step-00000001", false), IsOk());
+  ASSERT_THAT(CommitDir(&disk, kRoot, *tmp, "/ck/step-00000001", false),
+              IsOk());
   disk.PowerCut();
   EXPECT_THAT(*disk.List(kRoot), ElementsAre("step-00000001"));
 }
@@ -86,7 +90,8 @@ TEST(CommitTest, CommitDirRefusesAnExistingStepAndKeepsBoth) {
   auto tmp = CreateTempDir(&disk, kRoot, 1);
   ASSERT_THAT(tmp, IsOk());
   EXPECT_THAT(CommitDir(&disk, kRoot, *tmp, "/ck/step-00000001", false),
-              StatusIs(absl::StatusCode::kAlreadyExists, "set overwrite to replace it"));
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       "set overwrite to replace it"));
   EXPECT_THAT(disk.Stat(*tmp), IsOk());
   EXPECT_THAT(disk.Stat("/ck/step-00000001/MANIFEST"), IsOk());
 }
@@ -108,7 +113,8 @@ TEST(CommitTest, UpdateLatestIsDurable) {
   ASSERT_THAT(UpdateLatest(&disk, kRoot, "step-00000003", 3), IsOk());
   disk.PowerCut();
   EXPECT_EQ(Latest(disk), "step-00000003");
-  EXPECT_THAT(*disk.List(kRoot), ElementsAre("latest", "step-00000003"));  // no temporary
+  EXPECT_THAT(*disk.List(kRoot),
+              ElementsAre("latest", "step-00000003"));  // no temporary
 }
 
 TEST(CommitTest, UpdateLatestNeverMovesBackToAnOlderStep) {
@@ -122,7 +128,8 @@ TEST(CommitTest, UpdateLatestNeverMovesBackToAnOlderStep) {
 TEST(CommitTest, UpdateLatestReplacesAPointerToAMissingNewerStep) {
   PowerLossStorage disk;
   MakeRoot(disk, {2});
-  ASSERT_THAT(disk.WriteFileAndSync("/ck/latest", format::EncodeLatest("step-00000009")),
+  ASSERT_THAT(disk.WriteFileAndSync("/ck/latest",
+                                    format::EncodeLatest("step-00000009")),
               IsOk());
   ASSERT_THAT(UpdateLatest(&disk, kRoot, "step-00000002", 2), IsOk());
   EXPECT_EQ(Latest(disk), "step-00000002");
@@ -134,8 +141,8 @@ TEST(CommitTest, PruneOldKeepsTheNewestAndWhatLatestNames) {
   ASSERT_THAT(UpdateLatest(&disk, kRoot, "step-00000001", 1), IsOk());
   ASSERT_THAT(PruneOld(&disk, kRoot, 2), IsOk());
   disk.PowerCut();
-  EXPECT_THAT(*disk.List(kRoot),
-              ElementsAre("latest", "step-00000001", "step-00000003", "step-00000004"));
+  EXPECT_THAT(*disk.List(kRoot), ElementsAre("latest", "step-00000001",
+                                             "step-00000003", "step-00000004"));
 }
 
 TEST(CommitTest, PruneOldZeroKeepsEverything) {
@@ -172,11 +179,12 @@ TEST(CommitTest, AssembleManifestMergesChunksInRankOrderAndSortsEntries) {
   format::CheckpointInfo info;
   info.step = 4;
   info.world_size = 2;
-  std::vector<ShardReport> reports = {Report(100, "w", 0, 0, 5), Report(200, "w", 1, 5, 3)};
+  std::vector<ShardReport> reports = {Report(100, "w", 0, 0, 5),
+                                      Report(200, "w", 1, 5, 3)};
   reports[1].entries.push_back(Report(0, "a", 1, 0, 8).entries[0]);
   CommitSummary summary;
-  format::Manifest m =
-      AssembleManifest(info, {{"k", "v"}}, "plan", std::move(reports), &summary);
+  format::Manifest m = AssembleManifest(info, {{"k", "v"}}, "plan",
+                                        std::move(reports), &summary);
   EXPECT_EQ(m.info, info);
   EXPECT_EQ(m.plan, "plan");
   ASSERT_EQ(m.shards.size(), 2u);

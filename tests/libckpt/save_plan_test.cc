@@ -17,7 +17,8 @@ using ::ckpt::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-LocalItem Tensor(const std::string& name, Shape shape, Region region, bool replica = false) {
+LocalItem Tensor(const std::string& name, Shape shape, Region region,
+                 bool replica = false) {
   LocalItem it;
   it.name = name;
   it.dtype = DType::kFloat32;
@@ -63,7 +64,8 @@ TEST(SavePlanTest, ReplicasAreWrittenOnceAndBalancedLargestFirst) {
 
 TEST(SavePlanTest, OneNonReplicaAmongReplicasIsAllowed) {
   const Shape s = {4};
-  auto plan = PlanSave({{Tensor("w", s, FullBox(s))}, {Tensor("w", s, FullBox(s), true)}});
+  auto plan = PlanSave(
+      {{Tensor("w", s, FullBox(s))}, {Tensor("w", s, FullBox(s), true)}});
   ASSERT_THAT(plan, IsOk());
   EXPECT_EQ(plan->writes[0].size() + plan->writes[1].size(), 1u);
 }
@@ -94,17 +96,20 @@ TEST(SavePlanTest, ObjectIsWrittenByItsHolder) {
 TEST(SavePlanTest, KindMismatchNamesEntryAndRanks) {
   EXPECT_THAT(PlanSave({{Tensor("x", {1}, FullBox({1}))}, {Object("x", 1)}}),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "entry 'x': kind differs between ranks: rank 0 has tensor, rank 1 has "
+                       "entry 'x': kind differs between ranks: rank 0 has "
+                       "tensor, rank 1 has "
                        "object"));
 }
 
 TEST(SavePlanTest, DtypeMismatchNamesEntryAndRanks) {
   LocalItem b = Tensor("w", {4}, FlatRange{2, 2});
   b.dtype = DType::kBFloat16;
-  EXPECT_THAT(PlanSave({{Tensor("w", {4}, FlatRange{0, 2})}, {b}}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "entry 'w': dtype differs between ranks: rank 0 has float32, rank 1 "
-                       "has bfloat16"));
+  EXPECT_THAT(
+      PlanSave({{Tensor("w", {4}, FlatRange{0, 2})}, {b}}),
+      StatusIs(
+          absl::StatusCode::kInvalidArgument,
+          "entry 'w': dtype differs between ranks: rank 0 has float32, rank 1 "
+          "has bfloat16"));
 }
 
 TEST(SavePlanTest, GlobalShapeMismatchNamesEntryAndRanks) {
@@ -117,10 +122,12 @@ TEST(SavePlanTest, GlobalShapeMismatchNamesEntryAndRanks) {
 TEST(SavePlanTest, PartialFlagMismatchNamesEntryAndRanks) {
   LocalItem b = Tensor("w", {4}, FlatRange{2, 2});
   b.partial = true;
-  EXPECT_THAT(PlanSave({{Tensor("w", {4}, FlatRange{0, 2})}, {b}}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "entry 'w': partial flag differs between ranks: rank 0 has false, "
-                       "rank 1 has true"));
+  EXPECT_THAT(
+      PlanSave({{Tensor("w", {4}, FlatRange{0, 2})}, {b}}),
+      StatusIs(
+          absl::StatusCode::kInvalidArgument,
+          "entry 'w': partial flag differs between ranks: rank 0 has false, "
+          "rank 1 has true"));
 }
 
 TEST(SavePlanTest, ObjectOnTwoRanksIsRejected) {
@@ -131,9 +138,10 @@ TEST(SavePlanTest, ObjectOnTwoRanksIsRejected) {
 
 TEST(SavePlanTest, SameRegionOnTwoNonReplicasIsRejected) {
   const Shape s = {4};
-  EXPECT_THAT(PlanSave({{Tensor("w", s, FullBox(s))}, {Tensor("w", s, FullBox(s))}}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "entry 'w': ranks 0, 1 all hold"));
+  EXPECT_THAT(
+      PlanSave({{Tensor("w", s, FullBox(s))}, {Tensor("w", s, FullBox(s))}}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "entry 'w': ranks 0, 1 all hold"));
 }
 
 TEST(SavePlanTest, OverlappingChunksAreRejected) {
@@ -147,8 +155,10 @@ TEST(SavePlanTest, GapNamesEntryAndTheRankOfEachChunk) {
                         {Tensor("w", {4}, FlatRange{2, 2})}});
   EXPECT_THAT(plan, StatusIs(absl::StatusCode::kInvalidArgument,
                              "entry 'w': elements not covered by any chunk"));
-  EXPECT_THAT(plan, StatusIs(absl::StatusCode::kInvalidArgument, "flat[0:1) on rank 0"));
-  EXPECT_THAT(plan, StatusIs(absl::StatusCode::kInvalidArgument, "flat[2:4) on rank 1"));
+  EXPECT_THAT(plan, StatusIs(absl::StatusCode::kInvalidArgument,
+                             "flat[0:1) on rank 0"));
+  EXPECT_THAT(plan, StatusIs(absl::StatusCode::kInvalidArgument,
+                             "flat[2:4) on rank 1"));
 }
 
 TEST(SavePlanTest, GapIsAllowedForPartialTensors) {
@@ -209,11 +219,11 @@ TEST(SavePlanTest, FingerprintIgnoresObjectSizeButNotTensorGeometry) {
 }
 
 TEST(SavePlanTest, CombinedFingerprintDependsOnOrderAndCount) {
-  const std::vector<format::Fingerprint> fps = {ItemFingerprint(Object("a", 1)),
-                                                ItemFingerprint(Object("b", 1))};
+  const std::vector<format::Fingerprint> fps = {
+      ItemFingerprint(Object("a", 1)), ItemFingerprint(Object("b", 1))};
   auto combine = [](const std::vector<format::Fingerprint>& v) {
-    return CombineFingerprints(v.size(),
-                               [&](size_t i) -> const format::Fingerprint& { return v[i]; });
+    return CombineFingerprints(
+        v.size(), [&](size_t i) -> const format::Fingerprint& { return v[i]; });
   };
   EXPECT_NE(combine(fps), combine({fps[1], fps[0]}));
   EXPECT_NE(combine(fps), combine({fps[0]}));

@@ -36,7 +36,8 @@ Piece Floats(const std::string& name, uint64_t n, int seed) {
   p.item.shape = {n};
   p.item.region = FlatRange{0, n};
   p.bytes.resize(n * 4);
-  for (size_t i = 0; i < p.bytes.size(); ++i) p.bytes[i] = static_cast<char>(i * seed % 251);
+  for (size_t i = 0; i < p.bytes.size(); ++i)
+    p.bytes[i] = static_cast<char>(i * seed % 251);
   return p;
 }
 
@@ -53,27 +54,30 @@ class ShardWriterTest : public ::testing::Test {
     info_.step = 9;
   }
 
-  absl::StatusOr<ShardWriteResult> Write(const std::vector<Piece>& pieces,
-                                         DeviceMemory* dm = nullptr,
-                                         MemoryKind memory = MemoryKind::kHost) {
+  absl::StatusOr<ShardWriteResult> Write(
+      const std::vector<Piece>& pieces, DeviceMemory* dm = nullptr,
+      MemoryKind memory = MemoryKind::kHost) {
     items_.clear();
     for (const Piece& p : pieces) {
       items_.push_back(WriteItem{&p.item, p.bytes.data(), memory, 0, nullptr});
     }
-    return WriteShardFile(&disk_, kPath, header_, info_, {{"k", "v"}}, items_, options_, dm);
+    return WriteShardFile(&disk_, kPath, header_, info_, {{"k", "v"}}, items_,
+                          options_, dm);
   }
 
   // Decodes the file as a reader would; the index, or a failure.
   format::ShardIndex ReadIndex() {
     std::string file = *disk_.ReadFile(kPath);
-    auto header = format::DecodeShardHeader(file.substr(0, format::kShardHeaderSize));
+    auto header =
+        format::DecodeShardHeader(file.substr(0, format::kShardHeaderSize));
     EXPECT_THAT(header, IsOk());
-    auto tail = format::DecodeShardTail(file.substr(file.size() - format::kShardTailSize),
-                                        file.size());
+    auto tail = format::DecodeShardTail(
+        file.substr(file.size() - format::kShardTailSize), file.size());
     EXPECT_THAT(tail, IsOk());
     if (!header.ok() || !tail.ok()) return {};
     auto index = format::DecodeShardIndex(
-        absl::string_view(file).substr(tail->index_offset, tail->index_length), *header, *tail);
+        absl::string_view(file).substr(tail->index_offset, tail->index_length),
+        *header, *tail);
     EXPECT_THAT(index, IsOk());
     return index.ok() ? *index : format::ShardIndex{};
   }
@@ -86,9 +90,11 @@ class ShardWriterTest : public ::testing::Test {
     uint64_t stored = c.data_offset, raw = 0;
     for (const format::BlockRecord& b : c.blocks) {
       const uint64_t n = std::min<uint64_t>(c.block_size, raw_bytes - raw);
-      EXPECT_THAT(decoder.Decode(c.codec, absl::string_view(file).substr(stored, b.stored_size),
-                                 b.checksum, n, out.data() + raw),
-                  IsOk());
+      EXPECT_THAT(
+          decoder.Decode(c.codec,
+                         absl::string_view(file).substr(stored, b.stored_size),
+                         b.checksum, n, out.data() + raw),
+          IsOk());
       stored += b.stored_size;
       raw += n;
     }
@@ -103,7 +109,8 @@ class ShardWriterTest : public ::testing::Test {
 };
 
 TEST_F(ShardWriterTest, UncompressedShardReadsBackExactly) {
-  std::vector<Piece> pieces = {Floats("a", 3000, 7), Floats("b", 5, 3), Floats("c", 0, 1)};
+  std::vector<Piece> pieces = {Floats("a", 3000, 7), Floats("b", 5, 3),
+                               Floats("c", 0, 1)};
   auto result = Write(pieces);
   ASSERT_THAT(result, IsOk());
   EXPECT_EQ(result->file_size, disk_.Stat(kPath)->size);
@@ -120,7 +127,8 @@ TEST_F(ShardWriterTest, UncompressedShardReadsBackExactly) {
       continue;
     }
     EXPECT_EQ(c.data_offset % 512, 0u) << pieces[i].item.name;
-    EXPECT_EQ(ReadChunk(c, pieces[i].bytes.size()), pieces[i].bytes) << pieces[i].item.name;
+    EXPECT_EQ(ReadChunk(c, pieces[i].bytes.size()), pieces[i].bytes)
+        << pieces[i].item.name;
   }
 }
 
@@ -172,15 +180,20 @@ TEST_F(ShardWriterTest, SourceProvidesTheBytesAndItsErrorNamesTheEntry) {
     return absl::OkStatus();
   };
   items_ = {WriteItem{&p.item, nullptr, MemoryKind::kHost, 0, &good}};
-  auto ok = WriteShardFile(&disk_, kPath, header_, info_, {}, items_, options_, nullptr);
+  auto ok = WriteShardFile(&disk_, kPath, header_, info_, {}, items_, options_,
+                           nullptr);
   ASSERT_THAT(ok, IsOk());
-  EXPECT_EQ(ReadChunk(ReadIndex().entries[0].chunks[0], p.bytes.size()), p.bytes);
+  EXPECT_EQ(ReadChunk(ReadIndex().entries[0].chunks[0], p.bytes.size()),
+            p.bytes);
 
-  TensorSource bad = [](uint64_t, void*, uint64_t) { return absl::UnavailableError("gone"); };
+  TensorSource bad = [](uint64_t, void*, uint64_t) {
+    return absl::UnavailableError("gone");
+  };
   items_ = {WriteItem{&p.item, nullptr, MemoryKind::kHost, 0, &bad}};
-  EXPECT_THAT(WriteShardFile(&disk_, "/d/other.ckpt", header_, info_, {}, items_, options_,
-                             nullptr),
-              StatusIs(absl::StatusCode::kUnavailable, "entry 'streamed': source at byte 0"));
+  EXPECT_THAT(WriteShardFile(&disk_, "/d/other.ckpt", header_, info_, {},
+                             items_, options_, nullptr),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       "entry 'streamed': source at byte 0"));
 }
 
 // Copies "device" memory (host memory here) and counts the bytes.
@@ -202,7 +215,8 @@ TEST_F(ShardWriterTest, DeviceMemoryIsStagedThroughDeviceMemory) {
   Piece p = Floats("gpu", 5000, 11);
   ASSERT_THAT(Write({p}, &device, MemoryKind::kCuda), IsOk());
   EXPECT_EQ(device.copied, p.bytes.size());
-  EXPECT_EQ(ReadChunk(ReadIndex().entries[0].chunks[0], p.bytes.size()), p.bytes);
+  EXPECT_EQ(ReadChunk(ReadIndex().entries[0].chunks[0], p.bytes.size()),
+            p.bytes);
 }
 
 TEST_F(ShardWriterTest, DeviceMemoryWithoutDeviceMemoryIsFailedPrecondition) {

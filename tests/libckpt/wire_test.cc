@@ -34,18 +34,21 @@ TEST(WireTest, StatusOrRoundTripsPayloadAndError) {
   auto ok = DecodeStatusOr(EncodeStatusOr(std::string("payload\0bytes", 13)));
   ASSERT_THAT(ok, IsOk());
   EXPECT_EQ(*ok, std::string("payload\0bytes", 13));
-  auto err = DecodeStatusOr(EncodeStatusOr(absl::DataLossError("shard-00001.ckpt: bad")));
-  EXPECT_THAT(err, StatusIs(absl::StatusCode::kDataLoss, "shard-00001.ckpt: bad"));
+  auto err = DecodeStatusOr(
+      EncodeStatusOr(absl::DataLossError("shard-00001.ckpt: bad")));
+  EXPECT_THAT(err,
+              StatusIs(absl::StatusCode::kDataLoss, "shard-00001.ckpt: bad"));
 }
 
 TEST(WireTest, EmptyStatusOrIsInternal) {
-  EXPECT_THAT(DecodeStatusOr(""),
-              StatusIs(absl::StatusCode::kInternal, "empty message from another rank"));
+  EXPECT_THAT(DecodeStatusOr(""), StatusIs(absl::StatusCode::kInternal,
+                                           "empty message from another rank"));
 }
 
 TEST(WireTest, RankPlanRoundTrips) {
   RankPlan plan;
-  for (int i = 0; i < 16; ++i) plan.fingerprint[i] = static_cast<uint8_t>(i * 7);
+  for (int i = 0; i < 16; ++i)
+    plan.fingerprint[i] = static_cast<uint8_t>(i * 7);
   LocalItem t;
   t.name = "w";
   t.dtype = DType::kFloat32;
@@ -66,14 +69,16 @@ TEST(WireTest, RankPlanRoundTrips) {
   EXPECT_EQ(got->plan[0].name, "w");
   EXPECT_EQ(got->plan[0].shape, t.shape);
   EXPECT_TRUE(got->plan[0].replica);
-  EXPECT_EQ(std::get<Box>(got->plan[0].region).offset, std::get<Box>(t.region).offset);
+  EXPECT_EQ(std::get<Box>(got->plan[0].region).offset,
+            std::get<Box>(t.region).offset);
   EXPECT_EQ(got->plan[1].kind, format::EntryKind::kObject);
   EXPECT_EQ(std::get<FlatRange>(got->plan[1].region).length, 96u);
 }
 
 TEST(WireTest, RankPlanShorterThanItsFingerprintIsInternal) {
   EXPECT_THAT(DecodeRankPlan(std::string(15, '\0')),
-              StatusIs(absl::StatusCode::kInternal, "malformed local plan from another rank"));
+              StatusIs(absl::StatusCode::kInternal,
+                       "malformed local plan from another rank"));
 }
 
 TEST(WireTest, RankPlanWithTruncatedItemsIsInternal) {
@@ -86,7 +91,8 @@ TEST(WireTest, RankPlanWithTruncatedItemsIsInternal) {
   std::string bytes = EncodeRankPlan(plan);
   bytes.resize(bytes.size() - 1);
   EXPECT_THAT(DecodeRankPlan(bytes),
-              StatusIs(absl::StatusCode::kInternal, "malformed local plan from another rank"));
+              StatusIs(absl::StatusCode::kInternal,
+                       "malformed local plan from another rank"));
 }
 
 TEST(WireTest, SavePrepRoundTrips) {
@@ -110,8 +116,9 @@ TEST(WireTest, TruncatedSavePrepIsInternal) {
   prep.tmp_dir = "/ck/.tmp-x";
   std::string bytes = EncodeSavePrep(prep);
   for (size_t n : {size_t{0}, size_t{16}, size_t{39}, bytes.size() - 1}) {
-    EXPECT_THAT(DecodeSavePrep(bytes.substr(0, n)),
-                StatusIs(absl::StatusCode::kInternal, "malformed save preparation"))
+    EXPECT_THAT(
+        DecodeSavePrep(bytes.substr(0, n)),
+        StatusIs(absl::StatusCode::kInternal, "malformed save preparation"))
         << n << " bytes";
   }
 }
@@ -152,8 +159,9 @@ TEST(WireTest, CommitSummaryRoundTrips) {
 
 TEST(WireTest, TruncatedCommitSummaryIsInternal) {
   std::string bytes = EncodeCommitSummary({300, 300});
-  EXPECT_THAT(DecodeCommitSummary(bytes.substr(0, 3)),
-              StatusIs(absl::StatusCode::kInternal, "malformed commit summary"));
+  EXPECT_THAT(
+      DecodeCommitSummary(bytes.substr(0, 3)),
+      StatusIs(absl::StatusCode::kInternal, "malformed commit summary"));
 }
 
 TEST(WireTest, CommitSummaryWithTrailingBytesIsInternal) {

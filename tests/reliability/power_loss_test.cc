@@ -22,6 +22,8 @@
 // With several in-process ranks the order of the ranks' calls while they
 // write their shards varies from run to run; N does not, and every order
 // must pass.
+#include "ckpt/power_loss.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
@@ -33,7 +35,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/in_process.h"
-#include "ckpt/power_loss.h"
 #include "gtest/gtest.h"
 #include "tests/reliability/model.h"
 #include "tests/testing/status_matchers.h"
@@ -52,7 +53,7 @@ struct Scenario {
   std::vector<uint64_t> prior;  // steps saved (and synced) before
   uint64_t step = 0;            // the save that loses power
   int keep_last = 0;
-  bool overwrite = false;       // step is one of `prior`
+  bool overwrite = false;  // step is one of `prior`
   // Also keep each prefix of the pending directory operations, and each
   // one alone.
   bool reordered_dir_ops = true;
@@ -67,8 +68,8 @@ SaveConfig Config(const Scenario& sc) {
 }
 
 // Saves `step` with `world` in-process ranks through `disk`.
-absl::Status SaveOn(PowerLossStorage* disk, int world, uint64_t step, const SaveConfig& c,
-                    bool overwrite = false) {
+absl::Status SaveOn(PowerLossStorage* disk, int world, uint64_t step,
+                    const SaveConfig& c, bool overwrite = false) {
   InProcessWorld w(world);
   return RunRanks(w, [&](Communicator& comm) -> absl::Status {
     CKPT_ASSIGN_OR_RETURN(auto state, RankState::Create(&comm, c.scale, disk));
@@ -102,19 +103,22 @@ void CheckAfterCut(PowerLossStorage* disk, const Scenario& sc, bool done) {
   }
   EXPECT_TRUE(listing->other.empty()) << absl::StrJoin(listing->other, ", ");
   for (uint64_t step : listing->committed) {
-    auto got = VerifyCheckpoint(JoinPath(kRoot, format::StepDirName(step)), kScale, disk);
+    auto got = VerifyCheckpoint(JoinPath(kRoot, format::StepDirName(step)),
+                                kScale, disk);
     EXPECT_THAT(got, IsOk()) << "step " << step;
   }
   const std::vector<uint64_t>& c = listing->committed;
   std::vector<uint64_t> need = MustSurvive(sc);
   if (done || sc.overwrite) need.push_back(sc.step);  // the new one or the old
   for (uint64_t step : need) {
-    EXPECT_NE(std::find(c.begin(), c.end(), step), c.end()) << "step " << step << " is lost";
+    EXPECT_NE(std::find(c.begin(), c.end(), step), c.end())
+        << "step " << step << " is lost";
   }
   if (done && sc.keep_last > 0) {
     // What a save pruned stays pruned once it returned: neither the
     // checkpoint nor its directory comes back.
-    EXPECT_LE(c.size() + listing->uncommitted.size(), static_cast<size_t>(sc.keep_last))
+    EXPECT_LE(c.size() + listing->uncommitted.size(),
+              static_cast<size_t>(sc.keep_last))
         << "pruned checkpoints came back: " << absl::StrJoin(c, ", ") << "; "
         << absl::StrJoin(listing->uncommitted, ", ");
   }
@@ -124,12 +128,14 @@ void CheckAfterCut(PowerLossStorage* disk, const Scenario& sc, bool done) {
   }
   auto latest = VerifyCheckpoint(kRoot, kScale, disk);
   ASSERT_THAT(latest, IsOk()) << "latest";
-  const uint64_t before = sc.prior.empty() ? 0 : *std::max_element(sc.prior.begin(),
-                                                                   sc.prior.end());
+  const uint64_t before =
+      sc.prior.empty() ? 0
+                       : *std::max_element(sc.prior.begin(), sc.prior.end());
   if (done) {
     EXPECT_EQ(*latest, std::max(before, sc.step));
   } else {
-    EXPECT_TRUE(*latest == before || *latest == sc.step) << "latest is step " << *latest;
+    EXPECT_TRUE(*latest == before || *latest == sc.step)
+        << "latest is step " << *latest;
   }
 }
 
@@ -148,8 +154,9 @@ void CheckNextSave(PowerLossStorage* disk, const Scenario& sc) {
 std::string WithoutRandomPart(std::string name) {
   for (size_t i = 0; i + 17 <= name.size(); ++i) {
     if (name[i] == '-' &&
-        std::all_of(name.begin() + i + 1, name.begin() + i + 17,
-                    [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); })) {
+        std::all_of(name.begin() + i + 1, name.begin() + i + 17, [](char c) {
+          return std::isxdigit(static_cast<unsigned char>(c));
+        })) {
       name.replace(i + 1, 16, "*");
     }
   }
@@ -170,8 +177,8 @@ std::string DiskState(PowerLossStorage* disk, const std::string& dir = "/") {
     const std::string path = JoinPath(dir, n);
     auto st = disk->Stat(path);
     if (!st.ok()) continue;
-    absl::StrAppend(&out, JoinPath(dir, WithoutRandomPart(n)), st->is_dir ? "/" : " ",
-                    st->size, "\n");
+    absl::StrAppend(&out, JoinPath(dir, WithoutRandomPart(n)),
+                    st->is_dir ? "/" : " ", st->size, "\n");
     if (st->is_dir) out += DiskState(disk, path);
     if (n == format::kLatestFileName) out += disk->ReadFile(path).value_or("?");
   }
@@ -185,27 +192,33 @@ void PowerCutEverywhere(const Scenario& sc) {
   EXPECT_THAT(base.CreateDir(kParent), IsOk());
   EXPECT_THAT(base.SyncDir("/"), IsOk());
   const SaveConfig config = Config(sc);
-  for (uint64_t p : sc.prior) EXPECT_THAT(SaveOn(&base, sc.world, p, config), IsOk());
+  for (uint64_t p : sc.prior)
+    EXPECT_THAT(SaveOn(&base, sc.world, p, config), IsOk());
   auto probe = base.Fork();
-  EXPECT_THAT(SaveOn(probe.get(), sc.world, sc.step, config, sc.overwrite), IsOk());
+  EXPECT_THAT(SaveOn(probe.get(), sc.world, sc.step, config, sc.overwrite),
+              IsOk());
   const int64_t calls = probe->calls();
   int64_t cuts = 0;
   std::set<std::string> checked;  // DiskState, and whether the save returned OK
   for (int64_t n = 1; n <= calls + 1 && !::testing::Test::HasFailure(); ++n) {
     auto disk = base.Fork();
     if (n <= calls) disk->HaltAtCall(n);
-    const bool done = SaveOn(disk.get(), sc.world, sc.step, config, sc.overwrite).ok();
+    const bool done =
+        SaveOn(disk.get(), sc.world, sc.step, config, sc.overwrite).ok();
     if (n > calls) {
       EXPECT_TRUE(done) << "the save without a power cut failed";
     }
     const size_t pending = sc.reordered_dir_ops ? disk->pending_dir_ops() : 0;
     // Cut c <= pending keeps the first c pending directory operations; cut
     // pending + 1 + i keeps operation i alone.
-    for (size_t c = 0; c <= 2 * pending && !::testing::Test::HasFailure(); ++c) {
-      SCOPED_TRACE(absl::StrCat(
-          "power cut at call ", n, " of ", calls, " (save ", done ? "returned OK" : "failed",
-          "), keeping ", c <= pending ? "the first " : "only number ",
-          c <= pending ? c : c - pending - 1, " of ", pending, " pending directory operations"));
+    for (size_t c = 0; c <= 2 * pending && !::testing::Test::HasFailure();
+         ++c) {
+      SCOPED_TRACE(absl::StrCat("power cut at call ", n, " of ", calls,
+                                " (save ", done ? "returned OK" : "failed",
+                                "), keeping ",
+                                c <= pending ? "the first " : "only number ",
+                                c <= pending ? c : c - pending - 1, " of ",
+                                pending, " pending directory operations"));
       auto after = disk->Fork();
       if (c <= pending) {
         after->PowerCut(c);
@@ -213,13 +226,15 @@ void PowerCutEverywhere(const Scenario& sc) {
         after->PowerCutKeepingOnly(c - pending - 1);
       }
       ++cuts;
-      if (!checked.insert(absl::StrCat(done, DiskState(after.get()))).second) continue;
+      if (!checked.insert(absl::StrCat(done, DiskState(after.get()))).second)
+        continue;
       CheckAfterCut(after.get(), sc, done);
       CheckNextSave(after.get(), sc);
     }
   }
-  std::cout << "power cuts: " << cuts << ", distinct disks checked: " << checked.size()
-            << " (save of " << calls << " storage calls, " << sc.world << " rank(s))\n";
+  std::cout << "power cuts: " << cuts
+            << ", distinct disks checked: " << checked.size() << " (save of "
+            << calls << " storage calls, " << sc.world << " rank(s))\n";
 }
 
 TEST(PowerLossTest, FirstSaveIntoANewRoot) {

@@ -15,9 +15,10 @@ namespace ckpt::testing {
 
 // The expected-output file tests/tools/expected/<tool>/<name> (`name` with
 // its extension). REQUIRES: CKPT_SOURCE_DIR (defined by ckpt_testing).
-inline std::string ExpectedOutput(const std::string& tool, const std::string& name) {
-  return ReadFileBytes(std::string(CKPT_SOURCE_DIR) + "/tests/tools/expected/" + tool + "/" +
-                       name);
+inline std::string ExpectedOutput(const std::string& tool,
+                                  const std::string& name) {
+  return ReadFileBytes(std::string(CKPT_SOURCE_DIR) + "/tests/tools/expected/" +
+                       tool + "/" + name);
 }
 
 // `text` with the run's temporary directory `tmp` replaced by "<TMP>".
@@ -41,8 +42,10 @@ inline void ExpectOutput(const std::string& tool, const std::string& name,
   WriteFileBytes(dir + "/" + name, actual);
   saved = " (actual output: " + dir + "/" + name + ")";
 #endif
-  ADD_FAILURE() << "output differs from tests/tools/expected/" << tool << "/" << name << saved
-                << "\n--- actual ---\n" << actual << "--- expected ---\n" << expected;
+  ADD_FAILURE() << "output differs from tests/tools/expected/" << tool << "/"
+                << name << saved << "\n--- actual ---\n"
+                << actual << "--- expected ---\n"
+                << expected;
 }
 
 }  // namespace ckpt::testing

@@ -13,7 +13,8 @@ namespace ckpt::testing {
 // file to exist checks that itself).
 inline std::string ReadFileBytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  return std::string(std::istreambuf_iterator<char>(f),
+                     std::istreambuf_iterator<char>());
 }
 
 // Creates or truncates `path` and writes `bytes` (no fsync).

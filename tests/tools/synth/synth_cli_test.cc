@@ -39,10 +39,6 @@ RunResult Synth(const TempDir& tmp, const std::string& args) {
   return RunResult{c.exit_code, c.out, c.err};
 }
 
-std::string Expected(const std::string& name) {
-  return ckpt::testing::ExpectedOutput("synth", name);
-}
-
 std::string Placeholders(const std::string& s, const TempDir& tmp) {
   return ckpt::testing::ReplaceTmp(s, tmp.path());
 }
