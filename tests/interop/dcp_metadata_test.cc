@@ -9,6 +9,7 @@
 #include "format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/files.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ckpt::interop {
@@ -17,11 +18,8 @@ namespace {
 using ::ckpt::testing::StatusIs;
 
 std::string Data(const std::string& name) {
-  std::ifstream in(std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/" + name,
-                   std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return ::ckpt::testing::ReadFileBytes(std::string(CKPT_SOURCE_DIR) +
+                                        "/tests/data/interop/" + name);
 }
 
 void ExpectFixtureTensors(const DcpMetadata& m) {

@@ -10,6 +10,7 @@
 #include "format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/files.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ckpt::interop {
@@ -18,15 +19,9 @@ namespace {
 using ::ckpt::testing::StatusIs;
 using Kind = PyValue::Kind;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string Data(const std::string& name) {
-  return ReadFile(std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/" + name);
+  return ::ckpt::testing::ReadFileBytes(std::string(CKPT_SOURCE_DIR) +
+                                        "/tests/data/interop/" + name);
 }
 
 // Protocol-2 framing around `body`.

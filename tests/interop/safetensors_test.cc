@@ -11,19 +11,13 @@
 #include "format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/files.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ckpt::interop {
 namespace {
 
 using ::ckpt::testing::StatusIs;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Decodes a whole file image.
 absl::StatusOr<SafetensorsHeader> DecodeImage(const std::string& image) {
@@ -213,7 +207,8 @@ TEST(SafetensorsTest, NestingTooDeep) {
 TEST(SafetensorsTest, ReferenceSampleFilesReadExactly) {
   const std::string dir =
       std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/safetensors/";
-  const std::string image = ReadFile(dir + "overall.safetensors");
+  const std::string image =
+      ::ckpt::testing::ReadFileBytes(dir + "overall.safetensors");
   ASSERT_EQ(image.size(), 702u);
   CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsHeader h, DecodeImage(image));
   EXPECT_EQ(h.metadata,
@@ -283,7 +278,8 @@ TEST(SafetensorsTest, ReferenceSampleFilesReadExactly) {
   }
   // Each single-tensor file holds the same tensor.
   for (int i = 0; i < 9; ++i) {
-    const std::string one = ReadFile(dir + names[i] + ".safetensors");
+    const std::string one =
+        ::ckpt::testing::ReadFileBytes(dir + names[i] + ".safetensors");
     CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsHeader s, DecodeImage(one));
     ASSERT_EQ(s.tensors.size(), 1u);
     EXPECT_EQ(s.tensors[0].dtype, dtypes[i]);

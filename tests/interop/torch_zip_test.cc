@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "interop/dcp_metadata.h"
 #include "interop/pickle.h"
+#include "tests/testing/files.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ckpt::interop {
@@ -21,11 +22,8 @@ namespace {
 using ::ckpt::testing::StatusIs;
 
 std::string Data(const std::string& name) {
-  std::ifstream in(std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/" + name,
-                   std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return ::ckpt::testing::ReadFileBytes(std::string(CKPT_SOURCE_DIR) +
+                                        "/tests/data/interop/" + name);
 }
 
 TEST(TorchZipTest, ReadsARecordOfTorchSave) {

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/cli.h"
+#include "tests/testing/files.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/tools/convert/convert_fixture.h"
 #include "tools/diff/diff.h"
@@ -27,13 +28,6 @@ using ::ckpt::testing::TempDir;
 
 std::string DataDir(const std::string& name) {
   return std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/" + name;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 double ElementAsDouble(DType d, const char* p) {
@@ -75,8 +69,8 @@ double ElementAsDouble(DType d, const char* p) {
 // Every tensor of the checkpoint at `root` equals expected.json of `dcp`
 // (the values make_dcp.py wrote, as float64).
 void ExpectValues(const std::string& root, const std::string& dcp) {
-  const nlohmann::json exp =
-      nlohmann::json::parse(ReadFile(dcp + "/expected.json"));
+  const nlohmann::json exp = nlohmann::json::parse(
+      ::ckpt::testing::ReadFileBytes(dcp + "/expected.json"));
   auto reader = Reader::Open(root);
   ASSERT_TRUE(reader.ok()) << reader.status();
   for (const auto& [name, t] : exp["tensors"].items()) {
@@ -141,7 +135,8 @@ TEST(DcpImport, MegatronTorchDist) {
   CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(dir / "c"));
   CKPT_ASSERT_OK_AND_ASSIGN(std::string common,
                             reader->ReadObject("common.pt"));
-  EXPECT_EQ(common, ReadFile(DataDir("megatron_torch_dist/common.pt")));
+  EXPECT_EQ(common, ::ckpt::testing::ReadFileBytes(
+                        DataDir("megatron_torch_dist/common.pt")));
   EXPECT_EQ(DescribeTorchRecord(common),
             "{'iteration': 1000, 'checkpoint_version': 3, "
             "'num_floating_point_operations_so_far': 0}");
@@ -208,7 +203,7 @@ TEST_F(DamagedDcp, FlippedByteFailsItsCrc) {
   CKPT_ASSERT_OK_AND_ASSIGN(auto in, OpenDcp(dir_ / "d"));
   const interop::DcpStorage* s = in->chunk_storage.at("model.w_rows")[0];
   const std::string path = dir_ / ("d/" + s->relative_path);
-  std::string bytes = ReadFile(path);
+  std::string bytes = ::ckpt::testing::ReadFileBytes(path);
   const size_t at =
       bytes.find("archive/data/0", s->offset) + 14 + 64;  // into the data
   ASSERT_LT(at, s->offset + s->length);

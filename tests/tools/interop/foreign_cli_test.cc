@@ -9,6 +9,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/cli.h"
+#include "tests/testing/expected_output.h"
+#include "tests/testing/files.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/tools/convert/convert_fixture.h"
 
@@ -19,13 +21,6 @@ namespace fs = std::filesystem;
 using ::ckpt::testing::CliResult;
 using ::ckpt::testing::TempDir;
 using ::testing::HasSubstr;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 class ForeignCli : public ::testing::Test {
  protected:
@@ -41,8 +36,7 @@ class ForeignCli : public ::testing::Test {
     return r;
   }
   static std::string Expected(const std::string& name) {
-    return ReadFile(std::string(CKPT_SOURCE_DIR) +
-                    "/tests/tools/expected/interop/" + name + ".txt");
+    return ::ckpt::testing::ExpectedOutput("interop", name + ".txt");
   }
   TempDir dir_;
   const std::string data_ =

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/cli.h"
+#include "tests/testing/files.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/tools/convert/convert_fixture.h"
 #include "tools/interop/safetensors_export.h"
@@ -25,17 +26,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::ckpt::testing::StatusIs;
 using ::ckpt::testing::TempDir;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
 
 class SafetensorsTools : public ::testing::Test {
  protected:
@@ -66,8 +56,8 @@ TEST_F(SafetensorsTools, ShardsRoundTripIsExactAndIndexIsHuggingFaces) {
   CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsExportResult e,
                             ExportSafetensors(src_, out, o));
   ASSERT_GT(e.files.size(), 2u);
-  nlohmann::json index =
-      nlohmann::json::parse(ReadFile(out + "/model.safetensors.index.json"));
+  nlohmann::json index = nlohmann::json::parse(
+      ::ckpt::testing::ReadFileBytes(out + "/model.safetensors.index.json"));
   EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), e.total_size);
   for (const auto& x : e.entries) {
     EXPECT_EQ(index["weight_map"][x.name].get<std::string>(), x.file) << x.name;
@@ -124,13 +114,13 @@ TEST_F(SafetensorsTools, GlobsSelectingNothing) {
 
 TEST_F(SafetensorsTools, ExistingOutputNeedsForce) {
   const std::string out = (dir_ / "m.safetensors");
-  WriteText(out, "old");
+  ::ckpt::testing::WriteFileBytes(out, "old");
   EXPECT_THAT(ExportSafetensors(src_, out, {}),
               StatusIs(absl::StatusCode::kAlreadyExists, "use --force"));
   SafetensorsExportOptions o;
   o.overwrite = true;
   CKPT_EXPECT_OK(ExportSafetensors(src_, out, o).status());
-  EXPECT_NE(ReadFile(out), "old");
+  EXPECT_NE(::ckpt::testing::ReadFileBytes(out), "old");
 }
 
 TEST_F(SafetensorsTools, ReferenceSampleFileImports) {
@@ -163,16 +153,17 @@ class HostileIndex : public SafetensorsTools {
   }
   void Rewrite(const std::function<void(nlohmann::json&)>& edit) {
     const std::string path = hf_ + "/model.safetensors.index.json";
-    nlohmann::json j = nlohmann::json::parse(ReadFile(path));
+    nlohmann::json j =
+        nlohmann::json::parse(::ckpt::testing::ReadFileBytes(path));
     edit(j);
-    WriteText(path, j.dump());
+    ::ckpt::testing::WriteFileBytes(path, j.dump());
   }
   const std::string hf_ = (dir_ / "hf");
   SafetensorsExportResult exported_;
 };
 
 TEST_F(HostileIndex, FileOutsideItsDirectory) {
-  WriteText((dir_ / "outside.safetensors"), "x");
+  ::ckpt::testing::WriteFileBytes((dir_ / "outside.safetensors"), "x");
   Rewrite([](nlohmann::json& j) {
     j["weight_map"]["opt.w"] = "../outside.safetensors";
   });
@@ -216,7 +207,7 @@ TEST_F(SafetensorsTools, ObjectMarkerOnAWideTensor) {
       std::string head,
       interop::EncodeSafetensorsHeader({{"w", DType::kFloat32, {1}, 0, 4}},
                                        {{"ckpt.objects", "[\"w\"]"}}));
-  WriteText(path, head + std::string(4, '\0'));
+  ::ckpt::testing::WriteFileBytes(path, head + std::string(4, '\0'));
   EXPECT_THAT(ImportSafetensors(path, (dir_ / "b"), {}),
               StatusIs(absl::StatusCode::kDataLoss,
                        "listed in ckpt.objects but is not 1-d U8"));
