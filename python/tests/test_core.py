@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import ckpt
+from conftest import ThreadRanks, run_ranks
 
 
 def save_one(root, name, array, dtype=None, step=1, **kw):
@@ -191,53 +192,16 @@ def test_load_with_callbacks_on_io_threads_does_not_deadlock(tmp_path):
         np.testing.assert_array_equal(outs[n], a)
 
 
-class ThreadRanks:
-    """A Python communicator: `size` ranks as threads of this process."""
-
-    def __init__(self, rank, shared):
-        self.rank, self.size, self.shared = rank, shared["size"], shared
-
-    def _exchange(self, value):
-        s = self.shared
-        s["barrier"].wait()
-        s["slots"][self.rank] = value
-        s["barrier"].wait()
-        out = list(s["slots"])
-        s["barrier"].wait()
-        return out
-
-    def all_gather(self, data):
-        return self._exchange(data)
-
-    def broadcast(self, data, root):
-        return self._exchange(data)[root]
-
-    def barrier(self):
-        self._exchange(None)
-
-    def all_reduce_max(self, values):
-        return [max(col) for col in zip(*self._exchange(list(values)))]
-
-
 def test_python_communicator_drives_a_two_rank_save(tmp_path):
-    shared = {"size": 2, "barrier": threading.Barrier(2), "slots": [None, None]}
     full = np.arange(10, dtype=np.float32)
-    results, errors = [None, None], []
 
-    def rank(r):
-        try:
-            w = ckpt.Writer(ThreadRanks(r, shared))
-            piece = full[r * 5:(r + 1) * 5].copy()
-            w.add_tensor("w", ckpt.float32, (10,), ckpt.FlatRange(r * 5, 5), piece)
-            results[r] = w.save(str(tmp_path), 3)
-        except Exception as e:  # reported below
-            errors.append(e)
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors and results[0].path == results[1].path
+    def rank(comm):
+        w = ckpt.Writer(comm)
+        piece = full[comm.rank * 5:(comm.rank + 1) * 5].copy()
+        w.add_tensor("w", ckpt.float32, (10,), ckpt.FlatRange(comm.rank * 5, 5), piece)
+        return w.save(str(tmp_path), 3)
+    results = run_ranks(2, rank)
+    assert results[0].path == results[1].path
     r = ckpt.Reader(str(tmp_path))
     assert r.world_size == 2 and len(r.find("w").chunks) == 2
     out = np.zeros(10, np.float32)
