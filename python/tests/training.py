@@ -69,6 +69,15 @@ class Job:
         torch.set_rng_state(state["rng"].value)
 
 
+def _finish():
+    """Ends this rank. os._exit skips the interpreter's teardown: with torch
+    1.13, destroying DDP's reducer and the gloo process group at exit can
+    deadlock (a gloo thread frees a tensor and waits for the GIL that the
+    exiting thread holds while it joins that thread)."""
+    dist.barrier()
+    os._exit(0)
+
+
 def _init(rank, world, store):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
@@ -102,7 +111,7 @@ def uninterrupted(rank, world, store, root, out, zero, k, m):
     ct.save(job.state(), root, k)
     torch.save(_owned_tensors(job), os.path.join(out, f"saved-{rank}.pt"))
     _dump(out, rank, "losses", [job.step() for _ in range(m)])
-    dist.destroy_process_group()
+    _finish()
 
 
 def resume(rank, world, store, root, out, zero, m):
@@ -113,7 +122,7 @@ def resume(rank, world, store, root, out, zero, m):
     ct.load(state, root)
     job.restore(state)
     _dump(out, rank, "resumed", [job.step() for _ in range(m)])
-    dist.destroy_process_group()
+    _finish()
 
 
 def reshard_check(rank, world, store, root, out, saved_world, steps):
@@ -133,4 +142,4 @@ def reshard_check(rank, world, store, root, out, saved_world, steps):
     losses = [job.step() for _ in range(steps)]
     _dump(out, rank, f"reshard{world}", {"mismatched": mismatched, "compared": compared,
                                          "losses": losses, "not_loaded": report.not_loaded})
-    dist.destroy_process_group()
+    _finish()
