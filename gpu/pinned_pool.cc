@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -109,7 +111,7 @@ PinnedStagingPool::CreateImpl(size_t buffer_bytes, int num_buffers,
   }
 
   {
-    absl::MutexLock lock(&pool->mu_);
+    MutexLock lock(&pool->mu_);
     pool->leased_.assign(num_buffers, false);
     pool->free_.reserve(num_buffers);
     // Reversed so that buffer 0 is handed out first.
@@ -120,7 +122,7 @@ PinnedStagingPool::CreateImpl(size_t buffer_bytes, int num_buffers,
 
 PinnedStagingPool::~PinnedStagingPool() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     // During a failed CreateImpl() free_ is still empty and nothing leased.
     for (bool leased : leased_) {
       CheckOrDie(!leased, "destroyed while a Lease is outstanding");
@@ -146,7 +148,7 @@ PinnedStagingPool::Lease PinnedStagingPool::TakeLocked() {
 
 void PinnedStagingPool::Return(int index) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     CheckOrDie(index >= 0 && index < static_cast<int>(leased_.size()) &&
                    leased_[index],
                "returned a buffer that is not leased");
@@ -157,24 +159,28 @@ void PinnedStagingPool::Return(int index) {
 }
 
 PinnedStagingPool::Lease PinnedStagingPool::Acquire() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   while (free_.empty()) buffer_returned_.Wait(&mu_);
   return TakeLocked();
 }
 
 PinnedStagingPool::Lease PinnedStagingPool::TryAcquire() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (free_.empty()) return Lease();
   return TakeLocked();
 }
 
 PinnedStagingPool::Lease PinnedStagingPool::AcquireFor(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::MutexLock lock(&mu_);
+  // Bounded so that an infinite timeout does not overflow the clock.
+  const absl::Duration wait = std::clamp(timeout, absl::ZeroDuration(),
+                                         absl::Hours(24 * 365 * 100));
+  const auto deadline =
+      std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(wait);
+  MutexLock lock(&mu_);
   while (free_.empty()) {
-    // WaitWithDeadline returns true on timeout; re-check once in case a
-    // buffer came back at the same moment.
-    if (buffer_returned_.WaitWithDeadline(&mu_, deadline)) {
+    // WaitUntil returns true on timeout; re-check once in case a buffer
+    // came back at the same moment.
+    if (buffer_returned_.WaitUntil(&mu_, deadline)) {
       if (free_.empty()) return Lease();
     }
   }
@@ -182,7 +188,7 @@ PinnedStagingPool::Lease PinnedStagingPool::AcquireFor(absl::Duration timeout) {
 }
 
 int PinnedStagingPool::num_available() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return static_cast<int>(free_.size());
 }
 

@@ -23,9 +23,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "ckpt/mutex.h"
 
 namespace ckpt::gpu {
 
@@ -150,8 +150,8 @@ class PinnedStagingPool {
   // Written only while the pool is being built, read-only afterwards.
   std::vector<std::byte*> buffers_;
 
-  mutable absl::Mutex mu_;
-  absl::CondVar buffer_returned_;
+  mutable Mutex mu_;
+  CondVar buffer_returned_;
   // Indices of buffers not leased. Used as a stack: the most recently
   // returned buffer is handed out next, while it is still warm in cache.
   std::vector<int> free_ ABSL_GUARDED_BY(mu_);
