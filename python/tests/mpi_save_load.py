@@ -1,16 +1,24 @@
 """ctest python.mpi_communicator: ckpt.MpiCommunicator from an mpi4py
 communicator, under `mpirun -np 2`: a two-rank save of flat-range pieces
 through the core Writer and through ckpt.torch, loaded back resharded.
-Exits non-zero on any failure (outside CI a missing torch skips that part).
+Exits non-zero on any failure; outside CI a missing mpi4py skips the test
+(exit 77) and a missing torch the ckpt.torch part.
 Usage: mpirun -np 2 python3 mpi_save_load.py ROOT"""
 import os
 import shutil
 import sys
 
 import numpy as np
-from mpi4py import MPI
 
 import ckpt
+
+try:
+    from mpi4py import MPI
+except ImportError:
+    if os.environ.get("CI") == "true":
+        raise
+    print("mpi4py is not installed: skipped")
+    sys.exit(77)  # ctest SKIP_RETURN_CODE
 
 world = MPI.COMM_WORLD
 rank, size = world.Get_rank(), world.Get_size()
