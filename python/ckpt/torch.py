@@ -342,9 +342,10 @@ def _check_equal_across_ranks(gathered: List[Dict], key: str, what: str, hint: s
             holders.setdefault(name, {}).setdefault(d, []).append(r)
     for name in sorted(holders):
         if len(holders[name]) > 1:
-            groups = "; ".join(_rank_list(rs) for rs in holders[name].values())
+            groups = " | ".join(_rank_list(rs) for rs in holders[name].values())
             raise InvalidArgumentError(
-                f"entry '{name}': {what} differ between ranks ({groups} agree){hint}")
+                f"entry '{name}': {what} differ between ranks (equal within each group: "
+                f"{groups}){hint}")
 
 
 def _plan_save(state_dict: Dict, root: str, step: int, comm, verify_replicas: bool,

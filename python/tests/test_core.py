@@ -115,9 +115,11 @@ def test_status_codes_map_to_exception_classes(tmp_path):
         r.load([ckpt.LoadRequest("b", ckpt.float32, (3,), None, np.zeros(3, np.float32))])
     assert isinstance(e.value, KeyError) and isinstance(e.value, FileNotFoundError)
     assert "'b'" in str(e.value)
-    with pytest.raises(ckpt.InvalidArgumentError, match=r"a: global shape \[3\] in checkpoint, \[4\]"):
+    with pytest.raises(ckpt.InvalidArgumentError,
+                       match=r"a: global shape \[3\] in checkpoint, \[4\]"):
         r.load([ckpt.LoadRequest("a", ckpt.float32, (4,), None, np.zeros(4, np.float32))])
-    with pytest.raises(ckpt.InvalidArgumentError, match="a: .*float32.*float64|a: .*float64.*float32"):
+    with pytest.raises(ckpt.InvalidArgumentError,
+                       match="a: .*float32.*float64|a: .*float64.*float32"):
         r.load([ckpt.LoadRequest("a", ckpt.float64, (3,), None, np.zeros(3, np.float64))])
     with pytest.raises(FileNotFoundError):
         ckpt.Reader(str(tmp_path / "nothing"))

@@ -68,9 +68,11 @@ def test_non_contiguous_tensor_is_refused_naming_the_entry(tmp_path):
 
 def test_shape_and_dtype_mismatch_name_the_entry(tmp_path):
     ct.save({"w": torch.zeros(4, 4)}, str(tmp_path), 1)
-    with pytest.raises(ckpt.InvalidArgumentError, match=r"w: global shape \[4, 4\] in checkpoint, \[4, 5\]"):
+    with pytest.raises(ckpt.InvalidArgumentError,
+                       match=r"w: global shape \[4, 4\] in checkpoint, \[4, 5\]"):
         ct.load({"w": torch.zeros(4, 5)}, str(tmp_path))
-    with pytest.raises(ckpt.InvalidArgumentError, match="w: .*float32.*float64|w: .*float64.*float32"):
+    with pytest.raises(ckpt.InvalidArgumentError,
+                       match="w: .*float32.*float64|w: .*float64.*float32"):
         ct.load({"w": torch.zeros(4, 4, dtype=torch.float64)}, str(tmp_path))
 
 
@@ -83,7 +85,8 @@ def test_missing_key_is_an_error_when_strict_and_reported_otherwise(tmp_path):
 
 
 def test_shard_outside_its_global_shape_is_refused(tmp_path):
-    with pytest.raises(ckpt.InvalidArgumentError, match=r"entry 'w': Shard \[2:6, 0:2\] lies outside the global shape \[4, 2\]"):
+    with pytest.raises(ckpt.InvalidArgumentError,
+                       match=r"entry 'w': Shard \[2:6, 0:2\] lies outside the global shape \[4, 2\]"):
         ct.save({"w": ct.Shard(torch.zeros(4, 2), (4, 2), offsets=(2, 0))}, str(tmp_path), 1)
     with pytest.raises(ckpt.InvalidArgumentError, match=r"entry 'f': Shard flat\[6:10\)"):
         ct.save({"f": ct.Shard(torch.zeros(4), (8,), flat_start=6)}, str(tmp_path), 1)
@@ -118,7 +121,8 @@ def test_values_must_agree_across_ranks_unless_per_rank(tmp_path):
         run_ranks(2, save)
     for err in e.value.errors:
         assert isinstance(err, ckpt.InvalidArgumentError)
-        assert "entry 'lr': Python values differ between ranks (rank 0; rank 1 agree)" in str(err)
+        assert ("entry 'lr': Python values differ between ranks (equal within each group: "
+                "rank 0 | rank 1)") in str(err)
 
 
 def test_verify_replicas_names_the_ranks_whose_copies_differ(tmp_path):
@@ -127,7 +131,8 @@ def test_verify_replicas_names_the_ranks_whose_copies_differ(tmp_path):
         return ct.save({"w": w}, str(tmp_path), 1, process_group=comm, verify_replicas=True)
     with pytest.raises(RanksFailed) as e:
         run_ranks(3, save)
-    assert "entry 'w': replicated tensors differ between ranks (ranks 0, 1; rank 2 agree)" \
+    assert "entry 'w': replicated tensors differ between ranks (equal within each group: " \
+        "ranks 0, 1 | rank 2)" \
         in str(e.value.errors[0])
 
 
