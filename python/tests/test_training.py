@@ -42,6 +42,10 @@ def test_ddp_adam_resume_is_bit_identical_and_tools_read_it(tmp_path, dirs):
     assert r.world_size == 2 and r.step == K
     assert r.find("data.position@rank1").kind == "object"
     assert r.find("optim.state.module.head.weight.exp_avg").dtype == ckpt.float32
+    assert r.find("lowp").dtype == ckpt.bfloat16
+    # DDP replicas are written once, by one of the ranks.
+    assert all(len(e.chunks) == 1 for e in r.entries())
+    assert {e.chunks[0][1] for e in r.entries() if e.name.startswith("model.")} == {0, 1}
     # Every C++ tool reads what Python wrote.
     subprocess.run([tool("ckpt-validate"), root], check=True, stdout=subprocess.DEVNULL)
     one = str(tmp_path / "one-rank")

@@ -60,7 +60,9 @@ class Job:
                 "optim": ct.optimizer_state_dict(self.model, self.opt),
                 "data": {"rng": ct.PerRank(self.data.get_state()),
                          "position": ct.PerRank(self.position)},
-                "rng": ct.PerRank(torch.get_rng_state())}
+                "rng": ct.PerRank(torch.get_rng_state()),
+                # A bfloat16 replica (gloo has no bfloat16: ckpt's traffic is bytes).
+                "lowp": self.model.module.head.weight.detach().to(torch.bfloat16)}
 
     def restore(self, state):
         ct.set_optimizer_state_dict(self.model, self.opt, state["optim"])
@@ -108,7 +110,7 @@ def uninterrupted(rank, world, store, root, out, zero, k, m):
     job = Job(rank, world, zero)
     for _ in range(k):
         job.step()
-    ct.save(job.state(), root, k)
+    ct.save(job.state(), root, k, verify_replicas=True)
     torch.save(_owned_tensors(job), os.path.join(out, f"saved-{rank}.pt"))
     _dump(out, rank, "losses", [job.step() for _ in range(m)])
     _finish()
