@@ -125,7 +125,9 @@ Communicator* ResolveCommunicator(py::handle comm, std::unique_ptr<Communicator>
   return owned->get();
 }
 
-void BindCommunicators(py::module_& m) {
+namespace {
+
+void BindCommunicatorBase(py::module_& m) {
   py::class_<Communicator>(m, "Communicator",
                            "A C++ communicator; Python code may pass any object with "
                            "these methods instead.")
@@ -172,8 +174,9 @@ void BindCommunicators(py::module_& m) {
         }
         return values;
       });
-  py::class_<SingleProcessCommunicator, Communicator>(m, "SingleProcessCommunicator")
-      .def(py::init<>());
+}
+
+void BindMpiCommunicator(py::module_& m) {
 #ifdef CKPT_PYTHON_MPI
   // ckpt.MpiCommunicator (ckpt/__init__.py) passes the MPI_Comm handle of
   // an mpi4py communicator in its Fortran form (Comm.py2f()).
@@ -201,6 +204,15 @@ void BindCommunicators(py::module_& m) {
 #else
   m.attr("_HAS_MPI") = false;
 #endif
+}
+
+}  // namespace
+
+void BindCommunicators(py::module_& m) {
+  BindCommunicatorBase(m);
+  py::class_<SingleProcessCommunicator, Communicator>(m, "SingleProcessCommunicator")
+      .def(py::init<>());
+  BindMpiCommunicator(m);
 }
 
 }  // namespace ckpt::python

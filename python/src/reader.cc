@@ -185,9 +185,7 @@ class PyReader {
   std::unique_ptr<Reader> reader_;
 };
 
-}  // namespace
-
-void BindReader(py::module_& m) {
+void BindEntry(py::module_& m) {
   py::class_<EntryInfo>(m, "Entry", "One entry of a checkpoint's manifest.")
       .def_readonly("name", &EntryInfo::name)
       .def_property_readonly("kind",
@@ -210,6 +208,9 @@ void BindReader(py::module_& m) {
                             e.chunks.size(), " chunks)");
       });
 
+}
+
+void BindLoadRequest(py::module_& m) {
   py::class_<PyLoadRequest>(m, "LoadRequest",
                             "A destination of Reader.load: region `region` of tensor `name` "
                             "into the array `data` (written in place), or, with "
@@ -244,6 +245,13 @@ void BindReader(py::module_& m) {
                              [](const PyLoadRequest& r) { return py::bytes(r.object); },
                              "An object request's bytes after the load.");
 
+}
+
+}  // namespace
+
+void BindReader(py::module_& m) {
+  BindEntry(m);
+  BindLoadRequest(m);
   py::class_<LoadReport>(m, "LoadReport", "What Reader.load did (ckpt/reader.h).")
       .def(py::init<>())
       .def_readwrite("bytes_read", &LoadReport::bytes_read)
