@@ -23,8 +23,8 @@ namespace ckpt::python {
 namespace py = pybind11;
 namespace {
 
-// One manifest entry, as Python sees it. The only place that reads the
-// Reader's record types, so a change of them is a change here.
+// One manifest entry, as Python sees it: a copy of the Reader's EntryView
+// (Python may keep it past the Reader).
 struct EntryInfo {
   std::string name;
   bool is_object = false;
@@ -34,14 +34,16 @@ struct EntryInfo {
   std::vector<std::pair<Region, uint32_t>> chunks;  // region, shard
 };
 
-EntryInfo ToEntryInfo(const format::EntryRecord& e) {
+EntryInfo ToEntryInfo(const EntryView& e) {
   EntryInfo info;
-  info.name = e.name;
-  info.is_object = e.kind == format::EntryKind::kObject;
-  info.dtype = e.dtype;
-  info.shape = e.shape;
-  info.partial = (e.flags & format::kEntryFlagPartial) != 0;
-  for (const format::ChunkRecord& c : e.chunks) info.chunks.emplace_back(c.region, c.shard);
+  info.name = e.name();
+  info.is_object = e.is_object();
+  info.dtype = e.dtype();
+  info.shape = e.shape();
+  info.partial = e.partial();
+  for (size_t i = 0; i < e.num_chunks(); ++i) {
+    info.chunks.emplace_back(e.chunk_region(i), e.chunk_shard(i));
+  }
   return info;
 }
 
@@ -98,21 +100,15 @@ class PyReader {
   }
 
   const std::string& path() const { return reader_->path(); }
-  uint64_t step() const { return reader_->manifest().info.step; }
-  uint32_t world_size() const { return reader_->manifest().info.world_size; }
-  std::vector<std::pair<std::string, std::string>> metadata() const {
-    return reader_->manifest().metadata;
-  }
+  const CheckpointDescription& description() const { return reader_->description(); }
   std::vector<EntryInfo> Entries() const {
     std::vector<EntryInfo> out;
-    for (const format::EntryRecord& e : reader_->manifest().entries) {
-      out.push_back(ToEntryInfo(e));
-    }
+    for (const EntryView& e : reader_->entries()) out.push_back(ToEntryInfo(e));
     return out;
   }
   std::optional<EntryInfo> Find(const std::string& name) const {
-    const format::EntryRecord* e = reader_->Find(name);
-    if (e == nullptr) return std::nullopt;
+    std::optional<EntryView> e = reader_->FindEntry(name);
+    if (!e) return std::nullopt;
     return ToEntryInfo(*e);
   }
 
@@ -272,9 +268,17 @@ void BindReader(py::module_& m) {
       .def(py::init<const std::string&, int, bool>(), py::arg("path"),
            py::arg("io_threads") = 4, py::arg("direct_io") = false)
       .def_property_readonly("path", &PyReader::path)
-      .def_property_readonly("step", &PyReader::step)
-      .def_property_readonly("world_size", &PyReader::world_size)
-      .def_property_readonly("metadata", &PyReader::metadata)
+      .def_property_readonly("step", [](const PyReader& r) { return r.description().step; })
+      .def_property_readonly("world_size",
+                             [](const PyReader& r) { return r.description().world_size; })
+      .def_property_readonly("metadata",
+                             [](const PyReader& r) { return r.description().metadata; })
+      .def_property_readonly("id", [](const PyReader& r) { return r.description().id; })
+      .def_property_readonly("created_unix_ns",
+                             [](const PyReader& r) { return r.description().created_unix_ns; })
+      .def_property_readonly("writer", [](const PyReader& r) { return r.description().writer; })
+      .def_property_readonly("format_version",
+                             [](const PyReader& r) { return r.description().format_version; })
       .def("entries", &PyReader::Entries)
       .def("find", &PyReader::Find, py::arg("name"))
       .def("load", &PyReader::Load, py::arg("requests"), py::arg("filter") = py::none(),

@@ -31,6 +31,8 @@ def test_round_trip_box_flat_and_object(tmp_path):
 
     r = ckpt.Reader(str(tmp_path))
     assert (r.step, r.world_size, dict(r.metadata)["k"]) == (7, 1, "v")
+    assert len(r.id) == 32 and r.writer == f"ckpt {ckpt.__version__}"
+    assert r.format_version.startswith("1.") and r.created_unix_ns > 0
     e = r.find("a")
     assert (e.kind, e.dtype, e.shape) == ("tensor", ckpt.float32, (4, 6))
     assert e.chunks == [(ckpt.Box((0, 0), (4, 6)), 0)]
