@@ -1,0 +1,263 @@
+"""ckpt.torch on one process and on ranks as threads (a Python
+communicator): values, Shards, PerRank, strictness, the failures of
+FIELD-LESSONS 1 and 2, and the errors that name the entry."""
+import math
+
+import pytest
+
+from conftest import RanksFailed, require, run_ranks
+
+torch = require("torch")
+import ckpt  # noqa: E402
+import ckpt.torch as ct  # noqa: E402
+from ckpt import values  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def test_python_values_come_back_with_their_types(tmp_path):
+    v = {"int": 2**80, "neg": -3, "float": 0.1, "inf": math.inf, "none": None, "t": True,
+         "s": "ünï", "b": b"\x00\xff", "tuple": (1, "a"), "list": [1.5, [None]],
+         "intkeys": {1: "a", 2: (3,)}}
+    ct.save({"cfg": v, "nan": math.nan}, str(tmp_path), 1)
+    out = {"cfg": {k: None for k in v}, "nan": 0.0}
+    ct.load(out, str(tmp_path))
+    assert out["cfg"] == v and math.isnan(out["nan"])
+    assert type(out["cfg"]["tuple"]) is tuple and type(out["cfg"]["intkeys"]) is dict
+
+
+def test_value_encoding_never_runs_code():
+    with pytest.raises(ckpt.DataLossError, match="unknown tag 'pickle'"):
+        values.decode(b'{"ckpt_value":1,"v":["pickle","gASV"]}', "entry 'x'")
+    with pytest.raises(ckpt.DataLossError, match="version 2"):
+        values.decode(b'{"ckpt_value":2,"v":["none"]}')
+
+
+def test_unsupported_value_type_names_the_entry(tmp_path):
+    with pytest.raises(TypeError, match="entry 'opt.x': a builtins.set"):
+        ct.save({"opt": {"x": {1, 2}}}, str(tmp_path), 1)
+
+
+def test_bfloat16_bool_and_zero_dim_tensors_round_trip(tmp_path):
+    src = {"bf": torch.randn(5).bfloat16(), "b": torch.tensor([True, False, True]),
+           "step": torch.tensor(7.0), "h": torch.randn(2, 2).half()}
+    ct.save(src, str(tmp_path), 1)
+    dst = {k: torch.zeros_like(t) for k, t in src.items()}
+    ct.load(dst, str(tmp_path))
+    for k in src:
+        assert torch.equal(src[k], dst[k]), k
+    assert ckpt.Reader(str(tmp_path)).find("bf").dtype == ckpt.bfloat16
+
+
+def test_load_is_in_place(tmp_path):
+    ct.save({"w": torch.arange(6.0)}, str(tmp_path), 1)
+    w = torch.zeros(6)
+    sd = {"w": w}
+    ct.load(sd, str(tmp_path))
+    assert sd["w"] is w and torch.equal(w, torch.arange(6.0))
+
+
+def test_non_contiguous_tensor_is_refused_naming_the_entry(tmp_path):
+    t = torch.zeros(4, 4).t()
+    with pytest.raises(ckpt.InvalidArgumentError, match="entry 'm.w': the tensor is not contig"):
+        ct.save({"m": {"w": t}}, str(tmp_path), 1)
+    ct.save({"m": {"w": torch.zeros(4, 4)}}, str(tmp_path), 1)
+    with pytest.raises(ValueError, match="entry 'm.w': the tensor is not contiguous"):
+        ct.load({"m": {"w": t}}, str(tmp_path))
+
+
+def test_shape_and_dtype_mismatch_name_the_entry(tmp_path):
+    ct.save({"w": torch.zeros(4, 4)}, str(tmp_path), 1)
+    with pytest.raises(ckpt.InvalidArgumentError,
+                       match=r"w: global shape \[4, 4\] in checkpoint, \[4, 5\]"):
+        ct.load({"w": torch.zeros(4, 5)}, str(tmp_path))
+    with pytest.raises(ckpt.InvalidArgumentError,
+                       match="w: .*float32.*float64|w: .*float64.*float32"):
+        ct.load({"w": torch.zeros(4, 4, dtype=torch.float64)}, str(tmp_path))
+
+
+def test_missing_key_is_an_error_when_strict_and_reported_otherwise(tmp_path):
+    ct.save({"a": torch.ones(2)}, str(tmp_path), 1)
+    with pytest.raises(KeyError, match="entry 'b': not in checkpoint"):
+        ct.load({"a": torch.zeros(2), "b": torch.zeros(2)}, str(tmp_path))
+    report = ct.load({"a": torch.zeros(2), "b": torch.zeros(2)}, str(tmp_path), strict=False)
+    assert report.not_loaded == [("b", f"not in checkpoint {tmp_path}/step-00000001")]
+
+
+def test_shard_outside_its_global_shape_is_refused(tmp_path):
+    with pytest.raises(ckpt.InvalidArgumentError,
+                       match=r"entry 'w': Shard \[2:6, 0:2\] lies outside the global shape \[4, 2\]"):
+        ct.save({"w": ct.Shard(torch.zeros(4, 2), (4, 2), offsets=(2, 0))}, str(tmp_path), 1)
+    with pytest.raises(ckpt.InvalidArgumentError, match=r"entry 'f': Shard flat\[6:10\)"):
+        ct.save({"f": ct.Shard(torch.zeros(4), (8,), flat_start=6)}, str(tmp_path), 1)
+
+
+def test_shards_reshard_between_flat_ranges_and_boxes(tmp_path):
+    full = torch.arange(24.0).reshape(4, 6)
+    flat = full.reshape(-1)
+    cuts = [0, 7, 24]  # uneven flat ranges on 2 ranks
+
+    def save(comm):
+        r = comm.rank
+        piece = flat[cuts[r]:cuts[r + 1]].clone()
+        return ct.save({"w": ct.Shard(piece, (4, 6), flat_start=cuts[r])}, str(tmp_path), 1,
+                       process_group=comm)
+    run_ranks(2, save)
+
+    def load(comm):  # 3 ranks, column blocks of 2
+        out = torch.zeros(4, 2)
+        ct.load({"w": ct.Shard(out, (4, 6), offsets=(0, 2 * comm.rank))}, str(tmp_path),
+                process_group=comm)
+        return out
+    outs = run_ranks(3, load)
+    assert torch.equal(torch.cat(outs, dim=1), full)
+
+
+def test_values_must_agree_across_ranks_unless_per_rank(tmp_path):
+    def save(comm):
+        return ct.save({"lr": 0.1 * (comm.rank + 1), "w": torch.ones(2)}, str(tmp_path), 1,
+                       process_group=comm)
+    with pytest.raises(RanksFailed) as e:
+        run_ranks(2, save)
+    for err in e.value.errors:
+        assert isinstance(err, ckpt.InvalidArgumentError)
+        assert ("entry 'lr': Python values differ between ranks (equal within each group: "
+                "rank 0 | rank 1)") in str(err)
+
+
+def test_verify_replicas_names_the_ranks_whose_copies_differ(tmp_path):
+    def save(comm):
+        w = torch.ones(3) if comm.rank != 2 else torch.full((3,), 2.0)
+        return ct.save({"w": w}, str(tmp_path), 1, process_group=comm, verify_replicas=True)
+    with pytest.raises(RanksFailed) as e:
+        run_ranks(3, save)
+    assert "entry 'w': replicated tensors differ between ranks (equal within each group: " \
+        "ranks 0, 1 | rank 2)" \
+        in str(e.value.errors[0])
+
+
+def test_one_rank_failing_before_the_save_fails_every_rank(tmp_path):
+    def save(comm):
+        w = torch.zeros(4, 4) if comm.rank == 0 else torch.zeros(4, 4).t()
+        return ct.save({"w": w}, str(tmp_path), 1, process_group=comm)
+    with pytest.raises(RanksFailed) as e:
+        run_ranks(2, save)
+    assert "not contiguous" in str(e.value.errors[1])
+    assert "save: rank 1 failed" in str(e.value.errors[0])
+
+
+def test_per_rank_values_on_fewer_and_more_ranks(tmp_path):
+    def save(comm):
+        return ct.save({"pos": ct.PerRank(100 + comm.rank),
+                        "rng": ct.PerRank(torch.full((4,), comm.rank, dtype=torch.uint8))},
+                       str(tmp_path), 1, process_group=comm)
+    run_ranks(3, save)
+
+    def load(comm):
+        sd = {"pos": ct.PerRank(None), "rng": ct.PerRank(torch.zeros(4, dtype=torch.uint8))}
+        report = ct.load(sd, str(tmp_path), process_group=comm)  # strict
+        return sd, report
+    (sd0, rep0), (sd1, _) = run_ranks(2, load)
+    assert (sd0["pos"].value, sd1["pos"].value) == (100, 101)
+    assert torch.equal(sd1["rng"].value, torch.ones(4, dtype=torch.uint8))
+    assert sorted(rep0.not_loaded) == [
+        ("pos@rank2", "saved by rank 2; no loading rank has rank 2"),
+        ("rng@rank2", "saved by rank 2; no loading rank has rank 2")]
+
+    with pytest.raises(RanksFailed) as e:
+        run_ranks(4, load)
+    assert isinstance(e.value.errors[3], KeyError)
+    assert "entry 'pos': no value saved for rank 3 (saved on 3 ranks)" in str(e.value.errors[3])
+    assert "load: rank 3 failed" in str(e.value.errors[0])
+
+
+def test_strict_is_checked_over_the_union_of_the_ranks_requests(tmp_path):
+    ct.save({"a": torch.ones(2), "b": torch.ones(2), "c": torch.ones(2)}, str(tmp_path), 1)
+
+    def load(comm):  # rank 0 takes a, rank 1 takes b; nobody takes c
+        return ct.load({"ab"[comm.rank]: torch.zeros(2)}, str(tmp_path), process_group=comm)
+    with pytest.raises(RanksFailed) as e:
+        run_ranks(2, load)
+    assert "1 checkpoint entries requested by no rank: 'c'" in str(e.value.errors[0])
+
+    def load_all(comm):
+        sd = {"ab"[comm.rank]: torch.zeros(2)}
+        if comm.rank == 1:
+            sd["c"] = torch.zeros(2)
+        return ct.load(sd, str(tmp_path), process_group=comm)
+    run_ranks(2, load_all)
+
+
+# FIELD-LESSONS 2: a model-only load into a job that keeps a CPU-side
+# optimizer copy of the parameters.
+def test_model_only_load_reports_every_destination_not_loaded(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    cpu_master = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ct.save({"model": model.state_dict(), "optim": ct.optimizer_state_dict(model, opt),
+             "master": cpu_master}, str(tmp_path), 1)
+
+    model2 = torch.nn.Linear(4, 3)
+    opt2 = torch.optim.Adam(model2.parameters())
+    master2 = {n: p.detach().clone() for n, p in model2.named_parameters()}
+    sd = {"model": model2.state_dict(), "optim": ct.optimizer_state_dict(model2, opt2),
+          "master": master2}
+    # Accidental partial load (the state dict lacks the CPU copies): refused.
+    with pytest.raises(ckpt.FailedPreconditionError, match="'master.bias', 'master.weight'"):
+        ct.load({"model": sd["model"], "optim": sd["optim"]}, str(tmp_path))
+    report = ct.load(sd, str(tmp_path), filter=lambda n: n.startswith("model."))
+    skipped = {n for n, why in report.not_loaded if why == "excluded by filter"}
+    assert skipped >= {"master.weight", "master.bias", "optim.state.weight.exp_avg",
+                       "optim.state.weight.exp_avg_sq", "optim.state.weight.step",
+                       "optim.state.bias.exp_avg", "optim.param_groups"}
+    assert report.loaded == ["model.bias", "model.weight"]
+    assert torch.equal(model2.weight, model.weight)
+
+
+# FIELD-LESSONS 1: the forward pass uses a low-precision copy derived from
+# fp32 master weights; a load must refresh it before the next step.
+class MasterAndCopy:
+    def __init__(self, seed):
+        torch.manual_seed(seed)
+        self.master = torch.nn.Linear(16, 1)
+        self.opt = torch.optim.SGD(self.master.parameters(), lr=0.05)
+        self.copy = {n: p.detach().to(torch.bfloat16) for n, p in self.master.named_parameters()}
+
+    def refresh(self, name):
+        self.copy[name].copy_(dict(self.master.named_parameters())[name].detach())
+
+    def step(self, k):
+        g = torch.Generator().manual_seed(k)
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 1, generator=g)
+        w = {n: c.float().requires_grad_() for n, c in self.copy.items()}
+        loss = ((x @ w["weight"].t() + w["bias"] - y) ** 2).mean()
+        loss.backward()
+        for n, p in self.master.named_parameters():
+            p.grad = w[n].grad
+        self.opt.step()
+        for n in self.copy:
+            self.refresh(n)
+        return loss.item()
+
+    def state(self):
+        return {"model": self.master.state_dict()}
+
+
+def test_completion_callback_refreshes_the_low_precision_copy(tmp_path):
+    run = MasterAndCopy(seed=1)
+    for k in range(3):
+        run.step(k)
+    ct.save(run.state(), str(tmp_path), 3)
+    expected = run.step(3)
+
+    resumed = MasterAndCopy(seed=2)  # different random init
+    ct.load(resumed.state(), str(tmp_path),
+            on_complete=lambda name: resumed.refresh(name.split(".", 1)[1]))
+    assert resumed.step(3) == expected
+
+    control = MasterAndCopy(seed=2)
+    ct.load(control.state(), str(tmp_path))  # no callback: stale copy
+    assert control.step(3) != expected
