@@ -36,8 +36,14 @@ struct ThreadScratch {
   std::unique_ptr<format::BlockEncoder> encoder;
 };
 
+uint64_t TaskStep(uint64_t bs) { return std::max(kTaskBytes / bs, uint64_t{1}) * bs; }
+
 absl::Status StageIfDevice(const WriteItem& w, uint64_t offset, uint64_t n,
                            DeviceMemory* dm, ThreadScratch* s, const char** out) {
+  if (w.staged != nullptr) {
+    CKPT_ASSIGN_OR_RETURN(*out, w.staged->Acquire(offset, n));
+    return absl::OkStatus();
+  }
   if (w.source != nullptr) {
     if (s->stage.size() < n) s->stage.resize(n);
     CKPT_RETURN_IF_ERROR(Annotate((*w.source)(offset, s->stage.data(), n),
@@ -62,7 +68,16 @@ absl::Status StageIfDevice(const WriteItem& w, uint64_t offset, uint64_t n,
   return absl::OkStatus();
 }
 
+// Gives staged bytes back once they are written (no-op otherwise).
+void DoneWith(const WriteItem& w, uint64_t offset, uint64_t n) {
+  if (w.staged != nullptr) w.staged->Release(offset, n);
+}
+
 }  // namespace
+
+uint64_t StagingSegmentBytes(const SaveOptions& options) {
+  return TaskStep(options.block_size);
+}
 
 absl::StatusOr<ShardWriteResult> WriteShardFile(
     Storage* storage, const std::string& path, const format::ShardHeader& header,
@@ -116,7 +131,7 @@ absl::StatusOr<ShardWriteResult> WriteShardFile(
       c.rec.data_offset = c.raw_bytes ? end : 0;
       c.rec.stored_length = c.raw_bytes;
       end += c.raw_bytes;
-      uint64_t step = std::max(kTaskBytes / bs, uint64_t{1}) * bs;
+      uint64_t step = TaskStep(bs);
       for (uint64_t b = 0; b < c.raw_bytes; b += step) {
         tasks.push_back(Task{&c, b, std::min(c.raw_bytes, b + step)});
       }
@@ -135,6 +150,7 @@ absl::StatusOr<ShardWriteResult> WriteShardFile(
               c.rec.blocks[(off + b) / bs] = BlockRecord{len, format::Checksum(src + b, len)};
             }
             CKPT_RETURN_IF_ERROR(write(c.rec.data_offset + off, absl::string_view(src, n)));
+            DoneWith(*c.w, off, n);
           }
           return absl::OkStatus();
         }));
@@ -154,6 +170,7 @@ absl::StatusOr<ShardWriteResult> WriteShardFile(
             const char* src;
             CKPT_RETURN_IF_ERROR(StageIfDevice(*c.w, off, n, device_memory, &s, &src));
             CKPT_RETURN_IF_ERROR(s.encoder->EncodeZstd(absl::string_view(src, n), &block));
+            DoneWith(*c.w, off, n);
             c.rec.blocks[off / bs] = BlockRecord{block.size(), format::Checksum(block)};
             payload += block;
           }
