@@ -17,6 +17,8 @@
 #include "format/shard.h"
 #include "format/status_macros.h"
 #include "libckpt/commit.h"
+#include "libckpt/device_upload.h"
+#include "libckpt/staging_pool.h"
 #include "libckpt/thread_pool.h"
 
 namespace ckpt {
@@ -99,6 +101,9 @@ class ReaderImpl final : public Reader {
 
  private:
   absl::StatusOr<const OpenShard*> GetShard(uint32_t id);
+  // The pinned buffers of loads into device memory: made on first need and
+  // kept for the Reader's lifetime.
+  absl::StatusOr<internal::StagingPool*> UploadPool();
   absl::Status CheckRequest(const LoadRequest& r, const LoadOptions& o, const EntryRecord** e);
 
   Storage* storage_;
@@ -107,6 +112,8 @@ class ReaderImpl final : public Reader {
   ReaderOptions options_;
   absl::flat_hash_map<std::string, size_t> by_name_;
   absl::flat_hash_map<uint32_t, const format::ShardInfo*> shard_info_;
+  std::mutex pool_mu_;
+  std::unique_ptr<internal::StagingPool> pool_;
   // std::mutex rather than absl::Mutex so that ThreadSanitizer sees the
   // synchronization (Debian's Abseil is not TSan-instrumented).
   std::mutex mu_;
@@ -217,6 +224,18 @@ absl::Status ReaderImpl::CheckRequest(const LoadRequest& r, const LoadOptions& o
         r.name, ": destination is CUDA memory but ReaderOptions::device_memory is not set"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<internal::StagingPool*> ReaderImpl::UploadPool() {
+  std::lock_guard<std::mutex> l(pool_mu_);
+  if (pool_ == nullptr) {
+    // Two buffers per I/O thread; 64 threads' worth at most, allocated only
+    // as threads need them.
+    const uint64_t buffer = std::max(kGranuleBytes, format::kDefaultBlockSize);
+    CKPT_ASSIGN_OR_RETURN(pool_, internal::StagingPool::Create(options_.device_memory, buffer,
+                                                                128 * buffer));
+  }
+  return pool_.get();
 }
 
 absl::StatusOr<LoadReport> ReaderImpl::Load(const std::vector<LoadRequest>& requests,
@@ -377,6 +396,7 @@ absl::StatusOr<LoadReport> ReaderImpl::Load(const std::vector<LoadRequest>& requ
   struct Scratch {
     std::string stored, raw;
     format::BlockDecoder decoder;
+    std::unique_ptr<internal::DeviceUploader> uploader;  // device destinations
   };
   std::vector<Scratch> scratch(std::max(1, threads));
   std::atomic<uint64_t> bytes_read{0}, blocks_verified{0};
@@ -386,6 +406,15 @@ absl::StatusOr<LoadReport> ReaderImpl::Load(const std::vector<LoadRequest>& requ
       reqs[request].on_complete();
     }
   };
+  internal::StagingPool* upload_pool = nullptr;
+  if (std::any_of(reqs.begin(), reqs.end(),
+                  [](const LoadRequest& r) { return r.memory == MemoryKind::kCuda; })) {
+    CKPT_ASSIGN_OR_RETURN(upload_pool, UploadPool());
+    for (Scratch& s : scratch) {
+      s.uploader = std::make_unique<internal::DeviceUploader>(upload_pool, dm,
+                                                              options.device_ready, finish);
+    }
+  }
   CKPT_RETURN_IF_ERROR(internal::ParallelFor(threads, tasks.size(), [&](int t, size_t ti) -> absl::Status {
     const Task& task = tasks[ti];
     const ChunkGroup& g = *task.group;
@@ -431,39 +460,59 @@ absl::StatusOr<LoadReport> ReaderImpl::Load(const std::vector<LoadRequest>& requ
       }
     }
     // General path, a granule of blocks at a time so that the bytes stay in
-    // cache from read through verification to the copies out.
+    // cache from read through verification to the copies out. With device
+    // destinations the granule goes through a pinned buffer of the thread's
+    // uploader, and its copies to the device run while the next is read.
     Scratch& s = scratch[t];
+    const bool to_device = s.uploader != nullptr &&
+                           std::any_of(g.pairs.begin(), g.pairs.end(), [&](const Pair* p) {
+                             return reqs[p->request].memory == MemoryKind::kCuda;
+                           });
     const uint64_t per_granule = std::max<uint64_t>(1, kGranuleBytes / bs);
     for (uint64_t gb0 = task.b0; gb0 < task.b1; gb0 += per_granule) {
       const uint64_t gb1 = std::min(task.b1, gb0 + per_granule);
       const uint64_t glo = gb0 * bs, ghi = std::min(gb1 * bs, raw_total);
       const uint64_t goff0 = g.stored_offset[gb0], goff1 = g.stored_offset[gb1];
-      s.stored.resize(goff1 - goff0);
-      CKPT_ASSIGN_OR_RETURN(size_t n, g.shard->file->PRead(goff0, goff1 - goff0, s.stored.data()));
+      char* pinned = nullptr;
+      if (to_device) {
+        CKPT_ASSIGN_OR_RETURN(pinned, s.uploader->Next(std::max(ghi - glo, goff1 - goff0)));
+      }
+      char* stored = s.stored.data();
+      if (pinned != nullptr && c.codec == format::Codec::kNone) {
+        stored = pinned;
+      } else {
+        s.stored.resize(goff1 - goff0);
+        stored = s.stored.data();
+      }
+      CKPT_ASSIGN_OR_RETURN(size_t n, g.shard->file->PRead(goff0, goff1 - goff0, stored));
       if (n != goff1 - goff0) {
         return absl::DataLossError(absl::StrCat(where(gb0), ": file ends early"));
       }
       const char* raw;
       if (c.codec == format::Codec::kNone) {
         for (uint64_t b = gb0; b < gb1; ++b) {
-          const char* blk = s.stored.data() + (g.stored_offset[b] - goff0);
+          const char* blk = stored + (g.stored_offset[b] - goff0);
           uint64_t sum = format::Checksum(blk, c.blocks[b].stored_size);
           if (sum != c.blocks[b].checksum) {
             return Annotate(format::ChecksumMismatch(c.blocks[b].checksum, sum), where(b));
           }
         }
-        raw = s.stored.data();
+        raw = stored;
       } else {
-        s.raw.resize(ghi - glo);
+        char* out = pinned;
+        if (out == nullptr) {
+          s.raw.resize(ghi - glo);
+          out = s.raw.data();
+        }
         for (uint64_t b = gb0; b < gb1; ++b) {
           uint64_t braw = std::min(bs, raw_total - b * bs);
           absl::Status st = s.decoder.Decode(
               c.codec,
-              absl::string_view(s.stored.data() + (g.stored_offset[b] - goff0), c.blocks[b].stored_size),
-              c.blocks[b].checksum, braw, s.raw.data() + (b - gb0) * bs);
+              absl::string_view(stored + (g.stored_offset[b] - goff0), c.blocks[b].stored_size),
+              c.blocks[b].checksum, braw, out + (b - gb0) * bs);
           if (!st.ok()) return Annotate(st, where(b));
         }
-        raw = s.raw.data();
+        raw = out;
       }
       bytes_read += goff1 - goff0;
       blocks_verified += gb1 - gb0;
@@ -471,6 +520,7 @@ absl::StatusOr<LoadReport> ReaderImpl::Load(const std::vector<LoadRequest>& requ
         const LoadRequest& r = reqs[p->request];
         char* dst = static_cast<char*>(r.data);
         uint64_t copied = 0;
+        std::vector<internal::CopyRun> device_runs;
         auto it = std::partition_point(p->runs.begin(), p->runs.end(),
                                        [&](const Run& x) { return x.src + x.bytes <= glo; });
         for (; it != p->runs.end() && it->src < ghi; ++it) {
@@ -478,14 +528,23 @@ absl::StatusOr<LoadReport> ReaderImpl::Load(const std::vector<LoadRequest>& requ
           char* out = dst + it->dst + (a - it->src);
           if (r.memory == MemoryKind::kHost) {
             std::memcpy(out, raw + (a - glo), z - a);
+          } else if (pinned != nullptr) {
+            device_runs.push_back({a - glo, it->dst + (a - it->src), z - a});
           } else {
             CKPT_RETURN_IF_ERROR(dm->CopyFromHost(out, raw + (a - glo), z - a, r.device));
           }
           copied += z - a;
         }
-        finish(p->request, copied);
+        if (device_runs.empty()) {
+          finish(p->request, copied);
+        } else {
+          CKPT_RETURN_IF_ERROR(s.uploader->Copy(
+              r.device, internal::CoalesceRuns(device_runs, raw, dst), p->request, copied));
+        }
       }
+      if (pinned != nullptr) CKPT_RETURN_IF_ERROR(s.uploader->Submit());
     }
+    if (to_device) CKPT_RETURN_IF_ERROR(s.uploader->Drain());
     return absl::OkStatus();
   }));
 
