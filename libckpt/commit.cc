@@ -1,12 +1,15 @@
 #include "libckpt/commit.h"
 
 #include <algorithm>
+#include <map>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "format/format_constants.h"
 #include "format/latest.h"
+#include "format/manifest.h"
+#include "format/shard.h"
 #include "format/records.h"
 #include "format/status_macros.h"
 
@@ -153,6 +156,51 @@ absl::Status PruneOld(Storage* storage, const std::string& root, int keep) {
     CKPT_RETURN_IF_ERROR(storage->RemoveAll(dir));
   }
   return storage->SyncDir(root);
+}
+
+format::Manifest AssembleManifest(const format::CheckpointInfo& info,
+                                  const format::Metadata& metadata, std::string plan,
+                                  std::vector<ShardReport> reports,
+                                  CommitSummary* summary) {
+  format::Manifest m;
+  m.info = info;
+  m.metadata = metadata;
+  m.plan = std::move(plan);
+  *summary = CommitSummary{};
+  std::map<std::string, format::EntryRecord> merged;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    m.shards.push_back({static_cast<uint32_t>(r), format::ShardFileName(r),
+                        reports[r].file_size});
+    for (format::EntryRecord& e : reports[r].entries) {
+      for (const auto& c : e.chunks) summary->stored_bytes += c.stored_length;
+      auto [it, inserted] = merged.try_emplace(e.name, e);
+      if (!inserted) {
+        for (auto& c : e.chunks) it->second.chunks.push_back(std::move(c));
+      }
+    }
+  }
+  for (auto& [name, e] : merged) {
+    for (const auto& c : e.chunks) {
+      summary->logical_bytes += RegionElements(c.region) * DTypeSize(e.dtype);
+    }
+    m.entries.push_back(std::move(e));
+  }
+  return m;
+}
+
+absl::Status CommitCheckpoint(Storage* storage, const std::string& root,
+                              const std::string& tmp, const format::Manifest& manifest,
+                              bool overwrite, int keep_last) {
+  const std::string dir_name = format::StepDirName(manifest.info.step);
+  CKPT_RETURN_IF_ERROR(storage->WriteFileAndSync(JoinPath(tmp, format::kManifestFileName),
+                                                 format::EncodeManifest(manifest)));
+  CKPT_RETURN_IF_ERROR(storage->SyncDir(tmp));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<FileLock> commit_lock,
+                        LockRootForCommit(storage, root));
+  CKPT_RETURN_IF_ERROR(
+      CommitDir(storage, root, tmp, JoinPath(root, dir_name), overwrite));
+  CKPT_RETURN_IF_ERROR(UpdateLatest(storage, root, dir_name, manifest.info.step));
+  return PruneOld(storage, root, keep_last);
 }
 
 absl::StatusOr<std::unique_ptr<FileLock>> LockRootForSave(Storage* storage,
