@@ -36,8 +36,6 @@ struct ThreadScratch {
   std::unique_ptr<format::BlockEncoder> encoder;
 };
 
-uint64_t TaskStep(uint64_t bs) { return std::max(kTaskBytes / bs, uint64_t{1}) * bs; }
-
 absl::Status StageIfDevice(const WriteItem& w, uint64_t offset, uint64_t n,
                            DeviceMemory* dm, ThreadScratch* s, const char** out) {
   if (w.staged != nullptr) {
@@ -147,7 +145,7 @@ class PayloadWriter {
 absl::StatusOr<uint64_t> PayloadWriter::WriteRaw(std::vector<ChunkPlan>* chunks,
                                                  uint64_t begin) {
   const uint64_t bs = options_.block_size;
-  const uint64_t step = TaskStep(bs);
+  const uint64_t step = std::max(kTaskBytes / bs, uint64_t{1}) * bs;
   uint64_t end = begin;
   std::vector<Task> tasks;
   for (ChunkPlan& c : *chunks) {
@@ -251,7 +249,10 @@ absl::StatusOr<ShardWriteResult> FinishShard(File* file, std::vector<ChunkPlan> 
 }  // namespace
 
 uint64_t StagingSegmentBytes(const SaveOptions& options) {
-  return TaskStep(options.block_size);
+  // Raw payloads are asked for in granules of whole blocks, inside tasks
+  // that start at multiples of the granule; compressed ones block by block.
+  const uint64_t bs = options.block_size;
+  return std::max(kWriteBytes / bs, uint64_t{1}) * bs;
 }
 
 absl::StatusOr<ShardWriteResult> WriteShardFile(
