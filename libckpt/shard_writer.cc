@@ -71,6 +71,14 @@ void DoneWith(const WriteItem& w, uint64_t offset, uint64_t n) {
   if (w.staged != nullptr) w.staged->Release(offset, n);
 }
 
+// A failed task leaves its staged bytes unreleased and later tasks are not
+// started, so staging could wait forever for space that threads still
+// waiting for staged bytes would free: stop it, failing those waits.
+absl::Status StopStagingOnError(const WriteItem& w, absl::Status status) {
+  if (!status.ok() && w.staged != nullptr) w.staged->Abort(status);
+  return status;
+}
+
 // The chunk records of `items` in order, with block tables sized but not
 // yet filled, and no offsets.
 std::vector<ChunkPlan> PlanChunks(const std::vector<WriteItem>& items, uint32_t shard_id,
@@ -158,7 +166,7 @@ absl::StatusOr<uint64_t> PayloadWriter::WriteRaw(std::vector<ChunkPlan>* chunks,
     }
   }
   CKPT_RETURN_IF_ERROR(ParallelFor(threads_, tasks.size(), [&](int t, size_t i) {
-    return WriteRawTask(t, tasks[i]);
+    return StopStagingOnError(*tasks[i].c->w, WriteRawTask(t, tasks[i]));
   }));
   return end;
 }
@@ -185,7 +193,7 @@ absl::StatusOr<uint64_t> PayloadWriter::WriteCompressed(std::vector<ChunkPlan>* 
                                                         uint64_t begin) {
   uint64_t end = begin;
   CKPT_RETURN_IF_ERROR(ParallelFor(threads_, chunks->size(), [&](int t, size_t i) {
-    return WriteCompressedChunk(t, &(*chunks)[i], &end);
+    return StopStagingOnError(*(*chunks)[i].w, WriteCompressedChunk(t, &(*chunks)[i], &end));
   }));
   return end;
 }

@@ -28,6 +28,8 @@ void StagedBytes::Release(uint64_t offset, uint64_t n) {
   stager_->ReleaseBytes(index_, offset, n);
 }
 
+void StagedBytes::Abort(absl::Status status) { stager_->Fail(std::move(status)); }
+
 Stager::Stager(StagingPool* pool, DeviceMemory* dm, DeviceEvent* after,
                uint64_t segment_bytes, int max_buffers)
     : pool_(pool),
@@ -69,8 +71,9 @@ absl::StatusOr<Stager::Buffer*> Stager::NextBuffer() {
   const auto t0 = std::chrono::steady_clock::now();
   {
     std::unique_lock<std::mutex> l(mu_);
-    changed_.wait(l, [&] { return finished_ || held_ < max_buffers_; });
+    changed_.wait(l, [&] { return finished_ || !status_.ok() || held_ < max_buffers_; });
     if (finished_) return absl::CancelledError("staging stopped");
+    if (!status_.ok()) return status_;
     ++held_;  // reserved before the pool is asked, so the limit holds
   }
   absl::StatusOr<StagingPool::Lease> lease = pool_->Acquire();

@@ -60,6 +60,9 @@ class StagedBytes {
   // The consumer is done with [offset, offset + n): once every byte of a
   // buffer is released the buffer returns to the pool.
   void Release(uint64_t offset, uint64_t n);
+  // The consumer failed with `status`: staging stops and every waiting or
+  // later Acquire of the Stager's items returns `status`.
+  void Abort(absl::Status status);
 
  private:
   friend class Stager;

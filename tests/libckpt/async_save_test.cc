@@ -174,6 +174,29 @@ TEST(SaveAsyncTest, StorageErrorReachesWaitAndCommitsNothing) {
   EXPECT_EQ(listing(), before);
 }
 
+// Regression: a failed write leaves its staged buffers unreleased and the
+// later tasks unstarted; with a state larger than the cap, staging then
+// waited for space and the writer threads for staged bytes, forever.
+TEST(SaveAsyncTest, WriteErrorWithAStateLargerThanTheCapFailsInsteadOfHanging) {
+  TempDir dir;
+  FaultInjectingStorage storage(DefaultStorage());
+  FakeDevice dev;
+  std::string a = ReferenceBytes(DType::kUInt8, {12 * kBuf}, 10);
+  Writer::Options wo = SmallStaging(&dev, 2 * kBuf);
+  wo.storage = &storage;
+  auto writer = Writer::Create(wo).value();
+  CKPT_ASSERT_OK(writer->AddTensor("a", DType::kUInt8, {a.size()}, FlatRange{0, a.size()},
+                                   a.data(), OnDevice()));
+  storage.FailAt(StorageOp::kWrite, 3, absl::DataLossError("EIO"));
+  SaveHandle h = writer->SaveAsync(dir.path(), 1, SmallBlocks()).value();
+  EXPECT_THAT(h.Wait(), StatusIs(absl::StatusCode::kDataLoss, "EIO"));
+  storage.Reset();
+  storage.FailAt(StorageOp::kWrite, 3, absl::DataLossError("EIO"));
+  EXPECT_THAT(writer->Save(dir.path(), 2, SmallBlocks()),
+              StatusIs(absl::StatusCode::kDataLoss, "EIO"));
+  EXPECT_FALSE(Reader::Open(dir.path()).ok());
+}
+
 TEST(SaveAsyncTest, OneSaveInFlightANewSaveWaitsOrFailsFast) {
   TempDir dir;
   FakeDevice dev(std::chrono::milliseconds(2));  // slow device: saves last
