@@ -22,7 +22,8 @@ if [[ ! -d $golden ]]; then
   exit 1
 fi
 
-targets=(manifest shard_header shard_tail shard_index latest block reshard_overrides hdf5_plan)
+targets=(manifest shard_header shard_tail shard_index latest block plan_record
+  reshard_overrides hdf5_plan)
 for t in "${targets[@]}"; do mkdir -p "$out/$t"; done
 
 # le64 N: N as 8 little-endian bytes on stdout.
@@ -130,6 +131,30 @@ if command -v zstd >/dev/null; then
     fi
   done
 fi
+
+# plan_record: PLAN section bodies (spec/FORMAT.md §7.4): version 1, world
+# size, then per rank a 16-byte fingerprint, a write count and the
+# delta-coded positions (varints). No golden file holds a PLAN section, so
+# the seeds are written here: valid records and near misses.
+# fp N: the 16 bytes N, N+1, ..., N+15 (a fingerprint).
+fp() {
+  local i s=
+  for ((i = $1; i < $1 + 16; i++)); do s+=$(printf '\\x%02x' "$i"); done
+  printf "$s"
+}
+{ printf '\x01\x01'; fp 0; printf '\x00'; } >"$out/plan_record/one-rank-no-writes"
+{ printf '\x01\x01'; fp 16; printf '\x03\x02\x00\x06'; } >"$out/plan_record/one-rank-3-writes"
+{
+  printf '\x01\x03'
+  fp 32; printf '\x04\x00\x00\x03\xa6\x02'  # 0, 1, 5, 300
+  fp 48; printf '\x00'
+  fp 64; printf '\x01\x07'
+} >"$out/plan_record/three-ranks"
+# A position near 2^32 - 1 (varint 0xfffffffe), then one more after it.
+{ printf '\x01\x01'; fp 80; printf '\x02\xfe\xff\xff\xff\x0f\x00'; } \
+  >"$out/plan_record/position-max"
+{ printf '\x02\x01'; fp 96; printf '\x00'; } >"$out/plan_record/version-2"
+{ printf '\x01\x02'; fp 112; printf '\x00'; } >"$out/plan_record/truncated-rank"
 
 # reshard_overrides: ckpt-reshard --layout files (tools/reshard/overrides.h),
 # valid ones and near misses.

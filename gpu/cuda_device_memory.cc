@@ -104,7 +104,7 @@ CudaDeviceMemory::~CudaDeviceMemory() {
 
 absl::StatusOr<CudaDeviceMemory::PooledStream> CudaDeviceMemory::TakeStream(int device) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     for (size_t i = 0; i < idle_.size(); ++i) {
       if (idle_[i].device == device) {
         PooledStream s = idle_[i];
@@ -119,7 +119,7 @@ absl::StatusOr<CudaDeviceMemory::PooledStream> CudaDeviceMemory::TakeStream(int 
 }
 
 void CudaDeviceMemory::GiveStream(PooledStream s) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   idle_.push_back(s);
 }
 

@@ -43,24 +43,28 @@ void AsyncSave::Background(SaveResult base) {
   absl::StatusOr<SaveResult> result = absl::UnknownError("not committed");
   if (commit_in_background_) result = commit_(report, std::move(base));
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     report_ = std::move(report);
     background_result_ = std::move(result);
     background_done_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 absl::StatusOr<SaveResult> AsyncSave::Wait() {
-  std::lock_guard<std::mutex> w(wait_mu_);
+  MutexLock w(&wait_mu_);
   if (waited_) return result_;
+  std::string report;
+  absl::StatusOr<SaveResult> background = absl::UnknownError("not committed");
   {
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return background_done_; });
+    MutexLock l(&mu_);
+    while (!background_done_) cv_.Wait(&mu_);
+    report = report_;
+    background = background_result_;
   }
   if (thread_.joinable()) thread_.join();
   // Start() returned before the handle existed, so partial_ is final.
-  result_ = commit_in_background_ ? background_result_ : commit_(report_, partial_);
+  result_ = commit_in_background_ ? std::move(background) : commit_(report, partial_);
   if (result_.ok()) {
     result_->stall_seconds = partial_.stall_seconds;
     result_->peak_staging_bytes = partial_.peak_staging_bytes;
@@ -71,7 +75,7 @@ absl::StatusOr<SaveResult> AsyncSave::Wait() {
 }
 
 bool AsyncSave::Done() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return background_done_;
 }
 

@@ -12,16 +12,15 @@
 #ifndef CKPT_LIBCKPT_ASYNC_SAVE_H_
 #define CKPT_LIBCKPT_ASYNC_SAVE_H_
 
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "ckpt/mutex.h"
 #include "ckpt/writer.h"
 #include "libckpt/shard_writer.h"
 #include "libckpt/stager.h"
@@ -66,12 +65,13 @@ class AsyncSave {
   const bool commit_in_background_;
   std::thread thread_;
 
-  std::mutex wait_mu_;  // one Wait at a time; guards result_
-  bool waited_ = false;
-  absl::StatusOr<SaveResult> result_ = absl::UnknownError("not waited");
+  Mutex wait_mu_;  // one Wait at a time
+  bool waited_ ABSL_GUARDED_BY(wait_mu_) = false;
+  absl::StatusOr<SaveResult> result_ ABSL_GUARDED_BY(wait_mu_) =
+      absl::UnknownError("not waited");
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable Mutex mu_;
+  CondVar cv_;
   bool background_done_ ABSL_GUARDED_BY(mu_) = false;
   std::string report_ ABSL_GUARDED_BY(mu_);
   absl::StatusOr<SaveResult> background_result_ ABSL_GUARDED_BY(mu_) =
@@ -86,7 +86,7 @@ class DeviceStaging {
  public:
   DeviceStaging() = default;
   // Waits for the staging thread (after Finish).
-  ~DeviceStaging() { Stop(); }
+  ~DeviceStaging() { (void)Stop(); }
   // Starts staging if any item of `writes` is in device memory (and not a
   // source); sets their `staged`. `pool`, `dm`, `after` as Stager.
   void Start(std::vector<WriteItem>* writes, StagingPool* pool, DeviceMemory* dm,

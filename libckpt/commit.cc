@@ -60,6 +60,19 @@ absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage, const std::st
   return full;
 }
 
+namespace {
+
+// The directory holding `path`: "a/b" -> "a", "/a" -> "/", "a" -> ".".
+std::string ParentDir(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+}  // namespace
+
 absl::Status EnsureRoot(Storage* storage, const std::string& root) {
   auto st = storage->Stat(root);
   if (st.ok()) {
@@ -71,7 +84,10 @@ absl::Status EnsureRoot(Storage* storage, const std::string& root) {
   if (!absl::IsNotFound(st.status())) return st.status();
   absl::Status s = storage->CreateDir(root);
   if (absl::IsAlreadyExists(s)) return absl::OkStatus();  // a concurrent writer
-  return s;
+  CKPT_RETURN_IF_ERROR(s);
+  // The new root's entry in its parent must be durable before anything
+  // committed inside it can be (spec/FORMAT.md §4.1).
+  return storage->SyncDir(ParentDir(root));
 }
 
 absl::StatusOr<std::string> CreateTempDir(Storage* storage, const std::string& root,
@@ -147,12 +163,15 @@ absl::Status PruneOld(Storage* storage, const std::string& root, int keep) {
   if (steps.size() <= static_cast<size_t>(keep)) return absl::OkStatus();
   for (size_t i = 0; i + keep < steps.size(); ++i) {
     if (steps[i].second == latest_dir) continue;
-    // Remove the manifest first: the directory stops being a committed
-    // checkpoint at once, even if the rest of the removal is interrupted.
+    // Remove the manifest first, durably: the directory stops being a
+    // committed checkpoint at once, even if the rest of the removal is
+    // interrupted, and no power loss can keep the manifest while losing a
+    // shard (the disk may persist unsynced unlinks in any order).
     std::string dir = JoinPath(root, steps[i].second);
     // An interrupted earlier removal may have taken the manifest already.
     absl::Status s = storage->RemoveFile(JoinPath(dir, format::kManifestFileName));
     if (!s.ok() && !absl::IsNotFound(s)) return s;
+    CKPT_RETURN_IF_ERROR(storage->SyncDir(dir));
     CKPT_RETURN_IF_ERROR(storage->RemoveAll(dir));
   }
   return storage->SyncDir(root);

@@ -22,7 +22,8 @@ namespace ckpt::internal {
 // resolved through `latest`. NotFound naming `path` otherwise.
 absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage, const std::string& path);
 
-// Creates `root` if it does not exist (its parent must).
+// Creates `root` if it does not exist (its parent must), and then fsyncs
+// the parent so that the new root survives a power loss.
 absl::Status EnsureRoot(Storage* storage, const std::string& root);
 
 // Creates root/.tmp-step-NNNNNNNN-<random> and returns its path.

@@ -110,7 +110,7 @@ FaultInjectingStorage::FaultInjectingStorage(Storage* base) : base_(base) {}
 FaultInjectingStorage::~FaultInjectingStorage() = default;
 
 void FaultInjectingStorage::AddRule(Rule rule) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   rules_.push_back(std::move(rule));
 }
 
@@ -146,12 +146,12 @@ void FaultInjectingStorage::CrashAt(StorageOp op, int64_t nth) {
 }
 
 void FaultInjectingStorage::OnlyPathsContaining(std::string substr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   path_filter_ = std::move(substr);
 }
 
 void FaultInjectingStorage::Reset() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   counts_ = {};
   matched_ = {};
   rules_.clear();
@@ -162,12 +162,12 @@ void FaultInjectingStorage::Reset() {
 }
 
 int64_t FaultInjectingStorage::count(StorageOp op) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return counts_[Index(op)];
 }
 
 int64_t FaultInjectingStorage::injected() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return injected_;
 }
 
@@ -175,7 +175,7 @@ FaultInjectingStorage::Decision FaultInjectingStorage::Check(
     StorageOp op, bool mutating, absl::string_view what, absl::string_view path,
     absl::string_view path2) {
   const std::string prefix = absl::StrCat("injected fault: ", what);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++counts_[Index(op)];
   const bool matches =
       path_filter_.empty() || absl::StrContains(path, path_filter_) ||

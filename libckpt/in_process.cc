@@ -52,7 +52,7 @@ class InProcessCommunicator final : public Communicator {
 
 InProcessWorld::InProcessWorld(int size) : size_(size) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     slots_.resize(size);
   }
   for (int r = 0; r < size; ++r) comms_.push_back(std::make_unique<InProcessCommunicator>(this, r));
@@ -62,7 +62,7 @@ InProcessWorld::~InProcessWorld() = default;
 Communicator* InProcessWorld::comm(int rank) { return comms_.at(rank).get(); }
 
 std::vector<std::string> InProcessWorld::Exchange(int rank, std::string mine) {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   slots_[rank] = std::move(mine);
   const uint64_t gen = generation_;
   if (++arrived_ == size_) {
@@ -72,9 +72,9 @@ std::vector<std::string> InProcessWorld::Exchange(int rank, std::string mine) {
     slots_.assign(size_, std::string());
     arrived_ = 0;
     ++generation_;
-    round_done_.notify_all();
+    round_done_.SignalAll();
   } else {
-    round_done_.wait(l, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return generation_ != gen; });
+    while (generation_ == gen) round_done_.Wait(&mu_);
   }
   return result_;
 }

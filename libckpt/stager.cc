@@ -51,33 +51,33 @@ StagedBytes* Stager::Add(StageInput input) {
 
 void Stager::Fail(absl::Status status) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (status_.ok()) status_ = std::move(status);
   }
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 void Stager::Finish() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     finished_ = true;
     for (Buffer& b : buffers_) b.lease.Release();
     held_ = 0;
   }
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 absl::StatusOr<Stager::Buffer*> Stager::NextBuffer() {
   const auto t0 = std::chrono::steady_clock::now();
   {
-    std::unique_lock<std::mutex> l(mu_);
-    changed_.wait(l, [&] { return finished_ || !status_.ok() || held_ < max_buffers_; });
+    MutexLock l(&mu_);
+    while (!finished_ && status_.ok() && held_ >= max_buffers_) changed_.Wait(&mu_);
     if (finished_) return absl::CancelledError("staging stopped");
     if (!status_.ok()) return status_;
     ++held_;  // reserved before the pool is asked, so the limit holds
   }
   absl::StatusOr<StagingPool::Lease> lease = pool_->Acquire();
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   stall_seconds_ += Since(t0);
   if (!lease.ok() || finished_) {
     if (!finished_) --held_;
@@ -141,7 +141,7 @@ absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset) {
     pending_.push_back(events.back());
   }
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     b->ready = std::move(events);
     b->unreleased = staged;
     for (auto& [i, seg] : segments) {
@@ -149,7 +149,7 @@ absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset) {
       items_[i].segments.push_back(seg);
     }
   }
-  changed_.notify_all();
+  changed_.SignalAll();
   return absl::OkStatus();
 }
 
@@ -190,7 +190,7 @@ absl::StatusOr<const char*> Stager::AcquireBytes(size_t index, uint64_t offset,
   const char* host = nullptr;
   std::vector<std::shared_ptr<DeviceEvent>> ready;
   {
-    std::unique_lock<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     const Item& item = items_[index];
     for (;;) {
       if (!status_.ok()) return status_;
@@ -209,7 +209,7 @@ absl::StatusOr<const char*> Stager::AcquireBytes(size_t index, uint64_t offset,
         break;
       }
       if (finished_) return absl::CancelledError("staging stopped");
-      changed_.wait(l);
+      changed_.Wait(&mu_);
     }
   }
   for (const auto& e : ready) {
@@ -224,7 +224,7 @@ absl::StatusOr<const char*> Stager::AcquireBytes(size_t index, uint64_t offset,
 
 void Stager::ReleaseBytes(size_t index, uint64_t offset, uint64_t n) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     const Item& item = items_[index];
     auto it = std::upper_bound(
         item.segments.begin(), item.segments.end(), offset,
@@ -237,16 +237,16 @@ void Stager::ReleaseBytes(size_t index, uint64_t offset, uint64_t n) {
     b->lease.Release();
     --held_;
   }
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 double Stager::stall_seconds() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return stall_seconds_;
 }
 
 uint64_t Stager::peak_bytes() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return static_cast<uint64_t>(peak_held_) * pool_->buffer_bytes();
 }
 

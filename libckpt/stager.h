@@ -18,17 +18,16 @@
 #ifndef CKPT_LIBCKPT_STAGER_H_
 #define CKPT_LIBCKPT_STAGER_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "ckpt/device_memory.h"
+#include "ckpt/mutex.h"
 #include "ckpt/types.h"
 #include "ckpt/writer.h"
 #include "libckpt/staging_pool.h"
@@ -139,8 +138,8 @@ class Stager {
   std::vector<std::pair<int, std::unique_ptr<DeviceStream>>> streams_;
   std::vector<std::shared_ptr<DeviceEvent>> pending_;  // Run's thread only
 
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
+  mutable Mutex mu_;
+  CondVar changed_;
   std::deque<Buffer> buffers_ ABSL_GUARDED_BY(mu_);  // stable addresses
   int held_ ABSL_GUARDED_BY(mu_) = 0;
   int peak_held_ ABSL_GUARDED_BY(mu_) = 0;

@@ -83,7 +83,7 @@ absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::Create(
 }
 
 StagingPool::~StagingPool() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   CheckOrDie(leased_ == 0, "destroyed while a Lease is outstanding");
   for (char* p : buffers_) {
     if (dm_ != nullptr) {
@@ -95,7 +95,7 @@ StagingPool::~StagingPool() {
 }
 
 absl::StatusOr<StagingPool::Lease> StagingPool::Acquire() {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   while (free_.empty()) {
     if (static_cast<int>(buffers_.size()) < limit_) {
       absl::StatusOr<char*> p = AllocateBuffer(dm_, buffer_bytes_);
@@ -107,7 +107,7 @@ absl::StatusOr<StagingPool::Lease> StagingPool::Acquire() {
       if (buffers_.empty()) return p.status();
       limit_ = static_cast<int>(buffers_.size());  // wait for one instead
     }
-    returned_.wait(l);
+    returned_.Wait(&mu_);
   }
   const int index = free_.back();
   free_.pop_back();
@@ -118,28 +118,28 @@ absl::StatusOr<StagingPool::Lease> StagingPool::Acquire() {
 
 void StagingPool::Return(int index) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     CheckOrDie(index >= 0 && index < static_cast<int>(buffers_.size()) &&
                    leased_ > 0,
                "returned a buffer that is not leased");
     free_.push_back(index);
     --leased_;
   }
-  returned_.notify_one();
+  returned_.Signal();
 }
 
 uint64_t StagingPool::allocated_bytes() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return buffers_.size() * buffer_bytes_;
 }
 
 uint64_t StagingPool::peak_leased_bytes() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return static_cast<uint64_t>(peak_leased_) * buffer_bytes_;
 }
 
 void StagingPool::ResetPeak() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   peak_leased_ = leased_;
 }
 

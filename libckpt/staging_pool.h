@@ -15,16 +15,15 @@
 #ifndef CKPT_LIBCKPT_STAGING_POOL_H_
 #define CKPT_LIBCKPT_STAGING_POOL_H_
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "ckpt/device_memory.h"
+#include "ckpt/mutex.h"
 
 namespace ckpt::internal {
 
@@ -90,9 +89,8 @@ class StagingPool {
   const uint64_t buffer_bytes_;
   const uint64_t cap_bytes_;
   const int max_buffers_;
-  // std::mutex: ThreadSanitizer does not see Debian's absl::Mutex.
-  mutable std::mutex mu_;
-  std::condition_variable returned_;
+  mutable Mutex mu_;
+  CondVar returned_;
   int limit_ ABSL_GUARDED_BY(mu_);  // max_buffers_, lowered if allocation fails
   std::vector<char*> buffers_ ABSL_GUARDED_BY(mu_);
   std::vector<int> free_ ABSL_GUARDED_BY(mu_);

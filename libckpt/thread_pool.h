@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "ckpt/mutex.h"
 
 namespace ckpt::internal {
 
@@ -33,17 +33,15 @@ inline absl::Status ParallelFor(int threads, size_t num_tasks,
   size_t n = std::max<size_t>(1, std::min<size_t>(threads, num_tasks));
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
-  // std::mutex rather than absl::Mutex so that ThreadSanitizer sees the
-  // synchronization (Debian's Abseil is not TSan-instrumented).
-  std::mutex mu;
-  absl::Status first;
+  Mutex mu;
+  absl::Status first;  // guarded by mu
   auto worker = [&](int t) {
     while (!failed.load(std::memory_order_relaxed)) {
       size_t i = next.fetch_add(1);
       if (i >= num_tasks) break;
       absl::Status s = fn(t, i);
       if (!s.ok()) {
-        std::lock_guard<std::mutex> l(mu);
+        MutexLock l(&mu);
         if (first.ok()) first = s;
         failed = true;
       }
@@ -51,6 +49,7 @@ inline absl::Status ParallelFor(int threads, size_t num_tasks,
   };
   if (n == 1) {
     worker(0);
+    MutexLock l(&mu);
     return first;
   }
   std::vector<std::thread> pool;
@@ -58,6 +57,7 @@ inline absl::Status ParallelFor(int threads, size_t num_tasks,
   for (size_t t = 1; t < n; ++t) pool.emplace_back(worker, static_cast<int>(t));
   worker(0);
   for (auto& th : pool) th.join();
+  MutexLock l(&mu);
   return first;
 }
 

@@ -41,6 +41,16 @@ ckpt_build() {
   fi
 }
 
+# ckpt_werror_flag: the CMake flag for CKPT_WERROR: ON when CI=true (CI
+# builds fail on any compiler warning), else OFF.
+ckpt_werror_flag() {
+  if [[ ${CI:-} == true ]]; then
+    echo -DCKPT_WERROR=ON
+  else
+    echo -DCKPT_WERROR=OFF
+  fi
+}
+
 # Environment for running the test suite on a small CI box or a container:
 # Open MPI refuses to start as root and to run more ranks than cores (the
 # MPI tests may use more ranks than a 2-core machine has cores), and its shared-memory

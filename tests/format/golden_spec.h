@@ -76,7 +76,7 @@ inline std::vector<GoldenEntry> GoldenEntries() {
                {{FlatRange{0, 3}, 0}, {FlatRange{3, 7}, 1}}});
   v.push_back({"optimizer.big.exp_avg", DType::kFloat32, {3000}, Codec::kZstd,
                {{FlatRange{0, 1000}, 0}, {FlatRange{1000, 2000}, 1}}});
-  v.push_back({"scalar", DType::kInt64, {}, Codec::kNone, {{Box{}, 1}}});
+  v.push_back({"scalar", DType::kInt64, {}, Codec::kNone, {{Region(std::in_place_type<Box>), 1}}});
   v.push_back({"empty", DType::kFloat32, {0, 4}, Codec::kNone, {}});
   return v;
 }

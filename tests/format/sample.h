@@ -62,7 +62,7 @@ inline Manifest SampleManifest() {
   s.name = "step";
   s.dtype = DType::kInt64;
   ChunkRecord sc;
-  sc.region = Box{};
+  sc.region.emplace<Box>();  // 0-d: the empty box, built in place
   sc.shard = 0;
   sc.data_offset = 12288;
   sc.stored_length = 8;

@@ -24,17 +24,11 @@ using ::ckpt::testing::ReferenceBytes;
 using ::ckpt::testing::StatusIs;
 using ::ckpt::testing::TempDir;
 
-TensorOptions OnDevice() {
-  TensorOptions o;
-  o.memory = MemoryKind::kCuda;
-  return o;
-}
-
 TEST(CoalesceRunsTest, EqualRunsWithConstantPitchesAreOneStridedCopy) {
   std::vector<internal::CopyRun> runs;
   for (uint64_t r = 0; r < 10; ++r) runs.push_back({r * 64, r * 256 + 32, 64});
   runs.push_back({640, 5000, 16});  // a different length: its own copy
-  char src[1], dst[1];
+  static char src[8192], dst[8192];
   std::vector<DeviceCopy> copies = internal::CoalesceRuns(runs, src, dst);
   ASSERT_EQ(copies.size(), 2u);
   EXPECT_EQ(copies[0].rows, 10u);
@@ -48,7 +42,7 @@ TEST(CoalesceRunsTest, EqualRunsWithConstantPitchesAreOneStridedCopy) {
 
 TEST(CoalesceRunsTest, IrregularRunsStayContiguousCopies) {
   std::vector<internal::CopyRun> runs = {{0, 0, 8}, {8, 100, 8}, {16, 150, 8}};
-  char src[1], dst[1];
+  static char src[8192], dst[8192];
   std::vector<DeviceCopy> copies = internal::CoalesceRuns(runs, src, dst);
   uint64_t bytes = 0;
   for (const DeviceCopy& c : copies) bytes += c.bytes();

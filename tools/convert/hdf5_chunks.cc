@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "ckpt/mutex.h"
 
 namespace ckpt::tools::hdf5 {
 namespace {
@@ -95,8 +95,8 @@ absl::StatusOr<std::vector<EncodedChunk>> EncodeChunks(absl::Span<const Slab> sl
   }
   std::vector<EncodedChunk> out(tasks.size());
   std::atomic<size_t> next{0};
-  std::mutex mu;
-  absl::Status status;
+  Mutex mu;
+  absl::Status status;  // guarded by mu
   auto work = [&] {
     std::string chunk, shuffled;
     for (size_t t = next++; t < tasks.size(); t = next++) {
@@ -119,7 +119,7 @@ absl::StatusOr<std::vector<EncodedChunk>> EncodeChunks(absl::Span<const Slab> sl
       int rc = compress2(reinterpret_cast<Bytef*>(e.bytes.data()), &len,
                          reinterpret_cast<const Bytef*>(src), bytes, filters.level);
       if (rc != Z_OK) {
-        std::lock_guard<std::mutex> l(mu);
+        MutexLock l(&mu);
         status = absl::InternalError(absl::StrCat("zlib compress2 failed (", rc, ")"));
         next = tasks.size();
         return;
@@ -132,7 +132,10 @@ absl::StatusOr<std::vector<EncodedChunk>> EncodeChunks(absl::Span<const Slab> sl
   for (int i = 1; i < n; ++i) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
-  if (!status.ok()) return status;
+  {
+    MutexLock l(&mu);
+    if (!status.ok()) return status;
+  }
   return out;
 }
 

@@ -18,6 +18,7 @@
 #include "format/status_macros.h"
 #include "tools/convert/hdf5_chunks.h"
 #include "tools/convert/hdf5_names.h"
+#include "tools/convert/hdf5_output.h"
 #include "tools/convert/hdf5_types.h"
 #include "tools/convert/hdf5_util.h"
 
@@ -86,19 +87,27 @@ absl::Status SyncAndRename(const std::string& tmp, const std::string& output) {
   return absl::OkStatus();
 }
 
-// Writes the HDF5 file. All methods take the HDF5 lock themselves.
+// Writes the HDF5 file `file_name` through the output driver
+// (hdf5_output.h). Errors name `display_name` (the output the user asked
+// for, not the temporary file), the dataset, and the errno text of a failed
+// write. Each method takes the HDF5 lock itself; the destructor closes
+// whatever is still open (after an error the rest of the writes are
+// discarded, so the close cannot fail half way).
 class FileWriter {
  public:
-  FileWriter(std::string file_name, const Hdf5ExportOptions& options)
-      : file_name_(std::move(file_name)), options_(options) {}
+  FileWriter(std::string file_name, std::string display_name,
+             const Hdf5ExportOptions& options)
+      : file_name_(std::move(file_name)),
+        display_name_(std::move(display_name)),
+        options_(options) {}
   ~FileWriter() {
-    auto lock = Hdf5Lock();
+    Hdf5Lock lock;
     lcpl_.Reset();
     file_.Reset();
   }
 
   absl::Status Create() {
-    auto lock = Hdf5Lock();
+    Hdf5Lock lock;
     if (options_.compression == Hdf5Compression::kDeflate) {
       if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0 ||
           (options_.shuffle && H5Zfilter_avail(H5Z_FILTER_SHUFFLE) <= 0)) {
@@ -116,21 +125,22 @@ class FileWriter {
             0 ||
         H5Pset_obj_track_times(fcpl.get(), false) < 0 ||
         H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0) {
-      return Hdf5Error(absl::StatusCode::kInternal, file_name_);
+      return Error(display_name_);
     }
+    CKPT_RETURN_IF_ERROR(hdf5::SetOutputDriver(fapl.get(), &state_));
     file_.Reset(H5Fcreate(file_name_.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
-    if (!file_.valid()) return Hdf5Error(absl::StatusCode::kInternal, file_name_);
+    if (!file_.valid()) return Error(display_name_);
     lcpl_.Reset(H5Pcreate(H5P_LINK_CREATE));
     if (!lcpl_.valid() || H5Pset_char_encoding(lcpl_.get(), H5T_CSET_UTF8) < 0) {
-      return Hdf5Error(absl::StatusCode::kInternal, file_name_);
+      return Error(display_name_);
     }
-    return absl::OkStatus();
+    return Written(display_name_);
   }
 
   absl::Status WriteRootAttributes(const format::Manifest& m) {
-    auto lock = Hdf5Lock();
+    Hdf5Lock lock;
     Handle root(H5Gopen2(file_.get(), "/", H5P_DEFAULT));
-    if (!root.valid()) return Hdf5Error(absl::StatusCode::kInternal, file_name_);
+    if (!root.valid()) return Error(display_name_);
     const hid_t r = root.get();
     absl::Status s = hdf5::WriteStringAttribute(
         r, hdf5::kAttrFormatVersion, absl::StrCat(format::kFormatMajor, ".", m.minor_version));
@@ -144,28 +154,16 @@ class FileWriter {
       s = Annotate(hdf5::WriteStringAttribute(r, UserMetadataAttrName(k), v),
                    absl::StrCat("metadata key '", k, "'"));
     }
-    return Annotate(s, file_name_);
+    CKPT_RETURN_IF_ERROR(Written(absl::StrCat(display_name_, ": root attributes")));
+    return Annotate(s, display_name_);
   }
 
   // Creates the dataset of `e` (and the groups above it).
   absl::Status CreateDataset(const Hdf5ExportedEntry& e) {
-    auto lock = Hdf5Lock();
-    auto fail = [&](absl::StatusCode code) {
-      return Hdf5Error(code, absl::StrCat(file_name_, ": dataset '", e.path, "' (entry '",
-                                          e.name, "')"));
-    };
-    // Groups, outermost first.
-    for (size_t pos = e.path.find('/', 1); pos != std::string::npos;
-         pos = e.path.find('/', pos + 1)) {
-      std::string group = e.path.substr(0, pos);
-      if (!groups_.insert(group).second) continue;
-      Handle gcpl(H5Pcreate(H5P_GROUP_CREATE));
-      if (!gcpl.valid() || H5Pset_obj_track_times(gcpl.get(), false) < 0) {
-        return fail(absl::StatusCode::kInternal);
-      }
-      Handle g(H5Gcreate2(file_.get(), group.c_str(), lcpl_.get(), gcpl.get(), H5P_DEFAULT));
-      if (!g.valid()) return fail(absl::StatusCode::kInternal);
-    }
+    Hdf5Lock lock;
+    const std::string where =
+        absl::StrCat(display_name_, ": dataset '", e.path, "' (entry '", e.name, "')");
+    CKPT_RETURN_IF_ERROR(CreateGroupsOf(e.path, where));
     CKPT_ASSIGN_OR_RETURN(Handle type, hdf5::FileTypeFor(e.dtype));
     Handle space;
     if (e.kind == format::EntryKind::kTensor && e.shape.empty()) {
@@ -177,42 +175,42 @@ class FileWriter {
     Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
     if (!space.valid() || !dcpl.valid() || H5Pset_obj_track_times(dcpl.get(), false) < 0 ||
         H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER) < 0) {
-      return fail(absl::StatusCode::kInternal);
+      return Error(where);
     }
     if (!e.chunk.empty()) {
       std::vector<hsize_t> chunk(e.chunk.begin(), e.chunk.end());
       if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) < 0 ||
           (options_.shuffle && DTypeSize(e.dtype) > 1 && H5Pset_shuffle(dcpl.get()) < 0) ||
           H5Pset_deflate(dcpl.get(), static_cast<unsigned>(options_.level)) < 0) {
-        return fail(absl::StatusCode::kInternal);
+        return Error(where);
       }
     }
     Handle ds(H5Dcreate2(file_.get(), e.path.c_str(), type.get(), space.get(), lcpl_.get(),
                          dcpl.get(), H5P_DEFAULT));
-    if (!ds.valid()) return fail(absl::StatusCode::kInternal);
+    if (!ds.valid()) return Error(where);
     absl::Status s;
     if (e.kind == format::EntryKind::kObject) {
       s = hdf5::WriteStringAttribute(ds.get(), hdf5::kKindAttr, hdf5::kKindObject);
     } else if (hdf5::StoredRaw(e.dtype)) {
       s = hdf5::WriteStringAttribute(ds.get(), hdf5::kDTypeAttr, DTypeName(e.dtype));
     }
-    return Annotate(s, absl::StrCat(file_name_, ": dataset '", e.path, "'"));
+    CKPT_RETURN_IF_ERROR(Written(where));
+    return Annotate(s, absl::StrCat(display_name_, ": dataset '", e.path, "'"));
   }
 
   // Writes `data` (the ckpt bytes of `box`) into the dataset of `e`.
   absl::Status WriteBox(const Hdf5ExportedEntry& e, const Box& box, const void* data) {
-    auto lock = Hdf5Lock();
-    auto fail = [&]() {
-      return Hdf5Error(absl::StatusCode::kInternal,
-                       absl::StrCat(file_name_, ": writing dataset '", e.path, "' at ",
-                                    RegionToString(box)));
-    };
+    Hdf5Lock lock;
+    const std::string where = absl::StrCat(display_name_, ": writing dataset '", e.path,
+                                           "' at ", RegionToString(box));
     Handle ds(H5Dopen2(file_.get(), e.path.c_str(), H5P_DEFAULT));
-    if (!ds.valid()) return fail();
+    if (!ds.valid()) return Error(where);
     CKPT_ASSIGN_OR_RETURN(Handle type, hdf5::FileTypeFor(e.dtype));
     if (box.size.empty()) {
-      if (H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) return fail();
-      return absl::OkStatus();
+      if (H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+        return Error(where);
+      }
+      return Written(where);
     }
     std::vector<hsize_t> start(box.offset.begin(), box.offset.end());
     std::vector<hsize_t> count(box.size.begin(), box.size.end());
@@ -222,45 +220,76 @@ class FileWriter {
         H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
                             nullptr) < 0 ||
         H5Dwrite(ds.get(), type.get(), mspace.get(), fspace.get(), H5P_DEFAULT, data) < 0) {
-      return fail();
+      return Error(where);
     }
-    return absl::OkStatus();
+    return Written(where);
   }
 
   // Stores `chunks` (encoded for the filters of `e`'s dataset) as they are.
   absl::Status WriteChunks(const Hdf5ExportedEntry& e, const hdf5::EncodedChunk* chunks,
                            size_t count) {
-    auto lock = Hdf5Lock();
+    Hdf5Lock lock;
     Handle ds(H5Dopen2(file_.get(), e.path.c_str(), H5P_DEFAULT));
-    if (!ds.valid()) {
-      return Hdf5Error(absl::StatusCode::kInternal,
-                       absl::StrCat(file_name_, ": dataset '", e.path, "'"));
-    }
+    if (!ds.valid()) return Error(absl::StrCat(display_name_, ": dataset '", e.path, "'"));
     for (size_t i = 0; i < count; ++i) {
       const hdf5::EncodedChunk& c = chunks[i];
+      const std::string where = absl::StrCat(display_name_, ": writing the chunk of dataset '",
+                                             e.path, "' at ", ShapeToString(c.offset));
       std::vector<hsize_t> offset(c.offset.begin(), c.offset.end());
       if (H5Dwrite_chunk(ds.get(), H5P_DEFAULT, 0, offset.data(), c.bytes.size(),
                          c.bytes.data()) < 0) {
-        return Hdf5Error(absl::StatusCode::kInternal,
-                         absl::StrCat(file_name_, ": writing the chunk of dataset '", e.path,
-                                      "' at ", ShapeToString(c.offset)));
+        return Error(where);
       }
+      CKPT_RETURN_IF_ERROR(Written(where));
     }
     return absl::OkStatus();
   }
 
+  // Closes the file: OK only when every byte of it was written.
   absl::Status Close() {
-    auto lock = Hdf5Lock();
+    Hdf5Lock lock;
     lcpl_.Reset();
     if (!file_.valid()) return absl::OkStatus();
-    hid_t f = file_.Release();
-    if (H5Fclose(f) < 0) return Hdf5Error(absl::StatusCode::kInternal, file_name_);
-    return absl::OkStatus();
+    const std::string where = absl::StrCat(display_name_, ": closing the file");
+    if (H5Fclose(file_.Release()) < 0) return Error(where);
+    return Written(where);
   }
 
  private:
-  std::string file_name_;
+  // Creates the groups above dataset `path` that do not exist yet,
+  // outermost first. REQUIRES: the Hdf5Lock is held.
+  absl::Status CreateGroupsOf(const std::string& path, const std::string& where) {
+    for (size_t pos = path.find('/', 1); pos != std::string::npos;
+         pos = path.find('/', pos + 1)) {
+      std::string group = path.substr(0, pos);
+      if (!groups_.insert(group).second) continue;
+      Handle gcpl(H5Pcreate(H5P_GROUP_CREATE));
+      if (!gcpl.valid() || H5Pset_obj_track_times(gcpl.get(), false) < 0) return Error(where);
+      Handle g(H5Gcreate2(file_.get(), group.c_str(), lcpl_.get(), gcpl.get(), H5P_DEFAULT));
+      if (!g.valid()) return Error(where);
+    }
+    return absl::OkStatus();
+  }
+
+  // OK unless a write of the file failed so far: then "WHERE: <errno
+  // text>" (the driver hides write errors from HDF5, see hdf5_output.h).
+  absl::Status Written(absl::string_view where) const {
+    const int err = state_.error();
+    if (err == 0) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat(where, ": ", std::strerror(err)));
+  }
+  // The error of a failed HDF5 call: the failed write behind it, if any,
+  // else HDF5's innermost message. REQUIRES: the Hdf5Lock is held.
+  absl::Status Error(absl::string_view where) const {
+    absl::Status hdf5 = Hdf5Error(absl::StatusCode::kInternal, where);  // clears the stack
+    absl::Status io = Written(where);
+    return io.ok() ? hdf5 : io;
+  }
+
+  const std::string file_name_;
+  const std::string display_name_;
   const Hdf5ExportOptions& options_;
+  hdf5::OutputState state_;  // outlives file_ (declared before it)
   Handle file_;
   Handle lcpl_;
   absl::flat_hash_set<std::string> groups_;
@@ -338,6 +367,203 @@ absl::Status CheckOutput(const std::string& output, bool overwrite) {
   return absl::OkStatus();
 }
 
+
+// Plan: the result's header and one Hdf5ExportedEntry per manifest entry
+// (dataset path, HDF5 chunk shape, bytes), in manifest order. No I/O.
+// FailedPrecondition for a partial entry; the errors of DatasetPaths.
+absl::StatusOr<Hdf5ExportResult> PlanExport(const Reader& reader, const std::string& output,
+                                            const Hdf5ExportOptions& options) {
+  const format::Manifest& m = reader.manifest();
+  Hdf5ExportResult result;
+  result.checkpoint_dir = reader.path();
+  result.output = output;
+  result.info = m.info;
+  result.minor_version = m.minor_version;
+  result.metadata_count = m.metadata.size();
+  std::vector<std::string> names;
+  for (const format::EntryRecord& e : m.entries) {
+    if (e.flags & format::kEntryFlagPartial) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          result.checkpoint_dir, ": entry '", e.name,
+          "' is partial (its chunks need not cover the tensor); an HDF5 dataset needs every "
+          "element"));
+    }
+    names.push_back(e.name);
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> paths, hdf5::DatasetPaths(names));
+  const bool compress = options.compression == Hdf5Compression::kDeflate;
+  for (size_t i = 0; i < m.entries.size(); ++i) {
+    const format::EntryRecord& e = m.entries[i];
+    Hdf5ExportedEntry x;
+    x.name = e.name;
+    x.kind = e.kind;
+    x.dtype = e.kind == format::EntryKind::kObject ? DType::kUInt8 : e.dtype;
+    x.shape = e.shape;
+    x.path = paths[i];
+    if (compress) x.chunk = ChunkShape(x.shape, DTypeSize(x.dtype), options.chunk_bytes);
+    x.bytes = DTypeSize(x.dtype);
+    for (uint64_t d : x.shape) x.bytes *= d;
+    result.logical_bytes += x.bytes;
+    result.entries.push_back(std::move(x));
+  }
+  return result;
+}
+
+// Creates an empty temporary file next to `output` ("OUT.tmp-PID-N") and
+// returns its name. Not mkstemp: its 0600 would become the mode of the
+// output; this file gets 0666 less the umask, like any file the user
+// creates. InternalError naming both files on failure.
+absl::StatusOr<std::string> CreateTempFile(const std::string& output) {
+  for (int attempt = 0;; ++attempt) {
+    std::string tmp = absl::StrCat(output, ".tmp-", getpid(), "-", attempt);
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      ::close(fd);
+      return tmp;
+    }
+    if (errno != EEXIST || attempt == 100) {
+      return absl::InternalError(absl::StrCat(output, ": creating the temporary file ", tmp,
+                                              ": ", std::strerror(errno)));
+    }
+  }
+}
+
+// Removes a file when destroyed, unless disarmed.
+class RemoveOnFailure {
+ public:
+  explicit RemoveOnFailure(std::string path) : path_(std::move(path)) {}
+  ~RemoveOnFailure() {
+    if (armed_) ::unlink(path_.c_str());
+  }
+  void Disarm() { armed_ = false; }
+
+ private:
+  const std::string path_;
+  bool armed_ = true;
+};
+
+// Datasets and objects: creates the dataset of every entry, writes each
+// object whole (read with `reader`), and returns the slabs in which the
+// tensors are to be streamed, in entry order. Reports the objects'
+// progress.
+absl::StatusOr<std::vector<SlabJob>> CreateDatasets(FileWriter& w, Reader& reader,
+                                                    const Hdf5ExportResult& result,
+                                                    const Hdf5ExportOptions& options) {
+  std::vector<SlabJob> jobs;
+  for (size_t i = 0; i < result.entries.size(); ++i) {
+    const Hdf5ExportedEntry& e = result.entries[i];
+    CKPT_RETURN_IF_ERROR(w.CreateDataset(e));
+    if (e.kind == format::EntryKind::kObject) {
+      CKPT_ASSIGN_OR_RETURN(std::string bytes, reader.ReadObject(e.name));
+      if (!bytes.empty()) {
+        CKPT_RETURN_IF_ERROR(w.WriteBox(e, FullBox(e.shape), bytes.data()));
+      }
+      if (options.progress) options.progress(bytes.size(), result.logical_bytes);
+      continue;
+    }
+    if (e.bytes == 0 && !e.shape.empty()) continue;  // no elements
+    const int es = DTypeSize(e.dtype);
+    Dims slab = SlabShape(e.shape, e.chunk, es, options.slab_bytes);
+    std::vector<SlabJob> more = SlabsOf(i, e.shape, slab, es);
+    jobs.insert(jobs.end(), std::make_move_iterator(more.begin()),
+                std::make_move_iterator(more.end()));
+  }
+  return jobs;
+}
+
+// Consecutive slabs of at most `max_bytes` together (a larger slab is
+// alone in its batch): [begin, end) ranges of `jobs`, in order.
+std::vector<std::pair<size_t, size_t>> Batches(const std::vector<SlabJob>& jobs,
+                                               uint64_t max_bytes) {
+  std::vector<std::pair<size_t, size_t>> batches;
+  for (size_t b = 0; b < jobs.size();) {
+    size_t end = b;
+    uint64_t bytes = 0;
+    while (end < jobs.size() && (end == b || bytes + jobs[end].bytes <= max_bytes)) {
+      bytes += jobs[end++].bytes;
+    }
+    batches.emplace_back(b, end);
+    b = end;
+  }
+  return batches;
+}
+
+// Loads the slabs `jobs[begin, end)` with one Reader::Load into `buffer`,
+// one after the other.
+absl::Status LoadBatch(Reader& reader, const Hdf5ExportResult& result,
+                       const std::vector<SlabJob>& jobs, std::pair<size_t, size_t> batch,
+                       char* buffer, int io_threads) {
+  std::vector<LoadRequest> reqs;
+  for (size_t j = batch.first; j < batch.second; ++j) {
+    const Hdf5ExportedEntry& e = result.entries[jobs[j].entry];
+    LoadRequest r;
+    r.name = e.name;
+    r.dtype = e.dtype;
+    r.shape = e.shape;
+    r.region = jobs[j].box;
+    r.data = buffer;
+    buffer += jobs[j].bytes;
+    reqs.push_back(std::move(r));
+  }
+  LoadOptions lo;
+  lo.allow_unrequested = true;
+  lo.io_threads = io_threads;
+  return reader.Load(reqs, lo).status();
+}
+
+// Tensors: loads the batches of `jobs` and writes them, the next batch
+// loading (on another thread, into the other of two buffers) while this
+// one is written. Returns after the last write, or at the first error once
+// no load is running.
+absl::Status StreamTensors(FileWriter& w, Reader& reader, const Hdf5ExportResult& result,
+                           const std::vector<SlabJob>& jobs, const Hdf5ExportOptions& options) {
+  const std::vector<std::pair<size_t, size_t>> batches = Batches(jobs, options.slab_bytes);
+  if (batches.empty()) return absl::OkStatus();
+  uint64_t max_batch = 0;
+  for (const auto& [begin, end] : batches) {
+    uint64_t bytes = 0;
+    for (size_t j = begin; j < end; ++j) bytes += jobs[j].bytes;
+    max_batch = std::max(max_batch, bytes);
+  }
+  std::unique_ptr<char[]> buffers[2];
+  buffers[0].reset(new char[max_batch]);
+  if (batches.size() > 1) buffers[1].reset(new char[max_batch]);
+  auto load = [&](size_t bi) {
+    return LoadBatch(reader, result, jobs, batches[bi], buffers[bi % 2].get(),
+                     options.io_threads);
+  };
+  std::future<absl::Status> next = std::async(std::launch::async, load, 0);
+  for (size_t bi = 0; bi < batches.size(); ++bi) {
+    CKPT_RETURN_IF_ERROR(next.get());
+    if (bi + 1 < batches.size()) next = std::async(std::launch::async, load, bi + 1);
+    const auto [begin, end] = batches[bi];
+    absl::Status s = WriteBatch(w, result.entries, &jobs[begin], end - begin,
+                                buffers[bi % 2].get(), options);
+    if (!s.ok()) {
+      if (next.valid()) next.wait();
+      return s;
+    }
+    for (size_t j = begin; j < end; ++j) {
+      if (options.progress) options.progress(jobs[j].bytes, result.logical_bytes);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Writes the whole HDF5 file `tmp` (named `output` in messages): root
+// attributes, datasets and objects, tensors; OK once it is closed with
+// every byte written.
+absl::Status WriteFile(const std::string& tmp, Reader& reader, const Hdf5ExportResult& result,
+                       const Hdf5ExportOptions& options) {
+  FileWriter w(tmp, result.output, options);
+  CKPT_RETURN_IF_ERROR(w.Create());
+  CKPT_RETURN_IF_ERROR(w.WriteRootAttributes(reader.manifest()));
+  CKPT_ASSIGN_OR_RETURN(std::vector<SlabJob> jobs,
+                        CreateDatasets(w, reader, result, options));
+  CKPT_RETURN_IF_ERROR(StreamTensors(w, reader, result, jobs, options));
+  return w.Close();
+}
+
 }  // namespace
 
 Dims ChunkShape(const Shape& shape, int elem_size, uint64_t target_bytes) {
@@ -387,148 +613,13 @@ absl::StatusOr<Hdf5ExportResult> ExportHdf5(const std::string& source, const std
   ReaderOptions ro;
   ro.io_threads = options.io_threads;
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader, Reader::Open(source, ro));
-  const format::Manifest& m = reader->manifest();
-
-  Hdf5ExportResult result;
-  result.checkpoint_dir = reader->path();
-  result.output = output;
-  result.info = m.info;
-  result.minor_version = m.minor_version;
-  result.metadata_count = m.metadata.size();
-  std::vector<std::string> names;
-  for (const format::EntryRecord& e : m.entries) {
-    if (e.flags & format::kEntryFlagPartial) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          result.checkpoint_dir, ": entry '", e.name,
-          "' is partial (its chunks need not cover the tensor); an HDF5 dataset needs every "
-          "element"));
-    }
-    names.push_back(e.name);
-  }
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> paths, hdf5::DatasetPaths(names));
-  const bool compress = options.compression == Hdf5Compression::kDeflate;
-  for (size_t i = 0; i < m.entries.size(); ++i) {
-    const format::EntryRecord& e = m.entries[i];
-    Hdf5ExportedEntry x;
-    x.name = e.name;
-    x.kind = e.kind;
-    x.dtype = e.kind == format::EntryKind::kObject ? DType::kUInt8 : e.dtype;
-    x.shape = e.shape;
-    x.path = paths[i];
-    if (compress) x.chunk = ChunkShape(x.shape, DTypeSize(x.dtype), options.chunk_bytes);
-    x.bytes = DTypeSize(x.dtype);
-    for (uint64_t d : x.shape) x.bytes *= d;
-    result.logical_bytes += x.bytes;
-    result.entries.push_back(std::move(x));
-  }
-
+  CKPT_ASSIGN_OR_RETURN(Hdf5ExportResult result, PlanExport(*reader, output, options));
   CKPT_RETURN_IF_ERROR(CheckOutput(output, options.overwrite));
-  // Not mkstemp: its 0600 would become the mode of the output; this file
-  // gets 0666 less the umask, like any file the user creates.
-  std::string tmp;
-  for (int attempt = 0;; ++attempt) {
-    tmp = absl::StrCat(output, ".tmp-", getpid(), "-", attempt);
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) {
-      ::close(fd);
-      break;
-    }
-    if (errno != EEXIST || attempt == 100) {
-      return absl::InternalError(absl::StrCat(output, ": creating the temporary file ", tmp,
-                                              ": ", std::strerror(errno)));
-    }
-  }
-  struct RemoveOnFailure {
-    const std::string& path;
-    bool armed = true;
-    ~RemoveOnFailure() {
-      if (armed) ::unlink(path.c_str());
-    }
-  } cleanup{tmp};
-
-  {
-    FileWriter w(tmp, options);
-    CKPT_RETURN_IF_ERROR(w.Create());
-    CKPT_RETURN_IF_ERROR(w.WriteRootAttributes(m));
-    std::vector<SlabJob> jobs;
-    for (size_t i = 0; i < result.entries.size(); ++i) {
-      const Hdf5ExportedEntry& e = result.entries[i];
-      CKPT_RETURN_IF_ERROR(w.CreateDataset(e));
-      if (e.kind == format::EntryKind::kObject) {
-        CKPT_ASSIGN_OR_RETURN(std::string bytes, reader->ReadObject(e.name));
-        if (!bytes.empty()) {
-          CKPT_RETURN_IF_ERROR(w.WriteBox(e, FullBox(e.shape), bytes.data()));
-        }
-        if (options.progress) options.progress(bytes.size(), result.logical_bytes);
-        continue;
-      }
-      if (e.bytes == 0 && !e.shape.empty()) continue;  // no elements
-      const int es = DTypeSize(e.dtype);
-      Dims slab = SlabShape(e.shape, e.chunk, es, options.slab_bytes);
-      std::vector<SlabJob> more = SlabsOf(i, e.shape, slab, es);
-      jobs.insert(jobs.end(), std::make_move_iterator(more.begin()),
-                  std::make_move_iterator(more.end()));
-    }
-
-    // Batches of consecutive slabs of at most slab_bytes (a larger slab is
-    // alone in its batch): one Reader::Load each, the next one loading
-    // while this one is written.
-    std::vector<std::pair<size_t, size_t>> batches;  // [begin, end) of jobs
-    uint64_t max_batch = 0;
-    for (size_t b = 0; b < jobs.size();) {
-      size_t end = b;
-      uint64_t bytes = 0;
-      while (end < jobs.size() && (end == b || bytes + jobs[end].bytes <= options.slab_bytes)) {
-        bytes += jobs[end++].bytes;
-      }
-      batches.emplace_back(b, end);
-      max_batch = std::max(max_batch, bytes);
-      b = end;
-    }
-    std::unique_ptr<char[]> buffers[2];
-    if (!batches.empty()) {
-      buffers[0].reset(new char[max_batch]);
-      if (batches.size() > 1) buffers[1].reset(new char[max_batch]);
-    }
-    auto load = [&](size_t bi) -> absl::Status {
-      std::vector<LoadRequest> reqs;
-      char* p = buffers[bi % 2].get();
-      for (size_t j = batches[bi].first; j < batches[bi].second; ++j) {
-        const Hdf5ExportedEntry& e = result.entries[jobs[j].entry];
-        LoadRequest r;
-        r.name = e.name;
-        r.dtype = e.dtype;
-        r.shape = e.shape;
-        r.region = jobs[j].box;
-        r.data = p;
-        p += jobs[j].bytes;
-        reqs.push_back(std::move(r));
-      }
-      LoadOptions lo;
-      lo.allow_unrequested = true;
-      lo.io_threads = options.io_threads;
-      return reader->Load(reqs, lo).status();
-    };
-    std::future<absl::Status> next;
-    if (!batches.empty()) next = std::async(std::launch::async, load, 0);
-    for (size_t bi = 0; bi < batches.size(); ++bi) {
-      CKPT_RETURN_IF_ERROR(next.get());
-      if (bi + 1 < batches.size()) next = std::async(std::launch::async, load, bi + 1);
-      absl::Status s = WriteBatch(w, result.entries, &jobs[batches[bi].first],
-                                  batches[bi].second - batches[bi].first,
-                                  buffers[bi % 2].get(), options);
-      if (!s.ok()) {
-        if (next.valid()) next.wait();
-        return s;
-      }
-      for (size_t j = batches[bi].first; j < batches[bi].second; ++j) {
-        if (options.progress) options.progress(jobs[j].bytes, result.logical_bytes);
-      }
-    }
-    CKPT_RETURN_IF_ERROR(w.Close());
-  }
+  CKPT_ASSIGN_OR_RETURN(std::string tmp, CreateTempFile(output));
+  RemoveOnFailure cleanup(tmp);
+  CKPT_RETURN_IF_ERROR(WriteFile(tmp, *reader, result, options));
   CKPT_RETURN_IF_ERROR(SyncAndRename(tmp, output));
-  cleanup.armed = false;
+  cleanup.Disarm();
   std::error_code ec;
   result.file_bytes = std::filesystem::file_size(output, ec);
   return result;

@@ -24,7 +24,7 @@ absl::StatusOr<Hdf5ImportResult> ImportHdf5(const std::string& input, const std:
   result.input = input;
   Handle file;
   {
-    auto lock = Hdf5Lock();
+    Hdf5Lock lock;
     CKPT_ASSIGN_OR_RETURN(file, OpenHdf5File(input));
     auto plan = PlanImport(file.get(), options.plan);
     if (!plan.ok()) {
@@ -37,7 +37,7 @@ absl::StatusOr<Hdf5ImportResult> ImportHdf5(const std::string& input, const std:
   struct CloseFile {
     Handle& f;
     ~CloseFile() {
-      auto lock = Hdf5Lock();
+      Hdf5Lock lock;
       f.Reset();
     }
   } close_file{file};
@@ -56,7 +56,7 @@ absl::StatusOr<Hdf5ImportResult> ImportHdf5(const std::string& input, const std:
     if (e.kind == format::EntryKind::kObject) {
       absl::StatusOr<std::string> bytes;
       {
-        auto lock = Hdf5Lock();
+        Hdf5Lock lock;
         bytes = ReadObjectBytes(fid, e);
       }
       if (!bytes.ok()) return Annotate(bytes.status(), input);
@@ -72,7 +72,7 @@ absl::StatusOr<Hdf5ImportResult> ImportHdf5(const std::string& input, const std:
         return absl::InternalError(absl::StrCat("entry '", e.name, "': byte range [", offset,
                                                 ", ", offset + n, ") is not whole elements"));
       }
-      auto lock = Hdf5Lock();
+      Hdf5Lock lock;
       absl::Status s = ReadElements(fid, e, offset / es, n / es, dst);
       if (!s.ok()) return Annotate(s, input);
       // Under the lock: one progress call at a time.

@@ -81,7 +81,7 @@ void CheckPlan(hid_t file, const ImportPlan& plan) {
 extern "C" const char* __lsan_default_suppressions() { return "leak:libhdf5\n"; }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  auto lock = hdf5::Hdf5Lock();
+  hdf5::Hdf5Lock lock;
   auto file = OpenHdf5Image(absl::string_view(reinterpret_cast<const char*>(data), size));
   if (!file.ok()) return 0;
   for (bool skip : {false, true}) {

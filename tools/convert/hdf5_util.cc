@@ -3,6 +3,7 @@
 #include <H5PLpublic.h>
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -11,11 +12,6 @@
 
 namespace ckpt::tools::hdf5 {
 namespace {
-
-std::mutex& Mutex() {
-  static std::mutex* mu = new std::mutex;
-  return *mu;
-}
 
 herr_t KeepInnermost(unsigned /*n*/, const H5E_error2_t* err, void* data) {
   auto* out = static_cast<std::string*>(data);
@@ -74,6 +70,11 @@ absl::Status WriteScalar(hid_t obj, absl::string_view name, hid_t type, hid_t me
 
 }  // namespace
 
+Mutex& Hdf5Mutex() {
+  static Mutex* mu = new Mutex;
+  return *mu;
+}
+
 Handle& Handle::operator=(Handle&& o) noexcept {
   if (this != &o) {
     Reset(o.id_);
@@ -98,8 +99,9 @@ void Handle::Reset(hid_t id) {
   id_ = id;
 }
 
-std::unique_lock<std::mutex> Hdf5Lock() {
-  std::unique_lock<std::mutex> lock(Mutex());
+// Not analysed: the lock is taken here and released by the destructor.
+Hdf5Lock::Hdf5Lock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Hdf5Mutex().Lock();
   static const bool kGlobalInit = [] {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     H5PLset_loading_state(0);
@@ -111,8 +113,9 @@ std::unique_lock<std::mutex> Hdf5Lock() {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     thread_init = true;
   }
-  return lock;
 }
+
+Hdf5Lock::~Hdf5Lock() ABSL_NO_THREAD_SAFETY_ANALYSIS { Hdf5Mutex().Unlock(); }
 
 absl::Status Hdf5Error(absl::StatusCode code, absl::string_view context) {
   std::string innermost;
@@ -241,15 +244,13 @@ absl::StatusOr<std::string> ReadBytesAttributeById(hid_t attr, uint64_t max_byte
     if (H5Tis_variable_str(type.get()) > 0) {
       char* p = nullptr;
       if (H5Aread(attr, mem.get(), &p) < 0) return Hdf5Error(absl::StatusCode::kDataLoss, what);
+      // The string HDF5 allocated is freed however this returns.
+      std::unique_ptr<char, herr_t (*)(void*)> owned(p, H5free_memory);
       std::string out;
       if (p != nullptr) {
         size_t n = strnlen(p, max_bytes + 1);
-        if (n > max_bytes) {
-          H5free_memory(p);
-          return too_long(n);
-        }
+        if (n > max_bytes) return too_long(n);
         out.assign(p, n);
-        H5free_memory(p);
       }
       return out;
     }

@@ -10,13 +10,14 @@
 #include <hdf5.h>
 
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "ckpt/mutex.h"
 #include "ckpt/types.h"
 
 namespace ckpt::tools::hdf5 {
@@ -50,12 +51,22 @@ class Handle {
   hid_t id_ = H5I_INVALID_HID;
 };
 
-// The lock every HDF5 call of this adapter holds (the library may be built
-// without thread safety, and HDF5 error stacks are per thread). Taking it
-// also initialises HDF5 for the calling thread: automatic error printing is
-// off, and filter plugins are never loaded (a hostile file must not make
-// the tool dlopen() anything).
-std::unique_lock<std::mutex> Hdf5Lock();
+// The lock of every HDF5 call; taken through Hdf5Lock.
+Mutex& Hdf5Mutex();
+
+// Holds the lock every HDF5 call of this adapter holds (the library may be
+// built without thread safety, and HDF5 error stacks are per thread) from
+// construction to destruction: `Hdf5Lock lock;`. Taking it also initialises
+// HDF5 for the calling thread: automatic error printing is off, and filter
+// plugins are never loaded (a hostile file must not make the tool dlopen()
+// anything). Not recursive: a thread that holds it must not take it again.
+class ABSL_SCOPED_LOCKABLE Hdf5Lock {
+ public:
+  Hdf5Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION(Hdf5Mutex());
+  ~Hdf5Lock() ABSL_UNLOCK_FUNCTION();
+  Hdf5Lock(const Hdf5Lock&) = delete;
+  Hdf5Lock& operator=(const Hdf5Lock&) = delete;
+};
 
 // `code` with message "CONTEXT: HDF5: <innermost HDF5 error message>" from
 // the calling thread's error stack, which it then clears. REQUIRES: lock held.

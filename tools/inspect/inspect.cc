@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "ckpt/mutex.h"
 #include "format/block_codec.h"
 #include "format/geometry.h"
 #include "format/manifest.h"
@@ -246,7 +246,7 @@ absl::StatusOr<CheckpointSummary> LoadSummary(const std::string& path, Storage* 
 absl::Status AddStats(CheckpointSummary* summary, const std::string& only, int threads,
                       Storage* storage, bool progress) {
   constexpr size_t kStripes = 64;
-  std::array<absl::Mutex, kStripes> mu;
+  std::array<Mutex, kStripes> mu;
   std::vector<ValueStats> stats(summary->entries.size());
   ValidateOptions o;
   o.path = summary->dir;
@@ -258,7 +258,7 @@ absl::Status AddStats(CheckpointSummary* summary, const std::string& only, int t
     if (IsObject(e) || index >= stats.size()) return;
     ValueStats local;
     AccumulateValues(e.dtype, raw.data(), raw.size() / DTypeSize(e.dtype), &local);
-    absl::MutexLock l(&mu[index % kStripes]);
+    MutexLock l(&mu[index % kStripes]);
     stats[index].Merge(local);
   };
   CKPT_ASSIGN_OR_RETURN(ValidateReport report, Validate(o));

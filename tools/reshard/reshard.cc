@@ -5,11 +5,11 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/in_process.h"
+#include "ckpt/mutex.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
 #include "format/status_macros.h"
@@ -58,7 +58,7 @@ class SourceContext {
       while (n > seen && !largest_.compare_exchange_weak(seen, n)) {
       }
       if (progress_ != nullptr) {
-        std::lock_guard<std::mutex> l(mu_);
+        MutexLock l(&mu_);
         progress_->Add(n);
       }
       return absl::OkStatus();
@@ -69,9 +69,8 @@ class SourceContext {
 
  private:
   Reader* reader_;
-  Progress* progress_;
-  // std::mutex rather than absl::Mutex: visible to ThreadSanitizer.
-  std::mutex mu_;  // guards progress_
+  Mutex mu_;
+  Progress* const progress_ ABSL_PT_GUARDED_BY(mu_);
   std::atomic<uint64_t> largest_{0};
 };
 
@@ -130,12 +129,9 @@ absl::StatusOr<std::vector<EntryLayout>> PlanAll(const format::Manifest& m, int 
 
 std::string CodecName(format::Codec c) { return c == format::Codec::kZstd ? "zstd" : "none"; }
 
-}  // namespace
-
-absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& o) {
-  const auto t0 = std::chrono::steady_clock::now();
-  CKPT_RETURN_IF_ERROR(CheckOptions(o));
-  Storage* storage = o.storage != nullptr ? o.storage : DefaultStorage();
+// Opens SRC and checks it against the options: InvalidArgument when it was
+// not saved on --from ranks, or when DST is a checkpoint directory.
+absl::StatusOr<std::unique_ptr<Reader>> OpenSource(const ReshardOptions& o, Storage* storage) {
   ReaderOptions ro;
   ro.storage = storage;
   ro.io_threads = 1;
@@ -151,22 +147,22 @@ absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& o) {
         o.dst, ": is a checkpoint directory; DST must be a checkpoint root (the output goes "
                "to DST/step-NNNNNNNN)"));
   }
-  Overrides overrides;
-  if (!o.layout_file.empty()) {
-    CKPT_ASSIGN_OR_RETURN(std::string text, storage->ReadFile(o.layout_file));
-    auto parsed = ParseOverrides(text);
-    if (!parsed.ok()) return Annotate(parsed.status(), o.layout_file);
-    overrides = *std::move(parsed);
-  }
-  CKPT_ASSIGN_OR_RETURN(std::vector<EntryLayout> plans,
-                        PlanAll(m, o.to, overrides, o.layout_file));
+  return reader;
+}
 
-  ReshardReport report;
-  report.src_dir = reader->path();
-  report.step = o.step.value_or(m.info.step);
-  report.from = m.info.world_size;
-  report.to = static_cast<uint32_t>(o.to);
+// The --layout file, parsed (errors prefixed by its path); none without one.
+absl::StatusOr<Overrides> ReadOverrides(const ReshardOptions& o, Storage* storage) {
+  if (o.layout_file.empty()) return Overrides();
+  CKPT_ASSIGN_OR_RETURN(std::string text, storage->ReadFile(o.layout_file));
+  auto parsed = ParseOverrides(text);
+  if (!parsed.ok()) return Annotate(parsed.status(), o.layout_file);
+  return *std::move(parsed);
+}
 
+// How DST is saved: SRC's codec (zstd if any chunk uses it) and block size
+// unless --codec says otherwise, its metadata, and the I/O threads shared
+// by the ranks.
+SaveOptions SaveOptionsFor(const format::Manifest& m, const ReshardOptions& o) {
   SaveOptions so;
   so.codec = format::Codec::kNone;
   bool have_block_size = false;
@@ -182,12 +178,18 @@ absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& o) {
   if (o.codec) so.codec = *o.codec;
   so.io_threads = std::max(1, o.threads / o.to);
   so.metadata = m.metadata;
-  report.codec = CodecName(so.codec);
+  return so;
+}
 
-  // Objects are read now (verified) and held during the save.
-  std::vector<std::pair<std::string, std::string>> objects;
-  std::map<std::string, const EntryRecord*> by_name;
-  for (const EntryRecord& e : m.entries) by_name[e.name] = &e;
+using EntriesByName = std::map<std::string, const EntryRecord*>;
+using Objects = std::vector<std::pair<std::string, std::string>>;
+
+// Describes every planned entry in `report` (entries, tensor and object
+// bytes) and reads the objects, verified, into `objects`: they are held
+// during the save.
+absl::Status DescribeAndReadObjects(const std::vector<EntryLayout>& plans,
+                                    const EntriesByName& by_name, Reader& reader,
+                                    ReshardReport& report, Objects& objects) {
   for (const EntryLayout& p : plans) {
     const EntryRecord& e = *by_name.at(p.name);
     ReshardedEntry re;
@@ -200,7 +202,7 @@ absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& o) {
     re.from_override = p.from_override;
     report.entries.push_back(std::move(re));
     if (p.object) {
-      CKPT_ASSIGN_OR_RETURN(std::string bytes, reader->ReadObject(p.name));
+      CKPT_ASSIGN_OR_RETURN(std::string bytes, reader.ReadObject(p.name));
       report.object_bytes += bytes.size();
       objects.emplace_back(p.name, std::move(bytes));
     } else {
@@ -209,10 +211,38 @@ absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& o) {
       report.tensor_bytes += n * DTypeSize(e.dtype);
     }
   }
+  return absl::OkStatus();
+}
 
-  std::optional<Progress> progress;
-  if (o.progress) progress.emplace("ckpt-reshard", report.tensor_bytes);
-  SourceContext sources(reader.get(), progress ? &*progress : nullptr);
+// Registers with `writer` what rank `rank` of DST holds: its piece of every
+// tensor (read from SRC through `sources` during the save) and, on rank 0,
+// the objects (moved out of `objects`).
+absl::Status RegisterRank(Writer& writer, int rank, const std::vector<EntryLayout>& plans,
+                          const EntriesByName& by_name, SourceContext& sources,
+                          Objects& objects) {
+  for (const EntryLayout& p : plans) {
+    if (p.object || !p.pieces[rank]) continue;
+    TensorOptions to;
+    to.replica = p.replica;
+    to.partial = p.partial;
+    const EntryRecord* e = by_name.at(p.name);
+    CKPT_RETURN_IF_ERROR(writer.AddTensorSource(p.name, e->dtype, e->shape, *p.pieces[rank],
+                                                sources.Make(e, *p.pieces[rank]), to));
+  }
+  if (rank != 0) return absl::OkStatus();
+  for (auto& [name, bytes] : objects) {
+    CKPT_RETURN_IF_ERROR(writer.SetObject(name, std::move(bytes)));
+  }
+  return absl::OkStatus();
+}
+
+// Saves DST as `report.to` in-process ranks. Every rank registers its
+// pieces; all reach Writer::Save or none does (a registration error on any
+// rank is returned as it is). Returns rank 0's SaveResult.
+absl::StatusOr<SaveResult> WriteRanks(const ReshardOptions& o, Storage* storage,
+                                      const std::vector<EntryLayout>& plans,
+                                      const EntriesByName& by_name, SourceContext& sources,
+                                      Objects& objects, const SaveOptions& so, uint64_t step) {
   InProcessWorld world(o.to);
   std::vector<absl::Status> registration(o.to);
   SaveResult saved;
@@ -223,21 +253,7 @@ absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& o) {
     wo.storage = storage;
     auto writer = Writer::Create(wo);
     absl::Status reg = writer.status();
-    for (size_t i = 0; reg.ok() && i < plans.size(); ++i) {
-      const EntryLayout& p = plans[i];
-      if (p.object || !p.pieces[rank]) continue;
-      TensorOptions to;
-      to.replica = p.replica;
-      to.partial = p.partial;
-      const EntryRecord* e = by_name.at(p.name);
-      reg = (*writer)->AddTensorSource(p.name, e->dtype, e->shape, *p.pieces[rank],
-                                       sources.Make(e, *p.pieces[rank]), to);
-    }
-    if (rank == 0) {
-      for (size_t i = 0; reg.ok() && i < objects.size(); ++i) {
-        reg = (*writer)->SetObject(objects[i].first, std::move(objects[i].second));
-      }
-    }
+    if (reg.ok()) reg = RegisterRank(**writer, rank, plans, by_name, sources, objects);
     // Every rank must reach Save, or none: agree on registration first.
     std::vector<int64_t> failed = {reg.ok() ? 0 : 1};
     CKPT_RETURN_IF_ERROR(comm.AllReduceMax(&failed));
@@ -245,7 +261,7 @@ absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& o) {
       registration[rank] = reg;
       return absl::AbortedError("registration failed on some rank");
     }
-    CKPT_ASSIGN_OR_RETURN(SaveResult r, (*writer)->Save(o.dst, report.step, so));
+    CKPT_ASSIGN_OR_RETURN(SaveResult r, (*writer)->Save(o.dst, step, so));
     if (rank == 0) saved = r;
     return absl::OkStatus();
   });
@@ -253,22 +269,59 @@ absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& o) {
     if (!s.ok()) return s;
   }
   CKPT_RETURN_IF_ERROR(status);
+  return saved;
+}
+
+// --verify: ckpt-diff of SRC against the output, into `report.verify`.
+absl::Status VerifyOutput(const ReshardOptions& o, Storage* storage, ReshardReport& report) {
+  DiffOptions d;
+  d.a = report.src_dir;
+  d.b = report.dst_dir;
+  d.storage = storage;
+  d.io_threads = o.threads;
+  d.progress = o.progress;
+  CKPT_ASSIGN_OR_RETURN(DiffReport dr, Diff(d));
+  report.verify = std::move(dr);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CKPT_RETURN_IF_ERROR(CheckOptions(o));
+  Storage* storage = o.storage != nullptr ? o.storage : DefaultStorage();
+  // Plan: open and check SRC, the layout of every entry on the new ranks.
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader, OpenSource(o, storage));
+  const format::Manifest& m = reader->manifest();
+  CKPT_ASSIGN_OR_RETURN(Overrides overrides, ReadOverrides(o, storage));
+  CKPT_ASSIGN_OR_RETURN(std::vector<EntryLayout> plans,
+                        PlanAll(m, o.to, overrides, o.layout_file));
+  ReshardReport report;
+  report.src_dir = reader->path();
+  report.step = o.step.value_or(m.info.step);
+  report.from = m.info.world_size;
+  report.to = static_cast<uint32_t>(o.to);
+  const SaveOptions so = SaveOptionsFor(m, o);
+  report.codec = CodecName(so.codec);
+  EntriesByName by_name;
+  for (const EntryRecord& e : m.entries) by_name[e.name] = &e;
+  Objects objects;
+  CKPT_RETURN_IF_ERROR(DescribeAndReadObjects(plans, by_name, *reader, report, objects));
+
+  // Write: the new ranks save DST, reading SRC as they go.
+  std::optional<Progress> progress;
+  if (o.progress) progress.emplace("ckpt-reshard", report.tensor_bytes);
+  SourceContext sources(reader.get(), progress ? &*progress : nullptr);
+  CKPT_ASSIGN_OR_RETURN(SaveResult saved, WriteRanks(o, storage, plans, by_name, sources,
+                                                     objects, so, report.step));
   if (progress) progress->Finish();
   report.dst_dir = saved.path;
   report.stored_bytes = saved.stored_bytes;
   report.largest_read = sources.largest();
   std::sort(report.entries.begin(), report.entries.end(),
             [](const ReshardedEntry& a, const ReshardedEntry& b) { return a.name < b.name; });
-  if (o.verify) {
-    DiffOptions d;
-    d.a = report.src_dir;
-    d.b = report.dst_dir;
-    d.storage = storage;
-    d.io_threads = o.threads;
-    d.progress = o.progress;
-    CKPT_ASSIGN_OR_RETURN(DiffReport dr, Diff(d));
-    report.verify = std::move(dr);
-  }
+  if (o.verify) CKPT_RETURN_IF_ERROR(VerifyOutput(o, storage, report));
   report.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -14,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/in_process.h"
+#include "ckpt/mutex.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
 #include "format/status_macros.h"
@@ -95,9 +95,7 @@ struct Work {
 
 // What one loading rank found.
 struct RankOutcome {
-  // std::mutex, not absl::Mutex: ThreadSanitizer does not see Debian's
-  // uninstrumented absl::Mutex.
-  std::mutex mu;
+  Mutex mu;
   std::map<std::string, Mismatch> mismatches ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, bool> done
       ABSL_GUARDED_BY(mu);  // fully compared
@@ -167,7 +165,7 @@ void Check(uint64_t seed, const Work& w, const char* data,
       }
     }
   }
-  std::lock_guard<std::mutex> l(out.mu);
+  MutexLock l(&out.mu);
   out.elements += count;
   out.done[*w.name] = true;
   if (differs) Record(out, std::move(m));
@@ -218,14 +216,14 @@ absl::Status LoadAndCheck(Reader& reader, uint64_t seed,
     m.kind = Mismatch::Kind::kLoad;
     m.entry = *batch[0]->name;
     m.message = std::string(report.status().message());
-    std::lock_guard<std::mutex> l(out.mu);
+    MutexLock l(&out.mu);
     out.done[m.entry] = false;
     Record(out, std::move(m));
     return absl::OkStatus();
   }
   for (const Work* w : batch) {
     {
-      std::lock_guard<std::mutex> l(out.mu);
+      MutexLock l(&out.mu);
       if (out.done[*w->name]) continue;
     }
     CKPT_RETURN_IF_ERROR(LoadAndCheck(reader, seed, {w}, o, out));
@@ -579,7 +577,7 @@ absl::StatusOr<VerifyResult> VerifySynth(const VerifyOptions& o) {
   // when every rank compared all of its piece.
   std::map<std::string, bool> incomplete;
   for (auto& oc : outcomes) {
-    std::lock_guard<std::mutex> l(oc->mu);
+    MutexLock l(&oc->mu);
     res.elements_checked += oc->elements;
     res.bytes_loaded += oc->bytes_loaded;
     for (auto& [name, m] : oc->mismatches) {

@@ -1,11 +1,11 @@
 #include "tools/synth/synth_tool.h"
 
 #include <memory>
-#include <mutex>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "ckpt/mutex.h"
 #include "format/status_macros.h"
 #include "tools/common/tool_util.h"
 
@@ -20,12 +20,12 @@ class SharedProgress {
   SharedProgress(std::string label, uint64_t total)
       : progress_(std::move(label), total) {}
   void Add(uint64_t n) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     progress_.Add(n);
   }
 
  private:
-  std::mutex mu_;  // not absl::Mutex: visible to ThreadSanitizer
+  Mutex mu_;
   tools::Progress progress_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -18,7 +18,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -27,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "ckpt/mutex.h"
 #include "ckpt/storage.h"
 
 namespace ckpt {
@@ -189,9 +189,7 @@ class FaultInjectingStorage final : public Storage {
   void AddRule(Rule rule) ABSL_LOCKS_EXCLUDED(mu_);
 
   Storage* const base_;
-  // std::mutex rather than absl::Mutex so that ThreadSanitizer sees the
-  // synchronization (Debian's Abseil is not TSan-instrumented).
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::array<int64_t, kNumStorageOps> counts_ ABSL_GUARDED_BY(mu_) = {};
   // Calls that matched path_filter_: the numbers rules refer to.
   std::array<int64_t, kNumStorageOps> matched_ ABSL_GUARDED_BY(mu_) = {};

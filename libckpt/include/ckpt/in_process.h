@@ -7,17 +7,16 @@
 #ifndef CKPT_IN_PROCESS_H_
 #define CKPT_IN_PROCESS_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "ckpt/communicator.h"
+#include "ckpt/mutex.h"
 
 namespace ckpt {
 
@@ -37,10 +36,8 @@ class InProcessWorld {
   std::vector<std::string> Exchange(int rank, std::string mine);
 
   const int size_;
-  // std::mutex rather than absl::Mutex so that ThreadSanitizer sees the
-  // synchronization (Debian's Abseil is not TSan-instrumented).
-  std::mutex mu_;
-  std::condition_variable round_done_;  // generation_ moved on
+  Mutex mu_;
+  CondVar round_done_;  // generation_ moved on
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> slots_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,6 @@
 // The ckpt-convert binary: exit codes, error messages, JSON, and the human
 // output pinned by tests/tools/expected/convert/*.txt.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -37,9 +38,10 @@ class ConvertCli : public ::testing::Test {
   // Runs ckpt-convert with `args`; "<TMP>" in an argument is the temporary
   // directory. In the results the temporary directory becomes <TMP> and the
   // HDF5 file size <SIZE> (it depends on the HDF5 library version).
-  CliResult Run(std::vector<std::string> args) {
+  // `binary` replaces ckpt-convert (e.g. a shell that runs it).
+  CliResult Run(std::vector<std::string> args, const std::string& binary = CKPT_CONVERT_BIN) {
     for (auto& a : args) a = absl::StrReplaceAll(a, {{"<TMP>", dir_.path()}});
-    CliResult r = ckpt::testing::RunCli(CKPT_CONVERT_BIN, args, dir_.path());
+    CliResult r = ckpt::testing::RunCli(binary, args, dir_.path());
     EXPECT_NE(r.exit_code, -1) << r.err;
     r.out = Scrub(r.out);
     r.err = Scrub(r.err);
@@ -265,6 +267,34 @@ TEST_F(ConvertCli, ExportCorruptedShard) {
   EXPECT_THAT(r.err, HasSubstr("<TMP>/src/step-00000042/shard-00000.ckpt"));
   EXPECT_THAT(r.err, HasSubstr("checksum"));
   EXPECT_FALSE(std::filesystem::exists(dir_ / "out.h5"));
+}
+
+// A file system that fills up while the HDF5 file is written (here the
+// file size limit, RLIMIT_FSIZE, with SIGXFSZ ignored: writes fail with
+// EFBIG as they would with ENOSPC). libhdf5 1.10 used to be left with a
+// half-closed file that its exit handler then crashed on (SIGSEGV); the
+// export must fail cleanly: exit 2, one line naming the output, the dataset
+// and the errno text, and no file left behind.
+TEST_F(ConvertCli, ExportOntoAFullDiskFailsWithOneLine) {
+  for (const char* compression : {"none", "deflate"}) {
+    SCOPED_TRACE(compression);
+    // A limit of 4 KiB: the fixture's file is larger than that either way.
+    CliResult r = Run({"-c", "ulimit -f 8; trap '' XFSZ; exec \"$0\" \"$@\"", CKPT_CONVERT_BIN,
+                       "<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--compression", compression},
+                      "/bin/sh");
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_THAT(r.err, ::testing::StartsWith("ckpt-convert: error: <TMP>/out.h5: "));
+    EXPECT_THAT(r.err, HasSubstr("dataset '/"));
+    EXPECT_THAT(r.err, ::testing::EndsWith(": File too large\n"));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("HDF5")));
+    std::vector<std::string> left;
+    for (const auto& f : std::filesystem::directory_iterator(dir_.path())) {
+      if (f.path().filename().string().rfind("out.h5", 0) == 0) left.push_back(f.path());
+    }
+    EXPECT_THAT(left, ::testing::IsEmpty());
+  }
 }
 
 TEST_F(ConvertCli, ExportOutputExists) {

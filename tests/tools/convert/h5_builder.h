@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,8 +21,7 @@ class H5Builder {
  public:
   // Creates (truncates) `path`. With `track_order`, the root group tracks
   // attribute creation order, as ckpt-convert's files do.
-  explicit H5Builder(const std::string& path, bool track_order = false)
-      : lock_(tools::hdf5::Hdf5Lock()) {
+  explicit H5Builder(const std::string& path, bool track_order = false) {
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
     if (track_order) {
       H5Pset_attr_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
@@ -119,7 +117,7 @@ class H5Builder {
   }
 
  private:
-  std::unique_lock<std::mutex> lock_;
+  tools::hdf5::Hdf5Lock lock_;
   hid_t file_ = H5I_INVALID_HID;
   hid_t root_ = H5I_INVALID_HID;
   std::vector<hid_t> open_;

@@ -72,7 +72,7 @@ TEST_P(Hdf5ExportTest, DatasetsReadBackThroughTheHdf5CApi) {
   EXPECT_EQ(r.output, dir_ / "out.h5");
   EXPECT_EQ(r.info.world_size, 4u);
 
-  auto lock = Hdf5Lock();
+  Hdf5Lock lock;
   CKPT_ASSERT_OK_AND_ASSIGN(Handle file, OpenHdf5File(dir_ / "out.h5"));
   for (const FixtureTensor& t : fixture_.tensors) {
     SCOPED_TRACE(t.name);

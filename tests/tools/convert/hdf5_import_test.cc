@@ -27,7 +27,7 @@ using hdf5::Handle;
 using hdf5::Hdf5Lock;
 
 absl::StatusOr<ImportPlan> Plan(const std::string& path, bool skip = false) {
-  auto lock = Hdf5Lock();
+  Hdf5Lock lock;
   CKPT_ASSIGN_OR_RETURN(Handle f, OpenHdf5File(path));
   PlanOptions o;
   o.skip_unsupported = skip;
@@ -75,7 +75,7 @@ TEST_F(Hdf5ImportTest, FileImageGivesTheSamePlan) {
   std::ifstream in(File(), std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CKPT_ASSERT_OK_AND_ASSIGN(ImportPlan from_file, Plan(File()));
-  auto lock = Hdf5Lock();
+  Hdf5Lock lock;
   CKPT_ASSERT_OK_AND_ASSIGN(Handle image, OpenHdf5Image(bytes));
   CKPT_ASSERT_OK_AND_ASSIGN(ImportPlan from_image, PlanImport(image.get()));
   EXPECT_EQ(Names(from_image), Names(from_file));
@@ -506,7 +506,7 @@ TEST_F(Hdf5ImportTest, ReadElementsOfAnyFlatRange) {
               H5T_NATIVE_INT32);
     H5Pclose(dcpl);
   }
-  auto lock = Hdf5Lock();
+  Hdf5Lock lock;
   CKPT_ASSERT_OK_AND_ASSIGN(Handle f, OpenHdf5File(File()));
   CKPT_ASSERT_OK_AND_ASSIGN(ImportPlan p, PlanImport(f.get()));
   ASSERT_EQ(p.entries.size(), 1u);

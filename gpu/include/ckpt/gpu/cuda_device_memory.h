@@ -26,12 +26,12 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "ckpt/device_memory.h"
+#include "ckpt/mutex.h"
 
 namespace ckpt::gpu {
 
@@ -73,7 +73,7 @@ class CudaDeviceMemory final : public DeviceMemory {
   absl::Status CopySync(void* dst, const void* src, size_t n, int device,
                         cudaMemcpyKind kind);
 
-  std::mutex mu_;
+  Mutex mu_;
   std::vector<PooledStream> idle_ ABSL_GUARDED_BY(mu_);
 };
 
