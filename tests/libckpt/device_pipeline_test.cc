@@ -3,6 +3,8 @@
 // tests/testing/fake_device.h, whose copies run on stream threads after a
 // latency and complete through events.
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -113,6 +115,32 @@ TEST(DeviceLoadTest, MixedHostAndDeviceDestinationsInOneLoad) {
   const int64_t allocations = dev.allocations;
   CKPT_ASSERT_OK(reader->Load({a, b}));
   EXPECT_EQ(dev.allocations, allocations);
+}
+
+TEST(DeviceLoadTest, CopiesToTheDeviceWaitForTheCallersEvent) {
+  TempDir dir;
+  std::string w = ReferenceBytes(DType::kFloat32, {512, 256}, 10);
+  SaveMatrix(dir.path(), w);
+  FakeDevice dev;
+  ReaderOptions ro;
+  ro.device_memory = &dev;
+  auto reader = Reader::Open(dir.path(), ro).value();
+  std::string out(w.size(), 0);
+  // The caller's last "kernel" still writes the destination: the load's
+  // copies must come after it, or its bytes would win.
+  auto caller = dev.CreateStream(0).value();
+  static_cast<::ckpt::testing::FakeStream*>(caller.get())->Launch([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::fill(out.begin(), out.end(), 'k');
+  });
+  auto ready = caller->Record().value();
+  LoadRequest r{"w", DType::kFloat32, {512, 256}, FullBox({512, 256}), out.data()};
+  r.memory = MemoryKind::kCuda;
+  LoadOptions lo;
+  lo.allow_unrequested = true;
+  lo.device_ready = ready.get();
+  CKPT_ASSERT_OK(reader->Load({r}, lo));
+  EXPECT_EQ(out, w);
 }
 
 TEST(DeviceLoadTest, DeviceCopyErrorFailsTheLoad) {

@@ -153,8 +153,10 @@ class Writer {
     // first need in buffers of staging_buffer_bytes and kept for the
     // Writer's lifetime, reused by every save). A SaveAsync of more than
     // the cap blocks until the rest is staged as written buffers free up.
+    // The cap is at least one buffer; a buffer is at least one write
+    // granule (2 MiB or a block, whichever is larger).
     uint64_t staging_bytes = 4ull << 30;
-    uint64_t staging_buffer_bytes = 64ull << 20;  // multiple of 4096
+    uint64_t staging_buffer_bytes = 64ull << 20;  // rounded up to 4096
   };
 
   // Pointers in `options` must outlive the Writer.
