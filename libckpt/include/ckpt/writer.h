@@ -9,7 +9,7 @@
 //
 // Registration stores pointers, not data: the memory behind every
 // registered tensor must stay valid and unmodified for the duration of each
-// Save (REQUIRES). Objects are copied when set.
+// Save (REQUIRES), or until SaveAsync returns. Objects are copied when set.
 //
 // A save is atomic (spec/FORMAT.md §4.1): it writes into a hidden temporary
 // directory inside the root, fsyncs, writes the manifest last, renames the
