@@ -86,6 +86,7 @@ absl::StatusOr<Stager::Buffer*> Stager::NextBuffer() {
   peak_held_ = std::max(peak_held_, held_);
   buffers_.emplace_back();
   buffers_.back().lease = *std::move(lease);
+  buffers_.back().data = buffers_.back().lease.data();
   return &buffers_.back();
 }
 
@@ -110,7 +111,7 @@ absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset) {
     const uint64_t n =
         rest <= avail ? rest : avail / segment_bytes_ * segment_bytes_;
     if (n == 0) break;
-    char* dst = b->lease.data() + cursor;
+    char* dst = b->data + cursor;
     if (in.source != nullptr) {
       CKPT_RETURN_IF_ERROR(Annotate((*in.source)(*offset, dst, n),
                                     absl::StrCat("entry '", in.name,

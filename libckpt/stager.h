@@ -104,6 +104,10 @@ class Stager {
   friend class StagedBytes;
   struct Buffer {
     StagingPool::Lease lease;
+    // The buffer's memory, read once: Finish() may release the lease
+    // while a failing save's Run() still fills it (the pool, and so the
+    // memory, outlives the Stager, and no other save uses the pool then).
+    char* data = nullptr;
     uint64_t unreleased = 0;  // staged bytes not yet released
     // Device copies into it; empty for host bytes. Set when published.
     std::vector<std::shared_ptr<DeviceEvent>> ready;
