@@ -17,7 +17,7 @@ namespace ckpt {
 // durable state is what the disk holds.
 struct PowerLossStorage::Node {
   bool is_dir = false;
-  std::string data, durable_data;                    // files
+  std::string data, durable_data;                   // files
   std::map<std::string, NodePtr> entries, durable;  // directories
 };
 
@@ -40,13 +40,16 @@ std::vector<std::string> Components(const std::string& path) {
 // A file handle: reads and writes the node's volatile bytes.
 class PowerLossStorage::MemFile final : public File {
  public:
-  MemFile(PowerLossStorage* owner, NodePtr node, std::string path, bool writable,
-          uint64_t epoch)
-      : owner_(owner), node_(std::move(node)), path_(std::move(path)),
-        writable_(writable), epoch_(epoch) {}
+  MemFile(PowerLossStorage* owner, NodePtr node, std::string path,
+          bool writable, uint64_t epoch)
+      : owner_(owner),
+        node_(std::move(node)),
+        path_(std::move(path)),
+        writable_(writable),
+        epoch_(epoch) {}
 
   absl::StatusOr<size_t> PRead(uint64_t offset, size_t n, char* dst) override {
-    std::lock_guard<std::mutex> l(owner_->mu_);
+    MutexLock l(&owner_->mu_);
     CKPT_RETURN_IF_ERROR(Check("pread"));
     const std::string& d = node_->data;
     if (offset >= d.size()) return size_t{0};
@@ -56,10 +59,11 @@ class PowerLossStorage::MemFile final : public File {
   }
 
   absl::Status PWrite(uint64_t offset, absl::string_view data) override {
-    std::lock_guard<std::mutex> l(owner_->mu_);
+    MutexLock l(&owner_->mu_);
     CKPT_RETURN_IF_ERROR(Check("pwrite"));
     if (!writable_) {
-      return absl::PermissionDeniedError(absl::StrCat("pwrite ", path_, ": read-only file"));
+      return absl::PermissionDeniedError(
+          absl::StrCat("pwrite ", path_, ": read-only file"));
     }
     std::string& d = node_->data;
     if (d.size() < offset + data.size()) d.resize(offset + data.size(), '\0');
@@ -68,20 +72,20 @@ class PowerLossStorage::MemFile final : public File {
   }
 
   absl::Status Sync() override {
-    std::lock_guard<std::mutex> l(owner_->mu_);
+    MutexLock l(&owner_->mu_);
     CKPT_RETURN_IF_ERROR(Check("fsync"));
     node_->durable_data = node_->data;
     return absl::OkStatus();
   }
 
   absl::StatusOr<uint64_t> Size() override {
-    std::lock_guard<std::mutex> l(owner_->mu_);
+    MutexLock l(&owner_->mu_);
     CKPT_RETURN_IF_ERROR(Check("fstat"));
     return node_->data.size();
   }
 
   absl::Status Close() override {
-    std::lock_guard<std::mutex> l(owner_->mu_);
+    MutexLock l(&owner_->mu_);
     if (closed_) return absl::OkStatus();
     closed_ = true;
     return owner_->Enter(absl::StrCat("close ", path_));
@@ -91,12 +95,16 @@ class PowerLossStorage::MemFile final : public File {
 
  private:
   // Counts the call and fails it when halted, closed or stale.
-  absl::Status Check(absl::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(owner_->mu_) {
+  absl::Status Check(absl::string_view op)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(owner_->mu_) {
     const std::string what = absl::StrCat(op, " ", path_);
-    if (closed_) return absl::FailedPreconditionError(absl::StrCat(what, ": file is closed"));
+    if (closed_)
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": file is closed"));
     CKPT_RETURN_IF_ERROR(owner_->Enter(what));
     if (epoch_ != owner_->epoch_) {
-      return absl::UnavailableError(absl::StrCat(what, ": opened before a power loss"));
+      return absl::UnavailableError(
+          absl::StrCat(what, ": opened before a power loss"));
     }
     return absl::OkStatus();
   }
@@ -116,18 +124,19 @@ PowerLossStorage::PowerLossStorage() : root_(std::make_shared<Node>()) {
 PowerLossStorage::~PowerLossStorage() = default;
 
 std::unique_ptr<PowerLossStorage> PowerLossStorage::Fork() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   // Deep copy that keeps sharing: a node reachable twice (a rename made
   // durable in one directory only) stays one node.
   std::unordered_map<const Node*, NodePtr> copies;
-  for (const NodePtr& n : AllNodes()) copies[n.get()] = std::make_shared<Node>(*n);
+  for (const NodePtr& n : AllNodes())
+    copies[n.get()] = std::make_shared<Node>(*n);
   auto map = [&](const NodePtr& n) { return n ? copies.at(n.get()) : nullptr; };
   for (auto& [old, copy] : copies) {
     for (auto& [name, child] : copy->entries) child = map(child);
     for (auto& [name, child] : copy->durable) child = map(child);
   }
   auto fork = std::make_unique<PowerLossStorage>();
-  std::lock_guard<std::mutex> fl(fork->mu_);
+  MutexLock fl(&fork->mu_);
   fork->root_ = map(root_);
   for (const DirOp& op : pending_) {
     DirOp c = op;
@@ -141,19 +150,19 @@ std::unique_ptr<PowerLossStorage> PowerLossStorage::Fork() const {
 }
 
 void PowerLossStorage::HaltAtCall(int64_t nth) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   halt_at_ = calls_ + std::max<int64_t>(nth, 1);
 }
 
 void PowerLossStorage::PowerCut(size_t keep_pending) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   std::vector<bool> keep(pending_.size(), false);
   for (size_t i = 0; i < keep.size() && i < keep_pending; ++i) keep[i] = true;
   CutLocked(keep);
 }
 
 void PowerLossStorage::PowerCutKeepingOnly(size_t index) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   std::vector<bool> keep(pending_.size(), false);
   if (index < keep.size()) keep[index] = true;
   CutLocked(keep);
@@ -181,19 +190,20 @@ void PowerLossStorage::CutLocked(const std::vector<bool>& keep) {
 }
 
 size_t PowerLossStorage::pending_dir_ops() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return pending_.size();
 }
 
 int64_t PowerLossStorage::calls() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return calls_;
 }
 
 absl::Status PowerLossStorage::Enter(const std::string& what) {
   ++calls_;
   if (halt_at_ != 0 && calls_ >= halt_at_) halted_ = true;
-  if (halted_) return absl::UnavailableError(absl::StrCat(what, ": power lost"));
+  if (halted_)
+    return absl::UnavailableError(absl::StrCat(what, ": power lost"));
   return absl::OkStatus();
 }
 
@@ -211,18 +221,21 @@ absl::StatusOr<PowerLossStorage::NodePtr> PowerLossStorage::Lookup(
   return n;
 }
 
-absl::StatusOr<std::pair<PowerLossStorage::NodePtr, std::string>> PowerLossStorage::Parent(
-    const std::string& path, const std::string& what) const {
+absl::StatusOr<std::pair<PowerLossStorage::NodePtr, std::string>>
+PowerLossStorage::Parent(const std::string& path,
+                         const std::string& what) const {
   std::vector<std::string> parts = Components(path);
   if (parts.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": the root has no parent"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": the root has no parent"));
   }
   NodePtr n = root_;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     auto it = n->entries.find(parts[i]);
     if (it == n->entries.end()) return NoEntry(what);
     n = it->second;
-    if (!n->is_dir) return absl::InternalError(absl::StrCat(what, ": Not a directory"));
+    if (!n->is_dir)
+      return absl::InternalError(absl::StrCat(what, ": Not a directory"));
   }
   return std::make_pair(n, parts.back());
 }
@@ -261,10 +274,9 @@ std::vector<PowerLossStorage::NodePtr> PowerLossStorage::AllNodes() const {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<File>> PowerLossStorage::Open(const std::string& path,
-                                                             OpenMode mode,
-                                                             const OpenOptions&) {
-  std::lock_guard<std::mutex> l(mu_);
+absl::StatusOr<std::unique_ptr<File>> PowerLossStorage::Open(
+    const std::string& path, OpenMode mode, const OpenOptions&) {
+  MutexLock l(&mu_);
   const std::string what = absl::StrCat("open ", path);
   CKPT_RETURN_IF_ERROR(Enter(what));
   NodePtr node;
@@ -281,14 +293,15 @@ absl::StatusOr<std::unique_ptr<File>> PowerLossStorage::Open(const std::string& 
     auto found = Lookup(path, what);
     if (!found.ok()) return found.status();
     node = *found;
-    if (node->is_dir) return absl::InternalError(absl::StrCat(what, ": Is a directory"));
+    if (node->is_dir)
+      return absl::InternalError(absl::StrCat(what, ": Is a directory"));
   }
   return std::unique_ptr<File>(
       new MemFile(this, node, path, mode != OpenMode::kRead, epoch_));
 }
 
 absl::Status PowerLossStorage::CreateDir(const std::string& path) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   const std::string what = absl::StrCat("mkdir ", path);
   CKPT_RETURN_IF_ERROR(Enter(what));
   CKPT_ASSIGN_OR_RETURN(auto parent, Parent(path, what));
@@ -303,11 +316,12 @@ absl::Status PowerLossStorage::CreateDir(const std::string& path) {
 }
 
 absl::Status PowerLossStorage::SyncDir(const std::string& path) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   const std::string what = absl::StrCat("fsync ", path);
   CKPT_RETURN_IF_ERROR(Enter(what));
   CKPT_ASSIGN_OR_RETURN(NodePtr dir, Lookup(path, what));
-  if (!dir->is_dir) return absl::InternalError(absl::StrCat(what, ": Not a directory"));
+  if (!dir->is_dir)
+    return absl::InternalError(absl::StrCat(what, ": Not a directory"));
   dir->durable = dir->entries;
   // What was pending in `dir` is durable now; changes elsewhere stay.
   for (DirOp& op : pending_) {
@@ -321,7 +335,8 @@ absl::Status PowerLossStorage::SyncDir(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status PowerLossStorage::RenameLocked(const std::string& from, const std::string& to,
+absl::Status PowerLossStorage::RenameLocked(const std::string& from,
+                                            const std::string& to,
                                             bool replace) {
   const std::string what = absl::StrCat("rename ", from, " to ", to);
   CKPT_RETURN_IF_ERROR(Enter(what));
@@ -343,34 +358,38 @@ absl::Status PowerLossStorage::RenameLocked(const std::string& from, const std::
     }
   }
   // One journal transaction: the new name and the removal of the old one.
-  Apply({Change{dst.first, dst.second, node}, Change{src.first, src.second, nullptr}});
+  Apply({Change{dst.first, dst.second, node},
+         Change{src.first, src.second, nullptr}});
   return absl::OkStatus();
 }
 
-absl::Status PowerLossStorage::Rename(const std::string& from, const std::string& to) {
-  std::lock_guard<std::mutex> l(mu_);
+absl::Status PowerLossStorage::Rename(const std::string& from,
+                                      const std::string& to) {
+  MutexLock l(&mu_);
   return RenameLocked(from, to, /*replace=*/true);
 }
 
 absl::Status PowerLossStorage::RenameNoReplace(const std::string& from,
                                                const std::string& to) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return RenameLocked(from, to, /*replace=*/false);
 }
 
-absl::StatusOr<std::vector<std::string>> PowerLossStorage::List(const std::string& dir) {
-  std::lock_guard<std::mutex> l(mu_);
+absl::StatusOr<std::vector<std::string>> PowerLossStorage::List(
+    const std::string& dir) {
+  MutexLock l(&mu_);
   const std::string what = absl::StrCat("opendir ", dir);
   CKPT_RETURN_IF_ERROR(Enter(what));
   CKPT_ASSIGN_OR_RETURN(NodePtr node, Lookup(dir, what));
-  if (!node->is_dir) return absl::InternalError(absl::StrCat(what, ": Not a directory"));
+  if (!node->is_dir)
+    return absl::InternalError(absl::StrCat(what, ": Not a directory"));
   std::vector<std::string> names;
   for (const auto& [name, child] : node->entries) names.push_back(name);
   return names;  // std::map: sorted
 }
 
 absl::StatusOr<FileInfo> PowerLossStorage::Stat(const std::string& path) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   const std::string what = absl::StrCat("stat ", path);
   CKPT_RETURN_IF_ERROR(Enter(what));
   CKPT_ASSIGN_OR_RETURN(NodePtr node, Lookup(path, what));
@@ -381,19 +400,20 @@ absl::StatusOr<FileInfo> PowerLossStorage::Stat(const std::string& path) {
 }
 
 absl::Status PowerLossStorage::RemoveFile(const std::string& path) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   const std::string what = absl::StrCat("unlink ", path);
   CKPT_RETURN_IF_ERROR(Enter(what));
   CKPT_ASSIGN_OR_RETURN(auto parent, Parent(path, what));
   auto it = parent.first->entries.find(parent.second);
   if (it == parent.first->entries.end()) return NoEntry(what);
-  if (it->second->is_dir) return absl::InternalError(absl::StrCat(what, ": Is a directory"));
+  if (it->second->is_dir)
+    return absl::InternalError(absl::StrCat(what, ": Is a directory"));
   Apply({Change{parent.first, parent.second, nullptr}});
   return absl::OkStatus();
 }
 
 absl::Status PowerLossStorage::RemoveAll(const std::string& path) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   const std::string what = absl::StrCat("remove_all ", path);
   CKPT_RETURN_IF_ERROR(Enter(what));
   CKPT_ASSIGN_OR_RETURN(auto parent, Parent(path, what));
@@ -402,7 +422,8 @@ absl::Status PowerLossStorage::RemoveAll(const std::string& path) {
   // Depth first, one unlink per name, as a recursive removal makes them:
   // a power loss may keep any prefix of them.
   std::vector<std::pair<NodePtr, std::string>> order;
-  std::vector<std::pair<NodePtr, std::string>> stack = {{parent.first, parent.second}};
+  std::vector<std::pair<NodePtr, std::string>> stack = {
+      {parent.first, parent.second}};
   while (!stack.empty()) {
     auto [dir, name] = stack.back();
     stack.pop_back();
