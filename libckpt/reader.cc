@@ -16,6 +16,8 @@
 #include "format/block_codec.h"
 #include "format/manifest.h"
 #include "format/status_macros.h"
+#include "libckpt/device_upload.h"
+#include "libckpt/staging_pool.h"
 #include "libckpt/thread_pool.h"
 
 namespace ckpt {
@@ -48,14 +50,25 @@ struct Prepared {
   std::vector<uint32_t> entry;  // manifest entry of each request
 };
 
-// The state of one Load while its reads run on several threads.
+// The state of one Load while its reads run on several threads. With a
+// staging `pool` (device destinations), a read with device destinations
+// goes through pinned buffers of its thread's DeviceUploader: the copies to
+// the device of one granule run while the next is read, after `after` (the
+// caller's event, may be null).
 class LoadRun {
  public:
-  LoadRun(const Prepared& p, DeviceMemory* dm, int threads)
+  LoadRun(const Prepared& p, DeviceMemory* dm, internal::StagingPool* pool,
+          DeviceEvent* after, int threads)
       : reqs_(p.reqs), dm_(dm), remaining_(p.reqs.size()), scratch_(threads) {
     for (size_t i = 0; i < reqs_.size(); ++i) {
       const LoadRequest& r = reqs_[i];
       remaining_[i] = RegionElements(r.region) * DTypeSize(r.dtype);
+    }
+    if (pool == nullptr) return;
+    for (Scratch& s : scratch_) {
+      s.uploader = std::make_unique<internal::DeviceUploader>(
+          pool, dm, after,
+          [this](size_t request, uint64_t bytes) { Finish(request, bytes); });
     }
   }
 
@@ -79,15 +92,20 @@ class LoadRun {
   struct Scratch {
     std::string stored, raw;
     format::BlockDecoder decoder;
+    std::unique_ptr<internal::DeviceUploader> uploader;  // device destinations
   };
   bool IsDirect(const BlockRead& read) const;
+  bool ToDevice(const BlockRead& read) const;
   absl::Status ReadDirect(const OpenShard& shard, const EntryRecord& e,
                           const BlockRead& read);
   absl::Status ReadGranule(Scratch& s, const OpenShard& shard,
                            const EntryRecord& e, const BlockRead& read,
                            uint64_t b0, uint64_t b1, size_t* cursor);
+  // `uploader`: copies to device destinations go through it (raw is in
+  // its pinned buffer); null: synchronous DeviceMemory::CopyFromHost.
   absl::Status CopyOut(const BlockRead& read, uint64_t lo, uint64_t hi,
-                       const char* raw, size_t* cursor);
+                       const char* raw, size_t* cursor,
+                       internal::DeviceUploader* uploader);
   void Finish(uint32_t request, uint64_t bytes);
   std::string Where(const OpenShard& shard, const EntryRecord& e,
                     const BlockRead& read, uint64_t b) const;
@@ -153,6 +171,13 @@ absl::Status LoadRun::ReadDirect(const OpenShard& shard, const EntryRecord& e,
   return absl::OkStatus();
 }
 
+bool LoadRun::ToDevice(const BlockRead& read) const {
+  for (const Copy& c : read.copies) {
+    if (reqs_[c.request].memory == MemoryKind::kCuda) return true;
+  }
+  return false;
+}
+
 absl::Status LoadRun::Run(int t, const OpenShard& shard, const EntryRecord& e,
                           const BlockRead& read) {
   if (IsDirect(read)) return ReadDirect(shard, e, read);
@@ -166,6 +191,8 @@ absl::Status LoadRun::Run(int t, const OpenShard& shard, const EntryRecord& e,
                                      std::min(read.b1, b0 + per_granule),
                                      &cursor));
   }
+  Scratch& s = scratch_[t];
+  if (s.uploader != nullptr && ToDevice(read)) return s.uploader->Drain();
   return absl::OkStatus();
 }
 
@@ -181,31 +208,62 @@ absl::Status LoadRun::ReadGranule(Scratch& s, const OpenShard& shard,
   for (uint64_t b = read.b0; b < b1; ++b) {
     (b < b0 ? first : stored_size) += c.blocks[b].stored_size;
   }
-  s.stored.resize(stored_size);
-  absl::Status st = internal::ReadExactly(*shard.file.file, first, stored_size,
-                                          s.stored.data());
-  if (!st.ok()) return Annotate(st, Where(shard, e, read, b0));
   const bool decode = c.codec != format::Codec::kNone;
-  if (decode) s.raw.resize(hi - lo);
-  const char* p = s.stored.data();
+  char* pinned = nullptr;  // the granule's pinned buffer (device copies)
+  if (s.uploader != nullptr && ToDevice(read)) {
+    CKPT_ASSIGN_OR_RETURN(pinned,
+                          s.uploader->Next(std::max(hi - lo, stored_size)));
+  }
+  char* stored = pinned;
+  if (pinned == nullptr || decode) {
+    s.stored.resize(stored_size);
+    stored = s.stored.data();
+  }
+  absl::Status st =
+      internal::ReadExactly(*shard.file.file, first, stored_size, stored);
+  if (!st.ok()) return Annotate(st, Where(shard, e, read, b0));
+  char* bytes = decode ? pinned : stored;  // the raw bytes, once decoded
+  if (decode && bytes == nullptr) {
+    s.raw.resize(hi - lo);
+    bytes = s.raw.data();
+  }
+  const char* p = stored;
   for (uint64_t b = b0; b < b1; ++b) {
     const uint64_t size = c.blocks[b].stored_size;
     auto raw = internal::VerifyBlock(
         e, c, b, absl::string_view(p, size), &s.decoder,
-        decode ? s.raw.data() + (b - b0) * bs : nullptr);
+        decode ? bytes + (b - b0) * bs : nullptr);
     if (!raw.ok()) return Annotate(raw.status(), Where(shard, e, read, b));
     p += size;
   }
   bytes_read_ += stored_size;
   blocks_verified_ += b1 - b0;
-  return CopyOut(read, lo, hi, decode ? s.raw.data() : s.stored.data(),
-                 cursor);
+  internal::DeviceUploader* uploader = pinned ? s.uploader.get() : nullptr;
+  CKPT_RETURN_IF_ERROR(CopyOut(read, lo, hi, bytes, cursor, uploader));
+  return uploader != nullptr ? uploader->Submit() : absl::OkStatus();
 }
 
 // Copies the raw bytes [lo, hi) of the read's chunk, at `raw`, to the
 // destinations of the copies that overlap them.
 absl::Status LoadRun::CopyOut(const BlockRead& read, uint64_t lo, uint64_t hi,
-                              const char* raw, size_t* cursor) {
+                              const char* raw, size_t* cursor,
+                              internal::DeviceUploader* uploader) {
+  // Runs of consecutive copies into one device destination: one batch, in
+  // which equal rows at constant pitches become one strided copy.
+  std::vector<internal::CopyRun> runs;
+  uint32_t run_request = 0;
+  uint64_t run_bytes = 0;
+  auto flush = [&]() -> absl::Status {
+    if (runs.empty()) return absl::OkStatus();
+    const LoadRequest& r = reqs_[run_request];
+    absl::Status st = uploader->Copy(
+        r.device,
+        internal::CoalesceRuns(runs, raw, static_cast<char*>(r.data)),
+        run_request, run_bytes);
+    runs.clear();
+    run_bytes = 0;
+    return st;
+  };
   const std::vector<Copy>& copies = read.copies;
   // Copies are sorted by src: skip those that end before `lo`.
   while (*cursor < copies.size() &&
@@ -218,6 +276,15 @@ absl::Status LoadRun::CopyOut(const BlockRead& read, uint64_t lo, uint64_t hi,
     if (a >= z) continue;
     const LoadRequest& r = reqs_[c.request];
     char* out = static_cast<char*>(r.data) + c.dst + (a - c.src);
+    if (r.memory == MemoryKind::kCuda && uploader != nullptr) {
+      if (!runs.empty() && run_request != c.request) {
+        CKPT_RETURN_IF_ERROR(flush());
+      }
+      run_request = c.request;
+      runs.push_back({a - lo, c.dst + (a - c.src), z - a});
+      run_bytes += z - a;
+      continue;  // Finish()ed by the uploader once the copy completed
+    }
     if (r.memory == MemoryKind::kHost) {
       std::memcpy(out, raw + (a - lo), z - a);
     } else {
@@ -226,7 +293,7 @@ absl::Status LoadRun::CopyOut(const BlockRead& read, uint64_t lo, uint64_t hi,
     }
     Finish(c.request, z - a);
   }
-  return absl::OkStatus();
+  return flush();
 }
 
 absl::Status LoadRun::CheckAllWritten() const {
@@ -308,6 +375,9 @@ class ReaderImpl final : public Reader {
   absl::StatusOr<internal::ReadPlan> Plan(const Prepared& p, int threads);
   absl::Status Execute(const internal::ReadPlan& plan, LoadRun* run,
                        int threads);
+  // The pinned buffers of loads into device memory: made on first need and
+  // kept for the Reader's lifetime.
+  absl::StatusOr<internal::StagingPool*> UploadPool();
 
   Storage* storage_;
   std::string dir_;
@@ -320,6 +390,8 @@ class ReaderImpl final : public Reader {
   // synchronization (Debian's Abseil is not TSan-instrumented).
   std::mutex mu_;
   std::map<uint32_t, std::unique_ptr<OpenShard>> shards_ ABSL_GUARDED_BY(mu_);
+  std::mutex pool_mu_;
+  std::unique_ptr<internal::StagingPool> pool_;  // guarded by pool_mu_
 };
 
 // Opens shard `id` and checks it against the manifest (§5.6), stopping at
@@ -530,6 +602,19 @@ absl::Status ReaderImpl::Execute(const internal::ReadPlan& plan, LoadRun* run,
   });
 }
 
+absl::StatusOr<internal::StagingPool*> ReaderImpl::UploadPool() {
+  std::lock_guard<std::mutex> l(pool_mu_);
+  if (pool_ == nullptr) {
+    // Two buffers per I/O thread; 64 threads' worth at most, allocated only
+    // as threads need them.
+    const uint64_t buffer = std::max(kGranuleBytes, format::kDefaultBlockSize);
+    CKPT_ASSIGN_OR_RETURN(pool_, internal::StagingPool::Create(
+                                     options_.device_memory, buffer,
+                                     128 * buffer));
+  }
+  return pool_.get();
+}
+
 absl::StatusOr<LoadReport> ReaderImpl::Load(
     const std::vector<LoadRequest>& requests, const LoadOptions& options) {
   LoadReport report;
@@ -540,7 +625,13 @@ absl::StatusOr<LoadReport> ReaderImpl::Load(
                                           : options_.io_threads,
                                       options_.direct_io));
   CKPT_ASSIGN_OR_RETURN(internal::ReadPlan plan, Plan(p, threads));
-  LoadRun run(p, options_.device_memory, threads);
+  internal::StagingPool* pool = nullptr;
+  if (std::any_of(p.reqs.begin(), p.reqs.end(), [](const LoadRequest& r) {
+        return r.memory == MemoryKind::kCuda;
+      })) {
+    CKPT_ASSIGN_OR_RETURN(pool, UploadPool());
+  }
+  LoadRun run(p, options_.device_memory, pool, options.device_ready, threads);
   CKPT_RETURN_IF_ERROR(Execute(plan, &run, threads));
   CKPT_RETURN_IF_ERROR(run.CheckAllWritten());
   for (const LoadRequest& r : p.reqs) {

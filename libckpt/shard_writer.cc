@@ -38,6 +38,10 @@ struct ThreadScratch {
 
 absl::Status StageIfDevice(const WriteItem& w, uint64_t offset, uint64_t n,
                            DeviceMemory* dm, ThreadScratch* s, const char** out) {
+  if (w.staged != nullptr) {
+    CKPT_ASSIGN_OR_RETURN(*out, w.staged->Acquire(offset, n));
+    return absl::OkStatus();
+  }
   if (w.source != nullptr) {
     if (s->stage.size() < n) s->stage.resize(n);
     CKPT_RETURN_IF_ERROR(Annotate((*w.source)(offset, s->stage.data(), n),
@@ -60,6 +64,19 @@ absl::Status StageIfDevice(const WriteItem& w, uint64_t offset, uint64_t n,
   CKPT_RETURN_IF_ERROR(dm->CopyToHost(s->stage.data(), src, n, w.device));
   *out = s->stage.data();
   return absl::OkStatus();
+}
+
+// Gives staged bytes back once they are written (no-op otherwise).
+void DoneWith(const WriteItem& w, uint64_t offset, uint64_t n) {
+  if (w.staged != nullptr) w.staged->Release(offset, n);
+}
+
+// A failed task leaves its staged bytes unreleased and later tasks are not
+// started, so staging could wait forever for space that threads still
+// waiting for staged bytes would free: stop it, failing those waits.
+absl::Status StopStagingOnError(const WriteItem& w, absl::Status status) {
+  if (!status.ok() && w.staged != nullptr) w.staged->Abort(status);
+  return status;
 }
 
 // The chunk records of `items` in order, with block tables sized but not
@@ -149,7 +166,7 @@ absl::StatusOr<uint64_t> PayloadWriter::WriteRaw(std::vector<ChunkPlan>* chunks,
     }
   }
   CKPT_RETURN_IF_ERROR(ParallelFor(threads_, tasks.size(), [&](int t, size_t i) {
-    return WriteRawTask(t, tasks[i]);
+    return StopStagingOnError(*tasks[i].c->w, WriteRawTask(t, tasks[i]));
   }));
   return end;
 }
@@ -167,6 +184,7 @@ absl::Status PayloadWriter::WriteRawTask(int thread, const Task& task) {
       c.rec.blocks[(off + b) / bs] = BlockRecord{len, format::Checksum(src + b, len)};
     }
     CKPT_RETURN_IF_ERROR(Write(c.rec.data_offset + off, absl::string_view(src, n)));
+    DoneWith(*c.w, off, n);
   }
   return absl::OkStatus();
 }
@@ -175,7 +193,7 @@ absl::StatusOr<uint64_t> PayloadWriter::WriteCompressed(std::vector<ChunkPlan>* 
                                                         uint64_t begin) {
   uint64_t end = begin;
   CKPT_RETURN_IF_ERROR(ParallelFor(threads_, chunks->size(), [&](int t, size_t i) {
-    return WriteCompressedChunk(t, &(*chunks)[i], &end);
+    return StopStagingOnError(*(*chunks)[i].w, WriteCompressedChunk(t, &(*chunks)[i], &end));
   }));
   return end;
 }
@@ -191,6 +209,7 @@ absl::Status PayloadWriter::WriteCompressedChunk(int thread, ChunkPlan* c, uint6
     const char* src;
     CKPT_RETURN_IF_ERROR(StageIfDevice(*c->w, off, n, device_memory_, &s, &src));
     CKPT_RETURN_IF_ERROR(s.encoder->EncodeZstd(absl::string_view(src, n), &block));
+    DoneWith(*c->w, off, n);
     c->rec.blocks[off / bs] = BlockRecord{block.size(), format::Checksum(block)};
     payload += block;
   }
@@ -236,6 +255,13 @@ absl::StatusOr<ShardWriteResult> FinishShard(File* file, std::vector<ChunkPlan> 
 }
 
 }  // namespace
+
+uint64_t StagingSegmentBytes(const SaveOptions& options) {
+  // Raw payloads are asked for in granules of whole blocks, inside tasks
+  // that start at multiples of the granule; compressed ones block by block.
+  const uint64_t bs = options.block_size;
+  return std::max(kWriteBytes / bs, uint64_t{1}) * bs;
+}
 
 absl::StatusOr<ShardWriteResult> WriteShardFile(
     Storage* storage, const std::string& path, const format::ShardHeader& header,

@@ -12,6 +12,7 @@
 #include "ckpt/writer.h"
 #include "format/records.h"
 #include "libckpt/save_plan.h"
+#include "libckpt/stager.h"
 
 namespace ckpt::internal {
 
@@ -21,7 +22,15 @@ struct WriteItem {
   MemoryKind memory = MemoryKind::kHost;
   int device = 0;
   const TensorSource* source = nullptr;  // if set, bytes come from here, not `data`
+  // If set, the bytes were staged by a Stager (libckpt/stager.h) and come
+  // from here, not from `data` or `source`.
+  StagedBytes* staged = nullptr;
 };
+
+// The shard writer asks for an item's bytes in ranges that never cross a
+// multiple of this (a multiple of options.block_size): the segment size a
+// Stager must use for items written with `options`.
+uint64_t StagingSegmentBytes(const SaveOptions& options);
 
 struct ShardWriteResult {
   format::ShardIndex index;  // with block tables

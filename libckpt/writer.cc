@@ -1,5 +1,6 @@
 #include "ckpt/writer.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <xxhash.h>
@@ -17,6 +18,8 @@
 #include "libckpt/save_plan.h"
 #include "libckpt/shard_writer.h"
 #include "libckpt/wire.h"
+#include "libckpt/async_save.h"
+#include "libckpt/staging_pool.h"
 
 namespace ckpt {
 namespace {
@@ -59,7 +62,11 @@ class WriterImpl final : public Writer {
  public:
   explicit WriterImpl(const Options& o)
       : comm_(o.comm ? o.comm : &single_), storage_(o.storage ? o.storage : DefaultStorage()),
-        device_memory_(o.device_memory) {}
+        device_memory_(o.device_memory), options_(o) {}
+  // A save in flight is waited for (its commit included).
+  ~WriterImpl() override {
+    if (in_flight_ != nullptr) (void)in_flight_->Wait();
+  }
 
   absl::Status AddTensor(const std::string& name, DType dtype, const Shape& shape,
                          const Region& local, const void* data,
@@ -154,6 +161,8 @@ class WriterImpl final : public Writer {
 
   absl::StatusOr<SaveResult> Save(const std::string& root, uint64_t step,
                                   const SaveOptions& options) override;
+  absl::StatusOr<SaveHandle> SaveAsync(const std::string& root, uint64_t step,
+                                       const SaveOptions& options) override;
 
  private:
   struct Registered {
@@ -209,17 +218,38 @@ class WriterImpl final : public Writer {
   // Commit: gathers every rank's report; the coordinator commits only if
   // all succeeded (internal::CommitCheckpoint) and removes the temporary
   // directory otherwise. Returns the coordinator's summary on every rank.
+  // `comm` (null: comm_) runs the collectives: the background of SaveAsync
+  // passes its dedicated communicator.
   absl::StatusOr<internal::CommitSummary> CommitAcrossRanks(
-      const PendingSave& pending, const std::string& report, const SaveOptions& options);
+      const PendingSave& pending, const std::string& report, const SaveOptions& options,
+      Communicator* comm = nullptr);
 
   // Rank 0 runs `fn`; its status (and payload) reach every rank.
   absl::StatusOr<std::string> OnCoordinator(
-      absl::FunctionRef<absl::StatusOr<std::string>()> fn) {
+      absl::FunctionRef<absl::StatusOr<std::string>()> fn, Communicator* comm = nullptr) {
+    if (comm == nullptr) comm = comm_;
     std::string msg;
-    if (comm_->rank() == 0) msg = internal::EncodeStatusOr(fn());
-    CKPT_RETURN_IF_ERROR(comm_->Broadcast(&msg, 0));
+    if (comm->rank() == 0) msg = internal::EncodeStatusOr(fn());
+    CKPT_RETURN_IF_ERROR(comm->Broadcast(&msg, 0));
     return internal::DecodeStatusOr(msg);
   }
+
+  // WriteShard with device tensors staged through the pool, a few buffers
+  // ahead of the writer, so that their copies overlap the writes.
+  std::string WriteShardStaged(const PendingSave& pending, const SaveOptions& options,
+                               SaveResult* result);
+  // Staging (libckpt/async_save.cc). The save in flight, if any, is waited
+  // for, or refused with options.fail_if_busy.
+  absl::Status AwaitInFlight(const SaveOptions& options);
+  // The staging pool, made on first need with buffers of at least
+  // `segment_bytes`; kept for the Writer's lifetime.
+  absl::StatusOr<internal::StagingPool*> Pool(uint64_t segment_bytes);
+  // SaveAsync's snapshot: a Stager over copies of everything this rank
+  // writes (geometry, sources), and the write items reading from it.
+  struct AsyncJob;
+  // Takes *pending only on success.
+  absl::StatusOr<std::shared_ptr<AsyncJob>> MakeAsyncJob(PendingSave* pending,
+                                                         const SaveOptions& options);
 
   // The plan of the last save, valid for exactly one local structure
   // (`local_fp`) on every rank of a world of `world` ranks.
@@ -251,6 +281,9 @@ class WriterImpl final : public Writer {
   Communicator* comm_;
   Storage* storage_;
   DeviceMemory* device_memory_;
+  Options options_;
+  std::unique_ptr<internal::StagingPool> pool_;
+  std::shared_ptr<internal::AsyncSave> in_flight_;
   std::vector<Registered> items_;
   absl::flat_hash_map<std::string, size_t> index_;
   PlanCache cache_;
@@ -447,8 +480,10 @@ std::string WriterImpl::WriteShard(const PendingSave& pending,
 }
 
 absl::StatusOr<internal::CommitSummary> WriterImpl::CommitAcrossRanks(
-    const PendingSave& pending, const std::string& report, const SaveOptions& options) {
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> reports, comm_->Gather(report, 0));
+    const PendingSave& pending, const std::string& report, const SaveOptions& options,
+    Communicator* comm) {
+  if (comm == nullptr) comm = comm_;
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> reports, comm->Gather(report, 0));
   CKPT_ASSIGN_OR_RETURN(std::string msg, OnCoordinator([&]() -> absl::StatusOr<std::string> {
     internal::CommitSummary summary;
     absl::Status status = [&]() -> absl::Status {
@@ -467,13 +502,14 @@ absl::StatusOr<internal::CommitSummary> WriterImpl::CommitAcrossRanks(
       return status;
     }
     return internal::EncodeCommitSummary(summary);
-  }));
+  }, comm));
   return internal::DecodeCommitSummary(msg);
 }
 
 absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t step,
                                             const SaveOptions& options) {
   CKPT_RETURN_IF_ERROR(ValidateOptions(options));
+  CKPT_RETURN_IF_ERROR(AwaitInFlight(options));
   SaveResult result;
   auto t0 = std::chrono::steady_clock::now();
   CKPT_ASSIGN_OR_RETURN(result.plan_cache_hit, PlanPhase(root, options));
@@ -481,8 +517,7 @@ absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t st
 
   CKPT_ASSIGN_OR_RETURN(PendingSave pending, Prepare(root, step, options));
   auto t1 = std::chrono::steady_clock::now();
-  const std::string report =
-      WriteShard(pending, Snapshot(), options, &result.local_stored_bytes);
+  const std::string report = WriteShardStaged(pending, options, &result);
   result.write_seconds = Seconds(t1);
 
   auto t2 = std::chrono::steady_clock::now();
@@ -493,6 +528,156 @@ absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t st
   result.logical_bytes = summary.logical_bytes;
   result.path = pending.final_dir;
   return result;
+}
+
+// ---------------------------------------------------------------------------
+// Staging: device tensors of Save, and SaveAsync.
+
+// Buffers a synchronous Save stages ahead of its writer: enough to keep the
+// copies ahead of the I/O threads, little enough to stay out of the way.
+constexpr int kSaveStagingBuffers = 4;
+
+absl::StatusOr<internal::StagingPool*> WriterImpl::Pool(uint64_t segment_bytes) {
+  const uint64_t a = internal::StagingPool::kAlignment;
+  uint64_t buffer = std::max(options_.staging_buffer_bytes, segment_bytes);
+  buffer = (buffer + a - 1) / a * a;
+  if (pool_ == nullptr || pool_->buffer_bytes() < segment_bytes) {
+    pool_.reset();  // no save is in flight: nothing is leased
+    CKPT_ASSIGN_OR_RETURN(pool_, internal::StagingPool::Create(
+                                     device_memory_, buffer,
+                                     std::max(options_.staging_bytes, buffer)));
+  }
+  return pool_.get();
+}
+
+absl::Status WriterImpl::AwaitInFlight(const SaveOptions& options) {
+  if (in_flight_ == nullptr) return absl::OkStatus();
+  if (options.fail_if_busy && !in_flight_->Done()) {
+    return absl::FailedPreconditionError(
+        "a save of this Writer is still in flight (SaveOptions::fail_if_busy)");
+  }
+  (void)in_flight_->Wait();  // its outcome is its handle's
+  in_flight_.reset();
+  return absl::OkStatus();
+}
+
+std::string WriterImpl::WriteShardStaged(const PendingSave& pending, const SaveOptions& options,
+                                         SaveResult* result) {
+  std::vector<internal::WriteItem> snapshot = Snapshot();
+  internal::DeviceStaging staging;
+  const bool device = std::any_of(snapshot.begin(), snapshot.end(), [](const auto& w) {
+    return w.memory == MemoryKind::kCuda && w.source == nullptr;
+  });
+  if (device && device_memory_ != nullptr) {
+    const uint64_t segment = internal::StagingSegmentBytes(options);
+    absl::StatusOr<internal::StagingPool*> pool = Pool(segment);
+    if (!pool.ok()) {
+      return internal::EncodeStatusOr(
+          Annotate(pool.status(), absl::StrCat("rank ", comm_->rank())));
+    }
+    staging.Start(&snapshot, *pool, device_memory_, options.device_ready, segment,
+                  kSaveStagingBuffers);
+    result->staging_cap_bytes = (*pool)->cap_bytes();
+  }
+  std::string report = WriteShard(pending, snapshot, options, &result->local_stored_bytes);
+  (void)staging.Stop();  // a staging error failed the write: it is in `report`
+  result->peak_staging_bytes = staging.peak_bytes();
+  return report;
+}
+
+struct WriterImpl::AsyncJob {
+  PendingSave pending;
+  SaveOptions options;
+  std::vector<LocalItem> items;  // copies: registrations may change meanwhile
+  std::vector<internal::WriteItem> writes;
+  std::unique_ptr<internal::Stager> stager;  // until AsyncSave takes it
+  uint64_t local_stored_bytes = 0;
+  double write_seconds = 0;
+};
+
+absl::StatusOr<std::shared_ptr<WriterImpl::AsyncJob>> WriterImpl::MakeAsyncJob(
+    PendingSave* pending, const SaveOptions& options) {
+  auto job = std::make_shared<AsyncJob>();
+  job->options = options;
+  job->options.device_ready = nullptr;  // the caller's; used by the snapshot only
+  const uint64_t segment = internal::StagingSegmentBytes(options);
+  absl::StatusOr<internal::StagingPool*> pool = Pool(segment);
+  if (!pool.ok()) return pool.status();
+  job->stager = std::make_unique<internal::Stager>(*pool, device_memory_, options.device_ready,
+                                                   segment, 0);
+  job->items.reserve(cache_.writes.size());  // WriteItems point into it
+  for (uint32_t i : cache_.writes) {
+    const Registered& r = items_[i];
+    job->items.push_back(r.item);
+    const bool object = r.item.kind == format::EntryKind::kObject;
+    internal::StageInput in;
+    in.name = r.item.name;
+    in.size = RegionElements(r.item.region) * DTypeSize(r.item.dtype);
+    in.data = object ? r.bytes.data() : r.data;
+    in.memory = object ? MemoryKind::kHost : r.memory;
+    in.device = r.device;
+    in.source = r.source ? &r.source : nullptr;
+    internal::WriteItem w{&job->items.back(), nullptr};
+    w.staged = job->stager->Add(std::move(in));
+    job->writes.push_back(w);
+  }
+  job->pending = std::move(*pending);
+  return job;
+}
+
+absl::StatusOr<SaveHandle> WriterImpl::SaveAsync(const std::string& root, uint64_t step,
+                                                 const SaveOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CKPT_RETURN_IF_ERROR(ValidateOptions(options));
+  CKPT_RETURN_IF_ERROR(AwaitInFlight(options));
+  SaveResult partial;
+  CKPT_ASSIGN_OR_RETURN(partial.plan_cache_hit, PlanPhase(root, options));
+  partial.plan_seconds = Seconds(t0);
+  CKPT_ASSIGN_OR_RETURN(PendingSave pending, Prepare(root, step, options));
+  // Who runs the commit's collectives: a dedicated communicator in the
+  // background, the trivial one of a single process in the background, or
+  // the trainer's own inside Wait() (writer.h).
+  Communicator* commit_comm = options_.background_comm;
+  if (commit_comm == nullptr && comm_ == &single_) commit_comm = &single_;
+  const bool in_background = commit_comm != nullptr;
+  absl::StatusOr<std::shared_ptr<AsyncJob>> made = MakeAsyncJob(&pending, options);
+  if (!made.ok()) {
+    // The other ranks go on to the commit: take part, so that it fails on
+    // every rank and the temporary directory goes.
+    const absl::Status error = Annotate(made.status(), absl::StrCat("rank ", comm_->rank()));
+    (void)CommitAcrossRanks(pending, internal::EncodeStatusOr(error), options,
+                            in_background ? commit_comm : comm_);
+    return error;
+  }
+  std::shared_ptr<AsyncJob> job = *std::move(made);
+  partial.staging_cap_bytes = pool_->cap_bytes();
+  auto write = [this, job] {
+    const auto t = std::chrono::steady_clock::now();
+    std::string report = WriteShard(job->pending, job->writes, job->options,
+                                    &job->local_stored_bytes);
+    job->write_seconds = Seconds(t);
+    return report;
+  };
+  auto commit = [this, job, comm = in_background ? commit_comm : comm_](
+                    const std::string& report, SaveResult r) -> absl::StatusOr<SaveResult> {
+    const auto t = std::chrono::steady_clock::now();
+    absl::StatusOr<internal::CommitSummary> summary =
+        CommitAcrossRanks(job->pending, report, job->options, comm);
+    job->pending.save_lock.reset();  // the root is free for the next save
+    if (!summary.ok()) return summary.status();
+    r.commit_seconds = Seconds(t);
+    r.write_seconds = job->write_seconds;
+    r.local_stored_bytes = job->local_stored_bytes;
+    r.stored_bytes = summary->stored_bytes;
+    r.logical_bytes = summary->logical_bytes;
+    r.path = job->pending.final_dir;
+    return r;
+  };
+  in_flight_ = std::make_shared<internal::AsyncSave>(std::move(job->stager), partial, write,
+                                                     commit, in_background);
+  in_flight_->Start();
+  in_flight_->set_stall_seconds(Seconds(t0));
+  return SaveHandle(in_flight_);
 }
 
 }  // namespace

@@ -60,12 +60,13 @@ absl::Status SaveInProcess(const std::string& root, uint64_t step, int world,
 }
 
 std::vector<std::string> WriterArgs(const std::string& root, uint64_t first,
-                                    int keep_last = kKeepLast) {
+                                    int keep_last = kKeepLast, bool async = false) {
   return {CrashWriterPath(),        "--root",      root,
           "--first",                std::to_string(first),
           "--world",                std::to_string(kWorld),
           "--scale",                std::to_string(kScale),
-          "--keep-last",            std::to_string(keep_last)};
+          "--keep-last",            std::to_string(keep_last),
+          "--async",                async ? "1" : "0"};
 }
 
 // Keeps the newest kRetain committed checkpoints (and latest's), as
@@ -79,7 +80,9 @@ void Retain(const std::string& root, const RootCheck& check) {
   }
 }
 
-TEST(ReliabilityCrash, SigkillAtRandomMomentsOfSavesLeavesTheRootConsistent) {
+// Kills writers that save with Save, or with SaveAsync while training on
+// (`async`), and checks the root after every kill.
+void KillTrials(bool async) {
   const uint64_t trials = EnvOr("CKPT_CRASH_TRIALS", 30);
   const uint64_t seed = EnvOr("CKPT_CRASH_SEED", 1);
   std::mt19937_64 rng(seed);
@@ -92,7 +95,7 @@ TEST(ReliabilityCrash, SigkillAtRandomMomentsOfSavesLeavesTheRootConsistent) {
   // and the time of a start-up and two saves.
   uint64_t max_ms;
   {
-    std::vector<std::string> args = WriterArgs(root, 1);
+    std::vector<std::string> args = WriterArgs(root, 1, kKeepLast, async);
     args.insert(args.end(), {"--count", "2"});
     const auto t0 = std::chrono::steady_clock::now();
     auto child = Child::Start(args, dir / "writer");
@@ -114,7 +117,7 @@ TEST(ReliabilityCrash, SigkillAtRandomMomentsOfSavesLeavesTheRootConsistent) {
     SCOPED_TRACE(::testing::Message() << "trial " << t << " (CKPT_CRASH_SEED=" << seed
                                     << "), kill after " << delay_us << " us, first step "
                                     << first);
-    auto child = Child::Start(WriterArgs(root, first), dir / "writer");
+    auto child = Child::Start(WriterArgs(root, first, kKeepLast, async), dir / "writer");
     ASSERT_THAT(child, ::ckpt::testing::IsOk());
     std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
     const int st = child->Kill();
@@ -151,17 +154,18 @@ TEST(ReliabilityCrash, SigkillAtRandomMomentsOfSavesLeavesTheRootConsistent) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(
-      "crash trials: %llu kills (seed %llu, delays < %llu ms) in %.1f s; %llu saves committed "
+      "%scrash trials: %llu kills (seed %llu, delays < %llu ms) in %.1f s; %llu saves committed "
       "by the killed writers; %llu kills left temporaries (%llu validate warnings), all "
       "removed by the next save (%llu); %llu step directories without MANIFEST seen\n",
-      static_cast<unsigned long long>(killed_mid_run), static_cast<unsigned long long>(seed),
+      async ? "async " : "", static_cast<unsigned long long>(killed_mid_run),
+      static_cast<unsigned long long>(seed),
       static_cast<unsigned long long>(max_ms), seconds, static_cast<unsigned long long>(saves),
       static_cast<unsigned long long>(with_temporaries),
       static_cast<unsigned long long>(warnings), static_cast<unsigned long long>(cleaned),
       static_cast<unsigned long long>(without_manifest));
-  RecordProperty("kills", static_cast<int>(killed_mid_run));
-  RecordProperty("saves_committed", static_cast<int>(saves));
-  RecordProperty("kills_leaving_temporaries", static_cast<int>(with_temporaries));
+  ::testing::Test::RecordProperty("kills", static_cast<int>(killed_mid_run));
+  ::testing::Test::RecordProperty("saves_committed", static_cast<int>(saves));
+  ::testing::Test::RecordProperty("kills_leaving_temporaries", static_cast<int>(with_temporaries));
   // The kills must land inside saves, not only before the first one.
   if (trials >= 10) {
     EXPECT_GT(saves, 0u) << "no save completed: raise CKPT_CRASH_MAX_MS";
@@ -169,6 +173,17 @@ TEST(ReliabilityCrash, SigkillAtRandomMomentsOfSavesLeavesTheRootConsistent) {
   if (trials >= 10) {
     EXPECT_GT(with_temporaries, 0u) << "no kill interrupted a save";
   }
+}
+
+TEST(ReliabilityCrash, SigkillAtRandomMomentsOfSavesLeavesTheRootConsistent) {
+  KillTrials(/*async=*/false);
+}
+
+// The same with SaveAsync: a kill while the snapshot is written in the
+// background leaves no partial checkpoint visible and earlier ones intact,
+// and no checkpoint holds the values the trainer wrote after the snapshot.
+TEST(ReliabilityCrash, SigkillDuringAsyncSavesLeavesTheRootConsistent) {
+  KillTrials(/*async=*/true);
 }
 
 // A writer that ends normally leaves no temporaries, and its last step is

@@ -6,13 +6,15 @@
 //
 //   ckpt_crash_writer --root DIR --first N [--count K] [--stride S]
 //       [--world W] [--scale S] [--keep-last K] [--io-threads T]
-//       [--fsize-limit BYTES]
+//       [--fsize-limit BYTES] [--async 1]
 //
 // After each committed save it prints "saved <step>" on stdout (flushed), so
 // a test knows which steps must have survived a kill. A failed save prints
 // "status: <CODE>: <message>" and exits 2; bad arguments exit 64.
 // --fsize-limit sets RLIMIT_FSIZE and ignores SIGXFSZ first, so that writes
-// past the limit fail with EFBIG.
+// past the limit fail with EFBIG. --async 1 saves with Writer::SaveAsync
+// and overwrites the whole state while each save is in flight (the
+// checkpoint must still hold the values of its step).
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -37,13 +39,14 @@ struct Args {
   int world = 4;
   ckpt::reliability::SaveConfig save;
   uint64_t fsize_limit = 0;
+  bool async = false;
 };
 
 int Usage(const char* why) {
   std::fprintf(stderr,
                "ckpt_crash_writer: %s\nusage: ckpt_crash_writer --root DIR --first N "
                "[--count K] [--stride S] [--world W] [--scale S] [--keep-last K] "
-               "[--io-threads T] [--fsize-limit BYTES]\n",
+               "[--io-threads T] [--fsize-limit BYTES] [--async 1]\n",
                why);
   return 64;
 }
@@ -83,6 +86,8 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* why) {
       a->save.io_threads = static_cast<int>(n);
     } else if (flag == "--fsize-limit") {
       a->fsize_limit = n;
+    } else if (flag == "--async") {
+      a->async = n != 0;
     } else {
       *why = "unknown flag " + flag;
       return false;
@@ -121,7 +126,9 @@ int main(int argc, char** argv) {
     CKPT_ASSIGN_OR_RETURN(auto state, ckpt::reliability::RankState::Create(&comm, args.save.scale));
     for (uint64_t i = 0; args.count == 0 || i < args.count; ++i) {
       const uint64_t step = args.first + i * args.stride;
-      CKPT_RETURN_IF_ERROR(state->Save(args.root, step, args.save).status());
+      CKPT_RETURN_IF_ERROR((args.async ? state->SaveAsyncAndTrainOn(args.root, step, args.save)
+                                       : state->Save(args.root, step, args.save))
+                               .status());
       if (comm.rank() == 0) {
         std::printf("saved %llu\n", static_cast<unsigned long long>(step));
         std::fflush(stdout);

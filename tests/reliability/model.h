@@ -240,6 +240,17 @@ struct RankState {
     CKPT_RETURN_IF_ERROR(model.Fill(*writer, step));
     return writer->Save(root, step, SaveOptionsFor(step, c));
   }
+
+  // As a trainer with asynchronous checkpoints: snapshot `step`, then
+  // overwrite every registered byte (with values no checkpoint holds)
+  // while the save is in flight, then wait for it to commit.
+  absl::StatusOr<SaveResult> SaveAsyncAndTrainOn(const std::string& root, uint64_t step,
+                                                 const SaveConfig& c) {
+    CKPT_RETURN_IF_ERROR(model.Fill(*writer, step));
+    CKPT_ASSIGN_OR_RETURN(SaveHandle h, writer->SaveAsync(root, step, SaveOptionsFor(step, c)));
+    CKPT_RETURN_IF_ERROR(model.Fill(*writer, step + (uint64_t{1} << 40)));
+    return h.Wait();
+  }
 };
 
 // Marks a status as "a load returned bytes that differ from what was saved":

@@ -59,6 +59,11 @@ struct LoadOptions {
   // that loads only its own part, e.g. ckpt-synth verify).
   bool allow_unrequested = false;
   int io_threads = 0;  // 0 = ReaderOptions::io_threads
+  // Copies into device memory start only after this event completed (the
+  // caller's work that still uses the destinations, recorded on its stream,
+  // e.g. by ckpt::gpu::CudaDeviceMemory::RecordOn). Not owned; must stay
+  // valid until Load returns. Null: no ordering.
+  DeviceEvent* device_ready = nullptr;
 };
 
 struct LoadReport {
@@ -71,7 +76,11 @@ struct LoadReport {
 
 struct ReaderOptions {
   Storage* storage = nullptr;             // not owned; null = POSIX
-  DeviceMemory* device_memory = nullptr;  // not owned; for kCuda requests
+  // Not owned; for kCuda requests. Those are loaded through pinned buffers
+  // (DeviceMemory::AllocateHost; two per I/O thread, made on first need and
+  // kept for the Reader's lifetime), with the copies to the device
+  // running while the next blocks are read.
+  DeviceMemory* device_memory = nullptr;
   int io_threads = 4;
   bool direct_io = false;
 };

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "ckpt/device_memory.h"  // IWYU pragma: export
 #include "format/dtype.h"     // IWYU pragma: export
 #include "format/geometry.h"  // IWYU pragma: export
 
@@ -18,20 +19,7 @@ enum class MemoryKind : uint8_t {
   kCuda = 1,  // CUDA device memory; needs a DeviceMemory in the options
 };
 
-// Copies between host memory and device memory. Implemented by gpu/
-// (ckpt::gpu::CudaDeviceMemory) or by a trainer. Must be thread-safe: the
-// library calls it from its I/O threads.
-class DeviceMemory {
- public:
-  virtual ~DeviceMemory() = default;
-  // Copies n bytes from device pointer `src` on `device` to host `dst`;
-  // the bytes are in `dst` when it returns OK.
-  [[nodiscard]] virtual absl::Status CopyToHost(void* dst, const void* src,
-                                                size_t n, int device) = 0;
-  // Copies n bytes from host `src` to device pointer `dst` on `device`.
-  [[nodiscard]] virtual absl::Status CopyFromHost(void* dst, const void* src,
-                                                  size_t n, int device) = 0;
-};
+// DeviceMemory, the interface of device copies, is in ckpt/device_memory.h.
 
 }  // namespace ckpt
 

@@ -9,7 +9,7 @@
 //
 // Registration stores pointers, not data: the memory behind every
 // registered tensor must stay valid and unmodified for the duration of each
-// Save (REQUIRES). Objects are copied when set.
+// Save (REQUIRES), or until SaveAsync returns. Objects are copied when set.
 //
 // A save is atomic (spec/FORMAT.md §4.1): it writes into a hidden temporary
 // directory inside the root, fsyncs, writes the manifest last, renames the
@@ -18,6 +18,10 @@
 // the temporary directory. Once Save returns OK, its checkpoint, `latest`
 // and its pruning survive a power loss (the fsyncs are listed in §4.1). With several ranks every rank calls Save with
 // the same arguments; it returns the same status on every rank.
+//
+// Device tensors (TensorOptions::memory = kCuda) are copied into a bounded
+// pool of pinned staging buffers while earlier pieces are hashed and
+// written; SaveAsync (below) snapshots every tensor through that pool.
 //
 // Thread safety: a Writer is used by one thread at a time.
 #ifndef CKPT_WRITER_H_
@@ -71,6 +75,19 @@ struct SaveOptions {
   // fingerprint equals the recorded one. Never affects what is saved.
   bool reuse_recorded_plan = true;
   std::vector<std::pair<std::string, std::string>> metadata;  // user key/values
+  // Copies of device tensors start only after this event completed: the
+  // caller records it on its stream after the kernels that produce the
+  // tensors (ckpt::gpu::CudaDeviceMemory::RecordOn). Not owned; must stay
+  // valid until Save returns, or until SaveAsync returns. Null: the
+  // tensors are ready when the save is called.
+  DeviceEvent* device_ready = nullptr;
+  // SaveAsync (and Save) with a save still in flight (not yet Done()):
+  // false waits for it (its Wait()), true fails fast with
+  // FailedPrecondition. Whether a save is done is local to a rank: in a
+  // multi-rank job ranks may decide differently, so there the trainer
+  // agrees on SaveHandle::Done() itself (e.g. an all-reduce) and uses
+  // fail_if_busy only where every rank does the same.
+  bool fail_if_busy = false;
 };
 
 struct SaveResult {
@@ -78,10 +95,46 @@ struct SaveResult {
   uint64_t logical_bytes = 0;    // unique tensor and object bytes saved
   uint64_t stored_bytes = 0;     // payload bytes written by all ranks
   uint64_t local_stored_bytes = 0;  // payload bytes written by this rank
+  // Staging (device tensors; every tensor of SaveAsync). stall_seconds:
+  // how long SaveAsync blocked its caller (plan, prepare and snapshot);
+  // peak_staging_bytes: the most staging memory this rank's save held at
+  // once (<= staging_cap_bytes, Writer::Options::staging_bytes).
+  double stall_seconds = 0;
+  uint64_t peak_staging_bytes = 0;
+  uint64_t staging_cap_bytes = 0;
+
   bool plan_cache_hit = false;   // the save reused a plan (see Writer: plan cache)
   double plan_seconds = 0;    // agreeing on (or making) the save plan
   double write_seconds = 0;   // writing and fsyncing this rank's shard
   double commit_seconds = 0;  // waiting for all ranks, manifest, rename, latest
+};
+
+namespace internal {
+class AsyncSave;
+}  // namespace internal
+
+// The handle of one Writer::SaveAsync. A movable value; copies share the
+// save. Wait() and Done() are called from the trainer's thread (the thread
+// that uses the Writer).
+class SaveHandle {
+ public:
+  SaveHandle() = default;  // empty: Wait() is FailedPrecondition
+  explicit SaveHandle(std::shared_ptr<internal::AsyncSave> save) : save_(std::move(save)) {}
+
+  // Blocks until the save is committed (durable: files, manifest,
+  // directory and `latest` fsynced) or failed, and returns its result, the
+  // same on every rank. Idempotent: later calls return the same. Without
+  // Writer::Options::background_comm in a multi-rank job this runs the
+  // commit's collectives, so every rank must call it (or the next save,
+  // or destroy its Writer, which call it).
+  absl::StatusOr<SaveResult> Wait();
+  // True when Wait() would not block on I/O or another rank (it may still
+  // run the commit's collectives, see Wait).
+  bool Done() const;
+  bool valid() const { return save_ != nullptr; }
+
+ private:
+  std::shared_ptr<internal::AsyncSave> save_;
 };
 
 class Writer {
@@ -90,6 +143,21 @@ class Writer {
     Communicator* comm = nullptr;           // not owned; null = single process
     Storage* storage = nullptr;             // not owned; null = POSIX
     DeviceMemory* device_memory = nullptr;  // not owned; for kCuda tensors
+    // A communicator of the same ranks, in the same order, that the trainer
+    // dedicates to the background of SaveAsync (not owned; null: none).
+    // With it the commit of an asynchronous save runs in the background;
+    // without it (and with more than one rank) the commit's collectives run
+    // on the trainer's thread inside SaveHandle::Wait(), so that `comm` is
+    // never used by two threads at once. The background never calls `comm`.
+    Communicator* background_comm = nullptr;
+    // Cap of the staging memory (pinned when device_memory is set; made on
+    // first need in buffers of staging_buffer_bytes and kept for the
+    // Writer's lifetime, reused by every save). A SaveAsync of more than
+    // the cap blocks until the rest is staged as written buffers free up.
+    // The cap is at least one buffer; a buffer is at least one write
+    // granule (2 MiB or a block, whichever is larger).
+    uint64_t staging_bytes = 4ull << 30;
+    uint64_t staging_buffer_bytes = 64ull << 20;  // rounded up to 4096
   };
 
   // Pointers in `options` must outlive the Writer.
@@ -130,6 +198,28 @@ class Writer {
   [[nodiscard]] virtual absl::StatusOr<SaveResult> Save(const std::string& root,
                                                         uint64_t step,
                                                         const SaveOptions& options) = 0;
+
+  // As Save, but returns as soon as a consistent snapshot of everything
+  // this rank writes (host and device tensors, sources, objects) is in
+  // staging memory: afterwards the caller may modify, free or re-register
+  // its buffers, and the checkpoint still holds the values at the call.
+  // Writing, fsyncs and the commit continue in the background with Save's
+  // atomicity: until SaveHandle::Wait() reports success nothing of this
+  // step is visible, and a crash leaves earlier checkpoints intact.
+  //
+  // Collective like Save (plan and prepare run on the caller's thread with
+  // Options::comm). Memory: the snapshot goes into the staging pool
+  // (Options::staging_bytes); a larger state keeps this call blocked until
+  // the rest has been staged as written buffers free up
+  // (SaveResult::stall_seconds, peak_staging_bytes). One save is in flight
+  // per Writer: a new Save or SaveAsync first waits for the previous one
+  // (or fails fast, SaveOptions::fail_if_busy); destroying the Writer waits
+  // for it. Errors before the snapshot (bad options, plan, an existing step)
+  // are returned here; errors after it (ENOSPC, EIO, a failing rank or
+  // device copy) by Wait() on every rank, with nothing committed.
+  [[nodiscard]] virtual absl::StatusOr<SaveHandle> SaveAsync(const std::string& root,
+                                                             uint64_t step,
+                                                             const SaveOptions& options) = 0;
 };
 
 }  // namespace ckpt

@@ -1,0 +1,291 @@
+// ckpt-bench-async: what Writer::SaveAsync costs the trainer, against the
+// limit of a snapshot and against a synchronous Save, measured in one run.
+//
+//   ckpt-bench-async --dir /dev/shm/b --gib 2 [--device] [--threads 4]
+//
+// The state: G GiB of float32 tensors of 64 MiB, in host memory, or with
+// --device in CUDA device memory (cudaMalloc; needs a build with the CUDA
+// Toolkit and a GPU). One process, one rank. In this order:
+//   snapshot_limit_s  host: one memcpy of every tensor into a (touched)
+//                     buffer of the same size on one thread; device: one
+//                     cudaMemcpyAsync per tensor into pinned memory on one
+//                     stream, then cudaStreamSynchronize;
+//   sync_save_s       Save of the state (everything to the commit);
+//   host_sync_save_s  (--device only) Save of the same bytes from host
+//                     memory: the write throughput of a save of device
+//                     tensors relative to host ones;
+//   stall_s           SaveAsync's return after its call: how long the
+//                     trainer is blocked;
+//   async_durable_s   from the SaveAsync call until Wait() returned (the
+//                     checkpoint committed and durable);
+//   peak_staging_bytes, staging_cap_bytes  from the SaveResult;
+//   capped            stall_s, async_durable_s, peak_staging_bytes and
+//                     staging_cap_bytes again with Writer::Options::
+//                     staging_bytes a quarter of the state.
+// Each async figure is the second of two saves with the same Writer: the
+// first one makes (and, with --device, pins) the staging pool, which every
+// later save reuses. Every checkpoint is loaded and compared afterwards (not
+// timed). Steps go into one root with keep_last = 1. The last line printed
+// is one JSON object.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "ckpt/reader.h"
+#include "ckpt/writer.h"
+#ifdef CKPT_BENCH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "ckpt/gpu/cuda_device_memory.h"
+#endif
+
+namespace {
+
+constexpr uint64_t kTensorBytes = 64ull << 20;  // 4096 x 4096 float32
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "ckpt-bench-async: %s\n", what.c_str());
+  std::exit(1);
+}
+
+template <typename T>
+T Check(absl::StatusOr<T> v, const char* what) {
+  if (!v.ok()) Die(std::string(what) + ": " + v.status().ToString());
+  return *std::move(v);
+}
+
+void Check(const absl::Status& s, const char* what) {
+  if (!s.ok()) Die(std::string(what) + ": " + s.ToString());
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Deterministic tensor bytes (some structure, as float32 weights).
+void Fill(char* p, uint64_t n, uint64_t seed) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (uint64_t i = 0; i + 8 <= n; i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(p + i, &x, 8);
+  }
+}
+
+struct State {
+  std::vector<std::unique_ptr<char[]>> host;  // the bytes, on the host
+  std::vector<void*> device;                  // with --device: the same on the GPU
+  uint64_t bytes() const { return host.size() * kTensorBytes; }
+};
+
+struct Async {
+  double stall = 0, durable = 0;
+  uint64_t peak = 0, cap = 0;
+};
+
+std::unique_ptr<ckpt::Writer> MakeWriter(const State& s, bool on_device,
+                                         ckpt::DeviceMemory* dm, uint64_t cap) {
+  ckpt::Writer::Options wo;
+  wo.device_memory = dm;
+  if (cap != 0) wo.staging_bytes = cap;
+  auto w = Check(ckpt::Writer::Create(wo), "Writer::Create");
+  ckpt::TensorOptions to;
+  if (on_device) to.memory = ckpt::MemoryKind::kCuda;
+  for (size_t i = 0; i < s.host.size(); ++i) {
+    const void* data = on_device ? s.device[i] : static_cast<const void*>(s.host[i].get());
+    Check(w->AddTensor(absl::StrFormat("t%04d", i), ckpt::DType::kFloat32, {4096, 4096},
+                       ckpt::FullBox({4096, 4096}), data, to),
+          "AddTensor");
+  }
+  return w;
+}
+
+double SyncSave(ckpt::Writer* w, const std::string& root, uint64_t step,
+                const ckpt::SaveOptions& so) {
+  const double t0 = Now();
+  Check(w->Save(root, step, so), "Save");
+  return Now() - t0;
+}
+
+Async AsyncSave(ckpt::Writer* w, const std::string& root, uint64_t* step,
+                const ckpt::SaveOptions& so) {
+  Async a;
+  for (int round = 0; round < 2; ++round) {  // the first makes the pool
+    const double t0 = Now();
+    ckpt::SaveHandle h = Check(w->SaveAsync(root, ++*step, so), "SaveAsync");
+    a.stall = Now() - t0;
+    ckpt::SaveResult r = Check(h.Wait(), "SaveHandle::Wait");
+    a.durable = Now() - t0;
+    a.peak = r.peak_staging_bytes;
+    a.cap = r.staging_cap_bytes;
+  }
+  return a;
+}
+
+void Verify(const State& s, const std::string& root) {
+  auto reader = Check(ckpt::Reader::Open(root), "Reader::Open");
+  std::unique_ptr<char[]> out(new char[kTensorBytes]);
+  for (size_t i = 0; i < s.host.size(); ++i) {
+    ckpt::LoadOptions lo;
+    lo.allow_unrequested = true;
+    Check(reader->Load({{absl::StrFormat("t%04d", i), ckpt::DType::kFloat32, {4096, 4096},
+                         ckpt::FullBox({4096, 4096}), out.get()}},
+                       lo).status(),
+          "Load");
+    if (std::memcmp(out.get(), s.host[i].get(), kTensorBytes) != 0) {
+      Die(absl::StrFormat("tensor t%04d of %s differs from the state", i, root));
+    }
+  }
+}
+
+double HostSnapshotLimit(const State& s) {
+  std::unique_ptr<char[]> dst(new char[s.bytes()]);
+  std::memset(dst.get(), 0, s.bytes());  // touched, as a reused staging pool
+  const double t0 = Now();
+  for (size_t i = 0; i < s.host.size(); ++i) {
+    std::memcpy(dst.get() + i * kTensorBytes, s.host[i].get(), kTensorBytes);
+  }
+  return Now() - t0;
+}
+
+#ifdef CKPT_BENCH_CUDA
+void CudaCheck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) Die(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+void ToDevice(State* s) {
+  for (auto& h : s->host) {
+    void* d = nullptr;
+    CudaCheck(cudaMalloc(&d, kTensorBytes), "cudaMalloc");
+    CudaCheck(cudaMemcpy(d, h.get(), kTensorBytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    s->device.push_back(d);
+  }
+}
+
+double DeviceSnapshotLimit(const State& s) {
+  void* pinned = nullptr;
+  CudaCheck(cudaHostAlloc(&pinned, s.bytes(), cudaHostAllocPortable), "cudaHostAlloc");
+  std::memset(pinned, 0, s.bytes());
+  cudaStream_t stream;
+  CudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  double best = 1e30;
+  for (int round = 0; round < 2; ++round) {
+    const double t0 = Now();
+    for (size_t i = 0; i < s.device.size(); ++i) {
+      CudaCheck(cudaMemcpyAsync(static_cast<char*>(pinned) + i * kTensorBytes, s.device[i],
+                                kTensorBytes, cudaMemcpyDeviceToHost, stream),
+                "cudaMemcpyAsync");
+    }
+    CudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    best = std::min(best, Now() - t0);
+  }
+  cudaStreamDestroy(stream);
+  cudaFreeHost(pinned);
+  return best;
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("ckpt-bench-async: the trainer's stall for SaveAsync, against a snapshot and Save");
+  std::string dir;
+  double gib = 2;
+  bool device = false;
+  int threads = 4;
+  app.add_option("--dir", dir, "directory for the checkpoints (e.g. /dev/shm/b)")->required();
+  app.add_option("--gib", gib, "size of the state in GiB");
+  app.add_flag("--device", device, "tensors in CUDA device memory");
+  app.add_option("--threads", threads, "SaveOptions::io_threads");
+  CLI11_PARSE(app, argc, argv);
+#ifndef CKPT_BENCH_CUDA
+  if (device) Die("--device needs a build with the CUDA Toolkit (gpu/)");
+#endif
+
+  State s;
+  const uint64_t n = std::max<uint64_t>(1, static_cast<uint64_t>(gib * (1ull << 30)) / kTensorBytes);
+  for (uint64_t i = 0; i < n; ++i) {
+    s.host.emplace_back(new char[kTensorBytes]);
+    Fill(s.host.back().get(), kTensorBytes, i + 1);
+  }
+  std::unique_ptr<ckpt::DeviceMemory> dm;
+  double limit = 0;
+  if (device) {
+#ifdef CKPT_BENCH_CUDA
+    ToDevice(&s);
+    dm = std::make_unique<ckpt::gpu::CudaDeviceMemory>();
+    limit = DeviceSnapshotLimit(s);
+#endif
+  } else {
+    limit = HostSnapshotLimit(s);
+  }
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ckpt::SaveOptions so;
+  so.io_threads = threads;
+  so.keep_last = 1;
+  uint64_t step = 0;
+
+  auto w = MakeWriter(s, device, dm.get(), 0);
+  const double sync_save = SyncSave(w.get(), dir + "/sync", ++step, so);
+  Verify(s, dir + "/sync");
+  double host_sync = 0;
+  if (device) {
+    auto hw = MakeWriter(s, false, nullptr, 0);
+    host_sync = SyncSave(hw.get(), dir + "/host", ++step, so);
+    std::filesystem::remove_all(dir + "/host");
+  }
+  std::filesystem::remove_all(dir + "/sync");
+  const Async full = AsyncSave(w.get(), dir + "/async", &step, so);
+  Verify(s, dir + "/async");
+  std::filesystem::remove_all(dir + "/async");
+  w.reset();  // its pool goes
+  const uint64_t quarter = s.bytes() / 4 / (64ull << 20) * (64ull << 20);
+  auto cw = MakeWriter(s, device, dm.get(), std::max<uint64_t>(quarter, 64ull << 20));
+  const Async capped = AsyncSave(cw.get(), dir + "/capped", &step, so);
+  Verify(s, dir + "/capped");
+  cw.reset();
+  std::filesystem::remove_all(dir);
+
+  const double gb = s.bytes() / 1e9;
+  std::printf("state            %.3f GB in %zu tensors (%s)\n", gb, s.host.size(),
+              device ? "device" : "host");
+  std::printf("snapshot limit   %.3f s  (%.2f GB/s)\n", limit, gb / limit);
+  std::printf("sync save        %.3f s  (%.2f GB/s)\n", sync_save, gb / sync_save);
+  if (device) {
+    std::printf("host sync save   %.3f s  (device/host write throughput %.2f)\n", host_sync,
+                host_sync / sync_save);
+  }
+  std::printf("async stall      %.3f s  (%.2fx the snapshot limit)\n", full.stall,
+              full.stall / limit);
+  std::printf("async durable    %.3f s  (%.2fx the sync save)\n", full.durable,
+              full.durable / sync_save);
+  std::printf("peak staging     %llu of cap %llu\n", (unsigned long long)full.peak,
+              (unsigned long long)full.cap);
+  std::printf("capped stall     %.3f s, durable %.3f s, peak %llu of cap %llu\n", capped.stall,
+              capped.durable, (unsigned long long)capped.peak, (unsigned long long)capped.cap);
+  std::string json = absl::StrFormat(
+      "{\"bytes\": %d, \"device\": %s, \"stall_s\": %.4f, \"sync_save_s\": %.4f, "
+      "\"async_durable_s\": %.4f, \"snapshot_limit_s\": %.4f, \"peak_staging_bytes\": %d, "
+      "\"staging_cap_bytes\": %d",
+      s.bytes(), device ? "true" : "false", full.stall, sync_save, full.durable, limit, full.peak,
+      full.cap);
+  if (device) absl::StrAppendFormat(&json, ", \"host_sync_save_s\": %.4f", host_sync);
+  absl::StrAppendFormat(&json,
+                        ", \"capped\": {\"stall_s\": %.4f, \"async_durable_s\": %.4f, "
+                        "\"peak_staging_bytes\": %d, \"staging_cap_bytes\": %d}}",
+                        capped.stall, capped.durable, capped.peak, capped.cap);
+  std::printf("%s\n", json.c_str());
+  return 0;
+}

@@ -1,0 +1,170 @@
+#include "ckpt/gpu/cuda_device_memory.h"
+
+#include <utility>
+
+#include "ckpt/gpu/status_macros.h"
+
+namespace ckpt::gpu {
+namespace {
+
+class CudaEvent final : public DeviceEvent {
+ public:
+  CudaEvent(cudaEvent_t event, bool owned) : event_(event), owned_(owned) {}
+  ~CudaEvent() override {
+    if (owned_) (void)cudaEventDestroy(event_);
+  }
+  bool Done() override {
+    const cudaError_t err = cudaEventQuery(event_);
+    if (err == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return true;  // complete, or failed: Wait() reports which
+  }
+  absl::Status Wait() override {
+    CKPT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(event_));
+    return absl::OkStatus();
+  }
+  cudaEvent_t event() const { return event_; }
+
+ private:
+  cudaEvent_t event_;
+  bool owned_;
+};
+
+absl::StatusOr<std::unique_ptr<DeviceEvent>> RecordEvent(cudaStream_t stream) {
+  cudaEvent_t e;
+  CKPT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  auto event = std::make_unique<CudaEvent>(e, /*owned=*/true);
+  CKPT_CUDA_RETURN_IF_ERROR(cudaEventRecord(e, stream));
+  return std::unique_ptr<DeviceEvent>(std::move(event));
+}
+
+cudaMemcpyKind ToCuda(CopyKind kind) {
+  return kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
+}
+
+class CudaStream final : public DeviceStream {
+ public:
+  CudaStream(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
+  ~CudaStream() override {
+    // Its own queued work only; errors were reported by its events.
+    (void)cudaSetDevice(device_);
+    (void)cudaStreamSynchronize(stream_);
+    (void)cudaStreamDestroy(stream_);
+  }
+
+  absl::Status WaitEvent(DeviceEvent& event) override {
+    auto* cuda = dynamic_cast<CudaEvent*>(&event);
+    if (cuda == nullptr) return event.Wait();
+    CKPT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    CKPT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, cuda->event(), 0));
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyAsync(CopyKind kind, absl::Span<const DeviceCopy> copies) override {
+    CKPT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    const cudaMemcpyKind k = ToCuda(kind);
+    for (const DeviceCopy& c : copies) {
+      if (c.rows <= 1) {
+        CKPT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.dst, c.src, c.row_bytes, k, stream_));
+      } else {
+        CKPT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(c.dst, c.dst_pitch, c.src, c.src_pitch,
+                                                    c.row_bytes, c.rows, k, stream_));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<DeviceEvent>> Record() override {
+    CKPT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    return RecordEvent(stream_);
+  }
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+};
+
+absl::StatusOr<cudaStream_t> NewStream(int device) {
+  CKPT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  cudaStream_t s;
+  CKPT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+}  // namespace
+
+CudaDeviceMemory::~CudaDeviceMemory() {
+  for (const PooledStream& s : idle_) {
+    (void)cudaSetDevice(s.device);
+    (void)cudaStreamDestroy(s.stream);
+  }
+}
+
+absl::StatusOr<CudaDeviceMemory::PooledStream> CudaDeviceMemory::TakeStream(int device) {
+  {
+    MutexLock l(&mu_);
+    for (size_t i = 0; i < idle_.size(); ++i) {
+      if (idle_[i].device == device) {
+        PooledStream s = idle_[i];
+        idle_.erase(idle_.begin() + i);
+        return s;
+      }
+    }
+  }
+  absl::StatusOr<cudaStream_t> s = NewStream(device);
+  if (!s.ok()) return s.status();
+  return PooledStream{device, *s};
+}
+
+void CudaDeviceMemory::GiveStream(PooledStream s) {
+  MutexLock l(&mu_);
+  idle_.push_back(s);
+}
+
+absl::Status CudaDeviceMemory::CopySync(void* dst, const void* src, size_t n, int device,
+                                        cudaMemcpyKind kind) {
+  absl::StatusOr<PooledStream> s = TakeStream(device);
+  if (!s.ok()) return s.status();
+  absl::Status status = [&]() -> absl::Status {
+    CKPT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    CKPT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, n, kind, s->stream));
+    CKPT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s->stream));
+    return absl::OkStatus();
+  }();
+  GiveStream(*s);
+  return status;
+}
+
+absl::Status CudaDeviceMemory::CopyToHost(void* dst, const void* src, size_t n, int device) {
+  return CopySync(dst, src, n, device, cudaMemcpyDeviceToHost);
+}
+
+absl::Status CudaDeviceMemory::CopyFromHost(void* dst, const void* src, size_t n, int device) {
+  return CopySync(dst, src, n, device, cudaMemcpyHostToDevice);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceStream>> CudaDeviceMemory::CreateStream(int device) {
+  absl::StatusOr<cudaStream_t> s = NewStream(device);
+  if (!s.ok()) return s.status();
+  return std::unique_ptr<DeviceStream>(new CudaStream(device, *s));
+}
+
+absl::StatusOr<void*> CudaDeviceMemory::AllocateHost(size_t n) {
+  void* p = nullptr;
+  CKPT_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&p, n, cudaHostAllocPortable));
+  return p;
+}
+
+void CudaDeviceMemory::FreeHost(void* p, size_t n) { (void)cudaFreeHost(p); }
+
+absl::StatusOr<std::unique_ptr<DeviceEvent>> CudaDeviceMemory::RecordOn(cudaStream_t stream) {
+  return RecordEvent(stream);
+}
+
+std::unique_ptr<DeviceEvent> CudaDeviceMemory::WrapEvent(cudaEvent_t event) {
+  return std::make_unique<CudaEvent>(event, /*owned=*/false);
+}
+
+}  // namespace ckpt::gpu

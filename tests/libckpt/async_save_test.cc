@@ -1,0 +1,291 @@
+// Writer::SaveAsync and the staged save of device tensors, without a GPU:
+// host tensors, and device tensors through the fake asynchronous device
+// (tests/testing/fake_device.h). What is checked is what users of async
+// checkpointing report broken elsewhere: dirty snapshots, unbounded staging
+// memory, errors lost in the background, collectives on a shared
+// communicator, partial checkpoints.
+#include <atomic>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ckpt/fault_injection.h"
+#include "ckpt/in_process.h"
+#include "ckpt/reader.h"
+#include "ckpt/writer.h"
+#include "format/status_macros.h"
+#include "gtest/gtest.h"
+#include "tests/libckpt/test_util.h"
+#include "tests/testing/fake_device.h"
+#include "tests/testing/status_matchers.h"
+
+namespace ckpt {
+namespace {
+
+using ::ckpt::testing::FakeDevice;
+using ::ckpt::testing::IsOk;
+using ::ckpt::testing::ReferenceBytes;
+using ::ckpt::testing::StatusIs;
+using ::ckpt::testing::TempDir;
+
+constexpr uint64_t kBuf = 2 << 20;  // staging buffers of one write granule
+
+TensorOptions OnDevice() {
+  TensorOptions o;
+  o.memory = MemoryKind::kCuda;
+  return o;
+}
+
+SaveOptions SmallBlocks() {
+  SaveOptions so;
+  so.block_size = 16 << 10;
+  return so;
+}
+
+// Loads tensor `name` ({n} bytes as uint8) from the latest checkpoint.
+std::string LoadBytes(const std::string& root, const std::string& name, uint64_t n) {
+  auto reader = Reader::Open(root).value();
+  std::string out(n, 0);
+  LoadOptions lo;
+  lo.allow_unrequested = true;
+  EXPECT_THAT(reader->Load({{name, DType::kUInt8, {n}, FlatRange{0, n}, out.data()}}, lo),
+              IsOk());
+  return out;
+}
+
+Writer::Options SmallStaging(DeviceMemory* dev, uint64_t cap) {
+  Writer::Options wo;
+  wo.device_memory = dev;
+  wo.staging_bytes = cap;
+  wo.staging_buffer_bytes = kBuf;
+  return wo;
+}
+
+TEST(SaveAsyncTest, BuffersModifiedAfterReturnNeverReachTheCheckpoint) {
+  TempDir dir;
+  FakeDevice dev;
+  std::string host = ReferenceBytes(DType::kUInt8, {300000}, 1);
+  std::string device = ReferenceBytes(DType::kUInt8, {500000}, 2);
+  const std::string host0 = host, device0 = device;
+  auto writer = Writer::Create(SmallStaging(&dev, 32 * kBuf)).value();
+  CKPT_ASSERT_OK(writer->AddTensor("h", DType::kUInt8, {host.size()}, FlatRange{0, host.size()},
+                                   host.data()));
+  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {device.size()},
+                                   FlatRange{0, device.size()}, device.data(), OnDevice()));
+  CKPT_ASSERT_OK(writer->SetObject("rng", "state-1"));
+  SaveHandle handle = writer->SaveAsync(dir.path(), 1, SmallBlocks()).value();
+  // The trainer goes on at once: new values, a new object, a removed entry.
+  std::fill(host.begin(), host.end(), 'x');
+  std::fill(device.begin(), device.end(), 'y');
+  CKPT_ASSERT_OK(writer->SetObject("rng", "state-2"));
+  CKPT_ASSERT_OK(writer->Remove("h"));
+  CKPT_ASSERT_OK_AND_ASSIGN(SaveResult r, handle.Wait());
+  EXPECT_TRUE(handle.Done());
+  EXPECT_EQ(LoadBytes(dir.path(), "h", host0.size()), host0);
+  EXPECT_EQ(LoadBytes(dir.path(), "d", device0.size()), device0);
+  EXPECT_EQ(Reader::Open(dir.path()).value()->ReadObject("rng").value(), "state-1");
+  EXPECT_GT(r.peak_staging_bytes, 0u);
+  EXPECT_EQ(r.staging_cap_bytes, 32 * kBuf);
+}
+
+TEST(SaveAsyncTest, StagingNeverExceedsTheCapWhenTheStateIsLarger) {
+  TempDir dir;
+  FakeDevice dev;
+  std::string a = ReferenceBytes(DType::kUInt8, {10 * kBuf}, 3);
+  std::string b = ReferenceBytes(DType::kUInt8, {6 * kBuf}, 4);
+  auto writer = Writer::Create(SmallStaging(&dev, 4 * kBuf)).value();
+  CKPT_ASSERT_OK(writer->AddTensor("a", DType::kUInt8, {a.size()}, FlatRange{0, a.size()}, a.data()));
+  CKPT_ASSERT_OK(writer->AddTensor("b", DType::kUInt8, {b.size()}, FlatRange{0, b.size()},
+                                   b.data(), OnDevice()));
+  for (uint64_t step = 1; step <= 3; ++step) {
+    SaveHandle h = writer->SaveAsync(dir.path(), step, SmallBlocks()).value();
+    CKPT_ASSERT_OK_AND_ASSIGN(SaveResult r, h.Wait());
+    EXPECT_LE(r.peak_staging_bytes, 4 * kBuf);
+    EXPECT_LE(static_cast<uint64_t>(dev.allocated_bytes), 4 * kBuf);
+  }
+  // Pinned once, reused by every later save.
+  EXPECT_LE(dev.allocations, 4);
+  EXPECT_EQ(LoadBytes(dir.path(), "a", a.size()), a);
+  EXPECT_EQ(LoadBytes(dir.path(), "b", b.size()), b);
+}
+
+TEST(DeviceSaveTest, DeviceCopiesOverlapTheWrites) {
+  TempDir dir;
+  FaultInjectingStorage storage(DefaultStorage());
+  FakeDevice dev;
+  // At every device copy, how many writes had the shard seen?
+  std::atomic<int64_t> writes_at_last_copy{0};
+  dev.OnCopy([&] { writes_at_last_copy = storage.count(StorageOp::kWrite); });
+  std::string d = ReferenceBytes(DType::kUInt8, {16 * kBuf}, 5);
+  Writer::Options wo = SmallStaging(&dev, 64 * kBuf);
+  wo.storage = &storage;
+  auto writer = Writer::Create(wo).value();
+  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()}, FlatRange{0, d.size()},
+                                   d.data(), OnDevice()));
+  CKPT_ASSERT_OK_AND_ASSIGN(SaveResult r, writer->Save(dir.path(), 1, SmallBlocks()));
+  // The synchronous save stages only a few buffers ahead of the writer: the
+  // last copies ran after payload writes (header + at least one payload).
+  EXPECT_GE(writes_at_last_copy, 2);
+  EXPECT_LT(r.peak_staging_bytes, d.size());
+  EXPECT_EQ(dev.sync_calls, 0);  // all through streams, batched
+  EXPECT_EQ(LoadBytes(dir.path(), "d", d.size()), d);
+}
+
+TEST(DeviceSaveTest, DeviceCopyErrorFailsTheSaveAndCommitsNothing) {
+  TempDir dir;
+  FakeDevice dev;
+  dev.FailAfterBytes(3 * kBuf, absl::InternalError("illegal address"));
+  std::string d(8 * kBuf, 'd');
+  auto writer = Writer::Create(SmallStaging(&dev, 8 * kBuf)).value();
+  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()}, FlatRange{0, d.size()},
+                                   d.data(), OnDevice()));
+  EXPECT_THAT(writer->Save(dir.path(), 1, SmallBlocks()),
+              StatusIs(absl::StatusCode::kInternal, "illegal address"));
+  SaveHandle h = writer->SaveAsync(dir.path(), 2, SmallBlocks()).value();
+  EXPECT_THAT(h.Wait(), StatusIs(absl::StatusCode::kInternal, "illegal address"));
+  EXPECT_FALSE(Reader::Open(dir.path()).ok());  // nothing committed
+}
+
+TEST(SaveAsyncTest, StorageErrorReachesWaitAndCommitsNothing) {
+  TempDir dir;
+  FaultInjectingStorage storage(DefaultStorage());
+  std::string a = ReferenceBytes(DType::kUInt8, {8 * kBuf}, 6);
+  Writer::Options wo = SmallStaging(nullptr, 8 * kBuf);
+  wo.storage = &storage;
+  auto writer = Writer::Create(wo).value();
+  CKPT_ASSERT_OK(writer->AddTensor("a", DType::kUInt8, {a.size()}, FlatRange{0, a.size()}, a.data()));
+  CKPT_ASSERT_OK(writer->SaveAsync(dir.path(), 1, SmallBlocks()).value().Wait());
+  auto listing = [&] {
+    std::set<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+      names.insert(e.path().filename().string());
+    }
+    return names;
+  };
+  const std::set<std::string> before = listing();
+  storage.Reset();
+  storage.FailAt(StorageOp::kWrite, 3, absl::ResourceExhaustedError("No space left on device"));
+  SaveHandle h = writer->SaveAsync(dir.path(), 2, SmallBlocks()).value();
+  EXPECT_THAT(h.Wait(), StatusIs(absl::StatusCode::kResourceExhausted, "No space left"));
+  EXPECT_THAT(h.Wait(), StatusIs(absl::StatusCode::kResourceExhausted, "No space left"));
+  // Step 1 is still the latest; no temporary directory is left behind.
+  EXPECT_EQ(Reader::Open(dir.path()).value()->manifest().info.step, 1u);
+  EXPECT_EQ(listing(), before);
+}
+
+// Regression: a failed write leaves its staged buffers unreleased and the
+// later tasks unstarted; with a state larger than the cap, staging then
+// waited for space and the writer threads for staged bytes, forever.
+TEST(SaveAsyncTest, WriteErrorWithAStateLargerThanTheCapFailsInsteadOfHanging) {
+  TempDir dir;
+  FaultInjectingStorage storage(DefaultStorage());
+  FakeDevice dev;
+  std::string a = ReferenceBytes(DType::kUInt8, {12 * kBuf}, 10);
+  Writer::Options wo = SmallStaging(&dev, 2 * kBuf);
+  wo.storage = &storage;
+  auto writer = Writer::Create(wo).value();
+  CKPT_ASSERT_OK(writer->AddTensor("a", DType::kUInt8, {a.size()}, FlatRange{0, a.size()},
+                                   a.data(), OnDevice()));
+  storage.FailAt(StorageOp::kWrite, 3, absl::DataLossError("EIO"));
+  SaveHandle h = writer->SaveAsync(dir.path(), 1, SmallBlocks()).value();
+  EXPECT_THAT(h.Wait(), StatusIs(absl::StatusCode::kDataLoss, "EIO"));
+  storage.Reset();
+  storage.FailAt(StorageOp::kWrite, 3, absl::DataLossError("EIO"));
+  EXPECT_THAT(writer->Save(dir.path(), 2, SmallBlocks()),
+              StatusIs(absl::StatusCode::kDataLoss, "EIO"));
+  EXPECT_FALSE(Reader::Open(dir.path()).ok());
+}
+
+TEST(SaveAsyncTest, OneSaveInFlightANewSaveWaitsOrFailsFast) {
+  TempDir dir;
+  FakeDevice dev(std::chrono::milliseconds(2));  // slow device: saves last
+  std::string d(16 * kBuf, 'd');
+  auto writer = Writer::Create(SmallStaging(&dev, 64 * kBuf)).value();
+  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()}, FlatRange{0, d.size()},
+                                   d.data(), OnDevice()));
+  SaveHandle first = writer->SaveAsync(dir.path(), 1, SmallBlocks()).value();
+  SaveOptions busy = SmallBlocks();
+  busy.fail_if_busy = true;
+  if (!first.Done()) {
+    EXPECT_THAT(writer->SaveAsync(dir.path(), 2, busy).status(),
+                StatusIs(absl::StatusCode::kFailedPrecondition, "in flight"));
+  }
+  // Without fail_if_busy the next save waits for the first one.
+  SaveHandle second = writer->SaveAsync(dir.path(), 3, SmallBlocks()).value();
+  EXPECT_TRUE(first.Done());
+  CKPT_EXPECT_OK(first.Wait());
+  CKPT_EXPECT_OK(second.Wait());
+  EXPECT_EQ(Reader::Open(dir.path()).value()->manifest().info.step, 3u);
+}
+
+TEST(SaveAsyncTest, DestroyingTheWriterWaitsForTheSaveInFlight) {
+  TempDir dir;
+  FakeDevice dev(std::chrono::milliseconds(1));
+  std::string d(16 * kBuf, 'd');
+  SaveHandle h;
+  {
+    auto writer = Writer::Create(SmallStaging(&dev, 64 * kBuf)).value();
+    CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()}, FlatRange{0, d.size()},
+                                     d.data(), OnDevice()));
+    h = writer->SaveAsync(dir.path(), 7, SmallBlocks()).value();
+  }
+  EXPECT_TRUE(h.Done());
+  CKPT_EXPECT_OK(h.Wait());
+  EXPECT_EQ(LoadBytes(dir.path(), "d", d.size()), d);
+}
+
+// Multi-rank: the commit's collectives run on the trainer's thread inside
+// Wait() (no background communicator), or in the background on a
+// dedicated one; in both, an error on one rank reaches Wait() everywhere.
+void MultiRank(bool dedicated, int failing_rank) {
+  TempDir dir;
+  InProcessWorld world(3), background(3);
+  std::vector<std::unique_ptr<FaultInjectingStorage>> storages;
+  for (int r = 0; r < 3; ++r) {
+    storages.push_back(std::make_unique<FaultInjectingStorage>(DefaultStorage()));
+  }
+  std::string global = ReferenceBytes(DType::kUInt8, {3 * 3 * kBuf}, 9);
+  absl::Status status = RunRanks(world, [&](Communicator& comm) -> absl::Status {
+    const int rank = comm.rank();
+    Writer::Options wo = SmallStaging(nullptr, 4 * kBuf);
+    wo.comm = &comm;
+    wo.storage = storages[rank].get();
+    if (dedicated) wo.background_comm = background.comm(rank);
+    CKPT_ASSIGN_OR_RETURN(auto writer, Writer::Create(wo));
+    const uint64_t n = 3 * kBuf;
+    std::string mine = global.substr(rank * n, n);
+    CKPT_RETURN_IF_ERROR(writer->AddTensor("t", DType::kUInt8, {global.size()},
+                                           FlatRange{rank * n, n}, mine.data()));
+    if (rank == failing_rank) {
+      storages[rank]->FailAt(StorageOp::kSync, 1, absl::DataLossError("EIO on fsync"));
+    }
+    CKPT_ASSIGN_OR_RETURN(SaveHandle h, writer->SaveAsync(dir.path(), 1, SmallBlocks()));
+    std::fill(mine.begin(), mine.end(), 0);
+    absl::StatusOr<SaveResult> r = h.Wait();
+    if (failing_rank >= 0) {
+      EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kDataLoss, "EIO on fsync"))
+          << "rank " << rank;
+      return absl::OkStatus();
+    }
+    return r.status();
+  });
+  CKPT_ASSERT_OK(status);
+  if (failing_rank >= 0) {
+    EXPECT_FALSE(Reader::Open(dir.path()).ok());
+  } else {
+    EXPECT_EQ(LoadBytes(dir.path(), "t", global.size()), global);
+  }
+}
+
+TEST(SaveAsyncMultiRankTest, CommitOnTheTrainerThreadInWait) { MultiRank(false, -1); }
+TEST(SaveAsyncMultiRankTest, CommitInTheBackgroundOnADedicatedCommunicator) {
+  MultiRank(true, -1);
+}
+TEST(SaveAsyncMultiRankTest, FailingRankFailsWaitOnEveryRank) { MultiRank(false, 1); }
+TEST(SaveAsyncMultiRankTest, FailingRankFailsWaitOnEveryRankWithDedicatedCommunicator) {
+  MultiRank(true, 2);
+}
+
+}  // namespace
+}  // namespace ckpt
