@@ -3,7 +3,7 @@
 // call, and typed attribute access that distrusts what it reads.
 //
 // HDF5 is used only by tools/convert; nothing in format/ or libckpt/ links
-// it (shared/STYLE.md).
+// it: HDF5 stays in the import/export adapter, off the core read/write path.
 #ifndef CKPT_TOOLS_CONVERT_HDF5_UTIL_H_
 #define CKPT_TOOLS_CONVERT_HDF5_UTIL_H_
 
