@@ -100,7 +100,7 @@ struct RankOutcome {
   std::map<std::string, Mismatch> mismatches ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, bool> done
       ABSL_GUARDED_BY(mu);  // fully compared
-  uint64_t elements = 0 ABSL_GUARDED_BY(mu);
+  uint64_t elements ABSL_GUARDED_BY(mu) = 0;
   uint64_t bytes_loaded = 0;
 };
 
