@@ -267,24 +267,12 @@ absl::string_view MismatchKindName(Mismatch::Kind kind) {
   return "?";
 }
 
-absl::StatusOr<SynthResult> WriteSynth(const SynthOptions& o) {
-  if (o.ranks < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ranks must be >= 1, got ", o.ranks));
-  }
-  if (!o.config && !(o.size_mb > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--size-mb must be > 0, got ", o.size_mb));
-  }
-  const ModelConfig config =
-      o.config ? *o.config : ConfigForSize(o.size_mb, o.dtype);
-  CKPT_RETURN_IF_ERROR(ValidateConfig(config));
-  const Model model = DescribeModel(config, o.dtype);
-  for (const SynthTensor& t : model.tensors) {
-    CKPT_RETURN_IF_ERROR(
-        Annotate(ValidateShape(t.shape, DTypeSize(t.dtype)), t.name));
-  }
+namespace {
 
+// How a synthetic checkpoint is saved: the codec and threads of `o`, and
+// the synth.* metadata that let `verify` regenerate every value.
+SaveOptions SynthSaveOptions(const SynthOptions& o, const ModelConfig& config,
+                             const Model& model) {
   SaveOptions so;
   so.codec = o.codec;
   so.zstd_level = o.zstd_level;
@@ -304,6 +292,58 @@ absl::StatusOr<SynthResult> WriteSynth(const SynthOptions& o) {
                         ? absl::StrFormat("%.3f", model.total_bytes / 1048576.0)
                         : absl::StrFormat("%g", o.size_mb)},
   };
+  return so;
+}
+
+// Generates rank `r`'s piece of every tensor into `buffers` (which must
+// outlive the save) and registers it, its RNG object and, on rank 0, the
+// step object with `writer`.
+absl::Status RegisterSynthRank(Writer& writer, const Model& model,
+                               const SynthOptions& o, int r,
+                               std::vector<std::unique_ptr<char[]>>& buffers) {
+  for (const SynthTensor& t : model.tensors) {
+    const SynthPiece p = PieceOf(model, t, o.layout, r, o.ranks);
+    const uint64_t bytes = RegionElements(p.region) * DTypeSize(t.dtype);
+    std::unique_ptr<char[]> buf(bytes ? new char[bytes] : nullptr);
+    if (bytes != 0) {
+      FillRegion(o.seed, t, p.region, buf.get());
+      if (o.progress) o.progress(bytes);
+    }
+    TensorOptions to;
+    to.replica = p.replica;
+    CKPT_RETURN_IF_ERROR(
+        writer.AddTensor(t.name, t.dtype, t.shape, p.region, buf.get(), to));
+    buffers.push_back(std::move(buf));
+  }
+  const std::string rng = RngObjectName(r);
+  CKPT_RETURN_IF_ERROR(
+      writer.SetObject(rng, ObjectBytes(o.seed, rng, kRngStateSize)));
+  if (r == 0) {
+    CKPT_RETURN_IF_ERROR(writer.SetObject(kStepObject, absl::StrCat(o.step)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SynthResult> WriteSynth(const SynthOptions& o) {
+  if (o.ranks < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ranks must be >= 1, got ", o.ranks));
+  }
+  if (!o.config && !(o.size_mb > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--size-mb must be > 0, got ", o.size_mb));
+  }
+  const ModelConfig config =
+      o.config ? *o.config : ConfigForSize(o.size_mb, o.dtype);
+  CKPT_RETURN_IF_ERROR(ValidateConfig(config));
+  const Model model = DescribeModel(config, o.dtype);
+  for (const SynthTensor& t : model.tensors) {
+    CKPT_RETURN_IF_ERROR(
+        Annotate(ValidateShape(t.shape, DTypeSize(t.dtype)), t.name));
+  }
+  const SaveOptions so = SynthSaveOptions(o, config, model);
 
   std::vector<std::unique_ptr<Writer>> writers(o.ranks);
   std::vector<std::vector<std::unique_ptr<char[]>>> buffers(o.ranks);
@@ -316,26 +356,8 @@ absl::StatusOr<SynthResult> WriteSynth(const SynthOptions& o) {
     wo.comm = &comm;
     wo.storage = o.storage;
     CKPT_ASSIGN_OR_RETURN(writers[r], Writer::Create(wo));
-    for (const SynthTensor& t : model.tensors) {
-      const SynthPiece p = PieceOf(model, t, o.layout, r, o.ranks);
-      const uint64_t bytes = RegionElements(p.region) * DTypeSize(t.dtype);
-      std::unique_ptr<char[]> buf(bytes ? new char[bytes] : nullptr);
-      if (bytes != 0) {
-        FillRegion(o.seed, t, p.region, buf.get());
-        if (o.progress) o.progress(bytes);
-      }
-      TensorOptions to;
-      to.replica = p.replica;
-      CKPT_RETURN_IF_ERROR(writers[r]->AddTensor(t.name, t.dtype, t.shape,
-                                                 p.region, buf.get(), to));
-      buffers[r].push_back(std::move(buf));
-    }
-    const std::string rng = RngObjectName(r);
     CKPT_RETURN_IF_ERROR(
-        writers[r]->SetObject(rng, ObjectBytes(o.seed, rng, kRngStateSize)));
-    if (r == 0)
-      CKPT_RETURN_IF_ERROR(
-          writers[r]->SetObject(kStepObject, absl::StrCat(o.step)));
+        RegisterSynthRank(*writers[r], model, o, r, buffers[r]));
     generate[r] = Since(t0);
     return absl::OkStatus();
   };
