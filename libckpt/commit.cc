@@ -1,12 +1,15 @@
 #include "libckpt/commit.h"
 
 #include <algorithm>
+#include <map>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "format/format_constants.h"
 #include "format/latest.h"
+#include "format/manifest.h"
+#include "format/shard.h"
 #include "format/records.h"
 #include "format/status_macros.h"
 
@@ -57,6 +60,19 @@ absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage, const std::st
   return full;
 }
 
+namespace {
+
+// The directory holding `path`: "a/b" -> "a", "/a" -> "/", "a" -> ".".
+std::string ParentDir(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+}  // namespace
+
 absl::Status EnsureRoot(Storage* storage, const std::string& root) {
   auto st = storage->Stat(root);
   if (st.ok()) {
@@ -68,7 +84,10 @@ absl::Status EnsureRoot(Storage* storage, const std::string& root) {
   if (!absl::IsNotFound(st.status())) return st.status();
   absl::Status s = storage->CreateDir(root);
   if (absl::IsAlreadyExists(s)) return absl::OkStatus();  // a concurrent writer
-  return s;
+  CKPT_RETURN_IF_ERROR(s);
+  // The new root's entry in its parent must be durable before anything
+  // committed inside it can be (spec/FORMAT.md §4.1).
+  return storage->SyncDir(ParentDir(root));
 }
 
 absl::StatusOr<std::string> CreateTempDir(Storage* storage, const std::string& root,
@@ -144,15 +163,63 @@ absl::Status PruneOld(Storage* storage, const std::string& root, int keep) {
   if (steps.size() <= static_cast<size_t>(keep)) return absl::OkStatus();
   for (size_t i = 0; i + keep < steps.size(); ++i) {
     if (steps[i].second == latest_dir) continue;
-    // Remove the manifest first: the directory stops being a committed
-    // checkpoint at once, even if the rest of the removal is interrupted.
+    // Remove the manifest first, durably: the directory stops being a
+    // committed checkpoint at once, even if the rest of the removal is
+    // interrupted, and no power loss can keep the manifest while losing a
+    // shard (the disk may persist unsynced unlinks in any order).
     std::string dir = JoinPath(root, steps[i].second);
     // An interrupted earlier removal may have taken the manifest already.
     absl::Status s = storage->RemoveFile(JoinPath(dir, format::kManifestFileName));
     if (!s.ok() && !absl::IsNotFound(s)) return s;
+    CKPT_RETURN_IF_ERROR(storage->SyncDir(dir));
     CKPT_RETURN_IF_ERROR(storage->RemoveAll(dir));
   }
   return storage->SyncDir(root);
+}
+
+format::Manifest AssembleManifest(const format::CheckpointInfo& info,
+                                  const format::Metadata& metadata, std::string plan,
+                                  std::vector<ShardReport> reports,
+                                  CommitSummary* summary) {
+  format::Manifest m;
+  m.info = info;
+  m.metadata = metadata;
+  m.plan = std::move(plan);
+  *summary = CommitSummary{};
+  std::map<std::string, format::EntryRecord> merged;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    m.shards.push_back({static_cast<uint32_t>(r), format::ShardFileName(r),
+                        reports[r].file_size});
+    for (format::EntryRecord& e : reports[r].entries) {
+      for (const auto& c : e.chunks) summary->stored_bytes += c.stored_length;
+      auto [it, inserted] = merged.try_emplace(e.name, e);
+      if (!inserted) {
+        for (auto& c : e.chunks) it->second.chunks.push_back(std::move(c));
+      }
+    }
+  }
+  for (auto& [name, e] : merged) {
+    for (const auto& c : e.chunks) {
+      summary->logical_bytes += RegionElements(c.region) * DTypeSize(e.dtype);
+    }
+    m.entries.push_back(std::move(e));
+  }
+  return m;
+}
+
+absl::Status CommitCheckpoint(Storage* storage, const std::string& root,
+                              const std::string& tmp, const format::Manifest& manifest,
+                              bool overwrite, int keep_last) {
+  const std::string dir_name = format::StepDirName(manifest.info.step);
+  CKPT_RETURN_IF_ERROR(storage->WriteFileAndSync(JoinPath(tmp, format::kManifestFileName),
+                                                 format::EncodeManifest(manifest)));
+  CKPT_RETURN_IF_ERROR(storage->SyncDir(tmp));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<FileLock> commit_lock,
+                        LockRootForCommit(storage, root));
+  CKPT_RETURN_IF_ERROR(
+      CommitDir(storage, root, tmp, JoinPath(root, dir_name), overwrite));
+  CKPT_RETURN_IF_ERROR(UpdateLatest(storage, root, dir_name, manifest.info.step));
+  return PruneOld(storage, root, keep_last);
 }
 
 absl::StatusOr<std::unique_ptr<FileLock>> LockRootForSave(Storage* storage,

@@ -13,6 +13,8 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/storage.h"
+#include "format/records.h"
+#include "libckpt/wire.h"
 
 namespace ckpt::internal {
 
@@ -20,7 +22,8 @@ namespace ckpt::internal {
 // resolved through `latest`. NotFound naming `path` otherwise.
 absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage, const std::string& path);
 
-// Creates `root` if it does not exist (its parent must).
+// Creates `root` if it does not exist (its parent must), and then fsyncs
+// the parent so that the new root survives a power loss.
 absl::Status EnsureRoot(Storage* storage, const std::string& root);
 
 // Creates root/.tmp-step-NNNNNNNN-<random> and returns its path.
@@ -62,6 +65,31 @@ absl::StatusOr<std::unique_ptr<FileLock>> LockRootForSave(Storage* storage,
 // The commit lock; null where the storage has no locks.
 absl::StatusOr<std::unique_ptr<FileLock>> LockRootForCommit(Storage* storage,
                                                             const std::string& root);
+
+// The coordinator's merge of every rank's shard report (reports[r] from rank
+// r, consumed) into the checkpoint's manifest: one ShardInfo per rank,
+// entries sorted by name holding the chunks of all ranks in rank order,
+// `info`, `metadata` and the PLAN section `plan` as given. `summary`
+// receives the payload bytes of all shards and the logical bytes of all
+// chunks. Pure: no I/O.
+format::Manifest AssembleManifest(const format::CheckpointInfo& info,
+                                  const format::Metadata& metadata, std::string plan,
+                                  std::vector<ShardReport> reports,
+                                  CommitSummary* summary);
+
+// The single-writer commit of a checkpoint whose shard files are durable in
+// `tmp` (each fsynced by its writer), in this order:
+//   1. MANIFEST written into `tmp` and fsynced, then `tmp` fsynced (the
+//      shard and manifest entries of the directory are durable);
+//   2. under the commit lock: `tmp` renamed to root/step-NNNNNNNN, root
+//      fsynced (CommitDir);
+//   3. `latest` replaced (UpdateLatest) and old steps pruned (PruneOld).
+// The checkpoint is committed once step 2's fsync returns. On error `tmp`
+// is left for the caller to remove; a checkpoint already renamed stays
+// committed. REQUIRES: the caller holds the save lock of `root`.
+absl::Status CommitCheckpoint(Storage* storage, const std::string& root,
+                              const std::string& tmp, const format::Manifest& manifest,
+                              bool overwrite, int keep_last);
 
 // 16 random bytes.
 std::array<uint8_t, 16> RandomId();

@@ -214,146 +214,177 @@ format::Fingerprint CombineFingerprints(
   return fp;
 }
 
-format::Fingerprint FingerprintOf(const LocalPlan& plan) {
-  std::vector<format::Fingerprint> fps;
-  fps.reserve(plan.size());
-  for (const LocalItem& it : plan) fps.push_back(ItemFingerprint(it));
-  return CombineFingerprints(fps.size(), [&](size_t i) -> const format::Fingerprint& { return fps[i]; });
-}
+namespace {
 
-absl::StatusOr<GlobalPlan> PlanSave(const std::vector<LocalPlan>& ranks) {
-  GlobalPlan plan;
-  plan.writes.resize(ranks.size());
-  absl::flat_hash_map<absl::string_view, std::vector<Ref>> by_name;
+// One chunk of the checkpoint and every rank that holds it (identical
+// regions); the writer is chosen among `holders`.
+struct Unique {
+  uint64_t bytes;
+  std::vector<Ref> holders;
+};
+
+using RefsByName = absl::flat_hash_map<absl::string_view, std::vector<Ref>>;
+
+// Groups every item of every rank by entry name. Returns the names sorted,
+// so that the plan does not depend on the hash map's order.
+std::vector<absl::string_view> GroupByName(const std::vector<LocalPlan>& ranks,
+                                           RefsByName* by_name) {
   for (uint32_t r = 0; r < ranks.size(); ++r) {
     for (uint32_t i = 0; i < ranks[r].size(); ++i) {
       const LocalItem& it = ranks[r][i];
-      by_name[it.name].push_back(Ref{r, i, &it});
+      (*by_name)[it.name].push_back(Ref{r, i, &it});
     }
   }
-  // Deterministic order of entries, whatever the hash map does.
   std::vector<absl::string_view> names;
-  names.reserve(by_name.size());
-  for (const auto& [name, refs] : by_name) names.push_back(name);
+  names.reserve(by_name->size());
+  for (const auto& [name, refs] : *by_name) names.push_back(name);
   std::sort(names.begin(), names.end());
+  return names;
+}
 
-  struct Unique {
-    uint64_t bytes;
-    std::vector<Ref> holders;  // identical regions; all candidates
+// InvalidArgument naming the entry and both ranks where a piece's kind,
+// dtype, global shape (tensors) or partial flag differs from refs[0]'s.
+absl::Status CheckRanksAgree(absl::string_view name, const std::vector<Ref>& refs) {
+  const LocalItem& first = *refs[0].item;
+  auto kind = [](const LocalItem& i) {
+    return i.kind == format::EntryKind::kObject ? "object" : "tensor";
   };
-  std::vector<Unique> uniques;
-  std::vector<Region> regions;
-  for (absl::string_view name : names) {
-    std::vector<Ref>& refs = by_name[name];
-    const LocalItem& first = *refs[0].item;
-    for (const Ref& ref : refs) {
-      const LocalItem& it = *ref.item;
-      auto mismatch = [&](absl::string_view what, const std::string& a,
-                          const std::string& b) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "entry '", name, "': ", what, " differs between ranks: rank ", refs[0].rank,
-            " has ", a, ", rank ", ref.rank, " has ", b));
-      };
-      if (it.kind != first.kind) {
-        return mismatch("kind", first.kind == format::EntryKind::kObject ? "object" : "tensor",
-                        it.kind == format::EntryKind::kObject ? "object" : "tensor");
-      }
-      if (it.dtype != first.dtype) {
-        return mismatch("dtype", std::string(DTypeName(first.dtype)),
-                        std::string(DTypeName(it.dtype)));
-      }
-      if (it.kind == format::EntryKind::kTensor && it.shape != first.shape) {
-        return mismatch("global shape", ShapeToString(first.shape), ShapeToString(it.shape));
-      }
-      if (it.partial != first.partial) {
-        return mismatch("partial flag", first.partial ? "true" : "false",
-                        it.partial ? "true" : "false");
-      }
+  auto flag = [](bool b) { return b ? "true" : "false"; };
+  for (const Ref& ref : refs) {
+    const LocalItem& it = *ref.item;
+    auto mismatch = [&](absl::string_view what, absl::string_view a, absl::string_view b) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "entry '", name, "': ", what, " differs between ranks: rank ", refs[0].rank,
+          " has ", a, ", rank ", ref.rank, " has ", b));
+    };
+    if (it.kind != first.kind) return mismatch("kind", kind(first), kind(it));
+    if (it.dtype != first.dtype) {
+      return mismatch("dtype", DTypeName(first.dtype), DTypeName(it.dtype));
     }
-    if (first.kind == format::EntryKind::kObject) {
-      if (refs.size() > 1) {
-        std::vector<uint32_t> rs;
-        for (const Ref& ref : refs) rs.push_back(ref.rank);
-        return absl::InvalidArgumentError(absl::StrCat(
-            "object '", name, "' is registered on ranks ", absl::StrJoin(rs, ", "),
-            "; an object is saved by exactly one rank (give each rank its own name)"));
-      }
-      uniques.push_back(Unique{first.shape[0], {refs[0]}});
-      plan.unique_bytes += first.shape[0];
-      continue;
+    if (it.kind == format::EntryKind::kTensor && it.shape != first.shape) {
+      return mismatch("global shape", ShapeToString(first.shape), ShapeToString(it.shape));
     }
-    // Empty pieces (a rank holding nothing of this tensor) carry no data.
-    // One is kept when all are empty, so the entry still gets a record.
-    {
-      std::vector<Ref> nonempty;
-      for (const Ref& ref : refs)
-        if (RegionElements(ref.item->region) != 0) nonempty.push_back(ref);
-      if (nonempty.empty()) {
-        Ref keep = *std::min_element(refs.begin(), refs.end(),
-                                     [](const Ref& a, const Ref& b) { return a.rank < b.rank; });
-        nonempty.push_back(keep);
-      }
-      refs.swap(nonempty);
-    }
-    // Group identical regions: sort by a 64-bit hash of the region (cheap
-    // integer compares), then check each group really is identical; on a
-    // hash collision fall back to ordering by the regions themselves.
-    SortByRegion(&refs);
-    regions.clear();
-    std::vector<std::pair<size_t, size_t>> groups;  // [begin, end) in refs
-    for (size_t i = 0; i < refs.size();) {
-      size_t j = i + 1;
-      while (j < refs.size() && refs[j].key == refs[i].key &&
-             SameRegion(refs[i].item->region, refs[j].item->region)) {
-        ++j;
-      }
-      int non_replicas = 0;
-      for (size_t k = i; k < j; ++k) non_replicas += !refs[k].item->replica;
-      if (non_replicas > 1) {
-        std::vector<uint32_t> rs;
-        for (size_t k = i; k < j; ++k)
-          if (!refs[k].item->replica) rs.push_back(refs[k].rank);
-        return absl::InvalidArgumentError(absl::StrCat(
-            "entry '", name, "': ranks ", absl::StrJoin(rs, ", "),
-            " all hold ", RegionToString(refs[i].item->region),
-            " and none of them is marked as a replica"));
-      }
-      regions.push_back(refs[i].item->region);
-      groups.emplace_back(i, j);
-      i = j;
-    }
-    absl::Status cover = CheckCover(first.shape, regions, first.partial);
-    if (!cover.ok()) {
-      // Name the ranks of the chunks in the message where possible.
-      std::string ranks_note;
-      if (groups.size() <= 16) {
-        std::vector<std::string> parts;
-        for (size_t g = 0; g < groups.size(); ++g)
-          parts.push_back(absl::StrCat("chunk ", g, " = ", RegionToString(regions[g]),
-                                       " on rank ", refs[groups[g].first].rank));
-        ranks_note = absl::StrCat(" (", absl::StrJoin(parts, "; "), ")");
-      }
-      return absl::InvalidArgumentError(
-          absl::StrCat("entry '", name, "': ", cover.message(), ranks_note));
-    }
-    const uint64_t es = DTypeSize(first.dtype);
-    for (const auto& [b, e] : groups) {
-      Unique u;
-      u.bytes = RegionElements(refs[b].item->region) * es;
-      u.holders.assign(refs.begin() + b, refs.begin() + e);
-      plan.unique_bytes += u.bytes;
-      uniques.push_back(std::move(u));
+    if (it.partial != first.partial) {
+      return mismatch("partial flag", flag(first.partial), flag(it.partial));
     }
   }
-  // Balance: chunks with one holder are fixed; the rest go, largest first,
-  // to the candidate with the fewest bytes so far (ties: lowest rank).
-  std::vector<uint64_t> load(ranks.size(), 0);
+  return absl::OkStatus();
+}
+
+// An object is one chunk, held (and written) by exactly one rank.
+absl::Status PlanObject(absl::string_view name, const std::vector<Ref>& refs,
+                        std::vector<Unique>* uniques) {
+  if (refs.size() > 1) {
+    std::vector<uint32_t> rs;
+    for (const Ref& ref : refs) rs.push_back(ref.rank);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "object '", name, "' is registered on ranks ", absl::StrJoin(rs, ", "),
+        "; an object is saved by exactly one rank (give each rank its own name)"));
+  }
+  uniques->push_back(Unique{refs[0].item->shape[0], {refs[0]}});
+  return absl::OkStatus();
+}
+
+// Empty pieces (a rank holding nothing of this tensor) carry no data. The
+// lowest rank's is kept when all are empty, so the entry still gets a
+// record.
+void DropEmptyPieces(std::vector<Ref>* refs) {
+  std::vector<Ref> nonempty;
+  for (const Ref& ref : *refs) {
+    if (RegionElements(ref.item->region) != 0) nonempty.push_back(ref);
+  }
+  if (nonempty.empty()) {
+    nonempty.push_back(*std::min_element(
+        refs->begin(), refs->end(), [](const Ref& a, const Ref& b) { return a.rank < b.rank; }));
+  }
+  refs->swap(nonempty);
+}
+
+using Groups = std::vector<std::pair<size_t, size_t>>;  // [begin, end) in refs
+
+// Sorts `refs` and returns the runs of identical regions. Sorting is by a
+// 64-bit hash of the region (cheap integer compares); each run is checked
+// to be really identical (SortByRegion falls back to ordering the regions
+// themselves on a collision). InvalidArgument if two ranks hold one region
+// and more than one of them is not marked as a replica.
+absl::StatusOr<Groups> GroupIdenticalRegions(absl::string_view name, std::vector<Ref>* refs) {
+  SortByRegion(refs);
+  const std::vector<Ref>& v = *refs;
+  Groups groups;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i + 1;
+    while (j < v.size() && v[j].key == v[i].key &&
+           SameRegion(v[i].item->region, v[j].item->region)) {
+      ++j;
+    }
+    std::vector<uint32_t> owners;  // ranks holding it as a non-replica
+    for (size_t k = i; k < j; ++k) {
+      if (!v[k].item->replica) owners.push_back(v[k].rank);
+    }
+    if (owners.size() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "entry '", name, "': ranks ", absl::StrJoin(owners, ", "), " all hold ",
+          RegionToString(v[i].item->region), " and none of them is marked as a replica"));
+    }
+    groups.emplace_back(i, j);
+    i = j;
+  }
+  return groups;
+}
+
+// CheckCover over one region per group; the error names the rank of each
+// chunk where there are few enough to list.
+absl::Status CheckTensorCover(absl::string_view name, const std::vector<Ref>& refs,
+                              const Groups& groups) {
+  const LocalItem& first = *refs[0].item;
+  std::vector<Region> regions;
+  regions.reserve(groups.size());
+  for (const auto& g : groups) regions.push_back(refs[g.first].item->region);
+  absl::Status cover = CheckCover(first.shape, regions, first.partial);
+  if (cover.ok()) return cover;
+  std::string ranks_note;
+  if (groups.size() <= 16) {
+    std::vector<std::string> parts;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      parts.push_back(absl::StrCat("chunk ", g, " = ", RegionToString(regions[g]),
+                                   " on rank ", refs[groups[g].first].rank));
+    }
+    ranks_note = absl::StrCat(" (", absl::StrJoin(parts, "; "), ")");
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("entry '", name, "': ", cover.message(), ranks_note));
+}
+
+// A tensor: one chunk per distinct non-empty region, which together must
+// cover the tensor (unless partial) without overlapping.
+absl::Status PlanTensor(absl::string_view name, std::vector<Ref> refs,
+                        std::vector<Unique>* uniques) {
+  DropEmptyPieces(&refs);
+  CKPT_ASSIGN_OR_RETURN(Groups groups, GroupIdenticalRegions(name, &refs));
+  CKPT_RETURN_IF_ERROR(CheckTensorCover(name, refs, groups));
+  const uint64_t es = DTypeSize(refs[0].item->dtype);
+  for (const auto& [b, e] : groups) {
+    Unique u;
+    u.bytes = RegionElements(refs[b].item->region) * es;
+    u.holders.assign(refs.begin() + b, refs.begin() + e);
+    uniques->push_back(std::move(u));
+  }
+  return absl::OkStatus();
+}
+
+// Chooses the writer of every chunk. Chunks with one holder are fixed; the
+// rest go, largest first, to the holder with the fewest bytes so far (ties:
+// lowest rank). Returns writes[r], sorted.
+std::vector<std::vector<uint32_t>> AssignWriters(const std::vector<Unique>& uniques,
+                                                 size_t world) {
+  std::vector<std::vector<uint32_t>> writes(world);
+  std::vector<uint64_t> load(world, 0);
   std::vector<size_t> flexible;
   for (size_t u = 0; u < uniques.size(); ++u) {
     if (uniques[u].holders.size() == 1) {
       const Ref& h = uniques[u].holders[0];
       load[h.rank] += uniques[u].bytes;
-      plan.writes[h.rank].push_back(h.index);
+      writes[h.rank].push_back(h.index);
     } else {
       flexible.push_back(u);
     }
@@ -367,37 +398,30 @@ absl::StatusOr<GlobalPlan> PlanSave(const std::vector<LocalPlan>& ranks) {
       if (!best || load[h.rank] < load[best->rank]) best = &h;
     }
     load[best->rank] += uniques[u].bytes;
-    plan.writes[best->rank].push_back(best->index);
+    writes[best->rank].push_back(best->index);
   }
-  for (auto& w : plan.writes) std::sort(w.begin(), w.end());
-  return plan;
+  for (auto& w : writes) std::sort(w.begin(), w.end());
+  return writes;
 }
 
-std::string EncodeGlobalPlan(const GlobalPlan& plan) {
-  std::string out;
-  PutVarint(&out, plan.unique_bytes);
-  PutVarint(&out, plan.writes.size());
-  for (const auto& w : plan.writes) {
-    PutVarint(&out, w.size());
-    for (uint32_t i : w) PutVarint(&out, i);
-  }
-  return out;
-}
+}  // namespace
 
-absl::StatusOr<GlobalPlan> DecodeGlobalPlan(absl::string_view bytes) {
-  ByteReader r(bytes);
-  GlobalPlan plan;
-  CKPT_ASSIGN_OR_RETURN(plan.unique_bytes, r.ReadVarint("unique bytes"));
-  CKPT_ASSIGN_OR_RETURN(uint64_t n, r.ReadVarintAtMost("ranks", format::kMaxShards));
-  plan.writes.resize(n);
-  for (auto& w : plan.writes) {
-    CKPT_ASSIGN_OR_RETURN(uint64_t k, r.ReadVarintAtMost("count", bytes.size()));
-    w.resize(k);
-    for (auto& i : w) {
-      CKPT_ASSIGN_OR_RETURN(uint64_t v, r.ReadVarintAtMost("index", UINT32_MAX));
-      i = static_cast<uint32_t>(v);
+absl::StatusOr<GlobalPlan> PlanSave(const std::vector<LocalPlan>& ranks) {
+  RefsByName by_name;
+  const std::vector<absl::string_view> names = GroupByName(ranks, &by_name);
+  std::vector<Unique> uniques;
+  for (absl::string_view name : names) {
+    std::vector<Ref>& refs = by_name[name];
+    CKPT_RETURN_IF_ERROR(CheckRanksAgree(name, refs));
+    if (refs[0].item->kind == format::EntryKind::kObject) {
+      CKPT_RETURN_IF_ERROR(PlanObject(name, refs, &uniques));
+    } else {
+      CKPT_RETURN_IF_ERROR(PlanTensor(name, std::move(refs), &uniques));
     }
   }
+  GlobalPlan plan;
+  for (const Unique& u : uniques) plan.unique_bytes += u.bytes;
+  plan.writes = AssignWriters(uniques, ranks.size());
   return plan;
 }
 

@@ -33,12 +33,11 @@ using LocalPlan = std::vector<LocalItem>;
 std::string EncodeLocalPlan(const LocalPlan& plan);
 absl::StatusOr<LocalPlan> DecodeLocalPlan(absl::string_view bytes);
 
-// Structure fingerprint of a local plan: names, kinds, dtypes, shapes,
-// regions, replica and partial flags; not values. Object sizes are
-// excluded (they change from save to save without changing the plan).
-// Computed as CombineFingerprints over the ItemFingerprint of each item, in
-// order, so a writer can fingerprint each item once when it is registered.
-format::Fingerprint FingerprintOf(const LocalPlan& plan);
+// The structure fingerprint of a local plan is CombineFingerprints(n, i ->
+// ItemFingerprint(plan[i])): names, kinds, dtypes, shapes, regions, replica
+// and partial flags; not values. Object sizes are excluded (they change
+// from save to save without changing the plan). A writer fingerprints each
+// item once, when it is registered.
 format::Fingerprint ItemFingerprint(const LocalItem& item);
 format::Fingerprint CombineFingerprints(
     size_t n, absl::FunctionRef<const format::Fingerprint&(size_t)> item);
@@ -56,9 +55,6 @@ struct GlobalPlan {
 // partial flag disagreeing between ranks; two ranks holding an object of
 // one name; overlapping non-replica chunks; a tensor not covered.
 absl::StatusOr<GlobalPlan> PlanSave(const std::vector<LocalPlan>& ranks);
-
-std::string EncodeGlobalPlan(const GlobalPlan& plan);
-absl::StatusOr<GlobalPlan> DecodeGlobalPlan(absl::string_view bytes);
 
 }  // namespace ckpt::internal
 

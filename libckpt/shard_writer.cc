@@ -62,21 +62,10 @@ absl::Status StageIfDevice(const WriteItem& w, uint64_t offset, uint64_t n,
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<ShardWriteResult> WriteShardFile(
-    Storage* storage, const std::string& path, const format::ShardHeader& header,
-    const format::CheckpointInfo& info, const format::Metadata& metadata,
-    const std::vector<WriteItem>& items, const SaveOptions& options,
-    DeviceMemory* device_memory) {
-  OpenOptions oo;
-  oo.direct = options.direct_io;
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
-                        storage->Open(path, OpenMode::kCreateNew, oo));
-  CKPT_RETURN_IF_ERROR(file->PWrite(0, format::EncodeShardHeader(header)));
-
-  const uint64_t bs = options.block_size;
-  const uint64_t align = std::max<uint64_t>(options.alignment, 1);
+// The chunk records of `items` in order, with block tables sized but not
+// yet filled, and no offsets.
+std::vector<ChunkPlan> PlanChunks(const std::vector<WriteItem>& items, uint32_t shard_id,
+                                  const SaveOptions& options) {
   std::vector<ChunkPlan> chunks;
   chunks.reserve(items.size());
   for (const WriteItem& w : items) {
@@ -84,91 +73,144 @@ absl::StatusOr<ShardWriteResult> WriteShardFile(
     c.w = &w;
     c.raw_bytes = RegionElements(w.item->region) * DTypeSize(w.item->dtype);
     c.rec.region = w.item->region;
-    c.rec.shard = header.shard_id;
+    c.rec.shard = shard_id;
     c.rec.codec = options.codec;
-    c.rec.block_size = bs;
-    c.rec.blocks.resize(format::NumBlocks(c.raw_bytes, bs));
+    c.rec.block_size = options.block_size;
+    c.rec.blocks.resize(format::NumBlocks(c.raw_bytes, options.block_size));
     chunks.push_back(std::move(c));
   }
-  const int threads = EffectiveIoThreads(options.io_threads, options.direct_io);
-  std::vector<ThreadScratch> scratch(threads);
+  return chunks;
+}
+
+// Writes the payloads of chunks into one open file with several threads,
+// filling each chunk's block table, data_offset and stored_length.
+class PayloadWriter {
+ public:
+  // `file` and `device_memory` (may be null) must outlive the writer.
+  PayloadWriter(File* file, const SaveOptions& options, DeviceMemory* device_memory)
+      : file_(file),
+        options_(options),
+        device_memory_(device_memory),
+        threads_(EffectiveIoThreads(options.io_threads, options.direct_io)),
+        scratch_(threads_) {}
+
+  // Codec none: the layout is known up front, payload offsets follow chunk
+  // order from `begin`; tasks of at most kTaskBytes run in parallel.
+  // Returns the end of the last payload.
+  absl::StatusOr<uint64_t> WriteRaw(std::vector<ChunkPlan>* chunks, uint64_t begin);
+  // zstd: stored sizes are known only after compression, so each chunk is
+  // compressed whole, then given the next aligned offset. Returns the end
+  // of the last payload.
+  absl::StatusOr<uint64_t> WriteCompressed(std::vector<ChunkPlan>* chunks, uint64_t begin);
+
+ private:
+  struct Task {
+    ChunkPlan* c;
+    uint64_t begin, end;  // raw byte range, block aligned
+  };
+  absl::Status WriteRawTask(int thread, const Task& task);
+  absl::Status WriteCompressedChunk(int thread, ChunkPlan* c, uint64_t* end);
+  uint64_t Align(uint64_t x) const {
+    return AlignUp(x, std::max<uint64_t>(options_.alignment, 1));
+  }
+
   // Buffered writes to one file serialise on its inode lock in the kernel;
   // threads hash in parallel and take turns to write. Direct I/O keeps
   // several writes in flight. (std::mutex here and below: ThreadSanitizer
   // does not see Debian's uninstrumented absl::Mutex.)
-  std::mutex write_mu;
-  auto write = [&](uint64_t offset, absl::string_view bytes) {
-    if (options.direct_io) return file->PWrite(offset, bytes);
-    std::lock_guard<std::mutex> l(write_mu);
-    return file->PWrite(offset, bytes);
-  };
-  uint64_t end = format::kShardHeaderSize;
-
-  if (options.codec == Codec::kNone) {
-    // Layout is known up front: payload offsets follow item order.
-    struct Task {
-      ChunkPlan* c;
-      uint64_t begin, end;  // raw byte range, block aligned
-    };
-    std::vector<Task> tasks;
-    for (ChunkPlan& c : chunks) {
-      end = AlignUp(end, align);
-      c.rec.data_offset = c.raw_bytes ? end : 0;
-      c.rec.stored_length = c.raw_bytes;
-      end += c.raw_bytes;
-      uint64_t step = std::max(kTaskBytes / bs, uint64_t{1}) * bs;
-      for (uint64_t b = 0; b < c.raw_bytes; b += step) {
-        tasks.push_back(Task{&c, b, std::min(c.raw_bytes, b + step)});
-      }
-    }
-    CKPT_RETURN_IF_ERROR(ParallelFor(
-        threads, tasks.size(), [&](int t, size_t i) -> absl::Status {
-          const Task& task = tasks[i];
-          ChunkPlan& c = *task.c;
-          uint64_t granule = std::max(kWriteBytes / bs, uint64_t{1}) * bs;
-          for (uint64_t off = task.begin; off < task.end; off += granule) {
-            uint64_t n = std::min(granule, task.end - off);
-            const char* src;
-            CKPT_RETURN_IF_ERROR(StageIfDevice(*c.w, off, n, device_memory, &scratch[t], &src));
-            for (uint64_t b = 0; b < n; b += bs) {
-              uint64_t len = std::min(bs, n - b);
-              c.rec.blocks[(off + b) / bs] = BlockRecord{len, format::Checksum(src + b, len)};
-            }
-            CKPT_RETURN_IF_ERROR(write(c.rec.data_offset + off, absl::string_view(src, n)));
-          }
-          return absl::OkStatus();
-        }));
-  } else {
-    // Stored sizes are known only after compression: each chunk is
-    // compressed whole, then given the next aligned offset.
-    std::mutex mu;  // guards `end`
-    CKPT_RETURN_IF_ERROR(ParallelFor(
-        threads, chunks.size(), [&](int t, size_t i) -> absl::Status {
-          ChunkPlan& c = chunks[i];
-          ThreadScratch& s = scratch[t];
-          if (!s.encoder) s.encoder = std::make_unique<format::BlockEncoder>(options.zstd_level);
-          std::string payload;
-          std::string block;
-          for (uint64_t off = 0; off < c.raw_bytes; off += bs) {
-            uint64_t n = std::min(bs, c.raw_bytes - off);
-            const char* src;
-            CKPT_RETURN_IF_ERROR(StageIfDevice(*c.w, off, n, device_memory, &s, &src));
-            CKPT_RETURN_IF_ERROR(s.encoder->EncodeZstd(absl::string_view(src, n), &block));
-            c.rec.blocks[off / bs] = BlockRecord{block.size(), format::Checksum(block)};
-            payload += block;
-          }
-          c.rec.stored_length = payload.size();
-          {
-            std::lock_guard<std::mutex> l(mu);
-            end = AlignUp(end, align);
-            c.rec.data_offset = payload.empty() ? 0 : end;
-            end += payload.size();
-          }
-          if (payload.empty()) return absl::OkStatus();
-          return write(c.rec.data_offset, payload);
-        }));
+  absl::Status Write(uint64_t offset, absl::string_view bytes) {
+    if (options_.direct_io) return file_->PWrite(offset, bytes);
+    std::lock_guard<std::mutex> l(write_mu_);
+    return file_->PWrite(offset, bytes);
   }
 
+  File* const file_;
+  const SaveOptions& options_;
+  DeviceMemory* const device_memory_;
+  const int threads_;
+  std::vector<ThreadScratch> scratch_;  // one per thread
+  std::mutex write_mu_;
+  std::mutex end_mu_;  // guards the running end of WriteCompressed
+};
+
+absl::StatusOr<uint64_t> PayloadWriter::WriteRaw(std::vector<ChunkPlan>* chunks,
+                                                 uint64_t begin) {
+  const uint64_t bs = options_.block_size;
+  const uint64_t step = std::max(kTaskBytes / bs, uint64_t{1}) * bs;
+  uint64_t end = begin;
+  std::vector<Task> tasks;
+  for (ChunkPlan& c : *chunks) {
+    end = Align(end);
+    c.rec.data_offset = c.raw_bytes ? end : 0;
+    c.rec.stored_length = c.raw_bytes;
+    end += c.raw_bytes;
+    for (uint64_t b = 0; b < c.raw_bytes; b += step) {
+      tasks.push_back(Task{&c, b, std::min(c.raw_bytes, b + step)});
+    }
+  }
+  CKPT_RETURN_IF_ERROR(ParallelFor(threads_, tasks.size(), [&](int t, size_t i) {
+    return WriteRawTask(t, tasks[i]);
+  }));
+  return end;
+}
+
+absl::Status PayloadWriter::WriteRawTask(int thread, const Task& task) {
+  ChunkPlan& c = *task.c;
+  const uint64_t bs = options_.block_size;
+  const uint64_t granule = std::max(kWriteBytes / bs, uint64_t{1}) * bs;
+  for (uint64_t off = task.begin; off < task.end; off += granule) {
+    uint64_t n = std::min(granule, task.end - off);
+    const char* src;
+    CKPT_RETURN_IF_ERROR(StageIfDevice(*c.w, off, n, device_memory_, &scratch_[thread], &src));
+    for (uint64_t b = 0; b < n; b += bs) {
+      uint64_t len = std::min(bs, n - b);
+      c.rec.blocks[(off + b) / bs] = BlockRecord{len, format::Checksum(src + b, len)};
+    }
+    CKPT_RETURN_IF_ERROR(Write(c.rec.data_offset + off, absl::string_view(src, n)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> PayloadWriter::WriteCompressed(std::vector<ChunkPlan>* chunks,
+                                                        uint64_t begin) {
+  uint64_t end = begin;
+  CKPT_RETURN_IF_ERROR(ParallelFor(threads_, chunks->size(), [&](int t, size_t i) {
+    return WriteCompressedChunk(t, &(*chunks)[i], &end);
+  }));
+  return end;
+}
+
+absl::Status PayloadWriter::WriteCompressedChunk(int thread, ChunkPlan* c, uint64_t* end) {
+  const uint64_t bs = options_.block_size;
+  ThreadScratch& s = scratch_[thread];
+  if (!s.encoder) s.encoder = std::make_unique<format::BlockEncoder>(options_.zstd_level);
+  std::string payload;
+  std::string block;
+  for (uint64_t off = 0; off < c->raw_bytes; off += bs) {
+    uint64_t n = std::min(bs, c->raw_bytes - off);
+    const char* src;
+    CKPT_RETURN_IF_ERROR(StageIfDevice(*c->w, off, n, device_memory_, &s, &src));
+    CKPT_RETURN_IF_ERROR(s.encoder->EncodeZstd(absl::string_view(src, n), &block));
+    c->rec.blocks[off / bs] = BlockRecord{block.size(), format::Checksum(block)};
+    payload += block;
+  }
+  c->rec.stored_length = payload.size();
+  {
+    std::lock_guard<std::mutex> l(end_mu_);
+    *end = Align(*end);
+    c->rec.data_offset = payload.empty() ? 0 : *end;
+    *end += payload.size();
+  }
+  if (payload.empty()) return absl::OkStatus();
+  return Write(c->rec.data_offset, payload);
+}
+
+// Writes index and tail after the payloads (which end at `end`), then
+// fsyncs and closes `file`. Returns the shard's index and sizes.
+absl::StatusOr<ShardWriteResult> FinishShard(File* file, std::vector<ChunkPlan> chunks,
+                                             const format::CheckpointInfo& info,
+                                             const format::Metadata& metadata,
+                                             uint64_t end) {
   ShardWriteResult result;
   result.index.info = info;
   result.index.metadata = metadata;
@@ -191,6 +233,27 @@ absl::StatusOr<ShardWriteResult> WriteShardFile(
   CKPT_RETURN_IF_ERROR(file->Sync());
   CKPT_RETURN_IF_ERROR(file->Close());
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<ShardWriteResult> WriteShardFile(
+    Storage* storage, const std::string& path, const format::ShardHeader& header,
+    const format::CheckpointInfo& info, const format::Metadata& metadata,
+    const std::vector<WriteItem>& items, const SaveOptions& options,
+    DeviceMemory* device_memory) {
+  OpenOptions oo;
+  oo.direct = options.direct_io;
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
+                        storage->Open(path, OpenMode::kCreateNew, oo));
+  CKPT_RETURN_IF_ERROR(file->PWrite(0, format::EncodeShardHeader(header)));
+  std::vector<ChunkPlan> chunks = PlanChunks(items, header.shard_id, options);
+  PayloadWriter payloads(file.get(), options, device_memory);
+  CKPT_ASSIGN_OR_RETURN(uint64_t end,
+                        options.codec == Codec::kNone
+                            ? payloads.WriteRaw(&chunks, format::kShardHeaderSize)
+                            : payloads.WriteCompressed(&chunks, format::kShardHeaderSize));
+  return FinishShard(file.get(), std::move(chunks), info, metadata, end);
 }
 
 }  // namespace ckpt::internal

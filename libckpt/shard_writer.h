@@ -29,9 +29,14 @@ struct ShardWriteResult {
   uint64_t stored_bytes = 0;
 };
 
-// Creates `path` (must not exist), writes header, payloads, index and tail,
-// fsyncs and closes it. On error the partial file is left for the caller to
-// remove with its directory.
+// Creates `path` (must not exist) and writes, in this order: the header;
+// the payloads (options.io_threads threads, checksumming each block as it
+// is written; device memory staged through `device_memory`, sources read
+// through their TensorSource); the index and tail; then fsyncs and closes
+// the file. The directory entry is not fsynced: the caller's commit does
+// that for the whole directory. The bytes behind `items` must stay
+// unmodified until it returns. On error the partial file is left for the
+// caller to remove with its directory.
 absl::StatusOr<ShardWriteResult> WriteShardFile(
     Storage* storage, const std::string& path, const format::ShardHeader& header,
     const format::CheckpointInfo& info, const format::Metadata& metadata,

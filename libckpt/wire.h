@@ -1,24 +1,64 @@
-// Internal: small messages exchanged between ranks during a save.
+// Internal: every message exchanged between ranks during a save, encoded
+// and decoded here and nowhere else. Messages never reach a disk and are
+// exchanged between processes of one job (one library version): a decoder
+// failure means a bug or a torn transport, reported as Internal naming the
+// message.
 #ifndef CKPT_LIBCKPT_WIRE_H_
 #define CKPT_LIBCKPT_WIRE_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "format/records.h"
+#include "libckpt/save_plan.h"
 
 namespace ckpt::internal {
 
-// A status (code and message) or a payload, as bytes.
+// A status (code and message) or a payload, as bytes. Wraps every reply of
+// the coordinator and every shard report, so that an error on one rank
+// reaches the others with its code and message.
 std::string EncodeStatusOr(const absl::StatusOr<std::string>& s);
 absl::StatusOr<std::string> DecodeStatusOr(absl::string_view bytes);
 
-// What a rank tells the coordinator after writing its shard file.
-std::string EncodeShardReport(uint64_t file_size,
-                              const std::vector<format::EntryRecord>& entries);
-absl::Status DecodeShardReport(absl::string_view bytes, uint64_t* file_size,
-                               std::vector<format::EntryRecord>* entries);
+// Rank -> coordinator when planning: the rank's structure fingerprint and
+// its local plan.
+struct RankPlan {
+  format::Fingerprint fingerprint{};
+  LocalPlan plan;
+};
+std::string EncodeRankPlan(const RankPlan& plan);
+absl::StatusOr<RankPlan> DecodeRankPlan(absl::string_view bytes);
+
+// Coordinator -> every rank before the shards are written: what only the
+// coordinator decides, so that every shard index carries the manifest's
+// CHECKPOINT_INFO (spec/FORMAT.md §7.1), and the temporary directory.
+struct SavePrep {
+  format::CheckpointId id{};
+  format::Fingerprint fingerprint{};
+  int64_t created_unix_ns = 0;
+  std::string tmp_dir;
+};
+std::string EncodeSavePrep(const SavePrep& prep);
+absl::StatusOr<SavePrep> DecodeSavePrep(absl::string_view bytes);
+
+// Rank -> coordinator after writing its shard file: the file's size and
+// the manifest view of its entries (chunk records without block tables).
+struct ShardReport {
+  uint64_t file_size = 0;
+  std::vector<format::EntryRecord> entries;
+};
+std::string EncodeShardReport(const ShardReport& report);
+absl::StatusOr<ShardReport> DecodeShardReport(absl::string_view bytes);
+
+// Coordinator -> every rank after the commit.
+struct CommitSummary {
+  uint64_t stored_bytes = 0;   // payload bytes of all shards
+  uint64_t logical_bytes = 0;  // unique tensor and object bytes
+};
+std::string EncodeCommitSummary(const CommitSummary& summary);
+absl::StatusOr<CommitSummary> DecodeCommitSummary(absl::string_view bytes);
 
 }  // namespace ckpt::internal
 

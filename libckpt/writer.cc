@@ -1,14 +1,12 @@
 #include "ckpt/writer.h"
 
 #include <chrono>
-#include <map>
 
 #include <xxhash.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "format/coding.h"
 #include "format/latest.h"
 #include "format/manifest.h"
 #include "format/names.h"
@@ -168,6 +166,52 @@ class WriterImpl final : public Writer {
     format::Fingerprint fp{};  // internal::ItemFingerprint(item); sizes of objects excluded
   };
 
+  // One save between its preparation and its commit: everything the later
+  // phases need, independent of the registrations and of cache_ (so that
+  // the write and commit phases may run after Save's caller moved on).
+  struct PendingSave {
+    std::string root;
+    std::string dir_name;   // step-NNNNNNNN
+    std::string final_dir;  // root/dir_name
+    std::string tmp;        // the temporary directory every rank writes into
+    format::CheckpointInfo info;  // identical on every rank
+    // Coordinator only: the PLAN section the manifest records, and the
+    // root's save lock, held until the PendingSave is destroyed (null on
+    // other ranks and where the storage has no locks).
+    std::string plan_section;
+    std::unique_ptr<FileLock> save_lock;
+  };
+
+  // The phases of Save, in order. Each is a collective (every rank calls
+  // it, and it returns the same status on every rank) unless it says
+  // otherwise.
+
+  // Plan: reuses the cached plan if every rank's structure still fits it,
+  // else replans. Returns whether the cache was hit. Leaves cache_ valid.
+  absl::StatusOr<bool> PlanPhase(const std::string& root, const SaveOptions& options);
+  // Prepare: the coordinator creates the root if missing, takes its save
+  // lock, refuses an existing step without options.overwrite, creates the
+  // temporary directory and draws the checkpoint id. REQUIRES: cache_ valid.
+  absl::StatusOr<PendingSave> Prepare(const std::string& root, uint64_t step,
+                                      const SaveOptions& options);
+  // Snapshot: the pieces this rank writes under cache_, as views of the
+  // registered memory (no copy). Local, not a collective. The views stay
+  // valid while the registrations do not change; the registered memory
+  // must stay unmodified until WriteShard returns (Writer's REQUIRES).
+  std::vector<internal::WriteItem> Snapshot() const;
+  // Write: writes and fsyncs this rank's shard file into pending.tmp.
+  // Local, not a collective, and never fails by itself: returns the encoded
+  // report (or the error, naming the rank) that CommitAcrossRanks gathers,
+  // and adds this rank's payload bytes to *local_stored_bytes.
+  std::string WriteShard(const PendingSave& pending,
+                         const std::vector<internal::WriteItem>& snapshot,
+                         const SaveOptions& options, uint64_t* local_stored_bytes);
+  // Commit: gathers every rank's report; the coordinator commits only if
+  // all succeeded (internal::CommitCheckpoint) and removes the temporary
+  // directory otherwise. Returns the coordinator's summary on every rank.
+  absl::StatusOr<internal::CommitSummary> CommitAcrossRanks(
+      const PendingSave& pending, const std::string& report, const SaveOptions& options);
+
   // Rank 0 runs `fn`; its status (and payload) reach every rank.
   absl::StatusOr<std::string> OnCoordinator(
       absl::FunctionRef<absl::StatusOr<std::string>()> fn) {
@@ -286,36 +330,145 @@ absl::StatusOr<bool> WriterImpl::TryCachedPlan(const std::string& root,
   return miss[0] == 0;
 }
 
+// The coordinator's half of Replan: decodes every rank's plan, checks the
+// union and assigns writers (internal::PlanSave); returns the encoded
+// PlanRecord that every rank adopts.
+absl::StatusOr<std::string> PlanOnCoordinator(const std::vector<std::string>& plans) {
+  const size_t world = plans.size();
+  std::vector<LocalPlan> all(world);
+  format::PlanRecord record;
+  record.ranks.resize(world);
+  for (size_t r = 0; r < world; ++r) {
+    CKPT_ASSIGN_OR_RETURN(internal::RankPlan p, internal::DecodeRankPlan(plans[r]));
+    record.ranks[r].fingerprint = p.fingerprint;
+    all[r] = std::move(p.plan);
+  }
+  CKPT_ASSIGN_OR_RETURN(internal::GlobalPlan gp, internal::PlanSave(all));
+  for (size_t r = 0; r < world; ++r) record.ranks[r].writes = std::move(gp.writes[r]);
+  return format::EncodePlanRecord(record);
+}
+
 absl::Status WriterImpl::Replan() {
   cache_.valid = false;
-  const int world = comm_->size();
-  LocalPlan local;
-  local.reserve(items_.size());
-  for (const Registered& r : items_) local.push_back(r.item);
-  const format::Fingerprint local_fp = LocalFingerprint();
-  std::string mine(reinterpret_cast<const char*>(local_fp.data()), local_fp.size());
-  mine += internal::EncodeLocalPlan(local);
+  internal::RankPlan mine;
+  mine.fingerprint = LocalFingerprint();
+  mine.plan.reserve(items_.size());
+  for (const Registered& r : items_) mine.plan.push_back(r.item);
   // Only the coordinator needs them (empty elsewhere).
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> plans, comm_->Gather(mine, 0));
-  CKPT_ASSIGN_OR_RETURN(std::string body, OnCoordinator([&]() -> absl::StatusOr<std::string> {
-    std::vector<LocalPlan> all(world);
-    format::PlanRecord record;
-    record.ranks.resize(world);
-    for (int r = 0; r < world; ++r) {
-      if (plans[r].size() < 16) return absl::InternalError("short local plan");
-      std::copy(plans[r].begin(), plans[r].begin() + 16, record.ranks[r].fingerprint.begin());
-      CKPT_ASSIGN_OR_RETURN(all[r], internal::DecodeLocalPlan(absl::string_view(plans[r]).substr(16)));
-    }
-    plans.clear();
-    CKPT_ASSIGN_OR_RETURN(internal::GlobalPlan gp, internal::PlanSave(all));
-    for (int r = 0; r < world; ++r) record.ranks[r].writes = std::move(gp.writes[r]);
-    return format::EncodePlanRecord(record);
-  }));
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> plans,
+                        comm_->Gather(internal::EncodeRankPlan(mine), 0));
+  CKPT_ASSIGN_OR_RETURN(std::string body,
+                        OnCoordinator([&] { return PlanOnCoordinator(plans); }));
   CKPT_ASSIGN_OR_RETURN(format::PlanRecord record, format::DecodePlanRecord(body));
-  if (!AdoptRecord(record, body, local_fp)) {
+  if (!AdoptRecord(record, body, mine.fingerprint)) {
     return absl::InternalError("the coordinator's plan does not fit this rank's registrations");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> WriterImpl::PlanPhase(const std::string& root,
+                                           const SaveOptions& options) {
+  // One small collective decides whether every rank's structure is what
+  // the cached plan was made for; only then is it reused.
+  CKPT_ASSIGN_OR_RETURN(bool hit, TryCachedPlan(root, options));
+  if (!hit) CKPT_RETURN_IF_ERROR(Replan());
+  return hit;
+}
+
+absl::StatusOr<WriterImpl::PendingSave> WriterImpl::Prepare(const std::string& root,
+                                                            uint64_t step,
+                                                            const SaveOptions& options) {
+  PendingSave p;
+  p.root = root;
+  p.dir_name = format::StepDirName(step);
+  p.final_dir = JoinPath(root, p.dir_name);
+  CKPT_ASSIGN_OR_RETURN(std::string msg, OnCoordinator([&]() -> absl::StatusOr<std::string> {
+    CKPT_RETURN_IF_ERROR(internal::EnsureRoot(storage_, root));
+    CKPT_ASSIGN_OR_RETURN(p.save_lock, internal::LockRootForSave(storage_, root, nullptr));
+    if (!options.overwrite && storage_->Stat(p.final_dir).ok()) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          p.final_dir, ": a checkpoint of step ", step,
+          " already exists (set overwrite to replace it)"));
+    }
+    internal::SavePrep prep;
+    CKPT_ASSIGN_OR_RETURN(prep.tmp_dir, internal::CreateTempDir(storage_, root, step));
+    prep.id = internal::RandomId();
+    prep.fingerprint = cache_.global_fp;
+    prep.created_unix_ns = absl::GetCurrentTimeNanos();
+    return internal::EncodeSavePrep(prep);
+  }));
+  CKPT_ASSIGN_OR_RETURN(internal::SavePrep prep, internal::DecodeSavePrep(msg));
+  p.tmp = std::move(prep.tmp_dir);
+  p.info.id = prep.id;
+  p.info.fingerprint = prep.fingerprint;
+  p.info.created_unix_ns = prep.created_unix_ns;
+  p.info.step = step;
+  p.info.world_size = comm_->size();
+  p.info.writer = "ckpt " CKPT_VERSION_STRING;
+  if (comm_->rank() == 0) p.plan_section = cache_.plan_section;
+  return p;
+}
+
+std::vector<internal::WriteItem> WriterImpl::Snapshot() const {
+  std::vector<internal::WriteItem> writes;
+  writes.reserve(cache_.writes.size());
+  for (uint32_t i : cache_.writes) {
+    const Registered& r = items_[i];
+    const void* data = r.item.kind == format::EntryKind::kObject ? r.bytes.data() : r.data;
+    writes.push_back(internal::WriteItem{&r.item, data, r.memory, r.device,
+                                         r.source ? &r.source : nullptr});
+  }
+  return writes;
+}
+
+std::string WriterImpl::WriteShard(const PendingSave& pending,
+                                   const std::vector<internal::WriteItem>& snapshot,
+                                   const SaveOptions& options, uint64_t* local_stored_bytes) {
+  const int rank = comm_->rank();
+  format::ShardHeader header;
+  header.checkpoint_id = pending.info.id;
+  header.shard_id = rank;
+  header.alignment = options.alignment;
+  auto written = internal::WriteShardFile(
+      storage_, JoinPath(pending.tmp, format::ShardFileName(rank)), header, pending.info,
+      options.metadata, snapshot, options, device_memory_);
+  if (!written.ok()) {
+    return internal::EncodeStatusOr(Annotate(written.status(), absl::StrCat("rank ", rank)));
+  }
+  *local_stored_bytes += written->stored_bytes;
+  // Manifest view of this shard: entries without block tables.
+  internal::ShardReport report;
+  report.file_size = written->file_size;
+  report.entries = std::move(written->index.entries);
+  for (auto& e : report.entries) {
+    for (auto& c : e.chunks) c.blocks.clear();
+  }
+  return internal::EncodeStatusOr(internal::EncodeShardReport(report));
+}
+
+absl::StatusOr<internal::CommitSummary> WriterImpl::CommitAcrossRanks(
+    const PendingSave& pending, const std::string& report, const SaveOptions& options) {
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> reports, comm_->Gather(report, 0));
+  CKPT_ASSIGN_OR_RETURN(std::string msg, OnCoordinator([&]() -> absl::StatusOr<std::string> {
+    internal::CommitSummary summary;
+    absl::Status status = [&]() -> absl::Status {
+      std::vector<internal::ShardReport> decoded;
+      for (const std::string& r : reports) {
+        CKPT_ASSIGN_OR_RETURN(std::string bytes, internal::DecodeStatusOr(r));
+        CKPT_ASSIGN_OR_RETURN(decoded.emplace_back(), internal::DecodeShardReport(bytes));
+      }
+      format::Manifest m = internal::AssembleManifest(
+          pending.info, options.metadata, pending.plan_section, std::move(decoded), &summary);
+      return internal::CommitCheckpoint(storage_, pending.root, pending.tmp, m,
+                                        options.overwrite, options.keep_last);
+    }();
+    if (!status.ok()) {
+      (void)storage_->RemoveAll(pending.tmp);  // best effort; the error is what matters
+      return status;
+    }
+    return internal::EncodeCommitSummary(summary);
+  }));
+  return internal::DecodeCommitSummary(msg);
 }
 
 absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t step,
@@ -323,135 +476,22 @@ absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t st
   CKPT_RETURN_IF_ERROR(ValidateOptions(options));
   SaveResult result;
   auto t0 = std::chrono::steady_clock::now();
-  const int rank = comm_->rank(), world = comm_->size();
-
-  // 1. Plan. One small collective decides whether every rank's structure
-  // is what the cached plan was made for; only then is it reused.
-  CKPT_ASSIGN_OR_RETURN(bool hit, TryCachedPlan(root, options));
-  if (!hit) CKPT_RETURN_IF_ERROR(Replan());
-  result.plan_cache_hit = hit;
+  CKPT_ASSIGN_OR_RETURN(result.plan_cache_hit, PlanPhase(root, options));
   result.plan_seconds = Seconds(t0);
-  const format::Fingerprint fingerprint = cache_.global_fp;
 
-  // 2. The coordinator creates the temporary directory and the id, under
-  // the root's save lock (held until Save returns).
-  std::unique_ptr<FileLock> save_lock;
-  const std::string dir_name = format::StepDirName(step);
-  const std::string final_dir = JoinPath(root, dir_name);
-  CKPT_ASSIGN_OR_RETURN(std::string prep, OnCoordinator([&]() -> absl::StatusOr<std::string> {
-    CKPT_RETURN_IF_ERROR(internal::EnsureRoot(storage_, root));
-    CKPT_ASSIGN_OR_RETURN(save_lock, internal::LockRootForSave(storage_, root, nullptr));
-    if (!options.overwrite && storage_->Stat(final_dir).ok()) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          final_dir, ": a checkpoint of step ", step, " already exists (set overwrite to replace it)"));
-    }
-    CKPT_ASSIGN_OR_RETURN(std::string tmp, internal::CreateTempDir(storage_, root, step));
-    // Everything of CHECKPOINT_INFO that is not known to every rank comes
-    // from here, so that every shard index carries the manifest's (§7.1).
-    auto id = internal::RandomId();
-    std::string out(reinterpret_cast<const char*>(id.data()), id.size());
-    out.append(reinterpret_cast<const char*>(fingerprint.data()), fingerprint.size());
-    format::PutFixed64(&out, static_cast<uint64_t>(absl::GetCurrentTimeNanos()));
-    return out + tmp;
-  }));
-  if (prep.size() < 40) return absl::InternalError("short commit preparation message");
-  format::CheckpointInfo info;
-  std::copy(prep.begin(), prep.begin() + 16, info.id.begin());
-  std::copy(prep.begin() + 16, prep.begin() + 32, info.fingerprint.begin());
-  info.created_unix_ns = static_cast<int64_t>(format::LoadFixed64(prep.data() + 32));
-  const std::string tmp = prep.substr(40);
-  info.step = step;
-  info.world_size = world;
-  info.writer = "ckpt " CKPT_VERSION_STRING;
-
-  // 3. Every rank writes its shard file.
+  CKPT_ASSIGN_OR_RETURN(PendingSave pending, Prepare(root, step, options));
   auto t1 = std::chrono::steady_clock::now();
-  std::vector<internal::WriteItem> writes;
-  for (uint32_t i : cache_.writes) {
-    const Registered& r = items_[i];
-    const void* data = r.item.kind == format::EntryKind::kObject ? r.bytes.data() : r.data;
-    writes.push_back(internal::WriteItem{&r.item, data, r.memory, r.device,
-                                         r.source ? &r.source : nullptr});
-  }
-  format::ShardHeader header;
-  header.checkpoint_id = info.id;
-  header.shard_id = rank;
-  header.alignment = options.alignment;
-  auto written = internal::WriteShardFile(storage_, JoinPath(tmp, format::ShardFileName(rank)),
-                                          header, info, options.metadata, writes, options,
-                                          device_memory_);
-  std::string report;
-  if (written.ok()) {
-    // Manifest view of this shard: entries without block tables.
-    format::Manifest part;
-    part.entries = written->index.entries;
-    for (auto& e : part.entries)
-      for (auto& c : e.chunks) c.blocks.clear();
-    report = internal::EncodeStatusOr(absl::StatusOr<std::string>(
-        internal::EncodeShardReport(written->file_size, part.entries)));
-    result.local_stored_bytes = written->stored_bytes;
-  } else {
-    report = internal::EncodeStatusOr(absl::StatusOr<std::string>(
-        Annotate(written.status(), absl::StrCat("rank ", rank))));
-  }
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> reports, comm_->Gather(report, 0));
+  const std::string report =
+      WriteShard(pending, Snapshot(), options, &result.local_stored_bytes);
   result.write_seconds = Seconds(t1);
 
-  // 4. The coordinator commits only if every rank succeeded.
   auto t2 = std::chrono::steady_clock::now();
-  CKPT_ASSIGN_OR_RETURN(std::string committed, OnCoordinator([&]() -> absl::StatusOr<std::string> {
-    absl::Status status = [&]() -> absl::Status {
-      format::Manifest m;
-      m.info = info;
-      m.metadata = options.metadata;
-      std::map<std::string, format::EntryRecord> merged;
-      uint64_t stored = 0;
-      for (int r = 0; r < world; ++r) {
-        CKPT_ASSIGN_OR_RETURN(std::string rep, internal::DecodeStatusOr(reports[r]));
-        uint64_t file_size;
-        std::vector<format::EntryRecord> entries;
-        CKPT_RETURN_IF_ERROR(internal::DecodeShardReport(rep, &file_size, &entries));
-        m.shards.push_back({static_cast<uint32_t>(r), format::ShardFileName(r), file_size});
-        for (auto& e : entries) {
-          for (const auto& c : e.chunks) stored += c.stored_length;
-          auto [it, inserted] = merged.try_emplace(e.name, e);
-          if (!inserted) {
-            for (auto& c : e.chunks) it->second.chunks.push_back(std::move(c));
-          }
-        }
-      }
-      for (auto& [name, e] : merged) {
-        for (const auto& c : e.chunks) {
-          result.logical_bytes += RegionElements(c.region) * DTypeSize(e.dtype);
-        }
-        m.entries.push_back(std::move(e));
-      }
-      m.plan = cache_.plan_section;
-      CKPT_RETURN_IF_ERROR(storage_->WriteFileAndSync(JoinPath(tmp, format::kManifestFileName),
-                                                      format::EncodeManifest(m)));
-      CKPT_RETURN_IF_ERROR(storage_->SyncDir(tmp));
-      CKPT_ASSIGN_OR_RETURN(std::unique_ptr<FileLock> commit_lock,
-                            internal::LockRootForCommit(storage_, root));
-      CKPT_RETURN_IF_ERROR(internal::CommitDir(storage_, root, tmp, final_dir, options.overwrite));
-      CKPT_RETURN_IF_ERROR(internal::UpdateLatest(storage_, root, dir_name, step));
-      CKPT_RETURN_IF_ERROR(internal::PruneOld(storage_, root, options.keep_last));
-      result.stored_bytes = stored;
-      return absl::OkStatus();
-    }();
-    if (!status.ok()) {
-      (void)storage_->RemoveAll(tmp);  // best effort; the error is what matters
-      return status;
-    }
-    std::string out;
-    format::PutVarint(&out, result.stored_bytes);
-    format::PutVarint(&out, result.logical_bytes);
-    return out;
-  }));
-  format::ByteReader br(committed);
-  CKPT_ASSIGN_OR_RETURN(result.stored_bytes, br.ReadVarint("stored bytes"));
-  CKPT_ASSIGN_OR_RETURN(result.logical_bytes, br.ReadVarint("logical bytes"));
+  CKPT_ASSIGN_OR_RETURN(internal::CommitSummary summary,
+                        CommitAcrossRanks(pending, report, options));
   result.commit_seconds = Seconds(t2);
-  result.path = final_dir;
+  result.stored_bytes = summary.stored_bytes;
+  result.logical_bytes = summary.logical_bytes;
+  result.path = pending.final_dir;
   return result;
 }
 

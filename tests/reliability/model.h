@@ -323,8 +323,8 @@ struct RootListing {
   bool has_latest = false;
 };
 
-inline absl::StatusOr<RootListing> ListRoot(const std::string& root) {
-  Storage* fs = DefaultStorage();
+inline absl::StatusOr<RootListing> ListRoot(const std::string& root,
+                                            Storage* fs = DefaultStorage()) {
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> names, fs->List(root));
   RootListing out;
   for (const std::string& n : names) {

@@ -78,9 +78,9 @@ struct SaveResult {
   uint64_t stored_bytes = 0;     // payload bytes written by all ranks
   uint64_t local_stored_bytes = 0;  // payload bytes written by this rank
   bool plan_cache_hit = false;   // the save reused a plan (see Writer: plan cache)
-  double plan_seconds = 0;
-  double write_seconds = 0;
-  double commit_seconds = 0;
+  double plan_seconds = 0;    // agreeing on (or making) the save plan
+  double write_seconds = 0;   // writing and fsyncing this rank's shard
+  double commit_seconds = 0;  // waiting for all ranks, manifest, rename, latest
 };
 
 class Writer {
