@@ -143,10 +143,18 @@ struct ShardIndex {
   uint64_t required_features = 0;
   CheckpointInfo info;
   Metadata metadata;
+  // Whether the index has a METADATA section, even one with no pairs
+  // (§5.6 compares a present section with the manifest's). Encoding writes
+  // the section when this is set or `metadata` is not empty, and == treats
+  // the two alike.
+  bool metadata_present = false;
   std::vector<EntryRecord> entries;  // chunks carry block tables
   friend bool operator==(const ShardIndex& a, const ShardIndex& b) {
     return a.required_features == b.required_features && a.info == b.info &&
-           a.metadata == b.metadata && a.entries == b.entries;
+           a.metadata == b.metadata &&
+           (a.metadata_present || !a.metadata.empty()) ==
+               (b.metadata_present || !b.metadata.empty()) &&
+           a.entries == b.entries;
   }
 };
 

@@ -138,7 +138,7 @@ std::string EncodeShardIndex(const ShardIndex& index) {
   std::string body;
   internal::EncodeCheckpointInfo(index.info, &body);
   internal::PutSection(&out, kSectionCheckpointInfo, true, body);
-  if (!index.metadata.empty()) {
+  if (!index.metadata.empty() || index.metadata_present) {
     body.clear();
     internal::EncodeMetadata(index.metadata, &body);
     internal::PutSection(&out, kSectionMetadata, false, body);
@@ -190,6 +190,7 @@ absl::StatusOr<ShardIndex> DecodeShardIndex(absl::string_view bytes,
       auto md = internal::DecodeMetadata(s);
       if (!md.ok()) return fail(md.status());
       index.metadata = *std::move(md);
+      index.metadata_present = true;
     } else if (s.tag == kSectionShardChunks) {
       auto en = internal::DecodeEntries(s, /*with_blocks=*/true);
       if (!en.ok()) return fail(en.status());

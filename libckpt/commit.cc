@@ -25,41 +25,6 @@ std::array<uint8_t, 16> RandomId() {
   return id;
 }
 
-absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage, const std::string& path) {
-  auto st = storage->Stat(path);
-  if (!st.ok()) {
-    if (absl::IsNotFound(st.status())) {
-      return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint or checkpoint root"));
-    }
-    return st.status();
-  }
-  if (!st->is_dir) {
-    return absl::NotFoundError(absl::StrCat(path, ": not a directory"));
-  }
-  auto manifest = storage->Stat(JoinPath(path, format::kManifestFileName));
-  if (manifest.ok()) return path;
-  if (!absl::IsNotFound(manifest.status())) return manifest.status();  // EIO, EACCES: as is
-  auto latest = storage->ReadFile(JoinPath(path, format::kLatestFileName));
-  if (!latest.ok()) {
-    if (absl::IsNotFound(latest.status())) {
-      return absl::NotFoundError(absl::StrCat(
-          path, ": not a checkpoint (no MANIFEST) nor a checkpoint root (no 'latest')"));
-    }
-    return latest.status();
-  }
-  auto dir = format::DecodeLatest(*latest);
-  if (!dir.ok()) return Annotate(dir.status(), path);
-  std::string full = JoinPath(path, *dir);
-  auto m = storage->Stat(JoinPath(full, format::kManifestFileName));
-  if (!m.ok()) {
-    if (!absl::IsNotFound(m.status())) return m.status();
-    return absl::NotFoundError(absl::StrCat(JoinPath(path, format::kLatestFileName),
-                                            ": points to '", *dir,
-                                            "', which is not a committed checkpoint"));
-  }
-  return full;
-}
-
 namespace {
 
 // The directory holding `path`: "a/b" -> "a", "/a" -> "/", "a" -> ".".

@@ -12,15 +12,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/internal/checkpoint_dir.h"  // ResolveCheckpointDir
 #include "ckpt/storage.h"
 #include "format/records.h"
 #include "libckpt/wire.h"
 
 namespace ckpt::internal {
-
-// A checkpoint directory (holding MANIFEST) is returned as is; a root is
-// resolved through `latest`. NotFound naming `path` otherwise.
-absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage, const std::string& path);
 
 // Creates `root` if it does not exist (its parent must), and then fsyncs
 // the parent so that the new root survives a power loss.

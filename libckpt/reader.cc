@@ -5,18 +5,17 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <set>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ckpt/internal/checkpoint_dir.h"
+#include "ckpt/internal/read_plan.h"
+#include "ckpt/internal/shard_file.h"
 #include "format/block_codec.h"
-#include "format/checksum.h"
 #include "format/manifest.h"
-#include "format/shard.h"
 #include "format/status_macros.h"
-#include "libckpt/commit.h"
 #include "libckpt/thread_pool.h"
 
 namespace ckpt {
@@ -24,63 +23,262 @@ namespace {
 
 using format::ChunkRecord;
 using format::EntryRecord;
+using internal::BlockRead;
+using internal::Copy;
 
-constexpr uint64_t kTaskBytes = 8ull << 20;     // unit of work per thread
+constexpr uint64_t kTaskBytes = 8ull << 20;     // largest read of one task
 constexpr uint64_t kGranuleBytes = 1ull << 20;  // read-then-verify granule
 
-// A shard file opened for reading, with its verified index.
+// A shard file opened for reading and checked against the manifest.
 struct OpenShard {
-  std::unique_ptr<File> file;
-  std::string name;
-  format::ShardIndex index;
-  // entry name -> index entry
-  absl::flat_hash_map<std::string, const EntryRecord*> entries;
+  std::string path;
+  internal::ShardFile file;
+  // (entry << 32 | chunk) of a manifest chunk -> its index record.
+  absl::flat_hash_map<uint64_t, const ChunkRecord*> indexed;
 };
 
-struct Run {
-  uint64_t src, dst, bytes;  // byte offsets in chunk-local / destination layout
+uint64_t ChunkKey(uint32_t entry, uint32_t chunk) {
+  return uint64_t{entry} << 32 | chunk;
+}
+
+// The requests of one Load after CheckRequest, objects turned into 1-d
+// uint8 requests into their strings.
+struct Prepared {
+  std::vector<LoadRequest> reqs;
+  std::vector<uint32_t> entry;  // manifest entry of each request
 };
 
-// One (request, stored chunk) pair with a non-empty intersection.
-struct Pair {
-  size_t request;
-  const EntryRecord* entry;
-  const ChunkRecord* chunk;        // manifest record
-  const ChunkRecord* blocks = nullptr;  // shard index record (with blocks)
-  const OpenShard* shard = nullptr;
-  std::vector<Run> runs;           // sorted by src
+// The state of one Load while its reads run on several threads.
+class LoadRun {
+ public:
+  LoadRun(const Prepared& p, DeviceMemory* dm, int threads)
+      : reqs_(p.reqs), dm_(dm), remaining_(p.reqs.size()), scratch_(threads) {
+    for (size_t i = 0; i < reqs_.size(); ++i) {
+      const LoadRequest& r = reqs_[i];
+      remaining_[i] = RegionElements(r.region) * DTypeSize(r.dtype);
+    }
+  }
+
+  // Calls on_complete of the requests with nothing to load.
+  void CompleteEmpty() {
+    for (size_t i = 0; i < reqs_.size(); ++i) {
+      if (remaining_[i] == 0 && reqs_[i].on_complete) reqs_[i].on_complete();
+    }
+  }
+
+  // Reads, verifies and copies out one read of the plan; thread `t`.
+  absl::Status Run(int t, const OpenShard& shard, const EntryRecord& e,
+                   const BlockRead& read);
+
+  // InternalError naming a request that was not completely written.
+  absl::Status CheckAllWritten() const;
+  uint64_t bytes_read() const { return bytes_read_; }
+  uint64_t blocks_verified() const { return blocks_verified_; }
+
+ private:
+  struct Scratch {
+    std::string stored, raw;
+    format::BlockDecoder decoder;
+  };
+  bool IsDirect(const BlockRead& read) const;
+  absl::Status ReadDirect(const OpenShard& shard, const EntryRecord& e,
+                          const BlockRead& read);
+  absl::Status ReadGranule(Scratch& s, const OpenShard& shard,
+                           const EntryRecord& e, const BlockRead& read,
+                           uint64_t b0, uint64_t b1, size_t* cursor);
+  absl::Status CopyOut(const BlockRead& read, uint64_t lo, uint64_t hi,
+                       const char* raw, size_t* cursor);
+  void Finish(uint32_t request, uint64_t bytes);
+  std::string Where(const OpenShard& shard, const EntryRecord& e,
+                    const BlockRead& read, uint64_t b) const;
+
+  const std::vector<LoadRequest>& reqs_;
+  DeviceMemory* dm_;
+  std::vector<std::atomic<uint64_t>> remaining_;
+  std::vector<Scratch> scratch_;
+  std::atomic<uint64_t> bytes_read_{0}, blocks_verified_{0};
 };
 
-// All pairs reading one stored chunk: its blocks are read once per Load,
-// however many destinations they feed.
-struct ChunkGroup {
-  const EntryRecord* entry;
-  const ChunkRecord* blocks;  // shard index record
-  const OpenShard* shard;
-  std::vector<uint64_t> stored_offset;  // prefix sums of stored block sizes
-  std::vector<Pair*> pairs;
-};
+std::string LoadRun::Where(const OpenShard& shard, const EntryRecord& e,
+                           const BlockRead& read, uint64_t b) const {
+  return internal::LocationText(shard.path, e.name, read.chunk,
+                                RegionToString(read.indexed->region),
+                                static_cast<int64_t>(b));
+}
 
-struct Task {
-  ChunkGroup* group;
-  uint64_t b0, b1;  // block range
-};
+void LoadRun::Finish(uint32_t request, uint64_t bytes) {
+  if (bytes != 0 && (remaining_[request] -= bytes) == 0 &&
+      reqs_[request].on_complete) {
+    reqs_[request].on_complete();
+  }
+}
+
+// Uncompressed, one host destination taking every byte of the read: the
+// bytes can be read straight into it.
+bool LoadRun::IsDirect(const BlockRead& read) const {
+  if (read.indexed->codec != format::Codec::kNone || read.copies.size() != 1) {
+    return false;
+  }
+  const Copy& c = read.copies[0];
+  return reqs_[c.request].memory == MemoryKind::kHost &&
+         c.src == read.raw_begin && c.bytes == read.raw_end - read.raw_begin;
+}
+
+// Reads a direct read into its destination a granule at a time and
+// verifies each granule while it is still in cache.
+absl::Status LoadRun::ReadDirect(const OpenShard& shard, const EntryRecord& e,
+                                 const BlockRead& read) {
+  const ChunkRecord& c = *read.indexed;
+  const uint64_t bs = c.block_size;
+  const Copy& copy = read.copies[0];
+  char* out = static_cast<char*>(reqs_[copy.request].data) + copy.dst;
+  const uint64_t per_granule = std::max<uint64_t>(1, kGranuleBytes / bs);
+  for (uint64_t g0 = read.b0; g0 < read.b1; g0 += per_granule) {
+    const uint64_t g1 = std::min(read.b1, g0 + per_granule);
+    const uint64_t lo = g0 * bs - read.raw_begin;
+    const uint64_t n = std::min(g1 * bs, read.raw_end) - g0 * bs;
+    absl::Status st =
+        internal::ReadExactly(*shard.file.file, read.offset + lo, n, out + lo);
+    if (!st.ok()) return Annotate(st, Where(shard, e, read, g0));
+    for (uint64_t b = g0; b < g1; ++b) {
+      absl::string_view stored(out + (b * bs - read.raw_begin),
+                               c.blocks[b].stored_size);
+      auto raw = internal::VerifyBlock(e, c, b, stored, nullptr, nullptr);
+      if (!raw.ok()) return Annotate(raw.status(), Where(shard, e, read, b));
+    }
+  }
+  bytes_read_ += read.length;
+  blocks_verified_ += read.b1 - read.b0;
+  Finish(copy.request, copy.bytes);
+  return absl::OkStatus();
+}
+
+absl::Status LoadRun::Run(int t, const OpenShard& shard, const EntryRecord& e,
+                          const BlockRead& read) {
+  if (IsDirect(read)) return ReadDirect(shard, e, read);
+  // A granule of blocks at a time, so that the bytes stay in cache from
+  // read through verification to the copies out.
+  const uint64_t per_granule =
+      std::max<uint64_t>(1, kGranuleBytes / read.indexed->block_size);
+  size_t cursor = 0;  // first copy not yet done with
+  for (uint64_t b0 = read.b0; b0 < read.b1; b0 += per_granule) {
+    CKPT_RETURN_IF_ERROR(ReadGranule(scratch_[t], shard, e, read, b0,
+                                     std::min(read.b1, b0 + per_granule),
+                                     &cursor));
+  }
+  return absl::OkStatus();
+}
+
+// Blocks [b0, b1) of `read`: read, verify (and decode), copy out.
+// `cursor` carries CopyOut's position from one granule to the next.
+absl::Status LoadRun::ReadGranule(Scratch& s, const OpenShard& shard,
+                                  const EntryRecord& e, const BlockRead& read,
+                                  uint64_t b0, uint64_t b1, size_t* cursor) {
+  const ChunkRecord& c = *read.indexed;
+  const uint64_t bs = c.block_size;
+  const uint64_t lo = b0 * bs, hi = std::min(b1 * bs, read.raw_end);
+  uint64_t stored_size = 0, first = read.offset;
+  for (uint64_t b = read.b0; b < b1; ++b) {
+    (b < b0 ? first : stored_size) += c.blocks[b].stored_size;
+  }
+  s.stored.resize(stored_size);
+  absl::Status st = internal::ReadExactly(*shard.file.file, first, stored_size,
+                                          s.stored.data());
+  if (!st.ok()) return Annotate(st, Where(shard, e, read, b0));
+  const bool decode = c.codec != format::Codec::kNone;
+  if (decode) s.raw.resize(hi - lo);
+  const char* p = s.stored.data();
+  for (uint64_t b = b0; b < b1; ++b) {
+    const uint64_t size = c.blocks[b].stored_size;
+    auto raw = internal::VerifyBlock(
+        e, c, b, absl::string_view(p, size), &s.decoder,
+        decode ? s.raw.data() + (b - b0) * bs : nullptr);
+    if (!raw.ok()) return Annotate(raw.status(), Where(shard, e, read, b));
+    p += size;
+  }
+  bytes_read_ += stored_size;
+  blocks_verified_ += b1 - b0;
+  return CopyOut(read, lo, hi, decode ? s.raw.data() : s.stored.data(),
+                 cursor);
+}
+
+// Copies the raw bytes [lo, hi) of the read's chunk, at `raw`, to the
+// destinations of the copies that overlap them.
+absl::Status LoadRun::CopyOut(const BlockRead& read, uint64_t lo, uint64_t hi,
+                              const char* raw, size_t* cursor) {
+  const std::vector<Copy>& copies = read.copies;
+  // Copies are sorted by src: skip those that end before `lo`.
+  while (*cursor < copies.size() &&
+         copies[*cursor].src + copies[*cursor].bytes <= lo) {
+    ++*cursor;
+  }
+  for (size_t i = *cursor; i < copies.size() && copies[i].src < hi; ++i) {
+    const Copy& c = copies[i];
+    const uint64_t a = std::max(lo, c.src), z = std::min(hi, c.src + c.bytes);
+    if (a >= z) continue;
+    const LoadRequest& r = reqs_[c.request];
+    char* out = static_cast<char*>(r.data) + c.dst + (a - c.src);
+    if (r.memory == MemoryKind::kHost) {
+      std::memcpy(out, raw + (a - lo), z - a);
+    } else {
+      CKPT_RETURN_IF_ERROR(
+          dm_->CopyFromHost(out, raw + (a - lo), z - a, r.device));
+    }
+    Finish(c.request, z - a);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadRun::CheckAllWritten() const {
+  for (size_t i = 0; i < reqs_.size(); ++i) {
+    if (remaining_[i] != 0) {
+      return absl::InternalError(absl::StrCat("entry '", reqs_[i].name, "': ",
+                                              remaining_[i].load(),
+                                              " bytes were not loaded"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 class ReaderImpl final : public Reader {
  public:
-  ReaderImpl(Storage* storage, std::string dir, format::Manifest m, const ReaderOptions& o)
-      : storage_(storage), dir_(std::move(dir)), manifest_(std::move(m)), options_(o) {
-    for (size_t i = 0; i < manifest_.entries.size(); ++i) {
-      by_name_[manifest_.entries[i].name] = i;
-    }
+  ReaderImpl(Storage* storage, std::string dir, format::Manifest m,
+             const ReaderOptions& o)
+      : storage_(storage),
+        dir_(std::move(dir)),
+        manifest_(std::move(m)),
+        options_(o),
+        index_(manifest_) {
     for (const auto& s : manifest_.shards) shard_info_[s.shard_id] = &s;
+    description_.step = manifest_.info.step;
+    description_.world_size = manifest_.info.world_size;
+    description_.id = format::IdToHex(manifest_.info.id);
+    description_.created_unix_ns = manifest_.info.created_unix_ns;
+    description_.writer = manifest_.info.writer;
+    description_.format_version =
+        absl::StrCat(format::kFormatMajor, ".", manifest_.minor_version);
+    description_.metadata = manifest_.metadata;
   }
 
   const std::string& path() const override { return dir_; }
+  const CheckpointDescription& description() const override {
+    return description_;
+  }
+  std::vector<EntryView> entries() const override {
+    std::vector<EntryView> out;
+    out.reserve(manifest_.entries.size());
+    for (const EntryRecord& e : manifest_.entries) out.emplace_back(e);
+    return out;
+  }
+  std::optional<EntryView> FindEntry(const std::string& name) const override {
+    const EntryRecord* e = Find(name);
+    if (e == nullptr) return std::nullopt;
+    return EntryView(*e);
+  }
   const format::Manifest& manifest() const override { return manifest_; }
   const EntryRecord* Find(const std::string& name) const override {
-    auto it = by_name_.find(name);
-    return it == by_name_.end() ? nullptr : &manifest_.entries[it->second];
+    const int64_t e = index_.Find(name);
+    return e < 0 ? nullptr : &manifest_.entries[e];
   }
 
   absl::StatusOr<LoadReport> Load(const std::vector<LoadRequest>& requests,
@@ -99,13 +297,24 @@ class ReaderImpl final : public Reader {
 
  private:
   absl::StatusOr<const OpenShard*> GetShard(uint32_t id);
-  absl::Status CheckRequest(const LoadRequest& r, const LoadOptions& o, const EntryRecord** e);
+  absl::StatusOr<std::unique_ptr<OpenShard>> OpenAndCheck(uint32_t id) const;
+  absl::Status OpenShards(const std::vector<uint32_t>& ids, int threads);
+  absl::Status CheckRequest(const LoadRequest& r, const LoadOptions& o,
+                            const EntryRecord** e);
+  absl::StatusOr<Prepared> Prepare(const std::vector<LoadRequest>& requests,
+                                   const LoadOptions& options,
+                                   LoadReport* report);
+  absl::Status CheckChunkless(const Prepared& p, int threads);
+  absl::StatusOr<internal::ReadPlan> Plan(const Prepared& p, int threads);
+  absl::Status Execute(const internal::ReadPlan& plan, LoadRun* run,
+                       int threads);
 
   Storage* storage_;
   std::string dir_;
   format::Manifest manifest_;
   ReaderOptions options_;
-  absl::flat_hash_map<std::string, size_t> by_name_;
+  internal::ManifestIndex index_;  // over manifest_
+  CheckpointDescription description_;
   absl::flat_hash_map<uint32_t, const format::ShardInfo*> shard_info_;
   // std::mutex rather than absl::Mutex so that ThreadSanitizer sees the
   // synchronization (Debian's Abseil is not TSan-instrumented).
@@ -113,75 +322,67 @@ class ReaderImpl final : public Reader {
   std::map<uint32_t, std::unique_ptr<OpenShard>> shards_ ABSL_GUARDED_BY(mu_);
 };
 
+// Opens shard `id` and checks it against the manifest (§5.6), stopping at
+// the first problem: DataLoss naming the file (and the entry and chunk
+// where one is concerned).
+absl::StatusOr<std::unique_ptr<OpenShard>> ReaderImpl::OpenAndCheck(
+    uint32_t id) const {
+  const format::ShardInfo& info = *shard_info_.at(id);
+  auto s = std::make_unique<OpenShard>();
+  s->path = JoinPath(dir_, info.file_name);
+  OpenOptions oo;
+  oo.direct = options_.direct_io;
+  auto file =
+      internal::OpenShardFile(storage_, s->path, info, manifest_.info.id, oo);
+  if (!file.ok()) return Annotate(file.status(), s->path);
+  s->file = *std::move(file);
+  const format::ShardIndex& index = s->file.index;
+  CKPT_RETURN_IF_ERROR(
+      Annotate(internal::CheckIndexInfo(index, manifest_), s->path));
+  CKPT_RETURN_IF_ERROR(
+      Annotate(internal::CheckIndexMetadata(index, manifest_), s->path));
+  std::vector<internal::IndexProblem> problems;
+  for (const internal::ChunkRef& r :
+       internal::MatchIndexChunks(index_, id, index, &problems)) {
+    s->indexed[ChunkKey(r.entry, r.chunk)] = r.indexed;
+  }
+  if (!problems.empty()) {
+    const internal::IndexProblem& p = problems[0];
+    const int64_t e = index_.Find(p.entry);
+    std::string region =
+        e >= 0 && p.chunk >= 0
+            ? RegionToString(manifest_.entries[e].chunks[p.chunk].region)
+            : "";
+    return absl::DataLossError(absl::StrCat(
+        internal::LocationText(s->path, p.entry, p.chunk, region, -1), ": ",
+        p.message));
+  }
+  return s;
+}
+
 absl::StatusOr<const OpenShard*> ReaderImpl::GetShard(uint32_t id) {
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = shards_.find(id);
     if (it != shards_.end()) return it->second.get();
   }
-  const format::ShardInfo& info = *shard_info_.at(id);
-  auto shard = std::make_unique<OpenShard>();
-  shard->name = JoinPath(dir_, info.file_name);
-  auto fail = [&](const absl::Status& s) { return Annotate(s, shard->name); };
-  OpenOptions oo;
-  oo.direct = options_.direct_io;
-  auto file = storage_->Open(shard->name, OpenMode::kRead, oo);
-  if (!file.ok()) {
-    if (absl::IsNotFound(file.status())) {
-      return absl::DataLossError(absl::StrCat(shard->name, ": shard file is missing"));
-    }
-    return file.status();
-  }
-  shard->file = *std::move(file);
-  CKPT_ASSIGN_OR_RETURN(uint64_t size, shard->file->Size());
-  if (size != info.file_size) {
-    return fail(absl::DataLossError(absl::StrCat("file is ", size, " bytes, the manifest says ",
-                                                 info.file_size)));
-  }
-  std::string head(format::kShardHeaderSize, '\0');
-  CKPT_ASSIGN_OR_RETURN(size_t n, shard->file->PRead(0, head.size(), head.data()));
-  head.resize(n);
-  auto header = format::DecodeShardHeader(head);
-  if (!header.ok()) return fail(header.status());
-  if (header->checkpoint_id != manifest_.info.id) {
-    return fail(absl::DataLossError(absl::StrCat(
-        "checkpoint id ", format::IdToHex(header->checkpoint_id), " != manifest's ",
-        format::IdToHex(manifest_.info.id), ": this shard belongs to another checkpoint")));
-  }
-  if (header->shard_id != id) {
-    return fail(absl::DataLossError(
-        absl::StrCat("shard id ", header->shard_id, " != ", id, " in the manifest")));
-  }
-  std::string tail_bytes(format::kShardTailSize, '\0');
-  CKPT_ASSIGN_OR_RETURN(n, shard->file->PRead(size - format::kShardTailSize,
-                                              tail_bytes.size(), tail_bytes.data()));
-  tail_bytes.resize(n);
-  auto tail = format::DecodeShardTail(tail_bytes, size);
-  if (!tail.ok()) return fail(tail.status());
-  std::string index(tail->index_length, '\0');
-  CKPT_ASSIGN_OR_RETURN(n, shard->file->PRead(tail->index_offset, index.size(), index.data()));
-  index.resize(n);
-  auto idx = format::DecodeShardIndex(index, *header, *tail);
-  if (!idx.ok()) return fail(idx.status());
-  if (!(idx->info == manifest_.info)) {
-    // §7.1: the same CHECKPOINT_INFO in the manifest and every index.
-    return fail(absl::DataLossError(
-        "CHECKPOINT_INFO of the shard index differs from the manifest's"));
-  }
-  shard->index = *std::move(idx);
-  for (const EntryRecord& e : shard->index.entries) shard->entries[e.name] = &e;
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<OpenShard> shard, OpenAndCheck(id));
   std::lock_guard<std::mutex> l(mu_);
   auto [it, inserted] = shards_.emplace(id, std::move(shard));
   return it->second.get();
 }
 
+absl::Status ReaderImpl::OpenShards(const std::vector<uint32_t>& ids,
+                                    int threads) {
+  return internal::ParallelFor(threads, ids.size(), [&](int, size_t i) {
+    return GetShard(ids[i]).status();
+  });
+}
+
 absl::Status ReaderImpl::CheckRequest(const LoadRequest& r, const LoadOptions& o,
                                       const EntryRecord** out) {
   const EntryRecord* e = Find(r.name);
-  if (e == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("entry '", r.name, "' is not in the checkpoint ", dir_));
-  }
+  if (e == nullptr) return internal::EntryNotInCheckpoint(r.name, dir_);
   if (o.filter && !o.filter(r.name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("entry '", r.name, "' is requested but excluded by the filter"));
@@ -219,32 +420,36 @@ absl::Status ReaderImpl::CheckRequest(const LoadRequest& r, const LoadOptions& o
   return absl::OkStatus();
 }
 
-absl::StatusOr<LoadReport> ReaderImpl::Load(const std::vector<LoadRequest>& requests,
-                                            const LoadOptions& options) {
-  LoadReport report;
-  // Objects are loaded as 1-d uint8 tensors into their strings.
-  std::vector<LoadRequest> reqs = requests;
-  std::vector<const EntryRecord*> entries(reqs.size());
+// Checks every request (CheckRequest), turns object requests into 1-d
+// uint8 requests into their strings, and lists the entries not requested
+// in `report` (FailedPrecondition when that is not allowed).
+absl::StatusOr<Prepared> ReaderImpl::Prepare(
+    const std::vector<LoadRequest>& requests, const LoadOptions& options,
+    LoadReport* report) {
+  Prepared p;
+  p.reqs = requests;
   absl::flat_hash_set<std::string> requested;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    CKPT_RETURN_IF_ERROR(CheckRequest(reqs[i], options, &entries[i]));
-    if (reqs[i].object != nullptr) {
-      reqs[i].object->assign(entries[i]->shape[0], '\0');
-      reqs[i].dtype = DType::kUInt8;
-      reqs[i].shape = entries[i]->shape;
-      reqs[i].region = FlatRange{0, entries[i]->shape[0]};
-      reqs[i].data = reqs[i].object->data();
-      reqs[i].memory = MemoryKind::kHost;
+  for (LoadRequest& r : p.reqs) {
+    const EntryRecord* e;
+    CKPT_RETURN_IF_ERROR(CheckRequest(r, options, &e));
+    p.entry.push_back(static_cast<uint32_t>(e - manifest_.entries.data()));
+    if (r.object != nullptr) {
+      r.object->assign(e->shape[0], '\0');
+      r.dtype = DType::kUInt8;
+      r.shape = e->shape;
+      r.region = FlatRange{0, e->shape[0]};
+      r.data = r.object->data();
+      r.memory = MemoryKind::kHost;
     }
-    requested.insert(reqs[i].name);
+    requested.insert(r.name);
   }
   std::vector<std::string> missing;
   for (const EntryRecord& e : manifest_.entries) {
     if (requested.contains(e.name)) continue;
     if (options.filter && !options.filter(e.name)) {
-      report.not_loaded.emplace_back(e.name, "excluded by filter");
+      report->not_loaded.emplace_back(e.name, "excluded by filter");
     } else if (options.allow_unrequested) {
-      report.not_loaded.emplace_back(e.name, "not requested");
+      report->not_loaded.emplace_back(e.name, "not requested");
     } else {
       missing.push_back(e.name);
     }
@@ -257,248 +462,92 @@ absl::StatusOr<LoadReport> ReaderImpl::Load(const std::vector<LoadRequest>& requ
         missing.size() > shown ? ", ..." : "",
         " (set LoadOptions::filter to load a subset on purpose)"));
   }
+  report->loaded.assign(requested.begin(), requested.end());
+  return p;
+}
 
-  // Pair every request with the stored chunks it intersects.
-  std::vector<Pair> pairs;
-  std::vector<std::atomic<uint64_t>> remaining(reqs.size());
-  std::set<uint32_t> needed_shards;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    const LoadRequest& r = reqs[i];
-    const EntryRecord* e = entries[i];
-    const uint64_t es = DTypeSize(e->dtype);
-    uint64_t covered = 0;
-    const uint64_t want = RegionElements(r.region);
-    remaining[i] = want * es;
-    if (want == 0) continue;
-    for (const ChunkRecord& c : e->chunks) {
-      Pair p;
-      p.request = i;
-      p.entry = e;
-      p.chunk = &c;
-      uint64_t n = ForEachRun(e->shape, c.region, r.region, [&](uint64_t s, uint64_t d, uint64_t k) {
-        p.runs.push_back(Run{s * es, d * es, k * es});
-      });
-      if (n == 0) continue;
-      covered += n;
-      needed_shards.insert(c.shard);
-      pairs.push_back(std::move(p));
-    }
-    if (covered != want) {
-      return absl::DataLossError(absl::StrCat(
-          "entry '", r.name, "': requested region ", RegionToString(r.region),
-          " is not covered by the checkpoint: ", want - covered, " of ", want,
-          " elements missing"));
-    }
-  }
-
-  // Open the shards needed, verifying their headers and indexes.
-  std::vector<uint32_t> shard_ids(needed_shards.begin(), needed_shards.end());
-  const int threads = internal::EffectiveIoThreads(
-      options.io_threads > 0 ? options.io_threads : options_.io_threads, options_.direct_io);
-  CKPT_RETURN_IF_ERROR(internal::ParallelFor(threads, shard_ids.size(), [&](int, size_t i) {
-    return GetShard(shard_ids[i]).status();
-  }));
-
-  std::vector<ChunkGroup> groups;
-  absl::flat_hash_map<const ChunkRecord*, size_t> group_of;
-  for (Pair& p : pairs) {
-    CKPT_ASSIGN_OR_RETURN(p.shard, GetShard(p.chunk->shard));
-    auto it = p.shard->entries.find(p.entry->name);
-    if (it != p.shard->entries.end()) {
-      for (const ChunkRecord& c : it->second->chunks) {
-        if (c.data_offset == p.chunk->data_offset && c.region == p.chunk->region) p.blocks = &c;
-      }
-    }
-    if (p.blocks == nullptr || p.blocks->stored_length != p.chunk->stored_length ||
-        p.blocks->codec != p.chunk->codec || p.blocks->block_size != p.chunk->block_size) {
-      return absl::DataLossError(absl::StrCat(
-          p.shard->name, ": entry '", p.entry->name, "': chunk ",
-          RegionToString(p.chunk->region), " at offset ", p.chunk->data_offset,
-          " is not in the shard index as the manifest describes it"));
-    }
-    auto [git, inserted] = group_of.try_emplace(p.blocks, groups.size());
-    if (inserted) {
-      ChunkGroup g;
-      g.entry = p.entry;
-      g.blocks = p.blocks;
-      g.shard = p.shard;
-      g.stored_offset.resize(p.blocks->blocks.size() + 1);
-      g.stored_offset[0] = p.blocks->data_offset;
-      for (size_t b = 0; b < p.blocks->blocks.size(); ++b) {
-        g.stored_offset[b + 1] = g.stored_offset[b] + p.blocks->blocks[b].stored_size;
-      }
-      groups.push_back(std::move(g));
-    }
-    groups[git->second].pairs.push_back(&p);
-  }
-  // Blocks touched by any pair of a group, merged into contiguous spans and
-  // cut into tasks of about kTaskBytes.
-  std::vector<Task> tasks;
-  for (ChunkGroup& g : groups) {
-    const uint64_t bs = g.blocks->block_size;
-    std::vector<std::pair<uint64_t, uint64_t>> spans;
-    for (const Pair* p : g.pairs) {
-      for (const Run& run : p->runs) {
-        uint64_t b0 = run.src / bs, b1 = (run.src + run.bytes + bs - 1) / bs;
-        if (!spans.empty() && spans.back().first <= b0 && b0 <= spans.back().second) {
-          spans.back().second = std::max(spans.back().second, b1);
-        } else {
-          spans.emplace_back(b0, b1);
-        }
-      }
-    }
-    std::sort(spans.begin(), spans.end());
-    const uint64_t per_task = std::max<uint64_t>(1, kTaskBytes / bs);
-    uint64_t cb = 0, ce = 0;
-    bool open = false;
-    auto flush = [&]() {
-      for (uint64_t b = cb; b < ce; b += per_task) {
-        tasks.push_back(Task{&g, b, std::min(ce, b + per_task)});
-      }
-    };
-    for (const auto& [b0, b1] : spans) {
-      if (open && b0 <= ce) {
-        ce = std::max(ce, b1);
-      } else {
-        if (open) flush();
-        cb = b0;
-        ce = b1;
-        open = true;
-      }
-    }
-    if (open) flush();
-  }
-
-  // Requests with nothing to load are complete now.
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    if (remaining[i] == 0 && reqs[i].on_complete) reqs[i].on_complete();
-  }
-
-  struct Scratch {
-    std::string stored, raw;
-    format::BlockDecoder decoder;
-  };
-  std::vector<Scratch> scratch(std::max(1, threads));
-  std::atomic<uint64_t> bytes_read{0}, blocks_verified{0};
-  DeviceMemory* dm = options_.device_memory;
-  auto finish = [&](size_t request, uint64_t bytes) {
-    if (bytes != 0 && (remaining[request] -= bytes) == 0 && reqs[request].on_complete) {
-      reqs[request].on_complete();
-    }
-  };
-  CKPT_RETURN_IF_ERROR(internal::ParallelFor(threads, tasks.size(), [&](int t, size_t ti) -> absl::Status {
-    const Task& task = tasks[ti];
-    const ChunkGroup& g = *task.group;
-    const ChunkRecord& c = *g.blocks;
-    const uint64_t bs = c.block_size;
-    const uint64_t raw_total = RegionElements(c.region) * DTypeSize(g.entry->dtype);
-    const uint64_t lo = task.b0 * bs, hi = std::min(task.b1 * bs, raw_total);
-    const uint64_t off0 = g.stored_offset[task.b0];
-    auto where = [&](uint64_t b) {
-      return absl::StrCat(g.shard->name, ": block ", b, " of chunk ",
-                          RegionToString(c.region), " of '", g.entry->name, "'");
-    };
-    auto first_run = [&](const Pair& p) {
-      return std::partition_point(p.runs.begin(), p.runs.end(),
-                                  [&](const Run& x) { return x.src + x.bytes <= lo; });
-    };
-    // Fast path: uncompressed, one destination, one run covering the task:
-    // read straight into the destination, a granule at a time, and verify
-    // each granule while it is still in cache.
-    if (g.pairs.size() == 1 && c.codec == format::Codec::kNone &&
-        reqs[g.pairs[0]->request].memory == MemoryKind::kHost) {
-      const Pair& p = *g.pairs[0];
-      auto first = first_run(p);
-      if (first != p.runs.end() && first->src <= lo && first->src + first->bytes >= hi) {
-        char* out = static_cast<char*>(reqs[p.request].data) + first->dst + (lo - first->src);
-        const uint64_t granule = std::max<uint64_t>(1, kGranuleBytes / bs) * bs;
-        for (uint64_t a = lo; a < hi; a += granule) {
-          uint64_t n = std::min(granule, hi - a);
-          CKPT_ASSIGN_OR_RETURN(size_t got, g.shard->file->PRead(off0 + (a - lo), n, out + (a - lo)));
-          if (got != n) return absl::DataLossError(absl::StrCat(where(a / bs), ": file ends early"));
-          for (uint64_t b = a / bs; b * bs < a + n; ++b) {
-            uint64_t len = c.blocks[b].stored_size;
-            uint64_t sum = format::Checksum(out + (b * bs - lo), len);
-            if (sum != c.blocks[b].checksum) {
-              return Annotate(format::ChecksumMismatch(c.blocks[b].checksum, sum), where(b));
-            }
-          }
-        }
-        bytes_read += hi - lo;
-        blocks_verified += task.b1 - task.b0;
-        finish(p.request, hi - lo);
-        return absl::OkStatus();
-      }
-    }
-    // General path, a granule of blocks at a time so that the bytes stay in
-    // cache from read through verification to the copies out.
-    Scratch& s = scratch[t];
-    const uint64_t per_granule = std::max<uint64_t>(1, kGranuleBytes / bs);
-    for (uint64_t gb0 = task.b0; gb0 < task.b1; gb0 += per_granule) {
-      const uint64_t gb1 = std::min(task.b1, gb0 + per_granule);
-      const uint64_t glo = gb0 * bs, ghi = std::min(gb1 * bs, raw_total);
-      const uint64_t goff0 = g.stored_offset[gb0], goff1 = g.stored_offset[gb1];
-      s.stored.resize(goff1 - goff0);
-      CKPT_ASSIGN_OR_RETURN(size_t n, g.shard->file->PRead(goff0, goff1 - goff0, s.stored.data()));
-      if (n != goff1 - goff0) {
-        return absl::DataLossError(absl::StrCat(where(gb0), ": file ends early"));
-      }
-      const char* raw;
-      if (c.codec == format::Codec::kNone) {
-        for (uint64_t b = gb0; b < gb1; ++b) {
-          const char* blk = s.stored.data() + (g.stored_offset[b] - goff0);
-          uint64_t sum = format::Checksum(blk, c.blocks[b].stored_size);
-          if (sum != c.blocks[b].checksum) {
-            return Annotate(format::ChecksumMismatch(c.blocks[b].checksum, sum), where(b));
-          }
-        }
-        raw = s.stored.data();
-      } else {
-        s.raw.resize(ghi - glo);
-        for (uint64_t b = gb0; b < gb1; ++b) {
-          uint64_t braw = std::min(bs, raw_total - b * bs);
-          absl::Status st = s.decoder.Decode(
-              c.codec,
-              absl::string_view(s.stored.data() + (g.stored_offset[b] - goff0), c.blocks[b].stored_size),
-              c.blocks[b].checksum, braw, s.raw.data() + (b - gb0) * bs);
-          if (!st.ok()) return Annotate(st, where(b));
-        }
-        raw = s.raw.data();
-      }
-      bytes_read += goff1 - goff0;
-      blocks_verified += gb1 - gb0;
-      for (const Pair* p : g.pairs) {
-        const LoadRequest& r = reqs[p->request];
-        char* dst = static_cast<char*>(r.data);
-        uint64_t copied = 0;
-        auto it = std::partition_point(p->runs.begin(), p->runs.end(),
-                                       [&](const Run& x) { return x.src + x.bytes <= glo; });
-        for (; it != p->runs.end() && it->src < ghi; ++it) {
-          uint64_t a = std::max(glo, it->src), z = std::min(ghi, it->src + it->bytes);
-          char* out = dst + it->dst + (a - it->src);
-          if (r.memory == MemoryKind::kHost) {
-            std::memcpy(out, raw + (a - glo), z - a);
-          } else {
-            CKPT_RETURN_IF_ERROR(dm->CopyFromHost(out, raw + (a - glo), z - a, r.device));
-          }
-          copied += z - a;
-        }
-        finish(p->request, copied);
-      }
-    }
+// §5.7: a requested entry with no chunk in the manifest must be listed by
+// some shard index; this opens every shard (only when there is such an
+// entry). DataLoss naming the checkpoint and the entry.
+absl::Status ReaderImpl::CheckChunkless(const Prepared& p, int threads) {
+  auto no_chunks = [&](uint32_t e) { return manifest_.entries[e].chunks.empty(); };
+  if (std::none_of(p.entry.begin(), p.entry.end(), no_chunks)) {
     return absl::OkStatus();
-  }));
-
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    if (remaining[i] != 0) {
-      return absl::InternalError(absl::StrCat("entry '", reqs[i].name, "': ", remaining[i].load(),
-                                              " bytes were not loaded"));
-    }
-    report.bytes_loaded += RegionElements(reqs[i].region) * DTypeSize(reqs[i].dtype);
   }
-  report.bytes_read = bytes_read;
-  report.blocks_verified = blocks_verified;
-  report.loaded.assign(requested.begin(), requested.end());
+  std::vector<uint32_t> all;
+  std::vector<const format::ShardIndex*> indexes;
+  for (const format::ShardInfo& s : manifest_.shards) all.push_back(s.shard_id);
+  CKPT_RETURN_IF_ERROR(OpenShards(all, threads));
+  for (uint32_t id : all) indexes.push_back(&(*GetShard(id))->file.index);
+  for (uint32_t e : internal::UnindexedChunklessEntries(manifest_, indexes)) {
+    if (std::find(p.entry.begin(), p.entry.end(), e) == p.entry.end()) continue;
+    return Annotate(internal::ChunklessEntryNotIndexed(),
+                    internal::LocationText(dir_, manifest_.entries[e].name, -1,
+                                           "", -1));
+  }
+  return absl::OkStatus();
+}
+
+// Pairs the requests with the chunks (failing on an uncovered region before
+// any I/O), opens the shards concerned and plans the block reads.
+absl::StatusOr<internal::ReadPlan> ReaderImpl::Plan(const Prepared& p,
+                                                    int threads) {
+  std::vector<internal::PlanRequest> plan_reqs;
+  for (size_t i = 0; i < p.reqs.size(); ++i) {
+    plan_reqs.push_back(internal::PlanRequest{p.entry[i], p.reqs[i].region});
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<internal::ChunkPiece> pieces,
+                        internal::PairRequests(manifest_, plan_reqs));
+  CKPT_RETURN_IF_ERROR(
+      OpenShards(internal::ShardsOf(manifest_, pieces), threads));
+  CKPT_RETURN_IF_ERROR(CheckChunkless(p, threads));
+  auto lookup = [&](uint32_t entry, uint32_t chunk) -> const ChunkRecord* {
+    const uint32_t shard = manifest_.entries[entry].chunks[chunk].shard;
+    const OpenShard* s = *GetShard(shard);  // opened above
+    return s->indexed.at(ChunkKey(entry, chunk));
+  };
+  return internal::PlanBlockReads(manifest_, pieces, lookup, kTaskBytes);
+}
+
+// Runs every read of `plan` on `threads` threads; the first error stops
+// the load.
+absl::Status ReaderImpl::Execute(const internal::ReadPlan& plan, LoadRun* run,
+                                 int threads) {
+  struct Task {
+    const OpenShard* shard;
+    const BlockRead* read;
+  };
+  std::vector<Task> tasks;
+  for (const internal::ShardReads& sr : plan.shards) {
+    CKPT_ASSIGN_OR_RETURN(const OpenShard* shard, GetShard(sr.shard));
+    for (const BlockRead& r : sr.reads) tasks.push_back(Task{shard, &r});
+  }
+  run->CompleteEmpty();
+  return internal::ParallelFor(threads, tasks.size(), [&](int t, size_t i) {
+    const Task& task = tasks[i];
+    return run->Run(t, *task.shard, manifest_.entries[task.read->entry],
+                    *task.read);
+  });
+}
+
+absl::StatusOr<LoadReport> ReaderImpl::Load(
+    const std::vector<LoadRequest>& requests, const LoadOptions& options) {
+  LoadReport report;
+  CKPT_ASSIGN_OR_RETURN(Prepared p, Prepare(requests, options, &report));
+  const int threads = std::max(
+      1, internal::EffectiveIoThreads(options.io_threads > 0
+                                          ? options.io_threads
+                                          : options_.io_threads,
+                                      options_.direct_io));
+  CKPT_ASSIGN_OR_RETURN(internal::ReadPlan plan, Plan(p, threads));
+  LoadRun run(p, options_.device_memory, threads);
+  CKPT_RETURN_IF_ERROR(Execute(plan, &run, threads));
+  CKPT_RETURN_IF_ERROR(run.CheckAllWritten());
+  for (const LoadRequest& r : p.reqs) {
+    report.bytes_loaded += RegionElements(r.region) * DTypeSize(r.dtype);
+  }
+  report.bytes_read = run.bytes_read();
+  report.blocks_verified = run.blocks_verified();
   std::sort(report.loaded.begin(), report.loaded.end());
   std::sort(report.not_loaded.begin(), report.not_loaded.end());
   return report;
@@ -506,16 +555,18 @@ absl::StatusOr<LoadReport> ReaderImpl::Load(const std::vector<LoadRequest>& requ
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(const std::string& path,
-                                                     const ReaderOptions& options) {
+absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(
+    const std::string& path, const ReaderOptions& options) {
   Storage* storage = options.storage ? options.storage : DefaultStorage();
-  CKPT_ASSIGN_OR_RETURN(std::string dir, internal::ResolveCheckpointDir(storage, path));
-  const std::string mpath = JoinPath(dir, format::kManifestFileName);
-  CKPT_ASSIGN_OR_RETURN(std::string bytes, storage->ReadFile(mpath));
-  auto m = format::DecodeManifest(bytes);
-  if (!m.ok()) return Annotate(m.status(), mpath);
-  CKPT_RETURN_IF_ERROR(Annotate(format::ValidateCoverage(*m), mpath));
-  return std::unique_ptr<Reader>(new ReaderImpl(storage, std::move(dir), *std::move(m), options));
+  CKPT_ASSIGN_OR_RETURN(std::string dir,
+                        internal::ResolveCheckpointDir(storage, path));
+  CKPT_ASSIGN_OR_RETURN(format::Manifest m,
+                        internal::ReadManifest(storage, dir));
+  CKPT_RETURN_IF_ERROR(
+      Annotate(format::ValidateCoverage(m),
+               JoinPath(dir, format::kManifestFileName)));
+  return std::unique_ptr<Reader>(
+      new ReaderImpl(storage, std::move(dir), std::move(m), options));
 }
 
 }  // namespace ckpt

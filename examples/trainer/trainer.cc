@@ -132,7 +132,7 @@ absl::Status Resume(ckpt::Communicator& comm, const std::string& root, uint64_t*
 
   auto reader = ckpt::Reader::Open(root);  // follows `latest`
   if (!reader.ok()) return reader.status();
-  const uint64_t resumed = (*reader)->manifest().info.step;
+  const uint64_t resumed = (*reader)->description().step;
 
   std::vector<ckpt::LoadRequest> reqs(4);
   reqs[0] = {"model.weight", ckpt::DType::kFloat32, {kRows, kCols}, s.WeightRows(),

@@ -9,6 +9,7 @@
 #include "tests/format/golden_spec.h"
 #include "tests/libckpt/test_util.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/tools/inspect/fixture.h"
 
 namespace ckpt {
 namespace {
@@ -212,6 +213,32 @@ TEST(ReaderOpenTest, PartialEntryLoadOfUncoveredRegionFails) {
   EXPECT_EQ(y[0], 2);
 }
 
+TEST_F(ReaderTest, ViewsDescribeTheCheckpointWithoutRecords) {
+  const CheckpointDescription& d = reader_->description();
+  EXPECT_EQ(d.step, 3u);
+  EXPECT_EQ(d.world_size, 1u);
+  EXPECT_EQ(d.id.size(), 32u);
+  EXPECT_EQ(d.format_version, "1.0");
+  std::vector<EntryView> entries = reader_->entries();
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0].name(), "big");  // manifest order: by name
+  std::optional<EntryView> big = reader_->FindEntry("big");
+  ASSERT_TRUE(big.has_value());
+  EXPECT_FALSE(big->is_object());
+  EXPECT_EQ(big->dtype(), DType::kFloat32);
+  EXPECT_EQ(big->shape(), (Shape{1024, 256}));
+  EXPECT_FALSE(big->partial());
+  ASSERT_EQ(big->num_chunks(), 1u);
+  EXPECT_EQ(big->chunk_region(0), Region(FullBox({1024, 256})));
+  EXPECT_EQ(big->chunk_shard(0), 0u);
+  EXPECT_EQ(big->chunk_stored_bytes(0), 1024u * 256 * 4);
+  std::optional<EntryView> rng = reader_->FindEntry("rng");
+  ASSERT_TRUE(rng.has_value());
+  EXPECT_TRUE(rng->is_object());
+  EXPECT_EQ(rng->shape(), (Shape{4}));
+  EXPECT_FALSE(reader_->FindEntry("nope").has_value());
+}
+
 TEST(ReaderGoldenTest, GoldenV1CheckpointLoadsThroughTheReader) {
   auto reader = Reader::Open(std::string(CKPT_SOURCE_DIR) + "/" + golden::kGoldenDir);
   CKPT_ASSERT_OK(reader);
@@ -231,6 +258,80 @@ TEST(ReaderGoldenTest, GoldenV1CheckpointLoadsThroughTheReader) {
   for (size_t i = 0; i < entries.size(); ++i) EXPECT_EQ(bufs[i], golden::GoldenBytes(entries[i])) << entries[i].name;
   EXPECT_EQ(rng, golden::kObjectValue);
 }
+
+
+// The spec decisions the Reader shares with ckpt-validate through the read
+// core (spec/FORMAT.md changelog), on checkpoints written byte by byte.
+namespace spec_decisions {
+
+using ::ckpt::tools::testing::FixtureSpec;
+using ::ckpt::tools::testing::FixtureTensor;
+using ::ckpt::tools::testing::WriteCheckpoint;
+
+// "b" (bool, in shard 0) and "empty" (no element, no chunk).
+FixtureSpec Spec() {
+  FixtureSpec spec;
+  spec.world = 2;
+  FixtureTensor b{"b", DType::kBool, {4}};
+  b.pieces = {{FullBox({4}), 0}};
+  b.data = std::string("\1\0\1\1", 4);
+  FixtureTensor empty{"empty", DType::kFloat32, {0, 4}};
+  spec.tensors = {b, empty};
+  return spec;
+}
+
+absl::Status LoadAll(const std::string& dir) {
+  auto reader = Reader::Open(dir);
+  if (!reader.ok()) return reader.status();
+  std::string b(4, '\0');
+  float none;
+  return (*reader)
+      ->Load({{"b", DType::kBool, {4}, FullBox({4}), b.data()},
+              {"empty", DType::kFloat32, {0, 4}, FullBox({0, 4}), &none}})
+      .status();
+}
+
+TEST(ReaderSpecTest, ChunklessEntryListedByAShardIndexLoads) {
+  TempDir tmp;
+  CKPT_EXPECT_OK(LoadAll(WriteCheckpoint(tmp.path(), Spec())));
+}
+
+TEST(ReaderSpecTest, ChunklessEntryInNoShardIndexIsDataLoss) {
+  TempDir tmp;
+  FixtureSpec spec = Spec();
+  spec.edit_index = [](uint32_t, format::ShardIndex* index) {
+    auto& v = index->entries;
+    v.erase(std::remove_if(v.begin(), v.end(), [](auto& e) { return e.name == "empty"; }),
+            v.end());
+  };
+  std::string dir = WriteCheckpoint(tmp.path(), spec);
+  EXPECT_THAT(LoadAll(dir), StatusIs(absl::StatusCode::kDataLoss,
+                                     dir + ": entry 'empty': has no chunk in any shard"));
+}
+
+TEST(ReaderSpecTest, EmptyIndexMetadataSectionWhenTheManifestHasPairsIsDataLoss) {
+  TempDir tmp;
+  FixtureSpec spec = Spec();
+  spec.edit_index = [](uint32_t, format::ShardIndex* index) {
+    index->metadata.clear();
+    index->metadata_present = true;
+  };
+  std::string dir = WriteCheckpoint(tmp.path(), spec);
+  EXPECT_THAT(LoadAll(dir), StatusIs(absl::StatusCode::kDataLoss,
+                                     "shard-00000.ckpt: METADATA differs from the manifest's"));
+}
+
+TEST(ReaderSpecTest, BoolByteOtherThanZeroOrOneIsDataLoss) {
+  TempDir tmp;
+  FixtureSpec spec = Spec();
+  spec.tensors[0].data[2] = 7;
+  std::string dir = WriteCheckpoint(tmp.path(), spec);
+  EXPECT_THAT(LoadAll(dir), StatusIs(absl::StatusCode::kDataLoss,
+                                     "block 0 of chunk 0 [0:4] of 'b': bool element 2 of the "
+                                     "chunk is 0x07"));
+}
+
+}  // namespace spec_decisions
 
 }  // namespace
 }  // namespace ckpt

@@ -18,37 +18,33 @@
 namespace ckpt::tools {
 namespace {
 
-using format::EntryKind;
-using format::EntryRecord;
 
 constexpr char kAbsent[] = "(absent)";
 
-std::string KindName(EntryKind k) { return k == EntryKind::kObject ? "object" : "tensor"; }
-bool IsPartial(const EntryRecord& e) { return (e.flags & format::kEntryFlagPartial) != 0; }
+std::string KindName(const EntryView& e) { return e.is_object() ? "object" : "tensor"; }
 
-uint64_t EntryBytes(const EntryRecord& e) {
+uint64_t EntryBytes(const EntryView& e) {
   uint64_t n = 1;
-  for (uint64_t d : e.shape) n *= d;
-  return n * DTypeSize(e.dtype);
+  for (uint64_t d : e.shape()) n *= d;
+  return n * DTypeSize(e.dtype());
 }
 
 CheckpointSummary Summarize(const Reader& r) {
   CheckpointSummary s;
   s.path = r.path();
-  s.step = r.manifest().info.step;
-  s.world_size = r.manifest().info.world_size;
-  s.entries = r.manifest().entries.size();
+  s.step = r.description().step;
+  s.world_size = r.description().world_size;
+  s.entries = r.entries().size();
   return s;
 }
 
-std::vector<DiffNote> Notes(const format::Manifest& a, const format::Manifest& b) {
+std::vector<DiffNote> Notes(const CheckpointDescription& a, const CheckpointDescription& b) {
   std::vector<DiffNote> notes;
-  if (a.info.step != b.info.step) {
-    notes.push_back({"step", absl::StrCat(a.info.step), absl::StrCat(b.info.step)});
+  if (a.step != b.step) {
+    notes.push_back({"step", absl::StrCat(a.step), absl::StrCat(b.step)});
   }
-  if (a.info.world_size != b.info.world_size) {
-    notes.push_back(
-        {"world size", absl::StrCat(a.info.world_size), absl::StrCat(b.info.world_size)});
+  if (a.world_size != b.world_size) {
+    notes.push_back({"world size", absl::StrCat(a.world_size), absl::StrCat(b.world_size)});
   }
   std::map<std::string, std::pair<std::string, std::string>> meta;
   for (const auto& [k, v] : a.metadata) meta[k] = {v, kAbsent};
@@ -67,15 +63,18 @@ std::vector<DiffNote> Notes(const format::Manifest& a, const format::Manifest& b
 }
 
 // Elements of the partial entry `a` that `b` stores too, and in total.
-uint64_t CoveredByBoth(const EntryRecord& a, const EntryRecord& b) {
+uint64_t CoveredByBoth(const EntryView& a, const EntryView& b) {
   uint64_t n = 0;
-  for (const auto& ca : a.chunks)
-    for (const auto& cb : b.chunks) n += IntersectionElements(a.shape, ca.region, cb.region);
+  for (size_t i = 0; i < a.num_chunks(); ++i) {
+    for (size_t j = 0; j < b.num_chunks(); ++j) {
+      n += IntersectionElements(a.shape(), a.chunk_region(i), b.chunk_region(j));
+    }
+  }
   return n;
 }
-uint64_t Stored(const EntryRecord& e) {
+uint64_t Stored(const EntryView& e) {
   uint64_t n = 0;
-  for (const auto& c : e.chunks) n += RegionElements(c.region);
+  for (size_t i = 0; i < e.num_chunks(); ++i) n += RegionElements(e.chunk_region(i));
   return n;
 }
 
@@ -86,18 +85,18 @@ class Differ {
 
   // Compares the values of a tensor entry whose structure is equal in A and
   // B (and, if partial, whose chunks cover the same elements).
-  absl::StatusOr<std::optional<ValueDiff>> CompareTensor(const EntryRecord& e) {
-    const uint64_t es = DTypeSize(e.dtype);
+  absl::StatusOr<std::optional<ValueDiff>> CompareTensor(const EntryView& e) {
+    const uint64_t es = DTypeSize(e.dtype());
     const uint64_t window = std::max<uint64_t>(1, o_.window_bytes / es);
     std::vector<Region> regions;
-    if (IsPartial(e)) {
-      for (const auto& c : e.chunks) regions.push_back(c.region);
+    if (e.partial()) {
+      for (size_t i = 0; i < e.num_chunks(); ++i) regions.push_back(e.chunk_region(i));
     } else {
-      regions.push_back(FullBox(e.shape));
+      regions.push_back(FullBox(e.shape()));
     }
     CompareStats stats;
     ValueDiff vd;
-    vd.entry = e.name;
+    vd.entry = e.name();
     for (const Region& region : regions) {
       const uint64_t n = RegionElements(region);
       for (uint64_t begin = 0; begin < n; begin += window) {
@@ -111,10 +110,10 @@ class Differ {
         CKPT_RETURN_IF_ERROR(LoadWindow(a_, e, subs, buf_a_.data()));
         CKPT_RETURN_IF_ERROR(LoadWindow(b_, e, subs, buf_b_.data()));
         const bool had_first = stats.has_first;
-        CompareElements(e.dtype, buf_a_.data(), buf_b_.data(), end - begin, begin, o_.tolerance,
+        CompareElements(e.dtype(), buf_a_.data(), buf_b_.data(), end - begin, begin, o_.tolerance,
                         &stats);
         if (!had_first && stats.has_first) {
-          vd.first_at = GlobalCoordinates(e.shape, region, stats.first_index);
+          vd.first_at = GlobalCoordinates(e.shape(), region, stats.first_index);
         }
         vd.total += end - begin;
         if (progress_) progress_->Add(bytes);
@@ -128,12 +127,12 @@ class Differ {
     return vd;
   }
 
-  absl::StatusOr<std::optional<ValueDiff>> CompareObject(const EntryRecord& e) {
-    CKPT_ASSIGN_OR_RETURN(std::string x, a_->ReadObject(e.name));
-    CKPT_ASSIGN_OR_RETURN(std::string y, b_->ReadObject(e.name));
+  absl::StatusOr<std::optional<ValueDiff>> CompareObject(const EntryView& e) {
+    CKPT_ASSIGN_OR_RETURN(std::string x, a_->ReadObject(e.name()));
+    CKPT_ASSIGN_OR_RETURN(std::string y, b_->ReadObject(e.name()));
     if (progress_) progress_->Add(x.size());
     ValueDiff vd;
-    vd.entry = e.name;
+    vd.entry = e.name();
     vd.object = true;
     vd.size_a = x.size();
     vd.size_b = y.size();
@@ -146,18 +145,18 @@ class Differ {
   }
 
  private:
-  absl::Status LoadWindow(Reader* r, const EntryRecord& e, const std::vector<Region>& subs,
+  absl::Status LoadWindow(Reader* r, const EntryView& e, const std::vector<Region>& subs,
                           char* dst) {
     std::vector<LoadRequest> reqs;
     reqs.reserve(subs.size());
     for (const Region& sub : subs) {
       LoadRequest q;
-      q.name = e.name;
-      q.dtype = e.dtype;
-      q.shape = e.shape;
+      q.name = e.name();
+      q.dtype = e.dtype();
+      q.shape = e.shape();
       q.region = sub;
       q.data = dst;
-      dst += RegionElements(sub) * DTypeSize(e.dtype);
+      dst += RegionElements(sub) * DTypeSize(e.dtype());
       reqs.push_back(std::move(q));
     }
     LoadOptions lo;
@@ -200,43 +199,43 @@ absl::StatusOr<DiffReport> Diff(const DiffOptions& o) {
   report.a = Summarize(*a);
   report.b = Summarize(*b);
   report.tolerance = tol;
-  report.notes = Notes(a->manifest(), b->manifest());
+  report.notes = Notes(a->description(), b->description());
 
   std::set<std::string> names;
-  for (const auto& e : a->manifest().entries) names.insert(e.name);
-  for (const auto& e : b->manifest().entries) names.insert(e.name);
+  for (const EntryView& e : a->entries()) names.insert(e.name());
+  for (const EntryView& e : b->entries()) names.insert(e.name());
   // Entries to compare by value, after the structural checks.
-  std::vector<const EntryRecord*> to_compare;
+  std::vector<EntryView> to_compare;
   uint64_t total_bytes = 0;
   for (const std::string& name : names) {
-    const EntryRecord* ea = a->Find(name);
-    const EntryRecord* eb = b->Find(name);
+    const std::optional<EntryView> ea = a->FindEntry(name);
+    const std::optional<EntryView> eb = b->FindEntry(name);
     auto add = [&](const char* change, std::string x, std::string y) {
       report.structural.push_back({name, change, std::move(x), std::move(y)});
     };
-    if (eb == nullptr) {
+    if (!eb) {
       add("removed", "", "");
       continue;
     }
-    if (ea == nullptr) {
+    if (!ea) {
       add("added", "", "");
       continue;
     }
     const size_t before = report.structural.size();
-    if (ea->kind != eb->kind) {
-      add("kind", KindName(ea->kind), KindName(eb->kind));
-    } else if (ea->kind == EntryKind::kTensor) {
-      if (ea->dtype != eb->dtype) {
-        add("dtype", std::string(DTypeName(ea->dtype)), std::string(DTypeName(eb->dtype)));
+    if (ea->is_object() != eb->is_object()) {
+      add("kind", KindName(*ea), KindName(*eb));
+    } else if (!ea->is_object()) {
+      if (ea->dtype() != eb->dtype()) {
+        add("dtype", std::string(DTypeName(ea->dtype())), std::string(DTypeName(eb->dtype())));
       }
-      if (ea->shape != eb->shape) add("shape", ShapeText(ea->shape), ShapeText(eb->shape));
-      if (IsPartial(*ea) != IsPartial(*eb)) {
-        add("partial", IsPartial(*ea) ? "true" : "false", IsPartial(*eb) ? "true" : "false");
+      if (ea->shape() != eb->shape()) add("shape", ShapeText(ea->shape()), ShapeText(eb->shape()));
+      if (ea->partial() != eb->partial()) {
+        add("partial", ea->partial() ? "true" : "false", eb->partial() ? "true" : "false");
       }
-      if (report.structural.size() == before && IsPartial(*ea)) {
+      if (report.structural.size() == before && ea->partial()) {
         const uint64_t sa = Stored(*ea), sb = Stored(*eb);
         uint64_t total = 1;
-        for (uint64_t d : ea->shape) total *= d;
+        for (uint64_t d : ea->shape()) total *= d;
         if (sa != sb || CoveredByBoth(*ea, *eb) != sa) {
           add("coverage", absl::StrCat(sa, " of ", total, " elements"),
               absl::StrCat(sb, " of ", total, " elements"));
@@ -244,21 +243,21 @@ absl::StatusOr<DiffReport> Diff(const DiffOptions& o) {
       }
     }
     if (report.structural.size() != before) continue;
-    to_compare.push_back(ea);
+    to_compare.push_back(*ea);
     total_bytes += EntryBytes(*ea);
   }
 
   std::optional<Progress> progress;
   if (o.progress) progress.emplace("ckpt-diff", total_bytes);
   Differ differ(o, a.get(), b.get(), progress ? &*progress : nullptr);
-  for (const EntryRecord* e : to_compare) {
+  for (const EntryView& e : to_compare) {
     std::optional<ValueDiff> vd;
-    if (e->kind == EntryKind::kObject) {
-      CKPT_ASSIGN_OR_RETURN(vd, differ.CompareObject(*e));
-      report.bytes_compared += e->shape[0];
+    if (e.is_object()) {
+      CKPT_ASSIGN_OR_RETURN(vd, differ.CompareObject(e));
+      report.bytes_compared += e.shape()[0];
     } else {
-      CKPT_ASSIGN_OR_RETURN(vd, differ.CompareTensor(*e));
-      report.bytes_compared += IsPartial(*e) ? Stored(*e) * DTypeSize(e->dtype) : EntryBytes(*e);
+      CKPT_ASSIGN_OR_RETURN(vd, differ.CompareTensor(e));
+      report.bytes_compared += e.partial() ? Stored(e) * DTypeSize(e.dtype()) : EntryBytes(e);
     }
     ++report.entries_compared;
     if (vd) report.values.push_back(*std::move(vd));

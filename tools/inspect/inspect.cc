@@ -14,7 +14,7 @@
 #include "format/geometry.h"
 #include "format/manifest.h"
 #include "format/status_macros.h"
-#include "libckpt/commit.h"
+#include "ckpt/internal/checkpoint_dir.h"
 #include "tools/common/tool_util.h"
 #include "tools/validate/validate.h"
 
@@ -203,8 +203,7 @@ absl::StatusOr<size_t> CheckpointSummary::FindEntry(const std::string& name) con
   for (size_t i = 0; i < manifest.entries.size(); ++i) {
     if (manifest.entries[i].name == name) return i;
   }
-  return absl::NotFoundError(
-      absl::StrCat("entry '", EscapeName(name), "' is not in the checkpoint ", dir));
+  return ::ckpt::internal::EntryNotInCheckpoint(name, dir);
 }
 
 CheckpointSummary Summarize(std::string dir, format::Manifest manifest) {
@@ -236,11 +235,8 @@ CheckpointSummary Summarize(std::string dir, format::Manifest manifest) {
 absl::StatusOr<CheckpointSummary> LoadSummary(const std::string& path, Storage* storage) {
   if (storage == nullptr) storage = DefaultStorage();
   CKPT_ASSIGN_OR_RETURN(std::string dir, ::ckpt::internal::ResolveCheckpointDir(storage, path));
-  const std::string mpath = JoinPath(dir, format::kManifestFileName);
-  CKPT_ASSIGN_OR_RETURN(std::string bytes, storage->ReadFile(mpath));
-  auto m = format::DecodeManifest(bytes);
-  if (!m.ok()) return Annotate(m.status(), mpath);
-  return Summarize(std::move(dir), *std::move(m));
+  CKPT_ASSIGN_OR_RETURN(format::Manifest m, ::ckpt::internal::ReadManifest(storage, dir));
+  return Summarize(std::move(dir), std::move(m));
 }
 
 absl::Status AddStats(CheckpointSummary* summary, const std::string& only, int threads,

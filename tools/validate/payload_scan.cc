@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "format/block_codec.h"
-#include "format/checksum.h"
 #include "format/geometry.h"
+#include "ckpt/internal/shard_file.h"
 #include "libckpt/thread_pool.h"
 #include "tools/common/tool_util.h"
 #include "tools/validate/validate_internal.h"
@@ -117,15 +117,13 @@ std::string ElementCoordinates(const Shape& shape, const Region& region, uint64_
   return ShapeToString(coords);
 }
 
-PayloadResult ScanPayload(const ValidateOptions& options, const format::Manifest& manifest,
-                          const std::vector<OpenedShard*>& shards, int threads,
-                          FindingList* findings) {
-  std::vector<Granule> granules = BuildGranules(options, manifest, shards);
-  // Tasks: runs of consecutive granules of one shard, about kTaskBytes each.
+namespace {
+
+// Tasks: runs of consecutive granules of one shard, about kTaskBytes each,
+// as [first, last) granule indexes.
+std::vector<std::pair<size_t, size_t>> GroupTasks(const std::vector<Granule>& granules) {
   std::vector<std::pair<size_t, size_t>> tasks;
-  uint64_t total = 0;
   for (size_t g = 0; g < granules.size(); ++g) {
-    total += granules[g].hi - granules[g].lo;
     if (!tasks.empty() && granules[tasks.back().first].shard == granules[g].shard &&
         granules[g].lo - granules[tasks.back().first].lo < kTaskBytes) {
       tasks.back().second = g + 1;
@@ -133,153 +131,203 @@ PayloadResult ScanPayload(const ValidateOptions& options, const format::Manifest
       tasks.emplace_back(g, g + 1);
     }
   }
+  return tasks;
+}
 
+// One payload pass. Run() verifies every granule on several threads; the
+// other methods are its phases, called from those threads.
+class PayloadScan {
+ public:
+  PayloadScan(const ValidateOptions& options, const format::Manifest& manifest,
+              const std::vector<OpenedShard*>& shards, int threads, FindingList* findings)
+      : options_(options),
+        manifest_(manifest),
+        findings_(findings),
+        granules_(BuildGranules(options, manifest, shards)),
+        tasks_(GroupTasks(granules_)),
+        threads_(std::max(1, std::min<int>(threads, static_cast<int>(tasks_.size())))),
+        scratch_(threads_) {}
+
+  PayloadResult Run();
+
+ private:
   struct Scratch {
     std::string buf;
     std::string raw;
     format::BlockDecoder decoder;
   };
-  const int n_threads = std::max(1, std::min<int>(threads, static_cast<int>(tasks.size())));
-  std::vector<Scratch> scratch(n_threads);
-  std::atomic<uint64_t> blocks_verified{0}, bytes_verified{0};
-  absl::Mutex mu;
-  std::map<const ChunkRef*, NonFiniteChunk> non_finite;  // guarded by mu
-  std::unique_ptr<Progress> progress;
-  if (options.progress) progress = std::make_unique<Progress>("verifying", total);
 
-  auto chunk_finding = [&](const OpenedShard& s, const ChunkRef& r, int64_t block,
-                           std::string message) {
-    const EntryRecord& e = manifest.entries[r.entry];
-    Finding f;
-    f.file = s.path;
-    f.entry = e.name;
-    f.chunk = r.chunk;
-    f.region = RegionToString(e.chunks[r.chunk].region);
-    f.block = block;
-    f.message = std::move(message);
-    findings->Add(std::move(f));
-  };
+  void ChunkFinding(const OpenedShard& s, const ChunkRef& r, int64_t block,
+                    std::string message);
+  void Values(const OpenedShard& s, const ChunkRef& r, uint64_t offset, const char* p,
+              uint64_t n);
+  void VerifyGranule(Scratch& sc, const Granule& g);
+  void VerifyPiece(Scratch& sc, const OpenedShard& s, const Piece& piece, const char* p);
+  void ReportNonFinite();
 
-  // Values of verified raw bytes [offset, offset + n) of a chunk.
-  auto values = [&](const OpenedShard& s, const ChunkRef& r, uint64_t offset, const char* p,
-                    uint64_t n) {
-    const EntryRecord& e = manifest.entries[r.entry];
-    const uint64_t es = DTypeSize(e.dtype);
-    // Whole elements only (a run can start mid-element only after a bad
-    // block, when block_size is not a multiple of the element size).
-    uint64_t skip = (es - offset % es) % es;
-    if (skip >= n) return;
-    offset += skip;
-    p += skip;
-    n = (n - skip) / es * es;
-    if (n == 0) return;
-    if (options.on_data) options.on_data(r.entry, e, r.chunk, offset, absl::string_view(p, n));
-    if (options.check_finite && e.kind == format::EntryKind::kTensor &&
-        IsFloatingPoint(e.dtype)) {
-      NonFiniteCount nf = CountNonFinite(e.dtype, p, n / es);
-      if (nf.nan + nf.inf > 0) {
-        absl::MutexLock l(&mu);
-        NonFiniteChunk& agg = non_finite[&r];
-        agg.shard = &s;
-        agg.nan += nf.nan;
-        agg.inf += nf.inf;
-        agg.first = std::min<uint64_t>(agg.first, offset / es + nf.first);
-      }
+  const ValidateOptions& options_;
+  const format::Manifest& manifest_;
+  FindingList* findings_;
+  const std::vector<Granule> granules_;
+  const std::vector<std::pair<size_t, size_t>> tasks_;
+  const int threads_;
+  std::vector<Scratch> scratch_;  // one per thread
+  std::atomic<uint64_t> blocks_verified_{0}, bytes_verified_{0};
+  absl::Mutex mu_;
+  std::map<const ChunkRef*, NonFiniteChunk> non_finite_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Progress> progress_ ABSL_PT_GUARDED_BY(mu_);
+};
+
+void PayloadScan::ChunkFinding(const OpenedShard& s, const ChunkRef& r, int64_t block,
+                               std::string message) {
+  const EntryRecord& e = manifest_.entries[r.entry];
+  Finding f;
+  f.file = s.path;
+  f.entry = e.name;
+  f.chunk = r.chunk;
+  f.region = RegionToString(e.chunks[r.chunk].region);
+  f.block = block;
+  f.message = std::move(message);
+  findings_->Add(std::move(f));
+}
+
+// Hands verified raw bytes [offset, offset + n) of a chunk to on_data and
+// counts their NaN and Inf (with check_finite). Whole elements only: a run
+// can start mid-element only after a bad block, when block_size is not a
+// multiple of the element size.
+void PayloadScan::Values(const OpenedShard& s, const ChunkRef& r, uint64_t offset,
+                         const char* p, uint64_t n) {
+  const EntryRecord& e = manifest_.entries[r.entry];
+  const uint64_t es = DTypeSize(e.dtype);
+  uint64_t skip = (es - offset % es) % es;
+  if (skip >= n) return;
+  offset += skip;
+  p += skip;
+  n = (n - skip) / es * es;
+  if (n == 0) return;
+  if (options_.on_data) options_.on_data(r.entry, e, r.chunk, offset, absl::string_view(p, n));
+  if (!options_.check_finite || e.kind != format::EntryKind::kTensor ||
+      !IsFloatingPoint(e.dtype)) {
+    return;
+  }
+  NonFiniteCount nf = CountNonFinite(e.dtype, p, n / es);
+  if (nf.nan + nf.inf == 0) return;
+  absl::MutexLock l(&mu_);
+  NonFiniteChunk& agg = non_finite_[&r];
+  agg.shard = &s;
+  agg.nan += nf.nan;
+  agg.inf += nf.inf;
+  agg.first = std::min<uint64_t>(agg.first, offset / es + nf.first);
+}
+
+// Reads granule g in one read and verifies its pieces; a failed read is one
+// finding for the whole granule.
+void PayloadScan::VerifyGranule(Scratch& sc, const Granule& g) {
+  const OpenedShard& s = *g.shard;
+  const uint64_t n = g.hi - g.lo;
+  if (sc.buf.size() < n) sc.buf.resize(n);
+  absl::Status read = ::ckpt::internal::ReadExactly(*s.file.file, g.lo, n, sc.buf.data());
+  if (!read.ok()) {
+    size_t chunks = 0;
+    for (size_t i = 0; i < g.pieces.size(); ++i) {
+      chunks += i == 0 || g.pieces[i].ref != g.pieces[i - 1].ref;
     }
-  };
+    ChunkFinding(s, *g.pieces[0].ref, g.pieces[0].b0,
+                 absl::StrCat(read.message(),
+                              chunks > 1 ? absl::StrCat(" (", chunks, " chunks not verified)")
+                                         : ""));
+    return;
+  }
+  for (const Piece& piece : g.pieces) {
+    VerifyPiece(sc, s, piece, sc.buf.data() + (piece.offset - g.lo));
+  }
+  if (options_.progress) {
+    absl::MutexLock l(&mu_);
+    progress_->Add(n);
+  }
+}
 
-  auto verify = [&](int t, const Granule& g) {
-    Scratch& sc = scratch[t];
-    const OpenedShard& s = *g.shard;
-    const uint64_t n = g.hi - g.lo;
-    if (sc.buf.size() < n) sc.buf.resize(n);
-    auto got = s.file->PRead(g.lo, n, sc.buf.data());
-    if (!got.ok() || *got != n) {
-      std::string why = got.ok() ? absl::StrCat("file ends at offset ", g.lo + *got)
-                                 : std::string(got.status().message());
-      size_t chunks = 0;
-      for (size_t i = 0; i < g.pieces.size(); ++i) {
-        chunks += i == 0 || g.pieces[i].ref != g.pieces[i - 1].ref;
-      }
-      chunk_finding(s, *g.pieces[0].ref, g.pieces[0].b0,
-                    absl::StrCat("reading bytes [", g.lo, ", ", g.hi, "): ", why,
-                                 chunks > 1 ? absl::StrCat(" (", chunks, " chunks not verified)")
-                                            : ""));
-      return;
+// Verifies the blocks of `piece`, whose stored bytes start at `p`: a
+// finding per bad block; the raw bytes of good blocks go to Values, in runs
+// of consecutive good blocks (so that elements across block boundaries are
+// seen whole).
+void PayloadScan::VerifyPiece(Scratch& sc, const OpenedShard& s, const Piece& piece,
+                              const char* p) {
+  const ChunkRef& r = *piece.ref;
+  const ChunkRecord& c = *r.indexed;
+  const uint64_t bs = c.block_size;
+  const uint64_t raw_total = ::ckpt::internal::ChunkRawBytes(manifest_.entries[r.entry], c);
+  const bool in_place = c.codec == format::Codec::kNone;
+  uint64_t run = piece.b0;  // first block of the current run of good blocks
+  const char* run_p = p;
+  uint64_t good_blocks = 0, good_bytes = 0;
+  for (uint64_t b = piece.b0; b < piece.b1; ++b) {
+    const uint64_t size = c.blocks[b].stored_size;
+    const uint64_t raw_size = std::min(bs, raw_total - b * bs);
+    if (!in_place && sc.raw.size() < raw_size) sc.raw.resize(raw_size);
+    auto raw = ::ckpt::internal::VerifyBlock(manifest_.entries[r.entry], c, b,
+                                             absl::string_view(p, size), &sc.decoder,
+                                             sc.raw.data());
+    if (!raw.ok()) {
+      ChunkFinding(s, r, b, std::string(raw.status().message()));
+      if (in_place && b > run) Values(s, r, run * bs, run_p, b * bs - run * bs);
+      run = b + 1;
+      run_p = p + size;
+    } else {
+      ++good_blocks;
+      good_bytes += size;
+      if (!in_place) Values(s, r, b * bs, *raw, raw_size);
     }
-    uint64_t good_blocks = 0, good_bytes = 0;
-    for (const Piece& piece : g.pieces) {
-      const ChunkRef& r = *piece.ref;
-      const ChunkRecord& c = *r.indexed;
-      const uint64_t bs = c.block_size;
-      const uint64_t raw_total =
-          RegionElements(c.region) * DTypeSize(manifest.entries[r.entry].dtype);
-      const char* p = sc.buf.data() + (piece.offset - g.lo);
-      if (c.codec == format::Codec::kNone) {
-        // Verify in place; hand on runs of good blocks.
-        uint64_t run = piece.b0;
-        const char* run_p = p;
-        for (uint64_t b = piece.b0; b < piece.b1; ++b) {
-          const uint64_t size = c.blocks[b].stored_size;
-          const uint64_t sum = format::Checksum(p, size);
-          if (sum != c.blocks[b].checksum) {
-            chunk_finding(s, r, b,
-                          std::string(format::ChecksumMismatch(c.blocks[b].checksum, sum)
-                                          .message()));
-            if (b > run) values(s, r, run * bs, run_p, b * bs - run * bs);
-            run = b + 1;
-            run_p = p + size;
-          } else {
-            ++good_blocks;
-            good_bytes += size;
-          }
-          p += size;
-        }
-        if (piece.b1 > run) {
-          values(s, r, run * bs, run_p, std::min(piece.b1 * bs, raw_total) - run * bs);
-        }
-      } else {
-        for (uint64_t b = piece.b0; b < piece.b1; ++b) {
-          const uint64_t size = c.blocks[b].stored_size;
-          const uint64_t raw = std::min(bs, raw_total - b * bs);
-          if (sc.raw.size() < raw) sc.raw.resize(raw);
-          absl::Status st = sc.decoder.Decode(c.codec, absl::string_view(p, size),
-                                              c.blocks[b].checksum, raw, sc.raw.data());
-          if (!st.ok()) {
-            chunk_finding(s, r, b, std::string(st.message()));
-          } else {
-            ++good_blocks;
-            good_bytes += size;
-            values(s, r, b * bs, sc.raw.data(), raw);
-          }
-          p += size;
-        }
-      }
-    }
-    blocks_verified += good_blocks;
-    bytes_verified += good_bytes;
-    if (progress != nullptr) {
-      absl::MutexLock l(&mu);
-      progress->Add(n);
-    }
-  };
+    p += size;
+  }
+  if (in_place && piece.b1 > run) {
+    Values(s, r, run * bs, run_p, std::min(piece.b1 * bs, raw_total) - run * bs);
+  }
+  blocks_verified_ += good_blocks;
+  bytes_verified_ += good_bytes;
+}
 
-  (void)::ckpt::internal::ParallelFor(n_threads, tasks.size(), [&](int t, size_t i) {
-    for (size_t g = tasks[i].first; g < tasks[i].second; ++g) verify(t, granules[g]);
-    return absl::OkStatus();
-  });
-  if (progress != nullptr) progress->Finish();
-
-  for (const auto& [ref, agg] : non_finite) {
-    const EntryRecord& e = manifest.entries[ref->entry];
+// One finding per chunk that holds NaN or Inf, at its first such element.
+void PayloadScan::ReportNonFinite() {
+  absl::MutexLock l(&mu_);
+  for (const auto& [ref, agg] : non_finite_) {
+    const EntryRecord& e = manifest_.entries[ref->entry];
     const ChunkRecord& c = e.chunks[ref->chunk];
     const uint64_t es = DTypeSize(e.dtype);
-    chunk_finding(
-        *agg.shard, *ref, static_cast<int64_t>(agg.first * es / c.block_size),
-        absl::StrCat("non-finite values: ", agg.nan, " NaN, ", agg.inf, " Inf; the first at ",
-                     ElementCoordinates(e.shape, c.region, agg.first)));
+    ChunkFinding(*agg.shard, *ref, static_cast<int64_t>(agg.first * es / c.block_size),
+                 absl::StrCat("non-finite values: ", agg.nan, " NaN, ", agg.inf,
+                              " Inf; the first at ",
+                              ElementCoordinates(e.shape, c.region, agg.first)));
   }
-  return PayloadResult{blocks_verified.load(), bytes_verified.load()};
+}
+
+PayloadResult PayloadScan::Run() {
+  if (options_.progress) {
+    uint64_t total = 0;
+    for (const Granule& g : granules_) total += g.hi - g.lo;
+    absl::MutexLock l(&mu_);
+    progress_ = std::make_unique<Progress>("verifying", total);
+  }
+  (void)::ckpt::internal::ParallelFor(threads_, tasks_.size(), [&](int t, size_t i) {
+    for (size_t g = tasks_[i].first; g < tasks_[i].second; ++g) {
+      VerifyGranule(scratch_[t], granules_[g]);
+    }
+    return absl::OkStatus();
+  });
+  if (options_.progress) {
+    absl::MutexLock l(&mu_);
+    progress_->Finish();
+  }
+  ReportNonFinite();
+  return PayloadResult{blocks_verified_.load(), bytes_verified_.load()};
+}
+
+}  // namespace
+
+PayloadResult ScanPayload(const ValidateOptions& options, const format::Manifest& manifest,
+                          const std::vector<OpenedShard*>& shards, int threads,
+                          FindingList* findings) {
+  return PayloadScan(options, manifest, shards, threads, findings).Run();
 }
 
 }  // namespace ckpt::tools::internal

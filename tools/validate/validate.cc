@@ -5,17 +5,13 @@
 #include <thread>
 #include <tuple>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
+#include "ckpt/internal/checkpoint_dir.h"
+#include "ckpt/internal/shard_file.h"
 #include "format/format_constants.h"
 #include "format/geometry.h"
-#include "format/latest.h"
 #include "format/manifest.h"
-#include "format/shard.h"
 #include "format/status_macros.h"
 #include "libckpt/thread_pool.h"
 #include "nlohmann/json.hpp"
@@ -26,7 +22,6 @@ namespace ckpt::tools {
 
 using format::ChunkRecord;
 using format::EntryRecord;
-using internal::ChunkRef;
 using internal::FindingList;
 using internal::OpenedShard;
 
@@ -57,55 +52,7 @@ void FindingList::MoveTo(ValidateReport* report) {
 
 namespace {
 
-// Region order for matching manifest chunks with index chunks.
-bool RegionLess(const Region& a, const Region& b) {
-  if (a.index() != b.index()) return a.index() < b.index();
-  if (const Box* x = std::get_if<Box>(&a)) {
-    const Box& y = std::get<Box>(b);
-    return std::tie(x->offset, x->size) < std::tie(y.offset, y.size);
-  }
-  const FlatRange& x = std::get<FlatRange>(a);
-  const FlatRange& y = std::get<FlatRange>(b);
-  return std::tie(x.start, x.length) < std::tie(y.start, y.length);
-}
-
-// data_offset has no meaning for a chunk without stored bytes (§5.2).
-uint64_t MatchOffset(const ChunkRecord& c) { return c.stored_length > 0 ? c.data_offset : 0; }
-
-bool ChunkKeyLess(const ChunkRecord& a, const ChunkRecord& b) {
-  if (MatchOffset(a) != MatchOffset(b)) return MatchOffset(a) < MatchOffset(b);
-  return RegionLess(a.region, b.region);
-}
-
-std::string EntryDescription(const EntryRecord& e) {
-  return absl::StrCat(e.kind == format::EntryKind::kObject ? "object " : "tensor ",
-                      DTypeName(e.dtype), " ", ShapeToString(e.shape),
-                      (e.flags & format::kEntryFlagPartial) ? " partial" : "");
-}
-
-std::string CodecName(format::Codec c) { return c == format::Codec::kZstd ? "zstd" : "none"; }
-
-// Fields of CHECKPOINT_INFO that differ, as "step 5 != 7, ..." (index value
-// first).
-std::string InfoDiff(const format::CheckpointInfo& index, const format::CheckpointInfo& m) {
-  std::vector<std::string> d;
-  if (index.id != m.id) {
-    d.push_back(absl::StrCat("id ", format::IdToHex(index.id), " != ", format::IdToHex(m.id)));
-  }
-  if (index.step != m.step) d.push_back(absl::StrCat("step ", index.step, " != ", m.step));
-  if (index.world_size != m.world_size) {
-    d.push_back(absl::StrCat("world_size ", index.world_size, " != ", m.world_size));
-  }
-  if (index.created_unix_ns != m.created_unix_ns) {
-    d.push_back(absl::StrCat("created_unix_ns ", index.created_unix_ns, " != ",
-                             m.created_unix_ns));
-  }
-  if (index.fingerprint != m.fingerprint) d.push_back("fingerprint");
-  if (index.writer != m.writer) {
-    d.push_back(absl::StrCat("writer '", index.writer, "' != '", m.writer, "'"));
-  }
-  return absl::StrJoin(d, ", ");
-}
+namespace core = ::ckpt::internal;
 
 class Validator {
  public:
@@ -133,21 +80,33 @@ class Validator {
     f.message = std::move(message);
     findings_.Add(std::move(f));
   }
-  void AddChunk(const std::string& file, uint32_t e, int64_t chunk, std::string message) {
+  void AddIfError(const std::string& file, const absl::Status& s) {
+    if (!s.ok()) Add(Severity::kError, file, std::string(s.message()));
+  }
+  // A finding about entry `entry` (manifest or index name) and, when
+  // chunk >= 0, chunk `chunk` of the manifest's entry of that name.
+  void AddEntry(const std::string& file, const std::string& entry,
+                int64_t chunk, std::string message) {
     Finding f;
     f.file = file;
-    f.entry = manifest_.entries[e].name;
+    f.entry = entry;
     f.chunk = chunk;
-    if (chunk >= 0) f.region = RegionToString(manifest_.entries[e].chunks[chunk].region);
+    const int64_t e = index_ ? index_->Find(entry) : -1;
+    if (chunk >= 0 && e >= 0) {
+      f.region = RegionToString(manifest_.entries[e].chunks[chunk].region);
+    }
     f.message = std::move(message);
     findings_.Add(std::move(f));
   }
 
   absl::StatusOr<std::string> Resolve();
+  std::string ResolveLatest(const core::RootListing& root);
   absl::Status CheckCheckpoint(const std::string& dir);
+  absl::StatusOr<bool> ReadManifest(const std::string& mpath);
   void CheckCoverage(const std::string& mpath);
-  void OpenShard(size_t i, const std::vector<std::vector<ChunkRef>>& by_shard);
-  void MatchChunks(OpenedShard& s, const std::vector<ChunkRef>& listed);
+  void OpenShard(size_t i);
+  void MatchChunks(OpenedShard& s, uint32_t shard_id);
+  void CheckChunklessEntries(const std::vector<OpenedShard*>& opened);
 
   const ValidateOptions& options_;
   ValidateReport* report_;
@@ -155,127 +114,100 @@ class Validator {
   int threads_;
   FindingList findings_;
   format::Manifest manifest_;
-  absl::flat_hash_map<absl::string_view, uint32_t> entry_index_;
+  std::unique_ptr<core::ManifestIndex> index_;  // over manifest_
   std::vector<std::unique_ptr<OpenedShard>> shards_;  // null: failed to open
 };
 
 // A checkpoint directory is returned as is. A root is checked (latest,
-// stray temporary entries) and resolved to the checkpoint that `latest`
-// names or, when it is broken, to the newest committed one ("" if none).
+// stray temporary entries) and resolved by ResolveLatest ("" if there is
+// nothing to validate under it).
 absl::StatusOr<std::string> Validator::Resolve() {
   const std::string& path = options_.path;
-  auto st = storage_->Stat(path);
-  if (!st.ok()) {
-    if (absl::IsNotFound(st.status())) {
-      return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint or checkpoint root"));
-    }
-    return st.status();
-  }
-  if (!st->is_dir) return absl::NotFoundError(absl::StrCat(path, ": not a directory"));
-  if (storage_->Stat(JoinPath(path, format::kManifestFileName)).ok()) return path;
-
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> names, storage_->List(path));
-  bool has_latest = false;
-  std::vector<std::pair<uint64_t, std::string>> committed;
-  std::vector<std::string> temps;
-  for (const std::string& n : names) {
-    uint64_t step;
-    if (n == format::kLatestFileName) {
-      has_latest = true;
-    } else if (absl::StartsWith(n, format::kTempDirPrefix)) {
-      temps.push_back(n);
-    } else if (format::ParseStepDirName(n, &step) &&
-               storage_->Stat(JoinPath(JoinPath(path, n), format::kManifestFileName)).ok()) {
-      committed.emplace_back(step, n);
-    }
-  }
-  if (!has_latest && committed.empty() && temps.empty()) {
-    return absl::NotFoundError(absl::StrCat(
-        path, ": not a checkpoint (no MANIFEST) nor a checkpoint root (no 'latest')"));
+  CKPT_ASSIGN_OR_RETURN(bool is_checkpoint,
+                        core::IsCheckpointDir(storage_, path));
+  if (is_checkpoint) return path;
+  CKPT_ASSIGN_OR_RETURN(core::RootListing root, core::ListRoot(storage_, path));
+  if (!root.has_latest && root.committed.empty() && root.temps.empty()) {
+    return core::NotACheckpoint(path);
   }
   report_->root = path;
-  for (const std::string& t : temps) {
+  for (const std::string& t : root.temps) {
     auto info = storage_->Stat(JoinPath(path, t));
     bool dir = info.ok() && info->is_dir;
     Add(Severity::kWarning, JoinPath(path, t),
         absl::StrCat("stray temporary ", dir ? "directory" : "file",
-                     " left by an interrupted save; delete it if no save is running"));
+                     " left by an interrupted save; delete it if no save is "
+                     "running"));
   }
-  const std::string latest_path = JoinPath(path, format::kLatestFileName);
-  std::string problem, target;
-  if (has_latest) {
-    auto bytes = storage_->ReadFile(latest_path);
-    if (!bytes.ok()) {
-      problem = std::string(bytes.status().message());
-    } else {
-      auto dir = format::DecodeLatest(*bytes);
-      if (!dir.ok()) {
-        absl::string_view msg = dir.status().message();
-        absl::ConsumePrefix(&msg, "latest: ");
-        problem = absl::StrCat("broken pointer: ", msg);
-      } else if (!storage_->Stat(JoinPath(JoinPath(path, *dir), format::kManifestFileName)).ok()) {
-        problem = absl::StrCat("points to '", *dir, "', which is not a committed checkpoint");
-      } else {
-        target = JoinPath(path, *dir);
-      }
-    }
+  return ResolveLatest(root);
+}
+
+// The checkpoint `latest` names or, when it is broken (an error finding),
+// the newest committed one; "" if none.
+std::string Validator::ResolveLatest(const core::RootListing& root) {
+  const std::string& path = options_.path;
+  std::string problem = "missing";
+  if (root.has_latest) {
+    auto dir = core::FollowLatest(storage_, path);
+    if (dir.ok() && dir->has_value()) return JoinPath(path, **dir);
+    if (!dir.ok()) problem = std::string(dir.status().message());
+  }
+  std::string target;
+  if (!root.committed.empty()) {
+    const std::string& newest =
+        std::max_element(root.committed.begin(), root.committed.end())->second;
+    target = JoinPath(path, newest);
+    absl::StrAppend(&problem, "; validating ", newest,
+                    ", the newest committed checkpoint, instead");
   } else {
-    problem = "missing";
+    absl::StrAppend(&problem, "; there is no committed checkpoint to validate");
   }
-  if (!problem.empty()) {
-    if (!committed.empty()) {
-      const std::string& newest = std::max_element(committed.begin(), committed.end())->second;
-      target = JoinPath(path, newest);
-      absl::StrAppend(&problem, "; validating ", newest,
-                      ", the newest committed checkpoint, instead");
-    } else {
-      absl::StrAppend(&problem, "; there is no committed checkpoint to validate");
-    }
-    Add(Severity::kError, latest_path, problem);
-  }
+  Add(Severity::kError, JoinPath(path, format::kLatestFileName), problem);
   return target;
 }
 
-absl::Status Validator::CheckCheckpoint(const std::string& dir) {
-  report_->checkpoint_dir = dir;
-  const std::string mpath = JoinPath(dir, format::kManifestFileName);
+// Reads and decodes the manifest into manifest_ and the report. Returns
+// false when it does not read or decode (a finding, and the checkpoint is
+// not checked further); a newer format version is the error returned.
+absl::StatusOr<bool> Validator::ReadManifest(const std::string& mpath) {
   auto bytes = storage_->ReadFile(mpath);
   if (!bytes.ok()) {
     Add(Severity::kError, mpath, std::string(bytes.status().message()));
-    return absl::OkStatus();
+    return false;
   }
   auto m = format::DecodeManifest(*bytes);
   if (!m.ok()) {
     if (absl::IsFailedPrecondition(m.status())) return Annotate(m.status(), mpath);
     Add(Severity::kError, mpath, std::string(m.status().message()));
-    return absl::OkStatus();
+    return false;
   }
   manifest_ = *std::move(m);
-  bytes->clear();
-  bytes->shrink_to_fit();
+  index_ = std::make_unique<core::ManifestIndex>(manifest_);
   report_->manifest_ok = true;
   report_->format_minor = manifest_.minor_version;
   report_->info = manifest_.info;
   report_->shards = manifest_.shards.size();
   report_->entries = manifest_.entries.size();
-  std::vector<std::vector<ChunkRef>> by_shard(manifest_.info.world_size);
-  for (size_t e = 0; e < manifest_.entries.size(); ++e) {
-    const EntryRecord& entry = manifest_.entries[e];
-    entry_index_[entry.name] = static_cast<uint32_t>(e);
+  for (const EntryRecord& entry : manifest_.entries) {
     report_->chunks += entry.chunks.size();
-    for (size_t c = 0; c < entry.chunks.size(); ++c) {
-      report_->payload_bytes += entry.chunks[c].stored_length;
-      // DecodeManifest guarantees shard < world_size.
-      by_shard[entry.chunks[c].shard].push_back(
-          ChunkRef{static_cast<uint32_t>(e), static_cast<uint32_t>(c), nullptr});
+    for (const ChunkRecord& c : entry.chunks) {
+      report_->payload_bytes += c.stored_length;
     }
   }
+  return true;
+}
 
+// The manifest, then every shard on its own, then (unless quick) the
+// payload of the shards that opened.
+absl::Status Validator::CheckCheckpoint(const std::string& dir) {
+  report_->checkpoint_dir = dir;
+  const std::string mpath = JoinPath(dir, format::kManifestFileName);
+  CKPT_ASSIGN_OR_RETURN(bool manifest_ok, ReadManifest(mpath));
+  if (!manifest_ok) return absl::OkStatus();
   CheckCoverage(mpath);
-
   shards_.resize(manifest_.shards.size());
   (void)::ckpt::internal::ParallelFor(threads_, shards_.size(), [&](int, size_t i) {
-    OpenShard(i, by_shard);
+    OpenShard(i);
     return absl::OkStatus();
   });
   std::vector<OpenedShard*> opened;
@@ -283,6 +215,7 @@ absl::Status Validator::CheckCheckpoint(const std::string& dir) {
     if (s != nullptr) opened.push_back(s.get());
   }
   report_->shards_ok = opened.size();
+  CheckChunklessEntries(opened);
   if (!options_.quick) {
     internal::PayloadResult r =
         internal::ScanPayload(options_, manifest_, opened, threads_, &findings_);
@@ -301,220 +234,46 @@ void Validator::CheckCoverage(const std::string& mpath) {
     for (const ChunkRecord& c : entry.chunks) regions.push_back(c.region);
     absl::Status s =
         CheckCover(entry.shape, regions, (entry.flags & format::kEntryFlagPartial) != 0);
-    if (!s.ok()) AddChunk(mpath, static_cast<uint32_t>(e), -1, std::string(s.message()));
+    if (!s.ok()) AddEntry(mpath, entry.name, -1, std::string(s.message()));
     return absl::OkStatus();
   });
 }
 
-// Opens shard i on its own (§5.6): a problem is reported once and the shard
-// is left out of the payload scan.
-void Validator::OpenShard(size_t i, const std::vector<std::vector<ChunkRef>>& by_shard) {
+// Opens shard i on its own (§5.6): a problem that leaves the file unusable
+// is reported once and the shard is left out of the payload scan.
+void Validator::OpenShard(size_t i) {
   const format::ShardInfo& info = manifest_.shards[i];
   auto s = std::make_unique<OpenedShard>();
   s->path = JoinPath(report_->checkpoint_dir, info.file_name);
-  auto fail = [&](absl::string_view msg) { Add(Severity::kError, s->path, std::string(msg)); };
-  auto file = storage_->Open(s->path, OpenMode::kRead);
-  if (!file.ok()) {
-    if (absl::IsNotFound(file.status())) {
-      return fail(absl::StrCat("shard file is missing (shard ", info.shard_id,
-                               " in the manifest)"));
-    }
-    return fail(file.status().message());
-  }
+  auto file = core::OpenShardFile(storage_, s->path, info, manifest_.info.id);
+  if (!file.ok()) return AddIfError(s->path, file.status());
   s->file = *std::move(file);
-  auto size = s->file->Size();
-  if (!size.ok()) return fail(size.status().message());
-  auto read = [&](uint64_t offset, uint64_t n) -> absl::StatusOr<std::string> {
-    std::string buf(n, '\0');
-    CKPT_ASSIGN_OR_RETURN(size_t got, s->file->PRead(offset, n, buf.data()));
-    buf.resize(got);
-    return buf;
-  };
-  auto head = read(0, std::min<uint64_t>(*size, format::kShardHeaderSize));
-  if (!head.ok()) return fail(head.status().message());
-  auto header = format::DecodeShardHeader(*head);
-  if (!header.ok()) return fail(header.status().message());
-  if (header->checkpoint_id != manifest_.info.id) {
-    return fail(absl::StrCat("checkpoint id ", format::IdToHex(header->checkpoint_id),
-                             " != manifest's ", format::IdToHex(manifest_.info.id),
-                             ": this shard belongs to another checkpoint"));
-  }
-  if (header->shard_id != info.shard_id) {
-    return fail(absl::StrCat("shard id ", header->shard_id, " != ", info.shard_id,
-                             " in the manifest"));
-  }
-  if (*size != info.file_size) {
-    return fail(absl::StrCat("file is ", *size, " bytes, the manifest says ", info.file_size,
-                             *size < info.file_size ? " (truncated)" : " (extended)"));
-  }
-  // file_size >= 96 (DecodeManifest checks it), so the tail is in the file.
-  auto tail_bytes = read(*size - format::kShardTailSize, format::kShardTailSize);
-  if (!tail_bytes.ok()) return fail(tail_bytes.status().message());
-  auto tail = format::DecodeShardTail(*tail_bytes, *size);
-  if (!tail.ok()) return fail(tail.status().message());
-  auto index_bytes = read(tail->index_offset, tail->index_length);
-  if (!index_bytes.ok()) return fail(index_bytes.status().message());
-  auto index = format::DecodeShardIndex(*index_bytes, *header, *tail);
-  if (!index.ok()) return fail(index.status().message());
-  s->index = *std::move(index);
-  if (!(s->index.info == manifest_.info)) {
-    fail(absl::StrCat("CHECKPOINT_INFO differs from the manifest's: ",
-                      InfoDiff(s->index.info, manifest_.info), " (index != manifest)"));
-  }
-  if (!s->index.metadata.empty() && s->index.metadata != manifest_.metadata) {
-    fail(absl::StrCat("METADATA differs from the manifest's (", s->index.metadata.size(),
-                      " pairs in the index, ", manifest_.metadata.size(), " in the manifest)"));
-  }
-  MatchChunks(*s, by_shard[info.shard_id]);
+  AddIfError(s->path, core::CheckIndexInfo(s->file.index, manifest_));
+  AddIfError(s->path, core::CheckIndexMetadata(s->file.index, manifest_));
+  MatchChunks(*s, info.shard_id);
   shards_[i] = std::move(s);
 }
 
-// §8.6: every manifest chunk of this shard is in the index, with the same
-// fields, and every index chunk is in the manifest. Also §5.2: payloads do
-// not overlap.
-void Validator::MatchChunks(OpenedShard& s, const std::vector<ChunkRef>& listed) {
-  // Index entries by manifest entry index.
-  absl::flat_hash_map<uint32_t, const EntryRecord*> index_of;
-  absl::flat_hash_map<uint32_t, bool> bad_entry;
-  for (const EntryRecord& ie : s.index.entries) {
-    auto it = entry_index_.find(ie.name);
-    if (it == entry_index_.end()) {
-      Finding f;
-      f.file = s.path;
-      f.entry = ie.name;
-      f.message = absl::StrCat("entry is in the shard index (", ie.chunks.size(),
-                               " chunks) but not in the manifest");
-      findings_.Add(std::move(f));
-      continue;
-    }
-    const EntryRecord& me = manifest_.entries[it->second];
-    if (ie.kind != me.kind || ie.dtype != me.dtype || ie.flags != me.flags ||
-        ie.shape != me.shape) {
-      AddChunk(s.path, it->second, -1,
-               absl::StrCat("the shard index has ", EntryDescription(ie),
-                            ", the manifest has ", EntryDescription(me)));
-      bad_entry[it->second] = true;
-      continue;
-    }
-    index_of[it->second] = &ie;
+// §8.6 and §5.2: the chunks of the index against the manifest's, each
+// disagreement a finding; the matched chunks go to the payload scan.
+void Validator::MatchChunks(OpenedShard& s, uint32_t shard_id) {
+  std::vector<core::IndexProblem> problems;
+  s.chunks = core::MatchIndexChunks(*index_, shard_id, s.file.index, &problems);
+  core::FindPayloadOverlaps(manifest_, s.chunks, &problems);
+  for (core::IndexProblem& p : problems) {
+    AddEntry(s.path, p.entry, p.chunk, std::move(p.message));
   }
-  absl::flat_hash_map<uint32_t, bool> seen;
-  std::vector<ChunkRef> mine;
-  std::vector<const ChunkRecord*> theirs;
-  for (size_t a = 0; a < listed.size();) {
-    const uint32_t e = listed[a].entry;
-    size_t b = a;
-    while (b < listed.size() && listed[b].entry == e) ++b;
-    seen[e] = true;
-    const EntryRecord& me = manifest_.entries[e];
-    auto it = index_of.find(e);
-    if (it == index_of.end()) {
-      if (!bad_entry.contains(e)) {
-        AddChunk(s.path, e, listed[a].chunk,
-                 absl::StrCat("the manifest stores ", b - a, " chunk(s) of this entry in ",
-                              "this shard, but the shard index does not list the entry"));
-      }
-      a = b;
-      continue;
-    }
-    const EntryRecord& ie = *it->second;
-    mine.assign(listed.begin() + a, listed.begin() + b);
-    theirs.clear();
-    for (const ChunkRecord& c : ie.chunks) theirs.push_back(&c);
-    // Writers list a shard's chunks in the same order in both places; sort
-    // only when they do not.
-    bool same_order = mine.size() == theirs.size();
-    for (size_t k = 0; same_order && k < mine.size(); ++k) {
-      const ChunkRecord& mc = me.chunks[mine[k].chunk];
-      same_order = MatchOffset(mc) == MatchOffset(*theirs[k]) && mc.region == theirs[k]->region;
-    }
-    if (!same_order) {
-      std::sort(mine.begin(), mine.end(), [&](const ChunkRef& x, const ChunkRef& y) {
-        return ChunkKeyLess(me.chunks[x.chunk], me.chunks[y.chunk]);
-      });
-      std::sort(theirs.begin(), theirs.end(), [](const ChunkRecord* x, const ChunkRecord* y) {
-        return ChunkKeyLess(*x, *y);
-      });
-    }
-    size_t i = 0, j = 0;
-    auto unlisted = [&](const ChunkRecord& c) {
-      AddChunk(s.path, e, -1,
-               absl::StrCat("the shard index has a chunk ", RegionToString(c.region),
-                            " at offset ", c.data_offset, " that the manifest does not list"));
-    };
-    while (i < mine.size() || j < theirs.size()) {
-      if (!same_order && (j == theirs.size() || (i < mine.size() &&
-                                                 ChunkKeyLess(me.chunks[mine[i].chunk],
-                                                              *theirs[j])))) {
-        const ChunkRecord& mc = me.chunks[mine[i].chunk];
-        AddChunk(s.path, e, mine[i].chunk,
-                 absl::StrCat("not in the shard index (the manifest puts it at offset ",
-                              mc.data_offset, ", ", mc.stored_length, " bytes)"));
-        ++i;
-        continue;
-      }
-      if (!same_order &&
-          (i == mine.size() || ChunkKeyLess(*theirs[j], me.chunks[mine[i].chunk]))) {
-        unlisted(*theirs[j]);
-        ++j;
-        continue;
-      }
-      // Same key: the other fields must agree too.
-      const ChunkRecord& mc = me.chunks[mine[i].chunk];
-      const ChunkRecord& ic = *theirs[j];
-      if (mc.stored_length == ic.stored_length && mc.codec == ic.codec &&
-          mc.block_size == ic.block_size) {
-        s.chunks.push_back(ChunkRef{e, mine[i].chunk, &ic});
-      } else {
-        std::vector<std::string> d;
-        if (mc.stored_length != ic.stored_length) {
-          d.push_back(absl::StrCat("stored_length ", ic.stored_length, " != ",
-                                   mc.stored_length));
-        }
-        if (mc.codec != ic.codec) {
-          d.push_back(absl::StrCat("codec ", CodecName(ic.codec), " != ", CodecName(mc.codec)));
-        }
-        if (mc.block_size != ic.block_size) {
-          d.push_back(absl::StrCat("block_size ", ic.block_size, " != ", mc.block_size));
-        }
-        AddChunk(s.path, e, mine[i].chunk,
-                 absl::StrCat("the shard index differs from the manifest: ",
-                              absl::StrJoin(d, ", "), " (index != manifest)"));
-      }
-      ++i;
-      ++j;
-    }
-    a = b;
-  }
-  // Index entries of which the manifest puts no chunk in this shard.
-  for (const auto& [e, ie] : index_of) {
-    if (seen.contains(e)) continue;
-    for (const ChunkRecord& c : ie->chunks) {
-      AddChunk(s.path, e, -1,
-               absl::StrCat("the shard index has a chunk ", RegionToString(c.region),
-                            " at offset ", c.data_offset, " that the manifest does not list"));
-    }
-  }
-  // Payload ranges must not overlap (§5.2).
-  std::sort(s.chunks.begin(), s.chunks.end(), [](const ChunkRef& x, const ChunkRef& y) {
-    return x.indexed->data_offset < y.indexed->data_offset;
-  });
-  const ChunkRef* prev = nullptr;
-  for (const ChunkRef& r : s.chunks) {
-    if (r.indexed->stored_length == 0) continue;
-    if (prev != nullptr &&
-        prev->indexed->data_offset + prev->indexed->stored_length > r.indexed->data_offset) {
-      AddChunk(s.path, r.entry, r.chunk,
-               absl::StrCat("payload at offset ", r.indexed->data_offset,
-                            " overlaps that of chunk ", prev->chunk, " of '",
-                            manifest_.entries[prev->entry].name, "' (offset ",
-                            prev->indexed->data_offset, ", ", prev->indexed->stored_length,
-                            " bytes)"));
-    }
-    if (prev == nullptr || r.indexed->data_offset + r.indexed->stored_length >
-                               prev->indexed->data_offset + prev->indexed->stored_length) {
-      prev = &r;
-    }
+}
+
+// §5.7, judged only when every shard opened (a shard that did not may be
+// the one listing the entry, and it is already reported).
+void Validator::CheckChunklessEntries(const std::vector<OpenedShard*>& opened) {
+  if (opened.size() != manifest_.shards.size()) return;
+  std::vector<const format::ShardIndex*> indexes;
+  for (const OpenedShard* s : opened) indexes.push_back(&s->file.index);
+  for (uint32_t e : core::UnindexedChunklessEntries(manifest_, indexes)) {
+    AddEntry(report_->checkpoint_dir, manifest_.entries[e].name, -1,
+             std::string(core::ChunklessEntryNotIndexed().message()));
   }
 }
 
@@ -525,36 +284,9 @@ absl::string_view SeverityName(Severity s) {
 }
 
 std::string FindingText(const Finding& f) {
-  std::string out = f.file;
-  std::string where;
-  if (f.block >= 0) absl::StrAppend(&where, "block ", f.block, " of ");
-  if (f.chunk >= 0) {
-    absl::StrAppend(&where, "chunk ", f.chunk, f.region.empty() ? "" : " ", f.region, " of ");
-  }
-  if (!f.entry.empty()) {
-    absl::StrAppend(&where, where.empty() ? "entry '" : "'", EscapeName(f.entry), "'");
-  }
-  if (!where.empty()) absl::StrAppend(&out, out.empty() ? "" : ": ", where);
-  absl::StrAppend(&out, out.empty() ? "" : ": ", f.message);
-  return out;
-}
-
-std::string EscapeName(absl::string_view name) {
-  std::string out;
-  for (size_t i = 0; i < name.size(); ++i) {
-    unsigned char c = static_cast<unsigned char>(name[i]);
-    if (c < 0x20 || c == 0x7f) {
-      absl::StrAppend(&out, absl::StrFormat("\\x%02x", c));
-    } else if (c == 0xc2 && i + 1 < name.size() &&
-               static_cast<unsigned char>(name[i + 1]) >= 0x80 &&
-               static_cast<unsigned char>(name[i + 1]) <= 0x9f) {
-      // A C1 control character (U+0080..U+009F), valid in names (§11).
-      absl::StrAppend(&out, absl::StrFormat("\\u%04x", static_cast<unsigned char>(name[++i])));
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
+  std::string where =
+      core::LocationText(f.file, f.entry, f.chunk, f.region, f.block);
+  return where.empty() ? f.message : absl::StrCat(where, ": ", f.message);
 }
 
 size_t ValidateReport::errors() const {
@@ -573,6 +305,7 @@ absl::StatusOr<ValidateReport> Validate(const ValidateOptions& options) {
   ValidateReport report;
   report.quick = options.quick;
   report.check_finite = options.check_finite;
+  report.strict = options.strict;
   Validator v(options, &report);
   CKPT_RETURN_IF_ERROR(v.Run());
   report.seconds =
@@ -605,8 +338,11 @@ void PrintValidateText(const ValidateReport& r, std::ostream& out) {
   if (r.findings_dropped > 0) {
     out << "... and " << r.findings_dropped << " more problems not listed\n";
   }
-  if (r.valid()) {
+  if (r.valid() && r.findings.empty()) {
     out << "VALID: no problems found\n";
+  } else if (r.valid()) {
+    out << "VALID: no errors (" << r.warnings()
+        << (r.warnings() == 1 ? " warning" : " warnings") << ")\n";
   } else {
     const uint64_t total = r.findings.size() + r.findings_dropped;
     out << "INVALID: " << total << (total == 1 ? " problem" : " problems") << " ("

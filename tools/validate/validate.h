@@ -17,14 +17,18 @@
 //    and shard id against the manifest, CHECKPOINT_INFO and METADATA
 //    against the manifest's [§5.6], entries and chunks equal to the
 //    manifest's in both directions [§8.6], payloads that do not overlap
-//    [§5.2];
+//    [§5.2]; when every shard opened, entries without any chunk listed by
+//    some index [§5.7];
 //  - unless `quick`: every block of every chunk, read with several threads
 //    in large sequential reads and verified against its checksum while it
-//    is in cache; zstd blocks are also decoded [§5.3];
+//    is in cache; zstd blocks are also decoded [§5.3]; bool bytes are 0 or
+//    1 [§9];
 //  - with `check_finite`: NaN and Inf in floating-point tensors.
 //
 // A problem is a Finding, not an error: Validate returns an error status
-// only when it cannot validate at all (see Validate). A shard that fails to
+// only when it cannot validate at all (see Validate). The checks and their
+// messages are libckpt's read core (ckpt/internal/), shared with
+// ckpt::Reader; this library collects every problem and reports them. A shard that fails to
 // open is reported once and its chunks are not read; everything else goes
 // on.
 #ifndef CKPT_TOOLS_VALIDATE_VALIDATE_H_
@@ -38,14 +42,16 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "ckpt/internal/shard_file.h"
 #include "ckpt/storage.h"
 #include "format/records.h"
 
 namespace ckpt::tools {
 
-// Both severities are findings and make ckpt-validate exit 1. A warning
+// An error makes the checkpoint invalid (ckpt-validate exits 1). A warning
 // concerns the root rather than the checkpoint: a stray temporary entry
-// can be a save in progress, so it is reported but not called corrupt.
+// can be a save in progress, so it is shown but does not make the
+// checkpoint invalid, unless ValidateOptions::strict.
 enum class Severity { kError, kWarning };
 absl::string_view SeverityName(Severity s);  // "error", "warning"
 
@@ -65,13 +71,14 @@ struct Finding {
 std::string FindingText(const Finding& f);
 
 // `name` with C0 and C1 control characters escaped (\x1b, \u0085), for
-// printing entry names (spec/FORMAT.md §11).
-std::string EscapeName(absl::string_view name);
+// printing entry names (spec/FORMAT.md §11); the library's, shared.
+using ::ckpt::internal::EscapeName;
 
 struct ValidateOptions {
   std::string path;           // a checkpoint directory, or a root
   bool quick = false;         // metadata only: no payload byte is read
   bool check_finite = false;  // NaN/Inf in floating-point tensors are findings
+  bool strict = false;        // warnings make the checkpoint invalid too
   int threads = 0;            // payload readers; 0 = one per hardware thread
   Storage* storage = nullptr;  // not owned; null = POSIX
   bool progress = false;       // progress bar on stderr (drawn on a tty only)
@@ -98,6 +105,7 @@ struct ValidateReport {
   format::CheckpointInfo info;
   bool quick = false;
   bool check_finite = false;
+  bool strict = false;
   uint64_t shards = 0;          // shard files listed
   uint64_t shards_ok = 0;       // shard files whose header, tail and index are valid
   uint64_t entries = 0;
@@ -111,7 +119,11 @@ struct ValidateReport {
 
   size_t errors() const;
   size_t warnings() const;
-  bool valid() const { return findings.empty() && findings_dropped == 0; }
+  // No error (and, when strict, no warning) found. Findings beyond the
+  // limit count as errors.
+  bool valid() const {
+    return errors() == 0 && findings_dropped == 0 && (!strict || warnings() == 0);
+  }
 };
 
 // Validates the checkpoint at options.path (following `latest` under a

@@ -10,6 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "ckpt/internal/shard_file.h"
 #include "ckpt/storage.h"
 #include "format/records.h"
 #include "tools/validate/validate.h"
@@ -32,19 +33,12 @@ class FindingList {
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// A manifest chunk matched with its shard-index record (which has the
-// block table).
-struct ChunkRef {
-  uint32_t entry = 0;                           // manifest entry index
-  uint32_t chunk = 0;                           // chunk index in that entry
-  const format::ChunkRecord* indexed = nullptr;  // in the shard's index
-};
+using ::ckpt::internal::ChunkRef;
 
 // A shard file whose header, tail and index were verified.
 struct OpenedShard {
   std::string path;
-  std::unique_ptr<File> file;
-  format::ShardIndex index;
+  ::ckpt::internal::ShardFile file;
   std::vector<ChunkRef> chunks;  // matched chunks, by data_offset
 };
 

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,6 +76,53 @@ struct ReaderOptions {
   bool direct_io = false;
 };
 
+// Why views: the public Reader describes a checkpoint with the types below,
+// not with the on-disk records of format/records.h. Those records follow
+// the bytes of the format (block tables, data offsets, codec fields, flag
+// bits) and change when it does; a trainer needs names, dtypes, shapes and
+// where the pieces are, which stay the same across format versions. The
+// records remain reachable through manifest() and Find() for the tools
+// that work on the stored layout itself (ckpt-reshard, ckpt-convert,
+// ckpt-synth) and for tests; code outside this repository should use the
+// views.
+
+// A tensor or object of the checkpoint, without copying it: valid as long
+// as the Reader that returned it. Cheap to copy.
+class EntryView {
+ public:
+  // For the library: a view of `e`, which must outlive it.
+  explicit EntryView(const format::EntryRecord& e) : e_(&e) {}
+  const std::string& name() const { return e_->name; }
+  // An object is a byte string, loaded with LoadRequest::object; its
+  // shape is {byte length} and its dtype uint8.
+  bool is_object() const { return e_->kind == format::EntryKind::kObject; }
+  DType dtype() const { return e_->dtype; }
+  const Shape& shape() const { return e_->shape; }
+  // Saved partially on purpose: the chunks need not cover the tensor.
+  bool partial() const { return (e_->flags & format::kEntryFlagPartial) != 0; }
+  // The stored pieces, in manifest order: which elements (a box or a flat
+  // range of the global tensor), in which shard file (the writing rank),
+  // and how many bytes they take there (after compression).
+  size_t num_chunks() const { return e_->chunks.size(); }
+  const Region& chunk_region(size_t i) const { return e_->chunks[i].region; }
+  uint32_t chunk_shard(size_t i) const { return e_->chunks[i].shard; }
+  uint64_t chunk_stored_bytes(size_t i) const { return e_->chunks[i].stored_length; }
+
+ private:
+  const format::EntryRecord* e_;
+};
+
+// What identifies and describes a checkpoint as a whole.
+struct CheckpointDescription {
+  uint64_t step = 0;
+  uint32_t world_size = 0;       // ranks that saved it (= shard files)
+  std::string id;                // 32 lower-case hex digits, unique per save
+  int64_t created_unix_ns = 0;
+  std::string writer;            // e.g. "ckpt 0.1.0"; informational
+  std::string format_version;    // e.g. "1.0"
+  std::vector<std::pair<std::string, std::string>> metadata;  // as saved
+};
+
 class Reader {
  public:
   // `path` is a checkpoint directory (holding MANIFEST) or a root, in which
@@ -86,6 +134,14 @@ class Reader {
   virtual ~Reader() = default;
 
   virtual const std::string& path() const = 0;  // the checkpoint directory
+  virtual const CheckpointDescription& description() const = 0;
+  // Every entry, in manifest order (sorted by name). O(entries) per call.
+  virtual std::vector<EntryView> entries() const = 0;
+  // The entry named `name`, or nullopt.
+  virtual std::optional<EntryView> FindEntry(const std::string& name) const = 0;
+
+  // The on-disk records (see "Why views" above): for tools that work on the
+  // stored layout. They follow the format and may change with it.
   virtual const format::Manifest& manifest() const = 0;
   // nullptr if absent.
   virtual const format::EntryRecord* Find(const std::string& name) const = 0;

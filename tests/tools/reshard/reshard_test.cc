@@ -286,7 +286,7 @@ TEST_F(ReshardTest, CorruptSourceBlockFailsAndCommitsNothing) {
   ::ckpt::testing::WriteFileBytes(shard, bytes);
   auto r = Reshard(Opts(3));
   EXPECT_THAT(r, StatusIs(absl::StatusCode::kDataLoss,
-                          Src() + "/step-00000007/shard-00001.ckpt: block 0 of chunk "
+                          Src() + "/step-00000007/shard-00001.ckpt: block 0 of chunk 1 "
                                   "[21:64, 0:64] of 'w': checksum"));
   // Nothing committed, nothing left behind.
   EXPECT_TRUE(::ckpt::testing::LeftoversIn(Dst()).empty());

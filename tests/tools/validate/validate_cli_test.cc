@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "gtest/gtest.h"
+#include "gmock/gmock.h"
 #include "nlohmann/json.hpp"
 #include "tests/tools/inspect/fixture.h"
 
@@ -18,6 +19,7 @@ using testing::Normalize;
 using testing::RunResult;
 using testing::StandardSpec;
 using testing::WriteCheckpoint;
+using ::testing::HasSubstr;
 
 RunResult Validate(const std::string& args, const TempDir& tmp) {
   return testing::Run(std::string(CKPT_VALIDATE_BIN) + " " + args, tmp.path());
@@ -63,13 +65,26 @@ TEST(ValidateCli, MultipleProblems) {
   ExpectOutput("validate", "multiple.txt", Normalize(r.out, tmp.path()));
 }
 
-TEST(ValidateCli, StrayTempDirOnlyExitsOne) {
+// A warning alone shows but does not make the checkpoint invalid.
+TEST(ValidateCli, StrayTempDirOnlyIsAWarningAndExitsZero) {
   TempDir tmp;
   WriteCheckpoint(tmp.path(), StandardSpec());
   fs::create_directory(tmp / ".tmp-step-00000008-00112233aabbccdd");
   RunResult r = Validate(tmp.path(), tmp);
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 0);
   ExpectOutput("validate", "stray_temp.txt", Normalize(r.out, tmp.path()));
+}
+
+TEST(ValidateCli, StrictMakesAWarningFail) {
+  TempDir tmp;
+  WriteCheckpoint(tmp.path(), StandardSpec());
+  fs::create_directory(tmp / ".tmp-step-00000008-00112233aabbccdd");
+  RunResult r = Validate(tmp.path() + " --strict", tmp);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.out, HasSubstr("INVALID: 1 problem (0 errors, 1 warning)"));
+  r = Validate(tmp.path() + " --strict --json", tmp);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["valid"], false);
 }
 
 TEST(ValidateCli, CheckFinite) {

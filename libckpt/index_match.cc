@@ -1,0 +1,230 @@
+// §8.6 and §5.2: matching the chunks of a shard index with the manifest's
+// (declared in ckpt/internal/shard_file.h).
+#include <algorithm>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ckpt/internal/shard_file.h"
+
+namespace ckpt::internal {
+namespace {
+
+using format::ChunkRecord;
+using format::EntryRecord;
+
+// Region order for matching manifest chunks with index chunks.
+bool RegionLess(const Region& a, const Region& b) {
+  if (a.index() != b.index()) return a.index() < b.index();
+  if (const Box* x = std::get_if<Box>(&a)) {
+    const Box& y = std::get<Box>(b);
+    return std::tie(x->offset, x->size) < std::tie(y.offset, y.size);
+  }
+  const FlatRange& x = std::get<FlatRange>(a);
+  const FlatRange& y = std::get<FlatRange>(b);
+  return std::tie(x.start, x.length) < std::tie(y.start, y.length);
+}
+
+// data_offset has no meaning for a chunk without stored bytes (§8.6).
+uint64_t MatchOffset(const ChunkRecord& c) {
+  return c.stored_length > 0 ? c.data_offset : 0;
+}
+
+bool ChunkKeyLess(const ChunkRecord& a, const ChunkRecord& b) {
+  if (MatchOffset(a) != MatchOffset(b)) return MatchOffset(a) < MatchOffset(b);
+  return RegionLess(a.region, b.region);
+}
+
+bool SameKey(const ChunkRecord& a, const ChunkRecord& b) {
+  return MatchOffset(a) == MatchOffset(b) && a.region == b.region;
+}
+
+std::string EntryDescription(const EntryRecord& e) {
+  return absl::StrCat(
+      e.kind == format::EntryKind::kObject ? "object " : "tensor ",
+      DTypeName(e.dtype), " ", ShapeToString(e.shape),
+      (e.flags & format::kEntryFlagPartial) ? " partial" : "");
+}
+
+std::string CodecName(format::Codec c) {
+  return c == format::Codec::kZstd ? "zstd" : "none";
+}
+
+void Add(std::vector<IndexProblem>* problems, const std::string& entry,
+         int64_t chunk, std::string message) {
+  problems->push_back(IndexProblem{entry, chunk, std::move(message)});
+}
+
+std::string UnlistedChunk(const ChunkRecord& c) {
+  return absl::StrCat("the shard index has a chunk ", RegionToString(c.region),
+                      " at offset ", c.data_offset,
+                      " that the manifest does not list");
+}
+
+// The index entries that the manifest knows and describes alike, by
+// manifest entry index; a problem for each of the others. `bad` receives
+// the entries described differently (their chunks are not compared).
+absl::flat_hash_map<uint32_t, const EntryRecord*> MapIndexEntries(
+    const ManifestIndex& m, const format::ShardIndex& index,
+    absl::flat_hash_set<uint32_t>* bad, std::vector<IndexProblem>* problems) {
+  absl::flat_hash_map<uint32_t, const EntryRecord*> out;
+  for (const EntryRecord& ie : index.entries) {
+    const int64_t e = m.Find(ie.name);
+    if (e < 0) {
+      Add(problems, ie.name, -1,
+          absl::StrCat("entry is in the shard index (", ie.chunks.size(),
+                       " chunks) but not in the manifest"));
+      continue;
+    }
+    const EntryRecord& me = m.manifest().entries[e];
+    if (ie.kind != me.kind || ie.dtype != me.dtype || ie.flags != me.flags ||
+        ie.shape != me.shape) {
+      Add(problems, me.name, -1,
+          absl::StrCat("the shard index has ", EntryDescription(ie),
+                       ", the manifest has ", EntryDescription(me)));
+      bad->insert(static_cast<uint32_t>(e));
+      continue;
+    }
+    out[static_cast<uint32_t>(e)] = &ie;
+  }
+  return out;
+}
+
+// Two chunks with the same key: the other fields must agree. Returns the
+// differences, "" when none ("stored_length 5 != 7, ...", index first).
+std::string ChunkFieldDiff(const ChunkRecord& ic, const ChunkRecord& mc) {
+  std::vector<std::string> d;
+  if (mc.stored_length != ic.stored_length) {
+    d.push_back(absl::StrCat("stored_length ", ic.stored_length,
+                             " != ", mc.stored_length));
+  }
+  if (mc.codec != ic.codec) {
+    d.push_back(absl::StrCat("codec ", CodecName(ic.codec),
+                             " != ", CodecName(mc.codec)));
+  }
+  if (mc.block_size != ic.block_size) {
+    d.push_back(
+        absl::StrCat("block_size ", ic.block_size, " != ", mc.block_size));
+  }
+  return absl::StrJoin(d, ", ");
+}
+
+// Matches the manifest chunks `mine` of entry `me` (index `e`) with the
+// chunks of its index entry `ie`: a merge by key, after sorting both sides
+// unless they are already in the same order (writers list a shard's chunks
+// in the same order in both places). Appends matches to `matched`.
+void MatchEntryChunks(const EntryRecord& me, uint32_t e,
+                      std::vector<ChunkRef> mine, const EntryRecord& ie,
+                      std::vector<ChunkRef>* matched,
+                      std::vector<IndexProblem>* problems) {
+  std::vector<const ChunkRecord*> theirs;
+  for (const ChunkRecord& c : ie.chunks) theirs.push_back(&c);
+  auto mc = [&](size_t i) -> const ChunkRecord& {
+    return me.chunks[mine[i].chunk];
+  };
+  bool same_order = mine.size() == theirs.size();
+  for (size_t k = 0; same_order && k < mine.size(); ++k) {
+    same_order = SameKey(mc(k), *theirs[k]);
+  }
+  if (!same_order) {
+    std::sort(mine.begin(), mine.end(),
+              [&](const ChunkRef& x, const ChunkRef& y) {
+                return ChunkKeyLess(me.chunks[x.chunk], me.chunks[y.chunk]);
+              });
+    std::sort(theirs.begin(), theirs.end(),
+              [](const ChunkRecord* x, const ChunkRecord* y) {
+                return ChunkKeyLess(*x, *y);
+              });
+  }
+  size_t i = 0, j = 0;
+  while (i < mine.size() || j < theirs.size()) {
+    if (j == theirs.size() ||
+        (i < mine.size() && ChunkKeyLess(mc(i), *theirs[j]))) {
+      Add(problems, me.name, mine[i].chunk,
+          absl::StrCat(
+              "not in the shard index (the manifest puts it at offset ",
+              mc(i).data_offset, ", ", mc(i).stored_length, " bytes)"));
+      ++i;
+    } else if (i == mine.size() || ChunkKeyLess(*theirs[j], mc(i))) {
+      Add(problems, me.name, -1, UnlistedChunk(*theirs[j]));
+      ++j;
+    } else {
+      std::string diff = ChunkFieldDiff(*theirs[j], mc(i));
+      if (diff.empty()) {
+        matched->push_back(ChunkRef{e, mine[i].chunk, theirs[j]});
+      } else {
+        Add(problems, me.name, mine[i].chunk,
+            absl::StrCat("the shard index differs from the manifest: ", diff,
+                         " (index != manifest)"));
+      }
+      ++i;
+      ++j;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<ChunkRef> MatchIndexChunks(const ManifestIndex& m, uint32_t shard,
+                                       const format::ShardIndex& shard_index,
+                                       std::vector<IndexProblem>* problems) {
+  absl::flat_hash_set<uint32_t> bad;
+  auto index_of = MapIndexEntries(m, shard_index, &bad, problems);
+  const std::vector<ChunkRef>& listed = m.ChunksOf(shard);
+  absl::flat_hash_set<uint32_t> seen;
+  std::vector<ChunkRef> matched;
+  for (size_t a = 0, b = 0; a < listed.size(); a = b) {
+    const uint32_t e = listed[a].entry;
+    while (b < listed.size() && listed[b].entry == e) ++b;
+    seen.insert(e);
+    const EntryRecord& me = m.manifest().entries[e];
+    auto it = index_of.find(e);
+    if (it != index_of.end()) {
+      MatchEntryChunks(me, e, {listed.begin() + a, listed.begin() + b},
+                       *it->second, &matched, problems);
+    } else if (!bad.contains(e)) {
+      Add(problems, me.name, listed[a].chunk,
+          absl::StrCat("the manifest stores ", b - a,
+                       " chunk(s) of this entry in this shard, but the shard "
+                       "index does not list the entry"));
+    }
+  }
+  // Index entries of which the manifest puts no chunk in this shard.
+  for (const EntryRecord& ie : shard_index.entries) {
+    const int64_t e = m.Find(ie.name);
+    if (e < 0 || seen.contains(e) || bad.contains(e)) continue;
+    for (const ChunkRecord& c : ie.chunks) {
+      Add(problems, ie.name, -1, UnlistedChunk(c));
+    }
+  }
+  std::sort(matched.begin(), matched.end(),
+            [](const ChunkRef& x, const ChunkRef& y) {
+              return x.indexed->data_offset < y.indexed->data_offset;
+            });
+  return matched;
+}
+
+void FindPayloadOverlaps(const format::Manifest& manifest,
+                         const std::vector<ChunkRef>& matched,
+                         std::vector<IndexProblem>* problems) {
+  const ChunkRef* prev = nullptr;  // the one reaching furthest so far
+  auto end = [](const ChunkRef& r) {
+    return r.indexed->data_offset + r.indexed->stored_length;
+  };
+  for (const ChunkRef& r : matched) {
+    if (r.indexed->stored_length == 0) continue;
+    if (prev != nullptr && end(*prev) > r.indexed->data_offset) {
+      Add(problems, manifest.entries[r.entry].name, r.chunk,
+          absl::StrCat("payload at offset ", r.indexed->data_offset,
+                       " overlaps that of chunk ", prev->chunk, " of '",
+                       manifest.entries[prev->entry].name, "' (offset ",
+                       prev->indexed->data_offset, ", ",
+                       prev->indexed->stored_length, " bytes)"));
+    }
+    if (prev == nullptr || end(r) > end(*prev)) prev = &r;
+  }
+}
+
+}  // namespace ckpt::internal

@@ -1,0 +1,266 @@
+#include "ckpt/internal/shard_file.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "format/checksum.h"
+#include "format/shard.h"
+#include "format/status_macros.h"
+
+namespace ckpt::internal {
+
+using format::ChunkRecord;
+using format::EntryRecord;
+
+std::string EscapeName(absl::string_view name) {
+  std::string out;
+  for (size_t i = 0; i < name.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c == 0x7f) {
+      absl::StrAppend(&out, absl::StrFormat("\\x%02x", c));
+    } else if (c == 0xc2 && i + 1 < name.size() &&
+               static_cast<unsigned char>(name[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(name[i + 1]) <= 0x9f) {
+      // A C1 control character (U+0080..U+009F), valid in names (§11).
+      absl::StrAppend(
+          &out,
+          absl::StrFormat("\\u%04x", static_cast<unsigned char>(name[++i])));
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string LocationText(absl::string_view file, absl::string_view entry,
+                         int64_t chunk, absl::string_view region,
+                         int64_t block) {
+  std::string where;
+  if (block >= 0) absl::StrAppend(&where, "block ", block, " of ");
+  if (chunk >= 0) {
+    absl::StrAppend(&where, "chunk ", chunk, region.empty() ? "" : " ", region,
+                    " of ");
+  }
+  if (!entry.empty()) {
+    absl::StrAppend(&where, where.empty() ? "entry '" : "'", EscapeName(entry),
+                    "'");
+  }
+  if (file.empty()) return where;
+  if (where.empty()) return std::string(file);
+  return absl::StrCat(file, ": ", where);
+}
+
+ManifestIndex::ManifestIndex(const format::Manifest& manifest)
+    : manifest_(&manifest), by_shard_(manifest.info.world_size) {
+  for (size_t e = 0; e < manifest.entries.size(); ++e) {
+    const EntryRecord& entry = manifest.entries[e];
+    by_name_[entry.name] = static_cast<uint32_t>(e);
+    for (size_t c = 0; c < entry.chunks.size(); ++c) {
+      // DecodeManifest guarantees shard < world_size.
+      by_shard_[entry.chunks[c].shard].push_back(ChunkRef{
+          static_cast<uint32_t>(e), static_cast<uint32_t>(c), nullptr});
+    }
+  }
+}
+
+int64_t ManifestIndex::Find(absl::string_view name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? -1 : static_cast<int64_t>(it->second);
+}
+
+const std::vector<ChunkRef>& ManifestIndex::ChunksOf(uint32_t shard) const {
+  static const std::vector<ChunkRef> kNone;
+  return shard < by_shard_.size() ? by_shard_[shard] : kNone;
+}
+
+namespace {
+
+// [offset, offset + n) of `file`, fewer bytes only where the file ends.
+absl::StatusOr<std::string> ReadUpTo(File& file, uint64_t offset, uint64_t n) {
+  std::string buf(n, '\0');
+  CKPT_ASSIGN_OR_RETURN(size_t got, file.PRead(offset, n, buf.data()));
+  buf.resize(got);
+  return buf;
+}
+
+// The header's ids and the file size against the manifest (§5.6 steps 1
+// and 5), checked after the header so that a file of another checkpoint
+// is named as such even when its size differs too.
+absl::Status CheckHeaderAgainstManifest(const format::ShardHeader& header,
+                                        uint64_t size,
+                                        const format::ShardInfo& info,
+                                        const format::CheckpointId& id) {
+  if (header.checkpoint_id != id) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint id ", format::IdToHex(header.checkpoint_id),
+                     " != manifest's ", format::IdToHex(id),
+                     ": this shard belongs to another checkpoint"));
+  }
+  if (header.shard_id != info.shard_id) {
+    return absl::DataLossError(absl::StrCat("shard id ", header.shard_id,
+                                            " != ", info.shard_id,
+                                            " in the manifest"));
+  }
+  if (size != info.file_size) {
+    return absl::DataLossError(absl::StrCat(
+        "file is ", size, " bytes, the manifest says ", info.file_size,
+        size < info.file_size ? " (truncated)" : " (extended)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ShardFile> OpenShardFile(Storage* storage,
+                                        const std::string& path,
+                                        const format::ShardInfo& info,
+                                        const format::CheckpointId& id,
+                                        const OpenOptions& options) {
+  ShardFile s;
+  auto file = storage->Open(path, OpenMode::kRead, options);
+  if (!file.ok()) {
+    if (!absl::IsNotFound(file.status())) return file.status();
+    return absl::DataLossError(absl::StrCat(
+        "shard file is missing (shard ", info.shard_id, " in the manifest)"));
+  }
+  s.file = *std::move(file);
+  CKPT_ASSIGN_OR_RETURN(uint64_t size, s.file->Size());
+  CKPT_ASSIGN_OR_RETURN(
+      std::string head,
+      ReadUpTo(*s.file, 0, std::min<uint64_t>(size, format::kShardHeaderSize)));
+  CKPT_ASSIGN_OR_RETURN(s.header, format::DecodeShardHeader(head));
+  CKPT_RETURN_IF_ERROR(CheckHeaderAgainstManifest(s.header, size, info, id));
+  // file_size >= 96 (DecodeManifest checks it), so the tail is in the file.
+  CKPT_ASSIGN_OR_RETURN(
+      std::string tail_bytes,
+      ReadUpTo(*s.file, size - format::kShardTailSize, format::kShardTailSize));
+  CKPT_ASSIGN_OR_RETURN(format::ShardTail tail,
+                        format::DecodeShardTail(tail_bytes, size));
+  CKPT_ASSIGN_OR_RETURN(
+      std::string index_bytes,
+      ReadUpTo(*s.file, tail.index_offset, tail.index_length));
+  CKPT_ASSIGN_OR_RETURN(s.index,
+                        format::DecodeShardIndex(index_bytes, s.header, tail));
+  return s;
+}
+
+absl::Status CheckIndexInfo(const format::ShardIndex& index,
+                            const format::Manifest& manifest) {
+  const format::CheckpointInfo& i = index.info;
+  const format::CheckpointInfo& m = manifest.info;
+  if (i == m) return absl::OkStatus();
+  std::vector<std::string> d;
+  if (i.id != m.id) {
+    d.push_back(absl::StrCat("id ", format::IdToHex(i.id),
+                             " != ", format::IdToHex(m.id)));
+  }
+  if (i.step != m.step)
+    d.push_back(absl::StrCat("step ", i.step, " != ", m.step));
+  if (i.world_size != m.world_size) {
+    d.push_back(
+        absl::StrCat("world_size ", i.world_size, " != ", m.world_size));
+  }
+  if (i.created_unix_ns != m.created_unix_ns) {
+    d.push_back(absl::StrCat("created_unix_ns ", i.created_unix_ns,
+                             " != ", m.created_unix_ns));
+  }
+  if (i.fingerprint != m.fingerprint) d.push_back("fingerprint");
+  if (i.writer != m.writer) {
+    d.push_back(absl::StrCat("writer '", i.writer, "' != '", m.writer, "'"));
+  }
+  return absl::DataLossError(absl::StrCat(
+      "CHECKPOINT_INFO differs from the manifest's: ", absl::StrJoin(d, ", "),
+      " (index != manifest)"));
+}
+
+absl::Status CheckIndexMetadata(const format::ShardIndex& index,
+                                const format::Manifest& manifest) {
+  if (!index.metadata_present || index.metadata == manifest.metadata) {
+    return absl::OkStatus();
+  }
+  return absl::DataLossError(absl::StrCat(
+      "METADATA differs from the manifest's (", index.metadata.size(),
+      " pairs in the index, ", manifest.metadata.size(), " in the manifest)"));
+}
+
+absl::Status ChunklessEntryNotIndexed() {
+  return absl::DataLossError(
+      "has no chunk in any shard, and no shard index lists it with zero "
+      "chunks (spec/FORMAT.md §5.7)");
+}
+
+uint64_t ChunkRawBytes(const EntryRecord& e, const ChunkRecord& c) {
+  return RegionElements(c.region) * DTypeSize(e.dtype);
+}
+
+absl::Status ReadExactly(File& file, uint64_t offset, uint64_t n, char* out) {
+  const std::string what =
+      absl::StrCat("reading bytes [", offset, ", ", offset + n, ")");
+  auto got = file.PRead(offset, n, out);
+  if (!got.ok()) return Annotate(got.status(), what);
+  if (*got == n) return absl::OkStatus();
+  return absl::DataLossError(
+      absl::StrCat(what, ": file ends at offset ", offset + *got));
+}
+
+std::vector<uint32_t> UnindexedChunklessEntries(
+    const format::Manifest& manifest,
+    const std::vector<const format::ShardIndex*>& indexes) {
+  absl::flat_hash_set<absl::string_view> listed;
+  for (const format::ShardIndex* index : indexes) {
+    for (const EntryRecord& e : index->entries) listed.insert(e.name);
+  }
+  std::vector<uint32_t> out;
+  for (size_t e = 0; e < manifest.entries.size(); ++e) {
+    const EntryRecord& entry = manifest.entries[e];
+    if (entry.chunks.empty() && !listed.contains(entry.name)) {
+      out.push_back(static_cast<uint32_t>(e));
+    }
+  }
+  return out;
+}
+
+absl::Status CheckBoolBytes(absl::string_view raw, uint64_t first_element) {
+  for (size_t i = 0; i < raw.size(); ++i) {
+    const unsigned char v = static_cast<unsigned char>(raw[i]);
+    if (v > 1) {
+      return absl::DataLossError(absl::StrFormat(
+          "bool element %d of the chunk is 0x%02x, not 0x00 or 0x01 "
+          "(spec/FORMAT.md §9)",
+          first_element + i, v));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const char*> VerifyBlock(const EntryRecord& e,
+                                        const ChunkRecord& c, uint64_t b,
+                                        absl::string_view stored,
+                                        format::BlockDecoder* decoder,
+                                        char* raw_out) {
+  const format::BlockRecord& block = c.blocks[b];
+  const uint64_t raw_size =
+      std::min(c.block_size, ChunkRawBytes(e, c) - b * c.block_size);
+  const char* raw = stored.data();
+  if (c.codec == format::Codec::kNone) {
+    uint64_t sum = format::Checksum(stored.data(), stored.size());
+    if (sum != block.checksum) {
+      return format::ChecksumMismatch(block.checksum, sum);
+    }
+  } else {
+    CKPT_RETURN_IF_ERROR(
+        decoder->Decode(c.codec, stored, block.checksum, raw_size, raw_out));
+    raw = raw_out;
+  }
+  if (e.dtype == DType::kBool) {
+    CKPT_RETURN_IF_ERROR(
+        CheckBoolBytes(absl::string_view(raw, raw_size), b * c.block_size));
+  }
+  return raw;
+}
+
+}  // namespace ckpt::internal
