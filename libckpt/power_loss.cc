@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "ckpt/mutex.h"
 #include "format/status_macros.h"
 
 namespace ckpt {
@@ -46,7 +47,7 @@ class PowerLossStorage::MemFile final : public File {
         writable_(writable), epoch_(epoch) {}
 
   absl::StatusOr<size_t> PRead(uint64_t offset, size_t n, char* dst) override {
-    std::lock_guard<std::mutex> l(owner_->mu_);
+    MutexLock l(&owner_->mu_);
     CKPT_RETURN_IF_ERROR(Check("pread"));
     const std::string& d = node_->data;
     if (offset >= d.size()) return size_t{0};
@@ -56,7 +57,7 @@ class PowerLossStorage::MemFile final : public File {
   }
 
   absl::Status PWrite(uint64_t offset, absl::string_view data) override {
-    std::lock_guard<std::mutex> l(owner_->mu_);
+    MutexLock l(&owner_->mu_);
     CKPT_RETURN_IF_ERROR(Check("pwrite"));
     if (!writable_) {
       return absl::PermissionDeniedError(absl::StrCat("pwrite ", path_, ": read-only file"));
@@ -68,20 +69,20 @@ class PowerLossStorage::MemFile final : public File {
   }
 
   absl::Status Sync() override {
-    std::lock_guard<std::mutex> l(owner_->mu_);
+    MutexLock l(&owner_->mu_);
     CKPT_RETURN_IF_ERROR(Check("fsync"));
     node_->durable_data = node_->data;
     return absl::OkStatus();
   }
 
   absl::StatusOr<uint64_t> Size() override {
-    std::lock_guard<std::mutex> l(owner_->mu_);
+    MutexLock l(&owner_->mu_);
     CKPT_RETURN_IF_ERROR(Check("fstat"));
     return node_->data.size();
   }
 
   absl::Status Close() override {
-    std::lock_guard<std::mutex> l(owner_->mu_);
+    MutexLock l(&owner_->mu_);
     if (closed_) return absl::OkStatus();
     closed_ = true;
     return owner_->Enter(absl::StrCat("close ", path_));
@@ -116,7 +117,7 @@ PowerLossStorage::PowerLossStorage() : root_(std::make_shared<Node>()) {
 PowerLossStorage::~PowerLossStorage() = default;
 
 std::unique_ptr<PowerLossStorage> PowerLossStorage::Fork() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   // Deep copy that keeps sharing: a node reachable twice (a rename made
   // durable in one directory only) stays one node.
   std::unordered_map<const Node*, NodePtr> copies;
@@ -127,7 +128,7 @@ std::unique_ptr<PowerLossStorage> PowerLossStorage::Fork() const {
     for (auto& [name, child] : copy->durable) child = map(child);
   }
   auto fork = std::make_unique<PowerLossStorage>();
-  std::lock_guard<std::mutex> fl(fork->mu_);
+  MutexLock fl(&fork->mu_);
   fork->root_ = map(root_);
   for (const DirOp& op : pending_) {
     DirOp c = op;
@@ -141,19 +142,19 @@ std::unique_ptr<PowerLossStorage> PowerLossStorage::Fork() const {
 }
 
 void PowerLossStorage::HaltAtCall(int64_t nth) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   halt_at_ = calls_ + std::max<int64_t>(nth, 1);
 }
 
 void PowerLossStorage::PowerCut(size_t keep_pending) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   std::vector<bool> keep(pending_.size(), false);
   for (size_t i = 0; i < keep.size() && i < keep_pending; ++i) keep[i] = true;
   CutLocked(keep);
 }
 
 void PowerLossStorage::PowerCutKeepingOnly(size_t index) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   std::vector<bool> keep(pending_.size(), false);
   if (index < keep.size()) keep[index] = true;
   CutLocked(keep);
@@ -181,12 +182,12 @@ void PowerLossStorage::CutLocked(const std::vector<bool>& keep) {
 }
 
 size_t PowerLossStorage::pending_dir_ops() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return pending_.size();
 }
 
 int64_t PowerLossStorage::calls() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return calls_;
 }
 
@@ -264,7 +265,7 @@ std::vector<PowerLossStorage::NodePtr> PowerLossStorage::AllNodes() const {
 absl::StatusOr<std::unique_ptr<File>> PowerLossStorage::Open(const std::string& path,
                                                              OpenMode mode,
                                                              const OpenOptions&) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   const std::string what = absl::StrCat("open ", path);
   CKPT_RETURN_IF_ERROR(Enter(what));
   NodePtr node;
@@ -288,7 +289,7 @@ absl::StatusOr<std::unique_ptr<File>> PowerLossStorage::Open(const std::string& 
 }
 
 absl::Status PowerLossStorage::CreateDir(const std::string& path) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   const std::string what = absl::StrCat("mkdir ", path);
   CKPT_RETURN_IF_ERROR(Enter(what));
   CKPT_ASSIGN_OR_RETURN(auto parent, Parent(path, what));
@@ -303,7 +304,7 @@ absl::Status PowerLossStorage::CreateDir(const std::string& path) {
 }
 
 absl::Status PowerLossStorage::SyncDir(const std::string& path) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   const std::string what = absl::StrCat("fsync ", path);
   CKPT_RETURN_IF_ERROR(Enter(what));
   CKPT_ASSIGN_OR_RETURN(NodePtr dir, Lookup(path, what));
@@ -348,18 +349,18 @@ absl::Status PowerLossStorage::RenameLocked(const std::string& from, const std::
 }
 
 absl::Status PowerLossStorage::Rename(const std::string& from, const std::string& to) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return RenameLocked(from, to, /*replace=*/true);
 }
 
 absl::Status PowerLossStorage::RenameNoReplace(const std::string& from,
                                                const std::string& to) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return RenameLocked(from, to, /*replace=*/false);
 }
 
 absl::StatusOr<std::vector<std::string>> PowerLossStorage::List(const std::string& dir) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   const std::string what = absl::StrCat("opendir ", dir);
   CKPT_RETURN_IF_ERROR(Enter(what));
   CKPT_ASSIGN_OR_RETURN(NodePtr node, Lookup(dir, what));
@@ -370,7 +371,7 @@ absl::StatusOr<std::vector<std::string>> PowerLossStorage::List(const std::strin
 }
 
 absl::StatusOr<FileInfo> PowerLossStorage::Stat(const std::string& path) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   const std::string what = absl::StrCat("stat ", path);
   CKPT_RETURN_IF_ERROR(Enter(what));
   CKPT_ASSIGN_OR_RETURN(NodePtr node, Lookup(path, what));
@@ -381,7 +382,7 @@ absl::StatusOr<FileInfo> PowerLossStorage::Stat(const std::string& path) {
 }
 
 absl::Status PowerLossStorage::RemoveFile(const std::string& path) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   const std::string what = absl::StrCat("unlink ", path);
   CKPT_RETURN_IF_ERROR(Enter(what));
   CKPT_ASSIGN_OR_RETURN(auto parent, Parent(path, what));
@@ -393,7 +394,7 @@ absl::Status PowerLossStorage::RemoveFile(const std::string& path) {
 }
 
 absl::Status PowerLossStorage::RemoveAll(const std::string& path) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   const std::string what = absl::StrCat("remove_all ", path);
   CKPT_RETURN_IF_ERROR(Enter(what));
   CKPT_ASSIGN_OR_RETURN(auto parent, Parent(path, what));

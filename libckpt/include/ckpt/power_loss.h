@@ -39,13 +39,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "ckpt/mutex.h"
 #include "ckpt/storage.h"
 
 namespace ckpt {
@@ -130,9 +130,7 @@ class PowerLossStorage final : public Storage {
   // volatile or durable entries.
   std::vector<NodePtr> AllNodes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // std::mutex rather than absl::Mutex so that ThreadSanitizer sees the
-  // synchronization (Debian's Abseil is not TSan-instrumented).
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   NodePtr root_ ABSL_GUARDED_BY(mu_);
   std::vector<DirOp> pending_ ABSL_GUARDED_BY(mu_);  // oldest first
   int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
