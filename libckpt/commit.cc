@@ -52,6 +52,7 @@ absl::Status EnsureRoot(Storage* storage, const std::string& root) {
   CKPT_RETURN_IF_ERROR(s);
   // The new root's entry in its parent must be durable before anything
   // committed inside it can be (spec/FORMAT.md §4.1).
+  // F1 of spec/FORMAT.md §4.1.
   return storage->SyncDir(ParentDir(root));
 }
 
@@ -82,6 +83,7 @@ absl::Status CommitDir(Storage* storage, const std::string& root, const std::str
     }
     return s;
   }
+  // F5: the checkpoint is committed.
   CKPT_RETURN_IF_ERROR(storage->SyncDir(root));
   if (!aside.empty()) CKPT_RETURN_IF_ERROR(storage->RemoveAll(aside));
   return absl::OkStatus();
@@ -101,12 +103,14 @@ absl::Status UpdateLatest(Storage* storage, const std::string& root,
   }
   std::string tmp = JoinPath(root, absl::StrCat(format::kTempDirPrefix, "latest-",
                                                 format::IdToHex(RandomId()).substr(0, 16)));
+  // F6.
   absl::Status s = storage->WriteFileAndSync(tmp, format::EncodeLatest(dir_name));
   if (s.ok()) s = storage->Rename(tmp, latest);
   if (!s.ok()) {
     (void)storage->RemoveFile(tmp);
     return s;
   }
+  // F7.
   return storage->SyncDir(root);
 }
 
@@ -136,9 +140,11 @@ absl::Status PruneOld(Storage* storage, const std::string& root, int keep) {
     // An interrupted earlier removal may have taken the manifest already.
     absl::Status s = storage->RemoveFile(JoinPath(dir, format::kManifestFileName));
     if (!s.ok() && !absl::IsNotFound(s)) return s;
+    // F8.
     CKPT_RETURN_IF_ERROR(storage->SyncDir(dir));
     CKPT_RETURN_IF_ERROR(storage->RemoveAll(dir));
   }
+  // F9.
   return storage->SyncDir(root);
 }
 
@@ -176,6 +182,7 @@ absl::Status CommitCheckpoint(Storage* storage, const std::string& root,
                               const std::string& tmp, const format::Manifest& manifest,
                               bool overwrite, int keep_last) {
   const std::string dir_name = format::StepDirName(manifest.info.step);
+  // F3, then F4.
   CKPT_RETURN_IF_ERROR(storage->WriteFileAndSync(JoinPath(tmp, format::kManifestFileName),
                                                  format::EncodeManifest(manifest)));
   CKPT_RETURN_IF_ERROR(storage->SyncDir(tmp));

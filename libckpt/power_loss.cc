@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "ckpt/mutex.h"
 #include "format/status_macros.h"
 
 namespace ckpt {
@@ -18,7 +17,7 @@ namespace ckpt {
 // durable state is what the disk holds.
 struct PowerLossStorage::Node {
   bool is_dir = false;
-  std::string data, durable_data;                    // files
+  std::string data, durable_data;                   // files
   std::map<std::string, NodePtr> entries, durable;  // directories
 };
 
@@ -41,10 +40,13 @@ std::vector<std::string> Components(const std::string& path) {
 // A file handle: reads and writes the node's volatile bytes.
 class PowerLossStorage::MemFile final : public File {
  public:
-  MemFile(PowerLossStorage* owner, NodePtr node, std::string path, bool writable,
-          uint64_t epoch)
-      : owner_(owner), node_(std::move(node)), path_(std::move(path)),
-        writable_(writable), epoch_(epoch) {}
+  MemFile(PowerLossStorage* owner, NodePtr node, std::string path,
+          bool writable, uint64_t epoch)
+      : owner_(owner),
+        node_(std::move(node)),
+        path_(std::move(path)),
+        writable_(writable),
+        epoch_(epoch) {}
 
   absl::StatusOr<size_t> PRead(uint64_t offset, size_t n, char* dst) override {
     MutexLock l(&owner_->mu_);
@@ -60,7 +62,8 @@ class PowerLossStorage::MemFile final : public File {
     MutexLock l(&owner_->mu_);
     CKPT_RETURN_IF_ERROR(Check("pwrite"));
     if (!writable_) {
-      return absl::PermissionDeniedError(absl::StrCat("pwrite ", path_, ": read-only file"));
+      return absl::PermissionDeniedError(
+          absl::StrCat("pwrite ", path_, ": read-only file"));
     }
     std::string& d = node_->data;
     if (d.size() < offset + data.size()) d.resize(offset + data.size(), '\0');
@@ -92,12 +95,16 @@ class PowerLossStorage::MemFile final : public File {
 
  private:
   // Counts the call and fails it when halted, closed or stale.
-  absl::Status Check(absl::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(owner_->mu_) {
+  absl::Status Check(absl::string_view op)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(owner_->mu_) {
     const std::string what = absl::StrCat(op, " ", path_);
-    if (closed_) return absl::FailedPreconditionError(absl::StrCat(what, ": file is closed"));
+    if (closed_)
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": file is closed"));
     CKPT_RETURN_IF_ERROR(owner_->Enter(what));
     if (epoch_ != owner_->epoch_) {
-      return absl::UnavailableError(absl::StrCat(what, ": opened before a power loss"));
+      return absl::UnavailableError(
+          absl::StrCat(what, ": opened before a power loss"));
     }
     return absl::OkStatus();
   }
@@ -121,7 +128,8 @@ std::unique_ptr<PowerLossStorage> PowerLossStorage::Fork() const {
   // Deep copy that keeps sharing: a node reachable twice (a rename made
   // durable in one directory only) stays one node.
   std::unordered_map<const Node*, NodePtr> copies;
-  for (const NodePtr& n : AllNodes()) copies[n.get()] = std::make_shared<Node>(*n);
+  for (const NodePtr& n : AllNodes())
+    copies[n.get()] = std::make_shared<Node>(*n);
   auto map = [&](const NodePtr& n) { return n ? copies.at(n.get()) : nullptr; };
   for (auto& [old, copy] : copies) {
     for (auto& [name, child] : copy->entries) child = map(child);
@@ -194,7 +202,8 @@ int64_t PowerLossStorage::calls() const {
 absl::Status PowerLossStorage::Enter(const std::string& what) {
   ++calls_;
   if (halt_at_ != 0 && calls_ >= halt_at_) halted_ = true;
-  if (halted_) return absl::UnavailableError(absl::StrCat(what, ": power lost"));
+  if (halted_)
+    return absl::UnavailableError(absl::StrCat(what, ": power lost"));
   return absl::OkStatus();
 }
 
@@ -212,18 +221,21 @@ absl::StatusOr<PowerLossStorage::NodePtr> PowerLossStorage::Lookup(
   return n;
 }
 
-absl::StatusOr<std::pair<PowerLossStorage::NodePtr, std::string>> PowerLossStorage::Parent(
-    const std::string& path, const std::string& what) const {
+absl::StatusOr<std::pair<PowerLossStorage::NodePtr, std::string>>
+PowerLossStorage::Parent(const std::string& path,
+                         const std::string& what) const {
   std::vector<std::string> parts = Components(path);
   if (parts.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": the root has no parent"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": the root has no parent"));
   }
   NodePtr n = root_;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     auto it = n->entries.find(parts[i]);
     if (it == n->entries.end()) return NoEntry(what);
     n = it->second;
-    if (!n->is_dir) return absl::InternalError(absl::StrCat(what, ": Not a directory"));
+    if (!n->is_dir)
+      return absl::InternalError(absl::StrCat(what, ": Not a directory"));
   }
   return std::make_pair(n, parts.back());
 }
@@ -262,9 +274,8 @@ std::vector<PowerLossStorage::NodePtr> PowerLossStorage::AllNodes() const {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<File>> PowerLossStorage::Open(const std::string& path,
-                                                             OpenMode mode,
-                                                             const OpenOptions&) {
+absl::StatusOr<std::unique_ptr<File>> PowerLossStorage::Open(
+    const std::string& path, OpenMode mode, const OpenOptions&) {
   MutexLock l(&mu_);
   const std::string what = absl::StrCat("open ", path);
   CKPT_RETURN_IF_ERROR(Enter(what));
@@ -282,7 +293,8 @@ absl::StatusOr<std::unique_ptr<File>> PowerLossStorage::Open(const std::string& 
     auto found = Lookup(path, what);
     if (!found.ok()) return found.status();
     node = *found;
-    if (node->is_dir) return absl::InternalError(absl::StrCat(what, ": Is a directory"));
+    if (node->is_dir)
+      return absl::InternalError(absl::StrCat(what, ": Is a directory"));
   }
   return std::unique_ptr<File>(
       new MemFile(this, node, path, mode != OpenMode::kRead, epoch_));
@@ -308,7 +320,8 @@ absl::Status PowerLossStorage::SyncDir(const std::string& path) {
   const std::string what = absl::StrCat("fsync ", path);
   CKPT_RETURN_IF_ERROR(Enter(what));
   CKPT_ASSIGN_OR_RETURN(NodePtr dir, Lookup(path, what));
-  if (!dir->is_dir) return absl::InternalError(absl::StrCat(what, ": Not a directory"));
+  if (!dir->is_dir)
+    return absl::InternalError(absl::StrCat(what, ": Not a directory"));
   dir->durable = dir->entries;
   // What was pending in `dir` is durable now; changes elsewhere stay.
   for (DirOp& op : pending_) {
@@ -322,7 +335,8 @@ absl::Status PowerLossStorage::SyncDir(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status PowerLossStorage::RenameLocked(const std::string& from, const std::string& to,
+absl::Status PowerLossStorage::RenameLocked(const std::string& from,
+                                            const std::string& to,
                                             bool replace) {
   const std::string what = absl::StrCat("rename ", from, " to ", to);
   CKPT_RETURN_IF_ERROR(Enter(what));
@@ -344,11 +358,13 @@ absl::Status PowerLossStorage::RenameLocked(const std::string& from, const std::
     }
   }
   // One journal transaction: the new name and the removal of the old one.
-  Apply({Change{dst.first, dst.second, node}, Change{src.first, src.second, nullptr}});
+  Apply({Change{dst.first, dst.second, node},
+         Change{src.first, src.second, nullptr}});
   return absl::OkStatus();
 }
 
-absl::Status PowerLossStorage::Rename(const std::string& from, const std::string& to) {
+absl::Status PowerLossStorage::Rename(const std::string& from,
+                                      const std::string& to) {
   MutexLock l(&mu_);
   return RenameLocked(from, to, /*replace=*/true);
 }
@@ -359,12 +375,14 @@ absl::Status PowerLossStorage::RenameNoReplace(const std::string& from,
   return RenameLocked(from, to, /*replace=*/false);
 }
 
-absl::StatusOr<std::vector<std::string>> PowerLossStorage::List(const std::string& dir) {
+absl::StatusOr<std::vector<std::string>> PowerLossStorage::List(
+    const std::string& dir) {
   MutexLock l(&mu_);
   const std::string what = absl::StrCat("opendir ", dir);
   CKPT_RETURN_IF_ERROR(Enter(what));
   CKPT_ASSIGN_OR_RETURN(NodePtr node, Lookup(dir, what));
-  if (!node->is_dir) return absl::InternalError(absl::StrCat(what, ": Not a directory"));
+  if (!node->is_dir)
+    return absl::InternalError(absl::StrCat(what, ": Not a directory"));
   std::vector<std::string> names;
   for (const auto& [name, child] : node->entries) names.push_back(name);
   return names;  // std::map: sorted
@@ -388,7 +406,8 @@ absl::Status PowerLossStorage::RemoveFile(const std::string& path) {
   CKPT_ASSIGN_OR_RETURN(auto parent, Parent(path, what));
   auto it = parent.first->entries.find(parent.second);
   if (it == parent.first->entries.end()) return NoEntry(what);
-  if (it->second->is_dir) return absl::InternalError(absl::StrCat(what, ": Is a directory"));
+  if (it->second->is_dir)
+    return absl::InternalError(absl::StrCat(what, ": Is a directory"));
   Apply({Change{parent.first, parent.second, nullptr}});
   return absl::OkStatus();
 }
@@ -403,7 +422,8 @@ absl::Status PowerLossStorage::RemoveAll(const std::string& path) {
   // Depth first, one unlink per name, as a recursive removal makes them:
   // a power loss may keep any prefix of them.
   std::vector<std::pair<NodePtr, std::string>> order;
-  std::vector<std::pair<NodePtr, std::string>> stack = {{parent.first, parent.second}};
+  std::vector<std::pair<NodePtr, std::string>> stack = {
+      {parent.first, parent.second}};
   while (!stack.empty()) {
     auto [dir, name] = stack.back();
     stack.pop_back();

@@ -229,7 +229,7 @@ absl::StatusOr<ShardWriteResult> FinishShard(File* file, std::vector<ChunkPlan> 
   index += format::EncodeShardTail(tail);
   CKPT_RETURN_IF_ERROR(file->PWrite(end, index));
   result.file_size = end + index.size();
-  CKPT_RETURN_IF_ERROR(file->Sync());
+  CKPT_RETURN_IF_ERROR(file->Sync());  // F2 of spec/FORMAT.md §4.1
   CKPT_RETURN_IF_ERROR(file->Close());
   return result;
 }

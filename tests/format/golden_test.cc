@@ -10,6 +10,7 @@
 #include "format/manifest.h"
 #include "format/shard.h"
 #include "gtest/gtest.h"
+#include "tests/testing/files.h"
 #include "tests/format/golden_spec.h"
 #include "tests/testing/status_matchers.h"
 
@@ -18,12 +19,11 @@ namespace {
 
 using namespace ckpt::format;
 
+// A file of the source tree.
 std::string Slurp(const std::string& path) {
-  std::ifstream f(std::string(CKPT_SOURCE_DIR) + "/" + path, std::ios::binary);
-  EXPECT_TRUE(f.good()) << path;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  std::string bytes = ::ckpt::testing::ReadFileBytes(std::string(CKPT_SOURCE_DIR) + "/" + path);
+  EXPECT_FALSE(bytes.empty()) << path;
+  return bytes;
 }
 
 TEST(GoldenV1Test, LatestPointer) {

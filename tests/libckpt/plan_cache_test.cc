@@ -17,6 +17,7 @@
 #include "format/status_macros.h"
 #include "gtest/gtest.h"
 #include "tests/libckpt/test_util.h"
+#include "tests/testing/files.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ckpt {
@@ -295,11 +296,7 @@ TEST(PlanCache, plan_cache_recorded_plan_that_does_not_fit_is_ignored) {
   // positions are out of range, then with an undecodable PLAN.
   const std::string manifest_path = StepDir(dir.path(), 1) + "/MANIFEST";
   for (int variant = 0; variant < 2; ++variant) {
-    std::string bytes;
-    {
-      std::ifstream f(manifest_path, std::ios::binary);
-      bytes.assign(std::istreambuf_iterator<char>(f), {});
-    }
+    std::string bytes = ::ckpt::testing::ReadFileBytes(manifest_path);
     CKPT_ASSERT_OK_AND_ASSIGN(format::Manifest m, format::DecodeManifest(bytes));
     CKPT_ASSERT_OK_AND_ASSIGN(format::PlanRecord rec, format::DecodePlanRecord(m.plan));
     if (variant == 0) {

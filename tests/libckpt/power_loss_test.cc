@@ -16,8 +16,8 @@ using ::ckpt::testing::StatusIs;
 using ::testing::ElementsAre;
 
 // Writes `data` into a new file; syncs the file when `sync`.
-void Write(PowerLossStorage& disk, const std::string& path, const std::string& data,
-           bool sync) {
+void Write(PowerLossStorage& disk, const std::string& path,
+           const std::string& data, bool sync) {
   auto f = disk.Open(path, OpenMode::kCreateNew);
   ASSERT_THAT(f, IsOk());
   ASSERT_THAT((*f)->PWrite(0, data), IsOk());
@@ -157,9 +157,10 @@ TEST(PowerLossStorageTest, HaltFailsThatCallAndEveryLaterOneWithoutEffect) {
   MakeDir(disk);
   disk.HaltAtCall(2);
   EXPECT_THAT(disk.CreateDir("/d/one"), IsOk());
-  EXPECT_THAT(disk.CreateDir("/d/two"),
-              StatusIs(absl::StatusCode::kUnavailable, "mkdir /d/two: power lost"));
-  EXPECT_THAT(disk.Stat("/d/one"), StatusIs(absl::StatusCode::kUnavailable, ""));
+  EXPECT_THAT(disk.CreateDir("/d/two"), StatusIs(absl::StatusCode::kUnavailable,
+                                                 "mkdir /d/two: power lost"));
+  EXPECT_THAT(disk.Stat("/d/one"),
+              StatusIs(absl::StatusCode::kUnavailable, ""));
   disk.PowerCut(1);
   EXPECT_THAT(*disk.List("/d"), ElementsAre("one"));
 }
@@ -199,8 +200,9 @@ TEST(PowerLossStorageTest, ErrorsNameOperationAndPath) {
   EXPECT_THAT(disk.Open("/d/f", OpenMode::kCreateNew),
               StatusIs(absl::StatusCode::kAlreadyExists, "open /d/f"));
   Write(disk, "/d/g", "y", false);
-  EXPECT_THAT(disk.RenameNoReplace("/d/f", "/d/g"),
-              StatusIs(absl::StatusCode::kAlreadyExists, "rename /d/f to /d/g"));
+  EXPECT_THAT(
+      disk.RenameNoReplace("/d/f", "/d/g"),
+      StatusIs(absl::StatusCode::kAlreadyExists, "rename /d/f to /d/g"));
   EXPECT_THAT(disk.RemoveFile("/d/none"),
               StatusIs(absl::StatusCode::kNotFound, "unlink /d/none"));
   EXPECT_THAT(disk.RemoveAll("/d/none"), IsOk());

@@ -45,6 +45,7 @@
 #include "format/latest.h"
 #include "format/shard.h"
 #include "gtest/gtest.h"
+#include "tests/testing/files.h"
 #include "tests/libckpt/test_util.h"
 #include "tests/reliability/model.h"
 #include "tests/testing/status_matchers.h"
@@ -68,18 +69,8 @@ uint64_t EnvOr(const char* name, uint64_t fallback) {
   return std::strtoull(v, nullptr, 10);
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(out.good()) << path;
-}
+using ::ckpt::testing::ReadFileBytes;
+using ::ckpt::testing::WriteFileBytes;
 
 absl::Status SaveSteps(const std::string& root) {
   InProcessWorld w(kWorld);
@@ -149,7 +140,7 @@ FileInfo LoadShard(const std::string& path, const std::string& checkpoint) {
   f.path = path;
   f.checkpoint = checkpoint;
   f.is_shard = true;
-  f.pristine = ReadFile(path);
+  f.pristine = ReadFileBytes(path);
   const std::string& b = f.pristine;
   auto header = format::DecodeShardHeader(absl::string_view(b).substr(0, format::kShardHeaderSize));
   EXPECT_THAT(header, IsOk()) << path;
@@ -201,7 +192,7 @@ class CorruptionTest : public ::testing::Test {
       m.path = JoinPath(ckpt, format::kManifestFileName);
       m.checkpoint = ckpt;
       m.is_manifest = true;
-      m.pristine = ReadFile(m.path);
+      m.pristine = ReadFileBytes(m.path);
       files_->push_back(std::move(m));
       for (uint32_t r = 0; r < kWorld; ++r) {
         files_->push_back(LoadShard(JoinPath(ckpt, format::ShardFileName(r)), ckpt));
@@ -209,7 +200,7 @@ class CorruptionTest : public ::testing::Test {
     }
     FileInfo latest;
     latest.path = JoinPath(root_, format::kLatestFileName);
-    latest.pristine = ReadFile(latest.path);
+    latest.pristine = ReadFileBytes(latest.path);
     files_->push_back(std::move(latest));
   }
   static void TearDownTestSuite() {
@@ -220,7 +211,7 @@ class CorruptionTest : public ::testing::Test {
   void SetUp() override {
     // Every case starts from the pristine root; a test that failed midway
     // must not leave damage for the next.
-    for (const FileInfo& f : *files_) WriteFile(f.path, f.pristine);
+    for (const FileInfo& f : *files_) WriteFileBytes(f.path, f.pristine);
     auto clean = tools::Validate(ValidateOptionsFor(root_));
     ASSERT_THAT(clean, IsOk());
     ASSERT_TRUE(clean->valid()) << tools::FindingText(clean->findings.at(0));
@@ -308,7 +299,7 @@ class CorruptionTest : public ::testing::Test {
   void CheckCase(const FileInfo& f, const Damage& d, uint64_t case_no) {
     SCOPED_TRACE(absl::StrCat("case ", case_no, " (CKPT_CORRUPTION_SEED=", Seed(),
                               "): ", f.path, ": ", d.what));
-    WriteFile(f.path, d.bytes);
+    WriteFileBytes(f.path, d.bytes);
     ++cases_;
     // The checkpoint's directory, or the root when the damage is to
     // `latest` or to the checkpoint it names (validate and load follow it).
@@ -399,7 +390,7 @@ class CorruptionTest : public ::testing::Test {
       if (only != 0 && i != only) continue;
       Classify(*f, &d);
       CheckCase(*f, d, i);
-      WriteFile(f->path, f->pristine);
+      WriteFileBytes(f->path, f->pristine);
       if (HasFatalFailure()) return;
     }
     std::printf("[ corruption ] %s: %llu cases (%llu harmless: padding only; %llu unsupported "
@@ -505,11 +496,11 @@ TEST_F(CorruptionTest, ShardSwappedInFromAnotherCheckpoint) {
     for (const auto& [what, source] : sources) {
       Damage d;
       d.what = absl::StrCat("replaced by ", what, " (", source, ")");
-      d.bytes = ReadFile(source);
+      d.bytes = ReadFileBytes(source);
       Classify(*f, &d);
       d.block = nullptr;  // a whole file is wrong, not one block
       CheckCase(*f, d, ++case_no);
-      WriteFile(f->path, f->pristine);
+      WriteFileBytes(f->path, f->pristine);
       if (HasFatalFailure()) return;
     }
   }

@@ -15,22 +15,26 @@
 //   - every checkpoint committed before the save that keep_last does not
 //     make the save delete is still there, and loads exactly; and the
 //     save's own checkpoint too if Save returned OK;
-//   - if Save returned OK, what it pruned stays pruned;
+//   - if Save returned OK, what it pruned stays pruned (no step directory
+//     comes back, not even without its MANIFEST);
 //   - the root holds nothing but checkpoints, `latest` and .tmp-* entries,
 //     and the next save into it succeeds and becomes `latest`.
 // With several in-process ranks the order of the ranks' calls while they
 // write their shards varies from run to run; N does not, and every order
 // must pass.
+#include "ckpt/power_loss.h"
+
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/in_process.h"
-#include "ckpt/power_loss.h"
 #include "gtest/gtest.h"
 #include "tests/reliability/model.h"
 #include "tests/testing/status_matchers.h"
@@ -49,7 +53,7 @@ struct Scenario {
   std::vector<uint64_t> prior;  // steps saved (and synced) before
   uint64_t step = 0;            // the save that loses power
   int keep_last = 0;
-  bool overwrite = false;       // step is one of `prior`
+  bool overwrite = false;  // step is one of `prior`
   // Also keep each prefix of the pending directory operations, and each
   // one alone.
   bool reordered_dir_ops = true;
@@ -64,8 +68,8 @@ SaveConfig Config(const Scenario& sc) {
 }
 
 // Saves `step` with `world` in-process ranks through `disk`.
-absl::Status SaveOn(PowerLossStorage* disk, int world, uint64_t step, const SaveConfig& c,
-                    bool overwrite = false) {
+absl::Status SaveOn(PowerLossStorage* disk, int world, uint64_t step,
+                    const SaveConfig& c, bool overwrite = false) {
   InProcessWorld w(world);
   return RunRanks(w, [&](Communicator& comm) -> absl::Status {
     CKPT_ASSIGN_OR_RETURN(auto state, RankState::Create(&comm, c.scale, disk));
@@ -99,19 +103,24 @@ void CheckAfterCut(PowerLossStorage* disk, const Scenario& sc, bool done) {
   }
   EXPECT_TRUE(listing->other.empty()) << absl::StrJoin(listing->other, ", ");
   for (uint64_t step : listing->committed) {
-    auto got = VerifyCheckpoint(JoinPath(kRoot, format::StepDirName(step)), kScale, disk);
+    auto got = VerifyCheckpoint(JoinPath(kRoot, format::StepDirName(step)),
+                                kScale, disk);
     EXPECT_THAT(got, IsOk()) << "step " << step;
   }
   const std::vector<uint64_t>& c = listing->committed;
   std::vector<uint64_t> need = MustSurvive(sc);
   if (done || sc.overwrite) need.push_back(sc.step);  // the new one or the old
   for (uint64_t step : need) {
-    EXPECT_NE(std::find(c.begin(), c.end(), step), c.end()) << "step " << step << " is lost";
+    EXPECT_NE(std::find(c.begin(), c.end(), step), c.end())
+        << "step " << step << " is lost";
   }
   if (done && sc.keep_last > 0) {
-    // What a save pruned stays pruned once it returned.
-    EXPECT_LE(c.size(), static_cast<size_t>(sc.keep_last))
-        << "pruned checkpoints came back: " << absl::StrJoin(c, ", ");
+    // What a save pruned stays pruned once it returned: neither the
+    // checkpoint nor its directory comes back.
+    EXPECT_LE(c.size() + listing->uncommitted.size(),
+              static_cast<size_t>(sc.keep_last))
+        << "pruned checkpoints came back: " << absl::StrJoin(c, ", ") << "; "
+        << absl::StrJoin(listing->uncommitted, ", ");
   }
   if (!listing->has_latest) {
     EXPECT_TRUE(sc.prior.empty() && !done) << "latest is lost";
@@ -119,12 +128,14 @@ void CheckAfterCut(PowerLossStorage* disk, const Scenario& sc, bool done) {
   }
   auto latest = VerifyCheckpoint(kRoot, kScale, disk);
   ASSERT_THAT(latest, IsOk()) << "latest";
-  const uint64_t before = sc.prior.empty() ? 0 : *std::max_element(sc.prior.begin(),
-                                                                   sc.prior.end());
+  const uint64_t before =
+      sc.prior.empty() ? 0
+                       : *std::max_element(sc.prior.begin(), sc.prior.end());
   if (done) {
     EXPECT_EQ(*latest, std::max(before, sc.step));
   } else {
-    EXPECT_TRUE(*latest == before || *latest == sc.step) << "latest is step " << *latest;
+    EXPECT_TRUE(*latest == before || *latest == sc.step)
+        << "latest is step " << *latest;
   }
 }
 
@@ -138,46 +149,92 @@ void CheckNextSave(PowerLossStorage* disk, const Scenario& sc) {
   EXPECT_EQ(*latest, next);
 }
 
-// Runs the scenario and prints the number of storage calls and of power
-// cuts checked.
+// `name` with the random part of a temporary's name ("-" and 16 hex
+// digits) replaced by "-*".
+std::string WithoutRandomPart(std::string name) {
+  for (size_t i = 0; i + 17 <= name.size(); ++i) {
+    if (name[i] == '-' &&
+        std::all_of(name.begin() + i + 1, name.begin() + i + 17, [](char c) {
+          return std::isxdigit(static_cast<unsigned char>(c));
+        })) {
+      name.replace(i + 1, 16, "*");
+    }
+  }
+  return name;
+}
+
+// What a cut left on `disk`, up to what the checks can tell apart: every
+// path (temporaries without their random part) with its size, and the
+// bytes of `latest`. Files are written once and either keep all their
+// bytes or lose the unsynced ones, which changes their size; the ids and
+// times inside MANIFEST differ from run to run and are left out, so that
+// two cuts that leave the same disk are checked once.
+std::string DiskState(PowerLossStorage* disk, const std::string& dir = "/") {
+  std::string out;
+  auto names = disk->List(dir);
+  if (!names.ok()) return out;
+  for (const std::string& n : *names) {
+    const std::string path = JoinPath(dir, n);
+    auto st = disk->Stat(path);
+    if (!st.ok()) continue;
+    absl::StrAppend(&out, JoinPath(dir, WithoutRandomPart(n)),
+                    st->is_dir ? "/" : " ", st->size, "\n");
+    if (st->is_dir) out += DiskState(disk, path);
+    if (n == format::kLatestFileName) out += disk->ReadFile(path).value_or("?");
+  }
+  return out;
+}
+
+// Runs the scenario and prints the number of storage calls, of power cuts
+// and of the distinct disks they left (each checked once).
 void PowerCutEverywhere(const Scenario& sc) {
   PowerLossStorage base;
   EXPECT_THAT(base.CreateDir(kParent), IsOk());
   EXPECT_THAT(base.SyncDir("/"), IsOk());
   const SaveConfig config = Config(sc);
-  for (uint64_t p : sc.prior) EXPECT_THAT(SaveOn(&base, sc.world, p, config), IsOk());
+  for (uint64_t p : sc.prior)
+    EXPECT_THAT(SaveOn(&base, sc.world, p, config), IsOk());
   auto probe = base.Fork();
-  EXPECT_THAT(SaveOn(probe.get(), sc.world, sc.step, config, sc.overwrite), IsOk());
+  EXPECT_THAT(SaveOn(probe.get(), sc.world, sc.step, config, sc.overwrite),
+              IsOk());
   const int64_t calls = probe->calls();
   int64_t cuts = 0;
+  std::set<std::string> checked;  // DiskState, and whether the save returned OK
   for (int64_t n = 1; n <= calls + 1 && !::testing::Test::HasFailure(); ++n) {
     auto disk = base.Fork();
     if (n <= calls) disk->HaltAtCall(n);
-    const bool done = SaveOn(disk.get(), sc.world, sc.step, config, sc.overwrite).ok();
+    const bool done =
+        SaveOn(disk.get(), sc.world, sc.step, config, sc.overwrite).ok();
     if (n > calls) {
       EXPECT_TRUE(done) << "the save without a power cut failed";
     }
     const size_t pending = sc.reordered_dir_ops ? disk->pending_dir_ops() : 0;
     // Cut c <= pending keeps the first c pending directory operations; cut
     // pending + 1 + i keeps operation i alone.
-    for (size_t c = 0; c <= 2 * pending && !::testing::Test::HasFailure(); ++c) {
-      SCOPED_TRACE(absl::StrCat(
-          "power cut at call ", n, " of ", calls, " (save ", done ? "returned OK" : "failed",
-          "), keeping ", c <= pending ? "the first " : "only number ",
-          c <= pending ? c : c - pending - 1, " of ", pending, " pending directory operations"));
+    for (size_t c = 0; c <= 2 * pending && !::testing::Test::HasFailure();
+         ++c) {
+      SCOPED_TRACE(absl::StrCat("power cut at call ", n, " of ", calls,
+                                " (save ", done ? "returned OK" : "failed",
+                                "), keeping ",
+                                c <= pending ? "the first " : "only number ",
+                                c <= pending ? c : c - pending - 1, " of ",
+                                pending, " pending directory operations"));
       auto after = disk->Fork();
       if (c <= pending) {
         after->PowerCut(c);
       } else {
         after->PowerCutKeepingOnly(c - pending - 1);
       }
+      ++cuts;
+      if (!checked.insert(absl::StrCat(done, DiskState(after.get()))).second)
+        continue;
       CheckAfterCut(after.get(), sc, done);
       CheckNextSave(after.get(), sc);
-      ++cuts;
     }
   }
-  std::cout << "power cuts checked: " << cuts << " (save of " << calls
-            << " storage calls, " << sc.world << " rank(s))\n";
+  std::cout << "power cuts: " << cuts
+            << ", distinct disks checked: " << checked.size() << " (save of "
+            << calls << " storage calls, " << sc.world << " rank(s))\n";
 }
 
 TEST(PowerLossTest, FirstSaveIntoANewRoot) {

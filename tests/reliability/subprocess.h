@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "tests/testing/files.h"
 
 extern char** environ;
 
@@ -87,8 +88,8 @@ class Child {
     return st;
   }
 
-  std::string Stdout() const { return ReadAll(out_); }
-  std::string Stderr() const { return ReadAll(err_); }
+  std::string Stdout() const { return ::ckpt::testing::ReadFileBytes(out_); }
+  std::string Stderr() const { return ::ckpt::testing::ReadFileBytes(err_); }
   // The steps of the "saved N" lines printed so far.
   std::vector<uint64_t> SavedSteps() const {
     std::vector<uint64_t> out;
@@ -102,13 +103,6 @@ class Child {
   }
 
  private:
-  static std::string ReadAll(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-
   pid_t pid_ = -1;
   std::string out_, err_;
 };

@@ -13,10 +13,10 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "tests/testing/files.h"
 
 extern char** environ;
 
@@ -60,14 +60,8 @@ inline CliResult RunCli(const std::string& binary, const std::vector<std::string
   }
   r.max_rss_bytes = static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // KiB on Linux
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  auto slurp = [](const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
+  r.out = ReadFileBytes(out_path);
+  r.err = ReadFileBytes(err_path);
   return r;
 }
 

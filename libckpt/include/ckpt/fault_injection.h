@@ -9,8 +9,9 @@
 //   // "injected fault: pwrite /ck/.tmp-.../shard-00000.ckpt: disk full".
 //
 // Limits: a crash is modelled as "nothing after this point reaches the
-// storage"; data written before it stays, synced or not (no page cache is
-// simulated, so a test cannot observe the loss of unsynced writes).
+// storage"; data written before it stays, synced or not. To observe the
+// loss of unsynced writes, use PowerLossStorage (power_loss.h), which
+// models the page cache.
 #ifndef CKPT_FAULT_INJECTION_H_
 #define CKPT_FAULT_INJECTION_H_
 

@@ -87,13 +87,16 @@ class PowerLossStorage final : public Storage {
   int64_t calls() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Storage.
-  absl::StatusOr<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode,
-                                             const OpenOptions& options = {}) override;
+  absl::StatusOr<std::unique_ptr<File>> Open(
+      const std::string& path, OpenMode mode,
+      const OpenOptions& options = {}) override;
   absl::Status CreateDir(const std::string& path) override;
   absl::Status SyncDir(const std::string& path) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;
-  absl::Status RenameNoReplace(const std::string& from, const std::string& to) override;
-  absl::StatusOr<std::vector<std::string>> List(const std::string& dir) override;
+  absl::Status RenameNoReplace(const std::string& from,
+                               const std::string& to) override;
+  absl::StatusOr<std::vector<std::string>> List(
+      const std::string& dir) override;
   absl::StatusOr<FileInfo> Stat(const std::string& path) override;
   absl::Status RemoveFile(const std::string& path) override;
   absl::Status RemoveAll(const std::string& path) override;
@@ -113,19 +116,22 @@ class PowerLossStorage final : public Storage {
   using DirOp = std::vector<Change>;
 
   // Counts the call; Unavailable if the machine is halted (now or by it).
-  absl::Status Enter(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<NodePtr> Lookup(const std::string& path, const std::string& what) const
+  absl::Status Enter(const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<NodePtr> Lookup(const std::string& path,
+                                 const std::string& what) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The directory that holds `path` and the last component of `path`.
-  absl::StatusOr<std::pair<NodePtr, std::string>> Parent(const std::string& path,
-                                                         const std::string& what) const
+  absl::StatusOr<std::pair<NodePtr, std::string>> Parent(
+      const std::string& path, const std::string& what) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies `op` to the volatile entries and records it as pending.
   void Apply(DirOp op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RenameLocked(const std::string& from, const std::string& to,
                             bool replace) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PowerCut, keeping the pending operations i with keep(i).
-  void CutLocked(const std::vector<bool>& keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CutLocked(const std::vector<bool>& keep)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every node reachable from root_ or a pending operation, through
   // volatile or durable entries.
   std::vector<NodePtr> AllNodes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -15,7 +15,8 @@
 // directory inside the root, fsyncs, writes the manifest last, renames the
 // directory to step-NNNNNNNN, fsyncs the root and then replaces `latest`.
 // Any failure leaves earlier checkpoints and `latest` untouched and removes
-// the temporary directory. With several ranks every rank calls Save with
+// the temporary directory. Once Save returns OK, its checkpoint, `latest`
+// and its pruning survive a power loss (the fsyncs are listed in §4.1). With several ranks every rank calls Save with
 // the same arguments; it returns the same status on every rank.
 //
 // Thread safety: a Writer is used by one thread at a time.

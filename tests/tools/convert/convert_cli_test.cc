@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/cli.h"
+#include "tests/testing/expected_output.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/tools/convert/convert_fixture.h"
 #include "tests/tools/convert/h5_builder.h"
@@ -19,13 +20,6 @@ namespace {
 
 using ::ckpt::testing::TempDir;
 using ::testing::HasSubstr;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 using ::ckpt::testing::CliResult;
 
@@ -49,7 +43,7 @@ class ConvertCli : public ::testing::Test {
   }
 
   std::string Scrub(const std::string& text) {
-    std::string s = absl::StrReplaceAll(text, {{dir_.path(), "<TMP>"}});
+    std::string s = ckpt::testing::ReplaceTmp(text, dir_.path());
     // "  hdf5: ..., file 77.2 KiB" ends its line.
     const std::string kFile = ", file ";
     for (size_t pos = s.find(kFile); pos != std::string::npos; pos = s.find(kFile, pos + 1)) {
@@ -60,8 +54,7 @@ class ConvertCli : public ::testing::Test {
   }
 
   static std::string Expected(const std::string& name) {
-    return ReadFile(std::string(CKPT_SOURCE_DIR) + "/tests/tools/expected/convert/" + name +
-                    ".txt");
+    return ckpt::testing::ExpectedOutput("convert", name + ".txt");
   }
 
   // An error run: nothing on stdout, exit 2, exactly `message` on stderr.

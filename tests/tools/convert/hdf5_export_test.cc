@@ -10,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/files.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/tools/convert/convert_fixture.h"
 #include "tools/convert/hdf5_import.h"
@@ -28,13 +29,6 @@ using ::ckpt::testing::TempDir;
 using ::ckpt::testing::WriteFixture;
 using hdf5::Handle;
 using hdf5::Hdf5Lock;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Small chunks and slabs, so that every tensor of the fixture is written in
 // several slabs of several chunks and batches hold several slabs.
@@ -223,7 +217,7 @@ TEST(Hdf5Export, SameCheckpointGivesTheSameFile) {
   CKPT_ASSERT_OK(WriteFixture(MakeFixture(), dir / "src", 2));
   CKPT_ASSERT_OK(ExportHdf5(dir / "src", dir / "a.h5", {}).status());
   CKPT_ASSERT_OK(ExportHdf5(dir / "src", dir / "b.h5", {}).status());
-  EXPECT_TRUE(ReadFile(dir / "a.h5") == ReadFile(dir / "b.h5"));
+  EXPECT_TRUE(ckpt::testing::ReadFileBytes(dir / "a.h5") == ckpt::testing::ReadFileBytes(dir / "b.h5"));
 }
 
 TEST(Hdf5Export, OutputExists) {
@@ -233,7 +227,7 @@ TEST(Hdf5Export, OutputExists) {
   EXPECT_THAT(ExportHdf5(dir / "src", dir / "out.h5", {}),
               StatusIs(absl::StatusCode::kAlreadyExists,
                        dir / "out.h5: already exists (use --force to replace it)"));
-  EXPECT_EQ(ReadFile(dir / "out.h5"), "keep me");
+  EXPECT_EQ(ckpt::testing::ReadFileBytes(dir / "out.h5"), "keep me");
   Hdf5ExportOptions o;
   o.overwrite = true;
   CKPT_ASSERT_OK(ExportHdf5(dir / "src", dir / "out.h5", o).status());

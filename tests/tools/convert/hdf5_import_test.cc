@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/files.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/tools/convert/convert_fixture.h"
 #include "tests/tools/convert/h5_builder.h"
@@ -72,8 +73,7 @@ TEST_F(Hdf5ImportTest, StepOptionWinsOverTheFile) {
 
 TEST_F(Hdf5ImportTest, FileImageGivesTheSamePlan) {
   ckpt::testing::WritePlainFileWithCApi(File());
-  std::ifstream in(File(), std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bytes = ckpt::testing::ReadFileBytes(File());
   CKPT_ASSERT_OK_AND_ASSIGN(ImportPlan from_file, Plan(File()));
   Hdf5Lock lock;
   CKPT_ASSERT_OK_AND_ASSIGN(Handle image, OpenHdf5Image(bytes));

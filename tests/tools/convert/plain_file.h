@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "ckpt/reader.h"
 #include "gtest/gtest.h"
+#include "tests/testing/files.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/tools/convert/convert_fixture.h"
 #include "tests/tools/convert/h5_builder.h"
@@ -167,8 +168,7 @@ inline int RunPython(const std::string& python, const std::string& script,
   std::ofstream(py) << script;
   std::string cmd = absl::StrCat(python, " ", py, " ", args, " >", stdout_file);
   int rc = std::system(cmd.c_str());
-  std::ifstream in(stdout_file);
-  out->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  *out = ReadFileBytes(stdout_file);
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 

@@ -14,8 +14,8 @@ class DiffCliTest : public ::testing::Test {
  protected:
   CliResult Run(const std::vector<std::string>& args) {
     CliResult r = RunCli(CKPT_DIFF_BIN, args, tmp_.path());
-    r.out = Scrub(r.out, tmp_.path());
-    r.err = Scrub(r.err, tmp_.path());
+    r.out = ReplaceTmp(r.out, tmp_.path());
+    r.err = ReplaceTmp(r.err, tmp_.path());
     return r;
   }
   std::string A() const { return tmp_ / "a"; }
@@ -55,7 +55,7 @@ TEST_F(DiffCliTest, EqualExitsZeroWithPinnedOutput) {
   WritePair(false);
   CliResult r = Run({A(), B()});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, Expected("diff", "equal")) << r.out;
+  ExpectOutput("diff", "equal.txt", r.out);
   EXPECT_EQ(r.err, "");
 }
 
@@ -63,7 +63,7 @@ TEST_F(DiffCliTest, DifferentExitsOneWithPinnedOutput) {
   WritePair(true);
   CliResult r = Run({A(), B()});
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_EQ(r.out, Expected("diff", "different")) << r.out;
+  ExpectOutput("diff", "different.txt", r.out);
   EXPECT_EQ(r.err, "");
 }
 
@@ -81,7 +81,7 @@ TEST_F(DiffCliTest, AtolAcceptsTheValueChangesOnly) {
   CKPT_ASSERT_OK(WriteFixture(B(), 7, 2, b, {{"loader", "position=42", 0}}));
   CliResult r = Run({A(), B(), "--atol", "0.3"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, Expected("diff", "atol")) << r.out;
+  ExpectOutput("diff", "atol.txt", r.out);
   r = Run({A(), B(), "--atol", "0.1"});
   EXPECT_EQ(r.exit_code, 1) << r.out;
   r = Run({A(), B(), "--rtol", "0.2"});  // 0.25 <= 0.2 * 1.5

@@ -13,6 +13,7 @@
 #include "ckpt/writer.h"
 #include "format/status_macros.h"
 #include "tests/libckpt/test_util.h"
+#include "tests/testing/files.h"
 
 namespace ckpt::testing {
 
@@ -92,16 +93,6 @@ inline absl::Status WriteFixture(const std::string& root, uint64_t step, int wor
 
 // A box piece (for explicit, e.g. irregular, layouts).
 inline Piece BoxPiece(Dims offset, Dims size) { return Piece{Box{offset, size}, false}; }
-
-inline std::string ReadFileBytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
-inline void WriteFileBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << bytes;
-}
 
 // What a failed save may leave in checkpoint root `root`: nothing but the
 // root's lock files (spec/FORMAT.md §4.1), so the names of anything else

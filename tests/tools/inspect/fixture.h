@@ -32,6 +32,8 @@
 #include "gtest/gtest.h"
 #include "tests/libckpt/test_util.h"
 #include "tests/testing/cli.h"
+#include "tests/testing/expected_output.h"
+#include "tests/testing/files.h"
 
 namespace ckpt::tools::testing {
 
@@ -67,17 +69,15 @@ struct FixtureSpec {
   std::function<void(uint32_t shard, format::ShardIndex* index)> edit_index;
 };
 
+// Whole files and expected outputs: tests/testing/files.h and
+// expected_output.h, under the names these suites use.
 inline void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ::ckpt::testing::WriteFileBytes(path, bytes);
 }
-
 inline std::string ReadBytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
+  return ::ckpt::testing::ReadFileBytes(path);
 }
+using ::ckpt::testing::ExpectOutput;
 
 // Writes checkpoint spec.step under `root` and returns its directory.
 inline std::string WriteCheckpoint(const std::string& root, const FixtureSpec& spec) {
@@ -363,33 +363,10 @@ inline RunResult Run(const std::string& command, const std::string& tmp) {
   return RunResult{c.exit_code, c.out, c.err};
 }
 
-// The expected-output file tests/tools/expected/<tool>/<name>.
-inline std::string Expected(const std::string& tool, const std::string& name) {
-  return ReadBytes(std::string(CKPT_SOURCE_DIR) + "/tests/tools/expected/" + tool + "/" + name);
-}
-
 // `text` with the run's temporary directory replaced by "<TMP>".
 inline std::string Normalize(const std::string& text, const std::string& tmp) {
-  return absl::StrReplaceAll(text, {{tmp, "<TMP>"}});
+  return ::ckpt::testing::ReplaceTmp(text, tmp);
 }
-
-#ifdef CKPT_ACTUAL_DIR
-// Expects `actual` (normalized) to equal tests/tools/expected/<tool>/<name>.
-// On a mismatch the actual text is left in CKPT_ACTUAL_DIR/<tool>/<name>
-// (in the build directory) for review; expected files are never rewritten
-// by tests.
-inline void ExpectOutput(const std::string& tool, const std::string& name,
-                         const std::string& actual) {
-  const std::string expected = Expected(tool, name);
-  if (actual == expected) return;
-  const std::string dir = std::string(CKPT_ACTUAL_DIR) + "/" + tool;
-  std::filesystem::create_directories(dir);
-  WriteBytes(dir + "/" + name, actual);
-  ADD_FAILURE() << "output differs from tests/tools/expected/" << tool << "/" << name
-                << " (actual output: " << dir << "/" << name << ")\n--- actual ---\n"
-                << actual << "--- expected ---\n" << expected;
-}
-#endif  // CKPT_ACTUAL_DIR
 
 }  // namespace ckpt::tools::testing
 

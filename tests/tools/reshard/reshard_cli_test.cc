@@ -16,8 +16,8 @@ class ReshardCliTest : public ::testing::Test {
  protected:
   CliResult Run(const std::vector<std::string>& args) {
     CliResult r = RunCli(CKPT_RESHARD_BIN, args, tmp_.path());
-    r.out = Scrub(r.out, tmp_.path());
-    r.err = Scrub(r.err, tmp_.path());
+    r.out = ReplaceTmp(r.out, tmp_.path());
+    r.err = ReplaceTmp(r.err, tmp_.path());
     return r;
   }
   std::string Src() const { return tmp_ / "src"; }
@@ -43,7 +43,7 @@ TEST_F(ReshardCliTest, SummaryIsPinned) {
   WriteModel();
   CliResult r = Run({Src(), Dst(), "--to", "2", "--from", "4"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, Expected("reshard", "summary")) << r.out;
+  ExpectOutput("reshard", "summary.txt", r.out);
   EXPECT_EQ(r.err, "");
 }
 
@@ -53,7 +53,7 @@ TEST_F(ReshardCliTest, VerboseWithVerifyIsPinned) {
   CliResult r = Run({Src(), Dst(), "--to", "3", "-v", "--verify", "--layout",
                      tmp_ / "layout.json"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, Expected("reshard", "verbose")) << r.out;
+  ExpectOutput("reshard", "verbose.txt", r.out);
 }
 
 TEST_F(ReshardCliTest, JsonDocument) {

@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/libckpt/test_util.h"
 #include "tests/testing/cli.h"
+#include "tests/testing/expected_output.h"
 #include "tests/testing/status_matchers.h"
 
 namespace ckpt::synth {
@@ -23,12 +24,6 @@ using ::ckpt::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 struct RunResult {
   int code = -1;
@@ -44,13 +39,8 @@ RunResult Synth(const TempDir& tmp, const std::string& args) {
   return RunResult{c.exit_code, c.out, c.err};
 }
 
-std::string Expected(const std::string& name) {
-  return ReadFile(
-      absl::StrCat(CKPT_SOURCE_DIR, "/tests/tools/expected/synth/", name));
-}
-
 std::string Placeholders(const std::string& s, const TempDir& tmp) {
-  return absl::StrReplaceAll(s, {{tmp.path(), "<TMP>"}});
+  return ckpt::testing::ReplaceTmp(s, tmp.path());
 }
 
 constexpr char kWrite[] =
@@ -117,19 +107,19 @@ TEST(SynthCli, WriteAndVerifyOutputs) {
   RunResult w = Synth(tmp, WriteArgs(tmp));
   ASSERT_EQ(w.code, 0) << w.err;
   EXPECT_EQ(w.err, "");
-  EXPECT_EQ(Placeholders(w.out, tmp), Expected("write.txt"));
+  ckpt::testing::ExpectOutput("synth", "write.txt", Placeholders(w.out, tmp));
 
   RunResult v =
       Synth(tmp, absl::StrCat("verify ", tmp.path(), "/run --ranks 3"));
   EXPECT_EQ(v.code, 0) << v.err;
   EXPECT_EQ(v.err, "");
-  EXPECT_EQ(Placeholders(v.out, tmp), Expected("verify_ok.txt"));
+  ckpt::testing::ExpectOutput("synth", "verify_ok.txt", Placeholders(v.out, tmp));
 
   RunResult bad = Synth(
       tmp, absl::StrCat("verify ", tmp.path(), "/run --ranks 2 --seed 8"));
   EXPECT_EQ(bad.code, 1) << bad.err;
   EXPECT_EQ(bad.err, "");
-  EXPECT_EQ(Placeholders(bad.out, tmp), Expected("verify_wrong_seed.txt"));
+  ckpt::testing::ExpectOutput("synth", "verify_wrong_seed.txt", Placeholders(bad.out, tmp));
 }
 
 TEST(SynthCli, JsonOutputs) {
@@ -166,7 +156,7 @@ TEST(SynthCli, MissingDirectoryExitsTwo) {
   RunResult r = Synth(tmp, absl::StrCat("verify ", tmp.path(), "/nope"));
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(Placeholders(r.err, tmp), Expected("verify_missing.txt"));
+  ckpt::testing::ExpectOutput("synth", "verify_missing.txt", Placeholders(r.err, tmp));
 }
 
 TEST(SynthCli, NotACheckpointExitsTwo) {
@@ -175,7 +165,7 @@ TEST(SynthCli, NotACheckpointExitsTwo) {
       Synth(tmp, absl::StrCat("verify ", tmp.path()));  // holds only stdout.txt
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(Placeholders(r.err, tmp), Expected("verify_not_checkpoint.txt"));
+  ckpt::testing::ExpectOutput("synth", "verify_not_checkpoint.txt", Placeholders(r.err, tmp));
 }
 
 TEST(SynthCli, NotSyntheticExitsTwo) {
