@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cstring>
 #include <map>
-#include <mutex>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -13,6 +12,7 @@
 #include "ckpt/internal/checkpoint_dir.h"
 #include "ckpt/internal/read_plan.h"
 #include "ckpt/internal/shard_file.h"
+#include "ckpt/mutex.h"
 #include "format/block_codec.h"
 #include "format/manifest.h"
 #include "format/status_macros.h"
@@ -386,9 +386,7 @@ class ReaderImpl final : public Reader {
   internal::ManifestIndex index_;  // over manifest_
   CheckpointDescription description_;
   absl::flat_hash_map<uint32_t, const format::ShardInfo*> shard_info_;
-  // std::mutex rather than absl::Mutex so that ThreadSanitizer sees the
-  // synchronization (Debian's Abseil is not TSan-instrumented).
-  std::mutex mu_;
+  Mutex mu_;
   std::map<uint32_t, std::unique_ptr<OpenShard>> shards_ ABSL_GUARDED_BY(mu_);
   std::mutex pool_mu_;
   std::unique_ptr<internal::StagingPool> pool_;  // guarded by pool_mu_
@@ -434,12 +432,12 @@ absl::StatusOr<std::unique_ptr<OpenShard>> ReaderImpl::OpenAndCheck(
 
 absl::StatusOr<const OpenShard*> ReaderImpl::GetShard(uint32_t id) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     auto it = shards_.find(id);
     if (it != shards_.end()) return it->second.get();
   }
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<OpenShard> shard, OpenAndCheck(id));
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto [it, inserted] = shards_.emplace(id, std::move(shard));
   return it->second.get();
 }

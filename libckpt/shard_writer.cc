@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "ckpt/mutex.h"
 #include "format/block_codec.h"
 #include "format/checksum.h"
 #include "format/shard.h"
@@ -133,11 +133,10 @@ class PayloadWriter {
 
   // Buffered writes to one file serialise on its inode lock in the kernel;
   // threads hash in parallel and take turns to write. Direct I/O keeps
-  // several writes in flight. (std::mutex here and below: ThreadSanitizer
-  // does not see Debian's uninstrumented absl::Mutex.)
+  // several writes in flight.
   absl::Status Write(uint64_t offset, absl::string_view bytes) {
     if (options_.direct_io) return file_->PWrite(offset, bytes);
-    std::lock_guard<std::mutex> l(write_mu_);
+    MutexLock l(&write_mu_);
     return file_->PWrite(offset, bytes);
   }
 
@@ -146,8 +145,8 @@ class PayloadWriter {
   DeviceMemory* const device_memory_;
   const int threads_;
   std::vector<ThreadScratch> scratch_;  // one per thread
-  std::mutex write_mu_;
-  std::mutex end_mu_;  // guards the running end of WriteCompressed
+  Mutex write_mu_;
+  Mutex end_mu_;  // guards the running end of WriteCompressed
 };
 
 absl::StatusOr<uint64_t> PayloadWriter::WriteRaw(std::vector<ChunkPlan>* chunks,
@@ -215,7 +214,7 @@ absl::Status PayloadWriter::WriteCompressedChunk(int thread, ChunkPlan* c, uint6
   }
   c->rec.stored_length = payload.size();
   {
-    std::lock_guard<std::mutex> l(end_mu_);
+    MutexLock l(&end_mu_);
     *end = Align(*end);
     c->rec.data_offset = payload.empty() ? 0 : *end;
     *end += payload.size();

@@ -417,11 +417,10 @@ TEST(MultiRankTest, FsdpUnevenFlatShardsWithOptimizerStateReshardToTwoAndThreeRa
     EXPECT_EQ(chunk_regions("optimizer.exp_avg_sq." + p.name), regions) << p.name;
   }
 
-  // FIELD-LESSONS: "Size mismatch between saved torch.Size([64]) and
-  // current: torch.Size([128]) for optimizer.state.0.exp_avg". Optimizer
-  // state is stored under its parameter's global shape, so a trainer that
-  // asks for its local flat size instead is told which entry and both
-  // shapes, before any I/O.
+  // docs/FAILURE-MODES.md §5: state described by its local size (64) cannot
+  // be loaded on another world size. Optimizer state is stored under its
+  // parameter's global shape (128), so a trainer that asks for its local
+  // flat size instead is told which entry and both shapes, before any I/O.
   const std::string name = "optimizer.exp_avg.layers.0.mlp.up.b";
   ASSERT_NE(reader->Find(name), nullptr);
   EXPECT_EQ(reader->Find(name)->shape, (Shape{128}));
@@ -447,7 +446,8 @@ constexpr int kTp = 4, kDp = 2;
 enum class TpSplit { kRows, kCols, kReplicated };
 
 // Column-parallel weights split dim 0, row-parallel ones the last dim, norms
-// are replicated on every rank; all splits are even (as Megatron requires).
+// are replicated on every rank; all splits are even (as tensor-parallel
+// layers require).
 Model TpModel(std::vector<TpSplit>* splits) {
   const uint64_t h = 32;
   Model m;

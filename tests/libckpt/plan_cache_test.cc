@@ -1,4 +1,4 @@
-// The constant-structure plan cache (FIELD-LESSONS 4): a cached plan is
+// The constant-structure plan cache (docs/FAILURE-MODES.md §4): a cached plan is
 // reused only when every rank's structure is unchanged, and a save never
 // drops data, whatever changes between saves.
 #include <filesystem>
@@ -164,7 +164,7 @@ TEST(PlanCache, plan_cache_hit_when_structure_unchanged_and_values_change) {
   for (int k = 0; k < 3; ++k) CKPT_EXPECT_OK(LoadsExactly(StepDir(dir.path(), k + 1), states[k]));
 }
 
-// The reported failure (FIELD-LESSONS 4): a component saves nothing in
+// The failure of docs/FAILURE-MODES.md §4: a component saves nothing in
 // steady state and a record only after a fault. The record must be saved.
 TEST(PlanCache, plan_cache_object_added_after_cached_plan) {
   for (int world : {1, 4}) {

@@ -1,4 +1,4 @@
-// End-to-end resume (FIELD-LESSONS 1 and 2): a small trainer with fp32
+// End-to-end resume (docs/FAILURE-MODES.md §1, §2): a small trainer with fp32
 // master weights, a bfloat16 compute copy derived from them, Adam state,
 // an RNG and a data-loader position. Saving at step k on 2 ranks (uneven
 // flat shards, like FSDP) and resuming on 3 ranks in a fresh process state
@@ -223,7 +223,7 @@ TEST(ResumeTest, LossAfterResumeEqualsUninterruptedRunBitForBit) {
 }
 
 // The control that shows the test above can fail: without the refresh the
-// compute copy keeps the new process's random init (FIELD-LESSONS 1), and
+// compute copy keeps the new process's random init (FAILURE-MODES.md §1), and
 // the first step after resume computes a different loss.
 TEST(ResumeTest, WithoutTheRefreshCallbackTheFirstLossDiffers) {
   const std::vector<float> want = Uninterrupted();
@@ -239,7 +239,7 @@ TEST(ResumeTest, WithoutTheRefreshCallbackTheFirstLossDiffers) {
   EXPECT_NE(std::memcmp(&loss, &want[kSaveAt], 4), 0);
 }
 
-// FIELD-LESSONS 2: a model-only load is explicit (a filter), and the report
+// docs/FAILURE-MODES.md §2: a model-only load is explicit (a filter), and the report
 // names every entry it did not write, so hidden copies are never silently
 // left at their initial values.
 TEST(ResumeTest, ModelOnlyLoadReportsEveryEntryNotLoaded) {

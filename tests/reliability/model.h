@@ -182,7 +182,7 @@ inline SaveOptions SaveOptionsFor(uint64_t step, const SaveConfig& c) {
 class ModelRank {
  public:
   ModelRank(int rank, int world, int scale)
-      : rank_(rank), world_(world), tensors_(ModelTensors(scale)) {
+      : rank_(rank), tensors_(ModelTensors(scale)) {
     for (const TensorSpec& t : tensors_) {
       Region r = PieceOf(t, rank, world);
       buffers_.emplace_back(RegionElements(r) * DTypeSize(t.dtype), '\0');
@@ -213,7 +213,6 @@ class ModelRank {
 
  private:
   const int rank_;
-  const int world_;
   std::vector<TensorSpec> tensors_;
   std::vector<Region> regions_;
   std::vector<std::string> buffers_;

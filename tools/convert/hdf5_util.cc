@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "format/names.h"
 #include "format/status_macros.h"
@@ -24,6 +25,22 @@ herr_t KeepInnermost(unsigned /*n*/, const H5E_error2_t* err, void* data) {
     }
   }
   return 0;
+}
+
+// HDF5's message as one line. A failed system call of its file driver
+// ("file write failed: time = ..., errno = 28, error message = '...', buf =
+// ...", over two lines) becomes the system's error text alone; any other
+// message keeps its first line, after "HDF5: ".
+std::string OneLine(absl::string_view message) {
+  constexpr absl::string_view kErrno = "errno = ";
+  const size_t at = message.find(kErrno);
+  int err = 0;
+  if (at != absl::string_view::npos) {
+    absl::string_view digits = message.substr(at + kErrno.size());
+    digits = digits.substr(0, digits.find_first_not_of("0123456789"));
+    if (absl::SimpleAtoi(digits, &err) && err > 0) return std::strerror(err);
+  }
+  return absl::StrCat("HDF5: ", message.substr(0, message.find('\n')));
 }
 
 bool IsUtf8WithoutNul(absl::string_view s) {
@@ -122,7 +139,7 @@ absl::Status Hdf5Error(absl::StatusCode code, absl::string_view context) {
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, KeepInnermost, &innermost);
   H5Eclear2(H5E_DEFAULT);
   if (innermost.empty()) innermost = "unknown error";
-  return absl::Status(code, absl::StrCat(context, ": HDF5: ", innermost));
+  return absl::Status(code, absl::StrCat(context, ": ", OneLine(innermost)));
 }
 
 std::string TypeDescription(hid_t type) {

@@ -3,7 +3,7 @@
 // call, and typed attribute access that distrusts what it reads.
 //
 // HDF5 is used only by tools/convert; nothing in format/ or libckpt/ links
-// it (shared/STYLE.md).
+// it: HDF5 stays in the import/export adapter, off the core read/write path.
 #ifndef CKPT_TOOLS_CONVERT_HDF5_UTIL_H_
 #define CKPT_TOOLS_CONVERT_HDF5_UTIL_H_
 
@@ -68,8 +68,10 @@ class ABSL_SCOPED_LOCKABLE Hdf5Lock {
   Hdf5Lock& operator=(const Hdf5Lock&) = delete;
 };
 
-// `code` with message "CONTEXT: HDF5: <innermost HDF5 error message>" from
-// the calling thread's error stack, which it then clears. REQUIRES: lock held.
+// `code` with message "CONTEXT: HDF5: <innermost HDF5 error message>" (its
+// first line) from the calling thread's error stack, which it then clears;
+// "CONTEXT: <errno text>" when that message reports a failed system call.
+// REQUIRES: lock held.
 absl::Status Hdf5Error(absl::StatusCode code, absl::string_view context);
 
 // A short description of an HDF5 datatype for messages: "int32 (little-

@@ -173,7 +173,9 @@ std::string ElementToString(DType dtype, const char* p) {
   double v = ElementToDouble(dtype, p);
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return absl::StrFormat(dtype == DType::kFloat64 ? "%.17g" : "%.9g", v);
+  // Digits that round-trip: 17 for float64, 9 for the narrower floats.
+  return dtype == DType::kFloat64 ? absl::StrFormat("%.17g", v)
+                                  : absl::StrFormat("%.9g", v);
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -99,7 +100,7 @@ struct RankOutcome {
   std::map<std::string, Mismatch> mismatches ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, bool> done
       ABSL_GUARDED_BY(mu);  // fully compared
-  uint64_t elements = 0 ABSL_GUARDED_BY(mu);
+  uint64_t elements ABSL_GUARDED_BY(mu) = 0;
   uint64_t bytes_loaded = 0;
 };
 
@@ -266,24 +267,12 @@ absl::string_view MismatchKindName(Mismatch::Kind kind) {
   return "?";
 }
 
-absl::StatusOr<SynthResult> WriteSynth(const SynthOptions& o) {
-  if (o.ranks < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ranks must be >= 1, got ", o.ranks));
-  }
-  if (!o.config && !(o.size_mb > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--size-mb must be > 0, got ", o.size_mb));
-  }
-  const ModelConfig config =
-      o.config ? *o.config : ConfigForSize(o.size_mb, o.dtype);
-  CKPT_RETURN_IF_ERROR(ValidateConfig(config));
-  const Model model = DescribeModel(config, o.dtype);
-  for (const SynthTensor& t : model.tensors) {
-    CKPT_RETURN_IF_ERROR(
-        Annotate(ValidateShape(t.shape, DTypeSize(t.dtype)), t.name));
-  }
+namespace {
 
+// How a synthetic checkpoint is saved: the codec and threads of `o`, and
+// the synth.* metadata that let `verify` regenerate every value.
+SaveOptions SynthSaveOptions(const SynthOptions& o, const ModelConfig& config,
+                             const Model& model) {
   SaveOptions so;
   so.codec = o.codec;
   so.zstd_level = o.zstd_level;
@@ -303,6 +292,58 @@ absl::StatusOr<SynthResult> WriteSynth(const SynthOptions& o) {
                         ? absl::StrFormat("%.3f", model.total_bytes / 1048576.0)
                         : absl::StrFormat("%g", o.size_mb)},
   };
+  return so;
+}
+
+// Generates rank `r`'s piece of every tensor into `buffers` (which must
+// outlive the save) and registers it, its RNG object and, on rank 0, the
+// step object with `writer`.
+absl::Status RegisterSynthRank(Writer& writer, const Model& model,
+                               const SynthOptions& o, int r,
+                               std::vector<std::unique_ptr<char[]>>& buffers) {
+  for (const SynthTensor& t : model.tensors) {
+    const SynthPiece p = PieceOf(model, t, o.layout, r, o.ranks);
+    const uint64_t bytes = RegionElements(p.region) * DTypeSize(t.dtype);
+    std::unique_ptr<char[]> buf(bytes ? new char[bytes] : nullptr);
+    if (bytes != 0) {
+      FillRegion(o.seed, t, p.region, buf.get());
+      if (o.progress) o.progress(bytes);
+    }
+    TensorOptions to;
+    to.replica = p.replica;
+    CKPT_RETURN_IF_ERROR(
+        writer.AddTensor(t.name, t.dtype, t.shape, p.region, buf.get(), to));
+    buffers.push_back(std::move(buf));
+  }
+  const std::string rng = RngObjectName(r);
+  CKPT_RETURN_IF_ERROR(
+      writer.SetObject(rng, ObjectBytes(o.seed, rng, kRngStateSize)));
+  if (r == 0) {
+    CKPT_RETURN_IF_ERROR(writer.SetObject(kStepObject, absl::StrCat(o.step)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SynthResult> WriteSynth(const SynthOptions& o) {
+  if (o.ranks < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ranks must be >= 1, got ", o.ranks));
+  }
+  if (!o.config && !(o.size_mb > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--size-mb must be > 0, got ", o.size_mb));
+  }
+  const ModelConfig config =
+      o.config ? *o.config : ConfigForSize(o.size_mb, o.dtype);
+  CKPT_RETURN_IF_ERROR(ValidateConfig(config));
+  const Model model = DescribeModel(config, o.dtype);
+  for (const SynthTensor& t : model.tensors) {
+    CKPT_RETURN_IF_ERROR(
+        Annotate(ValidateShape(t.shape, DTypeSize(t.dtype)), t.name));
+  }
+  const SaveOptions so = SynthSaveOptions(o, config, model);
 
   std::vector<std::unique_ptr<Writer>> writers(o.ranks);
   std::vector<std::vector<std::unique_ptr<char[]>>> buffers(o.ranks);
@@ -315,26 +356,8 @@ absl::StatusOr<SynthResult> WriteSynth(const SynthOptions& o) {
     wo.comm = &comm;
     wo.storage = o.storage;
     CKPT_ASSIGN_OR_RETURN(writers[r], Writer::Create(wo));
-    for (const SynthTensor& t : model.tensors) {
-      const SynthPiece p = PieceOf(model, t, o.layout, r, o.ranks);
-      const uint64_t bytes = RegionElements(p.region) * DTypeSize(t.dtype);
-      std::unique_ptr<char[]> buf(bytes ? new char[bytes] : nullptr);
-      if (bytes != 0) {
-        FillRegion(o.seed, t, p.region, buf.get());
-        if (o.progress) o.progress(bytes);
-      }
-      TensorOptions to;
-      to.replica = p.replica;
-      CKPT_RETURN_IF_ERROR(writers[r]->AddTensor(t.name, t.dtype, t.shape,
-                                                 p.region, buf.get(), to));
-      buffers[r].push_back(std::move(buf));
-    }
-    const std::string rng = RngObjectName(r);
     CKPT_RETURN_IF_ERROR(
-        writers[r]->SetObject(rng, ObjectBytes(o.seed, rng, kRngStateSize)));
-    if (r == 0)
-      CKPT_RETURN_IF_ERROR(
-          writers[r]->SetObject(kStepObject, absl::StrCat(o.step)));
+        RegisterSynthRank(*writers[r], model, o, r, buffers[r]));
     generate[r] = Since(t0);
     return absl::OkStatus();
   };
@@ -381,23 +404,29 @@ absl::StatusOr<SynthResult> WriteTestCheckpoint(const std::string& dir,
   return WriteSynth(o);
 }
 
-absl::StatusOr<VerifyResult> VerifySynth(const VerifyOptions& o) {
-  const auto t0 = Clock::now();
-  if (o.ranks < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ranks must be >= 1, got ", o.ranks));
-  }
-  ReaderOptions ro;
-  ro.storage = o.storage;
-  ro.io_threads = std::max(1, o.io_threads);
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
-                        Reader::Open(o.path, ro));
-  const format::Manifest& manifest = reader->manifest();
-  const std::string& dir = reader->path();
-  std::map<std::string, std::string> meta(manifest.metadata.begin(),
-                                          manifest.metadata.end());
+namespace {
 
-  // What the checkpoint says about itself.
+using Meta = std::map<std::string, std::string>;
+using MismatchMap = std::map<std::string, Mismatch>;
+
+// A string metadata value; InvalidArgument naming `dir` when it is missing.
+absl::StatusOr<std::string> MetaString(const Meta& meta, const std::string& dir,
+                                       const char* key) {
+  auto it = meta.find(key);
+  if (it == meta.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": metadata '", key, "' is missing"));
+  }
+  return it->second;
+}
+
+// What the checkpoint says about itself: checks that ckpt-synth wrote it
+// (FailedPrecondition if not, or for a newer value version) and fills the
+// written layout, dtype, ranks and model config of `res`. Returns the
+// recorded seed. InvalidArgument for missing or bad values.
+absl::StatusOr<uint64_t> ReadSynthMetadata(const Meta& meta,
+                                           const std::string& dir,
+                                           VerifyResult& res) {
   if (meta.find(kMetaVersion) == meta.end()) {
     return absl::FailedPreconditionError(
         absl::StrCat(dir, ": not written by ckpt-synth (no '", kMetaVersion,
@@ -409,24 +438,13 @@ absl::StatusOr<VerifyResult> VerifySynth(const VerifyOptions& o) {
         absl::StrCat(dir, ": written by ckpt-synth value version ", version,
                      ", this one implements ", kValueVersion));
   }
-  VerifyResult res;
-  res.path = dir;
-  res.step = manifest.info.step;
-  res.entries = manifest.entries.size();
-  auto layout_it = meta.find(kMetaLayout);
-  if (layout_it == meta.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(dir, ": metadata '", kMetaLayout, "' is missing"));
-  }
-  absl::StatusOr<SynthLayout> written_layout = ParseLayout(layout_it->second);
+  CKPT_ASSIGN_OR_RETURN(std::string layout, MetaString(meta, dir, kMetaLayout));
+  absl::StatusOr<SynthLayout> written_layout = ParseLayout(layout);
   if (!written_layout.ok()) return Annotate(written_layout.status(), dir);
   res.written_layout = *written_layout;
-  auto dtype_it = meta.find(kMetaDType);
-  if (dtype_it == meta.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(dir, ": metadata '", kMetaDType, "' is missing"));
-  }
-  absl::StatusOr<DType> dtype = DTypeFromName(dtype_it->second);
+  CKPT_ASSIGN_OR_RETURN(std::string dtype_name,
+                        MetaString(meta, dir, kMetaDType));
+  absl::StatusOr<DType> dtype = DTypeFromName(dtype_name);
   if (!dtype.ok()) return Annotate(dtype.status(), dir);
   res.dtype = *dtype;
   CKPT_ASSIGN_OR_RETURN(uint64_t recorded_seed, MetaInt(meta, dir, kMetaSeed));
@@ -443,45 +461,74 @@ absl::StatusOr<VerifyResult> VerifySynth(const VerifyOptions& o) {
   res.config.layers = static_cast<int>(layers);
   CKPT_RETURN_IF_ERROR(Annotate(ValidateConfig(res.config), dir));
   res.written_ranks = static_cast<int>(written_ranks);
-  res.ranks = o.ranks > 0 ? o.ranks : res.written_ranks;
-  res.layout = o.layout.value_or(res.written_layout);
-  res.seed = o.seed.value_or(recorded_seed);
+  return recorded_seed;
+}
 
-  std::vector<Mismatch> mismatches;
-  if (o.seed && *o.seed != recorded_seed) {
-    Mismatch m;
-    m.kind = Mismatch::Kind::kMetadata;
-    m.entry = kMetaSeed;
-    m.expected = absl::StrCat(*o.seed);
-    m.actual = absl::StrCat(recorded_seed);
-    m.message =
-        absl::StrCat("metadata '", kMetaSeed, "': expected ", m.expected,
-                     " (--seed), the checkpoint records ", m.actual);
-    mismatches.push_back(std::move(m));
-  }
+// The finding for a --seed other than the recorded one.
+Mismatch SeedMismatch(uint64_t given, uint64_t recorded) {
+  Mismatch m;
+  m.kind = Mismatch::Kind::kMetadata;
+  m.entry = kMetaSeed;
+  m.expected = absl::StrCat(given);
+  m.actual = absl::StrCat(recorded);
+  m.message = absl::StrCat("metadata '", kMetaSeed, "': expected ", m.expected,
+                           " (--seed), the checkpoint records ", m.actual);
+  return m;
+}
 
-  // The entries the model has, against those in the checkpoint.
-  const Model model = DescribeModel(res.config, res.dtype);
+// Every entry the generator makes for `res` (model tensors, the step
+// object, one RNG object per written rank), by name.
+std::map<std::string, Expected> ExpectedEntries(const Model& model,
+                                                const VerifyResult& res) {
   std::map<std::string, Expected> expected;
   for (const SynthTensor& t : model.tensors) expected[t.name].tensor = &t;
-  expected[kStepObject].object = absl::StrCat(manifest.info.step);
+  expected[kStepObject].object = absl::StrCat(res.step);
   for (int r = 0; r < res.written_ranks; ++r) {
     expected[RngObjectName(r)].object =
         ObjectBytes(res.seed, RngObjectName(r), kRngStateSize);
   }
+  return expected;
+}
+
+// The kType finding when stored entry `e` is not of the kind, dtype or
+// shape the generator makes; nullopt when it is.
+std::optional<Mismatch> TypeMismatch(const format::EntryRecord& e,
+                                     const Expected& exp) {
+  const bool is_object = exp.tensor == nullptr;
+  const bool stored_object = e.kind == format::EntryKind::kObject;
+  std::string what, want, got;
+  if (is_object != stored_object) {
+    what = "kind";
+    want = is_object ? "object" : "tensor";
+    got = stored_object ? "object" : "tensor";
+  } else if (!is_object && e.dtype != exp.tensor->dtype) {
+    what = "dtype";
+    want = std::string(DTypeName(exp.tensor->dtype));
+    got = std::string(DTypeName(e.dtype));
+  } else if (!is_object && e.shape != exp.tensor->shape) {
+    what = "shape";
+    want = ShapeToString(exp.tensor->shape);
+    got = ShapeToString(e.shape);
+  } else {
+    return std::nullopt;
+  }
+  Mismatch m;
+  m.kind = Mismatch::Kind::kType;
+  m.entry = e.name;
+  m.expected = std::move(want);
+  m.actual = std::move(got);
+  m.message = absl::StrCat("entry '", e.name, "': ", what, " ", m.expected,
+                           " expected, the checkpoint has ", m.actual);
+  return m;
+}
+
+// Matches the checkpoint's entries with the expected ones: returns the
+// names whose values can be compared (in manifest order) and adds a
+// finding to `found` for every unexpected, missing or mistyped entry.
+std::vector<std::string> MatchEntries(
+    const format::Manifest& manifest, const Reader& reader,
+    const std::map<std::string, Expected>& expected, MismatchMap& found) {
   std::vector<std::string> checkable;
-  std::map<std::string, Mismatch> entry_mismatches;
-  auto type_mismatch = [&](const std::string& name, absl::string_view what,
-                           std::string want, std::string got) {
-    Mismatch m;
-    m.kind = Mismatch::Kind::kType;
-    m.entry = name;
-    m.expected = std::move(want);
-    m.actual = std::move(got);
-    m.message = absl::StrCat("entry '", name, "': ", what, " ", m.expected,
-                             " expected, the checkpoint has ", m.actual);
-    entry_mismatches[name] = std::move(m);
-  };
   for (const format::EntryRecord& e : manifest.entries) {
     auto it = expected.find(e.name);
     if (it == expected.end()) {
@@ -491,102 +538,103 @@ absl::StatusOr<VerifyResult> VerifySynth(const VerifyOptions& o) {
       m.message =
           absl::StrCat("entry '", e.name,
                        "' is in the checkpoint but not in the synthetic model");
-      entry_mismatches[e.name] = std::move(m);
-      continue;
-    }
-    const bool is_object = it->second.tensor == nullptr;
-    const bool stored_object = e.kind == format::EntryKind::kObject;
-    if (is_object != stored_object) {
-      type_mismatch(e.name, "kind", is_object ? "object" : "tensor",
-                    stored_object ? "object" : "tensor");
-    } else if (!is_object && e.dtype != it->second.tensor->dtype) {
-      type_mismatch(e.name, "dtype",
-                    std::string(DTypeName(it->second.tensor->dtype)),
-                    std::string(DTypeName(e.dtype)));
-    } else if (!is_object && e.shape != it->second.tensor->shape) {
-      type_mismatch(e.name, "shape", ShapeToString(it->second.tensor->shape),
-                    ShapeToString(e.shape));
+      found[e.name] = std::move(m);
+    } else if (std::optional<Mismatch> m = TypeMismatch(e, it->second)) {
+      found[e.name] = *std::move(m);
     } else {
       checkable.push_back(e.name);
     }
   }
   for (const auto& [name, exp] : expected) {
-    if (reader->Find(name) == nullptr) {
-      Mismatch m;
-      m.kind = Mismatch::Kind::kMissing;
-      m.entry = name;
-      m.message =
-          absl::StrCat("entry '", name, "' is missing from the checkpoint");
-      entry_mismatches[name] = std::move(m);
-    }
+    if (reader.Find(name) != nullptr) continue;
+    Mismatch m;
+    m.kind = Mismatch::Kind::kMissing;
+    m.entry = name;
+    m.message =
+        absl::StrCat("entry '", name, "' is missing from the checkpoint");
+    found[name] = std::move(m);
   }
+  return checkable;
+}
 
-  // Each loading rank's destinations, in model order.
+// Each loading rank's destinations, in model order: its piece of every
+// checkable tensor under `res.layout` for `res.ranks` ranks, and the
+// objects spread over the ranks (the step object on rank 0). The Work
+// items point into `checkable` and `expected`.
+std::vector<std::vector<Work>> PlanWork(
+    const Model& model, const std::map<std::string, Expected>& expected,
+    const std::vector<std::string>& checkable, const VerifyResult& res) {
   std::vector<std::vector<Work>> work(res.ranks);
-  {
-    int next_object_rank = 0;
-    for (const std::string& name : checkable) {
-      const Expected& exp = expected.at(name);
-      if (exp.tensor == nullptr) {
-        const int r = name == kStepObject ? 0 : next_object_rank++ % res.ranks;
-        work[r].push_back(
-            Work{&name, nullptr, &exp.object, FlatRange{}, exp.object.size()});
-        continue;
-      }
-      for (int r = 0; r < res.ranks; ++r) {
-        SynthPiece p = PieceOf(model, *exp.tensor, res.layout, r, res.ranks);
-        const uint64_t bytes =
-            RegionElements(p.region) * DTypeSize(exp.tensor->dtype);
-        if (bytes == 0) continue;
-        work[r].push_back(Work{&name, exp.tensor, nullptr, p.region, bytes});
-      }
+  int next_object_rank = 0;
+  for (const std::string& name : checkable) {
+    const Expected& exp = expected.at(name);
+    if (exp.tensor == nullptr) {
+      const int r = name == kStepObject ? 0 : next_object_rank++ % res.ranks;
+      work[r].push_back(
+          Work{&name, nullptr, &exp.object, FlatRange{}, exp.object.size()});
+      continue;
+    }
+    for (int r = 0; r < res.ranks; ++r) {
+      SynthPiece p = PieceOf(model, *exp.tensor, res.layout, r, res.ranks);
+      const uint64_t bytes =
+          RegionElements(p.region) * DTypeSize(exp.tensor->dtype);
+      if (bytes == 0) continue;
+      work[r].push_back(Work{&name, exp.tensor, nullptr, p.region, bytes});
     }
   }
-  if (o.progress_start) {
-    uint64_t total = 0;
-    for (const auto& ws : work)
-      for (const Work& w : ws) total += w.bytes;
-    o.progress_start(total);
-  }
-  std::vector<std::unique_ptr<RankOutcome>> outcomes(res.ranks);
-  for (auto& oc : outcomes) oc = std::make_unique<RankOutcome>();
-  CKPT_RETURN_IF_ERROR(RunAgreeing(
-      res.ranks,
+  return work;
+}
+
+// Loads and checks `work` as `work.size()` in-process ranks, each opening
+// the checkpoint `dir` itself (as a separate process would) and loading its
+// destinations in batches of about `o.batch_bytes`. What each rank finds
+// goes to its RankOutcome; an error of any rank is returned.
+absl::Status LoadAllRanks(
+    const std::string& dir, const ReaderOptions& ro,
+    const std::vector<std::vector<Work>>& work, uint64_t seed,
+    const VerifyOptions& o,
+    std::vector<std::unique_ptr<RankOutcome>>& outcomes) {
+  return RunAgreeing(
+      static_cast<int>(work.size()),
       [&](Communicator& comm) -> absl::Status {
-        // Each rank opens the checkpoint itself, as a separate process would.
         const int r = comm.rank();
         CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> mine,
                               Reader::Open(dir, ro));
-        RankOutcome& out = *outcomes[r];
         std::vector<const Work*> batch;
         uint64_t batch_bytes = 0;
         for (size_t i = 0; i < work[r].size(); ++i) {
           batch.push_back(&work[r][i]);
           batch_bytes += work[r][i].bytes;
           if (batch_bytes >= o.batch_bytes || i + 1 == work[r].size()) {
-            CKPT_RETURN_IF_ERROR(LoadAndCheck(*mine, res.seed, batch, o, out));
+            CKPT_RETURN_IF_ERROR(
+                LoadAndCheck(*mine, seed, batch, o, *outcomes[r]));
             batch.clear();
             batch_bytes = 0;
           }
         }
         return absl::OkStatus();
       },
-      [](Communicator&) { return absl::OkStatus(); }));
+      [](Communicator&) { return absl::OkStatus(); });
+}
 
-  // Merge: the lowest differing index of each entry; an entry is checked
-  // when every rank compared all of its piece.
+// Merges what the ranks found into `res` and `found`: the lowest differing
+// index of each entry (a load failure wins over a value); an entry is
+// checked when every rank compared all of its piece.
+void MergeOutcomes(const std::vector<std::unique_ptr<RankOutcome>>& outcomes,
+                   const std::vector<std::string>& checkable,
+                   VerifyResult& res, MismatchMap& found) {
   std::map<std::string, bool> incomplete;
-  for (auto& oc : outcomes) {
+  for (const auto& oc : outcomes) {
     MutexLock l(&oc->mu);
     res.elements_checked += oc->elements;
     res.bytes_loaded += oc->bytes_loaded;
-    for (auto& [name, m] : oc->mismatches) {
-      auto it = entry_mismatches.find(name);
-      if (it == entry_mismatches.end() ||
+    for (const auto& [name, m] : oc->mismatches) {
+      auto it = found.find(name);
+      if (it == found.end() ||
           (it->second.kind == Mismatch::Kind::kValue &&
            m.kind == Mismatch::Kind::kValue && m.index < it->second.index) ||
           m.kind == Mismatch::Kind::kLoad) {
-        entry_mismatches[name] = m;
+        found[name] = m;
       }
     }
     for (const auto& [name, done] : oc->done) {
@@ -596,8 +644,59 @@ absl::StatusOr<VerifyResult> VerifySynth(const VerifyOptions& o) {
   for (const std::string& name : checkable) {
     if (!incomplete.count(name)) ++res.entries_checked;
   }
-  for (auto& [name, m] : entry_mismatches) mismatches.push_back(std::move(m));
-  res.mismatches = std::move(mismatches);
+}
+
+}  // namespace
+
+absl::StatusOr<VerifyResult> VerifySynth(const VerifyOptions& o) {
+  const auto t0 = Clock::now();
+  if (o.ranks < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ranks must be >= 1, got ", o.ranks));
+  }
+  ReaderOptions ro;
+  ro.storage = o.storage;
+  ro.io_threads = std::max(1, o.io_threads);
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
+                        Reader::Open(o.path, ro));
+  const format::Manifest& manifest = reader->manifest();
+  VerifyResult res;
+  res.path = reader->path();
+  res.step = manifest.info.step;
+  res.entries = manifest.entries.size();
+  const Meta meta(manifest.metadata.begin(), manifest.metadata.end());
+  CKPT_ASSIGN_OR_RETURN(uint64_t recorded_seed,
+                        ReadSynthMetadata(meta, res.path, res));
+  res.ranks = o.ranks > 0 ? o.ranks : res.written_ranks;
+  res.layout = o.layout.value_or(res.written_layout);
+  res.seed = o.seed.value_or(recorded_seed);
+
+  // Plan: the entries the model has against those in the checkpoint, and
+  // each loading rank's destinations.
+  const Model model = DescribeModel(res.config, res.dtype);
+  const std::map<std::string, Expected> expected = ExpectedEntries(model, res);
+  MismatchMap found;
+  const std::vector<std::string> checkable =
+      MatchEntries(manifest, *reader, expected, found);
+  const std::vector<std::vector<Work>> work =
+      PlanWork(model, expected, checkable, res);
+  if (o.progress_start) {
+    uint64_t total = 0;
+    for (const auto& ws : work) {
+      for (const Work& w : ws) total += w.bytes;
+    }
+    o.progress_start(total);
+  }
+
+  // Load and compare, then merge what the ranks found.
+  std::vector<std::unique_ptr<RankOutcome>> outcomes(res.ranks);
+  for (auto& oc : outcomes) oc = std::make_unique<RankOutcome>();
+  CKPT_RETURN_IF_ERROR(LoadAllRanks(res.path, ro, work, res.seed, o, outcomes));
+  MergeOutcomes(outcomes, checkable, res, found);
+  if (o.seed && *o.seed != recorded_seed) {
+    res.mismatches.push_back(SeedMismatch(*o.seed, recorded_seed));
+  }
+  for (auto& [name, m] : found) res.mismatches.push_back(std::move(m));
   res.seconds = Since(t0);
   return res;
 }

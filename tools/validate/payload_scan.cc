@@ -13,10 +13,10 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "format/block_codec.h"
 #include "format/geometry.h"
 #include "ckpt/internal/shard_file.h"
+#include "ckpt/mutex.h"
 #include "libckpt/thread_pool.h"
 #include "tools/common/tool_util.h"
 #include "tools/validate/validate_internal.h"
@@ -173,7 +173,7 @@ class PayloadScan {
   const int threads_;
   std::vector<Scratch> scratch_;  // one per thread
   std::atomic<uint64_t> blocks_verified_{0}, bytes_verified_{0};
-  absl::Mutex mu_;
+  Mutex mu_;
   std::map<const ChunkRef*, NonFiniteChunk> non_finite_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Progress> progress_ ABSL_PT_GUARDED_BY(mu_);
 };
@@ -212,7 +212,7 @@ void PayloadScan::Values(const OpenedShard& s, const ChunkRef& r, uint64_t offse
   }
   NonFiniteCount nf = CountNonFinite(e.dtype, p, n / es);
   if (nf.nan + nf.inf == 0) return;
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   NonFiniteChunk& agg = non_finite_[&r];
   agg.shard = &s;
   agg.nan += nf.nan;
@@ -242,7 +242,7 @@ void PayloadScan::VerifyGranule(Scratch& sc, const Granule& g) {
     VerifyPiece(sc, s, piece, sc.buf.data() + (piece.offset - g.lo));
   }
   if (options_.progress) {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     progress_->Add(n);
   }
 }
@@ -289,7 +289,7 @@ void PayloadScan::VerifyPiece(Scratch& sc, const OpenedShard& s, const Piece& pi
 
 // One finding per chunk that holds NaN or Inf, at its first such element.
 void PayloadScan::ReportNonFinite() {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   for (const auto& [ref, agg] : non_finite_) {
     const EntryRecord& e = manifest_.entries[ref->entry];
     const ChunkRecord& c = e.chunks[ref->chunk];
@@ -305,7 +305,7 @@ PayloadResult PayloadScan::Run() {
   if (options_.progress) {
     uint64_t total = 0;
     for (const Granule& g : granules_) total += g.hi - g.lo;
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     progress_ = std::make_unique<Progress>("verifying", total);
   }
   (void)::ckpt::internal::ParallelFor(threads_, tasks_.size(), [&](int t, size_t i) {
@@ -315,7 +315,7 @@ PayloadResult PayloadScan::Run() {
     return absl::OkStatus();
   });
   if (options_.progress) {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     progress_->Finish();
   }
   ReportNonFinite();

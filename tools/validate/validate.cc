@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "ckpt/internal/checkpoint_dir.h"
 #include "ckpt/internal/shard_file.h"
+#include "ckpt/mutex.h"
 #include "format/format_constants.h"
 #include "format/geometry.h"
 #include "format/manifest.h"
@@ -28,7 +29,7 @@ using internal::OpenedShard;
 namespace internal {
 
 void FindingList::Add(Finding f) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   if (findings_.size() >= max_) {
     ++dropped_;
     return;
@@ -37,7 +38,7 @@ void FindingList::Add(Finding f) {
 }
 
 void FindingList::MoveTo(ValidateReport* report) {
-  absl::MutexLock l(&mu_);
+  MutexLock l(&mu_);
   auto key = [](const Finding& f) {
     return std::tie(f.file, f.entry, f.chunk, f.block, f.message);
   };

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "ckpt/internal/shard_file.h"
+#include "ckpt/mutex.h"
 #include "ckpt/storage.h"
 #include "format/records.h"
 #include "tools/validate/validate.h"
@@ -28,7 +28,7 @@ class FindingList {
 
  private:
   const size_t max_;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::vector<Finding> findings_ ABSL_GUARDED_BY(mu_);
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -1,7 +1,7 @@
 // FaultInjectingStorage: a Storage that forwards to another one and fails
 // chosen calls, so that tests can prove what a writer or reader does when
 // the disk fills, a write tears or the process dies between two system
-// calls. (After LevelDB's fault_injection_test.cc.)
+// calls.
 //
 //   FaultInjectingStorage fs(DefaultStorage());
 //   fs.ShortWriteAt(3, 100, absl::ResourceExhaustedError("disk full"));

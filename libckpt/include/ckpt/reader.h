@@ -46,7 +46,8 @@ struct LoadRequest {
   std::string* object = nullptr;
   // Called once, from an I/O thread, as soon as this destination is
   // completely written and verified (before Load returns), so a trainer can
-  // refresh derived copies (FIELD-LESSONS 1 and 2). Not called on failure.
+  // refresh derived copies (docs/FAILURE-MODES.md §1, §2). Not called on
+  // failure.
   std::function<void()> on_complete;
 };
 

@@ -6,9 +6,9 @@
 #include <atomic>
 #include <filesystem>
 
-#include "absl/synchronization/mutex.h"
 #include "ckpt/fault_injection.h"
 #include "ckpt/in_process.h"
+#include "ckpt/mutex.h"
 #include "ckpt/writer.h"
 #include "format/latest.h"
 #include "format/status_macros.h"
@@ -634,14 +634,14 @@ TEST(Validate, FindingsBeyondTheLimitAreCounted) {
 TEST(Validate, OnDataSeesEveryVerifiedByteOnce) {
   TempDir tmp;
   std::string dir = WriteCheckpoint(tmp.path(), StandardSpec());
-  absl::Mutex mu;
+  Mutex mu;
   std::map<std::pair<size_t, size_t>, uint64_t> bytes;
   ValidateOptions o;
   o.path = dir;
   o.threads = 3;
   o.on_data = [&](size_t e, const format::EntryRecord&, size_t c, uint64_t offset,
                   absl::string_view raw) {
-    absl::MutexLock l(&mu);
+    MutexLock l(&mu);
     bytes[{e, c}] += raw.size();
   };
   CKPT_ASSERT_OK_AND_ASSIGN(ValidateReport r, Validate(o));

@@ -1,5 +1,5 @@
-// The one place where CUDA runtime return codes become absl::Status
-// (STYLE.md "Errors"). Every CUDA runtime call in gpu/ goes through
+// The one place where CUDA runtime return codes become absl::Status.
+// Every CUDA runtime call in gpu/ goes through
 // CKPT_CUDA_RETURN_IF_ERROR, so an error names the call that failed.
 #ifndef CKPT_GPU_STATUS_MACROS_H_
 #define CKPT_GPU_STATUS_MACROS_H_
