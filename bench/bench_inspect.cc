@@ -35,12 +35,12 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "ckpt/writer.h"
-#include "format/checksum.h"
-#include "format/latest.h"
-#include "format/manifest.h"
-#include "format/shard.h"
-#include "tools/inspect/inspect.h"
-#include "tools/validate/validate.h"
+#include "ckpt/format/checksum.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/manifest.h"
+#include "ckpt/format/shard.h"
+#include "inspect/inspect.h"
+#include "validate/validate.h"
 
 namespace {
 

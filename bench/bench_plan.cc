@@ -29,8 +29,8 @@
 #include "absl/strings/str_format.h"
 #include "ckpt/in_process.h"
 #include "ckpt/writer.h"
-#include "format/plan_record.h"
-#include "libckpt/save_plan.h"
+#include "ckpt/format/plan_record.h"
+#include "save_plan.h"
 
 namespace {
 

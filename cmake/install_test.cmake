@@ -1,7 +1,7 @@
 # The install test (ctest label `install`), run with cmake -P:
 #   1. cmake --install CKPT_BUILD_DIR --prefix CKPT_WORK_DIR/prefix
 #   2. checks the installed tree: libraries, package files, tools, and that
-#      every "ckpt/..." or "format/..." include of an installed header is
+#      every "ckpt/..." include of an installed header is
 #      installed too;
 #   3. configures examples/trainer against the prefix (find_package(ckpt)),
 #      builds it with Ninja -j2 and runs it.
@@ -37,7 +37,7 @@ run("install" ${CMAKE_COMMAND} --install ${CKPT_BUILD_DIR} --prefix ${prefix})
 foreach(pattern lib*/libckpt.a lib*/libckpt_format.a lib*/cmake/ckpt/ckptConfig.cmake
         lib*/cmake/ckpt/ckptConfigVersion.cmake lib*/cmake/ckpt/ckptTargets.cmake
         include/ckpt/writer.h include/ckpt/reader.h include/ckpt/version.h
-        include/format/geometry.h bin/ckpt-synth)
+        include/ckpt/format/geometry.h bin/ckpt-synth)
   file(GLOB_RECURSE found RELATIVE ${prefix} ${prefix}/${pattern})
   if(NOT found)
     file(GLOB_RECURSE all RELATIVE ${prefix} ${prefix}/*)
@@ -45,9 +45,9 @@ foreach(pattern lib*/libckpt.a lib*/libckpt_format.a lib*/cmake/ckpt/ckptConfig.
     message(FATAL_ERROR "not installed: ${pattern}\nInstalled:\n${all}")
   endif()
 endforeach()
-file(GLOB_RECURSE headers ${prefix}/include/ckpt/*.h ${prefix}/include/format/*.h)
+file(GLOB_RECURSE headers ${prefix}/include/ckpt/*.h)
 foreach(h ${headers})
-  file(STRINGS ${h} includes REGEX "^#include \"(ckpt|format)/")
+  file(STRINGS ${h} includes REGEX "^#include \"ckpt/")
   foreach(line ${includes})
     string(REGEX REPLACE "^#include \"([^\"]+)\".*" "\\1" inc "${line}")
     if(NOT EXISTS ${prefix}/include/${inc})

@@ -1,11 +1,11 @@
-#include "format/block_codec.h"
+#include "ckpt/format/block_codec.h"
 
 #include <zstd.h>
 
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "format/checksum.h"
+#include "ckpt/format/checksum.h"
 
 namespace ckpt::format {
 

@@ -1,4 +1,4 @@
-#include "format/checksum.h"
+#include "ckpt/format/checksum.h"
 
 #include <xxhash.h>
 #if defined(__x86_64__) || defined(_M_X64)

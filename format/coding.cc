@@ -1,4 +1,4 @@
-#include "format/coding.h"
+#include "ckpt/format/coding.h"
 
 #include "absl/strings/str_format.h"
 

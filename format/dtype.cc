@@ -1,4 +1,4 @@
-#include "format/dtype.h"
+#include "ckpt/format/dtype.h"
 
 #include "absl/strings/str_cat.h"
 

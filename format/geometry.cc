@@ -1,4 +1,4 @@
-#include "format/geometry.h"
+#include "ckpt/format/geometry.h"
 
 #include <algorithm>
 #include <functional>
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "format/format_constants.h"
+#include "ckpt/format/format_constants.h"
 
 namespace ckpt {
 namespace {

@@ -1,12 +1,12 @@
-#include "format/latest.h"
+#include "ckpt/format/latest.h"
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "format/checksum.h"
-#include "format/format_constants.h"
-#include "format/names.h"
+#include "ckpt/format/checksum.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/names.h"
 
 namespace ckpt::format {
 

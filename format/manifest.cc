@@ -1,4 +1,4 @@
-#include "format/manifest.h"
+#include "ckpt/format/manifest.h"
 
 #include <cstring>
 
@@ -6,11 +6,11 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "format/checksum.h"
-#include "format/coding.h"
-#include "format/names.h"
-#include "format/section_coding.h"
-#include "format/status_macros.h"
+#include "ckpt/format/checksum.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/names.h"
+#include "ckpt/format/section_coding.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::format {
 

@@ -1,8 +1,8 @@
-#include "format/names.h"
+#include "ckpt/format/names.h"
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "format/format_constants.h"
+#include "ckpt/format/format_constants.h"
 
 namespace ckpt::format {
 namespace {

@@ -1,9 +1,9 @@
-#include "format/plan_record.h"
+#include "ckpt/format/plan_record.h"
 
 #include "absl/strings/str_cat.h"
-#include "format/coding.h"
-#include "format/format_constants.h"
-#include "format/status_macros.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::format {
 

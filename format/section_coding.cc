@@ -1,14 +1,14 @@
-#include "format/section_coding.h"
+#include "ckpt/format/section_coding.h"
 
 #include <algorithm>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "format/block_codec.h"
-#include "format/coding.h"
-#include "format/names.h"
-#include "format/status_macros.h"
+#include "ckpt/format/block_codec.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/names.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::format::internal {
 namespace {

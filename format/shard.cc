@@ -1,14 +1,14 @@
-#include "format/shard.h"
+#include "ckpt/format/shard.h"
 
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "format/checksum.h"
-#include "format/coding.h"
-#include "format/manifest.h"
-#include "format/section_coding.h"
-#include "format/status_macros.h"
+#include "ckpt/format/checksum.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/manifest.h"
+#include "ckpt/format/section_coding.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::format {
 

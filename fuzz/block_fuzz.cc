@@ -21,11 +21,11 @@
 #include <memory>
 #include <string>
 
-#include "format/block_codec.h"
-#include "format/checksum.h"
-#include "format/coding.h"
-#include "format/format_constants.h"
-#include "fuzz/fuzz_util.h"
+#include "ckpt/format/block_codec.h"
+#include "ckpt/format/checksum.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/format_constants.h"
+#include "fuzz_util.h"
 
 namespace {
 

@@ -11,9 +11,9 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
-#include "format/checksum.h"
-#include "format/latest.h"
-#include "fuzz/fuzz_util.h"
+#include "ckpt/format/checksum.h"
+#include "ckpt/format/latest.h"
+#include "fuzz_util.h"
 
 namespace {
 

@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <string>
 
-#include "format/format_constants.h"
-#include "format/plan_record.h"
-#include "fuzz/fuzz_util.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/plan_record.h"
+#include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ckpt::format;

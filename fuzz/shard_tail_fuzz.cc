@@ -11,10 +11,10 @@
 #include <cstdint>
 #include <string>
 
-#include "format/coding.h"
-#include "format/format_constants.h"
-#include "format/shard.h"
-#include "fuzz/fuzz_util.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/shard.h"
+#include "fuzz_util.h"
 
 namespace {
 

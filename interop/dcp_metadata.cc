@@ -1,4 +1,4 @@
-#include "interop/dcp_metadata.h"
+#include "ckpt/interop/dcp_metadata.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::interop {
 namespace {

@@ -1,4 +1,4 @@
-#include "interop/pickle.h"
+#include "ckpt/interop/pickle.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::interop {
 namespace {

@@ -12,8 +12,8 @@
 #include <cstdio>
 #include <string>
 
-#include "interop/dcp_metadata.h"
-#include "interop/pickle.h"
+#include "ckpt/interop/dcp_metadata.h"
+#include "ckpt/interop/pickle.h"
 
 #define FUZZ_CHECK(cond)                                               \
   do {                                                                 \

@@ -1,4 +1,4 @@
-#include "interop/safetensors.h"
+#include "ckpt/interop/safetensors.h"
 
 #include <algorithm>
 #include <cctype>
@@ -11,8 +11,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "format/status_macros.h"
-#include "interop/strict_json.h"
+#include "ckpt/format/status_macros.h"
+#include "ckpt/interop/strict_json.h"
 
 namespace ckpt::interop {
 namespace {

@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <string>
 
-#include "interop/safetensors.h"
+#include "ckpt/interop/safetensors.h"
 
 #define FUZZ_CHECK(cond)                                               \
   do {                                                                 \

@@ -1,4 +1,4 @@
-#include "interop/strict_json.h"
+#include "ckpt/interop/strict_json.h"
 
 #include <set>
 #include <vector>

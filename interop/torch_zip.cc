@@ -1,4 +1,4 @@
-#include "interop/torch_zip.h"
+#include "ckpt/interop/torch_zip.h"
 
 #include <zlib.h>
 
@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::interop {
 namespace {

@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "interop/dcp_metadata.h"
-#include "interop/pickle.h"
-#include "interop/torch_zip.h"
+#include "ckpt/interop/dcp_metadata.h"
+#include "ckpt/interop/pickle.h"
+#include "ckpt/interop/torch_zip.h"
 
 #define FUZZ_CHECK(cond)                                               \
   do {                                                                 \

@@ -1,4 +1,4 @@
-#include "libckpt/async_save.h"
+#include "async_save.h"
 
 #include <utility>
 

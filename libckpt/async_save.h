@@ -22,8 +22,8 @@
 #include "absl/status/statusor.h"
 #include "ckpt/mutex.h"
 #include "ckpt/writer.h"
-#include "libckpt/shard_writer.h"
-#include "libckpt/stager.h"
+#include "shard_writer.h"
+#include "stager.h"
 
 namespace ckpt::internal {
 

@@ -4,10 +4,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "ckpt/internal/shard_file.h"  // EscapeName
-#include "format/format_constants.h"
-#include "format/latest.h"
-#include "format/manifest.h"
-#include "format/status_macros.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/manifest.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::internal {
 

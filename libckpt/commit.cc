@@ -1,4 +1,4 @@
-#include "libckpt/commit.h"
+#include "commit.h"
 
 #include <algorithm>
 #include <map>
@@ -6,12 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "format/format_constants.h"
-#include "format/latest.h"
-#include "format/manifest.h"
-#include "format/shard.h"
-#include "format/records.h"
-#include "format/status_macros.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/manifest.h"
+#include "ckpt/format/shard.h"
+#include "ckpt/format/records.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::internal {
 

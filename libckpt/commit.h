@@ -17,8 +17,8 @@
 #include "absl/status/statusor.h"
 #include "ckpt/internal/checkpoint_dir.h"  // ResolveCheckpointDir
 #include "ckpt/storage.h"
-#include "format/records.h"
-#include "libckpt/wire.h"
+#include "ckpt/format/records.h"
+#include "wire.h"
 
 namespace ckpt::internal {
 

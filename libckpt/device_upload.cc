@@ -1,8 +1,8 @@
-#include "libckpt/device_upload.h"
+#include "device_upload.h"
 
 #include <algorithm>
 
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::internal {
 

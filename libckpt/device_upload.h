@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/device_memory.h"
-#include "libckpt/staging_pool.h"
+#include "staging_pool.h"
 
 namespace ckpt::internal {
 

@@ -6,7 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt {
 namespace {

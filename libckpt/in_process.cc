@@ -3,8 +3,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "format/coding.h"
-#include "format/status_macros.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt {
 

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt {
 

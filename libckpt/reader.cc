@@ -13,12 +13,12 @@
 #include "ckpt/internal/read_plan.h"
 #include "ckpt/internal/shard_file.h"
 #include "ckpt/mutex.h"
-#include "format/block_codec.h"
-#include "format/manifest.h"
-#include "format/status_macros.h"
-#include "libckpt/device_upload.h"
-#include "libckpt/staging_pool.h"
-#include "libckpt/thread_pool.h"
+#include "ckpt/format/block_codec.h"
+#include "ckpt/format/manifest.h"
+#include "ckpt/format/status_macros.h"
+#include "device_upload.h"
+#include "staging_pool.h"
+#include "ckpt/internal/thread_pool.h"
 
 namespace ckpt {
 namespace {

@@ -1,4 +1,4 @@
-#include "libckpt/save_plan.h"
+#include "save_plan.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,9 +9,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "format/coding.h"
-#include "format/names.h"
-#include "format/status_macros.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/names.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::internal {
 namespace {

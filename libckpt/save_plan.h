@@ -11,8 +11,8 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "ckpt/types.h"
-#include "format/format_constants.h"
-#include "format/records.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/records.h"
 
 namespace ckpt::internal {
 

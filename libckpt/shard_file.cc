@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "format/checksum.h"
-#include "format/shard.h"
-#include "format/status_macros.h"
+#include "ckpt/format/checksum.h"
+#include "ckpt/format/shard.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::internal {
 

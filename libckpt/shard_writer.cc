@@ -1,4 +1,4 @@
-#include "libckpt/shard_writer.h"
+#include "shard_writer.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,11 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/mutex.h"
-#include "format/block_codec.h"
-#include "format/checksum.h"
-#include "format/shard.h"
-#include "format/status_macros.h"
-#include "libckpt/thread_pool.h"
+#include "ckpt/format/block_codec.h"
+#include "ckpt/format/checksum.h"
+#include "ckpt/format/shard.h"
+#include "ckpt/format/status_macros.h"
+#include "ckpt/internal/thread_pool.h"
 
 namespace ckpt::internal {
 namespace {

@@ -10,9 +10,9 @@
 #include "ckpt/storage.h"
 #include "ckpt/types.h"
 #include "ckpt/writer.h"
-#include "format/records.h"
-#include "libckpt/save_plan.h"
-#include "libckpt/stager.h"
+#include "ckpt/format/records.h"
+#include "save_plan.h"
+#include "stager.h"
 
 namespace ckpt::internal {
 

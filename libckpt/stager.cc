@@ -1,4 +1,4 @@
-#include "libckpt/stager.h"
+#include "stager.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::internal {
 namespace {

@@ -30,7 +30,7 @@
 #include "ckpt/mutex.h"
 #include "ckpt/types.h"
 #include "ckpt/writer.h"
-#include "libckpt/staging_pool.h"
+#include "staging_pool.h"
 
 namespace ckpt::internal {
 

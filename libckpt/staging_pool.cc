@@ -1,4 +1,4 @@
-#include "libckpt/staging_pool.h"
+#include "staging_pool.h"
 
 #include <cstdio>
 #include <cstdlib>

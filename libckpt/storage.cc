@@ -1,8 +1,8 @@
 #include "ckpt/storage.h"
 
 #include "absl/strings/str_cat.h"
-#include "format/status_macros.h"
-#include "libckpt/posix_storage.h"
+#include "ckpt/format/status_macros.h"
+#include "posix_storage.h"
 
 namespace ckpt {
 

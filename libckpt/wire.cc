@@ -1,11 +1,11 @@
-#include "libckpt/wire.h"
+#include "wire.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "format/coding.h"
-#include "format/section_coding.h"
-#include "format/status_macros.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/section_coding.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::internal {
 namespace {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "format/records.h"
-#include "libckpt/save_plan.h"
+#include "ckpt/format/records.h"
+#include "save_plan.h"
 
 namespace ckpt::internal {
 

@@ -12,7 +12,7 @@
 #include "ckpt/version.h"
 #include "communicator.h"
 #include "errors.h"
-#include "format/format_constants.h"
+#include "ckpt/format/format_constants.h"
 
 namespace ckpt::python {
 namespace py = pybind11;

@@ -1,11 +1,11 @@
-#include "format/block_codec.h"
+#include "ckpt/format/block_codec.h"
 
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "format/checksum.h"
+#include "ckpt/format/checksum.h"
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::format {
 namespace {

@@ -1,9 +1,9 @@
-#include "format/coding.h"
+#include "ckpt/format/coding.h"
 
 #include <limits>
 
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::format {
 namespace {

@@ -1,7 +1,7 @@
-#include "format/dtype.h"
+#include "ckpt/format/dtype.h"
 
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt {
 namespace {

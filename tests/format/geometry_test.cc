@@ -1,4 +1,4 @@
-#include "format/geometry.h"
+#include "ckpt/format/geometry.h"
 
 #include <algorithm>
 #include <array>
@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 
 #include "gtest/gtest.h"
-#include "tests/testing/geometry_reference.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/geometry_reference.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt {
 namespace {

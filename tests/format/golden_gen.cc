@@ -6,12 +6,12 @@
 #include <fstream>
 #include <iostream>
 
-#include "format/block_codec.h"
-#include "format/checksum.h"
-#include "format/latest.h"
-#include "format/manifest.h"
-#include "format/shard.h"
-#include "tests/format/golden_spec.h"
+#include "ckpt/format/block_codec.h"
+#include "ckpt/format/checksum.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/manifest.h"
+#include "ckpt/format/shard.h"
+#include "format/golden_spec.h"
 
 namespace ckpt::golden {
 namespace {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "format/dtype.h"
-#include "format/format_constants.h"
-#include "format/geometry.h"
+#include "ckpt/format/dtype.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/geometry.h"
 
 namespace ckpt::golden {
 

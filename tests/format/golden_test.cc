@@ -5,14 +5,14 @@
 #include <set>
 #include <sstream>
 
-#include "format/block_codec.h"
-#include "format/latest.h"
-#include "format/manifest.h"
-#include "format/shard.h"
+#include "ckpt/format/block_codec.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/manifest.h"
+#include "ckpt/format/shard.h"
 #include "gtest/gtest.h"
-#include "tests/testing/files.h"
-#include "tests/format/golden_spec.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/files.h"
+#include "format/golden_spec.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::golden {
 namespace {

@@ -1,10 +1,10 @@
-#include "format/latest.h"
+#include "ckpt/format/latest.h"
 
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::format {
 namespace {

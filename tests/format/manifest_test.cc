@@ -1,14 +1,14 @@
-#include "format/manifest.h"
+#include "ckpt/format/manifest.h"
 
 #include <sys/mman.h>
 
 #include <cstring>
 
-#include "format/coding.h"
-#include "format/section_coding.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/section_coding.h"
 #include "gtest/gtest.h"
-#include "tests/format/sample.h"
-#include "tests/testing/status_matchers.h"
+#include "format/sample.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::format {
 namespace {

@@ -1,7 +1,7 @@
-#include "format/names.h"
+#include "ckpt/format/names.h"
 
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::format {
 namespace {

@@ -1,10 +1,10 @@
 // PLAN section body (spec/FORMAT.md §7.4): round trip, exact bytes, and one
 // test per corruption.
-#include "format/plan_record.h"
+#include "ckpt/format/plan_record.h"
 
-#include "format/coding.h"
+#include "ckpt/format/coding.h"
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::format {
 namespace {

@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "format/checksum.h"
-#include "format/coding.h"
-#include "format/records.h"
+#include "ckpt/format/checksum.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/records.h"
 
 namespace ckpt::format::testing {
 

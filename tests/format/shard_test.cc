@@ -1,12 +1,12 @@
-#include "format/shard.h"
+#include "ckpt/format/shard.h"
 
 #include "absl/strings/str_cat.h"
-#include "format/block_codec.h"
-#include "format/checksum.h"
-#include "format/coding.h"
-#include "format/section_coding.h"
+#include "ckpt/format/block_codec.h"
+#include "ckpt/format/checksum.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/section_coding.h"
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::format {
 namespace {

@@ -1,16 +1,16 @@
 // DCP metadata decoded from the committed fixtures: real torch 1.13 output
 // (tests/data/interop/dcp_torch113) and the layout of current releases
 // (dcp_modern, written by tests/data/interop/make_dcp.py modern).
-#include "interop/dcp_metadata.h"
+#include "ckpt/interop/dcp_metadata.h"
 
 #include <fstream>
 #include <sstream>
 
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/files.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/files.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::interop {
 namespace {

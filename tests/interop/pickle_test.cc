@@ -1,17 +1,17 @@
 // The restricted unpickler: the values of allow-listed pickles, and one
 // test per refusal (globals off the allow-list, unread opcodes, malformed
 // input, limits).
-#include "interop/pickle.h"
+#include "ckpt/interop/pickle.h"
 
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/escaping.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/files.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/files.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::interop {
 namespace {

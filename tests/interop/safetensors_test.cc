@@ -2,17 +2,17 @@
 // one test per violation the reference implementation rejects, and the
 // reference implementation's own sample files (tests/data/interop/
 // safetensors/, copied byte for byte from its test suite's output).
-#include "interop/safetensors.h"
+#include "ckpt/interop/safetensors.h"
 
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/files.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/files.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::interop {
 namespace {

@@ -2,19 +2,19 @@
 // (tests/data/interop/hostile/record.zip, with the entries current
 // releases add), and the refusals: compressed and overlapping entries,
 // truncation, a central directory outside the archive, CRC mismatches.
-#include "interop/torch_zip.h"
+#include "ckpt/interop/torch_zip.h"
 
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "interop/dcp_metadata.h"
-#include "interop/pickle.h"
-#include "tests/testing/files.h"
-#include "tests/testing/status_matchers.h"
+#include "ckpt/interop/dcp_metadata.h"
+#include "ckpt/interop/pickle.h"
+#include "testing/files.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::interop {
 namespace {

@@ -6,11 +6,11 @@
 #include <fstream>
 
 #include "ckpt/writer.h"
-#include "format/latest.h"
+#include "ckpt/format/latest.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/testing/status_matchers.h"
+#include "libckpt/test_util.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::internal {
 namespace {

@@ -1,18 +1,18 @@
 // The directory-level steps of the commit protocol (libckpt/commit.h), on
 // the in-memory power-loss model so that each test can also check what
 // survives a power cut right after the step, and on POSIX for the locks.
-#include "libckpt/commit.h"
+#include "commit.h"
 
 #include <string>
 #include <vector>
 
 #include "ckpt/power_loss.h"
-#include "format/format_constants.h"
-#include "format/latest.h"
-#include "format/manifest.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/manifest.h"
 #include "gtest/gtest.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/testing/status_matchers.h"
+#include "libckpt/test_util.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::internal {
 namespace {

@@ -6,8 +6,8 @@
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
 #include "gtest/gtest.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/testing/status_matchers.h"
+#include "libckpt/test_util.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt {
 namespace {

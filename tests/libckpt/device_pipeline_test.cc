@@ -12,10 +12,10 @@
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
 #include "gtest/gtest.h"
-#include "libckpt/device_upload.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/testing/fake_device.h"
-#include "tests/testing/status_matchers.h"
+#include "device_upload.h"
+#include "libckpt/test_util.h"
+#include "testing/fake_device.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt {
 namespace {

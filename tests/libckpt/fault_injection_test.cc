@@ -13,10 +13,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/storage.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt {
 namespace {

@@ -11,14 +11,14 @@
 #include "ckpt/in_process.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "format/latest.h"
-#include "format/manifest.h"
-#include "format/plan_record.h"
-#include "format/status_macros.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/manifest.h"
+#include "ckpt/format/plan_record.h"
+#include "ckpt/format/status_macros.h"
 #include "gtest/gtest.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/testing/files.h"
-#include "tests/testing/status_matchers.h"
+#include "libckpt/test_util.h"
+#include "testing/files.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt {
 namespace {

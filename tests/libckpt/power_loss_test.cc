@@ -6,7 +6,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt {
 namespace {

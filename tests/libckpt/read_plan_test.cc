@@ -9,8 +9,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/geometry_reference.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/geometry_reference.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::internal {
 namespace {

@@ -4,12 +4,12 @@
 
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gtest/gtest.h"
-#include "tests/format/golden_spec.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/tools/inspect/fixture.h"
+#include "format/golden_spec.h"
+#include "libckpt/test_util.h"
+#include "testing/status_matchers.h"
+#include "tools/inspect/fixture.h"
 
 namespace ckpt {
 namespace {

@@ -1,13 +1,13 @@
 // The save planner (libckpt/save_plan.h) as a pure function: which rank
 // writes which chunk, and one named test per way the ranks' registrations
 // can disagree.
-#include "libckpt/save_plan.h"
+#include "save_plan.h"
 
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::internal {
 namespace {

@@ -9,12 +9,12 @@
 
 #include "ckpt/internal/checkpoint_dir.h"
 #include "ckpt/writer.h"
-#include "format/checksum.h"
-#include "format/manifest.h"
+#include "ckpt/format/checksum.h"
+#include "ckpt/format/manifest.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/testing/status_matchers.h"
+#include "libckpt/test_util.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::internal {
 namespace {

@@ -2,18 +2,18 @@
 // format's own decoders: layout, block checksums, codecs, sources, device
 // staging, and the fsync the commit protocol relies on (F2 of
 // spec/FORMAT.md §4.1).
-#include "libckpt/shard_writer.h"
+#include "shard_writer.h"
 
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "ckpt/power_loss.h"
-#include "format/block_codec.h"
-#include "format/checksum.h"
-#include "format/shard.h"
+#include "ckpt/format/block_codec.h"
+#include "ckpt/format/checksum.h"
+#include "ckpt/format/shard.h"
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::internal {
 namespace {

@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "libckpt/stager.h"
-#include "libckpt/staging_pool.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/testing/fake_device.h"
-#include "tests/testing/status_matchers.h"
+#include "stager.h"
+#include "staging_pool.h"
+#include "libckpt/test_util.h"
+#include "testing/fake_device.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::internal {
 namespace {

@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "libckpt/posix_storage.h"
-#include "tests/testing/status_matchers.h"
+#include "posix_storage.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "ckpt/types.h"
 #include "gtest/gtest.h"
-#include "tests/testing/geometry_reference.h"
+#include "testing/geometry_reference.h"
 
 namespace ckpt::testing {
 

@@ -1,12 +1,12 @@
 // The messages ranks exchange during a save (libckpt/wire.h): a round trip
 // of each, and one test per way a message can be malformed.
-#include "libckpt/wire.h"
+#include "wire.h"
 
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::internal {
 namespace {

@@ -41,17 +41,17 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ckpt/in_process.h"
-#include "format/format_constants.h"
-#include "format/latest.h"
-#include "format/shard.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/shard.h"
 #include "gtest/gtest.h"
-#include "tests/testing/files.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/reliability/model.h"
-#include "tests/testing/status_matchers.h"
-#include "tools/validate/validate.h"
+#include "testing/files.h"
+#include "libckpt/test_util.h"
+#include "reliability/model.h"
+#include "testing/status_matchers.h"
+#include "validate/validate.h"
 #ifdef CKPT_VALIDATE_BIN
-#include "tests/reliability/subprocess.h"
+#include "reliability/subprocess.h"
 #endif
 
 namespace ckpt::reliability {

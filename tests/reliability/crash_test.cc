@@ -25,11 +25,11 @@
 
 #include "ckpt/in_process.h"
 #include "gtest/gtest.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/reliability/model.h"
-#include "tests/reliability/root_check.h"
-#include "tests/reliability/subprocess.h"
-#include "tests/testing/status_matchers.h"
+#include "libckpt/test_util.h"
+#include "reliability/model.h"
+#include "reliability/root_check.h"
+#include "reliability/subprocess.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::reliability {
 namespace {

@@ -26,7 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "ckpt/in_process.h"
-#include "tests/reliability/model.h"
+#include "reliability/model.h"
 
 namespace {
 

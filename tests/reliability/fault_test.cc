@@ -28,14 +28,14 @@
 #include "absl/strings/match.h"
 #include "ckpt/fault_injection.h"
 #include "ckpt/in_process.h"
-#include "format/latest.h"
+#include "ckpt/format/latest.h"
 #include "gtest/gtest.h"
-#include "libckpt/posix_storage.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/reliability/model.h"
-#include "tests/reliability/root_check.h"
-#include "tests/reliability/subprocess.h"
-#include "tests/testing/status_matchers.h"
+#include "posix_storage.h"
+#include "libckpt/test_util.h"
+#include "reliability/model.h"
+#include "reliability/root_check.h"
+#include "reliability/subprocess.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::reliability {
 namespace {

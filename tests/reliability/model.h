@@ -34,9 +34,9 @@
 #include "ckpt/reader.h"
 #include "ckpt/storage.h"
 #include "ckpt/writer.h"
-#include "format/format_constants.h"
-#include "format/latest.h"
-#include "format/status_macros.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::reliability {
 

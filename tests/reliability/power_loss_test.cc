@@ -36,8 +36,8 @@
 #include "absl/strings/str_join.h"
 #include "ckpt/in_process.h"
 #include "gtest/gtest.h"
-#include "tests/reliability/model.h"
-#include "tests/testing/status_matchers.h"
+#include "reliability/model.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::reliability {
 namespace {

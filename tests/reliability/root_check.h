@@ -10,10 +10,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
-#include "tests/reliability/model.h"
-#include "tests/testing/status_matchers.h"
+#include "reliability/model.h"
+#include "testing/status_matchers.h"
 #ifdef CKPT_HAVE_VALIDATE
-#include "tools/validate/validate.h"
+#include "validate/validate.h"
 #endif
 
 namespace ckpt::reliability {

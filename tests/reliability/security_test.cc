@@ -12,9 +12,9 @@
 
 #include "ckpt/reader.h"
 #include "gtest/gtest.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/reliability/model.h"
-#include "tests/testing/status_matchers.h"
+#include "libckpt/test_util.h"
+#include "reliability/model.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::reliability {
 namespace {

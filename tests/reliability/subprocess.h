@@ -22,7 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "tests/testing/files.h"
+#include "testing/files.h"
 
 extern char** environ;
 

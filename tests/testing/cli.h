@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/testing/files.h"
+#include "testing/files.h"
 
 extern char** environ;
 

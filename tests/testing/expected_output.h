@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
-#include "tests/testing/files.h"
+#include "testing/files.h"
 
 namespace ckpt::testing {
 

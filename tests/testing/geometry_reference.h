@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <variant>
 
-#include "format/geometry.h"
+#include "ckpt/format/geometry.h"
 
 namespace ckpt::testing {
 

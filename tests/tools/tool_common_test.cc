@@ -1,4 +1,4 @@
-#include "tools/common/tool_util.h"
+#include "common/tool_util.h"
 
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "tools/common/tool_util.h"
+#include "common/tool_util.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "ckpt/version.h"
-#include "format/format_constants.h"
+#include "ckpt/format/format_constants.h"
 
 namespace ckpt::tools {
 namespace {

@@ -1,16 +1,16 @@
-#include "tools/convert/convert.h"
+#include "convert/convert.h"
 
 #include <algorithm>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "tools/common/tool_util.h"
-#include "tools/convert/convert_interop.h"
-#include "tools/convert/hdf5_export.h"
-#include "tools/convert/hdf5_import.h"
+#include "common/tool_util.h"
+#include "convert/convert_interop.h"
+#include "convert/hdf5_export.h"
+#include "convert/hdf5_import.h"
 
 namespace ckpt::tools {
 namespace {

@@ -1,17 +1,17 @@
-#include "tools/convert/convert_interop.h"
+#include "convert/convert_interop.h"
 
 #include <algorithm>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "format/status_macros.h"
-#include "interop/safetensors.h"
+#include "ckpt/format/status_macros.h"
+#include "ckpt/interop/safetensors.h"
 #include "nlohmann/json.hpp"
-#include "tools/common/tool_util.h"
-#include "tools/interop/dcp_import.h"
-#include "tools/interop/safetensors_export.h"
-#include "tools/interop/safetensors_import.h"
+#include "common/tool_util.h"
+#include "interop/dcp_import.h"
+#include "interop/safetensors_export.h"
+#include "interop/safetensors_import.h"
 
 namespace ckpt::tools {
 namespace {

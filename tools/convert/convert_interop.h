@@ -7,7 +7,7 @@
 #include <ostream>
 
 #include "absl/status/statusor.h"
-#include "tools/convert/convert.h"
+#include "convert/convert.h"
 
 namespace ckpt::tools {
 

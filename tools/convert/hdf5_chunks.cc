@@ -1,4 +1,4 @@
-#include "tools/convert/hdf5_chunks.h"
+#include "convert/hdf5_chunks.h"
 
 #include <zlib.h>
 

@@ -1,4 +1,4 @@
-#include "tools/convert/hdf5_export.h"
+#include "convert/hdf5_export.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -14,13 +14,13 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "ckpt/reader.h"
-#include "format/format_constants.h"
-#include "format/status_macros.h"
-#include "tools/convert/hdf5_chunks.h"
-#include "tools/convert/hdf5_names.h"
-#include "tools/convert/hdf5_output.h"
-#include "tools/convert/hdf5_types.h"
-#include "tools/convert/hdf5_util.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/status_macros.h"
+#include "convert/hdf5_chunks.h"
+#include "convert/hdf5_names.h"
+#include "convert/hdf5_output.h"
+#include "convert/hdf5_types.h"
+#include "convert/hdf5_util.h"
 
 namespace ckpt::tools {
 namespace {

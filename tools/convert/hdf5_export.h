@@ -25,7 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/types.h"
-#include "format/records.h"
+#include "ckpt/format/records.h"
 
 namespace ckpt::tools {
 

@@ -1,11 +1,11 @@
-#include "tools/convert/hdf5_import.h"
+#include "convert/hdf5_import.h"
 
 #include <filesystem>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "format/latest.h"
-#include "format/status_macros.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::tools {
 

@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/writer.h"
-#include "tools/convert/hdf5_plan.h"
+#include "convert/hdf5_plan.h"
 
 namespace ckpt::tools {
 

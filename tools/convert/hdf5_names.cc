@@ -1,12 +1,12 @@
-#include "tools/convert/hdf5_names.h"
+#include "convert/hdf5_names.h"
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "format/names.h"
-#include "format/status_macros.h"
+#include "ckpt/format/names.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::tools::hdf5 {
 

@@ -1,4 +1,4 @@
-#include "tools/convert/hdf5_output.h"
+#include "convert/hdf5_output.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "tools/convert/hdf5_util.h"
+#include "convert/hdf5_util.h"
 
 namespace ckpt::tools::hdf5 {
 namespace {

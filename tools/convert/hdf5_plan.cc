@@ -1,4 +1,4 @@
-#include "tools/convert/hdf5_plan.h"
+#include "convert/hdf5_plan.h"
 
 #include <algorithm>
 #include <atomic>
@@ -13,10 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "format/format_constants.h"
-#include "format/names.h"
-#include "format/status_macros.h"
-#include "tools/convert/hdf5_names.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/names.h"
+#include "ckpt/format/status_macros.h"
+#include "convert/hdf5_names.h"
 
 namespace ckpt::tools {
 namespace {

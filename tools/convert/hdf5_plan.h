@@ -22,10 +22,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "ckpt/types.h"
-#include "format/format_constants.h"
-#include "format/records.h"
-#include "tools/convert/hdf5_types.h"
-#include "tools/convert/hdf5_util.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/records.h"
+#include "convert/hdf5_types.h"
+#include "convert/hdf5_util.h"
 
 namespace ckpt::tools {
 

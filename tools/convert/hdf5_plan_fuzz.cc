@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
-#include "format/names.h"
-#include "tools/convert/hdf5_plan.h"
+#include "ckpt/format/names.h"
+#include "convert/hdf5_plan.h"
 
 #define FUZZ_CHECK(cond)                                                                   \
   do {                                                                                     \

@@ -1,7 +1,7 @@
-#include "tools/convert/hdf5_types.h"
+#include "convert/hdf5_types.h"
 
 #include "absl/strings/str_cat.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::tools::hdf5 {
 namespace {

@@ -22,7 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "ckpt/types.h"
-#include "tools/convert/hdf5_util.h"
+#include "convert/hdf5_util.h"
 
 namespace ckpt::tools::hdf5 {
 

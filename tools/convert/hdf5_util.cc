@@ -1,4 +1,4 @@
-#include "tools/convert/hdf5_util.h"
+#include "convert/hdf5_util.h"
 
 #include <H5PLpublic.h>
 
@@ -8,8 +8,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "format/names.h"
-#include "format/status_macros.h"
+#include "ckpt/format/names.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::tools::hdf5 {
 namespace {

@@ -2,8 +2,8 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
-#include "tools/common/tool_util.h"
-#include "tools/convert/convert.h"
+#include "common/tool_util.h"
+#include "convert/convert.h"
 
 int main(int argc, char** argv) {
   CLI::App app(

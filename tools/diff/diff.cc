@@ -1,4 +1,4 @@
-#include "tools/diff/diff.h"
+#include "diff/diff.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,9 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/reader.h"
-#include "format/status_macros.h"
-#include "tools/common/tool_util.h"
-#include "tools/diff/local_range.h"
+#include "ckpt/format/status_macros.h"
+#include "common/tool_util.h"
+#include "diff/local_range.h"
 
 namespace ckpt::tools {
 namespace {

@@ -33,7 +33,7 @@
 #include "absl/status/statusor.h"
 #include "ckpt/storage.h"
 #include "nlohmann/json.hpp"
-#include "tools/diff/compare.h"
+#include "diff/compare.h"
 
 namespace ckpt::tools {
 

@@ -1,4 +1,4 @@
-#include "tools/diff/local_range.h"
+#include "diff/local_range.h"
 
 #include <variant>
 

@@ -3,9 +3,9 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
-#include "tools/common/tool_util.h"
-#include "tools/diff/diff.h"
-#include "tools/interop/foreign.h"
+#include "common/tool_util.h"
+#include "diff/diff.h"
+#include "interop/foreign.h"
 
 int main(int argc, char** argv) {
   CLI::App app("Compares two checkpoints entry by entry, whatever their world sizes and "

@@ -1,4 +1,4 @@
-#include "tools/inspect/inspect.h"
+#include "inspect/inspect.h"
 
 #include <algorithm>
 #include <array>
@@ -10,13 +10,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "ckpt/mutex.h"
-#include "format/block_codec.h"
-#include "format/geometry.h"
-#include "format/manifest.h"
-#include "format/status_macros.h"
+#include "ckpt/format/block_codec.h"
+#include "ckpt/format/geometry.h"
+#include "ckpt/format/manifest.h"
+#include "ckpt/format/status_macros.h"
 #include "ckpt/internal/checkpoint_dir.h"
-#include "tools/common/tool_util.h"
-#include "tools/validate/validate.h"
+#include "common/tool_util.h"
+#include "validate/validate.h"
 
 namespace ckpt::tools {
 

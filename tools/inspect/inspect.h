@@ -19,9 +19,9 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/storage.h"
-#include "format/records.h"
+#include "ckpt/format/records.h"
 #include "nlohmann/json.hpp"
-#include "tools/validate/values.h"
+#include "validate/values.h"
 
 namespace ckpt::tools {
 

@@ -2,9 +2,9 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
-#include "tools/common/tool_util.h"
-#include "tools/inspect/inspect.h"
-#include "tools/interop/foreign.h"
+#include "common/tool_util.h"
+#include "inspect/inspect.h"
+#include "interop/foreign.h"
 
 int main(int argc, char** argv) {
   CLI::App app("Shows what a checkpoint holds (a checkpoint directory, or a root whose "

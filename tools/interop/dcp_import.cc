@@ -1,4 +1,4 @@
-#include "tools/interop/dcp_import.h"
+#include "interop/dcp_import.h"
 
 #include <algorithm>
 #include <cstring>
@@ -10,9 +10,9 @@
 #include "ckpt/in_process.h"
 #include "ckpt/mutex.h"
 #include "ckpt/writer.h"
-#include "format/latest.h"
-#include "format/status_macros.h"
-#include "tools/interop/dcp_reader.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/status_macros.h"
+#include "interop/dcp_reader.h"
 
 namespace ckpt::tools {
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "tools/interop/dcp_reader.h"
+#include "interop/dcp_reader.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -8,9 +8,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "format/geometry.h"
-#include "format/status_macros.h"
-#include "interop/torch_zip.h"
+#include "ckpt/format/geometry.h"
+#include "ckpt/format/status_macros.h"
+#include "ckpt/interop/torch_zip.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt::tools {

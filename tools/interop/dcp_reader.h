@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "interop/dcp_metadata.h"
-#include "tools/interop/file_io.h"
+#include "ckpt/interop/dcp_metadata.h"
+#include "interop/file_io.h"
 
 namespace ckpt::tools {
 

@@ -1,4 +1,4 @@
-#include "tools/interop/file_io.h"
+#include "interop/file_io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,16 +1,16 @@
-#include "tools/interop/foreign.h"
+#include "interop/foreign.h"
 
 #include <filesystem>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "format/status_macros.h"
-#include "tools/common/tool_util.h"
-#include "tools/inspect/inspect.h"
-#include "tools/interop/dcp_reader.h"
-#include "tools/interop/foreign_report.h"
-#include "tools/interop/safetensors_import.h"
-#include "tools/validate/validate.h"
+#include "ckpt/format/status_macros.h"
+#include "common/tool_util.h"
+#include "inspect/inspect.h"
+#include "interop/dcp_reader.h"
+#include "interop/foreign_report.h"
+#include "interop/safetensors_import.h"
+#include "validate/validate.h"
 
 namespace ckpt::tools {
 namespace fs = std::filesystem;

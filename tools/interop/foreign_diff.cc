@@ -6,11 +6,11 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "format/status_macros.h"
-#include "tools/diff/diff.h"
-#include "tools/interop/dcp_import.h"
-#include "tools/interop/foreign.h"
-#include "tools/interop/safetensors_import.h"
+#include "ckpt/format/status_macros.h"
+#include "diff/diff.h"
+#include "interop/dcp_import.h"
+#include "interop/foreign.h"
+#include "interop/safetensors_import.h"
 
 namespace ckpt::tools {
 namespace fs = std::filesystem;

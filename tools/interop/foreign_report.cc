@@ -1,17 +1,17 @@
-#include "tools/interop/foreign_report.h"
+#include "interop/foreign_report.h"
 
 #include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "format/geometry.h"
-#include "format/status_macros.h"
-#include "interop/safetensors.h"
+#include "ckpt/format/geometry.h"
+#include "ckpt/format/status_macros.h"
+#include "ckpt/interop/safetensors.h"
 #include "nlohmann/json.hpp"
-#include "tools/common/tool_util.h"
-#include "tools/interop/dcp_reader.h"
-#include "tools/interop/safetensors_import.h"
+#include "common/tool_util.h"
+#include "interop/dcp_reader.h"
+#include "interop/safetensors_import.h"
 
 namespace ckpt::tools {
 namespace fs = std::filesystem;

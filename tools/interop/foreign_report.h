@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "tools/inspect/inspect.h"
+#include "inspect/inspect.h"
 
 namespace ckpt::tools {
 

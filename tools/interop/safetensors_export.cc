@@ -1,4 +1,4 @@
-#include "tools/interop/safetensors_export.h"
+#include "interop/safetensors_export.h"
 
 #include <fnmatch.h>
 #include <unistd.h>
@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/reader.h"
-#include "format/status_macros.h"
-#include "interop/safetensors.h"
-#include "tools/interop/file_io.h"
-#include "tools/interop/safetensors_meta.h"
+#include "ckpt/format/status_macros.h"
+#include "ckpt/interop/safetensors.h"
+#include "interop/file_io.h"
+#include "interop/safetensors_meta.h"
 
 namespace ckpt::tools {
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "tools/interop/safetensors_import.h"
+#include "interop/safetensors_import.h"
 
 #include <unistd.h>
 
@@ -9,9 +9,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "format/latest.h"
-#include "format/status_macros.h"
-#include "tools/reshard/reshard.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/status_macros.h"
+#include "reshard/reshard.h"
 
 namespace ckpt::tools {
 namespace fs = std::filesystem;

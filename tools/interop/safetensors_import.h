@@ -21,9 +21,9 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/writer.h"
-#include "interop/safetensors.h"
-#include "tools/interop/file_io.h"
-#include "tools/interop/safetensors_meta.h"
+#include "ckpt/interop/safetensors.h"
+#include "interop/file_io.h"
+#include "interop/safetensors_meta.h"
 
 namespace ckpt::tools {
 

@@ -1,11 +1,11 @@
-#include "tools/interop/safetensors_meta.h"
+#include "interop/safetensors_meta.h"
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "format/status_macros.h"
-#include "interop/strict_json.h"
+#include "ckpt/format/status_macros.h"
+#include "ckpt/interop/strict_json.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt::tools {

@@ -1,4 +1,4 @@
-#include "tools/reshard/layout.h"
+#include "reshard/layout.h"
 
 #include <algorithm>
 #include <set>

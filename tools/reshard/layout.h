@@ -21,8 +21,8 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/types.h"
-#include "format/records.h"
-#include "tools/reshard/overrides.h"
+#include "ckpt/format/records.h"
+#include "reshard/overrides.h"
 
 namespace ckpt::tools {
 

@@ -4,8 +4,8 @@
 #include <map>
 
 #include "CLI/CLI.hpp"
-#include "tools/common/tool_util.h"
-#include "tools/reshard/reshard.h"
+#include "common/tool_util.h"
+#include "reshard/reshard.h"
 
 int main(int argc, char** argv) {
   CLI::App app("Rewrites checkpoint SRC as checkpoint DST/step-NNNNNNNN laid out for N ranks, "

@@ -1,4 +1,4 @@
-#include "tools/reshard/overrides.h"
+#include "reshard/overrides.h"
 
 #include <set>
 
@@ -7,7 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "format/format_constants.h"
+#include "ckpt/format/format_constants.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt::tools {

@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <string>
 
-#include "fuzz/fuzz_util.h"
+#include "fuzz_util.h"
 #include "nlohmann/json.hpp"
-#include "tools/reshard/overrides.h"
+#include "reshard/overrides.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using ckpt::tools::Overrides;

@@ -1,4 +1,4 @@
-#include "tools/reshard/reshard.h"
+#include "reshard/reshard.h"
 
 #include <algorithm>
 #include <atomic>
@@ -12,11 +12,11 @@
 #include "ckpt/mutex.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "format/status_macros.h"
-#include "tools/common/tool_util.h"
-#include "tools/diff/local_range.h"
-#include "tools/reshard/layout.h"
-#include "tools/reshard/overrides.h"
+#include "ckpt/format/status_macros.h"
+#include "common/tool_util.h"
+#include "diff/local_range.h"
+#include "reshard/layout.h"
+#include "reshard/overrides.h"
 
 namespace ckpt::tools {
 namespace {

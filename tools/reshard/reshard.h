@@ -30,9 +30,9 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/storage.h"
-#include "format/format_constants.h"
+#include "ckpt/format/format_constants.h"
 #include "nlohmann/json.hpp"
-#include "tools/diff/diff.h"
+#include "diff/diff.h"
 
 namespace ckpt::tools {
 

@@ -3,8 +3,8 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
-#include "tools/common/tool_util.h"
-#include "tools/synth/synth_tool.h"
+#include "common/tool_util.h"
+#include "synth/synth_tool.h"
 
 int main(int argc, char** argv) {
   CLI::App app(

@@ -1,4 +1,4 @@
-#include "tools/synth/synth.h"
+#include "synth/synth.h"
 
 #include <algorithm>
 #include <chrono>
@@ -17,7 +17,7 @@
 #include "ckpt/mutex.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::synth {
 namespace {

@@ -34,9 +34,9 @@
 #include "absl/status/statusor.h"
 #include "ckpt/storage.h"
 #include "ckpt/types.h"
-#include "format/format_constants.h"
-#include "tools/synth/synth_model.h"
-#include "tools/synth/synth_values.h"
+#include "ckpt/format/format_constants.h"
+#include "synth/synth_model.h"
+#include "synth/synth_values.h"
 
 namespace ckpt::synth {
 

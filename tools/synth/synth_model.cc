@@ -1,4 +1,4 @@
-#include "tools/synth/synth_model.h"
+#include "synth/synth_model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "tools/synth/synth_tool.h"
+#include "synth/synth_tool.h"
 
 #include <memory>
 
@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ckpt/mutex.h"
-#include "format/status_macros.h"
-#include "tools/common/tool_util.h"
+#include "ckpt/format/status_macros.h"
+#include "common/tool_util.h"
 
 namespace ckpt::synth {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
-#include "tools/synth/synth.h"
+#include "synth/synth.h"
 
 namespace ckpt::synth {
 

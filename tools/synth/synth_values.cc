@@ -1,4 +1,4 @@
-#include "tools/synth/synth_values.h"
+#include "synth/synth_values.h"
 
 #include <xxhash.h>
 

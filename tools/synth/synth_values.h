@@ -30,7 +30,7 @@
 
 #include "absl/strings/string_view.h"
 #include "ckpt/types.h"
-#include "tools/synth/synth_model.h"
+#include "synth/synth_model.h"
 
 namespace ckpt::synth {
 

@@ -2,9 +2,9 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
-#include "tools/common/tool_util.h"
-#include "tools/interop/foreign.h"
-#include "tools/validate/validate.h"
+#include "common/tool_util.h"
+#include "interop/foreign.h"
+#include "validate/validate.h"
 
 int main(int argc, char** argv) {
   CLI::App app("Checks a checkpoint (a checkpoint directory, or a root whose 'latest' is "

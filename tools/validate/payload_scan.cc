@@ -13,14 +13,14 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "format/block_codec.h"
-#include "format/geometry.h"
+#include "ckpt/format/block_codec.h"
+#include "ckpt/format/geometry.h"
 #include "ckpt/internal/shard_file.h"
 #include "ckpt/mutex.h"
-#include "libckpt/thread_pool.h"
-#include "tools/common/tool_util.h"
-#include "tools/validate/validate_internal.h"
-#include "tools/validate/values.h"
+#include "ckpt/internal/thread_pool.h"
+#include "common/tool_util.h"
+#include "validate/validate_internal.h"
+#include "validate/values.h"
 
 namespace ckpt::tools::internal {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/validate/validate.h"
+#include "validate/validate.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,14 +10,14 @@
 #include "ckpt/internal/checkpoint_dir.h"
 #include "ckpt/internal/shard_file.h"
 #include "ckpt/mutex.h"
-#include "format/format_constants.h"
-#include "format/geometry.h"
-#include "format/manifest.h"
-#include "format/status_macros.h"
-#include "libckpt/thread_pool.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/geometry.h"
+#include "ckpt/format/manifest.h"
+#include "ckpt/format/status_macros.h"
+#include "ckpt/internal/thread_pool.h"
 #include "nlohmann/json.hpp"
-#include "tools/common/tool_util.h"
-#include "tools/validate/validate_internal.h"
+#include "common/tool_util.h"
+#include "validate/validate_internal.h"
 
 namespace ckpt::tools {
 

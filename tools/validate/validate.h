@@ -44,7 +44,7 @@
 #include "absl/strings/string_view.h"
 #include "ckpt/internal/shard_file.h"
 #include "ckpt/storage.h"
-#include "format/records.h"
+#include "ckpt/format/records.h"
 
 namespace ckpt::tools {
 

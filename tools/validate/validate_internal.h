@@ -12,8 +12,8 @@
 #include "ckpt/internal/shard_file.h"
 #include "ckpt/mutex.h"
 #include "ckpt/storage.h"
-#include "format/records.h"
-#include "tools/validate/validate.h"
+#include "ckpt/format/records.h"
+#include "validate/validate.h"
 
 namespace ckpt::tools::internal {
 

@@ -1,4 +1,4 @@
-#include "tools/validate/values.h"
+#include "validate/values.h"
 
 #include <cmath>
 #include <cstring>

@@ -11,7 +11,7 @@
 #include <limits>
 #include <string>
 
-#include "format/dtype.h"
+#include "ckpt/format/dtype.h"
 
 namespace ckpt::tools {
 

@@ -28,7 +28,7 @@
 #include "absl/status/statusor.h"
 #include "ckpt/storage.h"
 #include "ckpt/types.h"
-#include "format/records.h"
+#include "ckpt/format/records.h"
 
 namespace ckpt {
 

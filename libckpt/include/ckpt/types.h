@@ -9,8 +9,8 @@
 
 #include "absl/status/status.h"
 #include "ckpt/device_memory.h"  // IWYU pragma: export
-#include "format/dtype.h"     // IWYU pragma: export
-#include "format/geometry.h"  // IWYU pragma: export
+#include "ckpt/format/dtype.h"     // IWYU pragma: export
+#include "ckpt/format/geometry.h"  // IWYU pragma: export
 
 namespace ckpt {
 

@@ -39,7 +39,7 @@
 #include "ckpt/communicator.h"
 #include "ckpt/storage.h"
 #include "ckpt/types.h"
-#include "format/format_constants.h"
+#include "ckpt/format/format_constants.h"
 
 namespace ckpt {
 

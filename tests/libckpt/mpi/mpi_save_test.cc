@@ -29,12 +29,12 @@
 #include "ckpt/mpi_communicator.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "format/format_constants.h"
-#include "format/latest.h"
-#include "format/status_macros.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/status_macros.h"
 #include "gtest/gtest.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/testing/status_matchers.h"
+#include "libckpt/test_util.h"
+#include "testing/status_matchers.h"
 
 // --- MPI profiling interface: the test binary's definitions of these
 // functions take precedence over libmpi's, record the largest byte count of

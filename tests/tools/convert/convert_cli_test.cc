@@ -9,11 +9,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/cli.h"
-#include "tests/testing/expected_output.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/tools/convert/convert_fixture.h"
-#include "tests/tools/convert/h5_builder.h"
+#include "testing/cli.h"
+#include "testing/expected_output.h"
+#include "testing/status_matchers.h"
+#include "tools/convert/convert_fixture.h"
+#include "tools/convert/h5_builder.h"
 
 namespace ckpt::tools {
 namespace {

@@ -15,8 +15,8 @@
 #include "ckpt/in_process.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "format/status_macros.h"
-#include "tests/libckpt/test_util.h"
+#include "ckpt/format/status_macros.h"
+#include "libckpt/test_util.h"
 
 namespace ckpt::testing {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tools/convert/hdf5_util.h"
+#include "convert/hdf5_util.h"
 
 namespace ckpt::testing {
 

@@ -1,6 +1,6 @@
 // ckpt-convert --to hdf5 (tools/convert/hdf5_export.h): the file read back
 // through the HDF5 C API, and the round trip through ImportHdf5.
-#include "tools/convert/hdf5_export.h"
+#include "convert/hdf5_export.h"
 
 #include <sys/stat.h>
 
@@ -10,12 +10,12 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/files.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/tools/convert/convert_fixture.h"
-#include "tools/convert/hdf5_import.h"
-#include "tools/convert/hdf5_types.h"
-#include "tools/convert/hdf5_util.h"
+#include "testing/files.h"
+#include "testing/status_matchers.h"
+#include "tools/convert/convert_fixture.h"
+#include "convert/hdf5_import.h"
+#include "convert/hdf5_types.h"
+#include "convert/hdf5_util.h"
 
 namespace ckpt::tools {
 namespace {

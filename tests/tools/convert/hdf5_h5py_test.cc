@@ -10,13 +10,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/tools/convert/convert_fixture.h"
-#include "tests/tools/convert/plain_file.h"
-#include "tools/convert/hdf5_export.h"
-#include "tools/convert/hdf5_import.h"
-#include "tools/convert/hdf5_names.h"
-#include "tools/convert/hdf5_types.h"
+#include "testing/status_matchers.h"
+#include "tools/convert/convert_fixture.h"
+#include "tools/convert/plain_file.h"
+#include "convert/hdf5_export.h"
+#include "convert/hdf5_import.h"
+#include "convert/hdf5_names.h"
+#include "convert/hdf5_types.h"
 
 namespace ckpt::tools {
 namespace {

@@ -1,6 +1,6 @@
 // ckpt-convert --from hdf5 (tools/convert/hdf5_import.h): plain files,
 // every way a file can break the rules, and the element reader.
-#include "tools/convert/hdf5_import.h"
+#include "convert/hdf5_import.h"
 
 #include <filesystem>
 #include <fstream>
@@ -9,12 +9,12 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/files.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/tools/convert/convert_fixture.h"
-#include "tests/tools/convert/h5_builder.h"
-#include "tests/tools/convert/plain_file.h"
-#include "tools/convert/hdf5_export.h"
+#include "testing/files.h"
+#include "testing/status_matchers.h"
+#include "tools/convert/convert_fixture.h"
+#include "tools/convert/h5_builder.h"
+#include "tools/convert/plain_file.h"
+#include "convert/hdf5_export.h"
 
 namespace ckpt::tools {
 namespace {

@@ -1,9 +1,9 @@
 // Entry names <-> HDF5 dataset paths (tools/convert/hdf5_names.h).
-#include "tools/convert/hdf5_names.h"
+#include "convert/hdf5_names.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::tools::hdf5 {
 namespace {

@@ -20,11 +20,11 @@
 #include "absl/strings/str_cat.h"
 #include "ckpt/reader.h"
 #include "gtest/gtest.h"
-#include "tests/testing/files.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/tools/convert/convert_fixture.h"
-#include "tests/tools/convert/h5_builder.h"
-#include "tools/convert/hdf5_util.h"
+#include "testing/files.h"
+#include "testing/status_matchers.h"
+#include "tools/convert/convert_fixture.h"
+#include "tools/convert/h5_builder.h"
+#include "convert/hdf5_util.h"
 
 namespace ckpt::testing {
 

@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "tests/testing/cli.h"
-#include "tests/testing/expected_output.h"
-#include "tests/tools/diff/fixtures.h"
+#include "testing/cli.h"
+#include "testing/expected_output.h"
+#include "tools/diff/fixtures.h"
 
 #endif  // CKPT_TESTS_TOOLS_DIFF_CLI_RUNNER_H_

@@ -1,4 +1,4 @@
-#include "tools/diff/compare.h"
+#include "diff/compare.h"
 
 #include <cmath>
 #include <cstring>

@@ -4,8 +4,8 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/status_matchers.h"
-#include "tests/tools/diff/cli_runner.h"
+#include "testing/status_matchers.h"
+#include "tools/diff/cli_runner.h"
 
 namespace ckpt::testing {
 namespace {

@@ -1,10 +1,10 @@
-#include "tools/diff/diff.h"
+#include "diff/diff.h"
 
 #include <filesystem>
 
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/tools/diff/fixtures.h"
+#include "testing/status_matchers.h"
+#include "tools/diff/fixtures.h"
 
 namespace ckpt::tools {
 namespace {

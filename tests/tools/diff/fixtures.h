@@ -11,9 +11,9 @@
 
 #include "ckpt/in_process.h"
 #include "ckpt/writer.h"
-#include "format/status_macros.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/testing/files.h"
+#include "ckpt/format/status_macros.h"
+#include "libckpt/test_util.h"
+#include "testing/files.h"
 
 namespace ckpt::testing {
 

@@ -1,9 +1,9 @@
-#include "tools/diff/local_range.h"
+#include "diff/local_range.h"
 
 #include <variant>
 
 #include "gtest/gtest.h"
-#include "tests/libckpt/test_util.h"
+#include "libckpt/test_util.h"
 
 namespace ckpt::tools {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/tools/inspect/fixture.h"
+#include "tools/inspect/fixture.h"
 
 namespace ckpt::tools {
 namespace {

@@ -1,13 +1,13 @@
-#include "tools/inspect/inspect.h"
+#include "inspect/inspect.h"
 
 #include <cmath>
 #include <filesystem>
 #include <sstream>
 
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/tools/inspect/fixture.h"
+#include "testing/status_matchers.h"
+#include "tools/inspect/fixture.h"
 
 namespace ckpt::tools {
 namespace {

@@ -6,18 +6,18 @@
 #include <fstream>
 #include <sstream>
 
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/cli.h"
-#include "tests/testing/files.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/tools/convert/convert_fixture.h"
-#include "tools/diff/diff.h"
-#include "tools/interop/dcp_import.h"
-#include "tools/interop/dcp_reader.h"
-#include "tools/reshard/reshard.h"
+#include "testing/cli.h"
+#include "testing/files.h"
+#include "testing/status_matchers.h"
+#include "tools/convert/convert_fixture.h"
+#include "diff/diff.h"
+#include "interop/dcp_import.h"
+#include "interop/dcp_reader.h"
+#include "reshard/reshard.h"
 
 namespace ckpt::tools {
 namespace {

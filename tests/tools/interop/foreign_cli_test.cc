@@ -8,11 +8,11 @@
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/cli.h"
-#include "tests/testing/expected_output.h"
-#include "tests/testing/files.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/tools/convert/convert_fixture.h"
+#include "testing/cli.h"
+#include "testing/expected_output.h"
+#include "testing/files.h"
+#include "testing/status_matchers.h"
+#include "tools/convert/convert_fixture.h"
 
 namespace ckpt::tools {
 namespace {

@@ -9,16 +9,16 @@
 #include <fstream>
 
 #include "absl/strings/escaping.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/cli.h"
-#include "tests/testing/files.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/tools/convert/convert_fixture.h"
-#include "tools/interop/safetensors_export.h"
-#include "tools/interop/safetensors_import.h"
+#include "testing/cli.h"
+#include "testing/files.h"
+#include "testing/status_matchers.h"
+#include "tools/convert/convert_fixture.h"
+#include "interop/safetensors_export.h"
+#include "interop/safetensors_import.h"
 
 namespace ckpt::tools {
 namespace {

@@ -1,8 +1,8 @@
-#include "tools/reshard/layout.h"
+#include "reshard/layout.h"
 
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::tools {
 namespace {

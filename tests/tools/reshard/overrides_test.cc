@@ -1,10 +1,10 @@
-#include "tools/reshard/overrides.h"
+#include "reshard/overrides.h"
 
 #include <chrono>
 
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::tools {
 namespace {

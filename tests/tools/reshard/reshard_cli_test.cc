@@ -5,9 +5,9 @@
 #include "ckpt/reader.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/status_matchers.h"
-#include "tests/tools/diff/cli_runner.h"
-#include "tools/diff/diff.h"
+#include "testing/status_matchers.h"
+#include "tools/diff/cli_runner.h"
+#include "diff/diff.h"
 
 namespace ckpt::testing {
 namespace {

@@ -4,14 +4,14 @@
 // against ckpt-synth's generator when loaded on the new world size.
 #include <string>
 
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gtest/gtest.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/testing/status_matchers.h"
-#include "tools/diff/diff.h"
-#include "tools/reshard/reshard.h"
-#include "tools/synth/synth.h"
-#include "tools/validate/validate.h"
+#include "libckpt/test_util.h"
+#include "testing/status_matchers.h"
+#include "diff/diff.h"
+#include "reshard/reshard.h"
+#include "synth/synth.h"
+#include "validate/validate.h"
 
 namespace ckpt::tools {
 namespace {

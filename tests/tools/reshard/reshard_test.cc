@@ -1,13 +1,13 @@
-#include "tools/reshard/reshard.h"
+#include "reshard/reshard.h"
 
 #include <filesystem>
 
 #include "ckpt/reader.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/tools/diff/fixtures.h"
-#include "tools/reshard/layout.h"
+#include "testing/status_matchers.h"
+#include "tools/diff/fixtures.h"
+#include "reshard/layout.h"
 
 namespace ckpt::tools {
 namespace {

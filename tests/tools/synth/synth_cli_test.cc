@@ -8,14 +8,14 @@
 #include "absl/strings/str_split.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/libckpt/test_util.h"
-#include "tests/testing/cli.h"
-#include "tests/testing/expected_output.h"
-#include "tests/testing/status_matchers.h"
+#include "libckpt/test_util.h"
+#include "testing/cli.h"
+#include "testing/expected_output.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::synth {
 namespace {

@@ -1,13 +1,13 @@
-#include "tools/synth/synth_model.h"
+#include "synth/synth_model.h"
 
 #include <map>
 #include <set>
 
-#include "format/names.h"
-#include "format/status_macros.h"
+#include "ckpt/format/names.h"
+#include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::synth {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/synth/synth.h"
+#include "synth/synth.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,11 +9,11 @@
 #include "ckpt/in_process.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/testing/status_matchers.h"
+#include "libckpt/test_util.h"
+#include "testing/status_matchers.h"
 
 namespace ckpt::synth {
 namespace {

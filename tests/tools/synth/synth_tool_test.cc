@@ -1,13 +1,13 @@
-#include "tools/synth/synth_tool.h"
+#include "synth/synth_tool.h"
 
 #include <sstream>
 
-#include "format/status_macros.h"
+#include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/libckpt/test_util.h"
-#include "tests/testing/status_matchers.h"
-#include "tools/common/tool_util.h"
+#include "libckpt/test_util.h"
+#include "testing/status_matchers.h"
+#include "common/tool_util.h"
 
 namespace ckpt::synth {
 namespace {

@@ -5,7 +5,7 @@
 #include "gtest/gtest.h"
 #include "gmock/gmock.h"
 #include "nlohmann/json.hpp"
-#include "tests/tools/inspect/fixture.h"
+#include "tools/inspect/fixture.h"
 
 namespace ckpt::tools {
 namespace {

@@ -1,7 +1,7 @@
 // One test per problem ckpt-validate reports, and per way it refuses to
 // run. Checkpoints come from tests/tools/inspect/fixture.h (format codecs,
 // exact control) and, in the *Writer* tests, from ckpt::Writer.
-#include "tools/validate/validate.h"
+#include "validate/validate.h"
 
 #include <atomic>
 #include <filesystem>
@@ -10,11 +10,11 @@
 #include "ckpt/in_process.h"
 #include "ckpt/mutex.h"
 #include "ckpt/writer.h"
-#include "format/latest.h"
-#include "format/status_macros.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/status_macros.h"
 #include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
-#include "tests/tools/inspect/fixture.h"
+#include "testing/status_matchers.h"
+#include "tools/inspect/fixture.h"
 
 namespace ckpt::tools {
 namespace {

@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "ckpt/storage.h"
-#include "format/records.h"
+#include "ckpt/format/records.h"
 
 namespace ckpt::internal {
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "format/records.h"
+#include "ckpt/format/records.h"
 
 namespace ckpt::internal {
 

@@ -21,8 +21,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "ckpt/storage.h"
-#include "format/block_codec.h"
-#include "format/records.h"
+#include "ckpt/format/block_codec.h"
+#include "ckpt/format/records.h"
 
 namespace ckpt::internal {
 

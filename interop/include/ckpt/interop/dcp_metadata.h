@@ -21,9 +21,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "format/dtype.h"
-#include "format/geometry.h"
-#include "interop/pickle.h"
+#include "ckpt/format/dtype.h"
+#include "ckpt/format/geometry.h"
+#include "ckpt/interop/pickle.h"
 
 namespace ckpt::interop {
 

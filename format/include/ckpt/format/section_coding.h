@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "format/coding.h"
-#include "format/records.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/records.h"
 
 namespace ckpt::format::internal {
 

@@ -7,7 +7,7 @@
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
-#include "format/records.h"
+#include "ckpt/format/records.h"
 
 namespace ckpt::format {
 

@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "format/dtype.h"
-#include "format/format_constants.h"
-#include "format/geometry.h"
+#include "ckpt/format/dtype.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/geometry.h"
 
 namespace ckpt::format {
 

@@ -25,8 +25,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "format/dtype.h"
-#include "format/geometry.h"
+#include "ckpt/format/dtype.h"
+#include "ckpt/format/geometry.h"
 
 namespace ckpt::interop {
 

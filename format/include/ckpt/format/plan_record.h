@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "format/records.h"
+#include "ckpt/format/records.h"
 
 namespace ckpt::format {
 

@@ -14,7 +14,7 @@
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
-#include "format/format_constants.h"
+#include "ckpt/format/format_constants.h"
 
 namespace ckpt::format {
 
