@@ -68,7 +68,8 @@ void Check(const absl::Status& s, const char* what) {
 }
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -85,7 +86,7 @@ void Fill(char* p, uint64_t n, uint64_t seed) {
 
 struct State {
   std::vector<std::unique_ptr<char[]>> host;  // the bytes, on the host
-  std::vector<void*> device;                  // with --device: the same on the GPU
+  std::vector<void*> device;  // with --device: the same on the GPU
   uint64_t bytes() const { return host.size() * kTensorBytes; }
 };
 
@@ -103,9 +104,10 @@ std::unique_ptr<ckpt::Writer> MakeWriter(const State& s, bool on_device,
   ckpt::TensorOptions to;
   if (on_device) to.memory = ckpt::MemoryKind::kCuda;
   for (size_t i = 0; i < s.host.size(); ++i) {
-    const void* data = on_device ? s.device[i] : static_cast<const void*>(s.host[i].get());
-    Check(w->AddTensor(absl::StrFormat("t%04d", i), ckpt::DType::kFloat32, {4096, 4096},
-                       ckpt::FullBox({4096, 4096}), data, to),
+    const void* data =
+        on_device ? s.device[i] : static_cast<const void*>(s.host[i].get());
+    Check(w->AddTensor(absl::StrFormat("t%04d", i), ckpt::DType::kFloat32,
+                       {4096, 4096}, ckpt::FullBox({4096, 4096}), data, to),
           "AddTensor");
   }
   return w;
@@ -139,12 +141,18 @@ void Verify(const State& s, const std::string& root) {
   for (size_t i = 0; i < s.host.size(); ++i) {
     ckpt::LoadOptions lo;
     lo.allow_unrequested = true;
-    Check(reader->Load({{absl::StrFormat("t%04d", i), ckpt::DType::kFloat32, {4096, 4096},
-                         ckpt::FullBox({4096, 4096}), out.get()}},
-                       lo).status(),
+    Check(reader
+              ->Load({{absl::StrFormat("t%04d", i),
+                       ckpt::DType::kFloat32,
+                       {4096, 4096},
+                       ckpt::FullBox({4096, 4096}),
+                       out.get()}},
+                     lo)
+              .status(),
           "Load");
     if (std::memcmp(out.get(), s.host[i].get(), kTensorBytes) != 0) {
-      Die(absl::StrFormat("tensor t%04d of %s differs from the state", i, root));
+      Die(absl::StrFormat("tensor t%04d of %s differs from the state", i,
+                          root));
     }
   }
 }
@@ -168,23 +176,27 @@ void ToDevice(State* s) {
   for (auto& h : s->host) {
     void* d = nullptr;
     CudaCheck(cudaMalloc(&d, kTensorBytes), "cudaMalloc");
-    CudaCheck(cudaMemcpy(d, h.get(), kTensorBytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    CudaCheck(cudaMemcpy(d, h.get(), kTensorBytes, cudaMemcpyHostToDevice),
+              "cudaMemcpy");
     s->device.push_back(d);
   }
 }
 
 double DeviceSnapshotLimit(const State& s) {
   void* pinned = nullptr;
-  CudaCheck(cudaHostAlloc(&pinned, s.bytes(), cudaHostAllocPortable), "cudaHostAlloc");
+  CudaCheck(cudaHostAlloc(&pinned, s.bytes(), cudaHostAllocPortable),
+            "cudaHostAlloc");
   std::memset(pinned, 0, s.bytes());
   cudaStream_t stream;
-  CudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  CudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+            "cudaStreamCreate");
   double best = 1e30;
   for (int round = 0; round < 2; ++round) {
     const double t0 = Now();
     for (size_t i = 0; i < s.device.size(); ++i) {
-      CudaCheck(cudaMemcpyAsync(static_cast<char*>(pinned) + i * kTensorBytes, s.device[i],
-                                kTensorBytes, cudaMemcpyDeviceToHost, stream),
+      CudaCheck(cudaMemcpyAsync(static_cast<char*>(pinned) + i * kTensorBytes,
+                                s.device[i], kTensorBytes,
+                                cudaMemcpyDeviceToHost, stream),
                 "cudaMemcpyAsync");
     }
     CudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -199,12 +211,16 @@ double DeviceSnapshotLimit(const State& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("ckpt-bench-async: the trainer's stall for SaveAsync, against a snapshot and Save");
+  CLI::App app(
+      "ckpt-bench-async: the trainer's stall for SaveAsync, against a snapshot "
+      "and Save");
   std::string dir;
   double gib = 2;
   bool device = false;
   int threads = 4;
-  app.add_option("--dir", dir, "directory for the checkpoints (e.g. /dev/shm/b)")->required();
+  app.add_option("--dir", dir,
+                 "directory for the checkpoints (e.g. /dev/shm/b)")
+      ->required();
   app.add_option("--gib", gib, "size of the state in GiB");
   app.add_flag("--device", device, "tensors in CUDA device memory");
   app.add_option("--threads", threads, "SaveOptions::io_threads");
@@ -214,7 +230,8 @@ int main(int argc, char** argv) {
 #endif
 
   State s;
-  const uint64_t n = std::max<uint64_t>(1, static_cast<uint64_t>(gib * (1ull << 30)) / kTensorBytes);
+  const uint64_t n = std::max<uint64_t>(
+      1, static_cast<uint64_t>(gib * (1ull << 30)) / kTensorBytes);
   for (uint64_t i = 0; i < n; ++i) {
     s.host.emplace_back(new char[kTensorBytes]);
     Fill(s.host.back().get(), kTensorBytes, i + 1);
@@ -252,40 +269,49 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(dir + "/async");
   w.reset();  // its pool goes
   const uint64_t quarter = s.bytes() / 4 / (64ull << 20) * (64ull << 20);
-  auto cw = MakeWriter(s, device, dm.get(), std::max<uint64_t>(quarter, 64ull << 20));
+  auto cw =
+      MakeWriter(s, device, dm.get(), std::max<uint64_t>(quarter, 64ull << 20));
   const Async capped = AsyncSave(cw.get(), dir + "/capped", &step, so);
   Verify(s, dir + "/capped");
   cw.reset();
   std::filesystem::remove_all(dir);
 
   const double gb = s.bytes() / 1e9;
-  std::printf("state            %.3f GB in %zu tensors (%s)\n", gb, s.host.size(),
-              device ? "device" : "host");
+  std::printf("state            %.3f GB in %zu tensors (%s)\n", gb,
+              s.host.size(), device ? "device" : "host");
   std::printf("snapshot limit   %.3f s  (%.2f GB/s)\n", limit, gb / limit);
-  std::printf("sync save        %.3f s  (%.2f GB/s)\n", sync_save, gb / sync_save);
+  std::printf("sync save        %.3f s  (%.2f GB/s)\n", sync_save,
+              gb / sync_save);
   if (device) {
-    std::printf("host sync save   %.3f s  (device/host write throughput %.2f)\n", host_sync,
-                host_sync / sync_save);
+    std::printf(
+        "host sync save   %.3f s  (device/host write throughput %.2f)\n",
+        host_sync, host_sync / sync_save);
   }
-  std::printf("async stall      %.3f s  (%.2fx the snapshot limit)\n", full.stall,
-              full.stall / limit);
+  std::printf("async stall      %.3f s  (%.2fx the snapshot limit)\n",
+              full.stall, full.stall / limit);
   std::printf("async durable    %.3f s  (%.2fx the sync save)\n", full.durable,
               full.durable / sync_save);
-  std::printf("peak staging     %llu of cap %llu\n", (unsigned long long)full.peak,
-              (unsigned long long)full.cap);
-  std::printf("capped stall     %.3f s, durable %.3f s, peak %llu of cap %llu\n", capped.stall,
-              capped.durable, (unsigned long long)capped.peak, (unsigned long long)capped.cap);
+  std::printf("peak staging     %llu of cap %llu\n",
+              (unsigned long long)full.peak, (unsigned long long)full.cap);
+  std::printf(
+      "capped stall     %.3f s, durable %.3f s, peak %llu of cap %llu\n",
+      capped.stall, capped.durable, (unsigned long long)capped.peak,
+      (unsigned long long)capped.cap);
   std::string json = absl::StrFormat(
-      "{\"bytes\": %d, \"device\": %s, \"stall_s\": %.4f, \"sync_save_s\": %.4f, "
-      "\"async_durable_s\": %.4f, \"snapshot_limit_s\": %.4f, \"peak_staging_bytes\": %d, "
+      "{\"bytes\": %d, \"device\": %s, \"stall_s\": %.4f, \"sync_save_s\": "
+      "%.4f, "
+      "\"async_durable_s\": %.4f, \"snapshot_limit_s\": %.4f, "
+      "\"peak_staging_bytes\": %d, "
       "\"staging_cap_bytes\": %d",
-      s.bytes(), device ? "true" : "false", full.stall, sync_save, full.durable, limit, full.peak,
-      full.cap);
-  if (device) absl::StrAppendFormat(&json, ", \"host_sync_save_s\": %.4f", host_sync);
-  absl::StrAppendFormat(&json,
-                        ", \"capped\": {\"stall_s\": %.4f, \"async_durable_s\": %.4f, "
-                        "\"peak_staging_bytes\": %d, \"staging_cap_bytes\": %d}}",
-                        capped.stall, capped.durable, capped.peak, capped.cap);
+      s.bytes(), device ? "true" : "false", full.stall, sync_save, full.durable,
+      limit, full.peak, full.cap);
+  if (device)
+    absl::StrAppendFormat(&json, ", \"host_sync_save_s\": %.4f", host_sync);
+  absl::StrAppendFormat(
+      &json,
+      ", \"capped\": {\"stall_s\": %.4f, \"async_durable_s\": %.4f, "
+      "\"peak_staging_bytes\": %d, \"staging_cap_bytes\": %d}}",
+      capped.stall, capped.durable, capped.peak, capped.cap);
   std::printf("%s\n", json.c_str());
   return 0;
 }

@@ -34,11 +34,11 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
-#include "ckpt/writer.h"
 #include "ckpt/format/checksum.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/format/shard.h"
+#include "ckpt/writer.h"
 #include "inspect/inspect.h"
 #include "validate/validate.h"
 
@@ -61,7 +61,8 @@ double CpuSeconds() {
 double ProcessCpuSeconds() {
   rusage u;
   getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
+         (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
 double Median(std::vector<double> v) {
@@ -78,7 +79,8 @@ void Check(const absl::Status& s, const char* what) {
 
 void WriteFileOrDie(const std::string& path, const std::string& data) {
   int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
-  if (fd < 0 || write(fd, data.data(), data.size()) != static_cast<ssize_t>(data.size())) {
+  if (fd < 0 || write(fd, data.data(), data.size()) !=
+                    static_cast<ssize_t>(data.size())) {
     std::cerr << "cannot write " << path << "\n";
     std::exit(1);
   }
@@ -91,7 +93,8 @@ uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 // into one chunk per rank. Even tensors: box rows (dim0 x ranks). Odd
 // tensors: flat ranges of 8 and 24 elements alternately (flat x ranks
 // uneven). Returns the checkpoint directory.
-std::string BuildManyChunks(const std::string& root, uint32_t ranks, uint32_t tensors) {
+std::string BuildManyChunks(const std::string& root, uint32_t ranks,
+                            uint32_t tensors) {
   using namespace ckpt;
   using namespace ckpt::format;
   const std::string dir = root + "/" + StepDirName(1);
@@ -111,7 +114,8 @@ std::string BuildManyChunks(const std::string& root, uint32_t ranks, uint32_t te
   };
   m.entries.resize(tensors);
   for (uint32_t t = 0; t < tensors; ++t) {
-    m.entries[t].name = absl::StrFormat("layers.%04d.%s", t / 2, t % 2 == 0 ? "w" : "exp_avg");
+    m.entries[t].name =
+        absl::StrFormat("layers.%04d.%s", t / 2, t % 2 == 0 ? "w" : "exp_avg");
     m.entries[t].dtype = DType::kFloat32;
     m.entries[t].shape = {ranks, kCols};
     m.entries[t].chunks.reserve(ranks);
@@ -131,13 +135,15 @@ std::string BuildManyChunks(const std::string& root, uint32_t ranks, uint32_t te
       c.region = region_of(t, r);
       c.shard = r;
       const uint64_t n = RegionElements(c.region) * 4;
-      for (size_t i = 0; i < n / 4; ++i) values[i] = static_cast<float>(t + r + i) * 0.5f;
+      for (size_t i = 0; i < n / 4; ++i)
+        values[i] = static_cast<float>(t + r + i) * 0.5f;
       file.resize(AlignUp(file.size(), kAlign), '\0');
       c.data_offset = file.size();
       c.stored_length = n;
       file.append(reinterpret_cast<const char*>(values.data()), n);
       m.entries[t].chunks.push_back(c);
-      c.blocks.push_back(BlockRecord{n, Checksum(file.data() + c.data_offset, n)});
+      c.blocks.push_back(
+          BlockRecord{n, Checksum(file.data() + c.data_offset, n)});
       EntryRecord e;
       e.name = m.entries[t].name;
       e.dtype = m.entries[t].dtype;
@@ -176,8 +182,8 @@ std::string BuildLarge(const std::string& root, int count) {
       x ^= x << 5;
       v = static_cast<float>(x >> 8) * 1e-6f;
     }
-    Check((*w)->AddTensor(absl::StrFormat("big.%02d", t), DType::kFloat32, {rows, cols},
-                          FullBox({rows, cols}), data[t].data()),
+    Check((*w)->AddTensor(absl::StrFormat("big.%02d", t), DType::kFloat32,
+                          {rows, cols}, FullBox({rows, cols}), data[t].data()),
           "add");
   }
   auto res = (*w)->Save(root, 1, SaveOptions{});
@@ -199,7 +205,8 @@ double PlainRead(const std::string& dir, int threads) {
     uint64_t size = e.file_size();
     total += size;
     for (uint64_t o = 0; o < size; o += 8 << 20) {
-      tasks.push_back({e.path().string(), o, std::min<uint64_t>(size, o + (8 << 20))});
+      tasks.push_back(
+          {e.path().string(), o, std::min<uint64_t>(size, o + (8 << 20))});
     }
   }
   std::atomic<size_t> next{0};
@@ -210,7 +217,8 @@ double PlainRead(const std::string& dir, int threads) {
     for (size_t i; (i = next++) < tasks.size();) {
       int fd = open(tasks[i].path.c_str(), O_RDONLY);
       for (uint64_t o = tasks[i].lo; o < tasks[i].hi; o += buf.size()) {
-        ssize_t n = pread(fd, buf.data(), std::min<uint64_t>(buf.size(), tasks[i].hi - o), o);
+        ssize_t n = pread(fd, buf.data(),
+                          std::min<uint64_t>(buf.size(), tasks[i].hi - o), o);
         if (n <= 0) std::abort();
         sink += static_cast<unsigned char>(buf[0]);
       }
@@ -227,20 +235,27 @@ double PlainRead(const std::string& dir, int threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ckpt-inspect metadata speed (1M chunks) and ckpt-validate throughput"};
+  CLI::App app{
+      "ckpt-inspect metadata speed (1M chunks) and ckpt-validate throughput"};
   std::string dir;
   uint32_t ranks = 1024, tensors = 1024;
   int large_tensors = 16;
-  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads =
+      static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int repeats = 3;
   bool keep = false;
-  app.add_option("--dir", dir, "directory to write into (removed afterwards)")->required();
+  app.add_option("--dir", dir, "directory to write into (removed afterwards)")
+      ->required();
   app.add_option("--ranks", ranks, "shards of the many-chunk checkpoint");
-  app.add_option("--tensors", tensors, "tensors of the many-chunk checkpoint (chunks = ranks x tensors)");
-  app.add_option("--large-tensors", large_tensors, "64 MiB tensors of the large checkpoint");
+  app.add_option(
+      "--tensors", tensors,
+      "tensors of the many-chunk checkpoint (chunks = ranks x tensors)");
+  app.add_option("--large-tensors", large_tensors,
+                 "64 MiB tensors of the large checkpoint");
   app.add_option("--threads", threads, "validate and read threads");
   app.add_option("--repeats", repeats, "runs per figure (median)");
-  app.add_flag("--keep", keep, "keep the checkpoints (for profiling the tools)");
+  app.add_flag("--keep", keep,
+               "keep the checkpoints (for profiling the tools)");
   CLI11_PARSE(app, argc, argv);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -280,7 +295,8 @@ int main(int argc, char** argv) {
     double c;
     c = CpuSeconds();
     std::string bytes;
-    Check(ckpt::DefaultStorage()->ReadFile(many + "/MANIFEST").status(), "read");
+    Check(ckpt::DefaultStorage()->ReadFile(many + "/MANIFEST").status(),
+          "read");
     bytes = *ckpt::DefaultStorage()->ReadFile(many + "/MANIFEST");
     double read_ms = (CpuSeconds() - c) * 1e3;
     c = CpuSeconds();
@@ -298,21 +314,27 @@ int main(int argc, char** argv) {
     s = ckpt::tools::CheckpointSummary();
     double free_ms = (CpuSeconds() - c) * 1e3;
     std::cout << absl::StrFormat(
-        "inspect phases (CPU): read %.0f ms (%zu bytes), decode %.0f ms, summarize %.0f ms, print %.0f "
+        "inspect phases (CPU): read %.0f ms (%zu bytes), decode %.0f ms, "
+        "summarize %.0f ms, print %.0f "
         "ms, free %.0f ms\n",
         read_ms, bytes.size(), decode_ms, summarize_ms, print_ms, free_ms);
   }
   std::cout << absl::StrFormat(
-      "inspect (metadata, %u chunks, %u entries, %zu bytes of output): %.0f ms (%.0f ms CPU)\n",
-      uint64_t{ranks} * tensors, tensors, out_bytes, Median(inspect_ms), Median(inspect_cpu_ms));
-  std::cout << absl::StrFormat("validate of the same (every block verified): %.2f s\n",
-                               Median(validate_many_s));
+      "inspect (metadata, %u chunks, %u entries, %zu bytes of output): %.0f ms "
+      "(%.0f ms CPU)\n",
+      uint64_t{ranks} * tensors, tensors, out_bytes, Median(inspect_ms),
+      Median(inspect_cpu_ms));
+  std::cout << absl::StrFormat(
+      "validate of the same (every block verified): %.2f s\n",
+      Median(validate_many_s));
   if (!keep) std::filesystem::remove_all(dir + "/many");
 
   t = Clock::now();
   const std::string large = BuildLarge(dir + "/large", large_tensors);
-  std::cout << absl::StrFormat("saved %d MiB in %.1f s\n", large_tensors * 64, Since(t));
-  std::vector<double> validate_gbps, read_gbps, read1_gbps, ratio, validate_cpu, read_cpu;
+  std::cout << absl::StrFormat("saved %d MiB in %.1f s\n", large_tensors * 64,
+                               Since(t));
+  std::vector<double> validate_gbps, read_gbps, read1_gbps, ratio, validate_cpu,
+      read_cpu;
   for (int i = 0; i < repeats; ++i) {
     double c = ProcessCpuSeconds();
     double rd = PlainRead(large, threads);
@@ -337,18 +359,22 @@ int main(int argc, char** argv) {
   }
   const double gb = large_tensors * 64.0 * (1 << 20) / 1e9;
   std::cout << absl::StrFormat(
-      "validate %.2f GB/s, plain read %.2f GB/s on %d threads (%.0f%%), %.2f GB/s on 1 thread\n"
-      "CPU cost: validate %.2f s/GB, plain read %.2f s/GB: validation is I/O-bound, at the "
+      "validate %.2f GB/s, plain read %.2f GB/s on %d threads (%.0f%%), %.2f "
+      "GB/s on 1 thread\n"
+      "CPU cost: validate %.2f s/GB, plain read %.2f s/GB: validation is "
+      "I/O-bound, at the "
       "device's speed, on devices slower than about %.1f GB/s per core\n",
       Median(validate_gbps), Median(read_gbps), threads, Median(ratio) * 100,
       Median(read1_gbps), Median(validate_cpu) / gb, Median(read_cpu) / gb,
       gb / std::max(1e-9, Median(validate_cpu)));
   if (!keep) std::filesystem::remove_all(dir);
   std::cout << absl::StrFormat(
-      "{\"inspect_1m_chunks_ms\":%.1f,\"inspect_1m_chunks_cpu_ms\":%.1f,\"validate_1m_chunks_s\":%.2f,\"validate_GBps\":%.2f,"
+      "{\"inspect_1m_chunks_ms\":%.1f,\"inspect_1m_chunks_cpu_ms\":%.1f,"
+      "\"validate_1m_chunks_s\":%.2f,\"validate_GBps\":%.2f,"
       "\"read_GBps\":%.2f,\"read_1thread_GBps\":%.2f,\"validate_vs_read\":%.2f,"
       "\"validate_cpu_s_per_GB\":%.3f,\"read_cpu_s_per_GB\":%.3f}\n",
-      Median(inspect_ms), Median(inspect_cpu_ms), Median(validate_many_s), Median(validate_gbps), Median(read_gbps),
-      Median(read1_gbps), Median(ratio), Median(validate_cpu) / gb, Median(read_cpu) / gb);
+      Median(inspect_ms), Median(inspect_cpu_ms), Median(validate_many_s),
+      Median(validate_gbps), Median(read_gbps), Median(read1_gbps),
+      Median(ratio), Median(validate_cpu) / gb, Median(read_cpu) / gb);
   return 0;
 }

@@ -2,7 +2,8 @@
 // of the same directory, measured in the same run.
 //
 //   ckpt-bench-io --dir /dev/shm/b --gib 2 --threads 4
-//   ckpt-bench-io --dir /dev/shm/b --gib 2 --ranks 1,4 --codecs none,zstd --reshard-to 2
+//   ckpt-bench-io --dir /dev/shm/b --gib 2 --ranks 1,4 --codecs none,zstd
+//   --reshard-to 2
 //
 // The data: G GiB of float32 tensors of 64 MiB (4096 x 4096), a mix that
 // compresses somewhat (see Generate). With R ranks, rank r holds rows
@@ -83,13 +84,15 @@ struct Timing {
 double CpuNow() {
   rusage u;
   getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
+         (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 class Stopwatch {
  public:
   Stopwatch() : wall_(Clock::now()), cpu_(CpuNow()) {}
   Timing Stop() const {
-    return {std::chrono::duration<double>(Clock::now() - wall_).count(), CpuNow() - cpu_};
+    return {std::chrono::duration<double>(Clock::now() - wall_).count(),
+            CpuNow() - cpu_};
   }
 
  private:
@@ -136,7 +139,8 @@ void Generate(int i, char* out) {
     uint64_t r = Mix((uint64_t(i) << 40) + j);
     float f;
     if (kind == 2) {
-      f = static_cast<float>(static_cast<uint32_t>(r)) * (1e-6f / 4294967296.0f);
+      f = static_cast<float>(static_cast<uint32_t>(r)) *
+          (1e-6f / 4294967296.0f);
     } else {
       f = static_cast<float>(static_cast<int32_t>(r)) * (0.05f / 2147483648.0f);
       if (kind == 3 && (r >> 63) != 0) f = 0;
@@ -188,7 +192,9 @@ class Buffer {
   char* data() { return p_.get(); }
   const char* data() const { return p_.get(); }
   size_t size() const { return kTensorBytes; }
-  bool operator!=(const Buffer& o) const { return std::memcmp(data(), o.data(), size()) != 0; }
+  bool operator!=(const Buffer& o) const {
+    return std::memcmp(data(), o.data(), size()) != 0;
+  }
 
  private:
   struct Free {
@@ -203,12 +209,14 @@ struct Data {
   uint64_t bytes() const { return src.size() * kTensorBytes; }
   // Overwrites the destinations so that a load that skips bytes is caught.
   void Poison() {
-    ParallelOver(static_cast<int>(dst.size()),
-                 [&](int i) { std::memset(dst[i].data(), 0xa5, dst[i].size()); });
+    ParallelOver(static_cast<int>(dst.size()), [&](int i) {
+      std::memset(dst[i].data(), 0xa5, dst[i].size());
+    });
   }
   void VerifySameLayout(const std::string& what) const {
     for (size_t i = 0; i < src.size(); ++i) {
-      if (src[i] != dst[i]) Die(absl::StrCat(what, ": tensor ", i, " differs from the data"));
+      if (src[i] != dst[i])
+        Die(absl::StrCat(what, ": tensor ", i, " differs from the data"));
     }
   }
 };
@@ -221,14 +229,16 @@ std::string Name(int i) { return absl::StrFormat("layers.%d.w", i); }
 // ---- the limit -----------------------------------------------------------
 
 // Returns the write (+ fsync) and read timings.
-std::pair<Timing, Timing> Sequential(const std::string& dir, Data& d, bool evict) {
+std::pair<Timing, Timing> Sequential(const std::string& dir, Data& d,
+                                     bool evict) {
   const std::string path = dir + "/sequential.bin";
   unlink(path.c_str());
   int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
   if (fd < 0) Die("open " + path + ": " + std::strerror(errno));
   Stopwatch sw;
   for (const Buffer& s : d.src) {
-    if (write(fd, s.data(), s.size()) != static_cast<ssize_t>(s.size())) Die("write " + path);
+    if (write(fd, s.data(), s.size()) != static_cast<ssize_t>(s.size()))
+      Die("write " + path);
   }
   if (fsync(fd) != 0) Die("fsync " + path);
   close(fd);
@@ -238,7 +248,8 @@ std::pair<Timing, Timing> Sequential(const std::string& dir, Data& d, bool evict
   fd = open(path.c_str(), O_RDONLY);
   sw = Stopwatch();
   for (Buffer& s : d.dst) {
-    if (read(fd, s.data(), s.size()) != static_cast<ssize_t>(s.size())) Die("read " + path);
+    if (read(fd, s.data(), s.size()) != static_cast<ssize_t>(s.size()))
+      Die("read " + path);
   }
   const Timing r = sw.Stop();
   close(fd);
@@ -270,7 +281,8 @@ struct Config {
   format::Codec codec;
   std::string codec_name;
   bool direct = false;  // SaveOptions / ReaderOptions::direct_io
-  std::vector<double> save, load, save_vs_limit, load_vs_limit, save_cpu, load_cpu;
+  std::vector<double> save, load, save_vs_limit, load_vs_limit, save_cpu,
+      load_cpu;
   double ratio = 1;  // logical / stored bytes
   std::string Label() const { return codec_name + (direct ? " O_DIRECT" : ""); }
 };
@@ -280,39 +292,42 @@ struct SaveOutcome {
   uint64_t logical = 0, stored = 0;
 };
 
-SaveOutcome Save(const std::string& root, const Data& d, const Config& c, int zstd_level,
-                 int threads) {
+SaveOutcome Save(const std::string& root, const Data& d, const Config& c,
+                 int zstd_level, int threads) {
   const int world = c.ranks;
   std::filesystem::remove_all(root);
   ckpt::InProcessWorld w(world);
   SaveOutcome out;
   Stopwatch sw;
-  absl::Status s = ckpt::RunRanks(w, [&](ckpt::Communicator& comm) -> absl::Status {
-    const int r = comm.rank();
-    ckpt::Writer::Options wo;
-    wo.comm = world > 1 ? &comm : nullptr;  // one rank: the single-process path
-    auto writer = ckpt::Writer::Create(wo);
-    if (!writer.ok()) return writer.status();
-    const uint64_t b = Lo(r, world, kRows), e = Lo(r + 1, world, kRows);
-    for (size_t i = 0; i < d.src.size(); ++i) {
-      absl::Status st = (*writer)->AddTensor(Name(i), ckpt::DType::kFloat32, {kRows, kCols},
-                                             ckpt::Box{{b, 0}, {e - b, kCols}},
-                                             d.src[i].data() + b * kCols * 4);
-      if (!st.ok()) return st;
-    }
-    ckpt::SaveOptions so;
-    so.codec = c.codec;
-    so.zstd_level = zstd_level;
-    so.io_threads = threads;
-    so.direct_io = c.direct;
-    auto saved = (*writer)->Save(root, 1, so);
-    if (!saved.ok()) return saved.status();
-    if (r == 0) {
-      out.logical = saved->logical_bytes;
-      out.stored = saved->stored_bytes;
-    }
-    return absl::OkStatus();
-  });
+  absl::Status s =
+      ckpt::RunRanks(w, [&](ckpt::Communicator& comm) -> absl::Status {
+        const int r = comm.rank();
+        ckpt::Writer::Options wo;
+        wo.comm =
+            world > 1 ? &comm : nullptr;  // one rank: the single-process path
+        auto writer = ckpt::Writer::Create(wo);
+        if (!writer.ok()) return writer.status();
+        const uint64_t b = Lo(r, world, kRows), e = Lo(r + 1, world, kRows);
+        for (size_t i = 0; i < d.src.size(); ++i) {
+          absl::Status st = (*writer)->AddTensor(
+              Name(i), ckpt::DType::kFloat32, {kRows, kCols},
+              ckpt::Box{{b, 0}, {e - b, kCols}},
+              d.src[i].data() + b * kCols * 4);
+          if (!st.ok()) return st;
+        }
+        ckpt::SaveOptions so;
+        so.codec = c.codec;
+        so.zstd_level = zstd_level;
+        so.io_threads = threads;
+        so.direct_io = c.direct;
+        auto saved = (*writer)->Save(root, 1, so);
+        if (!saved.ok()) return saved.status();
+        if (r == 0) {
+          out.logical = saved->logical_bytes;
+          out.stored = saved->stored_bytes;
+        }
+        return absl::OkStatus();
+      });
   out.time = sw.Stop();
   Check(s, "save " + root);
   return out;
@@ -322,8 +337,8 @@ SaveOutcome Save(const std::string& root, const Data& d, const Config& c, int zs
 // the rows [Lo(r), Lo(r + 1)) (`by_columns` false: the saved layout, into
 // their place in dst[i]), or the columns [Lo(r), Lo(r + 1)) (box-local,
 // row-major, in dst[i] at the offset where the pieces of ranks < r end).
-absl::Status LoadPieces(const std::string& root, Data& d, int world, int threads, bool direct,
-                        bool by_columns) {
+absl::Status LoadPieces(const std::string& root, Data& d, int world,
+                        int threads, bool direct, bool by_columns) {
   ckpt::InProcessWorld w(world);
   return ckpt::RunRanks(w, [&](ckpt::Communicator& comm) -> absl::Status {
     const int r = comm.rank();
@@ -340,30 +355,36 @@ absl::Status LoadPieces(const std::string& root, Data& d, int world, int threads
     for (size_t i = 0; i < d.src.size(); ++i) {
       // Both layouts put rank r's piece after b rows' or b columns' worth
       // of elements: b * kCols or kRows * b.
-      reqs.push_back({Name(i), ckpt::DType::kFloat32, {kRows, kCols}, box,
+      reqs.push_back({Name(i),
+                      ckpt::DType::kFloat32,
+                      {kRows, kCols},
+                      box,
                       d.dst[i].data() + b * (by_columns ? kRows : kCols) * 4});
     }
     return (*reader)->Load(reqs).status();
   });
 }
 
-Timing LoadSameLayout(const std::string& root, Data& d, int world, int threads, bool direct,
-                      bool evict) {
+Timing LoadSameLayout(const std::string& root, Data& d, int world, int threads,
+                      bool direct, bool evict) {
   if (evict) Evict(root);
   d.Poison();
   Stopwatch sw;
-  absl::Status s = LoadPieces(root, d, world, threads, direct, /*by_columns=*/false);
+  absl::Status s =
+      LoadPieces(root, d, world, threads, direct, /*by_columns=*/false);
   const Timing sec = sw.Stop();
   Check(s, "load " + root);
   d.VerifySameLayout("load of " + root);
   return sec;
 }
 
-Timing LoadColumns(const std::string& root, Data& d, int world, int threads, bool evict) {
+Timing LoadColumns(const std::string& root, Data& d, int world, int threads,
+                   bool evict) {
   if (evict) Evict(root);
   d.Poison();
   Stopwatch sw;
-  absl::Status s = LoadPieces(root, d, world, threads, /*direct=*/false, /*by_columns=*/true);
+  absl::Status s = LoadPieces(root, d, world, threads, /*direct=*/false,
+                              /*by_columns=*/true);
   const Timing sec = sw.Stop();
   Check(s, "resharded load of " + root);
   for (int r = 0; r < world; ++r) {
@@ -371,10 +392,11 @@ Timing LoadColumns(const std::string& root, Data& d, int world, int threads, boo
     for (size_t i = 0; i < d.src.size(); ++i) {
       const char* piece = d.dst[i].data() + kRows * b * 4;
       for (uint64_t row = 0; row < kRows; ++row) {
-        if (std::memcmp(piece + row * (e - b) * 4, d.src[i].data() + (row * kCols + b) * 4,
+        if (std::memcmp(piece + row * (e - b) * 4,
+                        d.src[i].data() + (row * kCols + b) * 4,
                         (e - b) * 4) != 0) {
-          Die(absl::StrCat("resharded load: tensor ", i, " row ", row, " of rank ", r,
-                           " differs from the data"));
+          Die(absl::StrCat("resharded load: tensor ", i, " row ", row,
+                           " of rank ", r, " differs from the data"));
         }
       }
     }
@@ -385,9 +407,11 @@ Timing LoadColumns(const std::string& root, Data& d, int world, int threads, boo
 // ---- output -------------------------------------------------------------
 
 std::string Json(const std::vector<double>& v) {
-  return absl::StrCat("[", absl::StrJoin(v, ", ", [](std::string* out, double x) {
-                        absl::StrAppendFormat(out, "%.4f", x);
-                      }),
+  return absl::StrCat("[",
+                      absl::StrJoin(v, ", ",
+                                    [](std::string* out, double x) {
+                                      absl::StrAppendFormat(out, "%.4f", x);
+                                    }),
                       "]");
 }
 
@@ -395,7 +419,8 @@ std::vector<int> ParseInts(const std::string& s) {
   std::vector<int> out;
   for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) {
     int v;
-    if (!absl::SimpleAtoi(p, &v) || v < 1 || v > 1024) Die(absl::StrCat("bad rank count '", p, "'"));
+    if (!absl::SimpleAtoi(p, &v) || v < 1 || v > 1024)
+      Die(absl::StrCat("bad rank count '", p, "'"));
     out.push_back(v);
   }
   return out;
@@ -407,11 +432,13 @@ void ReadInputs(const std::string& path, Data& d) {
   struct stat st;
   fstat(fd, &st);
   if (st.st_size == 0 || st.st_size % kTensorBytes != 0) {
-    Die(absl::StrCat(path, ": ", st.st_size, " bytes is not a whole number of 64 MiB tensors"));
+    Die(absl::StrCat(path, ": ", st.st_size,
+                     " bytes is not a whole number of 64 MiB tensors"));
   }
   d.src.resize(st.st_size / kTensorBytes);
   for (Buffer& s : d.src) {
-    if (read(fd, s.data(), s.size()) != static_cast<ssize_t>(s.size())) Die("read " + path);
+    if (read(fd, s.data(), s.size()) != static_cast<ssize_t>(s.size()))
+      Die("read " + path);
   }
   close(fd);
 }
@@ -420,52 +447,68 @@ void DumpInputs(const std::string& path, const Data& d) {
   int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
   if (fd < 0) Die("open " + path + ": " + std::strerror(errno));
   for (const Buffer& s : d.src) {
-    if (write(fd, s.data(), s.size()) != static_cast<ssize_t>(s.size())) Die("write " + path);
+    if (write(fd, s.data(), s.size()) != static_cast<ssize_t>(s.size()))
+      Die("write " + path);
   }
   close(fd);
   std::vector<std::string> names;
-  for (size_t i = 0; i < d.src.size(); ++i) names.push_back("\"" + Name(i) + "\"");
+  for (size_t i = 0; i < d.src.size(); ++i)
+    names.push_back("\"" + Name(i) + "\"");
   FILE* f = std::fopen((path + ".json").c_str(), "w");
   if (f == nullptr) Die("open " + path + ".json");
   std::fprintf(f,
-               "{\"dtype\": \"float32\", \"byte_order\": \"little\", \"shape\": [%llu, %llu], "
+               "{\"dtype\": \"float32\", \"byte_order\": \"little\", "
+               "\"shape\": [%llu, %llu], "
                "\"tensors\": %zu, \"names\": [%s]}\n",
-               static_cast<unsigned long long>(kRows), static_cast<unsigned long long>(kCols),
-               d.src.size(), absl::StrJoin(names, ", ").c_str());
+               static_cast<unsigned long long>(kRows),
+               static_cast<unsigned long long>(kCols), d.src.size(),
+               absl::StrJoin(names, ", ").c_str());
   std::fclose(f);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ckpt save/load throughput vs. sequential I/O on the same directory"};
+  CLI::App app{
+      "ckpt save/load throughput vs. sequential I/O on the same directory"};
   std::string dir, ranks_arg = "1", codecs_arg = "none", inputs, dump;
   double gib = 2;
   int threads = 4, repeats = 3, reshard_to = 0, zstd_level = 3;
   bool evict = false, direct = false;
-  app.add_option("--dir", dir, "directory to write into (created; what is written is removed)")->required();
+  app.add_option(
+         "--dir", dir,
+         "directory to write into (created; what is written is removed)")
+      ->required();
   app.add_option("--gib", gib, "GiB of data (64 MiB tensors)");
   app.add_option("--threads", threads, "I/O threads of each rank");
   app.add_option("--repeats", repeats,
-                 "runs; each figure is the median, each ratio the median of per-run ratios (0: "
+                 "runs; each figure is the median, each ratio the median of "
+                 "per-run ratios (0: "
                  "only generate and --dump-inputs)");
-  app.add_option("--ranks", ranks_arg, "comma-separated in-process rank counts, e.g. 1,4");
+  app.add_option("--ranks", ranks_arg,
+                 "comma-separated in-process rank counts, e.g. 1,4");
   app.add_option("--codecs", codecs_arg, "comma-separated codecs: none, zstd");
   app.add_option("--zstd-level", zstd_level, "zstd level");
   app.add_option("--reshard-to", reshard_to,
-                 "also load the checkpoint of the most ranks on this many ranks, by columns (0: off)");
+                 "also load the checkpoint of the most ranks on this many "
+                 "ranks, by columns (0: off)");
   app.add_flag("--direct", direct,
-               "also save and load uncompressed with O_DIRECT (SaveOptions/ReaderOptions::direct_io)");
-  app.add_flag("--evict", evict, "drop every file's cached pages before it is read (cold reads)");
-  app.add_option("--inputs", inputs, "read the tensors from this file (written by --dump-inputs)");
-  app.add_option("--dump-inputs", dump, "write the tensors to this file (raw float32) and PATH.json");
+               "also save and load uncompressed with O_DIRECT "
+               "(SaveOptions/ReaderOptions::direct_io)");
+  app.add_flag("--evict", evict,
+               "drop every file's cached pages before it is read (cold reads)");
+  app.add_option("--inputs", inputs,
+                 "read the tensors from this file (written by --dump-inputs)");
+  app.add_option("--dump-inputs", dump,
+                 "write the tensors to this file (raw float32) and PATH.json");
   CLI11_PARSE(app, argc, argv);
 
   Data d;
   if (!inputs.empty()) {
     ReadInputs(inputs, d);
   } else {
-    const int n = std::max<int>(1, static_cast<int>(gib * (1ull << 30) / kTensorBytes));
+    const int n =
+        std::max<int>(1, static_cast<int>(gib * (1ull << 30) / kTensorBytes));
     d.src.resize(n);
     ParallelOver(n, [&](int i) { Generate(i, d.src[i].data()); });
   }
@@ -476,7 +519,8 @@ int main(int argc, char** argv) {
 
   std::vector<Config> configs;
   const std::vector<int> rank_counts = ParseInts(ranks_arg);
-  for (absl::string_view c : absl::StrSplit(codecs_arg, ',', absl::SkipEmpty())) {
+  for (absl::string_view c :
+       absl::StrSplit(codecs_arg, ',', absl::SkipEmpty())) {
     format::Codec codec;
     if (c == "none") {
       codec = format::Codec::kNone;
@@ -485,20 +529,25 @@ int main(int argc, char** argv) {
     } else {
       Die(absl::StrCat("unknown codec '", c, "'"));
     }
-    for (int r : rank_counts) configs.push_back(Config{r, codec, std::string(c)});
+    for (int r : rank_counts)
+      configs.push_back(Config{r, codec, std::string(c)});
   }
   if (direct) {
-    for (int r : rank_counts) configs.push_back(Config{r, format::Codec::kNone, "none", true});
+    for (int r : rank_counts)
+      configs.push_back(Config{r, format::Codec::kNone, "none", true});
   }
-  const int reshard_from = *std::max_element(rank_counts.begin(), rank_counts.end());
-  const bool reshard = reshard_to > 0 && std::any_of(configs.begin(), configs.end(), [&](auto& c) {
-    return c.ranks == reshard_from && c.codec == format::Codec::kNone;
-  });
+  const int reshard_from =
+      *std::max_element(rank_counts.begin(), rank_counts.end());
+  const bool reshard =
+      reshard_to > 0 &&
+      std::any_of(configs.begin(), configs.end(), [&](auto& c) {
+        return c.ranks == reshard_from && c.codec == format::Codec::kNone;
+      });
 
   std::filesystem::create_directories(dir);
   const int hw = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<double> v_write, v_read, v_write_cpu, v_read_cpu, v_memcpy1, v_memcpyn, v_reshard,
-      v_reshard_vs_same;
+  std::vector<double> v_write, v_read, v_write_cpu, v_read_cpu, v_memcpy1,
+      v_memcpyn, v_reshard, v_reshard_vs_same;
   const double gb = d.bytes() / 1e9;
   for (int rep = 0; rep < repeats; ++rep) {
     // The limit is measured next to each ckpt run so that both see the
@@ -511,13 +560,16 @@ int main(int argc, char** argv) {
     v_read_cpu.push_back(rt.cpu / gb);
     v_memcpy1.push_back(Memcpy(d, 1));
     v_memcpyn.push_back(Memcpy(d, hw));
-    std::string line = absl::StrFormat("run %d: limit write %.2f read %.2f memcpy %.2f/%.2f GB/s",
-                                       rep + 1, ws, rs, v_memcpy1.back(), v_memcpyn.back());
+    std::string line = absl::StrFormat(
+        "run %d: limit write %.2f read %.2f memcpy %.2f/%.2f GB/s", rep + 1, ws,
+        rs, v_memcpy1.back(), v_memcpyn.back());
     for (Config& c : configs) {
-      const std::string root = absl::StrFormat("%s/ckpt-%d-%s%s", dir, c.ranks, c.codec_name,
-                                               c.direct ? "-direct" : "");
+      const std::string root =
+          absl::StrFormat("%s/ckpt-%d-%s%s", dir, c.ranks, c.codec_name,
+                          c.direct ? "-direct" : "");
       SaveOutcome so = Save(root, d, c, zstd_level, threads);
-      const Timing lt = LoadSameLayout(root, d, c.ranks, threads, c.direct, evict);
+      const Timing lt =
+          LoadSameLayout(root, d, c.ranks, threads, c.direct, evict);
       c.save.push_back(gb / so.time.wall);
       c.load.push_back(gb / lt.wall);
       c.save_cpu.push_back(so.time.cpu / gb);
@@ -525,68 +577,84 @@ int main(int argc, char** argv) {
       c.save_vs_limit.push_back(c.save.back() / ws);
       c.load_vs_limit.push_back(c.load.back() / rs);
       c.ratio = so.stored ? double(so.logical) / so.stored : 0;
-      absl::StrAppendFormat(&line, "; %s x%d save %.2f load %.2f", c.Label(), c.ranks,
-                            c.save.back(), c.load.back());
-      if (reshard && c.ranks == reshard_from && c.codec == format::Codec::kNone && !c.direct) {
+      absl::StrAppendFormat(&line, "; %s x%d save %.2f load %.2f", c.Label(),
+                            c.ranks, c.save.back(), c.load.back());
+      if (reshard && c.ranks == reshard_from &&
+          c.codec == format::Codec::kNone && !c.direct) {
         const Timing rl = LoadColumns(root, d, reshard_to, threads, evict);
         v_reshard.push_back(gb / rl.wall);
         v_reshard_vs_same.push_back(rl.wall / lt.wall);
-        absl::StrAppendFormat(&line, " reshard %d->%d %.2f", reshard_from, reshard_to,
-                              v_reshard.back());
+        absl::StrAppendFormat(&line, " reshard %d->%d %.2f", reshard_from,
+                              reshard_to, v_reshard.back());
       }
       std::filesystem::remove_all(root);
     }
     std::cout << line << "\n" << std::flush;
   }
 
-  std::printf("dir %s, %.2f GiB in %d tensors of 64 MiB, %d threads per rank, median of %d runs\n",
-              dir.c_str(), d.bytes() / double(1ull << 30), ntensors, threads, repeats);
-  std::printf("limit: sequential write+fsync %.2f GB/s (%.2f CPU s/GB), read %.2f GB/s (%.2f CPU "
-              "s/GB); memcpy %.2f GB/s (1 thread), %.2f GB/s (%d threads)\n",
-              Median(v_write), Median(v_write_cpu), Median(v_read), Median(v_read_cpu),
-              Median(v_memcpy1), Median(v_memcpyn), hw);
+  std::printf(
+      "dir %s, %.2f GiB in %d tensors of 64 MiB, %d threads per rank, median "
+      "of %d runs\n",
+      dir.c_str(), d.bytes() / double(1ull << 30), ntensors, threads, repeats);
+  std::printf(
+      "limit: sequential write+fsync %.2f GB/s (%.2f CPU s/GB), read %.2f GB/s "
+      "(%.2f CPU "
+      "s/GB); memcpy %.2f GB/s (1 thread), %.2f GB/s (%d threads)\n",
+      Median(v_write), Median(v_write_cpu), Median(v_read), Median(v_read_cpu),
+      Median(v_memcpy1), Median(v_memcpyn), hw);
   for (const Config& c : configs) {
-    std::printf("ckpt %s, %d rank%s: save %.2f GB/s (%.0f%% of the limit, %.2f CPU s/GB), load "
-                "%.2f GB/s (%.0f%%, %.2f CPU s/GB)",
-                c.Label().c_str(), c.ranks, c.ranks > 1 ? "s" : "", Median(c.save),
-                100 * Median(c.save_vs_limit), Median(c.save_cpu), Median(c.load),
-                100 * Median(c.load_vs_limit), Median(c.load_cpu));
-    if (c.codec != format::Codec::kNone) std::printf(", compression ratio %.3f", c.ratio);
+    std::printf(
+        "ckpt %s, %d rank%s: save %.2f GB/s (%.0f%% of the limit, %.2f CPU "
+        "s/GB), load "
+        "%.2f GB/s (%.0f%%, %.2f CPU s/GB)",
+        c.Label().c_str(), c.ranks, c.ranks > 1 ? "s" : "", Median(c.save),
+        100 * Median(c.save_vs_limit), Median(c.save_cpu), Median(c.load),
+        100 * Median(c.load_vs_limit), Median(c.load_cpu));
+    if (c.codec != format::Codec::kNone)
+      std::printf(", compression ratio %.3f", c.ratio);
     std::printf("\n");
   }
   if (reshard) {
-    std::printf("resharded load %d -> %d ranks (rows to columns): %.2f GB/s (%.2fx the "
-                "same-layout time)\n",
-                reshard_from, reshard_to, Median(v_reshard), Median(v_reshard_vs_same));
+    std::printf(
+        "resharded load %d -> %d ranks (rows to columns): %.2f GB/s (%.2fx the "
+        "same-layout time)\n",
+        reshard_from, reshard_to, Median(v_reshard), Median(v_reshard_vs_same));
   }
 
   std::string json = absl::StrFormat(
-      "{\"dir\": \"%s\", \"bytes\": %llu, \"tensors\": %d, \"tensor_shape\": [%llu, %llu], "
+      "{\"dir\": \"%s\", \"bytes\": %llu, \"tensors\": %d, \"tensor_shape\": "
+      "[%llu, %llu], "
       "\"threads\": %d, \"repeats\": %d, \"evict\": %s, \"cores\": %d, "
-      "\"limit\": {\"write_GBps\": %s, \"read_GBps\": %s, \"write_cpu_s_per_GB\": %s, "
-      "\"read_cpu_s_per_GB\": %s, \"memcpy_GBps\": %s, \"memcpy_all_cores_GBps\": %s}, "
+      "\"limit\": {\"write_GBps\": %s, \"read_GBps\": %s, "
+      "\"write_cpu_s_per_GB\": %s, "
+      "\"read_cpu_s_per_GB\": %s, \"memcpy_GBps\": %s, "
+      "\"memcpy_all_cores_GBps\": %s}, "
       "\"ckpt\": [",
       dir, static_cast<unsigned long long>(d.bytes()), ntensors,
-      static_cast<unsigned long long>(kRows), static_cast<unsigned long long>(kCols), threads,
-      repeats, evict ? "true" : "false", hw, Json(v_write), Json(v_read), Json(v_write_cpu),
-      Json(v_read_cpu), Json(v_memcpy1), Json(v_memcpyn));
+      static_cast<unsigned long long>(kRows),
+      static_cast<unsigned long long>(kCols), threads, repeats,
+      evict ? "true" : "false", hw, Json(v_write), Json(v_read),
+      Json(v_write_cpu), Json(v_read_cpu), Json(v_memcpy1), Json(v_memcpyn));
   for (size_t i = 0; i < configs.size(); ++i) {
     const Config& c = configs[i];
     absl::StrAppendFormat(
         &json,
-        "%s{\"ranks\": %d, \"codec\": \"%s\", \"io\": \"%s\", \"save_GBps\": %s, "
+        "%s{\"ranks\": %d, \"codec\": \"%s\", \"io\": \"%s\", \"save_GBps\": "
+        "%s, "
         "\"load_GBps\": %s, \"save_vs_limit\": %s, \"load_vs_limit\": %s, "
-        "\"save_cpu_s_per_GB\": %s, \"load_cpu_s_per_GB\": %s, \"compression_ratio\": %.4f}",
-        i ? ", " : "", c.ranks, c.codec_name, c.direct ? "direct" : "buffered", Json(c.save),
-        Json(c.load), Json(c.save_vs_limit), Json(c.load_vs_limit), Json(c.save_cpu),
-        Json(c.load_cpu), c.ratio);
+        "\"save_cpu_s_per_GB\": %s, \"load_cpu_s_per_GB\": %s, "
+        "\"compression_ratio\": %.4f}",
+        i ? ", " : "", c.ranks, c.codec_name, c.direct ? "direct" : "buffered",
+        Json(c.save), Json(c.load), Json(c.save_vs_limit),
+        Json(c.load_vs_limit), Json(c.save_cpu), Json(c.load_cpu), c.ratio);
   }
   json += "]";
   if (reshard) {
-    absl::StrAppendFormat(&json,
-                          ", \"reshard\": {\"from\": %d, \"to\": %d, \"load_GBps\": %s, "
-                          "\"time_vs_same_layout\": %s}",
-                          reshard_from, reshard_to, Json(v_reshard), Json(v_reshard_vs_same));
+    absl::StrAppendFormat(
+        &json,
+        ", \"reshard\": {\"from\": %d, \"to\": %d, \"load_GBps\": %s, "
+        "\"time_vs_same_layout\": %s}",
+        reshard_from, reshard_to, Json(v_reshard), Json(v_reshard_vs_same));
   }
   json += "}";
   std::printf("%s\n", json.c_str());

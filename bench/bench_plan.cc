@@ -27,9 +27,9 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
+#include "ckpt/format/plan_record.h"
 #include "ckpt/in_process.h"
 #include "ckpt/writer.h"
-#include "ckpt/format/plan_record.h"
 #include "save_plan.h"
 
 namespace {
@@ -71,79 +71,92 @@ Piece PieceOf(uint64_t i, int rank, int world) {
       return {shape, ckpt::Box{{0, b}, {16, e - b}}, false};
     }
     case 2: {  // uneven flat
-      auto cut = [&](int r) { return uint64_t{128} * r * r / (uint64_t(world) * world); };
-      return {shape, ckpt::FlatRange{cut(rank), cut(rank + 1) - cut(rank)}, false};
+      auto cut = [&](int r) {
+        return uint64_t{128} * r * r / (uint64_t(world) * world);
+      };
+      return {shape, ckpt::FlatRange{cut(rank), cut(rank + 1) - cut(rank)},
+              false};
     }
     default:
       return {shape, ckpt::FullBox(shape), true};
   }
 }
 
-int RunInProcess(int ranks, uint64_t tensors, int repeats, const std::string& dir_arg) {
+int RunInProcess(int ranks, uint64_t tensors, int repeats,
+                 const std::string& dir_arg) {
   std::string base = dir_arg;
-  if (base.empty()) base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp";
+  if (base.empty())
+    base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp";
   std::vector<double> miss, hit;
   const std::vector<char> data(16 * 8 * 4, 1);
   for (int rep = 0; rep < repeats; ++rep) {
-    std::string root = absl::StrFormat("%s/ckpt-bench-plan-%d-%d", base, getpid(), rep);
+    std::string root =
+        absl::StrFormat("%s/ckpt-bench-plan-%d-%d", base, getpid(), rep);
     std::filesystem::remove_all(root);
     ckpt::InProcessWorld world(ranks);
     std::vector<std::vector<double>> plan_ms(3, std::vector<double>(ranks));
     std::vector<std::vector<bool>> hits(3, std::vector<bool>(ranks));
-    absl::Status st = ckpt::RunRanks(world, [&](ckpt::Communicator& comm) -> absl::Status {
-      ckpt::Writer::Options wo;
-      wo.comm = &comm;
-      auto writer = ckpt::Writer::Create(wo);
-      if (!writer.ok()) return writer.status();
-      for (uint64_t i = 0; i < tensors; ++i) {
-        Piece p = PieceOf(i, comm.rank(), ranks);
-        ckpt::TensorOptions o;
-        o.replica = p.replica;
-        absl::Status s = (*writer)->AddTensor(absl::StrFormat("layers.%d.t%d", i / 16, i % 16),
-                                              ckpt::DType::kFloat32, p.shape, p.region,
-                                              data.data(), o);
-        if (!s.ok()) return s;
-      }
-      absl::Status s = (*writer)->SetObject(absl::StrFormat("rng.rank%d", comm.rank()), "state");
-      if (!s.ok()) return s;
-      ckpt::SaveOptions so;
-      so.reuse_recorded_plan = false;
-      so.io_threads = 1;
-      so.alignment = 1;
-      for (int k = 0; k < 3; ++k) {
-        // Ranks reach a save together in a trainer; skew from the previous
-        // save's end is not planning cost.
-        absl::Status b = comm.Barrier();
-        if (!b.ok()) return b;
-        auto r = (*writer)->Save(root, k + 1, so);
-        if (!r.ok()) return r.status();
-        plan_ms[k][comm.rank()] = r->plan_seconds * 1e3;
-        hits[k][comm.rank()] = r->plan_cache_hit;
-      }
-      return absl::OkStatus();
-    });
+    absl::Status st =
+        ckpt::RunRanks(world, [&](ckpt::Communicator& comm) -> absl::Status {
+          ckpt::Writer::Options wo;
+          wo.comm = &comm;
+          auto writer = ckpt::Writer::Create(wo);
+          if (!writer.ok()) return writer.status();
+          for (uint64_t i = 0; i < tensors; ++i) {
+            Piece p = PieceOf(i, comm.rank(), ranks);
+            ckpt::TensorOptions o;
+            o.replica = p.replica;
+            absl::Status s = (*writer)->AddTensor(
+                absl::StrFormat("layers.%d.t%d", i / 16, i % 16),
+                ckpt::DType::kFloat32, p.shape, p.region, data.data(), o);
+            if (!s.ok()) return s;
+          }
+          absl::Status s = (*writer)->SetObject(
+              absl::StrFormat("rng.rank%d", comm.rank()), "state");
+          if (!s.ok()) return s;
+          ckpt::SaveOptions so;
+          so.reuse_recorded_plan = false;
+          so.io_threads = 1;
+          so.alignment = 1;
+          for (int k = 0; k < 3; ++k) {
+            // Ranks reach a save together in a trainer; skew from the previous
+            // save's end is not planning cost.
+            absl::Status b = comm.Barrier();
+            if (!b.ok()) return b;
+            auto r = (*writer)->Save(root, k + 1, so);
+            if (!r.ok()) return r.status();
+            plan_ms[k][comm.rank()] = r->plan_seconds * 1e3;
+            hits[k][comm.rank()] = r->plan_cache_hit;
+          }
+          return absl::OkStatus();
+        });
     std::filesystem::remove_all(root);
     if (!st.ok()) {
       std::cerr << "ckpt-bench-plan: " << st << "\n";
       return 2;
     }
     for (int k = 0; k < 3; ++k) {
-      bool all_hit = std::all_of(hits[k].begin(), hits[k].end(), [](bool b) { return b; });
+      bool all_hit =
+          std::all_of(hits[k].begin(), hits[k].end(), [](bool b) { return b; });
       if (all_hit != (k > 0)) {
-        std::cerr << "ckpt-bench-plan: unexpected cache outcome at save " << k + 1 << "\n";
+        std::cerr << "ckpt-bench-plan: unexpected cache outcome at save "
+                  << k + 1 << "\n";
         return 2;
       }
       double slowest = *std::max_element(plan_ms[k].begin(), plan_ms[k].end());
       (k == 0 ? miss : hit).push_back(slowest);
     }
-    std::printf("repeat %d: miss %.1f ms, hits %.2f / %.2f ms\n", rep, miss.back(),
-                hit[hit.size() - 2], hit.back());
+    std::printf("repeat %d: miss %.1f ms, hits %.2f / %.2f ms\n", rep,
+                miss.back(), hit[hit.size() - 2], hit.back());
   }
   double m = Median(miss), h = Median(hit);
-  std::printf("ranks %d, tensors per rank %llu: miss %.1f ms, hit %.2f ms (%.2f%% of a miss)\n",
-              ranks, static_cast<unsigned long long>(tensors), m, h, 100 * h / m);
   std::printf(
-      "{\"ranks\": %d, \"tensors\": %llu, \"repeats\": %d, \"miss_ms\": %.3f, \"hit_ms\": %.3f, "
+      "ranks %d, tensors per rank %llu: miss %.1f ms, hit %.2f ms (%.2f%% of a "
+      "miss)\n",
+      ranks, static_cast<unsigned long long>(tensors), m, h, 100 * h / m);
+  std::printf(
+      "{\"ranks\": %d, \"tensors\": %llu, \"repeats\": %d, \"miss_ms\": %.3f, "
+      "\"hit_ms\": %.3f, "
       "\"hit_over_miss\": %.5f}\n",
       ranks, static_cast<unsigned long long>(tensors), repeats, m, h, h / m);
   return 0;
@@ -223,23 +236,27 @@ int RunSynthetic(int ranks, uint64_t tensors, int repeats) {
     cpu_times.push_back(ThreadCpuMs() - cpu0);
     // Every unique piece written once: 8 pieces per tensor plus the objects.
     if (writes != tensors * kTp + ranks) {
-      std::cerr << "ckpt-bench-plan: plan assigns " << writes << " writes, expected "
-                << tensors * kTp + ranks << "\n";
+      std::cerr << "ckpt-bench-plan: plan assigns " << writes
+                << " writes, expected " << tensors * kTp + ranks << "\n";
       return 2;
     }
-    std::printf("repeat %d: %.0f ms, cpu %.0f ms (decode %.0f, check+assign %.0f; most writes on one rank: %llu)\n",
-                rep, times.back(), cpu_times.back(), decode_ms, plan_only_ms,
-                static_cast<unsigned long long>(max_writes));
+    std::printf(
+        "repeat %d: %.0f ms, cpu %.0f ms (decode %.0f, check+assign %.0f; most "
+        "writes on one rank: %llu)\n",
+        rep, times.back(), cpu_times.back(), decode_ms, plan_only_ms,
+        static_cast<unsigned long long>(max_writes));
   }
   double ms = Median(times), cpu_ms = Median(cpu_times);
   std::printf(
-      "synthetic %d ranks x %llu tensors (%llu local items, %.1f MiB of local plans): "
+      "synthetic %d ranks x %llu tensors (%llu local items, %.1f MiB of local "
+      "plans): "
       "plan %.0f ms, PLAN record %.1f KiB\n",
       ranks, static_cast<unsigned long long>(tensors),
-      static_cast<unsigned long long>(uint64_t(ranks) * (tensors + 1)), encoded_bytes / 1048576.0,
-      ms, record_bytes / 1024.0);
+      static_cast<unsigned long long>(uint64_t(ranks) * (tensors + 1)),
+      encoded_bytes / 1048576.0, ms, record_bytes / 1024.0);
   std::printf(
-      "{\"synthetic_ranks\": %d, \"tensors\": %llu, \"repeats\": %d, \"plan_ms\": %.3f, "
+      "{\"synthetic_ranks\": %d, \"tensors\": %llu, \"repeats\": %d, "
+      "\"plan_ms\": %.3f, "
       "\"plan_cpu_ms\": %.3f}\n",
       ranks, static_cast<unsigned long long>(tensors), repeats, ms, cpu_ms);
   return 0;
@@ -248,19 +265,25 @@ int RunSynthetic(int ranks, uint64_t tensors, int repeats) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ckpt-bench-plan: save planning cost on a plan-cache miss and hit"};
+  CLI::App app{
+      "ckpt-bench-plan: save planning cost on a plan-cache miss and hit"};
   app.name("ckpt-bench-plan");
   int ranks = 8, synthetic = 0, repeats = 3;
   uint64_t tensors = 1000;
   std::string dir;
-  app.add_option("--ranks", ranks, "in-process ranks")->check(CLI::Range(1, 1024));
-  app.add_option("--tensors", tensors, "tensors per rank")->check(CLI::Range(1, 10000000));
+  app.add_option("--ranks", ranks, "in-process ranks")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--tensors", tensors, "tensors per rank")
+      ->check(CLI::Range(1, 10000000));
   app.add_option("--synthetic-ranks", synthetic,
-                 "time the coordinator's planning of a synthetic job of this many ranks")
+                 "time the coordinator's planning of a synthetic job of this "
+                 "many ranks")
       ->check(CLI::Range(8, 1 << 20));
-  app.add_option("--repeats", repeats, "jobs (or plannings) to take the median of")
+  app.add_option("--repeats", repeats,
+                 "jobs (or plannings) to take the median of")
       ->check(CLI::Range(1, 100));
-  app.add_option("--dir", dir, "where the in-process saves go (default /dev/shm)");
+  app.add_option("--dir", dir,
+                 "where the in-process saves go (default /dev/shm)");
   CLI11_PARSE(app, argc, argv);
   return synthetic > 0 ? RunSynthetic(synthetic, tensors, repeats)
                        : RunInProcess(ranks, tensors, repeats, dir);

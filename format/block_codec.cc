@@ -60,16 +60,17 @@ absl::Status BlockDecoder::Decode(Codec codec, absl::string_view stored,
     return absl::OkStatus();
   }
   if (codec != Codec::kZstd) {
-    return absl::DataLossError(absl::StrFormat(
-        "stored block is %d bytes, expected %d for codec none", stored.size(),
-        raw_size));
+    return absl::DataLossError(
+        absl::StrFormat("stored block is %d bytes, expected %d for codec none",
+                        stored.size(), raw_size));
   }
   if (stored.size() > raw_size) {
     return absl::DataLossError(absl::StrFormat(
         "zstd block of %d bytes is not smaller than its %d raw bytes",
         stored.size(), raw_size));
   }
-  unsigned long long content = ZSTD_getFrameContentSize(stored.data(), stored.size());
+  unsigned long long content =
+      ZSTD_getFrameContentSize(stored.data(), stored.size());
   if (content != raw_size) {
     return absl::DataLossError(absl::StrFormat(
         "zstd frame declares %d bytes, expected %d", content, raw_size));
@@ -82,9 +83,9 @@ absl::Status BlockDecoder::Decode(Codec codec, absl::string_view stored,
         absl::StrFormat("zstd: %s", ZSTD_getErrorName(frame)));
   }
   if (frame != stored.size()) {
-    return absl::DataLossError(absl::StrFormat(
-        "zstd block has %d trailing bytes after its frame",
-        stored.size() - frame));
+    return absl::DataLossError(
+        absl::StrFormat("zstd block has %d trailing bytes after its frame",
+                        stored.size() - frame));
   }
   size_t n = ZSTD_decompressDCtx(impl_->dctx, out, raw_size, stored.data(),
                                  stored.size());
@@ -93,9 +94,8 @@ absl::Status BlockDecoder::Decode(Codec codec, absl::string_view stored,
         absl::StrFormat("zstd: %s", ZSTD_getErrorName(n)));
   }
   if (n != raw_size) {
-    return absl::DataLossError(
-        absl::StrFormat("zstd frame decoded to %d bytes, expected %d", n,
-                        raw_size));
+    return absl::DataLossError(absl::StrFormat(
+        "zstd frame decoded to %d bytes, expected %d", n, raw_size));
   }
   return absl::OkStatus();
 }

@@ -4,7 +4,9 @@
 
 namespace ckpt::format {
 
-void PutFixed8(std::string* dst, uint8_t v) { dst->push_back(static_cast<char>(v)); }
+void PutFixed8(std::string* dst, uint8_t v) {
+  dst->push_back(static_cast<char>(v));
+}
 void PutFixed16(std::string* dst, uint16_t v) {
   char b[2];
   StoreFixed16(b, v);
@@ -57,10 +59,11 @@ void StoreFixed64(char* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * i));
 }
 
-absl::Status ByteReader::Truncated(absl::string_view what, uint64_t need) const {
-  return absl::DataLossError(absl::StrFormat(
-      "%s: truncated at offset %d (need %d bytes, %d left)", what, offset(),
-      need, remaining()));
+absl::Status ByteReader::Truncated(absl::string_view what,
+                                   uint64_t need) const {
+  return absl::DataLossError(
+      absl::StrFormat("%s: truncated at offset %d (need %d bytes, %d left)",
+                      what, offset(), need, remaining()));
 }
 
 absl::StatusOr<uint8_t> ByteReader::Read8(absl::string_view what) {
@@ -112,14 +115,14 @@ absl::StatusOr<uint64_t> ByteReader::ReadVarintAtMost(absl::string_view what,
   return v;
 }
 absl::StatusOr<absl::string_view> ByteReader::ReadBytes(absl::string_view what,
-                                                       uint64_t n) {
+                                                        uint64_t n) {
   if (remaining() < n) return Truncated(what, n);
   absl::string_view out = data_.substr(pos_, n);
   pos_ += n;
   return out;
 }
 absl::StatusOr<absl::string_view> ByteReader::ReadString(absl::string_view what,
-                                                        uint64_t max_len) {
+                                                         uint64_t max_len) {
   auto n = ReadVarintAtMost(what, max_len);
   if (!n.ok()) return n.status();
   return ReadBytes(what, *n);

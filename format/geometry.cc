@@ -14,8 +14,8 @@
 namespace ckpt {
 namespace {
 
-constexpr uint64_t kMaxI64 = static_cast<uint64_t>(
-    std::numeric_limits<int64_t>::max());
+constexpr uint64_t kMaxI64 =
+    static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
 
 Dims Strides(absl::Span<const uint64_t> dims) {
   Dims s(dims.size());
@@ -80,7 +80,8 @@ bool IntersectBoxes(const Box& a, const Box& b, Box* out) {
 }
 
 // Decomposes a flat range into at most 2*ndim-1 boxes.
-void FlatToBoxes(const Shape& shape, const FlatRange& f, std::vector<Box>* out) {
+void FlatToBoxes(const Shape& shape, const FlatRange& f,
+                 std::vector<Box>* out) {
   size_t n = shape.size();
   if (f.length == 0) return;
   if (n == 0) {
@@ -143,13 +144,12 @@ bool BoxAsFlat(const Shape& shape, const Box& b, FlatRange* out) {
 }
 
 absl::Status OverlapError(size_t i, size_t j, const Region& where) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "chunks ", std::min(i, j), " and ", std::max(i, j), " overlap in ",
-      RegionToString(where)));
+  return absl::InvalidArgumentError(
+      absl::StrCat("chunks ", std::min(i, j), " and ", std::max(i, j),
+                   " overlap in ", RegionToString(where)));
 }
 
-absl::Status GapError(uint64_t missing, uint64_t numel,
-                      const Region* example) {
+absl::Status GapError(uint64_t missing, uint64_t numel, const Region* example) {
   return absl::InvalidArgumentError(absl::StrCat(
       "elements not covered by any chunk",
       example ? absl::StrCat(", e.g. ", RegionToString(*example)) : "", " (",
@@ -178,7 +178,8 @@ absl::Status CheckIntervals(const Shape& shape, uint64_t numel,
     if (r.length == 0) continue;
     if (r.start < covered_to) {
       uint64_t hi = std::min(covered_to, r.start + r.length);
-      return OverlapError(last, idx, Pretty(shape, FlatRange{r.start, hi - r.start}));
+      return OverlapError(last, idx,
+                          Pretty(shape, FlatRange{r.start, hi - r.start}));
     }
     if (r.start > covered_to) {
       missing += r.start - covered_to;
@@ -418,12 +419,13 @@ absl::Status CheckSweep(const Shape& shape, const std::vector<Box>& boxes,
         best = d;
       }
     }
-    const uint64_t budget = 64 * static_cast<uint64_t>(live.size()) + (1u << 22);
+    const uint64_t budget =
+        64 * static_cast<uint64_t>(live.size()) + (1u << 22);
     if (best_pairs > budget) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "irregular chunk layout too complex to verify (", num_chunks,
-          " chunks): ", best_pairs, " pairs of boxes to compare, the limit is ",
-          budget));
+      return absl::InvalidArgumentError(
+          absl::StrCat("irregular chunk layout too complex to verify (",
+                       num_chunks, " chunks): ", best_pairs,
+                       " pairs of boxes to compare, the limit is ", budget));
     }
     std::sort(live.begin(), live.end(), [&](size_t a, size_t b) {
       return boxes[a].offset[best] < boxes[b].offset[best];
@@ -504,15 +506,15 @@ absl::Status ValidateShape(const Shape& shape, int elem_size) {
 absl::Status ValidateRegion(const Region& region, const Shape& shape) {
   if (const Box* b = std::get_if<Box>(&region)) {
     if (b->offset.size() != shape.size() || b->size.size() != shape.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "box has ", b->offset.size(), "/", b->size.size(),
-          " dims (offset/size), tensor has ", shape.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("box has ", b->offset.size(), "/", b->size.size(),
+                       " dims (offset/size), tensor has ", shape.size()));
     }
     for (size_t d = 0; d < shape.size(); ++d) {
       if (b->offset[d] > shape[d] || b->size[d] > shape[d] - b->offset[d]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "box ", RegionToString(region), " exceeds shape ",
-            ShapeToString(shape), " in dim ", d));
+        return absl::InvalidArgumentError(
+            absl::StrCat("box ", RegionToString(region), " exceeds shape ",
+                         ShapeToString(shape), " in dim ", d));
       }
     }
     return absl::OkStatus();
@@ -521,9 +523,9 @@ absl::Status ValidateRegion(const Region& region, const Shape& shape) {
   auto n = NumElements(shape);
   if (!n.ok()) return n.status();
   if (f.start > *n || f.length > *n - f.start) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "flat range ", RegionToString(region), " exceeds the ", *n,
-        " elements of shape ", ShapeToString(shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("flat range ", RegionToString(region), " exceeds the ", *n,
+                     " elements of shape ", ShapeToString(shape)));
   }
   return absl::OkStatus();
 }
@@ -580,7 +582,8 @@ uint64_t ForEachRun(const Shape& shape, const Region& src, const Region& dst,
   auto local = [&](const Box* b, const Dims& bstride, const Dims& c,
                    uint64_t last) {
     uint64_t idx = 0;
-    for (size_t d = 0; d + 1 < n; ++d) idx += (c[d] - b->offset[d]) * bstride[d];
+    for (size_t d = 0; d + 1 < n; ++d)
+      idx += (c[d] - b->offset[d]) * bstride[d];
     return idx + (last - b->offset[n - 1]);
   };
   const uint64_t row_len = inter.size[n - 1];
@@ -634,7 +637,8 @@ std::string RegionToString(const Region& region) {
   if (const Box* b = std::get_if<Box>(&region)) {
     std::vector<std::string> parts;
     for (size_t d = 0; d < b->offset.size() && d < b->size.size(); ++d) {
-      parts.push_back(absl::StrCat(b->offset[d], ":", b->offset[d] + b->size[d]));
+      parts.push_back(
+          absl::StrCat(b->offset[d], ":", b->offset[d] + b->size[d]));
     }
     return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
   }

@@ -42,8 +42,8 @@ std::string EncodeLatest(absl::string_view dir_name) {
 absl::StatusOr<std::string> DecodeLatest(absl::string_view bytes) {
   const absl::string_view prefix = kLatestPrefix;
   if (bytes.size() > 512) {
-    return absl::DataLossError(absl::StrCat("latest: ", bytes.size(),
-                                            " bytes; a pointer is one short line"));
+    return absl::DataLossError(absl::StrCat(
+        "latest: ", bytes.size(), " bytes; a pointer is one short line"));
   }
   if (bytes.substr(0, prefix.size()) != prefix) {
     return absl::DataLossError("latest: does not start with 'ckpt-latest v1 '");
@@ -60,18 +60,20 @@ absl::StatusOr<std::string> DecodeLatest(absl::string_view bytes) {
   absl::string_view hex = line.substr(sp + 1);
   uint64_t stored = 0;
   if (!ParseChecksumHex(hex, &stored)) {
-    return absl::DataLossError(absl::StrCat(
-        "latest: bad checksum field '", absl::CHexEscape(hex),
-        "': expected 16 lowercase hex digits"));
+    return absl::DataLossError(
+        absl::StrCat("latest: bad checksum field '", absl::CHexEscape(hex),
+                     "': expected 16 lowercase hex digits"));
   }
   uint64_t actual = Checksum(head);
   if (stored != actual) {
     return absl::DataLossError(absl::StrFormat(
-        "latest: checksum 0x%016x != 0x%016x (stored != computed)", stored, actual));
+        "latest: checksum 0x%016x != 0x%016x (stored != computed)", stored,
+        actual));
   }
   std::string dir(head.substr(prefix.size()));
   absl::Status s = ValidateFileName(dir);
-  if (!s.ok()) return absl::DataLossError(absl::StrCat("latest: ", s.message()));
+  if (!s.ok())
+    return absl::DataLossError(absl::StrCat("latest: ", s.message()));
   return dir;
 }
 

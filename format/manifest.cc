@@ -68,32 +68,39 @@ namespace {
 
 absl::StatusOr<std::vector<ShardInfo>> DecodeShards(const RawSection& s) {
   ByteReader r(s.body, s.offset + kSectionHeaderSize);
-  CKPT_ASSIGN_OR_RETURN(uint64_t n, r.ReadVarintAtMost("shard count", kMaxShards));
+  CKPT_ASSIGN_OR_RETURN(uint64_t n,
+                        r.ReadVarintAtMost("shard count", kMaxShards));
   std::vector<ShardInfo> shards;
   shards.reserve(std::min<uint64_t>(n, r.remaining() / 3));
   absl::flat_hash_set<uint32_t> ids;
   absl::flat_hash_set<std::string> files;
   for (uint64_t i = 0; i < n; ++i) {
     ShardInfo si;
-    CKPT_ASSIGN_OR_RETURN(uint64_t id, r.ReadVarintAtMost("shard id", kMaxShards - 1));
+    CKPT_ASSIGN_OR_RETURN(uint64_t id,
+                          r.ReadVarintAtMost("shard id", kMaxShards - 1));
     si.shard_id = static_cast<uint32_t>(id);
-    CKPT_ASSIGN_OR_RETURN(auto name, r.ReadString("shard file name", kMaxFileNameLength));
+    CKPT_ASSIGN_OR_RETURN(auto name,
+                          r.ReadString("shard file name", kMaxFileNameLength));
     si.file_name = std::string(name);
     CKPT_ASSIGN_OR_RETURN(si.file_size, r.ReadVarint("shard file size"));
     absl::Status fs = ValidateFileName(si.file_name);
     if (!fs.ok()) {
-      return absl::DataLossError(absl::StrCat("shard ", si.shard_id, ": ", fs.message()));
+      return absl::DataLossError(
+          absl::StrCat("shard ", si.shard_id, ": ", fs.message()));
     }
     if (si.file_size < kShardHeaderSize + kShardTailSize) {
-      return absl::DataLossError(absl::StrCat(
-          "shard ", si.shard_id, ": file size ", si.file_size,
-          " is smaller than a header and a tail (", kShardHeaderSize + kShardTailSize, ")"));
+      return absl::DataLossError(
+          absl::StrCat("shard ", si.shard_id, ": file size ", si.file_size,
+                       " is smaller than a header and a tail (",
+                       kShardHeaderSize + kShardTailSize, ")"));
     }
     if (!ids.insert(si.shard_id).second) {
-      return absl::DataLossError(absl::StrCat("duplicate shard id ", si.shard_id));
+      return absl::DataLossError(
+          absl::StrCat("duplicate shard id ", si.shard_id));
     }
     if (!files.insert(si.file_name).second) {
-      return absl::DataLossError(absl::StrCat("duplicate shard file name '", si.file_name, "'"));
+      return absl::DataLossError(
+          absl::StrCat("duplicate shard file name '", si.file_name, "'"));
     }
     shards.push_back(std::move(si));
   }
@@ -109,11 +116,13 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
   // on the v1 layout, so a newer major is Unsupported whatever its size.
   constexpr size_t kPrefix = kMagicSize + 4;
   if (bytes.size() < kPrefix) {
-    return absl::DataLossError(absl::StrFormat(
-        "manifest: truncated: %d bytes, at least %d needed", bytes.size(), kMin));
+    return absl::DataLossError(
+        absl::StrFormat("manifest: truncated: %d bytes, at least %d needed",
+                        bytes.size(), kMin));
   }
   if (std::memcmp(bytes.data(), kManifestMagic, kMagicSize) != 0) {
-    return absl::DataLossError("manifest: bad magic at offset 0: not a ckpt manifest");
+    return absl::DataLossError(
+        "manifest: bad magic at offset 0: not a ckpt manifest");
   }
   Manifest m;
   uint16_t major = LoadFixed16(bytes.data() + 8);
@@ -126,26 +135,31 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
           major, m.minor_version, kFormatMajor));
     }
     return absl::DataLossError(absl::StrFormat(
-        "manifest: format major version %d is invalid (expected %d)", major, kFormatMajor));
+        "manifest: format major version %d is invalid (expected %d)", major,
+        kFormatMajor));
   }
   if (bytes.size() < kMin) {
-    return absl::DataLossError(absl::StrFormat(
-        "manifest: truncated: %d bytes, at least %d needed", bytes.size(), kMin));
+    return absl::DataLossError(
+        absl::StrFormat("manifest: truncated: %d bytes, at least %d needed",
+                        bytes.size(), kMin));
   }
   if (bytes.size() > kMaxManifestSize) {
-    return absl::DataLossError(absl::StrFormat(
-        "manifest: %d bytes exceeds the limit of %d", bytes.size(), kMaxManifestSize));
+    return absl::DataLossError(
+        absl::StrFormat("manifest: %d bytes exceeds the limit of %d",
+                        bytes.size(), kMaxManifestSize));
   }
   const size_t tail = bytes.size() - kManifestTailSize;
   if (std::memcmp(bytes.data() + tail + 8, kManifestMagic, kMagicSize) != 0) {
     return absl::DataLossError(absl::StrFormat(
-        "manifest: bad magic at offset %d (end of file): truncated or extended", tail + 8));
+        "manifest: bad magic at offset %d (end of file): truncated or extended",
+        tail + 8));
   }
   uint64_t stored = LoadFixed64(bytes.data() + tail);
   uint64_t actual = Checksum(bytes.data(), tail);
   if (stored != actual) {
     return absl::DataLossError(absl::StrFormat(
-        "manifest: checksum 0x%016x != 0x%016x (stored != computed)", stored, actual));
+        "manifest: checksum 0x%016x != 0x%016x (stored != computed)", stored,
+        actual));
   }
   uint32_t reserved = LoadFixed32(bytes.data() + 12);
   if (reserved != 0) {
@@ -204,16 +218,18 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
   }
   if (!have_info || !have_shards || !have_entries) {
     return absl::DataLossError(absl::StrCat(
-        "manifest: missing required section ",
-        !have_info ? "CHECKPOINT_INFO (1)" : !have_shards ? "SHARDS (3)" : "ENTRIES (4)"));
+        "manifest: missing required section ", !have_info
+                                                   ? "CHECKPOINT_INFO (1)"
+                                               : !have_shards ? "SHARDS (3)"
+                                                              : "ENTRIES (4)"));
   }
   // Shard ids are ranks, and every rank writes a shard file (§7.3), so the
   // ids are exactly 0 .. world_size - 1.
   for (const ShardInfo& s : m.shards) {
     if (s.shard_id >= m.info.world_size) {
-      return absl::DataLossError(absl::StrCat(
-          "manifest: shard id ", s.shard_id, " ('", s.file_name,
-          "') is not below the world size ", m.info.world_size));
+      return absl::DataLossError(
+          absl::StrCat("manifest: shard id ", s.shard_id, " ('", s.file_name,
+                       "') is not below the world size ", m.info.world_size));
     }
   }
   if (m.shards.size() != m.info.world_size) {
@@ -233,9 +249,9 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
       const ChunkRecord& c = e.chunks[i];
       auto it = sizes.find(c.shard);
       if (it == sizes.end()) {
-        return absl::DataLossError(absl::StrCat(
-            "manifest: entry '", e.name, "': chunk ", i, ": shard ", c.shard,
-            " is not in the shard table"));
+        return absl::DataLossError(
+            absl::StrCat("manifest: entry '", e.name, "': chunk ", i,
+                         ": shard ", c.shard, " is not in the shard table"));
       }
       uint64_t payload_end = it->second - kShardTailSize;
       if (c.stored_length > 0 &&

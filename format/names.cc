@@ -10,9 +10,9 @@ namespace {
 absl::Status Bad(absl::string_view what, absl::string_view name,
                  absl::string_view why) {
   std::string shown(name.substr(0, 80));
-  return absl::InvalidArgumentError(absl::StrCat(
-      "invalid ", what, " '", absl::CHexEscape(shown),
-      name.size() > 80 ? "..." : "", "': ", why));
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid ", what, " '", absl::CHexEscape(shown),
+                   name.size() > 80 ? "..." : "", "': ", why));
 }
 
 }  // namespace
@@ -58,8 +58,9 @@ bool IsValidUtf8(absl::string_view s) {
 absl::Status ValidateEntryName(absl::string_view name) {
   if (name.empty()) return Bad("name", name, "empty");
   if (name.size() > kMaxNameLength) {
-    return Bad("name", name,
-               absl::StrCat(name.size(), " bytes, the limit is ", kMaxNameLength));
+    return Bad(
+        "name", name,
+        absl::StrCat(name.size(), " bytes, the limit is ", kMaxNameLength));
   }
   for (char ch : name) {
     unsigned char c = static_cast<unsigned char>(ch);
@@ -75,7 +76,8 @@ absl::Status ValidateEntryName(absl::string_view name) {
 
 absl::Status ValidateFileName(absl::string_view name) {
   if (name.empty()) return Bad("file name", name, "empty");
-  if (name.size() > kMaxFileNameLength) return Bad("file name", name, "too long");
+  if (name.size() > kMaxFileNameLength)
+    return Bad("file name", name, "too long");
   if (name[0] == '.') return Bad("file name", name, "starts with '.'");
   for (char c : name) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||

@@ -64,9 +64,9 @@ absl::StatusOr<std::vector<RawSection>> SplitSections(
     // A tag v1 defines is never "unknown", whatever its flag says: in the
     // wrong kind of file, or with the wrong flag, it is corruption.
     if (std::find(allowed.begin(), allowed.end(), s.tag) == allowed.end()) {
-      return absl::DataLossError(absl::StrFormat(
-          "section %d is not allowed in a %s (%s at offset %d)", s.tag,
-          file_kind, known->name, s.offset));
+      return absl::DataLossError(
+          absl::StrFormat("section %d is not allowed in a %s (%s at offset %d)",
+                          s.tag, file_kind, known->name, s.offset));
     }
     if (required != known->required) {
       return absl::DataLossError(absl::StrFormat(
@@ -77,9 +77,9 @@ absl::StatusOr<std::vector<RawSection>> SplitSections(
     }
     for (const RawSection& o : out) {
       if (o.tag == s.tag) {
-        return absl::DataLossError(absl::StrFormat(
-            "section %d appears twice (offsets %d and %d)", s.tag, o.offset,
-            s.offset));
+        return absl::DataLossError(
+            absl::StrFormat("section %d appears twice (offsets %d and %d)",
+                            s.tag, o.offset, s.offset));
       }
     }
     out.push_back(s);
@@ -111,7 +111,8 @@ absl::StatusOr<CheckpointInfo> DecodeCheckpointInfo(const RawSection& s) {
   CKPT_ASSIGN_OR_RETURN(auto id, r.ReadBytes("checkpoint id", 16));
   std::copy(id.begin(), id.end(), info.id.begin());
   CKPT_ASSIGN_OR_RETURN(info.step, r.ReadVarint("step"));
-  CKPT_ASSIGN_OR_RETURN(uint64_t ws, r.ReadVarintAtMost("world size", kMaxShards));
+  CKPT_ASSIGN_OR_RETURN(uint64_t ws,
+                        r.ReadVarintAtMost("world size", kMaxShards));
   if (ws == 0) return absl::DataLossError("world size: 0 is not allowed");
   info.world_size = static_cast<uint32_t>(ws);
   CKPT_ASSIGN_OR_RETURN(uint64_t t, r.Read64("creation time"));
@@ -134,14 +135,14 @@ void EncodeMetadata(const Metadata& md, std::string* out) {
 
 absl::StatusOr<Metadata> DecodeMetadata(const RawSection& s) {
   ByteReader r(s.body, s.offset + kSectionHeaderSize);
-  CKPT_ASSIGN_OR_RETURN(uint64_t n,
-                        r.ReadVarintAtMost("metadata count", kMaxMetadataEntries));
+  CKPT_ASSIGN_OR_RETURN(
+      uint64_t n, r.ReadVarintAtMost("metadata count", kMaxMetadataEntries));
   Metadata md;
   absl::flat_hash_set<absl::string_view> seen;
   for (uint64_t i = 0; i < n; ++i) {
     CKPT_ASSIGN_OR_RETURN(auto k, r.ReadString("metadata key", kMaxNameLength));
-    CKPT_ASSIGN_OR_RETURN(auto v,
-                          r.ReadString("metadata value", kMaxMetadataValueLength));
+    CKPT_ASSIGN_OR_RETURN(
+        auto v, r.ReadString("metadata value", kMaxMetadataValueLength));
     absl::Status ks = ValidateMetadataKey(k);
     if (!ks.ok()) return Corrupt(ks, absl::StrCat("metadata entry ", i));
     if (!seen.insert(k).second) {
@@ -244,9 +245,9 @@ absl::Status DecodeChunk(ByteReader& r, const EntryRecord& e,
   const uint64_t raw = RegionElements(c->region) * raw_elem_size;
   const uint64_t nblocks = NumBlocks(raw, c->block_size);
   if (c->codec == Codec::kNone && c->stored_length != raw) {
-    return absl::DataLossError(absl::StrCat(
-        "stored length ", c->stored_length, " != ", raw,
-        " raw bytes for an uncompressed chunk"));
+    return absl::DataLossError(
+        absl::StrCat("stored length ", c->stored_length, " != ", raw,
+                     " raw bytes for an uncompressed chunk"));
   }
   if (c->stored_length > raw) {
     return absl::DataLossError(absl::StrCat("stored length ", c->stored_length,
@@ -255,10 +256,9 @@ absl::Status DecodeChunk(ByteReader& r, const EntryRecord& e,
   if (!with_blocks) return absl::OkStatus();
   CKPT_ASSIGN_OR_RETURN(uint64_t count, r.ReadVarint("block count"));
   if (count != nblocks) {
-    return absl::DataLossError(absl::StrCat("block count ", count, " != ",
-                                            nblocks, " expected for ", raw,
-                                            " bytes in blocks of ",
-                                            c->block_size));
+    return absl::DataLossError(
+        absl::StrCat("block count ", count, " != ", nblocks, " expected for ",
+                     raw, " bytes in blocks of ", c->block_size));
   }
   // Each block record takes at least 9 bytes: never reserve more than the
   // bytes left can hold.
@@ -291,13 +291,15 @@ absl::Status DecodeChunk(ByteReader& r, const EntryRecord& e,
 absl::StatusOr<std::vector<EntryRecord>> DecodeEntries(const RawSection& s,
                                                        bool with_blocks) {
   ByteReader r(s.body, s.offset + kSectionHeaderSize);
-  CKPT_ASSIGN_OR_RETURN(uint64_t n, r.ReadVarintAtMost("entry count", kMaxEntries));
+  CKPT_ASSIGN_OR_RETURN(uint64_t n,
+                        r.ReadVarintAtMost("entry count", kMaxEntries));
   std::vector<EntryRecord> entries;
   entries.reserve(std::min<uint64_t>(n, r.remaining() / 6));
   absl::flat_hash_set<absl::string_view> names;
   for (uint64_t i = 0; i < n; ++i) {
     EntryRecord e;
-    CKPT_ASSIGN_OR_RETURN(auto name, r.ReadString("entry name", kMaxNameLength));
+    CKPT_ASSIGN_OR_RETURN(auto name,
+                          r.ReadString("entry name", kMaxNameLength));
     e.name = std::string(name);
     std::string where = absl::StrCat("entry ", i);
     absl::Status ns = ValidateEntryName(e.name);
@@ -321,8 +323,9 @@ absl::StatusOr<std::vector<EntryRecord>> DecodeEntries(const RawSection& s,
     auto flags = r.Read8("entry flags");
     if (!flags.ok()) return fail(flags.status());
     if ((*flags & ~kEntryFlagsKnown) != 0) {
-      return fail(absl::DataLossError(absl::StrFormat(
-          "reserved entry flag bits 0x%x are set", *flags & ~kEntryFlagsKnown)));
+      return fail(absl::DataLossError(
+          absl::StrFormat("reserved entry flag bits 0x%x are set",
+                          *flags & ~kEntryFlagsKnown)));
     }
     e.flags = *flags;
     auto ndim = r.ReadVarintAtMost("ndim", kMaxDims);
@@ -337,8 +340,7 @@ absl::StatusOr<std::vector<EntryRecord>> DecodeEntries(const RawSection& s,
     if (!ss.ok()) return fail(absl::DataLossError(ss.message()));
     if (e.kind == EntryKind::kObject &&
         (e.dtype != DType::kUInt8 || e.shape.size() != 1)) {
-      return fail(absl::DataLossError(
-          "an object must be a 1-d uint8 entry"));
+      return fail(absl::DataLossError("an object must be a 1-d uint8 entry"));
     }
     auto nchunks = r.ReadVarintAtMost("chunk count", kMaxChunksPerEntry);
     if (!nchunks.ok()) return fail(nchunks.status());
@@ -348,8 +350,8 @@ absl::StatusOr<std::vector<EntryRecord>> DecodeEntries(const RawSection& s,
       ChunkRecord chunk;
       absl::Status cs = DecodeChunk(r, e, esize, with_blocks, &chunk);
       if (!cs.ok()) {
-        return absl::Status(cs.code(), absl::StrCat(where, ": chunk ", c, ": ",
-                                                    cs.message()));
+        return absl::Status(
+            cs.code(), absl::StrCat(where, ": chunk ", c, ": ", cs.message()));
       }
       e.chunks.push_back(std::move(chunk));
     }

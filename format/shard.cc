@@ -15,7 +15,8 @@ namespace ckpt::format {
 using internal::RawSection;
 
 std::string ShardFileName(uint32_t shard_id) {
-  return absl::StrFormat("%s%05d%s", kShardFilePrefix, shard_id, kShardFileSuffix);
+  return absl::StrFormat("%s%05d%s", kShardFilePrefix, shard_id,
+                         kShardFileSuffix);
 }
 
 std::string EncodeShardHeader(const ShardHeader& h) {
@@ -36,12 +37,14 @@ absl::StatusOr<ShardHeader> DecodeShardHeader(absl::string_view bytes) {
   // §2 stable prefix: magic and major come before the v1 size, so a newer
   // major is Unsupported even when its header is shorter.
   auto truncated = [&] {
-    return absl::DataLossError(absl::StrFormat(
-        "shard header: truncated: %d bytes, %d needed", bytes.size(), kShardHeaderSize));
+    return absl::DataLossError(
+        absl::StrFormat("shard header: truncated: %d bytes, %d needed",
+                        bytes.size(), kShardHeaderSize));
   };
   if (bytes.size() < kMagicSize + 4) return truncated();
   if (std::memcmp(bytes.data(), kShardMagic, kMagicSize) != 0) {
-    return absl::DataLossError("shard header: bad magic at offset 0: not a ckpt shard file");
+    return absl::DataLossError(
+        "shard header: bad magic at offset 0: not a ckpt shard file");
   }
   ShardHeader h;
   uint16_t major = LoadFixed16(bytes.data() + 8);
@@ -54,14 +57,16 @@ absl::StatusOr<ShardHeader> DecodeShardHeader(absl::string_view bytes) {
   }
   if (major != kFormatMajor) {
     return absl::DataLossError(absl::StrFormat(
-        "shard header: format major version %d is invalid (expected %d)", major, kFormatMajor));
+        "shard header: format major version %d is invalid (expected %d)", major,
+        kFormatMajor));
   }
   if (bytes.size() < kShardHeaderSize) return truncated();
   uint64_t stored = LoadFixed64(bytes.data() + 56);
   uint64_t actual = Checksum(bytes.data(), 56);
   if (stored != actual) {
     return absl::DataLossError(absl::StrFormat(
-        "shard header: checksum 0x%016x != 0x%016x (stored != computed)", stored, actual));
+        "shard header: checksum 0x%016x != 0x%016x (stored != computed)",
+        stored, actual));
   }
   uint32_t flags = LoadFixed32(bytes.data() + 12);
   if (flags != 0) {
@@ -79,14 +84,15 @@ absl::StatusOr<ShardHeader> DecodeShardHeader(absl::string_view bytes) {
   h.shard_id = LoadFixed32(bytes.data() + 32);
   h.alignment = LoadFixed32(bytes.data() + 36);
   if (h.shard_id >= kMaxShards) {
-    return absl::DataLossError(absl::StrFormat(
-        "shard header: shard id %d exceeds the limit %d", h.shard_id, kMaxShards - 1));
+    return absl::DataLossError(
+        absl::StrFormat("shard header: shard id %d exceeds the limit %d",
+                        h.shard_id, kMaxShards - 1));
   }
   if (h.alignment == 0 || (h.alignment & (h.alignment - 1)) != 0 ||
       h.alignment > kMaxAlignment) {
     return absl::DataLossError(absl::StrFormat(
-        "shard header: alignment %d is not a power of two in [1, %d]", h.alignment,
-        kMaxAlignment));
+        "shard header: alignment %d is not a power of two in [1, %d]",
+        h.alignment, kMaxAlignment));
   }
   return h;
 }
@@ -102,16 +108,18 @@ std::string EncodeShardTail(const ShardTail& t) {
 
 absl::StatusOr<ShardTail> DecodeShardTail(absl::string_view last_bytes,
                                           uint64_t file_size) {
-  if (file_size < kShardHeaderSize + kShardTailSize || last_bytes.size() < kShardTailSize) {
+  if (file_size < kShardHeaderSize + kShardTailSize ||
+      last_bytes.size() < kShardTailSize) {
     return absl::DataLossError(absl::StrFormat(
-        "shard tail: truncated: file is %d bytes, at least %d needed", file_size,
-        kShardHeaderSize + kShardTailSize));
+        "shard tail: truncated: file is %d bytes, at least %d needed",
+        file_size, kShardHeaderSize + kShardTailSize));
   }
   const char* p = last_bytes.data() + last_bytes.size() - kShardTailSize;
   if (std::memcmp(p + 24, kShardMagic, kMagicSize) != 0) {
-    return absl::DataLossError(absl::StrFormat(
-        "shard tail: bad magic at offset %d (end of file): truncated or extended",
-        file_size - kMagicSize));
+    return absl::DataLossError(
+        absl::StrFormat("shard tail: bad magic at offset %d (end of file): "
+                        "truncated or extended",
+                        file_size - kMagicSize));
   }
   ShardTail t;
   t.index_offset = LoadFixed64(p);
@@ -125,8 +133,9 @@ absl::StatusOr<ShardTail> DecodeShardTail(absl::string_view last_bytes,
         t.index_offset, t.index_length, tail_at));
   }
   if (t.index_length > kMaxIndexSize) {
-    return absl::DataLossError(absl::StrFormat(
-        "shard tail: index of %d bytes exceeds the limit %d", t.index_length, kMaxIndexSize));
+    return absl::DataLossError(
+        absl::StrFormat("shard tail: index of %d bytes exceeds the limit %d",
+                        t.index_length, kMaxIndexSize));
   }
   return t;
 }
@@ -159,8 +168,9 @@ absl::StatusOr<ShardIndex> DecodeShardIndex(absl::string_view bytes,
   }
   uint64_t actual = Checksum(bytes);
   if (actual != tail.index_checksum) {
-    return fail(absl::DataLossError(absl::StrFormat(
-        "checksum 0x%016x != 0x%016x (stored != computed)", tail.index_checksum, actual)));
+    return fail(absl::DataLossError(
+        absl::StrFormat("checksum 0x%016x != 0x%016x (stored != computed)",
+                        tail.index_checksum, actual)));
   }
   ShardIndex index;
   ByteReader r(bytes, tail.index_offset);
@@ -199,19 +209,19 @@ absl::StatusOr<ShardIndex> DecodeShardIndex(absl::string_view bytes,
     }
   }
   if (!have_info || !have_chunks) {
-    return fail(absl::DataLossError(absl::StrCat(
-        "missing required section ",
-        !have_info ? "CHECKPOINT_INFO (1)" : "SHARD_CHUNKS (5)")));
+    return fail(absl::DataLossError(
+        absl::StrCat("missing required section ",
+                     !have_info ? "CHECKPOINT_INFO (1)" : "SHARD_CHUNKS (5)")));
   }
   if (index.info.id != header.checkpoint_id) {
-    return fail(absl::DataLossError(absl::StrCat(
-        "checkpoint id ", IdToHex(index.info.id), " != header's ",
-        IdToHex(header.checkpoint_id))));
+    return fail(absl::DataLossError(
+        absl::StrCat("checkpoint id ", IdToHex(index.info.id), " != header's ",
+                     IdToHex(header.checkpoint_id))));
   }
   if (header.shard_id >= index.info.world_size) {
-    return fail(absl::DataLossError(absl::StrCat(
-        "shard id ", header.shard_id, " is not below the world size ",
-        index.info.world_size)));
+    return fail(absl::DataLossError(
+        absl::StrCat("shard id ", header.shard_id,
+                     " is not below the world size ", index.info.world_size)));
   }
   if (RequiredFeaturesOf(index.entries) & ~index.required_features) {
     return fail(absl::DataLossError(
@@ -226,17 +236,18 @@ absl::StatusOr<ShardIndex> DecodeShardIndex(absl::string_view bytes,
             where, "shard id ", c.shard, " != this file's ", header.shard_id)));
       }
       if (c.stored_length == 0) continue;
-      if (c.data_offset < kShardHeaderSize || c.data_offset > tail.index_offset ||
+      if (c.data_offset < kShardHeaderSize ||
+          c.data_offset > tail.index_offset ||
           c.stored_length > tail.index_offset - c.data_offset) {
         return fail(absl::DataLossError(absl::StrCat(
-            where, "bytes [", c.data_offset, ", ", c.data_offset + c.stored_length,
-            ") lie outside the payload area [", kShardHeaderSize, ", ",
-            tail.index_offset, ")")));
+            where, "bytes [", c.data_offset, ", ",
+            c.data_offset + c.stored_length, ") lie outside the payload area [",
+            kShardHeaderSize, ", ", tail.index_offset, ")")));
       }
       if (c.data_offset % header.alignment != 0) {
-        return fail(absl::DataLossError(absl::StrCat(
-            where, "data offset ", c.data_offset, " is not aligned to ",
-            header.alignment)));
+        return fail(absl::DataLossError(
+            absl::StrCat(where, "data offset ", c.data_offset,
+                         " is not aligned to ", header.alignment)));
       }
     }
   }

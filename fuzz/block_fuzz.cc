@@ -50,7 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (mode & 0x80) checksum += 1;
 
   std::unique_ptr<char[]> out(new char[raw_size]);
-  absl::Status s = decoder->Decode(codec, stored, checksum, raw_size, out.get());
+  absl::Status s =
+      decoder->Decode(codec, stored, checksum, raw_size, out.get());
   if (s.ok()) {
     FUZZ_CHECK((mode & 0x80) == 0);
     if (stored.size() == raw_size) {

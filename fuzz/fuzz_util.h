@@ -12,13 +12,13 @@
 // An invariant of the codec that every input must keep (round trips,
 // documented guarantees). On failure: a message, then __builtin_trap(),
 // which libFuzzer reports as a crash and saves the input for.
-#define FUZZ_CHECK(cond)                                                   \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__,     \
-                   __LINE__, #cond);                                       \
-      __builtin_trap();                                                    \
-    }                                                                      \
+#define FUZZ_CHECK(cond)                                               \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
+      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, \
+                   __LINE__, #cond);                                   \
+      __builtin_trap();                                                \
+    }                                                                  \
   } while (0)
 
 namespace ckpt::fuzz {

@@ -16,7 +16,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ckpt::format;
-  absl::StatusOr<PlanRecord> plan = DecodePlanRecord(ckpt::fuzz::AsView(data, size));
+  absl::StatusOr<PlanRecord> plan =
+      DecodePlanRecord(ckpt::fuzz::AsView(data, size));
   if (!plan.ok()) return 0;
   FUZZ_CHECK(!plan->ranks.empty());
   FUZZ_CHECK(plan->ranks.size() <= kMaxShards);

@@ -24,7 +24,8 @@ void Check(absl::string_view bytes, uint64_t file_size) {
   absl::StatusOr<ShardTail> t = DecodeShardTail(bytes, file_size);
   if (!t.ok()) return;
   FUZZ_CHECK(bytes.size() >= static_cast<size_t>(kShardTailSize));
-  FUZZ_CHECK(file_size >= static_cast<uint64_t>(kShardHeaderSize + kShardTailSize));
+  FUZZ_CHECK(file_size >=
+             static_cast<uint64_t>(kShardHeaderSize + kShardTailSize));
   const uint64_t tail_at = file_size - kShardTailSize;
   FUZZ_CHECK(t->index_offset >= static_cast<uint64_t>(kShardHeaderSize));
   FUZZ_CHECK(t->index_offset <= tail_at);

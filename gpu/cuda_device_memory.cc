@@ -34,19 +34,22 @@ class CudaEvent final : public DeviceEvent {
 
 absl::StatusOr<std::unique_ptr<DeviceEvent>> RecordEvent(cudaStream_t stream) {
   cudaEvent_t e;
-  CKPT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  CKPT_CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   auto event = std::make_unique<CudaEvent>(e, /*owned=*/true);
   CKPT_CUDA_RETURN_IF_ERROR(cudaEventRecord(e, stream));
   return std::unique_ptr<DeviceEvent>(std::move(event));
 }
 
 cudaMemcpyKind ToCuda(CopyKind kind) {
-  return kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
+  return kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
+                                         : cudaMemcpyHostToDevice;
 }
 
 class CudaStream final : public DeviceStream {
  public:
-  CudaStream(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
+  CudaStream(int device, cudaStream_t stream)
+      : device_(device), stream_(stream) {}
   ~CudaStream() override {
     // Its own queued work only; errors were reported by its events.
     (void)cudaSetDevice(device_);
@@ -62,15 +65,18 @@ class CudaStream final : public DeviceStream {
     return absl::OkStatus();
   }
 
-  absl::Status CopyAsync(CopyKind kind, absl::Span<const DeviceCopy> copies) override {
+  absl::Status CopyAsync(CopyKind kind,
+                         absl::Span<const DeviceCopy> copies) override {
     CKPT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     const cudaMemcpyKind k = ToCuda(kind);
     for (const DeviceCopy& c : copies) {
       if (c.rows <= 1) {
-        CKPT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.dst, c.src, c.row_bytes, k, stream_));
+        CKPT_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(c.dst, c.src, c.row_bytes, k, stream_));
       } else {
-        CKPT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(c.dst, c.dst_pitch, c.src, c.src_pitch,
-                                                    c.row_bytes, c.rows, k, stream_));
+        CKPT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(c.dst, c.dst_pitch, c.src,
+                                                    c.src_pitch, c.row_bytes,
+                                                    c.rows, k, stream_));
       }
     }
     return absl::OkStatus();
@@ -89,7 +95,8 @@ class CudaStream final : public DeviceStream {
 absl::StatusOr<cudaStream_t> NewStream(int device) {
   CKPT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   cudaStream_t s;
-  CKPT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CKPT_CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   return s;
 }
 
@@ -102,7 +109,8 @@ CudaDeviceMemory::~CudaDeviceMemory() {
   }
 }
 
-absl::StatusOr<CudaDeviceMemory::PooledStream> CudaDeviceMemory::TakeStream(int device) {
+absl::StatusOr<CudaDeviceMemory::PooledStream> CudaDeviceMemory::TakeStream(
+    int device) {
   {
     MutexLock l(&mu_);
     for (size_t i = 0; i < idle_.size(); ++i) {
@@ -123,8 +131,8 @@ void CudaDeviceMemory::GiveStream(PooledStream s) {
   idle_.push_back(s);
 }
 
-absl::Status CudaDeviceMemory::CopySync(void* dst, const void* src, size_t n, int device,
-                                        cudaMemcpyKind kind) {
+absl::Status CudaDeviceMemory::CopySync(void* dst, const void* src, size_t n,
+                                        int device, cudaMemcpyKind kind) {
   absl::StatusOr<PooledStream> s = TakeStream(device);
   if (!s.ok()) return s.status();
   absl::Status status = [&]() -> absl::Status {
@@ -137,15 +145,18 @@ absl::Status CudaDeviceMemory::CopySync(void* dst, const void* src, size_t n, in
   return status;
 }
 
-absl::Status CudaDeviceMemory::CopyToHost(void* dst, const void* src, size_t n, int device) {
+absl::Status CudaDeviceMemory::CopyToHost(void* dst, const void* src, size_t n,
+                                          int device) {
   return CopySync(dst, src, n, device, cudaMemcpyDeviceToHost);
 }
 
-absl::Status CudaDeviceMemory::CopyFromHost(void* dst, const void* src, size_t n, int device) {
+absl::Status CudaDeviceMemory::CopyFromHost(void* dst, const void* src,
+                                            size_t n, int device) {
   return CopySync(dst, src, n, device, cudaMemcpyHostToDevice);
 }
 
-absl::StatusOr<std::unique_ptr<DeviceStream>> CudaDeviceMemory::CreateStream(int device) {
+absl::StatusOr<std::unique_ptr<DeviceStream>> CudaDeviceMemory::CreateStream(
+    int device) {
   absl::StatusOr<cudaStream_t> s = NewStream(device);
   if (!s.ok()) return s.status();
   return std::unique_ptr<DeviceStream>(new CudaStream(device, *s));
@@ -159,7 +170,8 @@ absl::StatusOr<void*> CudaDeviceMemory::AllocateHost(size_t n) {
 
 void CudaDeviceMemory::FreeHost(void* p, size_t n) { (void)cudaFreeHost(p); }
 
-absl::StatusOr<std::unique_ptr<DeviceEvent>> CudaDeviceMemory::RecordOn(cudaStream_t stream) {
+absl::StatusOr<std::unique_ptr<DeviceEvent>> CudaDeviceMemory::RecordOn(
+    cudaStream_t stream) {
   return RecordEvent(stream);
 }
 

@@ -5,7 +5,8 @@
 namespace ckpt {
 
 absl::StatusOr<SaveResult> SaveHandle::Wait() {
-  if (save_ == nullptr) return absl::FailedPreconditionError("empty SaveHandle");
+  if (save_ == nullptr)
+    return absl::FailedPreconditionError("empty SaveHandle");
   return save_->Wait();
 }
 
@@ -13,8 +14,8 @@ bool SaveHandle::Done() const { return save_ == nullptr || save_->Done(); }
 
 namespace internal {
 
-AsyncSave::AsyncSave(std::unique_ptr<Stager> stager, SaveResult partial, WriteFn write,
-                     CommitFn commit, bool commit_in_background)
+AsyncSave::AsyncSave(std::unique_ptr<Stager> stager, SaveResult partial,
+                     WriteFn write, CommitFn commit, bool commit_in_background)
     : stager_(std::move(stager)),
       partial_(std::move(partial)),
       write_(std::move(write)),
@@ -64,7 +65,8 @@ absl::StatusOr<SaveResult> AsyncSave::Wait() {
   }
   if (thread_.joinable()) thread_.join();
   // Start() returned before the handle existed, so partial_ is final.
-  result_ = commit_in_background_ ? std::move(background) : commit_(report, partial_);
+  result_ =
+      commit_in_background_ ? std::move(background) : commit_(report, partial_);
   if (result_.ok()) {
     result_->stall_seconds = partial_.stall_seconds;
     result_->peak_staging_bytes = partial_.peak_staging_bytes;
@@ -79,12 +81,16 @@ bool AsyncSave::Done() const {
   return background_done_;
 }
 
-void DeviceStaging::Start(std::vector<WriteItem>* writes, StagingPool* pool, DeviceMemory* dm,
-                          DeviceEvent* after, uint64_t segment_bytes, int max_buffers) {
+void DeviceStaging::Start(std::vector<WriteItem>* writes, StagingPool* pool,
+                          DeviceMemory* dm, DeviceEvent* after,
+                          uint64_t segment_bytes, int max_buffers) {
   for (WriteItem& w : *writes) {
-    if (w.memory != MemoryKind::kCuda || w.source != nullptr || w.staged != nullptr) continue;
+    if (w.memory != MemoryKind::kCuda || w.source != nullptr ||
+        w.staged != nullptr)
+      continue;
     if (stager_ == nullptr) {
-      stager_ = std::make_unique<Stager>(pool, dm, after, segment_bytes, max_buffers);
+      stager_ =
+          std::make_unique<Stager>(pool, dm, after, segment_bytes, max_buffers);
     }
     StageInput in;
     in.name = w.item->name;
@@ -94,7 +100,8 @@ void DeviceStaging::Start(std::vector<WriteItem>* writes, StagingPool* pool, Dev
     in.device = w.device;
     w.staged = stager_->Add(std::move(in));
   }
-  if (stager_ != nullptr) thread_ = std::thread([this] { status_ = stager_->Run(); });
+  if (stager_ != nullptr)
+    thread_ = std::thread([this] { status_ = stager_->Run(); });
 }
 
 absl::Status DeviceStaging::Stop() {

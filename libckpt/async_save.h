@@ -33,14 +33,14 @@ class AsyncSave {
   using WriteFn = std::function<std::string()>;
   // Commits from the report (a collective); fills the result's commit
   // fields on top of `partial`.
-  using CommitFn =
-      std::function<absl::StatusOr<SaveResult>(const std::string& report, SaveResult partial)>;
+  using CommitFn = std::function<absl::StatusOr<SaveResult>(
+      const std::string& report, SaveResult partial)>;
 
   // `stager` holds the snapshot's items; the functions may keep state
   // alive through their captures. The commit runs in the background when
   // `commit_in_background`, else in Wait().
-  AsyncSave(std::unique_ptr<Stager> stager, SaveResult partial, WriteFn write, CommitFn commit,
-            bool commit_in_background);
+  AsyncSave(std::unique_ptr<Stager> stager, SaveResult partial, WriteFn write,
+            CommitFn commit, bool commit_in_background);
   // Waits for the background thread (a save must have been Wait()ed by the
   // Writer before; this only guards against leaks).
   ~AsyncSave();
@@ -89,8 +89,9 @@ class DeviceStaging {
   ~DeviceStaging() { (void)Stop(); }
   // Starts staging if any item of `writes` is in device memory (and not a
   // source); sets their `staged`. `pool`, `dm`, `after` as Stager.
-  void Start(std::vector<WriteItem>* writes, StagingPool* pool, DeviceMemory* dm,
-             DeviceEvent* after, uint64_t segment_bytes, int max_buffers);
+  void Start(std::vector<WriteItem>* writes, StagingPool* pool,
+             DeviceMemory* dm, DeviceEvent* after, uint64_t segment_bytes,
+             int max_buffers);
   // After the writer returned: stops staging and joins the thread.
   // Returns the staging error, if any; 0 bytes peak when nothing staged.
   absl::Status Stop();

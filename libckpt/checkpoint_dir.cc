@@ -3,11 +3,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "ckpt/internal/shard_file.h"  // EscapeName
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/internal/shard_file.h"  // EscapeName
 
 namespace ckpt::internal {
 

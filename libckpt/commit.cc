@@ -9,8 +9,8 @@
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/manifest.h"
-#include "ckpt/format/shard.h"
 #include "ckpt/format/records.h"
+#include "ckpt/format/shard.h"
 #include "ckpt/format/status_macros.h"
 
 namespace ckpt::internal {
@@ -42,7 +42,8 @@ absl::Status EnsureRoot(Storage* storage, const std::string& root) {
   auto st = storage->Stat(root);
   if (st.ok()) {
     if (!st->is_dir) {
-      return absl::InvalidArgumentError(absl::StrCat(root, ": exists and is not a directory"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(root, ": exists and is not a directory"));
     }
     return absl::OkStatus();
   }
@@ -56,17 +57,20 @@ absl::Status EnsureRoot(Storage* storage, const std::string& root) {
   return storage->SyncDir(ParentDir(root));
 }
 
-absl::StatusOr<std::string> CreateTempDir(Storage* storage, const std::string& root,
+absl::StatusOr<std::string> CreateTempDir(Storage* storage,
+                                          const std::string& root,
                                           uint64_t step) {
-  std::string name = absl::StrCat(format::kTempDirPrefix, format::StepDirName(step), "-",
-                                  format::IdToHex(RandomId()).substr(0, 16));
+  std::string name =
+      absl::StrCat(format::kTempDirPrefix, format::StepDirName(step), "-",
+                   format::IdToHex(RandomId()).substr(0, 16));
   std::string path = JoinPath(root, name);
   CKPT_RETURN_IF_ERROR(storage->CreateDir(path));
   return path;
 }
 
-absl::Status CommitDir(Storage* storage, const std::string& root, const std::string& tmp,
-                       const std::string& final_dir, bool overwrite) {
+absl::Status CommitDir(Storage* storage, const std::string& root,
+                       const std::string& tmp, const std::string& final_dir,
+                       bool overwrite) {
   std::string aside;
   if (overwrite && storage->Stat(final_dir).ok()) {
     // The old checkpoint keeps existing (under a temporary name) until the
@@ -78,8 +82,10 @@ absl::Status CommitDir(Storage* storage, const std::string& root, const std::str
   if (!s.ok()) {
     if (!aside.empty()) (void)storage->Rename(aside, final_dir);
     if (absl::IsAlreadyExists(s)) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          final_dir, ": a checkpoint of this step already exists (set overwrite to replace it)"));
+      return absl::AlreadyExistsError(
+          absl::StrCat(final_dir,
+                       ": a checkpoint of this step already exists (set "
+                       "overwrite to replace it)"));
     }
     return s;
   }
@@ -96,15 +102,19 @@ absl::Status UpdateLatest(Storage* storage, const std::string& root,
   if (current.ok()) {
     auto dir = format::DecodeLatest(*current);
     uint64_t cur_step;
-    if (dir.ok() && format::ParseStepDirName(*dir, &cur_step) && cur_step > step &&
-        storage->Stat(JoinPath(JoinPath(root, *dir), format::kManifestFileName)).ok()) {
+    if (dir.ok() && format::ParseStepDirName(*dir, &cur_step) &&
+        cur_step > step &&
+        storage->Stat(JoinPath(JoinPath(root, *dir), format::kManifestFileName))
+            .ok()) {
       return absl::OkStatus();  // a newer checkpoint is already latest
     }
   }
-  std::string tmp = JoinPath(root, absl::StrCat(format::kTempDirPrefix, "latest-",
-                                                format::IdToHex(RandomId()).substr(0, 16)));
+  std::string tmp =
+      JoinPath(root, absl::StrCat(format::kTempDirPrefix, "latest-",
+                                  format::IdToHex(RandomId()).substr(0, 16)));
   // F6.
-  absl::Status s = storage->WriteFileAndSync(tmp, format::EncodeLatest(dir_name));
+  absl::Status s =
+      storage->WriteFileAndSync(tmp, format::EncodeLatest(dir_name));
   if (s.ok()) s = storage->Rename(tmp, latest);
   if (!s.ok()) {
     (void)storage->RemoveFile(tmp);
@@ -138,7 +148,8 @@ absl::Status PruneOld(Storage* storage, const std::string& root, int keep) {
     // shard (the disk may persist unsynced unlinks in any order).
     std::string dir = JoinPath(root, steps[i].second);
     // An interrupted earlier removal may have taken the manifest already.
-    absl::Status s = storage->RemoveFile(JoinPath(dir, format::kManifestFileName));
+    absl::Status s =
+        storage->RemoveFile(JoinPath(dir, format::kManifestFileName));
     if (!s.ok() && !absl::IsNotFound(s)) return s;
     // F8.
     CKPT_RETURN_IF_ERROR(storage->SyncDir(dir));
@@ -149,7 +160,8 @@ absl::Status PruneOld(Storage* storage, const std::string& root, int keep) {
 }
 
 format::Manifest AssembleManifest(const format::CheckpointInfo& info,
-                                  const format::Metadata& metadata, std::string plan,
+                                  const format::Metadata& metadata,
+                                  std::string plan,
                                   std::vector<ShardReport> reports,
                                   CommitSummary* summary) {
   format::Manifest m;
@@ -179,24 +191,27 @@ format::Manifest AssembleManifest(const format::CheckpointInfo& info,
 }
 
 absl::Status CommitCheckpoint(Storage* storage, const std::string& root,
-                              const std::string& tmp, const format::Manifest& manifest,
-                              bool overwrite, int keep_last) {
+                              const std::string& tmp,
+                              const format::Manifest& manifest, bool overwrite,
+                              int keep_last) {
   const std::string dir_name = format::StepDirName(manifest.info.step);
   // F3, then F4.
-  CKPT_RETURN_IF_ERROR(storage->WriteFileAndSync(JoinPath(tmp, format::kManifestFileName),
-                                                 format::EncodeManifest(manifest)));
+  CKPT_RETURN_IF_ERROR(
+      storage->WriteFileAndSync(JoinPath(tmp, format::kManifestFileName),
+                                format::EncodeManifest(manifest)));
   CKPT_RETURN_IF_ERROR(storage->SyncDir(tmp));
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<FileLock> commit_lock,
                         LockRootForCommit(storage, root));
   CKPT_RETURN_IF_ERROR(
       CommitDir(storage, root, tmp, JoinPath(root, dir_name), overwrite));
-  CKPT_RETURN_IF_ERROR(UpdateLatest(storage, root, dir_name, manifest.info.step));
+  CKPT_RETURN_IF_ERROR(
+      UpdateLatest(storage, root, dir_name, manifest.info.step));
   return PruneOld(storage, root, keep_last);
 }
 
-absl::StatusOr<std::unique_ptr<FileLock>> LockRootForSave(Storage* storage,
-                                                          const std::string& root,
-                                                          std::vector<std::string>* removed) {
+absl::StatusOr<std::unique_ptr<FileLock>> LockRootForSave(
+    Storage* storage, const std::string& root,
+    std::vector<std::string>* removed) {
   const std::string path = JoinPath(root, kSaveLockName);
   auto lock = storage->Lock(path, LockMode::kExclusive, /*wait=*/false);
   if (absl::IsUnimplemented(lock.status())) return std::unique_ptr<FileLock>();
@@ -216,9 +231,10 @@ absl::StatusOr<std::unique_ptr<FileLock>> LockRootForSave(Storage* storage,
   return storage->Lock(path, LockMode::kShared, /*wait=*/true);
 }
 
-absl::StatusOr<std::unique_ptr<FileLock>> LockRootForCommit(Storage* storage,
-                                                            const std::string& root) {
-  auto lock = storage->Lock(JoinPath(root, kCommitLockName), LockMode::kExclusive, true);
+absl::StatusOr<std::unique_ptr<FileLock>> LockRootForCommit(
+    Storage* storage, const std::string& root) {
+  auto lock = storage->Lock(JoinPath(root, kCommitLockName),
+                            LockMode::kExclusive, true);
   if (absl::IsUnimplemented(lock.status())) return std::unique_ptr<FileLock>();
   return lock;
 }

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/format/records.h"
 #include "ckpt/internal/checkpoint_dir.h"  // ResolveCheckpointDir
 #include "ckpt/storage.h"
-#include "ckpt/format/records.h"
 #include "wire.h"
 
 namespace ckpt::internal {
@@ -27,14 +27,16 @@ namespace ckpt::internal {
 absl::Status EnsureRoot(Storage* storage, const std::string& root);
 
 // Creates root/.tmp-step-NNNNNNNN-<random> and returns its path.
-absl::StatusOr<std::string> CreateTempDir(Storage* storage, const std::string& root,
+absl::StatusOr<std::string> CreateTempDir(Storage* storage,
+                                          const std::string& root,
                                           uint64_t step);
 
 // Renames the finished temporary directory to its final name and fsyncs the
 // root. With `overwrite`, an existing checkpoint of the same step is first
 // moved aside under a temporary name and removed after the commit.
-absl::Status CommitDir(Storage* storage, const std::string& root, const std::string& tmp,
-                       const std::string& final_dir, bool overwrite);
+absl::Status CommitDir(Storage* storage, const std::string& root,
+                       const std::string& tmp, const std::string& final_dir,
+                       bool overwrite);
 
 // Points root/latest at `dir_name` (write temp, fsync, rename, fsync root)
 // unless it already points at a checkpoint of a later step.
@@ -59,12 +61,12 @@ inline constexpr char kCommitLockName[] = ".ckpt-commit.lock";
 // Takes the save lock on `root` (cleaning leftovers when alone). Returns
 // null where the storage has no locks. `removed` (may be null) receives the
 // names of the temporaries removed.
-absl::StatusOr<std::unique_ptr<FileLock>> LockRootForSave(Storage* storage,
-                                                          const std::string& root,
-                                                          std::vector<std::string>* removed);
+absl::StatusOr<std::unique_ptr<FileLock>> LockRootForSave(
+    Storage* storage, const std::string& root,
+    std::vector<std::string>* removed);
 // The commit lock; null where the storage has no locks.
-absl::StatusOr<std::unique_ptr<FileLock>> LockRootForCommit(Storage* storage,
-                                                            const std::string& root);
+absl::StatusOr<std::unique_ptr<FileLock>> LockRootForCommit(
+    Storage* storage, const std::string& root);
 
 // The coordinator's merge of every rank's shard report (reports[r] from rank
 // r, consumed) into the checkpoint's manifest: one ShardInfo per rank,
@@ -73,7 +75,8 @@ absl::StatusOr<std::unique_ptr<FileLock>> LockRootForCommit(Storage* storage,
 // receives the payload bytes of all shards and the logical bytes of all
 // chunks. Pure: no I/O.
 format::Manifest AssembleManifest(const format::CheckpointInfo& info,
-                                  const format::Metadata& metadata, std::string plan,
+                                  const format::Metadata& metadata,
+                                  std::string plan,
                                   std::vector<ShardReport> reports,
                                   CommitSummary* summary);
 
@@ -88,8 +91,9 @@ format::Manifest AssembleManifest(const format::CheckpointInfo& info,
 // is left for the caller to remove; a checkpoint already renamed stays
 // committed. REQUIRES: the caller holds the save lock of `root`.
 absl::Status CommitCheckpoint(Storage* storage, const std::string& root,
-                              const std::string& tmp, const format::Manifest& manifest,
-                              bool overwrite, int keep_last);
+                              const std::string& tmp,
+                              const format::Manifest& manifest, bool overwrite,
+                              int keep_last);
 
 // 16 random bytes.
 std::array<uint8_t, 16> RandomId();

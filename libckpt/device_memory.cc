@@ -29,9 +29,10 @@ class SyncStream final : public DeviceStream {
       for (size_t r = 0; r < c.rows; ++r) {
         const char* src = static_cast<const char*>(c.src) + r * c.src_pitch;
         char* dst = static_cast<char*>(c.dst) + r * c.dst_pitch;
-        absl::Status s = kind == CopyKind::kDeviceToHost
-                             ? dm_->CopyToHost(dst, src, c.row_bytes, device_)
-                             : dm_->CopyFromHost(dst, src, c.row_bytes, device_);
+        absl::Status s =
+            kind == CopyKind::kDeviceToHost
+                ? dm_->CopyToHost(dst, src, c.row_bytes, device_)
+                : dm_->CopyFromHost(dst, src, c.row_bytes, device_);
         if (!s.ok()) return s;
       }
     }
@@ -57,8 +58,10 @@ absl::StatusOr<std::unique_ptr<DeviceStream>> DeviceMemory::CreateStream(
 }
 
 absl::StatusOr<void*> DeviceMemory::AllocateHost(size_t n) {
-  const size_t rounded = (n + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-  void* p = std::aligned_alloc(kHostAlignment, rounded == 0 ? kHostAlignment : rounded);
+  const size_t rounded =
+      (n + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+  void* p = std::aligned_alloc(kHostAlignment,
+                               rounded == 0 ? kHostAlignment : rounded);
   if (p == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate ", n, " bytes of host staging memory"));

@@ -6,17 +6,19 @@
 
 namespace ckpt::internal {
 
-std::vector<DeviceCopy> CoalesceRuns(const std::vector<CopyRun>& runs, const char* src,
-                                     char* dst) {
+std::vector<DeviceCopy> CoalesceRuns(const std::vector<CopyRun>& runs,
+                                     const char* src, char* dst) {
   std::vector<DeviceCopy> out;
   size_t i = 0;
   while (i < runs.size()) {
     const CopyRun& a = runs[i];
     size_t j = i + 1;
-    if (j < runs.size() && runs[j].bytes == a.bytes && runs[j].src_off > a.src_off &&
-        runs[j].dst_off > a.dst_off && runs[j].src_off - a.src_off >= a.bytes &&
+    if (j < runs.size() && runs[j].bytes == a.bytes &&
+        runs[j].src_off > a.src_off && runs[j].dst_off > a.dst_off &&
+        runs[j].src_off - a.src_off >= a.bytes &&
         runs[j].dst_off - a.dst_off >= a.bytes) {
-      const uint64_t sp = runs[j].src_off - a.src_off, dp = runs[j].dst_off - a.dst_off;
+      const uint64_t sp = runs[j].src_off - a.src_off,
+                     dp = runs[j].dst_off - a.dst_off;
       while (j < runs.size() && runs[j].bytes == a.bytes &&
              runs[j].src_off == a.src_off + (j - i) * sp &&
              runs[j].dst_off == a.dst_off + (j - i) * dp) {
@@ -74,13 +76,15 @@ absl::StatusOr<DeviceStream*> DeviceUploader::StreamFor(int device) {
   for (auto& [d, s] : streams_) {
     if (d == device) return s.get();
   }
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStream> s, dm_->CreateStream(device));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStream> s,
+                        dm_->CreateStream(device));
   if (after_ != nullptr) CKPT_RETURN_IF_ERROR(s->WaitEvent(*after_));
   streams_.emplace_back(device, std::move(s));
   return streams_.back().second.get();
 }
 
-absl::Status DeviceUploader::Copy(int device, const std::vector<DeviceCopy>& copies,
+absl::Status DeviceUploader::Copy(int device,
+                                  const std::vector<DeviceCopy>& copies,
                                   size_t request, uint64_t bytes) {
   CKPT_ASSIGN_OR_RETURN(DeviceStream * s, StreamFor(device));
   CKPT_RETURN_IF_ERROR(s->CopyAsync(CopyKind::kHostToDevice, copies));

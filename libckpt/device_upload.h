@@ -28,15 +28,16 @@ struct CopyRun {
 // Merges consecutive runs of equal length whose source and destination
 // offsets advance by constant pitches into one strided DeviceCopy (one
 // device call for a column block of a matrix, not one per row).
-std::vector<DeviceCopy> CoalesceRuns(const std::vector<CopyRun>& runs, const char* src,
-                                     char* dst);
+std::vector<DeviceCopy> CoalesceRuns(const std::vector<CopyRun>& runs,
+                                     const char* src, char* dst);
 
 // Not thread-safe: one per I/O thread. `pool`, `dm` and `after` (may be
 // null) are not owned and must outlive it.
 class DeviceUploader {
  public:
   using Done = std::function<void(size_t request, uint64_t bytes)>;
-  DeviceUploader(StagingPool* pool, DeviceMemory* dm, DeviceEvent* after, Done done)
+  DeviceUploader(StagingPool* pool, DeviceMemory* dm, DeviceEvent* after,
+                 Done done)
       : pool_(pool), dm_(dm), after_(after), done_(std::move(done)) {}
   // Waits for queued copies (errors are not reported: call Drain first).
   ~DeviceUploader();
@@ -47,8 +48,8 @@ class DeviceUploader {
   absl::StatusOr<char*> Next(uint64_t n);
   // Queues copies out of the buffer returned by Next; `request` is done
   // with `bytes` more once they completed.
-  absl::Status Copy(int device, const std::vector<DeviceCopy>& copies, size_t request,
-                    uint64_t bytes);
+  absl::Status Copy(int device, const std::vector<DeviceCopy>& copies,
+                    size_t request, uint64_t bytes);
   // Records the completion of the copies queued since Next.
   absl::Status Submit();
   // Waits for every queued copy and reports the completions.

@@ -63,7 +63,8 @@ class FaultInjectingStorage::FaultFile final : public File {
     if (!d.error.ok()) return d.error;
     if (d.short_read) n = std::min(n, d.bytes);
     CKPT_ASSIGN_OR_RETURN(size_t got, base_->PRead(offset, n, dst));
-    if (d.corrupt_read && got > 0) dst[d.bytes % got] ^= static_cast<char>(1 << (d.bit % 8));
+    if (d.corrupt_read && got > 0)
+      dst[d.bytes % got] ^= static_cast<char>(1 << (d.bit % 8));
     return got;
   }
 
@@ -127,10 +128,12 @@ void FaultInjectingStorage::ShortWriteAt(int64_t nth_write,
 }
 
 void FaultInjectingStorage::ShortReadAt(int64_t nth_read, size_t bytes_read) {
-  AddRule({RuleKind::kShortRead, StorageOp::kRead, nth_read, absl::OkStatus(), bytes_read});
+  AddRule({RuleKind::kShortRead, StorageOp::kRead, nth_read, absl::OkStatus(),
+           bytes_read});
 }
 
-void FaultInjectingStorage::CorruptReadAt(int64_t nth_read, uint64_t byte, int bit) {
+void FaultInjectingStorage::CorruptReadAt(int64_t nth_read, uint64_t byte,
+                                          int bit) {
   AddRule({RuleKind::kCorruptRead, StorageOp::kRead, nth_read, absl::OkStatus(),
            static_cast<size_t>(byte), bit});
 }
@@ -199,7 +202,8 @@ FaultInjectingStorage::Decision FaultInjectingStorage::Check(
   for (const Rule& rule : rules_) {
     if (rule.op != op || rule.nth != n) continue;
     ++injected_;
-    if (rule.kind == RuleKind::kShortRead || rule.kind == RuleKind::kCorruptRead) {
+    if (rule.kind == RuleKind::kShortRead ||
+        rule.kind == RuleKind::kCorruptRead) {
       // The call succeeds, with fewer or other bytes.
       d.short_read = rule.kind == RuleKind::kShortRead;
       d.corrupt_read = rule.kind == RuleKind::kCorruptRead;

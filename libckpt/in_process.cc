@@ -10,16 +10,19 @@ namespace ckpt {
 
 class InProcessCommunicator final : public Communicator {
  public:
-  InProcessCommunicator(InProcessWorld* world, int rank) : world_(world), rank_(rank) {}
+  InProcessCommunicator(InProcessWorld* world, int rank)
+      : world_(world), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return world_->size(); }
 
-  absl::StatusOr<std::vector<std::string>> AllGather(absl::string_view mine) override {
+  absl::StatusOr<std::vector<std::string>> AllGather(
+      absl::string_view mine) override {
     return world_->Exchange(rank_, std::string(mine));
   }
   absl::Status Broadcast(std::string* data, int root) override {
     if (root < 0 || root >= size()) {
-      return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " out of range"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("broadcast root ", root, " out of range"));
     }
     auto all = world_->Exchange(rank_, rank_ == root ? *data : std::string());
     *data = std::move(all[root]);
@@ -31,15 +34,18 @@ class InProcessCommunicator final : public Communicator {
   }
   absl::Status AllReduceMax(std::vector<int64_t>* values) override {
     std::string mine;
-    for (int64_t v : *values) format::PutFixed64(&mine, static_cast<uint64_t>(v));
+    for (int64_t v : *values)
+      format::PutFixed64(&mine, static_cast<uint64_t>(v));
     auto all = world_->Exchange(rank_, mine);
     for (const std::string& s : all) {
       if (s.size() != mine.size()) {
-        return absl::InvalidArgumentError("AllReduceMax: ranks passed different counts");
+        return absl::InvalidArgumentError(
+            "AllReduceMax: ranks passed different counts");
       }
       for (size_t i = 0; i < values->size(); ++i) {
-        (*values)[i] = std::max((*values)[i],
-                                static_cast<int64_t>(format::LoadFixed64(s.data() + 8 * i)));
+        (*values)[i] = std::max(
+            (*values)[i],
+            static_cast<int64_t>(format::LoadFixed64(s.data() + 8 * i)));
       }
     }
     return absl::OkStatus();
@@ -55,7 +61,8 @@ InProcessWorld::InProcessWorld(int size) : size_(size) {
     MutexLock l(&mu_);
     slots_.resize(size);
   }
-  for (int r = 0; r < size; ++r) comms_.push_back(std::make_unique<InProcessCommunicator>(this, r));
+  for (int r = 0; r < size; ++r)
+    comms_.push_back(std::make_unique<InProcessCommunicator>(this, r));
 }
 InProcessWorld::~InProcessWorld() = default;
 

@@ -2,9 +2,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/file.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -420,7 +420,8 @@ class PosixLock final : public FileLock {
   PosixLock(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
   ~PosixLock() override { ::close(fd_); }  // releases the lock
   absl::Status Downgrade() override {
-    if (::flock(fd_, LOCK_SH) != 0) return ErrnoToStatus(errno, absl::StrCat("flock ", path_));
+    if (::flock(fd_, LOCK_SH) != 0)
+      return ErrnoToStatus(errno, absl::StrCat("flock ", path_));
     return absl::OkStatus();
   }
 
@@ -430,11 +431,12 @@ class PosixLock final : public FileLock {
 };
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<FileLock>> PosixStorage::Lock(const std::string& path,
-                                                             LockMode mode, bool wait) {
+absl::StatusOr<std::unique_ptr<FileLock>> PosixStorage::Lock(
+    const std::string& path, LockMode mode, bool wait) {
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
-  int op = (mode == LockMode::kExclusive ? LOCK_EX : LOCK_SH) | (wait ? 0 : LOCK_NB);
+  int op =
+      (mode == LockMode::kExclusive ? LOCK_EX : LOCK_SH) | (wait ? 0 : LOCK_NB);
   int rc;
   do {
     rc = ::flock(fd, op);
@@ -443,7 +445,8 @@ absl::StatusOr<std::unique_ptr<FileLock>> PosixStorage::Lock(const std::string& 
     int err = errno;
     ::close(fd);
     if (err == EWOULDBLOCK) {
-      return absl::UnavailableError(absl::StrCat("flock ", path, ": held by another writer"));
+      return absl::UnavailableError(
+          absl::StrCat("flock ", path, ": held by another writer"));
     }
     return ErrnoToStatus(err, absl::StrCat("flock ", path));
   }

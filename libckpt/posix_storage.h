@@ -39,7 +39,8 @@ class PosixStorage final : public Storage {
   absl::Status RemoveAll(const std::string& path) override;
   // flock(2). On network file systems flock may be local to one node (NFS
   // without lock support, Lustre without -o flock): see spec §4.1.
-  absl::StatusOr<std::unique_ptr<FileLock>> Lock(const std::string& path, LockMode mode,
+  absl::StatusOr<std::unique_ptr<FileLock>> Lock(const std::string& path,
+                                                 LockMode mode,
                                                  bool wait) override;
 };
 

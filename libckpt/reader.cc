@@ -9,16 +9,16 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "ckpt/internal/checkpoint_dir.h"
-#include "ckpt/internal/read_plan.h"
-#include "ckpt/internal/shard_file.h"
-#include "ckpt/mutex.h"
 #include "ckpt/format/block_codec.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/internal/checkpoint_dir.h"
+#include "ckpt/internal/read_plan.h"
+#include "ckpt/internal/shard_file.h"
+#include "ckpt/internal/thread_pool.h"
+#include "ckpt/mutex.h"
 #include "device_upload.h"
 #include "staging_pool.h"
-#include "ckpt/internal/thread_pool.h"
 
 namespace ckpt {
 namespace {
@@ -230,9 +230,9 @@ absl::Status LoadRun::ReadGranule(Scratch& s, const OpenShard& shard,
   const char* p = stored;
   for (uint64_t b = b0; b < b1; ++b) {
     const uint64_t size = c.blocks[b].stored_size;
-    auto raw = internal::VerifyBlock(
-        e, c, b, absl::string_view(p, size), &s.decoder,
-        decode ? bytes + (b - b0) * bs : nullptr);
+    auto raw =
+        internal::VerifyBlock(e, c, b, absl::string_view(p, size), &s.decoder,
+                              decode ? bytes + (b - b0) * bs : nullptr);
     if (!raw.ok()) return Annotate(raw.status(), Where(shard, e, read, b));
     p += size;
   }
@@ -257,8 +257,7 @@ absl::Status LoadRun::CopyOut(const BlockRead& read, uint64_t lo, uint64_t hi,
     if (runs.empty()) return absl::OkStatus();
     const LoadRequest& r = reqs_[run_request];
     absl::Status st = uploader->Copy(
-        r.device,
-        internal::CoalesceRuns(runs, raw, static_cast<char*>(r.data)),
+        r.device, internal::CoalesceRuns(runs, raw, static_cast<char*>(r.data)),
         run_request, run_bytes);
     runs.clear();
     run_bytes = 0;
@@ -299,8 +298,8 @@ absl::Status LoadRun::CopyOut(const BlockRead& read, uint64_t lo, uint64_t hi,
 absl::Status LoadRun::CheckAllWritten() const {
   for (size_t i = 0; i < reqs_.size(); ++i) {
     if (remaining_[i] != 0) {
-      return absl::InternalError(absl::StrCat("entry '", reqs_[i].name, "': ",
-                                              remaining_[i].load(),
+      return absl::InternalError(absl::StrCat("entry '", reqs_[i].name,
+                                              "': ", remaining_[i].load(),
                                               " bytes were not loaded"));
     }
   }
@@ -449,43 +448,47 @@ absl::Status ReaderImpl::OpenShards(const std::vector<uint32_t>& ids,
   });
 }
 
-absl::Status ReaderImpl::CheckRequest(const LoadRequest& r, const LoadOptions& o,
+absl::Status ReaderImpl::CheckRequest(const LoadRequest& r,
+                                      const LoadOptions& o,
                                       const EntryRecord** out) {
   const EntryRecord* e = Find(r.name);
   if (e == nullptr) return internal::EntryNotInCheckpoint(r.name, dir_);
   if (o.filter && !o.filter(r.name)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("entry '", r.name, "' is requested but excluded by the filter"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "entry '", r.name, "' is requested but excluded by the filter"));
   }
   *out = e;
   if (r.object != nullptr) {
     if (e->kind != format::EntryKind::kObject) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("entry '", r.name, "' is a tensor, requested as an object"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "entry '", r.name, "' is a tensor, requested as an object"));
     }
     return absl::OkStatus();
   }
   if (e->kind != format::EntryKind::kTensor) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("entry '", r.name, "' is an object, requested as a tensor"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "entry '", r.name, "' is an object, requested as a tensor"));
   }
   if (e->dtype != r.dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(r.name, ": dtype ", DTypeName(e->dtype),
-                                                   " in checkpoint, ", DTypeName(r.dtype),
-                                                   " requested"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(r.name, ": dtype ", DTypeName(e->dtype),
+                     " in checkpoint, ", DTypeName(r.dtype), " requested"));
   }
   if (e->shape != r.shape) {
-    return absl::InvalidArgumentError(absl::StrCat(r.name, ": global shape ",
-                                                   ShapeToString(e->shape), " in checkpoint, ",
-                                                   ShapeToString(r.shape), " requested"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(r.name, ": global shape ", ShapeToString(e->shape),
+                     " in checkpoint, ", ShapeToString(r.shape), " requested"));
   }
   CKPT_RETURN_IF_ERROR(Annotate(ValidateRegion(r.region, r.shape), r.name));
   if (r.data == nullptr && RegionElements(r.region) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(r.name, ": destination is null"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(r.name, ": destination is null"));
   }
   if (r.memory == MemoryKind::kCuda && options_.device_memory == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        r.name, ": destination is CUDA memory but ReaderOptions::device_memory is not set"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(r.name,
+                     ": destination is CUDA memory but "
+                     "ReaderOptions::device_memory is not set"));
   }
   return absl::OkStatus();
 }
@@ -540,7 +543,9 @@ absl::StatusOr<Prepared> ReaderImpl::Prepare(
 // some shard index; this opens every shard (only when there is such an
 // entry). DataLoss naming the checkpoint and the entry.
 absl::Status ReaderImpl::CheckChunkless(const Prepared& p, int threads) {
-  auto no_chunks = [&](uint32_t e) { return manifest_.entries[e].chunks.empty(); };
+  auto no_chunks = [&](uint32_t e) {
+    return manifest_.entries[e].chunks.empty();
+  };
   if (std::none_of(p.entry.begin(), p.entry.end(), no_chunks)) {
     return absl::OkStatus();
   }
@@ -551,9 +556,9 @@ absl::Status ReaderImpl::CheckChunkless(const Prepared& p, int threads) {
   for (uint32_t id : all) indexes.push_back(&(*GetShard(id))->file.index);
   for (uint32_t e : internal::UnindexedChunklessEntries(manifest_, indexes)) {
     if (std::find(p.entry.begin(), p.entry.end(), e) == p.entry.end()) continue;
-    return Annotate(internal::ChunklessEntryNotIndexed(),
-                    internal::LocationText(dir_, manifest_.entries[e].name, -1,
-                                           "", -1));
+    return Annotate(
+        internal::ChunklessEntryNotIndexed(),
+        internal::LocationText(dir_, manifest_.entries[e].name, -1, "", -1));
   }
   return absl::OkStatus();
 }
@@ -606,9 +611,9 @@ absl::StatusOr<internal::StagingPool*> ReaderImpl::UploadPool() {
     // Two buffers per I/O thread; 64 threads' worth at most, allocated only
     // as threads need them.
     const uint64_t buffer = std::max(kGranuleBytes, format::kDefaultBlockSize);
-    CKPT_ASSIGN_OR_RETURN(pool_, internal::StagingPool::Create(
-                                     options_.device_memory, buffer,
-                                     128 * buffer));
+    CKPT_ASSIGN_OR_RETURN(
+        pool_, internal::StagingPool::Create(options_.device_memory, buffer,
+                                             128 * buffer));
   }
   return pool_.get();
 }
@@ -618,10 +623,9 @@ absl::StatusOr<LoadReport> ReaderImpl::Load(
   LoadReport report;
   CKPT_ASSIGN_OR_RETURN(Prepared p, Prepare(requests, options, &report));
   const int threads = std::max(
-      1, internal::EffectiveIoThreads(options.io_threads > 0
-                                          ? options.io_threads
-                                          : options_.io_threads,
-                                      options_.direct_io));
+      1, internal::EffectiveIoThreads(
+             options.io_threads > 0 ? options.io_threads : options_.io_threads,
+             options_.direct_io));
   CKPT_ASSIGN_OR_RETURN(internal::ReadPlan plan, Plan(p, threads));
   internal::StagingPool* pool = nullptr;
   if (std::any_of(p.reqs.begin(), p.reqs.end(), [](const LoadRequest& r) {
@@ -651,9 +655,8 @@ absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(
                         internal::ResolveCheckpointDir(storage, path));
   CKPT_ASSIGN_OR_RETURN(format::Manifest m,
                         internal::ReadManifest(storage, dir));
-  CKPT_RETURN_IF_ERROR(
-      Annotate(format::ValidateCoverage(m),
-               JoinPath(dir, format::kManifestFileName)));
+  CKPT_RETURN_IF_ERROR(Annotate(format::ValidateCoverage(m),
+                                JoinPath(dir, format::kManifestFileName)));
   return std::unique_ptr<Reader>(
       new ReaderImpl(storage, std::move(dir), std::move(m), options));
 }

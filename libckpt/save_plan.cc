@@ -1,10 +1,10 @@
 #include "save_plan.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cstring>
 #include <numeric>
-
-#include <xxhash.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -136,7 +136,8 @@ absl::StatusOr<LocalPlan> DecodeLocalPlan(absl::string_view bytes) {
   plan.reserve(std::min<uint64_t>(n, bytes.size() / 4));
   for (uint64_t i = 0; i < n; ++i) {
     LocalItem it;
-    CKPT_ASSIGN_OR_RETURN(auto name, r.ReadString("name", format::kMaxNameLength));
+    CKPT_ASSIGN_OR_RETURN(auto name,
+                          r.ReadString("name", format::kMaxNameLength));
     it.name = std::string(name);
     CKPT_ASSIGN_OR_RETURN(uint8_t kind, r.Read8("kind"));
     it.kind = static_cast<format::EntryKind>(kind);
@@ -145,7 +146,8 @@ absl::StatusOr<LocalPlan> DecodeLocalPlan(absl::string_view bytes) {
     CKPT_ASSIGN_OR_RETURN(uint8_t flags, r.Read8("flags"));
     it.replica = flags & 1;
     it.partial = flags & 2;
-    CKPT_ASSIGN_OR_RETURN(uint64_t ndim, r.ReadVarintAtMost("ndim", format::kMaxDims));
+    CKPT_ASSIGN_OR_RETURN(uint64_t ndim,
+                          r.ReadVarintAtMost("ndim", format::kMaxDims));
     it.shape.resize(ndim);
     for (auto& d : it.shape) {
       CKPT_ASSIGN_OR_RETURN(d, r.ReadVarint("dim"));
@@ -244,7 +246,8 @@ std::vector<absl::string_view> GroupByName(const std::vector<LocalPlan>& ranks,
 
 // InvalidArgument naming the entry and both ranks where a piece's kind,
 // dtype, global shape (tensors) or partial flag differs from refs[0]'s.
-absl::Status CheckRanksAgree(absl::string_view name, const std::vector<Ref>& refs) {
+absl::Status CheckRanksAgree(absl::string_view name,
+                             const std::vector<Ref>& refs) {
   const LocalItem& first = *refs[0].item;
   auto kind = [](const LocalItem& i) {
     return i.kind == format::EntryKind::kObject ? "object" : "tensor";
@@ -252,17 +255,19 @@ absl::Status CheckRanksAgree(absl::string_view name, const std::vector<Ref>& ref
   auto flag = [](bool b) { return b ? "true" : "false"; };
   for (const Ref& ref : refs) {
     const LocalItem& it = *ref.item;
-    auto mismatch = [&](absl::string_view what, absl::string_view a, absl::string_view b) {
+    auto mismatch = [&](absl::string_view what, absl::string_view a,
+                        absl::string_view b) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "entry '", name, "': ", what, " differs between ranks: rank ", refs[0].rank,
-          " has ", a, ", rank ", ref.rank, " has ", b));
+          "entry '", name, "': ", what, " differs between ranks: rank ",
+          refs[0].rank, " has ", a, ", rank ", ref.rank, " has ", b));
     };
     if (it.kind != first.kind) return mismatch("kind", kind(first), kind(it));
     if (it.dtype != first.dtype) {
       return mismatch("dtype", DTypeName(first.dtype), DTypeName(it.dtype));
     }
     if (it.kind == format::EntryKind::kTensor && it.shape != first.shape) {
-      return mismatch("global shape", ShapeToString(first.shape), ShapeToString(it.shape));
+      return mismatch("global shape", ShapeToString(first.shape),
+                      ShapeToString(it.shape));
     }
     if (it.partial != first.partial) {
       return mismatch("partial flag", flag(first.partial), flag(it.partial));
@@ -279,7 +284,8 @@ absl::Status PlanObject(absl::string_view name, const std::vector<Ref>& refs,
     for (const Ref& ref : refs) rs.push_back(ref.rank);
     return absl::InvalidArgumentError(absl::StrCat(
         "object '", name, "' is registered on ranks ", absl::StrJoin(rs, ", "),
-        "; an object is saved by exactly one rank (give each rank its own name)"));
+        "; an object is saved by exactly one rank (give each rank its own "
+        "name)"));
   }
   uniques->push_back(Unique{refs[0].item->shape[0], {refs[0]}});
   return absl::OkStatus();
@@ -295,7 +301,8 @@ void DropEmptyPieces(std::vector<Ref>* refs) {
   }
   if (nonempty.empty()) {
     nonempty.push_back(*std::min_element(
-        refs->begin(), refs->end(), [](const Ref& a, const Ref& b) { return a.rank < b.rank; }));
+        refs->begin(), refs->end(),
+        [](const Ref& a, const Ref& b) { return a.rank < b.rank; }));
   }
   refs->swap(nonempty);
 }
@@ -307,7 +314,8 @@ using Groups = std::vector<std::pair<size_t, size_t>>;  // [begin, end) in refs
 // to be really identical (SortByRegion falls back to ordering the regions
 // themselves on a collision). InvalidArgument if two ranks hold one region
 // and more than one of them is not marked as a replica.
-absl::StatusOr<Groups> GroupIdenticalRegions(absl::string_view name, std::vector<Ref>* refs) {
+absl::StatusOr<Groups> GroupIdenticalRegions(absl::string_view name,
+                                             std::vector<Ref>* refs) {
   SortByRegion(refs);
   const std::vector<Ref>& v = *refs;
   Groups groups;
@@ -323,8 +331,9 @@ absl::StatusOr<Groups> GroupIdenticalRegions(absl::string_view name, std::vector
     }
     if (owners.size() > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "entry '", name, "': ranks ", absl::StrJoin(owners, ", "), " all hold ",
-          RegionToString(v[i].item->region), " and none of them is marked as a replica"));
+          "entry '", name, "': ranks ", absl::StrJoin(owners, ", "),
+          " all hold ", RegionToString(v[i].item->region),
+          " and none of them is marked as a replica"));
     }
     groups.emplace_back(i, j);
     i = j;
@@ -334,7 +343,8 @@ absl::StatusOr<Groups> GroupIdenticalRegions(absl::string_view name, std::vector
 
 // CheckCover over one region per group; the error names the rank of each
 // chunk where there are few enough to list.
-absl::Status CheckTensorCover(absl::string_view name, const std::vector<Ref>& refs,
+absl::Status CheckTensorCover(absl::string_view name,
+                              const std::vector<Ref>& refs,
                               const Groups& groups) {
   const LocalItem& first = *refs[0].item;
   std::vector<Region> regions;
@@ -346,8 +356,9 @@ absl::Status CheckTensorCover(absl::string_view name, const std::vector<Ref>& re
   if (groups.size() <= 16) {
     std::vector<std::string> parts;
     for (size_t g = 0; g < groups.size(); ++g) {
-      parts.push_back(absl::StrCat("chunk ", g, " = ", RegionToString(regions[g]),
-                                   " on rank ", refs[groups[g].first].rank));
+      parts.push_back(absl::StrCat("chunk ", g, " = ",
+                                   RegionToString(regions[g]), " on rank ",
+                                   refs[groups[g].first].rank));
     }
     ranks_note = absl::StrCat(" (", absl::StrJoin(parts, "; "), ")");
   }
@@ -375,8 +386,8 @@ absl::Status PlanTensor(absl::string_view name, std::vector<Ref> refs,
 // Chooses the writer of every chunk. Chunks with one holder are fixed; the
 // rest go, largest first, to the holder with the fewest bytes so far (ties:
 // lowest rank). Returns writes[r], sorted.
-std::vector<std::vector<uint32_t>> AssignWriters(const std::vector<Unique>& uniques,
-                                                 size_t world) {
+std::vector<std::vector<uint32_t>> AssignWriters(
+    const std::vector<Unique>& uniques, size_t world) {
   std::vector<std::vector<uint32_t>> writes(world);
   std::vector<uint64_t> load(world, 0);
   std::vector<size_t> flexible;

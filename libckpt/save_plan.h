@@ -10,9 +10,9 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-#include "ckpt/types.h"
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/records.h"
+#include "ckpt/types.h"
 
 namespace ckpt::internal {
 

@@ -5,12 +5,12 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "ckpt/mutex.h"
 #include "ckpt/format/block_codec.h"
 #include "ckpt/format/checksum.h"
 #include "ckpt/format/shard.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/internal/thread_pool.h"
+#include "ckpt/mutex.h"
 
 namespace ckpt::internal {
 namespace {
@@ -37,16 +37,17 @@ struct ThreadScratch {
 };
 
 absl::Status StageIfDevice(const WriteItem& w, uint64_t offset, uint64_t n,
-                           DeviceMemory* dm, ThreadScratch* s, const char** out) {
+                           DeviceMemory* dm, ThreadScratch* s,
+                           const char** out) {
   if (w.staged != nullptr) {
     CKPT_ASSIGN_OR_RETURN(*out, w.staged->Acquire(offset, n));
     return absl::OkStatus();
   }
   if (w.source != nullptr) {
     if (s->stage.size() < n) s->stage.resize(n);
-    CKPT_RETURN_IF_ERROR(Annotate((*w.source)(offset, s->stage.data(), n),
-                                  absl::StrCat("entry '", w.item->name, "': source at byte ",
-                                               offset)));
+    CKPT_RETURN_IF_ERROR(Annotate(
+        (*w.source)(offset, s->stage.data(), n),
+        absl::StrCat("entry '", w.item->name, "': source at byte ", offset)));
     *out = s->stage.data();
     return absl::OkStatus();
   }
@@ -56,9 +57,10 @@ absl::Status StageIfDevice(const WriteItem& w, uint64_t offset, uint64_t n,
     return absl::OkStatus();
   }
   if (dm == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "entry '", w.item->name,
-        "' lives in CUDA memory but Writer::Options::device_memory is not set"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("entry '", w.item->name,
+                     "' lives in CUDA memory but "
+                     "Writer::Options::device_memory is not set"));
   }
   if (s->stage.size() < n) s->stage.resize(n);
   CKPT_RETURN_IF_ERROR(dm->CopyToHost(s->stage.data(), src, n, w.device));
@@ -81,7 +83,8 @@ absl::Status StopStagingOnError(const WriteItem& w, absl::Status status) {
 
 // The chunk records of `items` in order, with block tables sized but not
 // yet filled, and no offsets.
-std::vector<ChunkPlan> PlanChunks(const std::vector<WriteItem>& items, uint32_t shard_id,
+std::vector<ChunkPlan> PlanChunks(const std::vector<WriteItem>& items,
+                                  uint32_t shard_id,
                                   const SaveOptions& options) {
   std::vector<ChunkPlan> chunks;
   chunks.reserve(items.size());
@@ -104,7 +107,8 @@ std::vector<ChunkPlan> PlanChunks(const std::vector<WriteItem>& items, uint32_t 
 class PayloadWriter {
  public:
   // `file` and `device_memory` (may be null) must outlive the writer.
-  PayloadWriter(File* file, const SaveOptions& options, DeviceMemory* device_memory)
+  PayloadWriter(File* file, const SaveOptions& options,
+                DeviceMemory* device_memory)
       : file_(file),
         options_(options),
         device_memory_(device_memory),
@@ -114,11 +118,13 @@ class PayloadWriter {
   // Codec none: the layout is known up front, payload offsets follow chunk
   // order from `begin`; tasks of at most kTaskBytes run in parallel.
   // Returns the end of the last payload.
-  absl::StatusOr<uint64_t> WriteRaw(std::vector<ChunkPlan>* chunks, uint64_t begin);
+  absl::StatusOr<uint64_t> WriteRaw(std::vector<ChunkPlan>* chunks,
+                                    uint64_t begin);
   // zstd: stored sizes are known only after compression, so each chunk is
   // compressed whole, then given the next aligned offset. Returns the end
   // of the last payload.
-  absl::StatusOr<uint64_t> WriteCompressed(std::vector<ChunkPlan>* chunks, uint64_t begin);
+  absl::StatusOr<uint64_t> WriteCompressed(std::vector<ChunkPlan>* chunks,
+                                           uint64_t begin);
 
  private:
   struct Task {
@@ -164,9 +170,10 @@ absl::StatusOr<uint64_t> PayloadWriter::WriteRaw(std::vector<ChunkPlan>* chunks,
       tasks.push_back(Task{&c, b, std::min(c.raw_bytes, b + step)});
     }
   }
-  CKPT_RETURN_IF_ERROR(ParallelFor(threads_, tasks.size(), [&](int t, size_t i) {
-    return StopStagingOnError(*tasks[i].c->w, WriteRawTask(t, tasks[i]));
-  }));
+  CKPT_RETURN_IF_ERROR(
+      ParallelFor(threads_, tasks.size(), [&](int t, size_t i) {
+        return StopStagingOnError(*tasks[i].c->w, WriteRawTask(t, tasks[i]));
+      }));
   return end;
 }
 
@@ -177,39 +184,49 @@ absl::Status PayloadWriter::WriteRawTask(int thread, const Task& task) {
   for (uint64_t off = task.begin; off < task.end; off += granule) {
     uint64_t n = std::min(granule, task.end - off);
     const char* src;
-    CKPT_RETURN_IF_ERROR(StageIfDevice(*c.w, off, n, device_memory_, &scratch_[thread], &src));
+    CKPT_RETURN_IF_ERROR(
+        StageIfDevice(*c.w, off, n, device_memory_, &scratch_[thread], &src));
     for (uint64_t b = 0; b < n; b += bs) {
       uint64_t len = std::min(bs, n - b);
-      c.rec.blocks[(off + b) / bs] = BlockRecord{len, format::Checksum(src + b, len)};
+      c.rec.blocks[(off + b) / bs] =
+          BlockRecord{len, format::Checksum(src + b, len)};
     }
-    CKPT_RETURN_IF_ERROR(Write(c.rec.data_offset + off, absl::string_view(src, n)));
+    CKPT_RETURN_IF_ERROR(
+        Write(c.rec.data_offset + off, absl::string_view(src, n)));
     DoneWith(*c.w, off, n);
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> PayloadWriter::WriteCompressed(std::vector<ChunkPlan>* chunks,
-                                                        uint64_t begin) {
+absl::StatusOr<uint64_t> PayloadWriter::WriteCompressed(
+    std::vector<ChunkPlan>* chunks, uint64_t begin) {
   uint64_t end = begin;
-  CKPT_RETURN_IF_ERROR(ParallelFor(threads_, chunks->size(), [&](int t, size_t i) {
-    return StopStagingOnError(*(*chunks)[i].w, WriteCompressedChunk(t, &(*chunks)[i], &end));
-  }));
+  CKPT_RETURN_IF_ERROR(
+      ParallelFor(threads_, chunks->size(), [&](int t, size_t i) {
+        return StopStagingOnError(*(*chunks)[i].w,
+                                  WriteCompressedChunk(t, &(*chunks)[i], &end));
+      }));
   return end;
 }
 
-absl::Status PayloadWriter::WriteCompressedChunk(int thread, ChunkPlan* c, uint64_t* end) {
+absl::Status PayloadWriter::WriteCompressedChunk(int thread, ChunkPlan* c,
+                                                 uint64_t* end) {
   const uint64_t bs = options_.block_size;
   ThreadScratch& s = scratch_[thread];
-  if (!s.encoder) s.encoder = std::make_unique<format::BlockEncoder>(options_.zstd_level);
+  if (!s.encoder)
+    s.encoder = std::make_unique<format::BlockEncoder>(options_.zstd_level);
   std::string payload;
   std::string block;
   for (uint64_t off = 0; off < c->raw_bytes; off += bs) {
     uint64_t n = std::min(bs, c->raw_bytes - off);
     const char* src;
-    CKPT_RETURN_IF_ERROR(StageIfDevice(*c->w, off, n, device_memory_, &s, &src));
-    CKPT_RETURN_IF_ERROR(s.encoder->EncodeZstd(absl::string_view(src, n), &block));
+    CKPT_RETURN_IF_ERROR(
+        StageIfDevice(*c->w, off, n, device_memory_, &s, &src));
+    CKPT_RETURN_IF_ERROR(
+        s.encoder->EncodeZstd(absl::string_view(src, n), &block));
     DoneWith(*c->w, off, n);
-    c->rec.blocks[off / bs] = BlockRecord{block.size(), format::Checksum(block)};
+    c->rec.blocks[off / bs] =
+        BlockRecord{block.size(), format::Checksum(block)};
     payload += block;
   }
   c->rec.stored_length = payload.size();
@@ -225,7 +242,8 @@ absl::Status PayloadWriter::WriteCompressedChunk(int thread, ChunkPlan* c, uint6
 
 // Writes index and tail after the payloads (which end at `end`), then
 // fsyncs and closes `file`. Returns the shard's index and sizes.
-absl::StatusOr<ShardWriteResult> FinishShard(File* file, std::vector<ChunkPlan> chunks,
+absl::StatusOr<ShardWriteResult> FinishShard(File* file,
+                                             std::vector<ChunkPlan> chunks,
                                              const format::CheckpointInfo& info,
                                              const format::Metadata& metadata,
                                              uint64_t end) {
@@ -263,10 +281,10 @@ uint64_t StagingSegmentBytes(const SaveOptions& options) {
 }
 
 absl::StatusOr<ShardWriteResult> WriteShardFile(
-    Storage* storage, const std::string& path, const format::ShardHeader& header,
-    const format::CheckpointInfo& info, const format::Metadata& metadata,
-    const std::vector<WriteItem>& items, const SaveOptions& options,
-    DeviceMemory* device_memory) {
+    Storage* storage, const std::string& path,
+    const format::ShardHeader& header, const format::CheckpointInfo& info,
+    const format::Metadata& metadata, const std::vector<WriteItem>& items,
+    const SaveOptions& options, DeviceMemory* device_memory) {
   OpenOptions oo;
   oo.direct = options.direct_io;
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> file,
@@ -274,10 +292,11 @@ absl::StatusOr<ShardWriteResult> WriteShardFile(
   CKPT_RETURN_IF_ERROR(file->PWrite(0, format::EncodeShardHeader(header)));
   std::vector<ChunkPlan> chunks = PlanChunks(items, header.shard_id, options);
   PayloadWriter payloads(file.get(), options, device_memory);
-  CKPT_ASSIGN_OR_RETURN(uint64_t end,
-                        options.codec == Codec::kNone
-                            ? payloads.WriteRaw(&chunks, format::kShardHeaderSize)
-                            : payloads.WriteCompressed(&chunks, format::kShardHeaderSize));
+  CKPT_ASSIGN_OR_RETURN(
+      uint64_t end,
+      options.codec == Codec::kNone
+          ? payloads.WriteRaw(&chunks, format::kShardHeaderSize)
+          : payloads.WriteCompressed(&chunks, format::kShardHeaderSize));
   return FinishShard(file.get(), std::move(chunks), info, metadata, end);
 }
 

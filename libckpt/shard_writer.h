@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/format/records.h"
 #include "ckpt/storage.h"
 #include "ckpt/types.h"
 #include "ckpt/writer.h"
-#include "ckpt/format/records.h"
 #include "save_plan.h"
 #include "stager.h"
 
@@ -21,7 +21,8 @@ struct WriteItem {
   const void* data;       // region-sized bytes
   MemoryKind memory = MemoryKind::kHost;
   int device = 0;
-  const TensorSource* source = nullptr;  // if set, bytes come from here, not `data`
+  const TensorSource* source =
+      nullptr;  // if set, bytes come from here, not `data`
   // If set, the bytes were staged by a Stager (libckpt/stager.h) and come
   // from here, not from `data` or `source`.
   StagedBytes* staged = nullptr;
@@ -47,10 +48,10 @@ struct ShardWriteResult {
 // unmodified until it returns. On error the partial file is left for the
 // caller to remove with its directory.
 absl::StatusOr<ShardWriteResult> WriteShardFile(
-    Storage* storage, const std::string& path, const format::ShardHeader& header,
-    const format::CheckpointInfo& info, const format::Metadata& metadata,
-    const std::vector<WriteItem>& items, const SaveOptions& options,
-    DeviceMemory* device_memory);
+    Storage* storage, const std::string& path,
+    const format::ShardHeader& header, const format::CheckpointInfo& info,
+    const format::Metadata& metadata, const std::vector<WriteItem>& items,
+    const SaveOptions& options, DeviceMemory* device_memory);
 
 }  // namespace ckpt::internal
 

@@ -28,7 +28,9 @@ void StagedBytes::Release(uint64_t offset, uint64_t n) {
   stager_->ReleaseBytes(index_, offset, n);
 }
 
-void StagedBytes::Abort(absl::Status status) { stager_->Fail(std::move(status)); }
+void StagedBytes::Abort(absl::Status status) {
+  stager_->Fail(std::move(status));
+}
 
 Stager::Stager(StagingPool* pool, DeviceMemory* dm, DeviceEvent* after,
                uint64_t segment_bytes, int max_buffers)
@@ -71,7 +73,8 @@ absl::StatusOr<Stager::Buffer*> Stager::NextBuffer() {
   const auto t0 = std::chrono::steady_clock::now();
   {
     MutexLock l(&mu_);
-    while (!finished_ && status_.ok() && held_ >= max_buffers_) changed_.Wait(&mu_);
+    while (!finished_ && status_.ok() && held_ >= max_buffers_)
+      changed_.Wait(&mu_);
     if (finished_) return absl::CancelledError("staging stopped");
     if (!status_.ok()) return status_;
     ++held_;  // reserved before the pool is asked, so the limit holds
@@ -81,7 +84,8 @@ absl::StatusOr<Stager::Buffer*> Stager::NextBuffer() {
   stall_seconds_ += Since(t0);
   if (!lease.ok() || finished_) {
     if (!finished_) --held_;
-    return lease.ok() ? absl::CancelledError("staging stopped") : lease.status();
+    return lease.ok() ? absl::CancelledError("staging stopped")
+                      : lease.status();
   }
   peak_held_ = std::max(peak_held_, held_);
   buffers_.emplace_back();
@@ -113,14 +117,15 @@ absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset) {
     if (n == 0) break;
     char* dst = b->data + cursor;
     if (in.source != nullptr) {
-      CKPT_RETURN_IF_ERROR(Annotate((*in.source)(*offset, dst, n),
-                                    absl::StrCat("entry '", in.name,
-                                                 "': source at byte ", *offset)));
+      CKPT_RETURN_IF_ERROR(Annotate(
+          (*in.source)(*offset, dst, n),
+          absl::StrCat("entry '", in.name, "': source at byte ", *offset)));
     } else if (in.memory == MemoryKind::kHost) {
       std::memcpy(dst, static_cast<const char*>(in.data) + *offset, n);
     } else {
-      auto it = std::find_if(copies.begin(), copies.end(),
-                             [&](const auto& c) { return c.first == in.device; });
+      auto it = std::find_if(copies.begin(), copies.end(), [&](const auto& c) {
+        return c.first == in.device;
+      });
       if (it == copies.end()) it = copies.insert(copies.end(), {in.device, {}});
       DeviceCopy c;
       c.dst = dst;
@@ -162,7 +167,8 @@ absl::StatusOr<DeviceStream*> Stager::StreamFor(int device) {
     return absl::FailedPreconditionError(
         "a tensor lives in device memory but no DeviceMemory is set");
   }
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStream> s, dm_->CreateStream(device));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStream> s,
+                        dm_->CreateStream(device));
   if (after_ != nullptr) CKPT_RETURN_IF_ERROR(s->WaitEvent(*after_));
   streams_.emplace_back(device, std::move(s));
   return streams_.back().second.get();
@@ -179,7 +185,8 @@ absl::Status Stager::Run() {
   // buffer is written by the device once it may be handed out again.
   for (const auto& e : pending_) {
     absl::Status s = e->Wait();
-    if (status.ok() && !s.ok()) status = Annotate(s, "device-to-host staging copy");
+    if (status.ok() && !s.ok())
+      status = Annotate(s, "device-to-host staging copy");
   }
   pending_.clear();
   if (!status.ok()) Fail(status);

@@ -119,9 +119,9 @@ absl::StatusOr<StagingPool::Lease> StagingPool::Acquire() {
 void StagingPool::Return(int index) {
   {
     MutexLock l(&mu_);
-    CheckOrDie(index >= 0 && index < static_cast<int>(buffers_.size()) &&
-                   leased_ > 0,
-               "returned a buffer that is not leased");
+    CheckOrDie(
+        index >= 0 && index < static_cast<int>(buffers_.size()) && leased_ > 0,
+        "returned a buffer that is not leased");
     free_.push_back(index);
     --leased_;
   }

@@ -30,9 +30,10 @@ absl::Status Storage::WriteFileAndSync(const std::string& path,
   return file->Close();
 }
 
-absl::StatusOr<std::unique_ptr<FileLock>> Storage::Lock(const std::string& path, LockMode,
-                                                         bool) {
-  return absl::UnimplementedError(absl::StrCat("lock ", path, ": this storage has no locks"));
+absl::StatusOr<std::unique_ptr<FileLock>> Storage::Lock(const std::string& path,
+                                                        LockMode, bool) {
+  return absl::UnimplementedError(
+      absl::StrCat("lock ", path, ": this storage has no locks"));
 }
 
 Storage* DefaultStorage() {

@@ -13,14 +13,15 @@ namespace {
 // Decoders of this file see bytes from another rank of the same job: any
 // flaw is a bug, not corruption on disk.
 absl::Status WireError(absl::string_view message, const absl::Status& s) {
-  return absl::InternalError(absl::StrCat("malformed ", message, " from another rank: ",
-                                          s.message()));
+  return absl::InternalError(
+      absl::StrCat("malformed ", message, " from another rank: ", s.message()));
 }
 
 absl::Status ExpectEnd(absl::string_view message, const format::ByteReader& r) {
   if (r.empty()) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("malformed ", message, " from another rank: ",
-                                          r.remaining(), " trailing bytes"));
+  return absl::InternalError(absl::StrCat("malformed ", message,
+                                          " from another rank: ", r.remaining(),
+                                          " trailing bytes"));
 }
 
 template <size_t N>
@@ -51,7 +52,8 @@ std::string EncodeStatusOr(const absl::StatusOr<std::string>& s) {
 }
 
 absl::StatusOr<std::string> DecodeStatusOr(absl::string_view bytes) {
-  if (bytes.empty()) return absl::InternalError("empty message from another rank");
+  if (bytes.empty())
+    return absl::InternalError("empty message from another rank");
   uint8_t code = static_cast<uint8_t>(bytes[0]);
   if (code == 0) return std::string(bytes.substr(1));
   return absl::Status(static_cast<absl::StatusCode>(code), bytes.substr(1));
@@ -92,7 +94,8 @@ absl::StatusOr<SavePrep> DecodeSavePrep(absl::string_view bytes) {
     CKPT_RETURN_IF_ERROR(ReadArray(&r, "fingerprint", &prep.fingerprint));
     CKPT_ASSIGN_OR_RETURN(uint64_t ns, r.Read64("creation time"));
     prep.created_unix_ns = static_cast<int64_t>(ns);
-    CKPT_ASSIGN_OR_RETURN(absl::string_view tmp, r.ReadString("directory", bytes.size()));
+    CKPT_ASSIGN_OR_RETURN(absl::string_view tmp,
+                          r.ReadString("directory", bytes.size()));
     prep.tmp_dir = std::string(tmp);
     return absl::OkStatus();
   }();
@@ -117,7 +120,8 @@ absl::StatusOr<ShardReport> DecodeShardReport(absl::string_view bytes) {
   format::internal::RawSection section;
   section.tag = format::kSectionEntries;
   section.body = bytes.substr(bytes.size() - r.remaining());
-  auto entries = format::internal::DecodeEntries(section, /*with_blocks=*/false);
+  auto entries =
+      format::internal::DecodeEntries(section, /*with_blocks=*/false);
   if (!entries.ok()) return WireError("shard report", entries.status());
   report.entries = std::move(*entries);
   return report;

@@ -1,13 +1,14 @@
 #include "ckpt/writer.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <chrono>
-
-#include <xxhash.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "async_save.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/format/names.h"
@@ -17,9 +18,8 @@
 #include "commit.h"
 #include "save_plan.h"
 #include "shard_writer.h"
-#include "wire.h"
-#include "async_save.h"
 #include "staging_pool.h"
+#include "wire.h"
 
 namespace ckpt {
 namespace {
@@ -28,22 +28,25 @@ using internal::LocalItem;
 using internal::LocalPlan;
 
 double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since)
+      .count();
 }
 
 absl::Status ValidateOptions(const SaveOptions& o) {
   auto pow2 = [](uint64_t x) { return x != 0 && (x & (x - 1)) == 0; };
   if (!pow2(o.block_size) || o.block_size < format::kMinBlockSize ||
       o.block_size > format::kMaxBlockSize) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "block_size ", o.block_size, " must be a power of two in [4096, 2^30]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_size ", o.block_size,
+                     " must be a power of two in [4096, 2^30]"));
   }
   if (!pow2(o.alignment) || o.alignment > format::kMaxAlignment) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("alignment ", o.alignment, " must be a power of two <= 2^30"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "alignment ", o.alignment, " must be a power of two <= 2^30"));
   }
   if (o.io_threads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("io_threads ", o.io_threads, " must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("io_threads ", o.io_threads, " must be >= 1"));
   }
   if (o.codec != format::Codec::kNone && o.codec != format::Codec::kZstd) {
     return absl::InvalidArgumentError("unknown codec");
@@ -51,8 +54,8 @@ absl::Status ValidateOptions(const SaveOptions& o) {
   for (const auto& [k, v] : o.metadata) {
     CKPT_RETURN_IF_ERROR(format::ValidateMetadataKey(k));
     if (v.size() > format::kMaxMetadataValueLength) {
-      return absl::InvalidArgumentError(absl::StrCat("metadata '", k, "': value of ", v.size(),
-                                                     " bytes exceeds 1 MiB"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "metadata '", k, "': value of ", v.size(), " bytes exceeds 1 MiB"));
     }
   }
   return absl::OkStatus();
@@ -61,29 +64,36 @@ absl::Status ValidateOptions(const SaveOptions& o) {
 class WriterImpl final : public Writer {
  public:
   explicit WriterImpl(const Options& o)
-      : comm_(o.comm ? o.comm : &single_), storage_(o.storage ? o.storage : DefaultStorage()),
-        device_memory_(o.device_memory), options_(o) {}
+      : comm_(o.comm ? o.comm : &single_),
+        storage_(o.storage ? o.storage : DefaultStorage()),
+        device_memory_(o.device_memory),
+        options_(o) {}
   // A save in flight is waited for (its commit included).
   ~WriterImpl() override {
     if (in_flight_ != nullptr) (void)in_flight_->Wait();
   }
 
-  absl::Status AddTensor(const std::string& name, DType dtype, const Shape& shape,
-                         const Region& local, const void* data,
+  absl::Status AddTensor(const std::string& name, DType dtype,
+                         const Shape& shape, const Region& local,
+                         const void* data,
                          const TensorOptions& options) override {
     CKPT_RETURN_IF_ERROR(format::ValidateEntryName(name));
     CKPT_RETURN_IF_ERROR(Annotate(ValidateShape(shape, DTypeSize(dtype)),
                                   absl::StrCat("entry '", name, "'")));
-    CKPT_RETURN_IF_ERROR(Annotate(ValidateRegion(local, shape), absl::StrCat("entry '", name, "'")));
+    CKPT_RETURN_IF_ERROR(Annotate(ValidateRegion(local, shape),
+                                  absl::StrCat("entry '", name, "'")));
     if (data == nullptr && RegionElements(local) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("entry '", name, "': data is null"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("entry '", name, "': data is null"));
     }
     if (options.memory == MemoryKind::kCuda && device_memory_ == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "entry '", name, "' is in CUDA memory but Writer::Options::device_memory is not set"));
+          "entry '", name,
+          "' is in CUDA memory but Writer::Options::device_memory is not set"));
     }
     if (index_.contains(name)) {
-      return absl::AlreadyExistsError(absl::StrCat("entry '", name, "' is already registered"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("entry '", name, "' is already registered"));
     }
     Registered r;
     r.item.name = name;
@@ -101,11 +111,13 @@ class WriterImpl final : public Writer {
     return absl::OkStatus();
   }
 
-  absl::Status AddTensorSource(const std::string& name, DType dtype, const Shape& shape,
-                               const Region& local, TensorSource source,
+  absl::Status AddTensorSource(const std::string& name, DType dtype,
+                               const Shape& shape, const Region& local,
+                               TensorSource source,
                                const TensorOptions& options) override {
     if (!source) {
-      return absl::InvalidArgumentError(absl::StrCat("entry '", name, "': source is empty"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("entry '", name, "': source is empty"));
     }
     TensorOptions host = options;
     host.memory = MemoryKind::kHost;
@@ -122,7 +134,8 @@ class WriterImpl final : public Writer {
     if (it != index_.end()) {
       Registered& r = items_[it->second];
       if (r.item.kind != format::EntryKind::kObject) {
-        return absl::AlreadyExistsError(absl::StrCat("'", name, "' is registered as a tensor"));
+        return absl::AlreadyExistsError(
+            absl::StrCat("'", name, "' is registered as a tensor"));
       }
       r.bytes = std::move(bytes);
     } else {
@@ -131,7 +144,8 @@ class WriterImpl final : public Writer {
       r.item.kind = format::EntryKind::kObject;
       r.item.dtype = DType::kUInt8;
       r.bytes = std::move(bytes);
-      r.fp = internal::ItemFingerprint(r.item);  // kind, dtype, name: not the size
+      r.fp =
+          internal::ItemFingerprint(r.item);  // kind, dtype, name: not the size
       index_[name] = items_.size();
       items_.push_back(std::move(r));
     }
@@ -146,7 +160,8 @@ class WriterImpl final : public Writer {
   absl::Status Remove(const std::string& name) override {
     auto it = index_.find(name);
     if (it == index_.end()) {
-      return absl::NotFoundError(absl::StrCat("entry '", name, "' is not registered"));
+      return absl::NotFoundError(
+          absl::StrCat("entry '", name, "' is not registered"));
     }
     items_.erase(items_.begin() + it->second);
     index_.clear();
@@ -170,9 +185,10 @@ class WriterImpl final : public Writer {
     const void* data = nullptr;
     MemoryKind memory = MemoryKind::kHost;
     int device = 0;
-    std::string bytes;  // objects only
+    std::string bytes;    // objects only
     TensorSource source;  // AddTensorSource only
-    format::Fingerprint fp{};  // internal::ItemFingerprint(item); sizes of objects excluded
+    format::Fingerprint
+        fp{};  // internal::ItemFingerprint(item); sizes of objects excluded
   };
 
   // One save between its preparation and its commit: everything the later
@@ -197,7 +213,8 @@ class WriterImpl final : public Writer {
 
   // Plan: reuses the cached plan if every rank's structure still fits it,
   // else replans. Returns whether the cache was hit. Leaves cache_ valid.
-  absl::StatusOr<bool> PlanPhase(const std::string& root, const SaveOptions& options);
+  absl::StatusOr<bool> PlanPhase(const std::string& root,
+                                 const SaveOptions& options);
   // Prepare: the coordinator creates the root if missing, takes its save
   // lock, refuses an existing step without options.overwrite, creates the
   // temporary directory and draws the checkpoint id. REQUIRES: cache_ valid.
@@ -214,19 +231,21 @@ class WriterImpl final : public Writer {
   // and adds this rank's payload bytes to *local_stored_bytes.
   std::string WriteShard(const PendingSave& pending,
                          const std::vector<internal::WriteItem>& snapshot,
-                         const SaveOptions& options, uint64_t* local_stored_bytes);
+                         const SaveOptions& options,
+                         uint64_t* local_stored_bytes);
   // Commit: gathers every rank's report; the coordinator commits only if
   // all succeeded (internal::CommitCheckpoint) and removes the temporary
   // directory otherwise. Returns the coordinator's summary on every rank.
   // `comm` (null: comm_) runs the collectives: the background of SaveAsync
   // passes its dedicated communicator.
   absl::StatusOr<internal::CommitSummary> CommitAcrossRanks(
-      const PendingSave& pending, const std::string& report, const SaveOptions& options,
-      Communicator* comm = nullptr);
+      const PendingSave& pending, const std::string& report,
+      const SaveOptions& options, Communicator* comm = nullptr);
 
   // Rank 0 runs `fn`; its status (and payload) reach every rank.
   absl::StatusOr<std::string> OnCoordinator(
-      absl::FunctionRef<absl::StatusOr<std::string>()> fn, Communicator* comm = nullptr) {
+      absl::FunctionRef<absl::StatusOr<std::string>()> fn,
+      Communicator* comm = nullptr) {
     if (comm == nullptr) comm = comm_;
     std::string msg;
     if (comm->rank() == 0) msg = internal::EncodeStatusOr(fn());
@@ -236,8 +255,8 @@ class WriterImpl final : public Writer {
 
   // WriteShard with device tensors staged through the pool, a few buffers
   // ahead of the writer, so that their copies overlap the writes.
-  std::string WriteShardStaged(const PendingSave& pending, const SaveOptions& options,
-                               SaveResult* result);
+  std::string WriteShardStaged(const PendingSave& pending,
+                               const SaveOptions& options, SaveResult* result);
   // Staging (libckpt/async_save.cc). The save in flight, if any, is waited
   // for, or refused with options.fail_if_busy.
   absl::Status AwaitInFlight(const SaveOptions& options);
@@ -248,8 +267,8 @@ class WriterImpl final : public Writer {
   // writes (geometry, sources), and the write items reading from it.
   struct AsyncJob;
   // Takes *pending only on success.
-  absl::StatusOr<std::shared_ptr<AsyncJob>> MakeAsyncJob(PendingSave* pending,
-                                                         const SaveOptions& options);
+  absl::StatusOr<std::shared_ptr<AsyncJob>> MakeAsyncJob(
+      PendingSave* pending, const SaveOptions& options);
 
   // The plan of the last save, valid for exactly one local structure
   // (`local_fp`) on every rank of a world of `world` ranks.
@@ -265,11 +284,13 @@ class WriterImpl final : public Writer {
 
   format::Fingerprint LocalFingerprint() const {
     return internal::CombineFingerprints(
-        items_.size(), [&](size_t i) -> const format::Fingerprint& { return items_[i].fp; });
+        items_.size(),
+        [&](size_t i) -> const format::Fingerprint& { return items_[i].fp; });
   }
   // Agrees across ranks whether the cached plan (or, with no cache, the one
   // recorded in the root's latest checkpoint) fits every rank's structure.
-  absl::StatusOr<bool> TryCachedPlan(const std::string& root, const SaveOptions& options);
+  absl::StatusOr<bool> TryCachedPlan(const std::string& root,
+                                     const SaveOptions& options);
   // Full planning: gathers every local plan; the coordinator checks the
   // union and assigns writers; fills cache_.
   absl::Status Replan();
@@ -293,7 +314,8 @@ format::Fingerprint GlobalFingerprint(const format::PlanRecord& record) {
   // Hash of the ranks' fingerprints in rank order.
   XXH3_state_t* st = XXH3_createState();
   XXH3_128bits_reset(st);
-  for (const auto& r : record.ranks) XXH3_128bits_update(st, r.fingerprint.data(), 16);
+  for (const auto& r : record.ranks)
+    XXH3_128bits_update(st, r.fingerprint.data(), 16);
   XXH128_hash_t h = XXH3_128bits_digest(st);
   XXH3_freeState(st);
   format::Fingerprint fp;
@@ -304,7 +326,8 @@ format::Fingerprint GlobalFingerprint(const format::PlanRecord& record) {
   return fp;
 }
 
-bool WriterImpl::AdoptRecord(const format::PlanRecord& record, absl::string_view body,
+bool WriterImpl::AdoptRecord(const format::PlanRecord& record,
+                             absl::string_view body,
                              const format::Fingerprint& local_fp) {
   const int rank = comm_->rank(), world = comm_->size();
   if (static_cast<int>(record.ranks.size()) != world) return false;
@@ -345,7 +368,8 @@ absl::StatusOr<bool> WriterImpl::TryCachedPlan(const std::string& root,
   if (comm_->rank() == 0) {
     auto dir = internal::ResolveCheckpointDir(storage_, root);
     if (dir.ok()) {
-      auto bytes = storage_->ReadFile(JoinPath(*dir, format::kManifestFileName));
+      auto bytes =
+          storage_->ReadFile(JoinPath(*dir, format::kManifestFileName));
       if (bytes.ok()) {
         auto m = format::DecodeManifest(*bytes);
         if (m.ok()) body = std::move(m->plan);
@@ -366,18 +390,21 @@ absl::StatusOr<bool> WriterImpl::TryCachedPlan(const std::string& root,
 // The coordinator's half of Replan: decodes every rank's plan, checks the
 // union and assigns writers (internal::PlanSave); returns the encoded
 // PlanRecord that every rank adopts.
-absl::StatusOr<std::string> PlanOnCoordinator(const std::vector<std::string>& plans) {
+absl::StatusOr<std::string> PlanOnCoordinator(
+    const std::vector<std::string>& plans) {
   const size_t world = plans.size();
   std::vector<LocalPlan> all(world);
   format::PlanRecord record;
   record.ranks.resize(world);
   for (size_t r = 0; r < world; ++r) {
-    CKPT_ASSIGN_OR_RETURN(internal::RankPlan p, internal::DecodeRankPlan(plans[r]));
+    CKPT_ASSIGN_OR_RETURN(internal::RankPlan p,
+                          internal::DecodeRankPlan(plans[r]));
     record.ranks[r].fingerprint = p.fingerprint;
     all[r] = std::move(p.plan);
   }
   CKPT_ASSIGN_OR_RETURN(internal::GlobalPlan gp, internal::PlanSave(all));
-  for (size_t r = 0; r < world; ++r) record.ranks[r].writes = std::move(gp.writes[r]);
+  for (size_t r = 0; r < world; ++r)
+    record.ranks[r].writes = std::move(gp.writes[r]);
   return format::EncodePlanRecord(record);
 }
 
@@ -390,11 +417,14 @@ absl::Status WriterImpl::Replan() {
   // Only the coordinator needs them (empty elsewhere).
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> plans,
                         comm_->Gather(internal::EncodeRankPlan(mine), 0));
-  CKPT_ASSIGN_OR_RETURN(std::string body,
-                        OnCoordinator([&] { return PlanOnCoordinator(plans); }));
-  CKPT_ASSIGN_OR_RETURN(format::PlanRecord record, format::DecodePlanRecord(body));
+  CKPT_ASSIGN_OR_RETURN(std::string body, OnCoordinator([&] {
+                          return PlanOnCoordinator(plans);
+                        }));
+  CKPT_ASSIGN_OR_RETURN(format::PlanRecord record,
+                        format::DecodePlanRecord(body));
   if (!AdoptRecord(record, body, mine.fingerprint)) {
-    return absl::InternalError("the coordinator's plan does not fit this rank's registrations");
+    return absl::InternalError(
+        "the coordinator's plan does not fit this rank's registrations");
   }
   return absl::OkStatus();
 }
@@ -408,28 +438,30 @@ absl::StatusOr<bool> WriterImpl::PlanPhase(const std::string& root,
   return hit;
 }
 
-absl::StatusOr<WriterImpl::PendingSave> WriterImpl::Prepare(const std::string& root,
-                                                            uint64_t step,
-                                                            const SaveOptions& options) {
+absl::StatusOr<WriterImpl::PendingSave> WriterImpl::Prepare(
+    const std::string& root, uint64_t step, const SaveOptions& options) {
   PendingSave p;
   p.root = root;
   p.dir_name = format::StepDirName(step);
   p.final_dir = JoinPath(root, p.dir_name);
-  CKPT_ASSIGN_OR_RETURN(std::string msg, OnCoordinator([&]() -> absl::StatusOr<std::string> {
-    CKPT_RETURN_IF_ERROR(internal::EnsureRoot(storage_, root));
-    CKPT_ASSIGN_OR_RETURN(p.save_lock, internal::LockRootForSave(storage_, root, nullptr));
-    if (!options.overwrite && storage_->Stat(p.final_dir).ok()) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          p.final_dir, ": a checkpoint of step ", step,
-          " already exists (set overwrite to replace it)"));
-    }
-    internal::SavePrep prep;
-    CKPT_ASSIGN_OR_RETURN(prep.tmp_dir, internal::CreateTempDir(storage_, root, step));
-    prep.id = internal::RandomId();
-    prep.fingerprint = cache_.global_fp;
-    prep.created_unix_ns = absl::GetCurrentTimeNanos();
-    return internal::EncodeSavePrep(prep);
-  }));
+  CKPT_ASSIGN_OR_RETURN(
+      std::string msg, OnCoordinator([&]() -> absl::StatusOr<std::string> {
+        CKPT_RETURN_IF_ERROR(internal::EnsureRoot(storage_, root));
+        CKPT_ASSIGN_OR_RETURN(
+            p.save_lock, internal::LockRootForSave(storage_, root, nullptr));
+        if (!options.overwrite && storage_->Stat(p.final_dir).ok()) {
+          return absl::AlreadyExistsError(
+              absl::StrCat(p.final_dir, ": a checkpoint of step ", step,
+                           " already exists (set overwrite to replace it)"));
+        }
+        internal::SavePrep prep;
+        CKPT_ASSIGN_OR_RETURN(prep.tmp_dir,
+                              internal::CreateTempDir(storage_, root, step));
+        prep.id = internal::RandomId();
+        prep.fingerprint = cache_.global_fp;
+        prep.created_unix_ns = absl::GetCurrentTimeNanos();
+        return internal::EncodeSavePrep(prep);
+      }));
   CKPT_ASSIGN_OR_RETURN(internal::SavePrep prep, internal::DecodeSavePrep(msg));
   p.tmp = std::move(prep.tmp_dir);
   p.info.id = prep.id;
@@ -447,26 +479,29 @@ std::vector<internal::WriteItem> WriterImpl::Snapshot() const {
   writes.reserve(cache_.writes.size());
   for (uint32_t i : cache_.writes) {
     const Registered& r = items_[i];
-    const void* data = r.item.kind == format::EntryKind::kObject ? r.bytes.data() : r.data;
+    const void* data =
+        r.item.kind == format::EntryKind::kObject ? r.bytes.data() : r.data;
     writes.push_back(internal::WriteItem{&r.item, data, r.memory, r.device,
                                          r.source ? &r.source : nullptr});
   }
   return writes;
 }
 
-std::string WriterImpl::WriteShard(const PendingSave& pending,
-                                   const std::vector<internal::WriteItem>& snapshot,
-                                   const SaveOptions& options, uint64_t* local_stored_bytes) {
+std::string WriterImpl::WriteShard(
+    const PendingSave& pending,
+    const std::vector<internal::WriteItem>& snapshot,
+    const SaveOptions& options, uint64_t* local_stored_bytes) {
   const int rank = comm_->rank();
   format::ShardHeader header;
   header.checkpoint_id = pending.info.id;
   header.shard_id = rank;
   header.alignment = options.alignment;
   auto written = internal::WriteShardFile(
-      storage_, JoinPath(pending.tmp, format::ShardFileName(rank)), header, pending.info,
-      options.metadata, snapshot, options, device_memory_);
+      storage_, JoinPath(pending.tmp, format::ShardFileName(rank)), header,
+      pending.info, options.metadata, snapshot, options, device_memory_);
   if (!written.ok()) {
-    return internal::EncodeStatusOr(Annotate(written.status(), absl::StrCat("rank ", rank)));
+    return internal::EncodeStatusOr(
+        Annotate(written.status(), absl::StrCat("rank ", rank)));
   }
   *local_stored_bytes += written->stored_bytes;
   // Manifest view of this shard: entries without block tables.
@@ -480,33 +515,44 @@ std::string WriterImpl::WriteShard(const PendingSave& pending,
 }
 
 absl::StatusOr<internal::CommitSummary> WriterImpl::CommitAcrossRanks(
-    const PendingSave& pending, const std::string& report, const SaveOptions& options,
-    Communicator* comm) {
+    const PendingSave& pending, const std::string& report,
+    const SaveOptions& options, Communicator* comm) {
   if (comm == nullptr) comm = comm_;
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> reports, comm->Gather(report, 0));
-  CKPT_ASSIGN_OR_RETURN(std::string msg, OnCoordinator([&]() -> absl::StatusOr<std::string> {
-    internal::CommitSummary summary;
-    absl::Status status = [&]() -> absl::Status {
-      std::vector<internal::ShardReport> decoded;
-      for (const std::string& r : reports) {
-        CKPT_ASSIGN_OR_RETURN(std::string bytes, internal::DecodeStatusOr(r));
-        CKPT_ASSIGN_OR_RETURN(decoded.emplace_back(), internal::DecodeShardReport(bytes));
-      }
-      format::Manifest m = internal::AssembleManifest(
-          pending.info, options.metadata, pending.plan_section, std::move(decoded), &summary);
-      return internal::CommitCheckpoint(storage_, pending.root, pending.tmp, m,
-                                        options.overwrite, options.keep_last);
-    }();
-    if (!status.ok()) {
-      (void)storage_->RemoveAll(pending.tmp);  // best effort; the error is what matters
-      return status;
-    }
-    return internal::EncodeCommitSummary(summary);
-  }, comm));
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> reports,
+                        comm->Gather(report, 0));
+  CKPT_ASSIGN_OR_RETURN(
+      std::string msg,
+      OnCoordinator(
+          [&]() -> absl::StatusOr<std::string> {
+            internal::CommitSummary summary;
+            absl::Status status = [&]() -> absl::Status {
+              std::vector<internal::ShardReport> decoded;
+              for (const std::string& r : reports) {
+                CKPT_ASSIGN_OR_RETURN(std::string bytes,
+                                      internal::DecodeStatusOr(r));
+                CKPT_ASSIGN_OR_RETURN(decoded.emplace_back(),
+                                      internal::DecodeShardReport(bytes));
+              }
+              format::Manifest m = internal::AssembleManifest(
+                  pending.info, options.metadata, pending.plan_section,
+                  std::move(decoded), &summary);
+              return internal::CommitCheckpoint(
+                  storage_, pending.root, pending.tmp, m, options.overwrite,
+                  options.keep_last);
+            }();
+            if (!status.ok()) {
+              (void)storage_->RemoveAll(
+                  pending.tmp);  // best effort; the error is what matters
+              return status;
+            }
+            return internal::EncodeCommitSummary(summary);
+          },
+          comm));
   return internal::DecodeCommitSummary(msg);
 }
 
-absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t step,
+absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root,
+                                            uint64_t step,
                                             const SaveOptions& options) {
   CKPT_RETURN_IF_ERROR(ValidateOptions(options));
   CKPT_RETURN_IF_ERROR(AwaitInFlight(options));
@@ -537,7 +583,8 @@ absl::StatusOr<SaveResult> WriterImpl::Save(const std::string& root, uint64_t st
 // copies ahead of the I/O threads, little enough to stay out of the way.
 constexpr int kSaveStagingBuffers = 4;
 
-absl::StatusOr<internal::StagingPool*> WriterImpl::Pool(uint64_t segment_bytes) {
+absl::StatusOr<internal::StagingPool*> WriterImpl::Pool(
+    uint64_t segment_bytes) {
   const uint64_t a = internal::StagingPool::kAlignment;
   uint64_t buffer = std::max(options_.staging_buffer_bytes, segment_bytes);
   buffer = (buffer + a - 1) / a * a;
@@ -561,13 +608,15 @@ absl::Status WriterImpl::AwaitInFlight(const SaveOptions& options) {
   return absl::OkStatus();
 }
 
-std::string WriterImpl::WriteShardStaged(const PendingSave& pending, const SaveOptions& options,
+std::string WriterImpl::WriteShardStaged(const PendingSave& pending,
+                                         const SaveOptions& options,
                                          SaveResult* result) {
   std::vector<internal::WriteItem> snapshot = Snapshot();
   internal::DeviceStaging staging;
-  const bool device = std::any_of(snapshot.begin(), snapshot.end(), [](const auto& w) {
-    return w.memory == MemoryKind::kCuda && w.source == nullptr;
-  });
+  const bool device =
+      std::any_of(snapshot.begin(), snapshot.end(), [](const auto& w) {
+        return w.memory == MemoryKind::kCuda && w.source == nullptr;
+      });
   if (device && device_memory_ != nullptr) {
     const uint64_t segment = internal::StagingSegmentBytes(options);
     absl::StatusOr<internal::StagingPool*> pool = Pool(segment);
@@ -575,11 +624,12 @@ std::string WriterImpl::WriteShardStaged(const PendingSave& pending, const SaveO
       return internal::EncodeStatusOr(
           Annotate(pool.status(), absl::StrCat("rank ", comm_->rank())));
     }
-    staging.Start(&snapshot, *pool, device_memory_, options.device_ready, segment,
-                  kSaveStagingBuffers);
+    staging.Start(&snapshot, *pool, device_memory_, options.device_ready,
+                  segment, kSaveStagingBuffers);
     result->staging_cap_bytes = (*pool)->cap_bytes();
   }
-  std::string report = WriteShard(pending, snapshot, options, &result->local_stored_bytes);
+  std::string report =
+      WriteShard(pending, snapshot, options, &result->local_stored_bytes);
   (void)staging.Stop();  // a staging error failed the write: it is in `report`
   result->peak_staging_bytes = staging.peak_bytes();
   return report;
@@ -599,12 +649,13 @@ absl::StatusOr<std::shared_ptr<WriterImpl::AsyncJob>> WriterImpl::MakeAsyncJob(
     PendingSave* pending, const SaveOptions& options) {
   auto job = std::make_shared<AsyncJob>();
   job->options = options;
-  job->options.device_ready = nullptr;  // the caller's; used by the snapshot only
+  job->options.device_ready =
+      nullptr;  // the caller's; used by the snapshot only
   const uint64_t segment = internal::StagingSegmentBytes(options);
   absl::StatusOr<internal::StagingPool*> pool = Pool(segment);
   if (!pool.ok()) return pool.status();
-  job->stager = std::make_unique<internal::Stager>(*pool, device_memory_, options.device_ready,
-                                                   segment, 0);
+  job->stager = std::make_unique<internal::Stager>(
+      *pool, device_memory_, options.device_ready, segment, 0);
   job->items.reserve(cache_.writes.size());  // WriteItems point into it
   for (uint32_t i : cache_.writes) {
     const Registered& r = items_[i];
@@ -625,7 +676,8 @@ absl::StatusOr<std::shared_ptr<WriterImpl::AsyncJob>> WriterImpl::MakeAsyncJob(
   return job;
 }
 
-absl::StatusOr<SaveHandle> WriterImpl::SaveAsync(const std::string& root, uint64_t step,
+absl::StatusOr<SaveHandle> WriterImpl::SaveAsync(const std::string& root,
+                                                 uint64_t step,
                                                  const SaveOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   CKPT_RETURN_IF_ERROR(ValidateOptions(options));
@@ -640,11 +692,13 @@ absl::StatusOr<SaveHandle> WriterImpl::SaveAsync(const std::string& root, uint64
   Communicator* commit_comm = options_.background_comm;
   if (commit_comm == nullptr && comm_ == &single_) commit_comm = &single_;
   const bool in_background = commit_comm != nullptr;
-  absl::StatusOr<std::shared_ptr<AsyncJob>> made = MakeAsyncJob(&pending, options);
+  absl::StatusOr<std::shared_ptr<AsyncJob>> made =
+      MakeAsyncJob(&pending, options);
   if (!made.ok()) {
     // The other ranks go on to the commit: take part, so that it fails on
     // every rank and the temporary directory goes.
-    const absl::Status error = Annotate(made.status(), absl::StrCat("rank ", comm_->rank()));
+    const absl::Status error =
+        Annotate(made.status(), absl::StrCat("rank ", comm_->rank()));
     (void)CommitAcrossRanks(pending, internal::EncodeStatusOr(error), options,
                             in_background ? commit_comm : comm_);
     return error;
@@ -659,7 +713,8 @@ absl::StatusOr<SaveHandle> WriterImpl::SaveAsync(const std::string& root, uint64
     return report;
   };
   auto commit = [this, job, comm = in_background ? commit_comm : comm_](
-                    const std::string& report, SaveResult r) -> absl::StatusOr<SaveResult> {
+                    const std::string& report,
+                    SaveResult r) -> absl::StatusOr<SaveResult> {
     const auto t = std::chrono::steady_clock::now();
     absl::StatusOr<internal::CommitSummary> summary =
         CommitAcrossRanks(job->pending, report, job->options, comm);
@@ -673,8 +728,8 @@ absl::StatusOr<SaveHandle> WriterImpl::SaveAsync(const std::string& root, uint64
     r.path = job->pending.final_dir;
     return r;
   };
-  in_flight_ = std::make_shared<internal::AsyncSave>(std::move(job->stager), partial, write,
-                                                     commit, in_background);
+  in_flight_ = std::make_shared<internal::AsyncSave>(
+      std::move(job->stager), partial, write, commit, in_background);
   in_flight_->Start();
   in_flight_->set_stall_seconds(Seconds(t0));
   return SaveHandle(in_flight_);

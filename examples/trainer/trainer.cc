@@ -4,10 +4,12 @@
 // different sharding of the optimizer state.
 //
 // State of rank r of 2:
-//   model.weight                float32 [64, 48]  tensor parallel: rows [32r, 32r + 32)
-//   model.norm                  float32 [48]      replicated on both ranks
-//   optim.exp_avg.model.weight  float32 [64, 48]  ZeRO: an uneven flat range
-//                                                 (rank 0: 1000 elements, rank 1: 2072)
+//   model.weight                float32 [64, 48]  tensor parallel: rows [32r,
+//   32r + 32) model.norm                  float32 [48]      replicated on both
+//   ranks optim.exp_avg.model.weight  float32 [64, 48]  ZeRO: an uneven flat
+//   range
+//                                                 (rank 0: 1000 elements, rank
+//                                                 1: 2072)
 //   rng.rank<r>                 object            this rank's RNG state
 //
 //   trainer [DIR]    (default: a new temporary directory, removed at the end)
@@ -31,7 +33,8 @@ namespace {
 
 constexpr int kRanks = 2;
 constexpr uint64_t kRows = 64, kCols = 48;
-constexpr uint64_t kZeroSplit = 1000;  // rank 0's share of the flat optimizer state
+constexpr uint64_t kZeroSplit =
+    1000;  // rank 0's share of the flat optimizer state
 
 // What one rank holds in memory.
 struct RankState {
@@ -42,7 +45,8 @@ struct RankState {
   uint64_t rng = 0;
 
   ckpt::Box WeightRows() const {
-    return ckpt::Box{{static_cast<uint64_t>(rank) * kRows / kRanks, 0}, {kRows / kRanks, kCols}};
+    return ckpt::Box{{static_cast<uint64_t>(rank) * kRows / kRanks, 0},
+                     {kRows / kRanks, kCols}};
   }
   ckpt::FlatRange ExpAvgRange() const {
     return rank == 0 ? ckpt::FlatRange{0, kZeroSplit}
@@ -53,7 +57,8 @@ struct RankState {
 // The value "training" leaves in element i (global index) of a tensor at
 // `step`: exact in float, different for every step, tensor and element.
 float Value(uint64_t step, int tensor, uint64_t i) {
-  return static_cast<float>(tensor * 10000 + i) + 0.5f * static_cast<float>(step);
+  return static_cast<float>(tensor * 10000 + i) +
+         0.5f * static_cast<float>(step);
 }
 
 std::string RngName(int rank) { return absl::StrCat("rng.rank", rank); }
@@ -69,7 +74,8 @@ void Train(RankState& s, uint64_t step) {
   }
   for (uint64_t i = 0; i < kCols; ++i) s.norm[i] = Value(step, 1, i);
   const ckpt::FlatRange f = s.ExpAvgRange();
-  for (uint64_t i = 0; i < f.length; ++i) s.exp_avg[i] = Value(step, 2, f.start + i);
+  for (uint64_t i = 0; i < f.length; ++i)
+    s.exp_avg[i] = Value(step, 2, f.start + i);
   s.rng = step * 1000 + s.rank;
 }
 
@@ -86,24 +92,26 @@ absl::Status TrainAndSave(ckpt::Communicator& comm, const std::string& root) {
   if (!writer.ok()) return writer.status();
   // Registered once: the writer keeps pointers and reads them at each Save.
   ckpt::Writer& w = **writer;
-  absl::Status st = w.AddTensor("model.weight", ckpt::DType::kFloat32, {kRows, kCols},
-                                s.WeightRows(), s.weight.data());
+  absl::Status st =
+      w.AddTensor("model.weight", ckpt::DType::kFloat32, {kRows, kCols},
+                  s.WeightRows(), s.weight.data());
   ckpt::TensorOptions replica;
   replica.replica = true;
   if (st.ok()) {
-    st = w.AddTensor("model.norm", ckpt::DType::kFloat32, {kCols}, ckpt::FullBox({kCols}),
-                     s.norm.data(), replica);
+    st = w.AddTensor("model.norm", ckpt::DType::kFloat32, {kCols},
+                     ckpt::FullBox({kCols}), s.norm.data(), replica);
   }
   if (st.ok()) {
-    st = w.AddTensor("optim.exp_avg.model.weight", ckpt::DType::kFloat32, {kRows, kCols},
-                     s.ExpAvgRange(), s.exp_avg.data());
+    st = w.AddTensor("optim.exp_avg.model.weight", ckpt::DType::kFloat32,
+                     {kRows, kCols}, s.ExpAvgRange(), s.exp_avg.data());
   }
   if (!st.ok()) return st;
 
   for (uint64_t step : {100, 200}) {
     Train(s, step);
     // Objects are copied when set: set them again before each save.
-    if (absl::Status o = w.SetObject(RngName(s.rank), RngBytes(s.rng)); !o.ok()) return o;
+    if (absl::Status o = w.SetObject(RngName(s.rank), RngBytes(s.rng)); !o.ok())
+      return o;
     ckpt::SaveOptions so;
     so.keep_last = 2;
     so.metadata = {{"trainer.example", "examples/trainer"}};
@@ -121,8 +129,8 @@ absl::Status TrainAndSave(ckpt::Communicator& comm, const std::string& root) {
 // A restarted job: fresh memory, state loaded from the latest checkpoint.
 // The optimizer state is now sharded by rows like the weight (ZeRO off),
 // not as it was saved: the reader reshards.
-absl::Status Resume(ckpt::Communicator& comm, const std::string& root, uint64_t* step,
-                    std::string* path, int* mismatches) {
+absl::Status Resume(ckpt::Communicator& comm, const std::string& root,
+                    uint64_t* step, std::string* path, int* mismatches) {
   RankState s;
   s.rank = comm.rank();
   s.weight.assign(kRows / kRanks * kCols, 0.0f);
@@ -135,12 +143,21 @@ absl::Status Resume(ckpt::Communicator& comm, const std::string& root, uint64_t*
   const uint64_t resumed = (*reader)->description().step;
 
   std::vector<ckpt::LoadRequest> reqs(4);
-  reqs[0] = {"model.weight", ckpt::DType::kFloat32, {kRows, kCols}, s.WeightRows(),
+  reqs[0] = {"model.weight",
+             ckpt::DType::kFloat32,
+             {kRows, kCols},
+             s.WeightRows(),
              s.weight.data()};
-  reqs[1] = {"model.norm", ckpt::DType::kFloat32, {kCols}, ckpt::FullBox({kCols}),
+  reqs[1] = {"model.norm",
+             ckpt::DType::kFloat32,
+             {kCols},
+             ckpt::FullBox({kCols}),
              s.norm.data()};
-  reqs[2] = {"optim.exp_avg.model.weight", ckpt::DType::kFloat32, {kRows, kCols},
-             s.WeightRows(), exp_avg_rows.data()};
+  reqs[2] = {"optim.exp_avg.model.weight",
+             ckpt::DType::kFloat32,
+             {kRows, kCols},
+             s.WeightRows(),
+             exp_avg_rows.data()};
   reqs[3].name = RngName(s.rank);
   reqs[3].object = &rng;
   ckpt::LoadOptions lo;
@@ -174,7 +191,9 @@ int main(int argc, char** argv) {
   std::string root;
   bool temporary = argc < 2;
   if (temporary) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "ckpt-trainer-XXXXXX").string();
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "ckpt-trainer-XXXXXX")
+            .string();
     if (mkdtemp(tmpl.data()) == nullptr) {
       std::perror("trainer: mkdtemp");
       return 1;
@@ -204,11 +223,11 @@ int main(int argc, char** argv) {
   }
   const int bad = mismatches[0] + mismatches[1];
   if (bad != 0) {
-    std::printf("trainer: resumed from %s at step %llu: %d values differ\n", path.c_str(),
-                static_cast<unsigned long long>(step), bad);
+    std::printf("trainer: resumed from %s at step %llu: %d values differ\n",
+                path.c_str(), static_cast<unsigned long long>(step), bad);
     return 1;
   }
-  std::printf("trainer: resumed from %s at step %llu: every value matches\n", path.c_str(),
-              static_cast<unsigned long long>(step));
+  std::printf("trainer: resumed from %s at step %llu: every value matches\n",
+              path.c_str(), static_cast<unsigned long long>(step));
   return 0;
 }

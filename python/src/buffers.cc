@@ -20,28 +20,40 @@ namespace {
 // unsigned, 'f' float, 'b' bool) and `bytes`, when there is one.
 std::optional<DType> ElementType(char kind, int bytes) {
   switch (kind) {
-    case 'b': return bytes == 1 ? std::optional<DType>(DType::kBool) : std::nullopt;
+    case 'b':
+      return bytes == 1 ? std::optional<DType>(DType::kBool) : std::nullopt;
     case 'i':
       switch (bytes) {
-        case 1: return DType::kInt8;
-        case 2: return DType::kInt16;
-        case 4: return DType::kInt32;
-        case 8: return DType::kInt64;
+        case 1:
+          return DType::kInt8;
+        case 2:
+          return DType::kInt16;
+        case 4:
+          return DType::kInt32;
+        case 8:
+          return DType::kInt64;
       }
       break;
     case 'u':
       switch (bytes) {
-        case 1: return DType::kUInt8;
-        case 2: return DType::kUInt16;
-        case 4: return DType::kUInt32;
-        case 8: return DType::kUInt64;
+        case 1:
+          return DType::kUInt8;
+        case 2:
+          return DType::kUInt16;
+        case 4:
+          return DType::kUInt32;
+        case 8:
+          return DType::kUInt64;
       }
       break;
     case 'f':
       switch (bytes) {
-        case 2: return DType::kFloat16;
-        case 4: return DType::kFloat32;
-        case 8: return DType::kFloat64;
+        case 2:
+          return DType::kFloat16;
+        case 4:
+          return DType::kFloat32;
+        case 8:
+          return DType::kFloat64;
       }
       break;
     case 'B':  // bfloat16 (DLPack only)
@@ -54,27 +66,45 @@ std::optional<DType> ElementType(char kind, int bytes) {
 // A struct-module format character ('<f', 'H', '?') as ElementType's kind.
 char FormatKind(const char* format) {
   std::string f = format ? format : "B";
-  while (!f.empty() && (f[0] == '<' || f[0] == '=' || f[0] == '@' || f[0] == '!' ||
-                        f[0] == '>')) {
+  while (!f.empty() && (f[0] == '<' || f[0] == '=' || f[0] == '@' ||
+                        f[0] == '!' || f[0] == '>')) {
     f.erase(0, 1);
   }
   if (f.size() != 1) return '?';
   switch (f[0]) {
-    case '?': return 'b';
-    case 'b': case 'h': case 'i': case 'l': case 'q': case 'n': return 'i';
-    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N': return 'u';
-    case 'e': case 'f': case 'd': return 'f';
+    case '?':
+      return 'b';
+    case 'b':
+    case 'h':
+    case 'i':
+    case 'l':
+    case 'q':
+    case 'n':
+      return 'i';
+    case 'B':
+    case 'H':
+    case 'I':
+    case 'L':
+    case 'Q':
+    case 'N':
+      return 'u';
+    case 'e':
+    case 'f':
+    case 'd':
+      return 'f';
   }
   return '?';
 }
 
-BorrowedBuffer BorrowBufferProtocol(py::handle obj, bool writable, const std::string& what) {
+BorrowedBuffer BorrowBufferProtocol(py::handle obj, bool writable,
+                                    const std::string& what) {
   auto view = std::make_unique<Py_buffer>();
   int flags = PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
   if (PyObject_GetBuffer(obj.ptr(), view.get(), flags) != 0) {
     py::error_already_set e;
-    Refuse(what, absl::StrCat(writable ? "cannot write into this " : "cannot read this ",
-                              Py_TYPE(obj.ptr())->tp_name, " (", e.what(), ")"));
+    Refuse(what, absl::StrCat(
+                     writable ? "cannot write into this " : "cannot read this ",
+                     Py_TYPE(obj.ptr())->tp_name, " (", e.what(), ")"));
   }
   std::shared_ptr<void> keepalive(view.release(), [](void* p) {
     auto* v = static_cast<Py_buffer*>(p);
@@ -83,8 +113,9 @@ BorrowedBuffer BorrowBufferProtocol(py::handle obj, bool writable, const std::st
   });
   auto* v = static_cast<Py_buffer*>(keepalive.get());
   if (!PyBuffer_IsContiguous(v, 'C')) {
-    Refuse(what, "the array is not C-contiguous (a copy is never made silently; "
-                 "pass a contiguous array, e.g. numpy.ascontiguousarray)");
+    Refuse(what,
+           "the array is not C-contiguous (a copy is never made silently; "
+           "pass a contiguous array, e.g. numpy.ascontiguousarray)");
   }
   BorrowedBuffer b;
   b.data = v->buf;
@@ -119,8 +150,8 @@ BorrowedBuffer BorrowDlpack(py::handle obj, const std::string& what) {
   if (!PyCapsule_IsValid(capsule.ptr(), "dltensor")) {
     Refuse(what, "__dlpack__ did not return a DLPack capsule");
   }
-  auto* managed =
-      static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  auto* managed = static_cast<DLManagedTensor*>(
+      PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
   // The capsule is consumed: from here on the deleter is ours to call.
   PyCapsule_SetName(capsule.ptr(), "used_dltensor");
   std::shared_ptr<void> keepalive(managed, [](void* p) {
@@ -129,10 +160,12 @@ BorrowedBuffer BorrowDlpack(py::handle obj, const std::string& what) {
   });
   const DLTensor& t = managed->dl_tensor;
   if (!IsCompact(t)) {
-    Refuse(what, "the tensor is not contiguous (a copy is never made silently; "
-                 "pass tensor.contiguous())");
+    Refuse(what,
+           "the tensor is not contiguous (a copy is never made silently; "
+           "pass tensor.contiguous())");
   }
-  if (t.dtype.lanes != 1) Refuse(what, "vector element types are not supported");
+  if (t.dtype.lanes != 1)
+    Refuse(what, "vector element types are not supported");
   BorrowedBuffer b;
   switch (t.device.device_type) {
     case kDLCPU:
@@ -140,8 +173,9 @@ BorrowedBuffer BorrowDlpack(py::handle obj, const std::string& what) {
       b.memory = MemoryKind::kHost;
       break;
     case kDLCUDA:
-      Refuse(what, "CUDA tensors need ckpt's gpu/ DeviceMemory, which this "
-                   "Python package does not bind yet; pass tensor.cpu()");
+      Refuse(what,
+             "CUDA tensors need ckpt's gpu/ DeviceMemory, which this "
+             "Python package does not bind yet; pass tensor.cpu()");
     default:
       Refuse(what, absl::StrCat("DLPack device type ", t.device.device_type,
                                 " is not supported"));
@@ -154,10 +188,18 @@ BorrowedBuffer BorrowDlpack(py::handle obj, const std::string& what) {
   b.data = static_cast<char*>(t.data) + t.byte_offset;
   char kind = '?';
   switch (t.dtype.code) {
-    case kDLInt: kind = 'i'; break;
-    case kDLUInt: kind = 'u'; break;
-    case kDLFloat: kind = 'f'; break;
-    case kDLBfloat: kind = 'B'; break;
+    case kDLInt:
+      kind = 'i';
+      break;
+    case kDLUInt:
+      kind = 'u';
+      break;
+    case kDLFloat:
+      kind = 'f';
+      break;
+    case kDLBfloat:
+      kind = 'B';
+      break;
   }
   b.element = ElementType(kind, b.itemsize);
   b.is_unsigned_int = kind == 'u';
@@ -168,10 +210,12 @@ BorrowedBuffer BorrowDlpack(py::handle obj, const std::string& what) {
 }  // namespace
 
 BorrowedBuffer Borrow(py::handle obj, bool writable, const std::string& what) {
-  if (PyObject_CheckBuffer(obj.ptr())) return BorrowBufferProtocol(obj, writable, what);
+  if (PyObject_CheckBuffer(obj.ptr()))
+    return BorrowBufferProtocol(obj, writable, what);
   if (py::hasattr(obj, "__dlpack__")) return BorrowDlpack(obj, what);
-  Refuse(what, absl::StrCat("a ", Py_TYPE(obj.ptr())->tp_name,
-                            " is neither a buffer (numpy array) nor a DLPack tensor"));
+  Refuse(what, absl::StrCat(
+                   "a ", Py_TYPE(obj.ptr())->tp_name,
+                   " is neither a buffer (numpy array) nor a DLPack tensor"));
 }
 
 void CheckFits(const BorrowedBuffer& buf, DType dtype, uint64_t elements,
@@ -179,16 +223,19 @@ void CheckFits(const BorrowedBuffer& buf, DType dtype, uint64_t elements,
   bool same_type = buf.element.has_value() && *buf.element == dtype;
   bool raw_view = buf.is_unsigned_int && buf.itemsize == DTypeSize(dtype);
   if (!same_type && !raw_view) {
-    std::string have = buf.element ? std::string(DTypeName(*buf.element))
-                                   : absl::StrCat("an unknown ", buf.itemsize, "-byte type");
-    Refuse(what, absl::StrCat("the buffer holds ", have, ", the entry is ",
-                              DTypeName(dtype),
-                              " (a raw view must be an unsigned integer of the same width)"));
+    std::string have =
+        buf.element ? std::string(DTypeName(*buf.element))
+                    : absl::StrCat("an unknown ", buf.itemsize, "-byte type");
+    Refuse(what,
+           absl::StrCat(
+               "the buffer holds ", have, ", the entry is ", DTypeName(dtype),
+               " (a raw view must be an unsigned integer of the same width)"));
   }
   uint64_t want = elements * DTypeSize(dtype);
   if (buf.nbytes != want) {
-    Refuse(what, absl::StrCat("the buffer holds ", buf.nbytes / DTypeSize(dtype),
-                              " elements, the region has ", elements));
+    Refuse(what,
+           absl::StrCat("the buffer holds ", buf.nbytes / DTypeSize(dtype),
+                        " elements, the region has ", elements));
   }
 }
 

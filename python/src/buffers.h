@@ -35,7 +35,8 @@ struct BorrowedBuffer {
 // Throws StatusError (InvalidArgument) for an object that is neither a
 // buffer nor a DLPack tensor, is not C-contiguous, or is read-only when
 // `writable`.
-BorrowedBuffer Borrow(pybind11::handle obj, bool writable, const std::string& what);
+BorrowedBuffer Borrow(pybind11::handle obj, bool writable,
+                      const std::string& what);
 
 // Checks that `buf` holds `elements` elements of `dtype`: its element type
 // is `dtype` or an unsigned integer of the same width (a raw view, e.g.

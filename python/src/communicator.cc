@@ -31,12 +31,14 @@ class PyCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  absl::StatusOr<std::vector<std::string>> AllGather(absl::string_view mine) override {
+  absl::StatusOr<std::vector<std::string>> AllGather(
+      absl::string_view mine) override {
     return Call<std::vector<std::string>>("all_gather", [&] {
       return obj_.attr("all_gather")(py::bytes(mine.data(), mine.size()));
     });
   }
-  absl::StatusOr<std::vector<std::string>> Gather(absl::string_view mine, int root) override {
+  absl::StatusOr<std::vector<std::string>> Gather(absl::string_view mine,
+                                                  int root) override {
     bool has_gather;
     {
       py::gil_scoped_acquire gil;
@@ -56,15 +58,17 @@ class PyCommunicator final : public Communicator {
     return absl::OkStatus();
   }
   absl::Status Barrier() override {
-    return Call<py::object>("barrier", [&] { return obj_.attr("barrier")(); }).status();
+    return Call<py::object>("barrier", [&] { return obj_.attr("barrier")(); })
+        .status();
   }
   absl::Status AllReduceMax(std::vector<int64_t>* values) override {
     absl::StatusOr<std::vector<int64_t>> got = Call<std::vector<int64_t>>(
         "all_reduce_max", [&] { return obj_.attr("all_reduce_max")(*values); });
     if (!got.ok()) return got.status();
     if (got->size() != values->size()) {
-      return absl::InternalError(absl::StrCat("Communicator.all_reduce_max (Python): returned ",
-                                              got->size(), " values for ", values->size()));
+      return absl::InternalError(
+          absl::StrCat("Communicator.all_reduce_max (Python): returned ",
+                       got->size(), " values for ", values->size()));
     }
     *values = *std::move(got);
     return absl::OkStatus();
@@ -80,8 +84,9 @@ class PyCommunicator final : public Communicator {
       return absl::InternalError(
           absl::StrCat("Communicator.", method, " (Python): ", e.what()));
     } catch (py::cast_error& e) {
-      return absl::InternalError(absl::StrCat("Communicator.", method,
-                                              " (Python): unexpected return type: ", e.what()));
+      return absl::InternalError(
+          absl::StrCat("Communicator.", method,
+                       " (Python): unexpected return type: ", e.what()));
     }
   }
 
@@ -104,14 +109,16 @@ py::list ToList(const std::vector<std::string>& parts) {
 
 }  // namespace
 
-Communicator* ResolveCommunicator(py::handle comm, std::unique_ptr<Communicator>* owned) {
+Communicator* ResolveCommunicator(py::handle comm,
+                                  std::unique_ptr<Communicator>* owned) {
   if (comm.is_none()) return nullptr;
   if (py::isinstance<Communicator>(comm)) return comm.cast<Communicator*>();
-  for (const char* m : {"rank", "size", "all_gather", "broadcast", "barrier", "all_reduce_max"}) {
+  for (const char* m : {"rank", "size", "all_gather", "broadcast", "barrier",
+                        "all_reduce_max"}) {
     if (!py::hasattr(comm, m)) {
-      throw StatusError(absl::InvalidArgumentError(
-          absl::StrCat("communicator: a ", Py_TYPE(comm.ptr())->tp_name, " has no '", m,
-                       "' (see ckpt.Communicator for the methods needed)")));
+      throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+          "communicator: a ", Py_TYPE(comm.ptr())->tp_name, " has no '", m,
+          "' (see ckpt.Communicator for the methods needed)")));
     }
   }
   int rank = IntAttribute(comm, "rank");
@@ -120,17 +127,18 @@ Communicator* ResolveCommunicator(py::handle comm, std::unique_ptr<Communicator>
     throw StatusError(absl::InvalidArgumentError(
         absl::StrCat("communicator: rank ", rank, " of size ", size)));
   }
-  *owned = std::make_unique<PyCommunicator>(py::reinterpret_borrow<py::object>(comm), rank,
-                                            size);
+  *owned = std::make_unique<PyCommunicator>(
+      py::reinterpret_borrow<py::object>(comm), rank, size);
   return owned->get();
 }
 
 namespace {
 
 void BindCommunicatorBase(py::module_& m) {
-  py::class_<Communicator>(m, "Communicator",
-                           "A C++ communicator; Python code may pass any object with "
-                           "these methods instead.")
+  py::class_<Communicator>(
+      m, "Communicator",
+      "A C++ communicator; Python code may pass any object with "
+      "these methods instead.")
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
       .def("all_gather",
@@ -187,9 +195,11 @@ void BindMpiCommunicator(py::module_& m) {
              MPI_Finalized(&finalized);
              if (!initialized || finalized) {
                throw StatusError(absl::FailedPreconditionError(
-                   "MpiCommunicator: MPI is not initialised (import mpi4py.MPI first)"));
+                   "MpiCommunicator: MPI is not initialised (import mpi4py.MPI "
+                   "first)"));
              }
-             MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_handle));
+             MPI_Comm comm =
+                 MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_handle));
              MpiCommunicator::Options o;
              o.max_bytes_per_call = max_bytes_per_call;
              std::unique_ptr<MpiCommunicator> c;
@@ -199,7 +209,8 @@ void BindMpiCommunicator(py::module_& m) {
              }
              return c;
            }),
-           py::arg("fortran_handle"), py::arg("max_bytes_per_call") = int64_t{1} << 30);
+           py::arg("fortran_handle"),
+           py::arg("max_bytes_per_call") = int64_t{1} << 30);
   m.attr("_HAS_MPI") = true;
 #else
   m.attr("_HAS_MPI") = false;
@@ -210,7 +221,8 @@ void BindMpiCommunicator(py::module_& m) {
 
 void BindCommunicators(py::module_& m) {
   BindCommunicatorBase(m);
-  py::class_<SingleProcessCommunicator, Communicator>(m, "SingleProcessCommunicator")
+  py::class_<SingleProcessCommunicator, Communicator>(
+      m, "SingleProcessCommunicator")
       .def(py::init<>());
   BindMpiCommunicator(m);
 }

@@ -8,11 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "bind.h"
+#include "ckpt/format/format_constants.h"
 #include "ckpt/types.h"
 #include "ckpt/version.h"
 #include "communicator.h"
 #include "errors.h"
-#include "ckpt/format/format_constants.h"
 
 namespace ckpt::python {
 namespace py = pybind11;
@@ -51,13 +51,17 @@ py::object FromRegion(const Region& region) {
 namespace {
 
 void BindTypes(py::module_& m) {
-  py::enum_<DType> dtype(m, "DType", "Element types of format v1 (spec/FORMAT.md §9).");
+  py::enum_<DType> dtype(m, "DType",
+                         "Element types of format v1 (spec/FORMAT.md §9).");
   for (DType d : kAllDTypes) dtype.value(std::string(DTypeName(d)).c_str(), d);
   dtype.def_property_readonly("itemsize", [](DType d) { return DTypeSize(d); })
-      .def_property_readonly("is_floating_point", [](DType d) { return IsFloatingPoint(d); })
+      .def_property_readonly("is_floating_point",
+                             [](DType d) { return IsFloatingPoint(d); })
       .def_static(
           "from_name",
-          [](const std::string& name) { return ValueOrThrow(DTypeFromName(name)); },
+          [](const std::string& name) {
+            return ValueOrThrow(DTypeFromName(name));
+          },
           "The DType of a canonical name ('float32', 'bfloat16', ...).")
       .def("__str__", [](DType d) { return std::string(DTypeName(d)); });
 
@@ -65,46 +69,62 @@ void BindTypes(py::module_& m) {
       .value("none", format::Codec::kNone)
       .value("zstd", format::Codec::kZstd);
 
-  py::class_<Box>(m, "Box", "An n-d box: offset[d] <= x[d] < offset[d] + size[d].")
-      .def(py::init([](const std::vector<int64_t>& offset, const std::vector<int64_t>& size) {
+  py::class_<Box>(m, "Box",
+                  "An n-d box: offset[d] <= x[d] < offset[d] + size[d].")
+      .def(py::init([](const std::vector<int64_t>& offset,
+                       const std::vector<int64_t>& size) {
              if (offset.size() != size.size()) {
-               throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-                   "Box: offset has ", offset.size(), " dims, size ", size.size())));
+               throw StatusError(absl::InvalidArgumentError(
+                   absl::StrCat("Box: offset has ", offset.size(),
+                                " dims, size ", size.size())));
              }
              return Box{ToDims(offset, "Box offset"), ToDims(size, "Box size")};
            }),
            py::arg("offset"), py::arg("size"))
-      .def_static("full", [](const std::vector<int64_t>& shape) {
-        return FullBox(ToDims(shape, "shape"));
-      }, "The whole tensor of `shape` as a box.")
-      .def_property_readonly("offset", [](const Box& b) { return ToTuple(b.offset); })
-      .def_property_readonly("size", [](const Box& b) { return ToTuple(b.size); })
-      .def_property_readonly("numel", [](const Box& b) { return RegionElements(b); })
+      .def_static(
+          "full",
+          [](const std::vector<int64_t>& shape) {
+            return FullBox(ToDims(shape, "shape"));
+          },
+          "The whole tensor of `shape` as a box.")
+      .def_property_readonly("offset",
+                             [](const Box& b) { return ToTuple(b.offset); })
+      .def_property_readonly("size",
+                             [](const Box& b) { return ToTuple(b.size); })
+      .def_property_readonly("numel",
+                             [](const Box& b) { return RegionElements(b); })
       .def("__eq__", [](const Box& a, const Box& b) { return a == b; })
       .def("__repr__", [](const Box& b) { return "Box" + RegionToString(b); });
 
-  py::class_<FlatRange>(m, "FlatRange",
-                        "Elements [start, start + length) of the row-major flattening.")
-      .def(py::init([](int64_t start, int64_t length) {
-             if (start < 0 || length < 0) {
-               throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-                   "FlatRange: negative start ", start, " or length ", length)));
-             }
-             return FlatRange{static_cast<uint64_t>(start), static_cast<uint64_t>(length)};
-           }),
-           py::arg("start"), py::arg("length"))
+  py::class_<FlatRange>(
+      m, "FlatRange",
+      "Elements [start, start + length) of the row-major flattening.")
+      .def(
+          py::init([](int64_t start, int64_t length) {
+            if (start < 0 || length < 0) {
+              throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+                  "FlatRange: negative start ", start, " or length ", length)));
+            }
+            return FlatRange{static_cast<uint64_t>(start),
+                             static_cast<uint64_t>(length)};
+          }),
+          py::arg("start"), py::arg("length"))
       .def_readonly("start", &FlatRange::start)
       .def_readonly("length", &FlatRange::length)
-      .def_property_readonly("numel", [](const FlatRange& f) { return f.length; })
-      .def("__eq__", [](const FlatRange& a, const FlatRange& b) { return a == b; })
-      .def("__repr__", [](const FlatRange& f) { return "FlatRange" + RegionToString(f); });
+      .def_property_readonly("numel",
+                             [](const FlatRange& f) { return f.length; })
+      .def("__eq__",
+           [](const FlatRange& a, const FlatRange& b) { return a == b; })
+      .def("__repr__",
+           [](const FlatRange& f) { return "FlatRange" + RegionToString(f); });
 }
 
 // Raises the ckpt.Error subclass of a status code (ckpt._errors) with the
 // library's message.
 void TranslateStatusError(const StatusError& e) {
-  py::object cls = py::module_::import("ckpt._errors")
-                       .attr("error_class")(static_cast<int>(e.status().code()));
+  py::object cls =
+      py::module_::import("ckpt._errors")
+          .attr("error_class")(static_cast<int>(e.status().code()));
   PyErr_SetObject(cls.ptr(), py::str(std::string(e.status().message())).ptr());
 }
 

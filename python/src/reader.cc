@@ -2,6 +2,8 @@
 // manifest. Load runs without the GIL; completion callbacks and the filter
 // take it back, and the first exception one of them raises is raised by
 // load() once the C++ load has returned.
+#include "ckpt/reader.h"
+
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -16,7 +18,6 @@
 #include "absl/strings/str_cat.h"
 #include "bind.h"
 #include "buffers.h"
-#include "ckpt/reader.h"
 #include "errors.h"
 
 namespace ckpt::python {
@@ -80,7 +81,8 @@ class CallbackErrors {
   // Raises the recorded exception, if any. REQUIRES: the GIL is held.
   void RaiseIfAny() {
     if (!value_) return;
-    PyErr_Restore(type_.release().ptr(), value_.release().ptr(), trace_.release().ptr());
+    PyErr_Restore(type_.release().ptr(), value_.release().ptr(),
+                  trace_.release().ptr());
     throw py::error_already_set();
   }
 
@@ -100,7 +102,9 @@ class PyReader {
   }
 
   const std::string& path() const { return reader_->path(); }
-  const CheckpointDescription& description() const { return reader_->description(); }
+  const CheckpointDescription& description() const {
+    return reader_->description();
+  }
   std::vector<EntryInfo> Entries() const {
     std::vector<EntryInfo> out;
     for (const EntryView& e : reader_->entries()) out.push_back(ToEntryInfo(e));
@@ -123,7 +127,8 @@ class PyReader {
     if (!filter.is_none()) {
       lo.filter = [&errors, &filter](const std::string& name) {
         bool keep = true;
-        errors.Run("raised by the load's filter", [&] { keep = filter(name).cast<bool>(); });
+        errors.Run("raised by the load's filter",
+                   [&] { keep = filter(name).cast<bool>(); });
         return keep;
       };
     }
@@ -146,9 +151,9 @@ class PyReader {
   }
 
  private:
-  static std::vector<LoadRequest> Prepare(const std::vector<PyLoadRequest*>& requests,
-                                          CallbackErrors* errors,
-                                          std::vector<BorrowedBuffer>* views) {
+  static std::vector<LoadRequest> Prepare(
+      const std::vector<PyLoadRequest*>& requests, CallbackErrors* errors,
+      std::vector<BorrowedBuffer>* views) {
     std::vector<LoadRequest> reqs;
     for (PyLoadRequest* p : requests) {
       LoadRequest r;
@@ -169,7 +174,8 @@ class PyReader {
       }
       if (!p->on_complete.is_none()) {
         r.on_complete = [errors, p] {
-          errors->Run(absl::StrCat("raised by the on_complete callback of '", p->name, "'"),
+          errors->Run(absl::StrCat("raised by the on_complete callback of '",
+                                   p->name, "'"),
                       [p] { p->on_complete(); });
         };
       }
@@ -184,46 +190,53 @@ class PyReader {
 void BindEntry(py::module_& m) {
   py::class_<EntryInfo>(m, "Entry", "One entry of a checkpoint's manifest.")
       .def_readonly("name", &EntryInfo::name)
-      .def_property_readonly("kind",
-                             [](const EntryInfo& e) { return e.is_object ? "object" : "tensor"; })
+      .def_property_readonly(
+          "kind",
+          [](const EntryInfo& e) { return e.is_object ? "object" : "tensor"; })
       .def_readonly("dtype", &EntryInfo::dtype)
-      .def_property_readonly("shape", [](const EntryInfo& e) { return ToTuple(e.shape); })
+      .def_property_readonly(
+          "shape", [](const EntryInfo& e) { return ToTuple(e.shape); })
       .def_readonly("partial", &EntryInfo::partial)
-      .def_property_readonly("chunks",
-                             [](const EntryInfo& e) {
-                               py::list out;
-                               for (const auto& [region, shard] : e.chunks) {
-                                 out.append(py::make_tuple(FromRegion(region), shard));
-                               }
-                               return out;
-                             },
-                             "[(region, shard), ...]")
+      .def_property_readonly(
+          "chunks",
+          [](const EntryInfo& e) {
+            py::list out;
+            for (const auto& [region, shard] : e.chunks) {
+              out.append(py::make_tuple(FromRegion(region), shard));
+            }
+            return out;
+          },
+          "[(region, shard), ...]")
       .def("__repr__", [](const EntryInfo& e) {
-        return absl::StrCat("Entry('", e.name, "', ", e.is_object ? "object" : "tensor", ", ",
-                            DTypeName(e.dtype), ", ", ShapeToString(e.shape), ", ",
-                            e.chunks.size(), " chunks)");
+        return absl::StrCat("Entry('", e.name, "', ",
+                            e.is_object ? "object" : "tensor", ", ",
+                            DTypeName(e.dtype), ", ", ShapeToString(e.shape),
+                            ", ", e.chunks.size(), " chunks)");
       });
-
 }
 
 void BindLoadRequest(py::module_& m) {
-  py::class_<PyLoadRequest>(m, "LoadRequest",
-                            "A destination of Reader.load: region `region` of tensor `name` "
-                            "into the array `data` (written in place), or, with "
-                            "LoadRequest.for_object, an object's bytes (in `.value`).")
-      .def(py::init([](const std::string& name, DType dtype, const std::vector<int64_t>& shape,
-                       py::handle region, py::object data, py::object on_complete) {
+  py::class_<PyLoadRequest>(
+      m, "LoadRequest",
+      "A destination of Reader.load: region `region` of tensor `name` "
+      "into the array `data` (written in place), or, with "
+      "LoadRequest.for_object, an object's bytes (in `.value`).")
+      .def(py::init([](const std::string& name, DType dtype,
+                       const std::vector<int64_t>& shape, py::handle region,
+                       py::object data, py::object on_complete) {
              auto r = std::make_unique<PyLoadRequest>();
              r->name = name;
              r->dtype = dtype;
              r->shape = ToDims(shape, ("entry '" + name + "': shape").c_str());
-             r->region = region.is_none() ? Region(FullBox(r->shape)) : ToRegion(region);
+             r->region = region.is_none() ? Region(FullBox(r->shape))
+                                          : ToRegion(region);
              r->data = std::move(data);
              r->on_complete = std::move(on_complete);
              return r;
            }),
-           py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("region"),
-           py::arg("data"), py::arg("on_complete") = py::none())
+           py::arg("name"), py::arg("dtype"), py::arg("shape"),
+           py::arg("region"), py::arg("data"),
+           py::arg("on_complete") = py::none())
       .def_static(
           "for_object",
           [](const std::string& name, py::object on_complete) {
@@ -237,10 +250,9 @@ void BindLoadRequest(py::module_& m) {
           py::arg("name"), py::arg("on_complete") = py::none())
       .def_readonly("name", &PyLoadRequest::name)
       .def_readonly("data", &PyLoadRequest::data)
-      .def_property_readonly("value",
-                             [](const PyLoadRequest& r) { return py::bytes(r.object); },
-                             "An object request's bytes after the load.");
-
+      .def_property_readonly(
+          "value", [](const PyLoadRequest& r) { return py::bytes(r.object); },
+          "An object request's bytes after the load.");
 }
 
 }  // namespace
@@ -248,41 +260,52 @@ void BindLoadRequest(py::module_& m) {
 void BindReader(py::module_& m) {
   BindEntry(m);
   BindLoadRequest(m);
-  py::class_<LoadReport>(m, "LoadReport", "What Reader.load did (ckpt/reader.h).")
+  py::class_<LoadReport>(m, "LoadReport",
+                         "What Reader.load did (ckpt/reader.h).")
       .def(py::init<>())
       .def_readwrite("bytes_read", &LoadReport::bytes_read)
       .def_readwrite("bytes_loaded", &LoadReport::bytes_loaded)
       .def_readwrite("blocks_verified", &LoadReport::blocks_verified)
       .def_readwrite("loaded", &LoadReport::loaded)
-      .def_readwrite("not_loaded", &LoadReport::not_loaded, "[(name, why), ...]")
+      .def_readwrite("not_loaded", &LoadReport::not_loaded,
+                     "[(name, why), ...]")
       .def("__repr__", [](const LoadReport& r) {
         return absl::StrCat("LoadReport(loaded=", r.loaded.size(),
                             " entries, not_loaded=", r.not_loaded.size(),
                             ", bytes_loaded=", r.bytes_loaded, ")");
       });
 
-  py::class_<PyReader>(m, "Reader",
-                       "Opens a committed checkpoint (a directory holding MANIFEST, or a root "
-                       "whose `latest` is followed) and loads any region of any entry "
-                       "(ckpt/reader.h).")
+  py::class_<PyReader>(
+      m, "Reader",
+      "Opens a committed checkpoint (a directory holding MANIFEST, or a root "
+      "whose `latest` is followed) and loads any region of any entry "
+      "(ckpt/reader.h).")
       .def(py::init<const std::string&, int, bool>(), py::arg("path"),
            py::arg("io_threads") = 4, py::arg("direct_io") = false)
       .def_property_readonly("path", &PyReader::path)
-      .def_property_readonly("step", [](const PyReader& r) { return r.description().step; })
-      .def_property_readonly("world_size",
-                             [](const PyReader& r) { return r.description().world_size; })
-      .def_property_readonly("metadata",
-                             [](const PyReader& r) { return r.description().metadata; })
-      .def_property_readonly("id", [](const PyReader& r) { return r.description().id; })
-      .def_property_readonly("created_unix_ns",
-                             [](const PyReader& r) { return r.description().created_unix_ns; })
-      .def_property_readonly("writer", [](const PyReader& r) { return r.description().writer; })
-      .def_property_readonly("format_version",
-                             [](const PyReader& r) { return r.description().format_version; })
+      .def_property_readonly(
+          "step", [](const PyReader& r) { return r.description().step; })
+      .def_property_readonly(
+          "world_size",
+          [](const PyReader& r) { return r.description().world_size; })
+      .def_property_readonly(
+          "metadata",
+          [](const PyReader& r) { return r.description().metadata; })
+      .def_property_readonly(
+          "id", [](const PyReader& r) { return r.description().id; })
+      .def_property_readonly(
+          "created_unix_ns",
+          [](const PyReader& r) { return r.description().created_unix_ns; })
+      .def_property_readonly(
+          "writer", [](const PyReader& r) { return r.description().writer; })
+      .def_property_readonly(
+          "format_version",
+          [](const PyReader& r) { return r.description().format_version; })
       .def("entries", &PyReader::Entries)
       .def("find", &PyReader::Find, py::arg("name"))
-      .def("load", &PyReader::Load, py::arg("requests"), py::arg("filter") = py::none(),
-           py::arg("allow_unrequested") = false, py::arg("io_threads") = 0)
+      .def("load", &PyReader::Load, py::arg("requests"),
+           py::arg("filter") = py::none(), py::arg("allow_unrequested") = false,
+           py::arg("io_threads") = 0)
       .def("read_object", &PyReader::ReadObject, py::arg("name"));
 }
 

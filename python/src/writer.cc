@@ -1,6 +1,8 @@
 // ckpt._ckpt.Writer, SaveOptions and SaveResult. The Writer stores pointers
 // into registered arrays (ckpt/writer.h); the binding keeps each borrowed
 // view alive until the name is removed, replaced or the Writer is gone.
+#include "ckpt/writer.h"
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -13,7 +15,6 @@
 #include "absl/strings/str_cat.h"
 #include "bind.h"
 #include "buffers.h"
-#include "ckpt/writer.h"
 #include "communicator.h"
 #include "errors.h"
 
@@ -36,13 +37,15 @@ class PyWriter {
     owned_comm_.reset();
   }
 
-  void AddTensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
-                 py::handle region, py::handle data, bool replica, bool partial) {
+  void AddTensor(const std::string& name, DType dtype,
+                 const std::vector<int64_t>& shape, py::handle region,
+                 py::handle data, bool replica, bool partial) {
     Shape s = ToDims(shape, ("entry '" + name + "': shape").c_str());
     Region r = ToRegion(region);
     std::string what = absl::StrCat("entry '", name, "'");
     if (absl::Status rs = ValidateRegion(r, s); !rs.ok()) {
-      throw StatusError(absl::InvalidArgumentError(absl::StrCat(what, ": ", rs.message())));
+      throw StatusError(
+          absl::InvalidArgumentError(absl::StrCat(what, ": ", rs.message())));
     }
     BorrowedBuffer buf = Borrow(data, /*writable=*/false, what);
     CheckFits(buf, dtype, RegionElements(r), what);
@@ -69,7 +72,8 @@ class PyWriter {
     views_.clear();
   }
 
-  SaveResult Save(const std::string& root, uint64_t step, const SaveOptions& options) {
+  SaveResult Save(const std::string& root, uint64_t step,
+                  const SaveOptions& options) {
     py::gil_scoped_release nogil;
     return ValueOrThrow(writer_->Save(root, step, options));
   }
@@ -84,7 +88,8 @@ class PyWriter {
 }  // namespace
 
 void BindWriter(py::module_& m) {
-  py::class_<SaveOptions>(m, "SaveOptions", "Options of Writer.save (ckpt/writer.h).")
+  py::class_<SaveOptions>(m, "SaveOptions",
+                          "Options of Writer.save (ckpt/writer.h).")
       .def(py::init<>())
       .def_readwrite("codec", &SaveOptions::codec)
       .def_readwrite("zstd_level", &SaveOptions::zstd_level)
@@ -97,7 +102,8 @@ void BindWriter(py::module_& m) {
       .def_readwrite("reuse_recorded_plan", &SaveOptions::reuse_recorded_plan)
       .def_readwrite("metadata", &SaveOptions::metadata);
 
-  py::class_<SaveResult>(m, "SaveResult", "What Writer.save did (ckpt/writer.h).")
+  py::class_<SaveResult>(m, "SaveResult",
+                         "What Writer.save did (ckpt/writer.h).")
       .def_readonly("path", &SaveResult::path)
       .def_readonly("logical_bytes", &SaveResult::logical_bytes)
       .def_readonly("stored_bytes", &SaveResult::stored_bytes)
@@ -107,17 +113,20 @@ void BindWriter(py::module_& m) {
       .def_readonly("write_seconds", &SaveResult::write_seconds)
       .def_readonly("commit_seconds", &SaveResult::commit_seconds)
       .def("__repr__", [](const SaveResult& r) {
-        return absl::StrCat("SaveResult(path='", r.path, "', logical_bytes=", r.logical_bytes,
+        return absl::StrCat("SaveResult(path='", r.path,
+                            "', logical_bytes=", r.logical_bytes,
                             ", stored_bytes=", r.stored_bytes, ")");
       });
 
-  py::class_<PyWriter>(m, "Writer",
-                       "Registers this rank's tensors and objects and saves them "
-                       "(ckpt/writer.h). Registered arrays are borrowed, not copied: "
-                       "they must not change during save().")
+  py::class_<PyWriter>(
+      m, "Writer",
+      "Registers this rank's tensors and objects and saves them "
+      "(ckpt/writer.h). Registered arrays are borrowed, not copied: "
+      "they must not change during save().")
       .def(py::init<py::object>(), py::arg("comm") = py::none())
-      .def("add_tensor", &PyWriter::AddTensor, py::arg("name"), py::arg("dtype"),
-           py::arg("shape"), py::arg("region"), py::arg("data"), py::arg("replica") = false,
+      .def("add_tensor", &PyWriter::AddTensor, py::arg("name"),
+           py::arg("dtype"), py::arg("shape"), py::arg("region"),
+           py::arg("data"), py::arg("replica") = false,
            py::arg("partial") = false)
       .def("set_object", &PyWriter::SetObject, py::arg("name"), py::arg("data"))
       .def("remove", &PyWriter::Remove, py::arg("name"))

@@ -31,7 +31,8 @@ TEST(BlockCodecTest, ZstdRoundTrip) {
   CKPT_ASSERT_OK(enc.EncodeZstd(raw, &stored));
   EXPECT_LT(stored.size(), raw.size());
   std::string out(raw.size(), '\0');
-  CKPT_ASSERT_OK(dec.Decode(Codec::kZstd, stored, Checksum(stored), raw.size(), out.data()));
+  CKPT_ASSERT_OK(dec.Decode(Codec::kZstd, stored, Checksum(stored), raw.size(),
+                            out.data()));
   EXPECT_EQ(out, raw);
 }
 
@@ -42,7 +43,8 @@ TEST(BlockCodecTest, IncompressibleBlockIsStoredRaw) {
   EXPECT_EQ(stored, raw);
   BlockDecoder dec;
   std::string out(raw.size(), '\0');
-  CKPT_ASSERT_OK(dec.Decode(Codec::kZstd, stored, Checksum(stored), raw.size(), out.data()));
+  CKPT_ASSERT_OK(dec.Decode(Codec::kZstd, stored, Checksum(stored), raw.size(),
+                            out.data()));
   EXPECT_EQ(out, raw);
 }
 
@@ -62,10 +64,12 @@ TEST(BlockCodecTest, GarbageZstdFrameWithValidChecksum) {
   BlockEncoder enc(3);
   std::string raw = Compressible(10000), stored;
   CKPT_ASSERT_OK(enc.EncodeZstd(raw, &stored));
-  for (size_t i = 6; i < stored.size(); ++i) stored[i] = static_cast<char>(0xA5 ^ i);
+  for (size_t i = 6; i < stored.size(); ++i)
+    stored[i] = static_cast<char>(0xA5 ^ i);
   BlockDecoder dec;
   std::string out(raw.size(), '\0');
-  EXPECT_THAT(dec.Decode(Codec::kZstd, stored, Checksum(stored), raw.size(), out.data()),
+  EXPECT_THAT(dec.Decode(Codec::kZstd, stored, Checksum(stored), raw.size(),
+                         out.data()),
               StatusIs(absl::StatusCode::kDataLoss, "zstd"));
 }
 
@@ -75,16 +79,19 @@ TEST(BlockCodecTest, FrameOfWrongContentSize) {
   CKPT_ASSERT_OK(enc.EncodeZstd(raw, &stored));
   BlockDecoder dec;
   std::string out(20000, '\0');
-  EXPECT_THAT(dec.Decode(Codec::kZstd, stored, Checksum(stored), 20000, out.data()),
-              StatusIs(absl::StatusCode::kDataLoss, "zstd frame declares 10000 bytes, expected 20000"));
+  EXPECT_THAT(
+      dec.Decode(Codec::kZstd, stored, Checksum(stored), 20000, out.data()),
+      StatusIs(absl::StatusCode::kDataLoss,
+               "zstd frame declares 10000 bytes, expected 20000"));
 }
 
 TEST(BlockCodecTest, UncompressedBlockOfWrongSize) {
   std::string raw = Random(100);
   BlockDecoder dec;
   std::string out(200, '\0');
-  EXPECT_THAT(dec.Decode(Codec::kNone, raw, Checksum(raw), 200, out.data()),
-              StatusIs(absl::StatusCode::kDataLoss, "expected 200 for codec none"));
+  EXPECT_THAT(
+      dec.Decode(Codec::kNone, raw, Checksum(raw), 200, out.data()),
+      StatusIs(absl::StatusCode::kDataLoss, "expected 200 for codec none"));
 }
 
 // §5.3: a compressed block is exactly one zstd frame. Anything after it
@@ -97,7 +104,8 @@ TEST(BlockCodecTest, ZstdBlockWithTrailingGarbage) {
   stored += "xyz";
   BlockDecoder dec;
   std::string out(raw.size(), '\0');
-  EXPECT_THAT(dec.Decode(Codec::kZstd, stored, Checksum(stored), raw.size(), out.data()),
+  EXPECT_THAT(dec.Decode(Codec::kZstd, stored, Checksum(stored), raw.size(),
+                         out.data()),
               StatusIs(absl::StatusCode::kDataLoss,
                        "zstd block has 3 trailing bytes after its frame"));
 }
@@ -110,7 +118,8 @@ TEST(BlockCodecTest, TwoZstdFramesInOneBlock) {
   ASSERT_LT(stored.size(), raw.size());
   BlockDecoder dec;
   std::string out(raw.size(), '\0');
-  EXPECT_THAT(dec.Decode(Codec::kZstd, stored, Checksum(stored), raw.size(), out.data()),
+  EXPECT_THAT(dec.Decode(Codec::kZstd, stored, Checksum(stored), raw.size(),
+                         out.data()),
               StatusIs(absl::StatusCode::kDataLoss,
                        absl::StrCat("zstd block has ", frame.size(),
                                     " trailing bytes after its frame")));
@@ -121,11 +130,13 @@ TEST(BlockCodecTest, SkippableFrameAfterZstdFrame) {
   std::string raw = Compressible(10000), stored;
   CKPT_ASSERT_OK(enc.EncodeZstd(raw, &stored));
   // Skippable frame: magic 0x184D2A50, u32le payload size, payload.
-  const char skippable[] = {'\x50', '\x2a', '\x4d', '\x18', 4, 0, 0, 0, 'a', 'b', 'c', 'd'};
+  const char skippable[] = {'\x50', '\x2a', '\x4d', '\x18', 4,   0,
+                            0,      0,      'a',    'b',    'c', 'd'};
   stored.append(skippable, sizeof(skippable));
   BlockDecoder dec;
   std::string out(raw.size(), '\0');
-  EXPECT_THAT(dec.Decode(Codec::kZstd, stored, Checksum(stored), raw.size(), out.data()),
+  EXPECT_THAT(dec.Decode(Codec::kZstd, stored, Checksum(stored), raw.size(),
+                         out.data()),
               StatusIs(absl::StatusCode::kDataLoss,
                        "zstd block has 12 trailing bytes after its frame"));
 }

@@ -27,8 +27,8 @@ TEST(CodingTest, FixedRoundTrip) {
 }
 
 TEST(CodingTest, VarintRoundTrip) {
-  const uint64_t values[] = {0, 1, 127, 128, 300, 1ull << 32,
-                             std::numeric_limits<uint64_t>::max()};
+  const uint64_t values[] = {
+      0, 1, 127, 128, 300, 1ull << 32, std::numeric_limits<uint64_t>::max()};
   std::string s;
   for (uint64_t v : values) PutVarint(&s, v);
   ByteReader r(s);
@@ -47,13 +47,15 @@ TEST(CodingTest, TruncatedFixedNamesFieldAndOffset) {
 TEST(CodingTest, TruncatedVarint) {
   std::string s = "\x80\x80";
   ByteReader r(s);
-  EXPECT_THAT(r.ReadVarint("dim"), StatusIs(absl::StatusCode::kDataLoss, "dim: truncated"));
+  EXPECT_THAT(r.ReadVarint("dim"),
+              StatusIs(absl::StatusCode::kDataLoss, "dim: truncated"));
 }
 
 TEST(CodingTest, OverlongVarint) {
   std::string s(11, '\x80');
   ByteReader r(s);
-  EXPECT_THAT(r.ReadVarint("dim"), StatusIs(absl::StatusCode::kDataLoss, "dim"));
+  EXPECT_THAT(r.ReadVarint("dim"),
+              StatusIs(absl::StatusCode::kDataLoss, "dim"));
 }
 
 TEST(CodingTest, VarintOverflowing64Bits) {
@@ -69,7 +71,8 @@ TEST(CodingTest, VarintAboveLimit) {
   PutVarint(&s, 33);
   ByteReader r(s);
   EXPECT_THAT(r.ReadVarintAtMost("ndim", 32),
-              StatusIs(absl::StatusCode::kDataLoss, "value 33 at offset 0 exceeds the limit 32"));
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "value 33 at offset 0 exceeds the limit 32"));
 }
 
 TEST(CodingTest, StringLongerThanInput) {
@@ -77,7 +80,8 @@ TEST(CodingTest, StringLongerThanInput) {
   PutVarint(&s, 1000);
   s += "short";
   ByteReader r(s);
-  EXPECT_THAT(r.ReadString("name", 2000), StatusIs(absl::StatusCode::kDataLoss, "name: truncated"));
+  EXPECT_THAT(r.ReadString("name", 2000),
+              StatusIs(absl::StatusCode::kDataLoss, "name: truncated"));
 }
 
 }  // namespace

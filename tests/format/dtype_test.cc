@@ -27,13 +27,15 @@ TEST(DTypeTest, SizesAndNamesRoundTrip) {
 }
 
 TEST(DTypeTest, UnknownCodeIsDataLoss) {
-  EXPECT_THAT(DTypeFromCode(0), StatusIs(absl::StatusCode::kDataLoss, "unknown dtype code 0"));
+  EXPECT_THAT(DTypeFromCode(0),
+              StatusIs(absl::StatusCode::kDataLoss, "unknown dtype code 0"));
   EXPECT_THAT(DTypeFromCode(16), StatusIs(absl::StatusCode::kDataLoss, "16"));
 }
 
 TEST(DTypeTest, UnknownNameIsInvalidArgument) {
-  EXPECT_THAT(DTypeFromName("float128"),
-              StatusIs(absl::StatusCode::kInvalidArgument, "unknown dtype 'float128'"));
+  EXPECT_THAT(
+      DTypeFromName("float128"),
+      StatusIs(absl::StatusCode::kInvalidArgument, "unknown dtype 'float128'"));
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-
 #include "gtest/gtest.h"
 #include "testing/geometry_reference.h"
 #include "testing/status_matchers.h"
@@ -54,18 +53,20 @@ TEST(GeometryTest, ForEachRunMatchesBruteForceOnRandomRegions) {
     }
     uint64_t last_end = 0;
     bool first = true;
-    uint64_t total = ForEachRun(shape, src, dst, [&](uint64_t s, uint64_t d, uint64_t n) {
-      ASSERT_GT(n, 0u);
-      if (!first) {
-        EXPECT_GE(s, last_end);  // increasing, coalesced
-      }
-      first = false;
-      last_end = s + n;
-      for (uint64_t i = 0; i < n; ++i) actual.emplace_back(s + i, d + i);
-    });
+    uint64_t total =
+        ForEachRun(shape, src, dst, [&](uint64_t s, uint64_t d, uint64_t n) {
+          ASSERT_GT(n, 0u);
+          if (!first) {
+            EXPECT_GE(s, last_end);  // increasing, coalesced
+          }
+          first = false;
+          last_end = s + n;
+          for (uint64_t i = 0; i < n; ++i) actual.emplace_back(s + i, d + i);
+        });
     EXPECT_EQ(total, expected.size());
-    ASSERT_EQ(actual, expected) << "shape " << ShapeToString(shape) << " src "
-                                << RegionToString(src) << " dst " << RegionToString(dst);
+    ASSERT_EQ(actual, expected)
+        << "shape " << ShapeToString(shape) << " src " << RegionToString(src)
+        << " dst " << RegionToString(dst);
     EXPECT_EQ(IntersectionElements(shape, src, dst), expected.size());
   }
 }
@@ -112,26 +113,30 @@ TEST(GeometryTest, BoxOffsetOverflowIsRejected) {
 }
 
 TEST(GeometryTest, FlatRangeOverflowIsRejected) {
-  EXPECT_THAT(ValidateRegion(FlatRange{~0ull - 2, 10}, Shape{16}),
-              StatusIs(absl::StatusCode::kInvalidArgument, "exceeds the 16 elements"));
+  EXPECT_THAT(
+      ValidateRegion(FlatRange{~0ull - 2, 10}, Shape{16}),
+      StatusIs(absl::StatusCode::kInvalidArgument, "exceeds the 16 elements"));
 }
 
 TEST(GeometryTest, ShapeElementCountOverflow) {
   EXPECT_THAT(ValidateShape(Shape{1ull << 32, 1ull << 32}, 1),
               StatusIs(absl::StatusCode::kInvalidArgument, "overflows int64"));
-  EXPECT_THAT(ValidateShape(Shape{1ull << 61}, 8),
-              StatusIs(absl::StatusCode::kInvalidArgument, "byte count overflows"));
+  EXPECT_THAT(
+      ValidateShape(Shape{1ull << 61}, 8),
+      StatusIs(absl::StatusCode::kInvalidArgument, "byte count overflows"));
 }
 
 TEST(GeometryTest, TooManyDims) {
   Shape shape(33, 1);
-  EXPECT_THAT(ValidateShape(shape, 4),
-              StatusIs(absl::StatusCode::kInvalidArgument, "33 dims; the limit is 32"));
+  EXPECT_THAT(
+      ValidateShape(shape, 4),
+      StatusIs(absl::StatusCode::kInvalidArgument, "33 dims; the limit is 32"));
 }
 
 TEST(GeometryTest, CoverRowSplit) {
   Shape shape{8, 4};
-  CKPT_EXPECT_OK(CheckCover(shape, {Box{{0, 0}, {4, 4}}, Box{{4, 0}, {4, 4}}}, false));
+  CKPT_EXPECT_OK(
+      CheckCover(shape, {Box{{0, 0}, {4, 4}}, Box{{4, 0}, {4, 4}}}, false));
 }
 
 TEST(GeometryTest, CoverTwoDimGrid) {
@@ -144,20 +149,25 @@ TEST(GeometryTest, CoverTwoDimGrid) {
 
 TEST(GeometryTest, CoverUnevenFlat) {
   Shape shape{10, 3};
-  CKPT_EXPECT_OK(CheckCover(shape, {FlatRange{0, 7}, FlatRange{7, 13}, FlatRange{20, 10}}, false));
+  CKPT_EXPECT_OK(CheckCover(
+      shape, {FlatRange{0, 7}, FlatRange{7, 13}, FlatRange{20, 10}}, false));
 }
 
 TEST(GeometryTest, CoverMixedFlatAndBox) {
   Shape shape{4, 4};
-  CKPT_EXPECT_OK(CheckCover(shape, {Box{{0, 0}, {4, 2}}, FlatRange{2, 2}, FlatRange{6, 2},
-                                    FlatRange{10, 2}, FlatRange{14, 2}},
-                            false));
+  CKPT_EXPECT_OK(
+      CheckCover(shape,
+                 {Box{{0, 0}, {4, 2}}, FlatRange{2, 2}, FlatRange{6, 2},
+                  FlatRange{10, 2}, FlatRange{14, 2}},
+                 false));
 }
 
 TEST(GeometryTest, OverlappingBoxes) {
   Shape shape{8, 4};
-  EXPECT_THAT(CheckCover(shape, {Box{{0, 0}, {5, 4}}, Box{{4, 0}, {4, 4}}}, false),
-              StatusIs(absl::StatusCode::kInvalidArgument, "chunks 0 and 1 overlap in [4:5, 0:4]"));
+  EXPECT_THAT(
+      CheckCover(shape, {Box{{0, 0}, {5, 4}}, Box{{4, 0}, {4, 4}}}, false),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "chunks 0 and 1 overlap in [4:5, 0:4]"));
 }
 
 TEST(GeometryTest, OverlappingFlatRanges) {
@@ -173,9 +183,10 @@ TEST(GeometryTest, OverlappingFlatAndBox) {
 
 TEST(GeometryTest, GapIsNamed) {
   Shape shape{8, 4};
-  EXPECT_THAT(CheckCover(shape, {Box{{0, 0}, {4, 4}}, Box{{6, 0}, {2, 4}}}, false),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "e.g. [4:6, 0:4] (8 of 32 elements missing)"));
+  EXPECT_THAT(
+      CheckCover(shape, {Box{{0, 0}, {4, 4}}, Box{{6, 0}, {2, 4}}}, false),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "e.g. [4:6, 0:4] (8 of 32 elements missing)"));
   CKPT_EXPECT_OK(CheckCover(shape, {Box{{0, 0}, {4, 4}}}, /*allow_gaps=*/true));
 }
 
@@ -221,8 +232,8 @@ TEST(GeometryTest, IrregularTwoDimOverlapIsNamed) {
   uint64_t split = 1 + (500 * 7919) % (n - 1);
   EXPECT_THAT(CheckCover(Shape{n, n}, r, false),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       absl::StrCat("chunks 1000 and 1001 overlap in [", split - 1, ":",
-                                    split, ", 500:501]")));
+                       absl::StrCat("chunks 1000 and 1001 overlap in [",
+                                    split - 1, ":", split, ", 500:501]")));
 }
 
 TEST(GeometryTest, IrregularTwoDimGapIsCounted) {
@@ -243,12 +254,14 @@ TEST(GeometryTest, IrregularLayoutInTwoOfFourDims) {
   std::vector<Region> r;
   for (const Region& c : StaggeredColumns(n)) {
     const Box& b = std::get<Box>(c);
-    r.push_back(Box{{0, b.offset[0], b.offset[1], 0}, {3, b.size[0], b.size[1], 2}});
+    r.push_back(
+        Box{{0, b.offset[0], b.offset[1], 0}, {3, b.size[0], b.size[1], 2}});
   }
   CKPT_EXPECT_OK(CheckCover(Shape{3, n, n, 2}, r, false));
   std::get<Box>(r[7]).size[2] = 2;  // column 3 also covers column 4
-  EXPECT_THAT(CheckCover(Shape{3, n, n, 2}, r, false),
-              StatusIs(absl::StatusCode::kInvalidArgument, "overlap in [0:3, "));
+  EXPECT_THAT(
+      CheckCover(Shape{3, n, n, 2}, r, false),
+      StatusIs(absl::StatusCode::kInvalidArgument, "overlap in [0:3, "));
 }
 
 TEST(GeometryTest, IrregularThreeDimLayoutIsVerified) {
@@ -266,7 +279,8 @@ TEST(GeometryTest, IrregularThreeDimLayoutIsVerified) {
   CKPT_EXPECT_OK(CheckCover(Shape{4, n, n}, r, false));
   r.push_back(Box{{2, 10, 10}, {1, 1, 1}});
   EXPECT_THAT(CheckCover(Shape{4, n, n}, r, false),
-              StatusIs(absl::StatusCode::kInvalidArgument, "overlap in [2:3, 10:11, 10:11]"));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "overlap in [2:3, 10:11, 10:11]"));
 }
 
 TEST(GeometryTest, IrregularLayoutTooComplexToVerify) {
@@ -277,9 +291,10 @@ TEST(GeometryTest, IrregularLayoutTooComplexToVerify) {
   for (uint64_t i = 0; i < 4000; ++i) {
     r.push_back(Box{{i % 50, (i / 50) % 50, i % 47}, {900, 900, 900}});
   }
-  EXPECT_THAT(CheckCover(Shape{1000, 1000, 1000}, r, true),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "irregular chunk layout too complex to verify (4000 chunks)"));
+  EXPECT_THAT(
+      CheckCover(Shape{1000, 1000, 1000}, r, true),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "irregular chunk layout too complex to verify (4000 chunks)"));
 }
 
 // Splits `shape` into `pieces` boxes by cutting a random box along a random
@@ -287,7 +302,8 @@ TEST(GeometryTest, IrregularLayoutTooComplexToVerify) {
 std::vector<Box> GuillotineCover(std::mt19937_64& rng, const Shape& shape,
                                  const std::vector<size_t>& dims, int pieces) {
   std::vector<Box> boxes = {FullBox(shape)};
-  for (int tries = 0; static_cast<int>(boxes.size()) < pieces && tries < 100 * pieces;
+  for (int tries = 0;
+       static_cast<int>(boxes.size()) < pieces && tries < 100 * pieces;
        ++tries) {
     size_t k = rng() % boxes.size();
     size_t d = dims[rng() % dims.size()];

@@ -53,8 +53,11 @@ int Main(const std::string& root) {
   m.metadata = md;
   BlockEncoder enc(3);
   std::vector<GoldenEntry> entries = GoldenEntries();
-  GoldenEntry obj{kObjectName, DType::kUInt8, {sizeof(kObjectValue) - 1},
-                  Codec::kNone, {{FlatRange{0, sizeof(kObjectValue) - 1}, 1}}};
+  GoldenEntry obj{kObjectName,
+                  DType::kUInt8,
+                  {sizeof(kObjectValue) - 1},
+                  Codec::kNone,
+                  {{FlatRange{0, sizeof(kObjectValue) - 1}, 1}}};
   entries.push_back(obj);
   for (const GoldenEntry& e : entries) {
     bool is_obj = e.name == kObjectName;
@@ -70,7 +73,8 @@ int Main(const std::string& root) {
       std::string local(RegionElements(gc.region) * es, '\0');
       ForEachRun(e.shape, FlatRange{0, numel}, gc.region,
                  [&](uint64_t src, uint64_t dst, uint64_t n) {
-                   std::memcpy(local.data() + dst * es, global.data() + src * es, n * es);
+                   std::memcpy(local.data() + dst * es,
+                               global.data() + src * es, n * es);
                  });
       ShardBuilder& sb = shards[gc.shard];
       Pad(&sb.bytes, kAlign);
@@ -92,8 +96,9 @@ int Main(const std::string& root) {
         c.stored_length += stored.size();
       }
       // Index records keep block tables; the manifest's do not.
-      auto sit = std::find_if(sb.index.entries.begin(), sb.index.entries.end(),
-                              [&](const EntryRecord& r) { return r.name == e.name; });
+      auto sit =
+          std::find_if(sb.index.entries.begin(), sb.index.entries.end(),
+                       [&](const EntryRecord& r) { return r.name == e.name; });
       if (sit == sb.index.entries.end()) {
         EntryRecord r = rec;
         r.chunks.clear();
@@ -121,7 +126,8 @@ int Main(const std::string& root) {
     m.shards.push_back({s, ShardFileName(s), sb.bytes.size()});
   }
   std::ofstream(dir + "/MANIFEST", std::ios::binary) << EncodeManifest(m);
-  std::ofstream(root + "/latest", std::ios::binary) << EncodeLatest(StepDirName(kStep));
+  std::ofstream(root + "/latest", std::ios::binary)
+      << EncodeLatest(StepDirName(kStep));
   std::cout << "wrote " << dir << "\n";
   return 0;
 }

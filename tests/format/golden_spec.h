@@ -17,7 +17,8 @@
 namespace ckpt::golden {
 
 inline constexpr char kGoldenDir[] = "tests/data/v1/golden";
-inline constexpr char kGoldenCheckpoint[] = "tests/data/v1/golden/step-00000042";
+inline constexpr char kGoldenCheckpoint[] =
+    "tests/data/v1/golden/step-00000042";
 inline constexpr uint64_t kStep = 42;
 inline constexpr char kObjectName[] = "rng";
 inline constexpr char kObjectValue[] = "golden-rng-state";
@@ -65,18 +66,36 @@ inline std::vector<GoldenEntry> GoldenEntries() {
   std::vector<GoldenEntry> v;
   uint32_t shard = 0;
   for (DType d : kAllDTypes) {
-    v.push_back({std::string("dtypes.") + std::string(DTypeName(d)), d, {3, 5},
-                 Codec::kNone, {{FullBox({3, 5}), shard}}});
+    v.push_back({std::string("dtypes.") + std::string(DTypeName(d)),
+                 d,
+                 {3, 5},
+                 Codec::kNone,
+                 {{FullBox({3, 5}), shard}}});
     shard ^= 1;
   }
-  v.push_back({"model.box", DType::kFloat32, {4, 6}, Codec::kNone,
-               {{Box{{0, 0}, {2, 3}}, 0}, {Box{{0, 3}, {2, 3}}, 1},
-                {Box{{2, 0}, {2, 3}}, 1}, {Box{{2, 3}, {2, 3}}, 0}}});
-  v.push_back({"model.flat", DType::kBFloat16, {10}, Codec::kNone,
+  v.push_back({"model.box",
+               DType::kFloat32,
+               {4, 6},
+               Codec::kNone,
+               {{Box{{0, 0}, {2, 3}}, 0},
+                {Box{{0, 3}, {2, 3}}, 1},
+                {Box{{2, 0}, {2, 3}}, 1},
+                {Box{{2, 3}, {2, 3}}, 0}}});
+  v.push_back({"model.flat",
+               DType::kBFloat16,
+               {10},
+               Codec::kNone,
                {{FlatRange{0, 3}, 0}, {FlatRange{3, 7}, 1}}});
-  v.push_back({"optimizer.big.exp_avg", DType::kFloat32, {3000}, Codec::kZstd,
+  v.push_back({"optimizer.big.exp_avg",
+               DType::kFloat32,
+               {3000},
+               Codec::kZstd,
                {{FlatRange{0, 1000}, 0}, {FlatRange{1000, 2000}, 1}}});
-  v.push_back({"scalar", DType::kInt64, {}, Codec::kNone, {{Region(std::in_place_type<Box>), 1}}});
+  v.push_back({"scalar",
+               DType::kInt64,
+               {},
+               Codec::kNone,
+               {{Region(std::in_place_type<Box>), 1}}});
   v.push_back({"empty", DType::kFloat32, {0, 4}, Codec::kNone, {}});
   return v;
 }

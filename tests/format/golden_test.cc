@@ -9,9 +9,9 @@
 #include "ckpt/format/latest.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/format/shard.h"
+#include "format/golden_spec.h"
 #include "gtest/gtest.h"
 #include "testing/files.h"
-#include "format/golden_spec.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt::golden {
@@ -21,7 +21,8 @@ using namespace ckpt::format;
 
 // A file of the source tree.
 std::string Slurp(const std::string& path) {
-  std::string bytes = ::ckpt::testing::ReadFileBytes(std::string(CKPT_SOURCE_DIR) + "/" + path);
+  std::string bytes =
+      ::ckpt::testing::ReadFileBytes(std::string(CKPT_SOURCE_DIR) + "/" + path);
   EXPECT_FALSE(bytes.empty()) << path;
   return bytes;
 }
@@ -63,19 +64,23 @@ TEST(GoldenV1Test, EveryBlockOfEveryShardDecodesToTheExpectedBytes) {
   BlockDecoder dec;
   int blocks = 0;
   for (const ShardInfo& si : m->shards) {
-    std::string file = Slurp(std::string(kGoldenCheckpoint) + "/" + si.file_name);
+    std::string file =
+        Slurp(std::string(kGoldenCheckpoint) + "/" + si.file_name);
     ASSERT_EQ(file.size(), si.file_size);
     auto h = DecodeShardHeader(file);
     CKPT_ASSERT_OK(h);
     EXPECT_EQ(h->checkpoint_id, m->info.id);
     auto t = DecodeShardTail(file, file.size());
     CKPT_ASSERT_OK(t);
-    auto idx = DecodeShardIndex(absl::string_view(file).substr(t->index_offset, t->index_length), *h, *t);
+    auto idx = DecodeShardIndex(
+        absl::string_view(file).substr(t->index_offset, t->index_length), *h,
+        *t);
     CKPT_ASSERT_OK(idx);
     for (const EntryRecord& e : idx->entries) {
       std::string global;
       const GoldenEntry* ge = nullptr;
-      for (const auto& g : expected) if (g.name == e.name) ge = &g;
+      for (const auto& g : expected)
+        if (g.name == e.name) ge = &g;
       global = ge ? GoldenBytes(*ge) : std::string(kObjectValue);
       int es = DTypeSize(e.dtype);
       uint64_t numel = global.size() / es;
@@ -83,16 +88,21 @@ TEST(GoldenV1Test, EveryBlockOfEveryShardDecodesToTheExpectedBytes) {
         std::string local(RegionElements(c.region) * es, '\0');
         uint64_t pos = c.data_offset;
         for (size_t b = 0; b < c.blocks.size(); ++b) {
-          uint64_t raw = std::min<uint64_t>(c.block_size, local.size() - b * c.block_size);
-          CKPT_ASSERT_OK(dec.Decode(c.codec, absl::string_view(file).substr(pos, c.blocks[b].stored_size),
-                                    c.blocks[b].checksum, raw, local.data() + b * c.block_size));
+          uint64_t raw =
+              std::min<uint64_t>(c.block_size, local.size() - b * c.block_size);
+          CKPT_ASSERT_OK(dec.Decode(
+              c.codec,
+              absl::string_view(file).substr(pos, c.blocks[b].stored_size),
+              c.blocks[b].checksum, raw, local.data() + b * c.block_size));
           pos += c.blocks[b].stored_size;
           ++blocks;
         }
         std::string want(local.size(), '\0');
-        ForEachRun(e.shape, FlatRange{0, numel}, c.region, [&](uint64_t s, uint64_t d, uint64_t n) {
-          std::memcpy(want.data() + d * es, global.data() + s * es, n * es);
-        });
+        ForEachRun(e.shape, FlatRange{0, numel}, c.region,
+                   [&](uint64_t s, uint64_t d, uint64_t n) {
+                     std::memcpy(want.data() + d * es, global.data() + s * es,
+                                 n * es);
+                   });
         EXPECT_EQ(local, want) << e.name << " " << RegionToString(c.region);
       }
     }
@@ -107,13 +117,15 @@ TEST(GoldenV1Test, EntryWithNoChunksIsListedInShardZero) {
   CKPT_ASSERT_OK(m);
   std::set<std::string> indexed;
   for (const ShardInfo& si : m->shards) {
-    std::string file = Slurp(std::string(kGoldenCheckpoint) + "/" + si.file_name);
+    std::string file =
+        Slurp(std::string(kGoldenCheckpoint) + "/" + si.file_name);
     auto h = DecodeShardHeader(file);
     CKPT_ASSERT_OK(h);
     auto t = DecodeShardTail(file, file.size());
     CKPT_ASSERT_OK(t);
     auto idx = DecodeShardIndex(
-        absl::string_view(file).substr(t->index_offset, t->index_length), *h, *t);
+        absl::string_view(file).substr(t->index_offset, t->index_length), *h,
+        *t);
     CKPT_ASSERT_OK(idx);
     for (const EntryRecord& e : idx->entries) {
       indexed.insert(e.name);

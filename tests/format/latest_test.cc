@@ -35,7 +35,8 @@ TEST(LatestTest, BitFlipIsDetected) {
 
 TEST(LatestTest, PathTraversalIsRejected) {
   // Checksum is valid but the name would escape the root.
-  EXPECT_THAT(DecodeLatest(EncodeLatest("../x")), StatusIs(kDataLoss, "invalid file name"));
+  EXPECT_THAT(DecodeLatest(EncodeLatest("../x")),
+              StatusIs(kDataLoss, "invalid file name"));
 }
 
 // `latest` with its checksum field replaced by `field`.
@@ -57,9 +58,11 @@ TEST(LatestTest, ValidFieldIsAccepted) {
 
 TEST(LatestTest, UppercaseChecksumIsRejected) {
   std::string upper = ValidField();
-  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  EXPECT_THAT(DecodeLatest(WithChecksumField(upper)),
-              StatusIs(kDataLoss, "latest: bad checksum field '10978E48109E2BE1'"));
+  for (char& c : upper)
+    c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  EXPECT_THAT(
+      DecodeLatest(WithChecksumField(upper)),
+      StatusIs(kDataLoss, "latest: bad checksum field '10978E48109E2BE1'"));
 }
 
 TEST(LatestTest, ChecksumWith0xPrefixIsRejected) {

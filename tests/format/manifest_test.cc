@@ -6,8 +6,8 @@
 
 #include "ckpt/format/coding.h"
 #include "ckpt/format/section_coding.h"
-#include "gtest/gtest.h"
 #include "format/sample.h"
+#include "gtest/gtest.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt::format {
@@ -39,7 +39,8 @@ TEST(ManifestTest, RoundTripWithZstdSetsRequiredFeature) {
 TEST(ManifestTest, TruncationAtEveryByteIsDataLoss) {
   std::string b = EncodeManifest(SampleManifest());
   for (size_t n = 0; n < b.size(); ++n) {
-    EXPECT_THAT(DecodeManifest(b.substr(0, n)), StatusIs(kDataLoss, "manifest")) << n;
+    EXPECT_THAT(DecodeManifest(b.substr(0, n)), StatusIs(kDataLoss, "manifest"))
+        << n;
   }
 }
 
@@ -51,14 +52,17 @@ TEST(ManifestTest, ExtendedFileIsDataLoss) {
 TEST(ManifestTest, BadMagic) {
   std::string b = EncodeManifest(SampleManifest());
   b[1] = 'X';
-  EXPECT_THAT(DecodeManifest(b), StatusIs(kDataLoss, "manifest: bad magic at offset 0"));
+  EXPECT_THAT(DecodeManifest(b),
+              StatusIs(kDataLoss, "manifest: bad magic at offset 0"));
 }
 
 TEST(ManifestTest, NewerMajorVersion) {
   std::string b = EncodeManifest(SampleManifest());
   StoreFixed16(b.data() + 8, 2);
-  EXPECT_THAT(DecodeManifest(b),
-              StatusIs(kPrecondition, "format version 2.0 is newer than this reader supports"));
+  EXPECT_THAT(
+      DecodeManifest(b),
+      StatusIs(kPrecondition,
+               "format version 2.0 is newer than this reader supports"));
 }
 
 TEST(ManifestTest, NewerMinorVersionIsRead) {
@@ -74,7 +78,8 @@ TEST(ManifestTest, UnknownRequiredFeatureBit) {
   std::string b = EncodeManifest(SampleManifest());
   StoreFixed64(b.data() + 16, 1ull << 5);
   ResealManifest(&b);
-  EXPECT_THAT(DecodeManifest(b), StatusIs(kPrecondition, "unknown required feature bits 0x20"));
+  EXPECT_THAT(DecodeManifest(b),
+              StatusIs(kPrecondition, "unknown required feature bits 0x20"));
 }
 
 TEST(ManifestTest, UnknownOptionalFeatureBitIsIgnored) {
@@ -88,7 +93,8 @@ TEST(ManifestTest, ReservedHeaderFieldSet) {
   std::string b = EncodeManifest(SampleManifest());
   StoreFixed32(b.data() + 12, 1);
   ResealManifest(&b);
-  EXPECT_THAT(DecodeManifest(b), StatusIs(kDataLoss, "reserved field at offset 12"));
+  EXPECT_THAT(DecodeManifest(b),
+              StatusIs(kDataLoss, "reserved field at offset 12"));
 }
 
 TEST(ManifestTest, ReservedSectionFlagSet) {
@@ -131,7 +137,8 @@ TEST(ManifestTest, DuplicateSection) {
   internal::PutSection(&sec, kSectionPlan, false, "again");
   b.insert(b.size() - 16, sec);
   ResealManifest(&b);
-  EXPECT_THAT(DecodeManifest(b), StatusIs(kDataLoss, "section 6 appears twice"));
+  EXPECT_THAT(DecodeManifest(b),
+              StatusIs(kDataLoss, "section 6 appears twice"));
 }
 
 TEST(ManifestTest, MissingRequiredSection) {
@@ -148,15 +155,18 @@ TEST(ManifestTest, MissingRequiredSection) {
   out += std::string(16, '\0');
   out.replace(out.size() - 8, 8, std::string(kManifestMagic, 8));
   ResealManifest(&out);
-  EXPECT_THAT(DecodeManifest(out), StatusIs(kDataLoss, "missing required section ENTRIES"));
+  EXPECT_THAT(DecodeManifest(out),
+              StatusIs(kDataLoss, "missing required section ENTRIES"));
 }
 
 TEST(ManifestTest, OverflowingShape) {
   Manifest m = SampleManifest();
   m.entries[0].shape = {1ull << 40, 1ull << 40};
-  EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
-              StatusIs(kDataLoss, "entry 'layers.0.w': shape [1099511627776, 1099511627776]: "
-                                  "element count overflows int64"));
+  EXPECT_THAT(
+      DecodeManifest(EncodeManifest(m)),
+      StatusIs(kDataLoss,
+               "entry 'layers.0.w': shape [1099511627776, 1099511627776]: "
+               "element count overflows int64"));
 }
 
 TEST(ManifestTest, OverflowingChunkOffset) {
@@ -170,8 +180,9 @@ TEST(ManifestTest, ChunkOutsideTheTensor) {
   Manifest m = SampleManifest();
   m.entries[1].chunks[1].region = FlatRange{3, 8};
   EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
-              StatusIs(kDataLoss, "entry 'optimizer.exp_avg': chunk 1: flat range "
-                                  "flat[3:11) exceeds the 10 elements of shape [10]"));
+              StatusIs(kDataLoss,
+                       "entry 'optimizer.exp_avg': chunk 1: flat range "
+                       "flat[3:11) exceeds the 10 elements of shape [10]"));
 }
 
 TEST(ManifestTest, ChunkPayloadOutsideItsShard) {
@@ -200,14 +211,17 @@ TEST(ManifestTest, BadEntryNames) {
   for (const char* bad : {"a/b", "..", "x\ny"}) {
     Manifest m = SampleManifest();
     m.entries[0].name = bad;
-    EXPECT_THAT(DecodeManifest(EncodeManifest(m)), StatusIs(kDataLoss, "invalid name")) << bad;
+    EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
+                StatusIs(kDataLoss, "invalid name"))
+        << bad;
   }
 }
 
 TEST(ManifestTest, BadShardFileName) {
   Manifest m = SampleManifest();
   m.shards[0].file_name = "../../etc/passwd";
-  EXPECT_THAT(DecodeManifest(EncodeManifest(m)), StatusIs(kDataLoss, "invalid file name"));
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
+              StatusIs(kDataLoss, "invalid file name"));
 }
 
 TEST(ManifestTest, UncompressedChunkOfWrongLength) {
@@ -220,7 +234,8 @@ TEST(ManifestTest, UncompressedChunkOfWrongLength) {
 TEST(ManifestTest, ObjectMustBeBytes) {
   Manifest m = SampleManifest();
   m.entries[2].dtype = DType::kFloat32;
-  EXPECT_THAT(DecodeManifest(EncodeManifest(m)), StatusIs(kDataLoss, "1-d uint8"));
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
+              StatusIs(kDataLoss, "1-d uint8"));
 }
 
 TEST(ManifestTest, ReservedEntryFlag) {
@@ -236,7 +251,8 @@ TEST(ManifestTest, ZstdChunkWithoutFeatureBit) {
   std::string b = EncodeManifest(m);
   StoreFixed64(b.data() + 16, 0);
   ResealManifest(&b);
-  EXPECT_THAT(DecodeManifest(b), StatusIs(kDataLoss, "feature bit 0 (zstd) is not set"));
+  EXPECT_THAT(DecodeManifest(b),
+              StatusIs(kDataLoss, "feature bit 0 (zstd) is not set"));
 }
 
 TEST(ManifestTest, OverlappingChunksFailCoverage) {
@@ -245,8 +261,9 @@ TEST(ManifestTest, OverlappingChunksFailCoverage) {
   m.entries[1].chunks[1].stored_length = 32;
   auto d = DecodeManifest(EncodeManifest(m));
   CKPT_ASSERT_OK(d);
-  EXPECT_THAT(ValidateCoverage(*d),
-              StatusIs(kDataLoss, "entry 'optimizer.exp_avg': chunks 0 and 1 overlap"));
+  EXPECT_THAT(
+      ValidateCoverage(*d),
+      StatusIs(kDataLoss, "entry 'optimizer.exp_avg': chunks 0 and 1 overlap"));
 }
 
 TEST(ManifestTest, UncoveredTensorFailsCoverageUnlessPartial) {
@@ -255,8 +272,9 @@ TEST(ManifestTest, UncoveredTensorFailsCoverageUnlessPartial) {
   auto d = DecodeManifest(EncodeManifest(m));
   CKPT_ASSERT_OK(d);
   EXPECT_THAT(ValidateCoverage(*d),
-              StatusIs(kDataLoss, "entry 'layers.0.w': elements not covered by any chunk, "
-                                  "e.g. [4:8, 0:4]"));
+              StatusIs(kDataLoss,
+                       "entry 'layers.0.w': elements not covered by any chunk, "
+                       "e.g. [4:8, 0:4]"));
   m.entries[0].flags = kEntryFlagPartial;
   CKPT_EXPECT_OK(ValidateCoverage(*DecodeManifest(EncodeManifest(m))));
 }
@@ -299,7 +317,8 @@ std::string Assemble(const std::vector<Section>& sections) {
   PutFixed32(&out, 0);
   PutFixed64(&out, 0);
   PutFixed64(&out, 0);
-  for (const Section& s : sections) internal::PutSection(&out, s.tag, s.required, s.body);
+  for (const Section& s : sections)
+    internal::PutSection(&out, s.tag, s.required, s.body);
   out += std::string(16, '\0');
   out.replace(out.size() - 8, 8, std::string(kManifestMagic, kMagicSize));
   ResealManifest(&out);
@@ -323,22 +342,25 @@ TEST(ManifestTest, TrailingBytesAfterMetadata) {
   std::vector<Section> v = SampleSections();
   v[1].body += "abc";
   EXPECT_THAT(DecodeManifest(Assemble(v)),
-              StatusIs(kDataLoss, "manifest: section 2: 3 trailing bytes after the last "
-                                  "metadata pair"));
+              StatusIs(kDataLoss,
+                       "manifest: section 2: 3 trailing bytes after the last "
+                       "metadata pair"));
 }
 
 TEST(ManifestTest, TrailingBytesAfterShards) {
   std::vector<Section> v = SampleSections();
   v[2].body += "ab";
-  EXPECT_THAT(DecodeManifest(Assemble(v)),
-              StatusIs(kDataLoss, "section 3: 2 trailing bytes after the last shard"));
+  EXPECT_THAT(
+      DecodeManifest(Assemble(v)),
+      StatusIs(kDataLoss, "section 3: 2 trailing bytes after the last shard"));
 }
 
 TEST(ManifestTest, TrailingBytesAfterEntries) {
   std::vector<Section> v = SampleSections();
   v[3].body += "abc";
-  EXPECT_THAT(DecodeManifest(Assemble(v)),
-              StatusIs(kDataLoss, "section 4: 3 trailing bytes after the last entry"));
+  EXPECT_THAT(
+      DecodeManifest(Assemble(v)),
+      StatusIs(kDataLoss, "section 4: 3 trailing bytes after the last entry"));
 }
 
 TEST(ManifestTest, ShardChunksSectionInManifest) {
@@ -355,9 +377,11 @@ TEST(ManifestTest, ShardChunksSectionInManifest) {
 TEST(ManifestTest, MetadataSectionMarkedRequired) {
   std::vector<Section> v = SampleSections();
   v[1].required = true;
-  EXPECT_THAT(DecodeManifest(Assemble(v)),
-              StatusIs(kDataLoss, "section 2 (METADATA) at offset 100 has required flag 1; "
-                                  "v1 defines it as 0"));
+  EXPECT_THAT(
+      DecodeManifest(Assemble(v)),
+      StatusIs(kDataLoss,
+               "section 2 (METADATA) at offset 100 has required flag 1; "
+               "v1 defines it as 0"));
 }
 
 TEST(ManifestTest, PlanSectionMarkedRequired) {
@@ -372,7 +396,8 @@ TEST(ManifestTest, EntriesSectionMarkedOptional) {
   v[3].required = false;
   EXPECT_THAT(DecodeManifest(Assemble(v)),
               StatusIs(kDataLoss, "section 4 (ENTRIES) at offset"));
-  EXPECT_THAT(DecodeManifest(Assemble(v)), StatusIs(kDataLoss, "has required flag 0"));
+  EXPECT_THAT(DecodeManifest(Assemble(v)),
+              StatusIs(kDataLoss, "has required flag 0"));
 }
 
 // The first 12 bytes of a manifest of a newer major version.
@@ -386,10 +411,13 @@ std::string NewerPrefix() {
 TEST(ManifestTest, NewerMajorVersionShorterThanV1Minimum) {
   // §2: the version is checked before the v1 size rules.
   std::string b = NewerPrefix();
-  EXPECT_THAT(DecodeManifest(b),
-              StatusIs(kPrecondition, "format version 2.1 is newer than this reader supports"));
+  EXPECT_THAT(
+      DecodeManifest(b),
+      StatusIs(kPrecondition,
+               "format version 2.1 is newer than this reader supports"));
   b += std::string(20, 'x');
-  EXPECT_THAT(DecodeManifest(b), StatusIs(kPrecondition, "format version 2.1 is newer"));
+  EXPECT_THAT(DecodeManifest(b),
+              StatusIs(kPrecondition, "format version 2.1 is newer"));
 }
 
 TEST(ManifestTest, ElevenBytesAreTruncated) {
@@ -399,7 +427,8 @@ TEST(ManifestTest, ElevenBytesAreTruncated) {
 
 TEST(ManifestTest, ShortV1FileIsTruncatedNotUnsupported) {
   std::string b = EncodeManifest(SampleManifest()).substr(0, 40);
-  EXPECT_THAT(DecodeManifest(b), StatusIs(kDataLoss, "manifest: truncated: 40 bytes"));
+  EXPECT_THAT(DecodeManifest(b),
+              StatusIs(kDataLoss, "manifest: truncated: 40 bytes"));
 }
 
 // A view of kMaxManifestSize + 1 bytes that starts with `prefix`. The pages
@@ -433,22 +462,26 @@ class OversizedView {
 TEST(ManifestTest, NewerMajorVersionLargerThanV1Maximum) {
   OversizedView big(NewerPrefix());
   if (!big.ok()) GTEST_SKIP() << "cannot reserve 4 GiB of address space";
-  EXPECT_THAT(DecodeManifest(big.view()), StatusIs(kPrecondition, "format version 2.1"));
+  EXPECT_THAT(DecodeManifest(big.view()),
+              StatusIs(kPrecondition, "format version 2.1"));
 }
 
 TEST(ManifestTest, V1FileLargerThanMaximum) {
   OversizedView big(EncodeManifest(SampleManifest()).substr(0, 12));
   if (!big.ok()) GTEST_SKIP() << "cannot reserve 4 GiB of address space";
-  EXPECT_THAT(DecodeManifest(big.view()),
-              StatusIs(kDataLoss, "manifest: 4294967297 bytes exceeds the limit of 4294967296"));
+  EXPECT_THAT(
+      DecodeManifest(big.view()),
+      StatusIs(kDataLoss,
+               "manifest: 4294967297 bytes exceeds the limit of 4294967296"));
 }
 
 TEST(ManifestTest, ShardIdNotBelowWorldSize) {
   Manifest m = SampleManifest();
   m.shards[1].shard_id = 2;
   EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
-              StatusIs(kDataLoss, "shard id 2 ('shard-00001.ckpt') is not below the world "
-                                  "size 2"));
+              StatusIs(kDataLoss,
+                       "shard id 2 ('shard-00001.ckpt') is not below the world "
+                       "size 2"));
 }
 
 TEST(ManifestTest, ShardFileMissingForARank) {

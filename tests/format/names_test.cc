@@ -27,22 +27,30 @@ TEST(NamesTest, DotDot) {
   EXPECT_THAT(ValidateEntryName(".."), StatusIs(kInvalid, "'..'"));
 }
 TEST(NamesTest, NulAndControlCharacters) {
-  EXPECT_THAT(ValidateEntryName(std::string("a\0b", 3)), StatusIs(kInvalid, "control character"));
-  EXPECT_THAT(ValidateEntryName("a\nb"), StatusIs(kInvalid, "control character"));
-  EXPECT_THAT(ValidateEntryName("a\x7f"), StatusIs(kInvalid, "control character"));
+  EXPECT_THAT(ValidateEntryName(std::string("a\0b", 3)),
+              StatusIs(kInvalid, "control character"));
+  EXPECT_THAT(ValidateEntryName("a\nb"),
+              StatusIs(kInvalid, "control character"));
+  EXPECT_THAT(ValidateEntryName("a\x7f"),
+              StatusIs(kInvalid, "control character"));
 }
 TEST(NamesTest, InvalidUtf8) {
   EXPECT_THAT(ValidateEntryName("\xff"), StatusIs(kInvalid, "UTF-8"));
-  EXPECT_THAT(ValidateEntryName("\xc0\xaf"), StatusIs(kInvalid, "UTF-8"));  // overlong '/'
-  EXPECT_THAT(ValidateEntryName("\xe2\x82"), StatusIs(kInvalid, "UTF-8"));  // truncated
+  EXPECT_THAT(ValidateEntryName("\xc0\xaf"),
+              StatusIs(kInvalid, "UTF-8"));  // overlong '/'
+  EXPECT_THAT(ValidateEntryName("\xe2\x82"),
+              StatusIs(kInvalid, "UTF-8"));  // truncated
 }
 TEST(NamesTest, TooLong) {
-  EXPECT_THAT(ValidateEntryName(std::string(1025, 'a')), StatusIs(kInvalid, "1025 bytes"));
+  EXPECT_THAT(ValidateEntryName(std::string(1025, 'a')),
+              StatusIs(kInvalid, "1025 bytes"));
 }
 TEST(NamesTest, FileNames) {
   CKPT_EXPECT_OK(ValidateFileName("shard-00001.ckpt"));
-  EXPECT_THAT(ValidateFileName("../etc"), StatusIs(kInvalid, "starts with '.'"));
-  EXPECT_THAT(ValidateFileName("a/b"), StatusIs(kInvalid, "outside [A-Za-z0-9._-]"));
+  EXPECT_THAT(ValidateFileName("../etc"),
+              StatusIs(kInvalid, "starts with '.'"));
+  EXPECT_THAT(ValidateFileName("a/b"),
+              StatusIs(kInvalid, "outside [A-Za-z0-9._-]"));
   EXPECT_THAT(ValidateFileName(""), StatusIs(kInvalid, "empty"));
 }
 

@@ -19,7 +19,8 @@ inline Manifest SampleManifest() {
   m.info.fingerprint[0] = 0xfe;
   m.info.writer = "ckpt test";
   m.metadata = {{"run", "llama-7b"}, {"lr", "3e-4"}};
-  m.shards = {{0, "shard-00000.ckpt", 1 << 20}, {1, "shard-00001.ckpt", 1 << 20}};
+  m.shards = {{0, "shard-00000.ckpt", 1 << 20},
+              {1, "shard-00001.ckpt", 1 << 20}};
   EntryRecord w;
   w.name = "layers.0.w";
   w.dtype = DType::kBFloat16;

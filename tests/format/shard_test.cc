@@ -61,37 +61,43 @@ TEST(ShardTest, HeaderRoundTrip) {
 TEST(ShardTest, HeaderTruncatedAtEveryByte) {
   std::string b = EncodeShardHeader(SampleHeader());
   for (size_t n = 0; n < b.size(); ++n) {
-    EXPECT_THAT(DecodeShardHeader(b.substr(0, n)), StatusIs(kDataLoss, "shard header"));
+    EXPECT_THAT(DecodeShardHeader(b.substr(0, n)),
+                StatusIs(kDataLoss, "shard header"));
   }
 }
 
 TEST(ShardTest, HeaderBadMagic) {
   std::string b = EncodeShardHeader(SampleHeader());
   b[0] = 'C';
-  EXPECT_THAT(DecodeShardHeader(b), StatusIs(kDataLoss, "bad magic at offset 0"));
+  EXPECT_THAT(DecodeShardHeader(b),
+              StatusIs(kDataLoss, "bad magic at offset 0"));
 }
 
 TEST(ShardTest, HeaderNewerMajorVersion) {
   std::string b = EncodeShardHeader(SampleHeader());
   StoreFixed16(b.data() + 8, 3);
-  EXPECT_THAT(DecodeShardHeader(b), StatusIs(kPrecondition, "format version 3.0 is newer"));
+  EXPECT_THAT(DecodeShardHeader(b),
+              StatusIs(kPrecondition, "format version 3.0 is newer"));
 }
 
 TEST(ShardTest, HeaderChecksumMismatch) {
   std::string b = EncodeShardHeader(SampleHeader());
   b[33] ^= 1;  // shard id
-  EXPECT_THAT(DecodeShardHeader(b), StatusIs(kDataLoss, "shard header: checksum"));
+  EXPECT_THAT(DecodeShardHeader(b),
+              StatusIs(kDataLoss, "shard header: checksum"));
 }
 
 TEST(ShardTest, HeaderReservedBytesSet) {
   std::string b = EncodeShardHeader(SampleHeader());
   b[45] = 1;
   StoreFixed64(b.data() + 56, Checksum(b.data(), 56));
-  EXPECT_THAT(DecodeShardHeader(b), StatusIs(kDataLoss, "reserved byte at offset 45"));
+  EXPECT_THAT(DecodeShardHeader(b),
+              StatusIs(kDataLoss, "reserved byte at offset 45"));
   b = EncodeShardHeader(SampleHeader());
   StoreFixed32(b.data() + 12, 4);
   StoreFixed64(b.data() + 56, Checksum(b.data(), 56));
-  EXPECT_THAT(DecodeShardHeader(b), StatusIs(kDataLoss, "reserved field at offset 12"));
+  EXPECT_THAT(DecodeShardHeader(b),
+              StatusIs(kDataLoss, "reserved field at offset 12"));
 }
 
 TEST(ShardTest, HeaderAlignmentNotPowerOfTwo) {
@@ -140,7 +146,8 @@ TEST(ShardTest, IndexTruncatedAtEveryByte) {
   for (size_t n = 0; n < idx.size(); ++n) {
     std::string part = idx.substr(0, n);
     EXPECT_THAT(DecodeShardIndex(part, SampleHeader(), TailFor(part, 12288)),
-                StatusIs(kDataLoss, "shard index")) << n;
+                StatusIs(kDataLoss, "shard index"))
+        << n;
   }
 }
 
@@ -164,8 +171,9 @@ TEST(ShardTest, ChunkOfAnotherShard) {
   ShardHeader h = SampleHeader();
   h.shard_id = 2;
   std::string idx = EncodeShardIndex(SampleIndex());
-  EXPECT_THAT(DecodeShardIndex(idx, h, TailFor(idx, 12288)),
-              StatusIs(kDataLoss, "entry 'w': chunk 0: shard id 3 != this file's 2"));
+  EXPECT_THAT(
+      DecodeShardIndex(idx, h, TailFor(idx, 12288)),
+      StatusIs(kDataLoss, "entry 'w': chunk 0: shard id 3 != this file's 2"));
 }
 
 TEST(ShardTest, PayloadOverlapsIndex) {
@@ -186,8 +194,9 @@ TEST(ShardTest, WrongBlockCount) {
   ShardIndex s = SampleIndex();
   s.entries[0].chunks[0].blocks.pop_back();
   std::string idx = EncodeShardIndex(s);
-  EXPECT_THAT(DecodeShardIndex(idx, SampleHeader(), TailFor(idx, 16384)),
-              StatusIs(kDataLoss, "block count 1 != 2 expected for 8192 bytes"));
+  EXPECT_THAT(
+      DecodeShardIndex(idx, SampleHeader(), TailFor(idx, 16384)),
+      StatusIs(kDataLoss, "block count 1 != 2 expected for 8192 bytes"));
 }
 
 TEST(ShardTest, BlockSizesDoNotAddUp) {
@@ -198,7 +207,8 @@ TEST(ShardTest, BlockSizesDoNotAddUp) {
   c.blocks = {{3000, 1}, {1000, 2}};
   std::string idx = EncodeShardIndex(s);
   EXPECT_THAT(DecodeShardIndex(idx, SampleHeader(), TailFor(idx, 16384)),
-              StatusIs(kDataLoss, "blocks add up to 4000 bytes, stored length is 5000"));
+              StatusIs(kDataLoss,
+                       "blocks add up to 4000 bytes, stored length is 5000"));
 }
 
 TEST(ShardTest, UncompressedBlockOfWrongSize) {
@@ -206,7 +216,8 @@ TEST(ShardTest, UncompressedBlockOfWrongSize) {
   s.entries[0].chunks[0].blocks[0].stored_size = 4000;
   std::string idx = EncodeShardIndex(s);
   EXPECT_THAT(DecodeShardIndex(idx, SampleHeader(), TailFor(idx, 16384)),
-              StatusIs(kDataLoss, "block 0: stored size 4000 invalid for 4096 raw bytes"));
+              StatusIs(kDataLoss,
+                       "block 0: stored size 4000 invalid for 4096 raw bytes"));
 }
 
 TEST(ShardTest, BlockSizeOutOfRange) {
@@ -223,24 +234,30 @@ TEST(ShardTest, HeaderNewerMajorVersionShorterThanV1Header) {
   std::string b(kShardMagic, kMagicSize);
   PutFixed16(&b, 2);
   PutFixed16(&b, 0);
-  EXPECT_THAT(DecodeShardHeader(b), StatusIs(kPrecondition, "format version 2.0 is newer"));
+  EXPECT_THAT(DecodeShardHeader(b),
+              StatusIs(kPrecondition, "format version 2.0 is newer"));
   b += std::string(20, 'x');
-  EXPECT_THAT(DecodeShardHeader(b), StatusIs(kPrecondition, "format version 2.0 is newer"));
-  EXPECT_THAT(DecodeShardHeader(b.substr(0, 11)),
-              StatusIs(kDataLoss, "shard header: truncated: 11 bytes, 64 needed"));
+  EXPECT_THAT(DecodeShardHeader(b),
+              StatusIs(kPrecondition, "format version 2.0 is newer"));
+  EXPECT_THAT(
+      DecodeShardHeader(b.substr(0, 11)),
+      StatusIs(kDataLoss, "shard header: truncated: 11 bytes, 64 needed"));
 }
 
 TEST(ShardTest, HeaderShortV1HeaderIsTruncated) {
   std::string b = EncodeShardHeader(SampleHeader()).substr(0, 40);
-  EXPECT_THAT(DecodeShardHeader(b), StatusIs(kDataLoss, "shard header: truncated: 40 bytes"));
+  EXPECT_THAT(DecodeShardHeader(b),
+              StatusIs(kDataLoss, "shard header: truncated: 40 bytes"));
 }
 
 TEST(ShardTest, ShardIdNotBelowWorldSize) {
   ShardIndex s = SampleIndex();
   s.info.world_size = 3;
   std::string idx = EncodeShardIndex(s);
-  EXPECT_THAT(DecodeShardIndex(idx, SampleHeader(), TailFor(idx, 12288)),
-              StatusIs(kDataLoss, "shard index: shard id 3 is not below the world size 3"));
+  EXPECT_THAT(
+      DecodeShardIndex(idx, SampleHeader(), TailFor(idx, 12288)),
+      StatusIs(kDataLoss,
+               "shard index: shard id 3 is not below the world size 3"));
 }
 
 // An index assembled section by section, so tests can edit one body or flag.
@@ -269,11 +286,13 @@ std::string Assemble(const std::vector<Section>& sections) {
   std::string out;
   PutFixed64(&out, 0);
   PutFixed64(&out, 0);
-  for (const Section& s : sections) internal::PutSection(&out, s.tag, s.required, s.body);
+  for (const Section& s : sections)
+    internal::PutSection(&out, s.tag, s.required, s.body);
   return out;
 }
 
-absl::StatusOr<ShardIndex> DecodeAssembled(const std::vector<Section>& sections) {
+absl::StatusOr<ShardIndex> DecodeAssembled(
+    const std::vector<Section>& sections) {
   std::string idx = Assemble(sections);
   return DecodeShardIndex(idx, SampleHeader(), TailFor(idx, 12288));
 }
@@ -295,16 +314,20 @@ TEST(ShardTest, IndexTrailingBytesAfterCheckpointInfoAreIgnored) {
 TEST(ShardTest, IndexTrailingBytesAfterMetadata) {
   std::vector<Section> v = SampleSections();
   v[1].body += "z";
-  EXPECT_THAT(DecodeAssembled(v),
-              StatusIs(kDataLoss, "section 2: 1 trailing bytes after the last metadata pair"));
+  EXPECT_THAT(
+      DecodeAssembled(v),
+      StatusIs(kDataLoss,
+               "section 2: 1 trailing bytes after the last metadata pair"));
 }
 
 TEST(ShardTest, IndexTrailingBytesAfterShardChunks) {
   std::vector<Section> v = SampleSections();
   v[2].body += "abc";
-  EXPECT_THAT(DecodeAssembled(v),
-              StatusIs(kDataLoss, "shard index: section 5: 3 trailing bytes after the last "
-                                  "entry"));
+  EXPECT_THAT(
+      DecodeAssembled(v),
+      StatusIs(kDataLoss,
+               "shard index: section 5: 3 trailing bytes after the last "
+               "entry"));
 }
 
 TEST(ShardTest, ManifestOnlySectionsInIndex) {
@@ -314,9 +337,10 @@ TEST(ShardTest, ManifestOnlySectionsInIndex) {
     for (bool required : {true, false}) {
       std::vector<Section> v = SampleSections();
       v.push_back({tag, required, "x"});
-      EXPECT_THAT(DecodeAssembled(v),
-                  StatusIs(kDataLoss, absl::StrCat("section ", tag,
-                                                   " is not allowed in a shard index")))
+      EXPECT_THAT(
+          DecodeAssembled(v),
+          StatusIs(kDataLoss, absl::StrCat("section ", tag,
+                                           " is not allowed in a shard index")))
           << tag << " " << required;
     }
   }
@@ -332,9 +356,11 @@ TEST(ShardTest, ShardChunksSectionMarkedOptional) {
 TEST(ShardTest, CheckpointInfoSectionMarkedOptional) {
   std::vector<Section> v = SampleSections();
   v[0].required = false;
-  EXPECT_THAT(DecodeAssembled(v),
-              StatusIs(kDataLoss, "section 1 (CHECKPOINT_INFO) at offset 12304 has required "
-                                  "flag 0; v1 defines it as 1"));
+  EXPECT_THAT(
+      DecodeAssembled(v),
+      StatusIs(kDataLoss,
+               "section 1 (CHECKPOINT_INFO) at offset 12304 has required "
+               "flag 0; v1 defines it as 1"));
 }
 
 TEST(ShardTest, IndexMetadataSectionMarkedRequired) {
@@ -348,7 +374,8 @@ TEST(ShardTest, UnknownSectionsInIndex) {
   v.push_back({77, false, "later"});
   CKPT_EXPECT_OK(DecodeAssembled(v));
   v.back().required = true;
-  EXPECT_THAT(DecodeAssembled(v), StatusIs(kPrecondition, "unknown required section 77"));
+  EXPECT_THAT(DecodeAssembled(v),
+              StatusIs(kPrecondition, "unknown required section 77"));
 }
 
 TEST(ShardTest, FileName) { EXPECT_EQ(ShardFileName(3), "shard-00003.ckpt"); }

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/format/status_macros.h"
 #include "ckpt/gpu/device.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "ckpt/format/status_macros.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/status_matchers.h"
@@ -36,7 +36,8 @@ class DeviceBuffer {
  public:
   explicit DeviceBuffer(const std::string& bytes) : n_(bytes.size()) {
     EXPECT_EQ(cudaMalloc(&p_, n_), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(p_, bytes.data(), n_, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(p_, bytes.data(), n_, cudaMemcpyHostToDevice),
+              cudaSuccess);
   }
   explicit DeviceBuffer(size_t n) : n_(n) {
     EXPECT_EQ(cudaMalloc(&p_, n_), cudaSuccess);
@@ -46,7 +47,8 @@ class DeviceBuffer {
   void* get() const { return p_; }
   std::string Read() const {
     std::string out(n_, 0);
-    EXPECT_EQ(cudaMemcpy(out.data(), p_, n_, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(out.data(), p_, n_, cudaMemcpyDeviceToHost),
+              cudaSuccess);
     return out;
   }
 
@@ -92,23 +94,28 @@ TEST(CudaDeviceMemoryTest, BadCopyBecomesAStatusNamingTheCall) {
   EXPECT_FALSE(s.ok());
   // "<call> failed at cuda_device_memory.cc:<line>: cudaError...": the
   // runtime may report it at the copy or at the synchronization.
-  EXPECT_NE(s.message().find("failed at cuda_device_memory.cc:"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("failed at cuda_device_memory.cc:"),
+            absl::string_view::npos)
+      << s;
 }
 
-TEST(CudaPipelineTest, SaveFromAndLoadIntoDeviceMemoryByteExactlyWithHostTensorsMixedIn) {
+TEST(CudaPipelineTest,
+     SaveFromAndLoadIntoDeviceMemoryByteExactlyWithHostTensorsMixedIn) {
   SKIP_WITHOUT_GPU();
   TempDir dir;
   CudaDeviceMemory cuda;
   std::string w = ReferenceBytes(DType::kBFloat16, {1024, 768}, 2);
-  std::string opt = ReferenceBytes(DType::kFloat32, {1024, 768}, 3);  // offloaded: host
+  std::string opt =
+      ReferenceBytes(DType::kFloat32, {1024, 768}, 3);  // offloaded: host
   DeviceBuffer dw(w);
   for (format::Codec codec : {format::Codec::kNone, format::Codec::kZstd}) {
     Writer::Options wo;
     wo.device_memory = &cuda;
     wo.staging_buffer_bytes = 1 << 20;
     auto writer = Writer::Create(wo).value();
-    CKPT_ASSERT_OK(writer->AddTensor("w", DType::kBFloat16, {1024, 768}, FullBox({1024, 768}),
-                                     dw.get(), OnDevice()));
+    CKPT_ASSERT_OK(writer->AddTensor("w", DType::kBFloat16, {1024, 768},
+                                     FullBox({1024, 768}), dw.get(),
+                                     OnDevice()));
     CKPT_ASSERT_OK(writer->AddTensor("opt", DType::kFloat32, {1024, 768},
                                      FullBox({1024, 768}), opt.data()));
     SaveOptions so;
@@ -121,9 +128,14 @@ TEST(CudaPipelineTest, SaveFromAndLoadIntoDeviceMemoryByteExactlyWithHostTensors
     auto reader = Reader::Open(dir.path(), ro).value();
     DeviceBuffer back(w.size());
     std::string opt_back(opt.size(), 0);
-    LoadRequest a{"w", DType::kBFloat16, {1024, 768}, FullBox({1024, 768}), back.get()};
+    LoadRequest a{
+        "w", DType::kBFloat16, {1024, 768}, FullBox({1024, 768}), back.get()};
     a.memory = MemoryKind::kCuda;
-    LoadRequest b{"opt", DType::kFloat32, {1024, 768}, FullBox({1024, 768}), opt_back.data()};
+    LoadRequest b{"opt",
+                  DType::kFloat32,
+                  {1024, 768},
+                  FullBox({1024, 768}),
+                  opt_back.data()};
     CKPT_ASSERT_OK(reader->Load({a, b}));
     EXPECT_EQ(back.Read(), w);
     EXPECT_EQ(opt_back, opt);
@@ -136,8 +148,8 @@ TEST(CudaPipelineTest, ColumnBlockLoadsIntoDeviceMemory) {
   CudaDeviceMemory cuda;
   std::string w = ReferenceBytes(DType::kFloat32, {2048, 512}, 4);
   auto writer = Writer::Create({}).value();
-  CKPT_ASSERT_OK(writer->AddTensor("w", DType::kFloat32, {2048, 512}, FullBox({2048, 512}),
-                                   w.data()));
+  CKPT_ASSERT_OK(writer->AddTensor("w", DType::kFloat32, {2048, 512},
+                                   FullBox({2048, 512}), w.data()));
   CKPT_ASSERT_OK(writer->Save(dir.path(), 1, {}));
   ReaderOptions ro;
   ro.device_memory = &cuda;
@@ -157,13 +169,16 @@ TEST(CudaPipelineTest, SaveAsyncKeepsTheSnapshotWhileTheTrainerKeepsWriting) {
   const size_t n = 48 << 20;
   DeviceBuffer t(n);
   cudaStream_t train;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&train, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&train, cudaStreamNonBlocking),
+            cudaSuccess);
   Writer::Options wo;
   wo.device_memory = &cuda;
-  wo.staging_bytes = 16 << 20;  // a third of the tensor: staged as writes free space
+  wo.staging_bytes =
+      16 << 20;  // a third of the tensor: staged as writes free space
   wo.staging_buffer_bytes = 8 << 20;
   auto writer = Writer::Create(wo).value();
-  CKPT_ASSERT_OK(writer->AddTensor("t", DType::kUInt8, {n}, FlatRange{0, n}, t.get(), OnDevice()));
+  CKPT_ASSERT_OK(writer->AddTensor("t", DType::kUInt8, {n}, FlatRange{0, n},
+                                   t.get(), OnDevice()));
   for (int step = 1; step <= 3; ++step) {
     // The "kernel" of this step writes `step` everywhere, queued on the
     // trainer's stream; the save is ordered after it by an event only.
@@ -181,7 +196,8 @@ TEST(CudaPipelineTest, SaveAsyncKeepsTheSnapshotWhileTheTrainerKeepsWriting) {
     ASSERT_EQ(cudaStreamSynchronize(train), cudaSuccess);
     auto reader = Reader::Open(dir.path()).value();
     std::string out(n, 0);
-    CKPT_ASSERT_OK(reader->Load({{"t", DType::kUInt8, {n}, FlatRange{0, n}, out.data()}}));
+    CKPT_ASSERT_OK(
+        reader->Load({{"t", DType::kUInt8, {n}, FlatRange{0, n}, out.data()}}));
     EXPECT_EQ(out, std::string(n, static_cast<char>(step))) << "step " << step;
   }
   cudaStreamDestroy(train);

@@ -9,10 +9,10 @@
 #include <sstream>
 
 #include "ckpt/format/status_macros.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "ckpt/interop/dcp_metadata.h"
 #include "ckpt/interop/pickle.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "testing/files.h"
 #include "testing/status_matchers.h"
 

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "ckpt/fault_injection.h"
+#include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "ckpt/format/status_macros.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/fake_device.h"
@@ -44,13 +44,16 @@ SaveOptions SmallBlocks() {
 }
 
 // Loads tensor `name` ({n} bytes as uint8) from the latest checkpoint.
-std::string LoadBytes(const std::string& root, const std::string& name, uint64_t n) {
+std::string LoadBytes(const std::string& root, const std::string& name,
+                      uint64_t n) {
   auto reader = Reader::Open(root).value();
   std::string out(n, 0);
   LoadOptions lo;
   lo.allow_unrequested = true;
-  EXPECT_THAT(reader->Load({{name, DType::kUInt8, {n}, FlatRange{0, n}, out.data()}}, lo),
-              IsOk());
+  EXPECT_THAT(
+      reader->Load({{name, DType::kUInt8, {n}, FlatRange{0, n}, out.data()}},
+                   lo),
+      IsOk());
   return out;
 }
 
@@ -69,10 +72,11 @@ TEST(SaveAsyncTest, BuffersModifiedAfterReturnNeverReachTheCheckpoint) {
   std::string device = ReferenceBytes(DType::kUInt8, {500000}, 2);
   const std::string host0 = host, device0 = device;
   auto writer = Writer::Create(SmallStaging(&dev, 32 * kBuf)).value();
-  CKPT_ASSERT_OK(writer->AddTensor("h", DType::kUInt8, {host.size()}, FlatRange{0, host.size()},
-                                   host.data()));
+  CKPT_ASSERT_OK(writer->AddTensor("h", DType::kUInt8, {host.size()},
+                                   FlatRange{0, host.size()}, host.data()));
   CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {device.size()},
-                                   FlatRange{0, device.size()}, device.data(), OnDevice()));
+                                   FlatRange{0, device.size()}, device.data(),
+                                   OnDevice()));
   CKPT_ASSERT_OK(writer->SetObject("rng", "state-1"));
   SaveHandle handle = writer->SaveAsync(dir.path(), 1, SmallBlocks()).value();
   // The trainer goes on at once: new values, a new object, a removed entry.
@@ -84,7 +88,8 @@ TEST(SaveAsyncTest, BuffersModifiedAfterReturnNeverReachTheCheckpoint) {
   EXPECT_TRUE(handle.Done());
   EXPECT_EQ(LoadBytes(dir.path(), "h", host0.size()), host0);
   EXPECT_EQ(LoadBytes(dir.path(), "d", device0.size()), device0);
-  EXPECT_EQ(Reader::Open(dir.path()).value()->ReadObject("rng").value(), "state-1");
+  EXPECT_EQ(Reader::Open(dir.path()).value()->ReadObject("rng").value(),
+            "state-1");
   EXPECT_GT(r.peak_staging_bytes, 0u);
   EXPECT_EQ(r.staging_cap_bytes, 32 * kBuf);
 }
@@ -95,9 +100,11 @@ TEST(SaveAsyncTest, StagingNeverExceedsTheCapWhenTheStateIsLarger) {
   std::string a = ReferenceBytes(DType::kUInt8, {10 * kBuf}, 3);
   std::string b = ReferenceBytes(DType::kUInt8, {6 * kBuf}, 4);
   auto writer = Writer::Create(SmallStaging(&dev, 4 * kBuf)).value();
-  CKPT_ASSERT_OK(writer->AddTensor("a", DType::kUInt8, {a.size()}, FlatRange{0, a.size()}, a.data()));
-  CKPT_ASSERT_OK(writer->AddTensor("b", DType::kUInt8, {b.size()}, FlatRange{0, b.size()},
-                                   b.data(), OnDevice()));
+  CKPT_ASSERT_OK(writer->AddTensor("a", DType::kUInt8, {a.size()},
+                                   FlatRange{0, a.size()}, a.data()));
+  CKPT_ASSERT_OK(writer->AddTensor("b", DType::kUInt8, {b.size()},
+                                   FlatRange{0, b.size()}, b.data(),
+                                   OnDevice()));
   for (uint64_t step = 1; step <= 3; ++step) {
     SaveHandle h = writer->SaveAsync(dir.path(), step, SmallBlocks()).value();
     CKPT_ASSERT_OK_AND_ASSIGN(SaveResult r, h.Wait());
@@ -121,9 +128,11 @@ TEST(DeviceSaveTest, DeviceCopiesOverlapTheWrites) {
   Writer::Options wo = SmallStaging(&dev, 64 * kBuf);
   wo.storage = &storage;
   auto writer = Writer::Create(wo).value();
-  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()}, FlatRange{0, d.size()},
-                                   d.data(), OnDevice()));
-  CKPT_ASSERT_OK_AND_ASSIGN(SaveResult r, writer->Save(dir.path(), 1, SmallBlocks()));
+  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()},
+                                   FlatRange{0, d.size()}, d.data(),
+                                   OnDevice()));
+  CKPT_ASSERT_OK_AND_ASSIGN(SaveResult r,
+                            writer->Save(dir.path(), 1, SmallBlocks()));
   // The synchronous save stages only a few buffers ahead of the writer: the
   // last copies ran after payload writes (header + at least one payload).
   EXPECT_GE(writes_at_last_copy, 2);
@@ -138,12 +147,14 @@ TEST(DeviceSaveTest, DeviceCopyErrorFailsTheSaveAndCommitsNothing) {
   dev.FailAfterBytes(3 * kBuf, absl::InternalError("illegal address"));
   std::string d(8 * kBuf, 'd');
   auto writer = Writer::Create(SmallStaging(&dev, 8 * kBuf)).value();
-  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()}, FlatRange{0, d.size()},
-                                   d.data(), OnDevice()));
+  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()},
+                                   FlatRange{0, d.size()}, d.data(),
+                                   OnDevice()));
   EXPECT_THAT(writer->Save(dir.path(), 1, SmallBlocks()),
               StatusIs(absl::StatusCode::kInternal, "illegal address"));
   SaveHandle h = writer->SaveAsync(dir.path(), 2, SmallBlocks()).value();
-  EXPECT_THAT(h.Wait(), StatusIs(absl::StatusCode::kInternal, "illegal address"));
+  EXPECT_THAT(h.Wait(),
+              StatusIs(absl::StatusCode::kInternal, "illegal address"));
   EXPECT_FALSE(Reader::Open(dir.path()).ok());  // nothing committed
 }
 
@@ -154,8 +165,10 @@ TEST(SaveAsyncTest, StorageErrorReachesWaitAndCommitsNothing) {
   Writer::Options wo = SmallStaging(nullptr, 8 * kBuf);
   wo.storage = &storage;
   auto writer = Writer::Create(wo).value();
-  CKPT_ASSERT_OK(writer->AddTensor("a", DType::kUInt8, {a.size()}, FlatRange{0, a.size()}, a.data()));
-  CKPT_ASSERT_OK(writer->SaveAsync(dir.path(), 1, SmallBlocks()).value().Wait());
+  CKPT_ASSERT_OK(writer->AddTensor("a", DType::kUInt8, {a.size()},
+                                   FlatRange{0, a.size()}, a.data()));
+  CKPT_ASSERT_OK(
+      writer->SaveAsync(dir.path(), 1, SmallBlocks()).value().Wait());
   auto listing = [&] {
     std::set<std::string> names;
     for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
@@ -165,10 +178,13 @@ TEST(SaveAsyncTest, StorageErrorReachesWaitAndCommitsNothing) {
   };
   const std::set<std::string> before = listing();
   storage.Reset();
-  storage.FailAt(StorageOp::kWrite, 3, absl::ResourceExhaustedError("No space left on device"));
+  storage.FailAt(StorageOp::kWrite, 3,
+                 absl::ResourceExhaustedError("No space left on device"));
   SaveHandle h = writer->SaveAsync(dir.path(), 2, SmallBlocks()).value();
-  EXPECT_THAT(h.Wait(), StatusIs(absl::StatusCode::kResourceExhausted, "No space left"));
-  EXPECT_THAT(h.Wait(), StatusIs(absl::StatusCode::kResourceExhausted, "No space left"));
+  EXPECT_THAT(h.Wait(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "No space left"));
+  EXPECT_THAT(h.Wait(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "No space left"));
   // Step 1 is still the latest; no temporary directory is left behind.
   EXPECT_EQ(Reader::Open(dir.path()).value()->manifest().info.step, 1u);
   EXPECT_EQ(listing(), before);
@@ -185,8 +201,9 @@ TEST(SaveAsyncTest, WriteErrorWithAStateLargerThanTheCapFailsInsteadOfHanging) {
   Writer::Options wo = SmallStaging(&dev, 2 * kBuf);
   wo.storage = &storage;
   auto writer = Writer::Create(wo).value();
-  CKPT_ASSERT_OK(writer->AddTensor("a", DType::kUInt8, {a.size()}, FlatRange{0, a.size()},
-                                   a.data(), OnDevice()));
+  CKPT_ASSERT_OK(writer->AddTensor("a", DType::kUInt8, {a.size()},
+                                   FlatRange{0, a.size()}, a.data(),
+                                   OnDevice()));
   storage.FailAt(StorageOp::kWrite, 3, absl::DataLossError("EIO"));
   SaveHandle h = writer->SaveAsync(dir.path(), 1, SmallBlocks()).value();
   EXPECT_THAT(h.Wait(), StatusIs(absl::StatusCode::kDataLoss, "EIO"));
@@ -202,8 +219,9 @@ TEST(SaveAsyncTest, OneSaveInFlightANewSaveWaitsOrFailsFast) {
   FakeDevice dev(std::chrono::milliseconds(2));  // slow device: saves last
   std::string d(16 * kBuf, 'd');
   auto writer = Writer::Create(SmallStaging(&dev, 64 * kBuf)).value();
-  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()}, FlatRange{0, d.size()},
-                                   d.data(), OnDevice()));
+  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()},
+                                   FlatRange{0, d.size()}, d.data(),
+                                   OnDevice()));
   SaveHandle first = writer->SaveAsync(dir.path(), 1, SmallBlocks()).value();
   SaveOptions busy = SmallBlocks();
   busy.fail_if_busy = true;
@@ -226,8 +244,9 @@ TEST(SaveAsyncTest, DestroyingTheWriterWaitsForTheSaveInFlight) {
   SaveHandle h;
   {
     auto writer = Writer::Create(SmallStaging(&dev, 64 * kBuf)).value();
-    CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()}, FlatRange{0, d.size()},
-                                     d.data(), OnDevice()));
+    CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()},
+                                     FlatRange{0, d.size()}, d.data(),
+                                     OnDevice()));
     h = writer->SaveAsync(dir.path(), 7, SmallBlocks()).value();
   }
   EXPECT_TRUE(h.Done());
@@ -243,33 +262,39 @@ void MultiRank(bool dedicated, int failing_rank) {
   InProcessWorld world(3), background(3);
   std::vector<std::unique_ptr<FaultInjectingStorage>> storages;
   for (int r = 0; r < 3; ++r) {
-    storages.push_back(std::make_unique<FaultInjectingStorage>(DefaultStorage()));
+    storages.push_back(
+        std::make_unique<FaultInjectingStorage>(DefaultStorage()));
   }
   std::string global = ReferenceBytes(DType::kUInt8, {3 * 3 * kBuf}, 9);
-  absl::Status status = RunRanks(world, [&](Communicator& comm) -> absl::Status {
-    const int rank = comm.rank();
-    Writer::Options wo = SmallStaging(nullptr, 4 * kBuf);
-    wo.comm = &comm;
-    wo.storage = storages[rank].get();
-    if (dedicated) wo.background_comm = background.comm(rank);
-    CKPT_ASSIGN_OR_RETURN(auto writer, Writer::Create(wo));
-    const uint64_t n = 3 * kBuf;
-    std::string mine = global.substr(rank * n, n);
-    CKPT_RETURN_IF_ERROR(writer->AddTensor("t", DType::kUInt8, {global.size()},
-                                           FlatRange{rank * n, n}, mine.data()));
-    if (rank == failing_rank) {
-      storages[rank]->FailAt(StorageOp::kSync, 1, absl::DataLossError("EIO on fsync"));
-    }
-    CKPT_ASSIGN_OR_RETURN(SaveHandle h, writer->SaveAsync(dir.path(), 1, SmallBlocks()));
-    std::fill(mine.begin(), mine.end(), 0);
-    absl::StatusOr<SaveResult> r = h.Wait();
-    if (failing_rank >= 0) {
-      EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kDataLoss, "EIO on fsync"))
-          << "rank " << rank;
-      return absl::OkStatus();
-    }
-    return r.status();
-  });
+  absl::Status status =
+      RunRanks(world, [&](Communicator& comm) -> absl::Status {
+        const int rank = comm.rank();
+        Writer::Options wo = SmallStaging(nullptr, 4 * kBuf);
+        wo.comm = &comm;
+        wo.storage = storages[rank].get();
+        if (dedicated) wo.background_comm = background.comm(rank);
+        CKPT_ASSIGN_OR_RETURN(auto writer, Writer::Create(wo));
+        const uint64_t n = 3 * kBuf;
+        std::string mine = global.substr(rank * n, n);
+        CKPT_RETURN_IF_ERROR(
+            writer->AddTensor("t", DType::kUInt8, {global.size()},
+                              FlatRange{rank * n, n}, mine.data()));
+        if (rank == failing_rank) {
+          storages[rank]->FailAt(StorageOp::kSync, 1,
+                                 absl::DataLossError("EIO on fsync"));
+        }
+        CKPT_ASSIGN_OR_RETURN(SaveHandle h,
+                              writer->SaveAsync(dir.path(), 1, SmallBlocks()));
+        std::fill(mine.begin(), mine.end(), 0);
+        absl::StatusOr<SaveResult> r = h.Wait();
+        if (failing_rank >= 0) {
+          EXPECT_THAT(r.status(),
+                      StatusIs(absl::StatusCode::kDataLoss, "EIO on fsync"))
+              << "rank " << rank;
+          return absl::OkStatus();
+        }
+        return r.status();
+      });
   CKPT_ASSERT_OK(status);
   if (failing_rank >= 0) {
     EXPECT_FALSE(Reader::Open(dir.path()).ok());
@@ -278,12 +303,17 @@ void MultiRank(bool dedicated, int failing_rank) {
   }
 }
 
-TEST(SaveAsyncMultiRankTest, CommitOnTheTrainerThreadInWait) { MultiRank(false, -1); }
+TEST(SaveAsyncMultiRankTest, CommitOnTheTrainerThreadInWait) {
+  MultiRank(false, -1);
+}
 TEST(SaveAsyncMultiRankTest, CommitInTheBackgroundOnADedicatedCommunicator) {
   MultiRank(true, -1);
 }
-TEST(SaveAsyncMultiRankTest, FailingRankFailsWaitOnEveryRank) { MultiRank(false, 1); }
-TEST(SaveAsyncMultiRankTest, FailingRankFailsWaitOnEveryRankWithDedicatedCommunicator) {
+TEST(SaveAsyncMultiRankTest, FailingRankFailsWaitOnEveryRank) {
+  MultiRank(false, 1);
+}
+TEST(SaveAsyncMultiRankTest,
+     FailingRankFailsWaitOnEveryRankWithDedicatedCommunicator) {
   MultiRank(true, 2);
 }
 

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "ckpt/writer.h"
 #include "ckpt/format/latest.h"
+#include "ckpt/writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"

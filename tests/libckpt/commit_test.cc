@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/power_loss.h"
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/manifest.h"
+#include "ckpt/power_loss.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/status_matchers.h"

@@ -4,15 +4,15 @@
 // latency and complete through events.
 #include <atomic>
 #include <chrono>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ckpt/fault_injection.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "gtest/gtest.h"
 #include "device_upload.h"
+#include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/fake_device.h"
 #include "testing/status_matchers.h"
@@ -49,16 +49,17 @@ TEST(CoalesceRunsTest, IrregularRunsStayContiguousCopies) {
   uint64_t bytes = 0;
   for (const DeviceCopy& c : copies) bytes += c.bytes();
   EXPECT_EQ(bytes, 24u);
-  EXPECT_EQ(copies.size(), 2u);  // {0,0},{8,100} pitch 8/100; {16,150} breaks it
+  EXPECT_EQ(copies.size(),
+            2u);  // {0,0},{8,100} pitch 8/100; {16,150} breaks it
 }
 
 // Saves `w` (a 512 x 256 float32 matrix) from host memory.
 void SaveMatrix(const std::string& root, const std::string& w) {
   auto writer = Writer::Create({}).value();
-  CKPT_ASSERT_OK(writer->AddTensor("w", DType::kFloat32, {512, 256}, FullBox({512, 256}),
-                                   w.data()));
-  CKPT_ASSERT_OK(writer->AddTensor("v", DType::kFloat32, {1000}, FlatRange{0, 1000},
-                                   w.data()));
+  CKPT_ASSERT_OK(writer->AddTensor("w", DType::kFloat32, {512, 256},
+                                   FullBox({512, 256}), w.data()));
+  CKPT_ASSERT_OK(writer->AddTensor("v", DType::kFloat32, {1000},
+                                   FlatRange{0, 1000}, w.data()));
   SaveOptions so;
   so.block_size = 64 << 10;
   CKPT_ASSERT_OK(writer->Save(root, 1, so));
@@ -97,14 +98,16 @@ TEST(DeviceLoadTest, MixedHostAndDeviceDestinationsInOneLoad) {
   auto reader = Reader::Open(dir.path(), ro).value();
   std::string on_device(w.size(), 0), on_host(4000, 0);
   std::atomic<int> completed{0};
-  LoadRequest a{"w", DType::kFloat32, {512, 256}, FullBox({512, 256}), on_device.data()};
+  LoadRequest a{
+      "w", DType::kFloat32, {512, 256}, FullBox({512, 256}), on_device.data()};
   a.memory = MemoryKind::kCuda;
   // Completion is reported only once the device copies finished.
   a.on_complete = [&] {
     EXPECT_EQ(on_device, w);
     ++completed;
   };
-  LoadRequest b{"v", DType::kFloat32, {1000}, FlatRange{0, 1000}, on_host.data()};
+  LoadRequest b{
+      "v", DType::kFloat32, {1000}, FlatRange{0, 1000}, on_host.data()};
   b.on_complete = [&] { ++completed; };
   CKPT_ASSERT_OK(reader->Load({a, b}));
   EXPECT_EQ(on_device, w);
@@ -134,7 +137,8 @@ TEST(DeviceLoadTest, CopiesToTheDeviceWaitForTheCallersEvent) {
     std::fill(out.begin(), out.end(), 'k');
   });
   auto ready = caller->Record().value();
-  LoadRequest r{"w", DType::kFloat32, {512, 256}, FullBox({512, 256}), out.data()};
+  LoadRequest r{
+      "w", DType::kFloat32, {512, 256}, FullBox({512, 256}), out.data()};
   r.memory = MemoryKind::kCuda;
   LoadOptions lo;
   lo.allow_unrequested = true;
@@ -153,13 +157,15 @@ TEST(DeviceLoadTest, DeviceCopyErrorFailsTheLoad) {
   ro.device_memory = &dev;
   auto reader = Reader::Open(dir.path(), ro).value();
   std::string out(w.size(), 0);
-  LoadRequest r{"w", DType::kFloat32, {512, 256}, FullBox({512, 256}), out.data()};
+  LoadRequest r{
+      "w", DType::kFloat32, {512, 256}, FullBox({512, 256}), out.data()};
   r.memory = MemoryKind::kCuda;
   bool completed = false;
   r.on_complete = [&] { completed = true; };
   LoadOptions lo;
   lo.allow_unrequested = true;
-  EXPECT_THAT(reader->Load({r}, lo), StatusIs(absl::StatusCode::kInternal, "device lost"));
+  EXPECT_THAT(reader->Load({r}, lo),
+              StatusIs(absl::StatusCode::kInternal, "device lost"));
   EXPECT_FALSE(completed);
 }
 

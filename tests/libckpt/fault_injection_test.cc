@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ckpt/storage.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/storage.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
@@ -219,7 +219,8 @@ TEST_F(FaultInjectionTest, ShortWriteOfZeroBytesWritesNothing) {
 TEST_F(FaultInjectionTest, ShortReadReturnsFewerBytesWithoutAnError) {
   CKPT_ASSERT_OK(base_->WriteFileAndSync(Path("f"), "0123456789"));
   fs_.ShortReadAt(2, 3);
-  CKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<File> f, fs_.Open(Path("f"), OpenMode::kRead));
+  CKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<File> f,
+                            fs_.Open(Path("f"), OpenMode::kRead));
   char buf[10];
   CKPT_ASSERT_OK_AND_ASSIGN(size_t n, f->PRead(0, 10, buf));
   EXPECT_EQ(std::string(buf, n), "0123456789");
@@ -233,10 +234,12 @@ TEST_F(FaultInjectionTest, ShortReadReturnsFewerBytesWithoutAnError) {
 TEST_F(FaultInjectionTest, CorruptReadFlipsOneBitOfWhatWasRead) {
   CKPT_ASSERT_OK(base_->WriteFileAndSync(Path("f"), "0123456789"));
   fs_.CorruptReadAt(1, /*byte=*/15, /*bit=*/2);  // byte 15 % 4 = 3 of the read
-  CKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<File> f, fs_.Open(Path("f"), OpenMode::kRead));
+  CKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<File> f,
+                            fs_.Open(Path("f"), OpenMode::kRead));
   char buf[4];
   CKPT_ASSERT_OK_AND_ASSIGN(size_t n, f->PRead(4, 4, buf));
-  EXPECT_EQ(std::string(buf, n), std::string("456") + static_cast<char>('7' ^ 4));
+  EXPECT_EQ(std::string(buf, n),
+            std::string("456") + static_cast<char>('7' ^ 4));
   CKPT_ASSERT_OK_AND_ASSIGN(n, f->PRead(4, 4, buf));
   EXPECT_EQ(std::string(buf, n), "4567");
   EXPECT_EQ(ReadBase(Path("f")), "0123456789");  // the file is untouched

@@ -16,11 +16,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ckpt/fault_injection.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "ckpt/format/latest.h"
-#include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
@@ -59,12 +59,14 @@ struct Model {
   Objects objects;  // every object saved, by name
 
   void Add(const std::string& name, DType dtype, const Shape& shape) {
-    tensors.push_back({name, dtype, shape, ReferenceBytes(dtype, shape, tensors.size() + 1)});
+    tensors.push_back(
+        {name, dtype, shape, ReferenceBytes(dtype, shape, tensors.size() + 1)});
   }
 };
 
 // What rank `rank` of `world` registers of tensor `i`; nullopt: nothing.
-using SavePieceFn = std::function<std::optional<Piece>(size_t i, int rank, int world)>;
+using SavePieceFn =
+    std::function<std::optional<Piece>(size_t i, int rank, int world)>;
 // Which objects rank `rank` sets.
 using RankObjectsFn = std::function<Objects(int rank)>;
 // What rank `rank` of `world` loads of tensor `i` (may be empty).
@@ -72,16 +74,16 @@ using LoadRegionFn = std::function<Region(size_t i, int rank, int world)>;
 
 // Saves `model` from `world` in-process ranks; returns every rank's result.
 // `storages[r]`, when given, is rank r's storage.
-std::vector<absl::StatusOr<SaveResult>> SaveOnRanks(const std::string& root, uint64_t step,
-                                                    const Model& model, int world,
-                                                    const SavePieceFn& piece,
-                                                    const RankObjectsFn& objects,
-                                                    const SaveOptions& options,
-                                                    const std::vector<Storage*>& storages = {}) {
+std::vector<absl::StatusOr<SaveResult>> SaveOnRanks(
+    const std::string& root, uint64_t step, const Model& model, int world,
+    const SavePieceFn& piece, const RankObjectsFn& objects,
+    const SaveOptions& options, const std::vector<Storage*>& storages = {}) {
   InProcessWorld w(world);
-  std::vector<absl::StatusOr<SaveResult>> results(world, absl::UnknownError("not run"));
+  std::vector<absl::StatusOr<SaveResult>> results(
+      world, absl::UnknownError("not run"));
   // Registered pieces must stay alive and unchanged during Save.
-  std::vector<std::vector<std::string>> bufs(world, std::vector<std::string>(model.tensors.size()));
+  std::vector<std::vector<std::string>> bufs(
+      world, std::vector<std::string>(model.tensors.size()));
   (void)RunRanks(w, [&](Communicator& comm) -> absl::Status {
     const int rank = comm.rank();
     results[rank] = [&]() -> absl::StatusOr<SaveResult> {
@@ -97,8 +99,8 @@ std::vector<absl::StatusOr<SaveResult>> SaveOnRanks(const std::string& root, uin
         buf = Extract(t.global, t.dtype, t.shape, p->region);
         TensorOptions to;
         to.replica = p->replica;
-        CKPT_RETURN_IF_ERROR(
-            writer->AddTensor(t.name, t.dtype, t.shape, p->region, buf.data(), to));
+        CKPT_RETURN_IF_ERROR(writer->AddTensor(t.name, t.dtype, t.shape,
+                                               p->region, buf.data(), to));
       }
       for (auto& [name, bytes] : objects(rank)) {
         CKPT_RETURN_IF_ERROR(writer->SetObject(name, bytes));
@@ -142,17 +144,17 @@ absl::Status LoadOnRanks(const std::string& path, const Model& model, int world,
     for (size_t i = 0; i < model.tensors.size(); ++i) {
       const Tensor& t = model.tensors[i];
       if (bufs[i] != Extract(t.global, t.dtype, t.shape, regions[i])) {
-        return absl::InternalError(absl::StrCat(where, ": tensor '", t.name, "' region ",
-                                                RegionToString(regions[i]),
-                                                " differs from the reference"));
+        return absl::InternalError(absl::StrCat(
+            where, ": tensor '", t.name, "' region ",
+            RegionToString(regions[i]), " differs from the reference"));
       }
     }
     k = 0;
     for (const auto& [name, bytes] : model.objects) {
       if (objs[k] != bytes) {
-        return absl::InternalError(absl::StrCat(where, ": object '", name, "' is \"",
-                                                absl::CEscape(objs[k]), "\", want \"",
-                                                absl::CEscape(bytes), "\""));
+        return absl::InternalError(absl::StrCat(
+            where, ": object '", name, "' is \"", absl::CEscape(objs[k]),
+            "\", want \"", absl::CEscape(bytes), "\""));
       }
       ++k;
     }
@@ -183,13 +185,15 @@ int CountOk(const std::vector<absl::StatusOr<SaveResult>>& results) {
 RankObjectsFn RngPerRank(Objects extra = {}) {
   return [extra](int rank) {
     Objects o = rank == 0 ? extra : Objects{};
-    o["rng.rank" + std::to_string(rank)] = "rng-state-of-rank-" + std::to_string(rank);
+    o["rng.rank" + std::to_string(rank)] =
+        "rng-state-of-rank-" + std::to_string(rank);
     return o;
   };
 }
 Objects RngObjects(int world, Objects extra = {}) {
   for (int r = 0; r < world; ++r) {
-    extra["rng.rank" + std::to_string(r)] = "rng-state-of-rank-" + std::to_string(r);
+    extra["rng.rank" + std::to_string(r)] =
+        "rng-state-of-rank-" + std::to_string(r);
   }
   return extra;
 }
@@ -208,7 +212,8 @@ Model SmallTransformer() {
     m.Add(p + "attn.qkv.b", DType::kBFloat16, {3 * hidden});
     m.Add(p + "attn.out.w", DType::kBFloat16, {hidden, hidden});
     m.Add(p + "mlp_norm.w", DType::kFloat32, {hidden});
-    m.Add(p + "mlp.gate_up.w", DType::kFloat16, {2, ffn, hidden});  // fused, 3-d
+    m.Add(p + "mlp.gate_up.w", DType::kFloat16,
+          {2, ffn, hidden});  // fused, 3-d
     m.Add(p + "mlp.down.w", DType::kBFloat16, {hidden, ffn});
   }
   m.Add("final_norm.w", DType::kFloat32, {hidden});
@@ -228,7 +233,9 @@ Layout MixedLayout(size_t i, int variant) {
 // contribution in rank order, the others nothing; a bad root fails on every
 // rank without a collective.
 TEST(MultiRankTest, DefaultGatherDeliversToTheRootOnly) {
-  auto contribution = [](int rank) { return std::string(rank * 3, static_cast<char>('a' + rank)); };
+  auto contribution = [](int rank) {
+    return std::string(rank * 3, static_cast<char>('a' + rank));
+  };
   auto check = [&](Communicator& comm) -> absl::Status {
     for (int root = 0; root < comm.size(); ++root) {
       CKPT_ASSIGN_OR_RETURN(std::vector<std::string> got,
@@ -238,8 +245,9 @@ TEST(MultiRankTest, DefaultGatherDeliversToTheRootOnly) {
         for (int r = 0; r < comm.size(); ++r) want.push_back(contribution(r));
       }
       if (got != want) {
-        return absl::InternalError(absl::StrCat("rank ", comm.rank(), ", root ", root,
-                                                ": got ", got.size(), " contributions"));
+        return absl::InternalError(absl::StrCat("rank ", comm.rank(), ", root ",
+                                                root, ": got ", got.size(),
+                                                " contributions"));
       }
     }
     absl::Status bad = comm.Gather("x", comm.size()).status();
@@ -267,25 +275,30 @@ TEST(MultiRankTest, TransformerSavedOnEachWorldSizeLoadsExactlyOnEveryOther) {
     const int save_world = worlds[si];
     SCOPED_TRACE(absl::StrCat("saved on ", save_world, " ranks"));
     TempDir dir;
-    model.objects = RngObjects(save_world, {{"trainer_state", "epoch=3;samples=12345"}});
+    model.objects =
+        RngObjects(save_world, {{"trainer_state", "epoch=3;samples=12345"}});
     SaveOptions so;
     so.block_size = 4096;
     so.io_threads = 2;
     auto results = SaveOnRanks(
         dir.path(), 100, model, save_world,
         [&](size_t i, int rank, int world) -> std::optional<Piece> {
-          return PieceOf(MixedLayout(i, si), model.tensors[i].shape, rank, world);
+          return PieceOf(MixedLayout(i, si), model.tensors[i].shape, rank,
+                         world);
         },
         RngPerRank({{"trainer_state", "epoch=3;samples=12345"}}), so);
-    for (int r = 0; r < save_world; ++r) ASSERT_THAT(results[r], IsOk()) << "rank " << r;
+    for (int r = 0; r < save_world; ++r)
+      ASSERT_THAT(results[r], IsOk()) << "rank " << r;
     // Replicas are written once: the stored payload is the unique bytes.
     uint64_t object_bytes = 0;
-    for (const auto& [name, bytes] : model.objects) object_bytes += bytes.size();
+    for (const auto& [name, bytes] : model.objects)
+      object_bytes += bytes.size();
     EXPECT_EQ(results[0]->logical_bytes, tensor_bytes + object_bytes);
     EXPECT_EQ(results[0]->stored_bytes, tensor_bytes + object_bytes);
     {
       CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(dir.path()));
-      EXPECT_EQ(reader->manifest().info.world_size, static_cast<uint32_t>(save_world));
+      EXPECT_EQ(reader->manifest().info.world_size,
+                static_cast<uint32_t>(save_world));
       EXPECT_EQ(reader->manifest().info.step, 100u);
     }
     for (size_t li = 0; li < worlds.size(); ++li) {
@@ -294,7 +307,9 @@ TEST(MultiRankTest, TransformerSavedOnEachWorldSizeLoadsExactlyOnEveryOther) {
       CKPT_EXPECT_OK(LoadOnRanks(
           dir.path(), model, load_world,
           [&](size_t i, int rank, int world) {
-            return PieceOf(MixedLayout(i, li), model.tensors[i].shape, rank, world).region;
+            return PieceOf(MixedLayout(i, li), model.tensors[i].shape, rank,
+                           world)
+                .region;
           },
           absl::StrCat("saved on ", save_world, ", loaded on ", load_world)));
     }
@@ -346,7 +361,8 @@ Model FsdpModel(const std::vector<FsdpParam>& ps) {
 
 // The part of parameter p inside rank's slice [begin, begin + len) of the
 // flat parameter, as a flat range of p; nullopt if they do not intersect.
-std::optional<FlatRange> FlatPart(const FsdpParam& p, uint64_t begin, uint64_t len) {
+std::optional<FlatRange> FlatPart(const FsdpParam& p, uint64_t begin,
+                                  uint64_t len) {
   const uint64_t lo = std::max(begin, p.flat_offset);
   const uint64_t hi = std::min(begin + len, p.flat_offset + Numel(p.shape));
   if (lo >= hi) return std::nullopt;
@@ -361,7 +377,8 @@ std::pair<uint64_t, uint64_t> EvenSlice(uint64_t total, int rank, int world) {
   return {begin, std::min(total, begin + per) - begin};
 }
 
-TEST(MultiRankTest, FsdpUnevenFlatShardsWithOptimizerStateReshardToTwoAndThreeRanks) {
+TEST(MultiRankTest,
+     FsdpUnevenFlatShardsWithOptimizerStateReshardToTwoAndThreeRanks) {
   const std::vector<FsdpParam> ps = FsdpParams();
   const uint64_t total = FsdpTotal(ps);
   Model model = FsdpModel(ps);
@@ -390,13 +407,16 @@ TEST(MultiRankTest, FsdpUnevenFlatShardsWithOptimizerStateReshardToTwoAndThreeRa
     auto part = FlatPart(ps[i / 3], begin, len);
     return part ? Region(*part) : Region(FlatRange{0, 0});
   };
-  CKPT_EXPECT_OK(LoadOnRanks(dir.path(), model, 2, fsdp_load, "fsdp 4 -> fsdp 2"));
-  CKPT_EXPECT_OK(LoadOnRanks(dir.path(), model, 3, fsdp_load, "fsdp 4 -> fsdp 3"));
+  CKPT_EXPECT_OK(
+      LoadOnRanks(dir.path(), model, 2, fsdp_load, "fsdp 4 -> fsdp 2"));
+  CKPT_EXPECT_OK(
+      LoadOnRanks(dir.path(), model, 3, fsdp_load, "fsdp 4 -> fsdp 3"));
   // ...and as n-d row boxes (tensor parallelism, or a non-FSDP trainer).
   CKPT_EXPECT_OK(LoadOnRanks(
       dir.path(), model, 2,
       [&](size_t i, int rank, int world) {
-        return PieceOf(Layout::kRows, model.tensors[i].shape, rank, world).region;
+        return PieceOf(Layout::kRows, model.tensors[i].shape, rank, world)
+            .region;
       },
       "fsdp 4 -> rows 2"));
 
@@ -414,7 +434,8 @@ TEST(MultiRankTest, FsdpUnevenFlatShardsWithOptimizerStateReshardToTwoAndThreeRa
     std::vector<std::string> regions = chunk_regions(p.name);
     EXPECT_FALSE(regions.empty()) << p.name;
     EXPECT_EQ(chunk_regions("optimizer.exp_avg." + p.name), regions) << p.name;
-    EXPECT_EQ(chunk_regions("optimizer.exp_avg_sq." + p.name), regions) << p.name;
+    EXPECT_EQ(chunk_regions("optimizer.exp_avg_sq." + p.name), regions)
+        << p.name;
   }
 
   // docs/FAILURE-MODES.md §5: state described by its local size (64) cannot
@@ -427,12 +448,15 @@ TEST(MultiRankTest, FsdpUnevenFlatShardsWithOptimizerStateReshardToTwoAndThreeRa
   std::string buf(64 * 4, '\0');
   LoadOptions subset;
   subset.allow_unrequested = true;
-  EXPECT_THAT(reader->Load({{name, DType::kFloat32, {64}, FlatRange{0, 64}, buf.data()}}, subset),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       name + ": global shape [128] in checkpoint, [64] requested"));
+  EXPECT_THAT(
+      reader->Load(
+          {{name, DType::kFloat32, {64}, FlatRange{0, 64}, buf.data()}},
+          subset),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               name + ": global shape [128] in checkpoint, [64] requested"));
   // The same request with the global shape loads the first half exactly.
-  CKPT_ASSERT_OK(
-      reader->Load({{name, DType::kFloat32, {128}, FlatRange{0, 64}, buf.data()}}, subset));
+  CKPT_ASSERT_OK(reader->Load(
+      {{name, DType::kFloat32, {128}, FlatRange{0, 64}, buf.data()}}, subset));
   const Tensor& t = model.tensors[4 * 3 + 1];
   ASSERT_EQ(t.name, name);
   EXPECT_EQ(buf, Extract(t.global, t.dtype, t.shape, FlatRange{0, 64}));
@@ -481,7 +505,8 @@ Piece TpPiece(TpSplit split, const Shape& shape, int rank) {
   return Piece{b, true};
 }
 
-TEST(MultiRankTest, TensorTimesDataParallelWritesEachReplicaOnceAndBalancesWrites) {
+TEST(MultiRankTest,
+     TensorTimesDataParallelWritesEachReplicaOnceAndBalancesWrites) {
   std::vector<TpSplit> splits;
   Model model = TpModel(&splits);
   const int world = kTp * kDp;
@@ -493,14 +518,16 @@ TEST(MultiRankTest, TensorTimesDataParallelWritesEachReplicaOnceAndBalancesWrite
         return TpPiece(splits[i], model.tensors[i].shape, rank);
       },
       RngPerRank(), SaveOptions{});
-  for (int r = 0; r < world; ++r) ASSERT_THAT(results[r], IsOk()) << "rank " << r;
+  for (int r = 0; r < world; ++r)
+    ASSERT_THAT(results[r], IsOk()) << "rank " << r;
 
   uint64_t unique = 0, largest_chunk = 0;
   for (size_t i = 0; i < model.tensors.size(); ++i) {
     const Tensor& t = model.tensors[i];
     unique += t.bytes();
-    largest_chunk =
-        std::max(largest_chunk, splits[i] == TpSplit::kReplicated ? t.bytes() : t.bytes() / kTp);
+    largest_chunk = std::max(largest_chunk, splits[i] == TpSplit::kReplicated
+                                                ? t.bytes()
+                                                : t.bytes() / kTp);
   }
   for (const auto& [name, bytes] : model.objects) unique += bytes.size();
   // Every rank reports the same totals; each unique byte is stored once
@@ -537,7 +564,8 @@ TEST(MultiRankTest, TensorTimesDataParallelWritesEachReplicaOnceAndBalancesWrite
     for (size_t i = 0; i < model.tensors.size(); ++i) {
       const format::EntryRecord* e = reader->Find(model.tensors[i].name);
       ASSERT_NE(e, nullptr) << model.tensors[i].name;
-      EXPECT_EQ(e->chunks.size(), splits[i] == TpSplit::kReplicated ? 1u : size_t{kTp})
+      EXPECT_EQ(e->chunks.size(),
+                splits[i] == TpSplit::kReplicated ? 1u : size_t{kTp})
           << model.tensors[i].name;
     }
   }
@@ -546,7 +574,8 @@ TEST(MultiRankTest, TensorTimesDataParallelWritesEachReplicaOnceAndBalancesWrite
     CKPT_EXPECT_OK(LoadOnRanks(
         dir.path(), model, load_world,
         [&](size_t i, int rank, int w) {
-          return PieceOf(MixedLayout(i, 1), model.tensors[i].shape, rank, w).region;
+          return PieceOf(MixedLayout(i, 1), model.tensors[i].shape, rank, w)
+              .region;
         },
         absl::StrCat("tp4xdp2 -> ", load_world)));
   }
@@ -564,20 +593,23 @@ Model SmallSharded() {
 }
 
 std::optional<Piece> SmallShardedPiece(size_t i, int rank, int world) {
-  static constexpr Layout kLayouts[] = {Layout::kRows, Layout::kFlatUneven, Layout::kReplicated};
+  static constexpr Layout kLayouts[] = {Layout::kRows, Layout::kFlatUneven,
+                                        Layout::kReplicated};
   return PieceOf(kLayouts[i], i == 0 ? Shape{64, 32} : Shape{32}, rank, world);
 }
 
 // Saves step 1 on 4 ranks, then step 2 with rank 2's storage failing the
 // first call of `op` on its shard file: every rank must return the same
 // error naming rank 2 and the file, and the root must look as before.
-void ExpectFaultOnRankTwoCommitsNothing(StorageOp op, int64_t nth, absl::Status fault,
+void ExpectFaultOnRankTwoCommitsNothing(StorageOp op, int64_t nth,
+                                        absl::Status fault,
                                         const std::string& syscall) {
   constexpr int kWorld = 4;
   Model model = SmallSharded();
   model.objects = RngObjects(kWorld);
   TempDir dir;
-  auto first = SaveOnRanks(dir.path(), 1, model, kWorld, SmallShardedPiece, RngPerRank(), {});
+  auto first = SaveOnRanks(dir.path(), 1, model, kWorld, SmallShardedPiece,
+                           RngPerRank(), {});
   ASSERT_EQ(CountOk(first), kWorld) << first[0].status();
   const std::vector<std::string> before = Names(dir.path());
   ASSERT_EQ(before, (std::vector<std::string>{"latest", "step-00000001"}));
@@ -594,27 +626,32 @@ void ExpectFaultOnRankTwoCommitsNothing(StorageOp op, int64_t nth, absl::Status 
   // would fail.
   Model changed = model;
   for (Tensor& t : changed.tensors) t.global[0] ^= 0x5A;
-  auto results =
-      SaveOnRanks(dir.path(), 2, changed, kWorld, SmallShardedPiece, RngPerRank(), {}, storages);
+  auto results = SaveOnRanks(dir.path(), 2, changed, kWorld, SmallShardedPiece,
+                             RngPerRank(), {}, storages);
   EXPECT_EQ(owned[2]->injected(), 1);
   for (int r = 0; r < kWorld; ++r) {
-    EXPECT_THAT(results[r], StatusIs(fault.code(), "rank 2: injected fault: " + syscall))
+    EXPECT_THAT(results[r],
+                StatusIs(fault.code(), "rank 2: injected fault: " + syscall))
         << "rank " << r;
-    EXPECT_THAT(std::string(results[r].status().message()), HasSubstr("shard-00002.ckpt"))
+    EXPECT_THAT(std::string(results[r].status().message()),
+                HasSubstr("shard-00002.ckpt"))
         << "rank " << r;
     EXPECT_EQ(results[r].status(), results[0].status()) << "rank " << r;
   }
   // No step-00000002, no temporary directory, `latest` unchanged.
   EXPECT_EQ(Names(dir.path()), before);
-  CKPT_ASSERT_OK_AND_ASSIGN(std::string latest, DefaultStorage()->ReadFile(dir / "latest"));
-  CKPT_ASSERT_OK_AND_ASSIGN(std::string latest_dir, format::DecodeLatest(latest));
+  CKPT_ASSERT_OK_AND_ASSIGN(std::string latest,
+                            DefaultStorage()->ReadFile(dir / "latest"));
+  CKPT_ASSERT_OK_AND_ASSIGN(std::string latest_dir,
+                            format::DecodeLatest(latest));
   EXPECT_EQ(latest_dir, "step-00000001");
   CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(dir.path()));
   EXPECT_EQ(reader->manifest().info.step, 1u);
   CKPT_EXPECT_OK(LoadOnRanks(
       dir.path(), model, 3,
       [&](size_t i, int rank, int world) {
-        return PieceOf(Layout::kCols, model.tensors[i].shape, rank, world).region;
+        return PieceOf(Layout::kCols, model.tensors[i].shape, rank, world)
+            .region;
       },
       "step 1 after the failed step 2"));
 }
@@ -622,22 +659,25 @@ void ExpectFaultOnRankTwoCommitsNothing(StorageOp op, int64_t nth, absl::Status 
 TEST(MultiRankTest, ShardWriteFailureOnOneRankCommitsNothing) {
   // The 2nd write is payload (the 1st is the shard header).
   ExpectFaultOnRankTwoCommitsNothing(
-      StorageOp::kWrite, 2, absl::ResourceExhaustedError("No space left on device"), "pwrite ");
+      StorageOp::kWrite, 2,
+      absl::ResourceExhaustedError("No space left on device"), "pwrite ");
 }
 
 TEST(MultiRankTest, ShardFsyncFailureOnOneRankCommitsNothing) {
-  ExpectFaultOnRankTwoCommitsNothing(StorageOp::kSync, 1, absl::InternalError("Input/output error"),
-                                     "fsync ");
+  ExpectFaultOnRankTwoCommitsNothing(
+      StorageOp::kSync, 1, absl::InternalError("Input/output error"), "fsync ");
 }
 
 TEST(MultiRankTest, ShardCloseFailureOnOneRankCommitsNothing) {
   ExpectFaultOnRankTwoCommitsNothing(StorageOp::kClose, 1,
-                                     absl::InternalError("Input/output error"), "close ");
+                                     absl::InternalError("Input/output error"),
+                                     "close ");
 }
 
 TEST(MultiRankTest, ShardOpenFailureOnOneRankCommitsNothing) {
-  ExpectFaultOnRankTwoCommitsNothing(StorageOp::kOpen, 1,
-                                     absl::PermissionDeniedError("Permission denied"), "open ");
+  ExpectFaultOnRankTwoCommitsNothing(
+      StorageOp::kOpen, 1, absl::PermissionDeniedError("Permission denied"),
+      "open ");
 }
 
 // ---------------------------------------------------------------------------
@@ -646,8 +686,9 @@ TEST(MultiRankTest, ShardOpenFailureOnOneRankCommitsNothing) {
 // Runs a save on 4 ranks where rank r registers what `reg(writer, r)` does;
 // every rank must fail with InvalidArgument and the same message containing
 // every one of `substrs`, and the root must stay empty.
-void ExpectEveryRankRejects(const std::function<absl::Status(Writer&, int)>& reg,
-                            const std::vector<std::string>& substrs) {
+void ExpectEveryRankRejects(
+    const std::function<absl::Status(Writer&, int)>& reg,
+    const std::vector<std::string>& substrs) {
   constexpr int kWorld = 4;
   TempDir dir;
   InProcessWorld w(kWorld);
@@ -666,7 +707,8 @@ void ExpectEveryRankRejects(const std::function<absl::Status(Writer&, int)>& reg
     EXPECT_EQ(results[r].code(), absl::StatusCode::kInvalidArgument)
         << "rank " << r << ": " << results[r];
     for (const std::string& s : substrs) {
-      EXPECT_THAT(std::string(results[r].message()), HasSubstr(s)) << "rank " << r;
+      EXPECT_THAT(std::string(results[r].message()), HasSubstr(s))
+          << "rank " << r;
     }
     EXPECT_EQ(results[r], results[0]) << "rank " << r;
   }
@@ -680,8 +722,8 @@ Box RowsOf(int rank) { return Box{{4u * rank, 0}, {4, 8}}; }
 TEST(MultiRankTest, DtypeDifferingOnOneRankIsRejectedOnEveryRank) {
   ExpectEveryRankRejects(
       [](Writer& w, int r) {
-        return w.AddTensor("x", r == 3 ? DType::kBFloat16 : DType::kFloat32, {16, 8}, RowsOf(r),
-                           kZeros);
+        return w.AddTensor("x", r == 3 ? DType::kBFloat16 : DType::kFloat32,
+                           {16, 8}, RowsOf(r), kZeros);
       },
       {"entry 'x'", "dtype", "rank 0 has float32", "rank 3 has bfloat16"});
 }
@@ -689,10 +731,12 @@ TEST(MultiRankTest, DtypeDifferingOnOneRankIsRejectedOnEveryRank) {
 TEST(MultiRankTest, GlobalShapeDifferingOnOneRankIsRejectedOnEveryRank) {
   ExpectEveryRankRejects(
       [](Writer& w, int r) {
-        return w.AddTensor("x", DType::kFloat32, r == 1 ? Shape{17, 8} : Shape{16, 8}, RowsOf(r),
+        return w.AddTensor("x", DType::kFloat32,
+                           r == 1 ? Shape{17, 8} : Shape{16, 8}, RowsOf(r),
                            kZeros);
       },
-      {"entry 'x'", "global shape", "rank 0 has [16, 8]", "rank 1 has [17, 8]"});
+      {"entry 'x'", "global shape", "rank 0 has [16, 8]",
+       "rank 1 has [17, 8]"});
 }
 
 TEST(MultiRankTest, OverlappingNonReplicaPiecesAreRejectedOnEveryRank) {
@@ -705,12 +749,14 @@ TEST(MultiRankTest, OverlappingNonReplicaPiecesAreRejectedOnEveryRank) {
       {"entry 'x'", "overlap", "[7:8, 0:8]", "on rank 1", "on rank 2"});
 }
 
-TEST(MultiRankTest, SamePieceOnTwoRanksWithoutReplicaFlagIsRejectedOnEveryRank) {
+TEST(MultiRankTest,
+     SamePieceOnTwoRanksWithoutReplicaFlagIsRejectedOnEveryRank) {
   // Ranks 1 and 3 both hold rows [4, 8), neither as a replica; nobody holds
   // rows [12, 16).
   ExpectEveryRankRejects(
       [](Writer& w, int r) {
-        return w.AddTensor("x", DType::kFloat32, {16, 8}, RowsOf(r == 3 ? 1 : r), kZeros);
+        return w.AddTensor("x", DType::kFloat32, {16, 8},
+                           RowsOf(r == 3 ? 1 : r), kZeros);
       },
       {"entry 'x'", "ranks 1, 3", "[4:8, 0:8]", "replica"});
 }
@@ -728,8 +774,10 @@ TEST(MultiRankTest, GapInNonPartialTensorIsRejectedOnEveryRank) {
 TEST(MultiRankTest, SameObjectNameOnTwoRanksIsRejectedOnEveryRank) {
   ExpectEveryRankRejects(
       [](Writer& w, int r) -> absl::Status {
-        CKPT_RETURN_IF_ERROR(w.AddTensor("x", DType::kFloat32, {16, 8}, RowsOf(r), kZeros));
-        if (r == 1 || r == 3) return w.SetObject("rng", "state-" + std::to_string(r));
+        CKPT_RETURN_IF_ERROR(
+            w.AddTensor("x", DType::kFloat32, {16, 8}, RowsOf(r), kZeros));
+        if (r == 1 || r == 3)
+          return w.SetObject("rng", "state-" + std::to_string(r));
         return absl::OkStatus();
       },
       {"object 'rng'", "ranks 1, 3"});
@@ -752,19 +800,22 @@ TEST(MultiRankTest, ObjectsAndTensorsOnSomeRanksAndARankWithNothing) {
       dir.path(), 3, model, kWorld,
       [&](size_t i, int rank, int) -> std::optional<Piece> {
         if (rank == 3) return std::nullopt;  // rank 3 registers nothing at all
-        if (i == 0) return PieceOf(Layout::kRows, model.tensors[0].shape, rank, 3);
+        if (i == 0)
+          return PieceOf(Layout::kRows, model.tensors[0].shape, rank, 3);
         if (rank == 1) return Piece{FullBox(model.tensors[1].shape), false};
         return std::nullopt;
       },
       [&](int rank) {
         Objects o;
         if (rank == 3) return o;
-        o["rng.rank" + std::to_string(rank)] = model.objects.at("rng.rank" + std::to_string(rank));
+        o["rng.rank" + std::to_string(rank)] =
+            model.objects.at("rng.rank" + std::to_string(rank));
         if (rank == 2) o["dataloader"] = model.objects.at("dataloader");
         return o;
       },
       SaveOptions{});
-  for (int r = 0; r < kWorld; ++r) ASSERT_THAT(results[r], IsOk()) << "rank " << r;
+  for (int r = 0; r < kWorld; ++r)
+    ASSERT_THAT(results[r], IsOk()) << "rank " << r;
   EXPECT_EQ(results[3]->local_stored_bytes, 0u);
   EXPECT_GT(results[1]->local_stored_bytes, model.tensors[1].bytes());
   {
@@ -778,8 +829,8 @@ TEST(MultiRankTest, ObjectsAndTensorsOnSomeRanksAndARankWithNothing) {
     CKPT_EXPECT_OK(LoadOnRanks(
         dir.path(), model, load_world,
         [&](size_t i, int rank, int w) {
-          return PieceOf(i == 0 ? Layout::kCols : Layout::kFlatUneven, model.tensors[i].shape, rank,
-                         w)
+          return PieceOf(i == 0 ? Layout::kCols : Layout::kFlatUneven,
+                         model.tensors[i].shape, rank, w)
               .region;
         },
         absl::StrCat("loaded on ", load_world)));
@@ -789,7 +840,8 @@ TEST(MultiRankTest, ObjectsAndTensorsOnSomeRanksAndARankWithNothing) {
 // Regression: an object's bytes short enough for std::string's inline
 // buffer (<= 15 bytes: a step counter, a small RNG seed) must survive
 // registrations made after it on the same rank.
-TEST(MultiRankTest, ShortObjectsKeepTheirBytesWhenMoreEntriesAreRegisteredAfterThem) {
+TEST(MultiRankTest,
+     ShortObjectsKeepTheirBytesWhenMoreEntriesAreRegisteredAfterThem) {
   constexpr int kWorld = 4;
   Model model;
   model.Add("w", DType::kFloat32, {8, 4});
@@ -812,13 +864,16 @@ TEST(MultiRankTest, ShortObjectsKeepTheirBytesWhenMoreEntriesAreRegisteredAfterT
     const Tensor& t = model.tensors[0];
     Piece p = PieceOf(Layout::kRows, t.shape, rank, kWorld);
     bufs[rank] = Extract(t.global, t.dtype, t.shape, p.region);
-    CKPT_RETURN_IF_ERROR(writer->AddTensor(t.name, t.dtype, t.shape, p.region, bufs[rank].data()));
+    CKPT_RETURN_IF_ERROR(writer->AddTensor(t.name, t.dtype, t.shape, p.region,
+                                           bufs[rank].data()));
     for (int k = 0; k < 8; ++k) {
-      CKPT_RETURN_IF_ERROR(writer->SetObject(absl::StrCat("scratch.", rank, ".", k), "x"));
-      CKPT_RETURN_IF_ERROR(writer->Remove(absl::StrCat("scratch.", rank, ".", k)));
+      CKPT_RETURN_IF_ERROR(
+          writer->SetObject(absl::StrCat("scratch.", rank, ".", k), "x"));
+      CKPT_RETURN_IF_ERROR(
+          writer->Remove(absl::StrCat("scratch.", rank, ".", k)));
     }
-    CKPT_RETURN_IF_ERROR(
-        writer->AddTensor(absl::StrCat("late.", rank), DType::kUInt8, {1}, FlatRange{0, 1}, "L"));
+    CKPT_RETURN_IF_ERROR(writer->AddTensor(
+        absl::StrCat("late.", rank), DType::kUInt8, {1}, FlatRange{0, 1}, "L"));
     return writer->Save(dir.path(), 1, {}).status();
   }));
   for (int r = 0; r < kWorld; ++r) {
@@ -828,7 +883,8 @@ TEST(MultiRankTest, ShortObjectsKeepTheirBytesWhenMoreEntriesAreRegisteredAfterT
   CKPT_EXPECT_OK(LoadOnRanks(
       dir.path(), model, 2,
       [&](size_t i, int rank, int world) {
-        return PieceOf(Layout::kFlatUneven, model.tensors[i].shape, rank, world).region;
+        return PieceOf(Layout::kFlatUneven, model.tensors[i].shape, rank, world)
+            .region;
       },
       "short objects"));
 }
@@ -838,7 +894,10 @@ TEST(MultiRankTest, ShortObjectsKeepTheirBytesWhenMoreEntriesAreRegisteredAfterT
 TEST(MultiRankTest, ObjectsKeepTheirBytesWhenAnEarlierEntryIsRemoved) {
   constexpr int kWorld = 2;
   Model model;
-  model.objects = {{"a.rank0", "a0"}, {"b.rank0", "b0"}, {"a.rank1", "a1"}, {"b.rank1", "b1"}};
+  model.objects = {{"a.rank0", "a0"},
+                   {"b.rank0", "b0"},
+                   {"a.rank1", "a1"},
+                   {"b.rank1", "b1"}};
   TempDir dir;
   InProcessWorld w(kWorld);
   CKPT_ASSERT_OK(RunRanks(w, [&](Communicator& comm) -> absl::Status {

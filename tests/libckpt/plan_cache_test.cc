@@ -1,5 +1,5 @@
-// The constant-structure plan cache (docs/FAILURE-MODES.md §4): a cached plan is
-// reused only when every rank's structure is unchanged, and a save never
+// The constant-structure plan cache (docs/FAILURE-MODES.md §4): a cached plan
+// is reused only when every rank's structure is unchanged, and a save never
 // drops data, whatever changes between saves.
 #include <filesystem>
 #include <fstream>
@@ -8,13 +8,13 @@
 #include <set>
 
 #include "absl/strings/str_format.h"
-#include "ckpt/in_process.h"
-#include "ckpt/reader.h"
-#include "ckpt/writer.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/format/plan_record.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/in_process.h"
+#include "ckpt/reader.h"
+#include "ckpt/writer.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/files.h"
@@ -37,7 +37,7 @@ struct TensorSpec {
   DType dtype = DType::kFloat32;
   Shape shape;
   Layout layout = Layout::kRows;
-  uint64_t seed = 0;            // values; not structure
+  uint64_t seed = 0;             // values; not structure
   std::set<int> replica_absent;  // ranks that hold no replica (replicated only)
 };
 struct ObjectSpec {
@@ -58,11 +58,14 @@ std::string Signature(const State& s, int world) {
     for (int r : t.replica_absent) absl::StrAppend(&out, r, ",");
     out += ";";
   }
-  for (const auto& [n, o] : s.objects) absl::StrAppend(&out, n, "@", o.rank, ";");
+  for (const auto& [n, o] : s.objects)
+    absl::StrAppend(&out, n, "@", o.rank, ";");
   return out;
 }
 
-std::string Global(const TensorSpec& t) { return ReferenceBytes(t.dtype, t.shape, t.seed); }
+std::string Global(const TensorSpec& t) {
+  return ReferenceBytes(t.dtype, t.shape, t.seed);
+}
 
 // Registers rank `rank`'s part of `s`; `bufs` keeps the pieces alive.
 absl::Status Register(Writer& w, const State& s, int rank, int world,
@@ -76,7 +79,8 @@ absl::Status Register(Writer& w, const State& s, int rank, int world,
     bufs->push_back(Extract(Global(t), t.dtype, t.shape, piece.region));
     TensorOptions o;
     o.replica = piece.replica;
-    CKPT_RETURN_IF_ERROR(w.AddTensor(name, t.dtype, t.shape, piece.region, bufs->back().data(), o));
+    CKPT_RETURN_IF_ERROR(w.AddTensor(name, t.dtype, t.shape, piece.region,
+                                     bufs->back().data(), o));
   }
   for (const auto& [name, o] : s.objects) {
     if (o.rank == rank) CKPT_RETURN_IF_ERROR(w.SetObject(name, o.bytes));
@@ -105,10 +109,12 @@ absl::Status LoadsExactly(const std::string& dir, const State& s) {
   CKPT_RETURN_IF_ERROR(reader->Load(reqs).status());
   i = 0;
   for (const auto& [name, t] : s.tensors) {
-    if (got[i++] != Global(t)) return absl::DataLossError(absl::StrCat(dir, ": ", name, " differs"));
+    if (got[i++] != Global(t))
+      return absl::DataLossError(absl::StrCat(dir, ": ", name, " differs"));
   }
   for (const auto& [name, o] : s.objects) {
-    if (got[i++] != o.bytes) return absl::DataLossError(absl::StrCat(dir, ": ", name, " differs"));
+    if (got[i++] != o.bytes)
+      return absl::DataLossError(absl::StrCat(dir, ": ", name, " differs"));
   }
   return absl::OkStatus();
 }
@@ -117,7 +123,8 @@ absl::Status LoadsExactly(const std::string& dir, const State& s) {
 // in-process ranks, each rank keeping one Writer for all of them (a job
 // that does not restart). Returns plan_cache_hit of each save.
 absl::StatusOr<std::vector<bool>> RunJob(const std::string& root, int world,
-                                         const std::vector<State>& states, uint64_t first_step,
+                                         const std::vector<State>& states,
+                                         uint64_t first_step,
                                          const SaveOptions& so = {}) {
   InProcessWorld w(world);
   std::vector<std::vector<bool>> hits(world);
@@ -127,14 +134,17 @@ absl::StatusOr<std::vector<bool>> RunJob(const std::string& root, int world,
     CKPT_ASSIGN_OR_RETURN(auto writer, Writer::Create(wo));
     std::vector<std::string> bufs;
     for (size_t k = 0; k < states.size(); ++k) {
-      CKPT_RETURN_IF_ERROR(Register(*writer, states[k], comm.rank(), world, &bufs));
-      CKPT_ASSIGN_OR_RETURN(SaveResult r, writer->Save(root, first_step + k, so));
+      CKPT_RETURN_IF_ERROR(
+          Register(*writer, states[k], comm.rank(), world, &bufs));
+      CKPT_ASSIGN_OR_RETURN(SaveResult r,
+                            writer->Save(root, first_step + k, so));
       hits[comm.rank()].push_back(r.plan_cache_hit);
     }
     return absl::OkStatus();
   }));
   for (int r = 1; r < world; ++r) {
-    if (hits[r] != hits[0]) return absl::InternalError("ranks disagree on plan_cache_hit");
+    if (hits[r] != hits[0])
+      return absl::InternalError("ranks disagree on plan_cache_hit");
   }
   return hits[0];
 }
@@ -143,8 +153,10 @@ State BaseModel() {
   State s;
   s.tensors["emb"] = {DType::kBFloat16, {16, 8}, Layout::kRows, 1, {}};
   s.tensors["layers.0.w"] = {DType::kFloat32, {8, 12}, Layout::kCols, 2, {}};
-  s.tensors["layers.0.norm"] = {DType::kFloat32, {8}, Layout::kReplicated, 3, {}};
-  s.tensors["optimizer.exp_avg.emb"] = {DType::kFloat32, {16, 8}, Layout::kFlatUneven, 4, {}};
+  s.tensors["layers.0.norm"] = {
+      DType::kFloat32, {8}, Layout::kReplicated, 3, {}};
+  s.tensors["optimizer.exp_avg.emb"] = {
+      DType::kFloat32, {16, 8}, Layout::kFlatUneven, 4, {}};
   s.objects["step"] = {0, "step-1"};
   return s;
 }
@@ -158,10 +170,12 @@ TEST(PlanCache, plan_cache_hit_when_structure_unchanged_and_values_change) {
   std::vector<State> states(3, BaseModel());
   states[1].tensors["emb"].seed = 11;  // new values, same structure
   states[2].tensors["emb"].seed = 12;
-  states[2].objects["step"].bytes = "a longer step record";  // object size is not structure
+  states[2].objects["step"].bytes =
+      "a longer step record";  // object size is not structure
   CKPT_ASSERT_OK_AND_ASSIGN(auto hits, RunJob(dir.path(), 3, states, 1));
   EXPECT_EQ(hits, (std::vector<bool>{false, true, true}));
-  for (int k = 0; k < 3; ++k) CKPT_EXPECT_OK(LoadsExactly(StepDir(dir.path(), k + 1), states[k]));
+  for (int k = 0; k < 3; ++k)
+    CKPT_EXPECT_OK(LoadsExactly(StepDir(dir.path(), k + 1), states[k]));
 }
 
 // The failure of docs/FAILURE-MODES.md §4: a component saves nothing in
@@ -170,12 +184,16 @@ TEST(PlanCache, plan_cache_object_added_after_cached_plan) {
   for (int world : {1, 4}) {
     TempDir dir;
     std::vector<State> states(4, BaseModel());
-    states[3].objects["fault_state.rank" + std::to_string(world - 1)] = {world - 1, "fault!"};
+    states[3].objects["fault_state.rank" + std::to_string(world - 1)] = {
+        world - 1, "fault!"};
     CKPT_ASSERT_OK_AND_ASSIGN(auto hits, RunJob(dir.path(), world, states, 1));
-    EXPECT_EQ(hits, (std::vector<bool>{false, true, true, false})) << "world " << world;
+    EXPECT_EQ(hits, (std::vector<bool>{false, true, true, false}))
+        << "world " << world;
     CKPT_ASSERT_OK(LoadsExactly(StepDir(dir.path(), 4), states[3]));
     CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(dir.path()));
-    EXPECT_EQ(reader->ReadObject("fault_state.rank" + std::to_string(world - 1)).value(), "fault!");
+    EXPECT_EQ(reader->ReadObject("fault_state.rank" + std::to_string(world - 1))
+                  .value(),
+              "fault!");
   }
 }
 
@@ -185,17 +203,20 @@ TEST(PlanCache, plan_cache_change_on_one_rank_only_replans) {
   TempDir dir;
   State a;
   for (int i = 0; i < 6; ++i) {
-    a.tensors["rep." + std::to_string(i)] = {DType::kFloat32, {64}, Layout::kReplicated,
-                                             uint64_t(10 + i), {}};
+    a.tensors["rep." + std::to_string(i)] = {
+        DType::kFloat32, {64}, Layout::kReplicated, uint64_t(10 + i), {}};
   }
   State b = a;
-  for (int i = 0; i < 6; ++i) b.tensors["rep." + std::to_string(i)].replica_absent = {2};
+  for (int i = 0; i < 6; ++i)
+    b.tensors["rep." + std::to_string(i)].replica_absent = {2};
   State c = b;
   c.objects["only.rank1"] = {1, "x"};
-  CKPT_ASSERT_OK_AND_ASSIGN(auto hits, RunJob(dir.path(), 4, {a, a, b, b, c}, 1));
+  CKPT_ASSERT_OK_AND_ASSIGN(auto hits,
+                            RunJob(dir.path(), 4, {a, a, b, b, c}, 1));
   EXPECT_EQ(hits, (std::vector<bool>{false, true, false, true, false}));
   for (int k = 0; k < 5; ++k) {
-    CKPT_EXPECT_OK(LoadsExactly(StepDir(dir.path(), k + 1), std::vector<State>{a, a, b, b, c}[k]));
+    CKPT_EXPECT_OK(LoadsExactly(StepDir(dir.path(), k + 1),
+                                std::vector<State>{a, a, b, b, c}[k]));
   }
 }
 
@@ -239,7 +260,8 @@ TEST(PlanCache, plan_cache_each_structure_change_replans) {
   }
   for (const auto& [what, changed] : changes) {
     TempDir dir;
-    CKPT_ASSERT_OK_AND_ASSIGN(auto hits, RunJob(dir.path(), 2, {base, base, changed, changed}, 1));
+    CKPT_ASSERT_OK_AND_ASSIGN(
+        auto hits, RunJob(dir.path(), 2, {base, base, changed, changed}, 1));
     EXPECT_EQ(hits, (std::vector<bool>{false, true, false, true})) << what;
     CKPT_EXPECT_OK(LoadsExactly(StepDir(dir.path(), 3), changed)) << what;
     CKPT_EXPECT_OK(LoadsExactly(StepDir(dir.path(), 4), changed)) << what;
@@ -270,7 +292,8 @@ TEST(PlanCache, plan_cache_restarted_job_with_other_world_size_replans) {
   CKPT_ASSERT_OK(RunJob(dir.path(), 4, {s}, 1).status());
   for (int world : {2, 3, 1}) {
     static uint64_t step = 2;
-    CKPT_ASSERT_OK_AND_ASSIGN(auto hits, RunJob(dir.path(), world, {s, s}, step));
+    CKPT_ASSERT_OK_AND_ASSIGN(auto hits,
+                              RunJob(dir.path(), world, {s, s}, step));
     EXPECT_EQ(hits, (std::vector<bool>{false, true})) << world;
     CKPT_EXPECT_OK(LoadsExactly(StepDir(dir.path(), step), s));
     step += 2;
@@ -297,21 +320,26 @@ TEST(PlanCache, plan_cache_recorded_plan_that_does_not_fit_is_ignored) {
   const std::string manifest_path = StepDir(dir.path(), 1) + "/MANIFEST";
   for (int variant = 0; variant < 2; ++variant) {
     std::string bytes = ::ckpt::testing::ReadFileBytes(manifest_path);
-    CKPT_ASSERT_OK_AND_ASSIGN(format::Manifest m, format::DecodeManifest(bytes));
-    CKPT_ASSERT_OK_AND_ASSIGN(format::PlanRecord rec, format::DecodePlanRecord(m.plan));
+    CKPT_ASSERT_OK_AND_ASSIGN(format::Manifest m,
+                              format::DecodeManifest(bytes));
+    CKPT_ASSERT_OK_AND_ASSIGN(format::PlanRecord rec,
+                              format::DecodePlanRecord(m.plan));
     if (variant == 0) {
       for (auto& r : rec.ranks) r.writes.push_back(1000);
       m.plan = format::EncodePlanRecord(rec);
     } else {
       m.plan = "garbage";
     }
-    std::ofstream(manifest_path, std::ios::binary | std::ios::trunc) << format::EncodeManifest(m);
-    CKPT_ASSERT_OK_AND_ASSIGN(auto hits, RunJob(dir.path(), 2, {s}, 2 + variant));
+    std::ofstream(manifest_path, std::ios::binary | std::ios::trunc)
+        << format::EncodeManifest(m);
+    CKPT_ASSERT_OK_AND_ASSIGN(auto hits,
+                              RunJob(dir.path(), 2, {s}, 2 + variant));
     EXPECT_EQ(hits, std::vector<bool>{false});
     CKPT_EXPECT_OK(LoadsExactly(StepDir(dir.path(), 2 + variant), s));
     // Point latest back at step 1 for the next variant.
     std::filesystem::remove_all(StepDir(dir.path(), 2 + variant));
-    std::ofstream(dir / "latest", std::ios::trunc) << format::EncodeLatest("step-00000001");
+    std::ofstream(dir / "latest", std::ios::trunc)
+        << format::EncodeLatest("step-00000001");
   }
 }
 
@@ -321,8 +349,8 @@ TEST(PlanCache, plan_cache_recorded_plan_that_does_not_fit_is_ignored) {
 TEST(PlanCache, plan_cache_property_random_structure_changes) {
   std::mt19937_64 rng(20261122);
   auto pick = [&](uint64_t n) { return static_cast<uint64_t>(rng() % n); };
-  const DType kDTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kInt8, DType::kFloat64,
-                           DType::kBool};
+  const DType kDTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kInt8,
+                           DType::kFloat64, DType::kBool};
   TempDir dir;
   State s = BaseModel();
   uint64_t step = 1;
@@ -331,20 +359,25 @@ TEST(PlanCache, plan_cache_property_random_structure_changes) {
   int world = 2;
   int fresh = 0;
   for (int epoch = 0; epoch < 10; ++epoch) {
-    if (epoch > 0 && pick(2) == 0) world = 1 + pick(4);  // restart with another size
+    if (epoch > 0 && pick(2) == 0)
+      world = 1 + pick(4);  // restart with another size
     std::vector<State> states;
     for (int k = 0; k < 6; ++k) {
       // 0-2 mutations; 0 keeps the structure (values always change).
       for (auto& [n, t] : s.tensors) t.seed = rng();
       int mutations = pick(3);
       for (int m = 0; m < mutations; ++m) {
-        std::string name = s.tensors.empty() ? "" : std::next(s.tensors.begin(), pick(s.tensors.size()))->first;
+        std::string name =
+            s.tensors.empty()
+                ? ""
+                : std::next(s.tensors.begin(), pick(s.tensors.size()))->first;
         switch (pick(9)) {
           case 0: {  // add a tensor
             Shape shape;
-            for (uint64_t d = 0, nd = 1 + pick(3); d < nd; ++d) shape.push_back(1 + pick(9));
-            s.tensors["t" + std::to_string(fresh++)] = {kDTypes[pick(5)], shape,
-                                                         kAllLayouts[pick(6)], rng(), {}};
+            for (uint64_t d = 0, nd = 1 + pick(3); d < nd; ++d)
+              shape.push_back(1 + pick(9));
+            s.tensors["t" + std::to_string(fresh++)] = {
+                kDTypes[pick(5)], shape, kAllLayouts[pick(6)], rng(), {}};
             break;
           }
           case 1:  // remove a tensor
@@ -360,24 +393,29 @@ TEST(PlanCache, plan_cache_property_random_structure_changes) {
             if (!name.empty()) s.tensors[name].layout = kAllLayouts[pick(6)];
             break;
           case 5:  // an object appears on one rank (a fault-state record)
-            s.objects["fault." + std::to_string(fresh++)] = {static_cast<int>(pick(world)),
-                                                            std::string(pick(40), 'f')};
+            s.objects["fault." + std::to_string(fresh++)] = {
+                static_cast<int>(pick(world)), std::string(pick(40), 'f')};
             break;
           case 6:  // an object disappears
-            if (!s.objects.empty()) s.objects.erase(std::next(s.objects.begin(), pick(s.objects.size())));
+            if (!s.objects.empty())
+              s.objects.erase(
+                  std::next(s.objects.begin(), pick(s.objects.size())));
             break;
           case 7:  // one rank drops its replica of a replicated tensor
             for (auto& [n, t] : s.tensors) {
               if (t.layout == Layout::kReplicated && world > 1 &&
                   static_cast<int>(t.replica_absent.size()) < world - 1) {
                 t.replica_absent.insert(pick(world));
-                if (static_cast<int>(t.replica_absent.size()) == world) t.replica_absent.clear();
+                if (static_cast<int>(t.replica_absent.size()) == world)
+                  t.replica_absent.clear();
                 break;
               }
             }
             break;
           case 8:  // object grows (not structure)
-            if (!s.objects.empty()) std::next(s.objects.begin(), pick(s.objects.size()))->second.bytes += "+";
+            if (!s.objects.empty())
+              std::next(s.objects.begin(), pick(s.objects.size()))
+                  ->second.bytes += "+";
             break;
         }
       }
@@ -388,16 +426,20 @@ TEST(PlanCache, plan_cache_property_random_structure_changes) {
         std::set<int> keep;
         for (int r : t.replica_absent)
           if (r < world) keep.insert(r);
-        if (t.layout != Layout::kReplicated || static_cast<int>(keep.size()) >= world) keep.clear();
+        if (t.layout != Layout::kReplicated ||
+            static_cast<int>(keep.size()) >= world)
+          keep.clear();
         t.replica_absent = keep;
       }
       states.push_back(s);
     }
-    CKPT_ASSERT_OK_AND_ASSIGN(auto hits, RunJob(dir.path(), world, states, step));
+    CKPT_ASSERT_OK_AND_ASSIGN(auto hits,
+                              RunJob(dir.path(), world, states, step));
     for (size_t k = 0; k < states.size(); ++k) {
       std::string sig = Signature(states[k], world);
       if (sig == last_signature) {
-        EXPECT_TRUE(hits[k]) << "unchanged structure missed the cache at step " << step + k;
+        EXPECT_TRUE(hits[k])
+            << "unchanged structure missed the cache at step " << step + k;
       }
       last_signature = sig;
       hits_seen += hits[k];

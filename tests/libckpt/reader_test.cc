@@ -1,12 +1,13 @@
 // Reader: strict mode, callbacks, reports, partial reads, and corruption.
+#include "ckpt/reader.h"
+
 #include <filesystem>
 #include <fstream>
 
-#include "ckpt/reader.h"
-#include "ckpt/writer.h"
 #include "ckpt/format/status_macros.h"
-#include "gtest/gtest.h"
+#include "ckpt/writer.h"
 #include "format/golden_spec.h"
+#include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/status_matchers.h"
 #include "tools/inspect/fixture.h"
@@ -23,10 +24,11 @@ class ReaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto writer = Writer::Create({}).value();
-    CKPT_ASSERT_OK(writer->AddTensor("optimizer.exp_avg.layers.3", DType::kFloat32, {64},
-                                     FlatRange{0, 64}, avg_.data()));
-    CKPT_ASSERT_OK(writer->AddTensor("big", DType::kFloat32, {1024, 256}, FullBox({1024, 256}),
-                                     big_.data()));
+    CKPT_ASSERT_OK(writer->AddTensor("optimizer.exp_avg.layers.3",
+                                     DType::kFloat32, {64}, FlatRange{0, 64},
+                                     avg_.data()));
+    CKPT_ASSERT_OK(writer->AddTensor("big", DType::kFloat32, {1024, 256},
+                                     FullBox({1024, 256}), big_.data()));
     CKPT_ASSERT_OK(writer->SetObject("rng", "seed"));
     SaveOptions o;
     o.block_size = 4096;
@@ -34,9 +36,11 @@ class ReaderTest : public ::testing::Test {
     reader_ = Reader::Open(dir_.path()).value();
   }
 
-  LoadRequest Avg(std::string* buf, Shape shape = {64}, DType d = DType::kFloat32) {
+  LoadRequest Avg(std::string* buf, Shape shape = {64},
+                  DType d = DType::kFloat32) {
     buf->assign(64 * 4, 0);
-    return LoadRequest{"optimizer.exp_avg.layers.3", d, shape, FlatRange{0, 64}, buf->data()};
+    return LoadRequest{"optimizer.exp_avg.layers.3", d, shape, FlatRange{0, 64},
+                       buf->data()};
   }
 
   TempDir dir_;
@@ -51,7 +55,8 @@ TEST_F(ReaderTest, GlobalShapeMismatchNamesEntryAndBothShapes) {
   all.allow_unrequested = true;
   EXPECT_THAT(reader_->Load({Avg(&buf, {128})}, all),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "optimizer.exp_avg.layers.3: global shape [64] in checkpoint, [128] requested"));
+                       "optimizer.exp_avg.layers.3: global shape [64] in "
+                       "checkpoint, [128] requested"));
 }
 
 TEST_F(ReaderTest, DTypeMismatch) {
@@ -60,22 +65,27 @@ TEST_F(ReaderTest, DTypeMismatch) {
   all.allow_unrequested = true;
   EXPECT_THAT(reader_->Load({Avg(&buf, {64}, DType::kBFloat16)}, all),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "optimizer.exp_avg.layers.3: dtype float32 in checkpoint, bfloat16 requested"));
+                       "optimizer.exp_avg.layers.3: dtype float32 in "
+                       "checkpoint, bfloat16 requested"));
 }
 
 TEST_F(ReaderTest, MissingEntry) {
   std::string buf(4, 0);
   LoadOptions all;
   all.allow_unrequested = true;
-  EXPECT_THAT(reader_->Load({{"nope", DType::kFloat32, {1}, FlatRange{0, 1}, buf.data()}}, all),
-              StatusIs(absl::StatusCode::kNotFound, "entry 'nope' is not in the checkpoint"));
+  EXPECT_THAT(
+      reader_->Load(
+          {{"nope", DType::kFloat32, {1}, FlatRange{0, 1}, buf.data()}}, all),
+      StatusIs(absl::StatusCode::kNotFound,
+               "entry 'nope' is not in the checkpoint"));
 }
 
 TEST_F(ReaderTest, UnrequestedEntriesFailWithoutAFilter) {
   std::string buf;
-  EXPECT_THAT(reader_->Load({Avg(&buf)}),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       "2 entries in the checkpoint were not requested: big, rng"));
+  EXPECT_THAT(
+      reader_->Load({Avg(&buf)}),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               "2 entries in the checkpoint were not requested: big, rng"));
 }
 
 TEST_F(ReaderTest, FilterMakesPartialLoadExplicitAndReported) {
@@ -85,12 +95,19 @@ TEST_F(ReaderTest, FilterMakesPartialLoadExplicitAndReported) {
   auto report = reader_->Load({Avg(&buf)}, o);
   CKPT_ASSERT_OK(report);
   EXPECT_EQ(buf, avg_);
-  EXPECT_EQ(report->loaded, std::vector<std::string>{"optimizer.exp_avg.layers.3"});
+  EXPECT_EQ(report->loaded,
+            std::vector<std::string>{"optimizer.exp_avg.layers.3"});
   ASSERT_EQ(report->not_loaded.size(), 2u);
-  EXPECT_EQ(report->not_loaded[0], (std::pair<std::string, std::string>{"big", "excluded by filter"}));
+  EXPECT_EQ(report->not_loaded[0],
+            (std::pair<std::string, std::string>{"big", "excluded by filter"}));
   std::string big(16, 0);
-  EXPECT_THAT(reader_->Load({Avg(&buf), {"big", DType::kFloat32, {1024, 256}, FlatRange{0, 4}, big.data()}}, o),
-              StatusIs(absl::StatusCode::kInvalidArgument, "'big' is requested but excluded by the filter"));
+  EXPECT_THAT(
+      reader_->Load(
+          {Avg(&buf),
+           {"big", DType::kFloat32, {1024, 256}, FlatRange{0, 4}, big.data()}},
+          o),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "'big' is requested but excluded by the filter"));
 }
 
 TEST_F(ReaderTest, CallbackRunsOncePerDestinationBeforeLoadReturns) {
@@ -100,9 +117,15 @@ TEST_F(ReaderTest, CallbackRunsOncePerDestinationBeforeLoadReturns) {
   reqs.push_back(Avg(&a));
   reqs.back().on_complete = [&] { ++calls_a; };
   // b spans many blocks and several read tasks.
-  reqs.push_back({"big", DType::kFloat32, {1024, 256}, Box{{100, 0}, {8, 256}}, b.data()});
-  reqs.back().on_complete = [&] { ++calls_b; EXPECT_EQ(b, Extract(big_, DType::kFloat32, {1024, 256}, Box{{100, 0}, {8, 256}})); };
-  reqs.push_back({"big", DType::kFloat32, {1024, 256}, Box{{0, 10}, {4, 4}}, c.data()});
+  reqs.push_back(
+      {"big", DType::kFloat32, {1024, 256}, Box{{100, 0}, {8, 256}}, b.data()});
+  reqs.back().on_complete = [&] {
+    ++calls_b;
+    EXPECT_EQ(b, Extract(big_, DType::kFloat32, {1024, 256},
+                         Box{{100, 0}, {8, 256}}));
+  };
+  reqs.push_back(
+      {"big", DType::kFloat32, {1024, 256}, Box{{0, 10}, {4, 4}}, c.data()});
   reqs.back().on_complete = [&] { ++calls_c; };
   LoadOptions o;
   o.allow_unrequested = true;
@@ -118,26 +141,36 @@ TEST_F(ReaderTest, SmallSliceReadsOnlyTheBlocksItNeeds) {
   std::string c(4 * 4 * 4, 0);
   LoadOptions o;
   o.allow_unrequested = true;
-  auto report = reader_->Load({{"big", DType::kFloat32, {1024, 256}, Box{{0, 10}, {4, 4}}, c.data()}}, o);
+  auto report = reader_->Load(
+      {{"big", DType::kFloat32, {1024, 256}, Box{{0, 10}, {4, 4}}, c.data()}},
+      o);
   CKPT_ASSERT_OK(report);
   EXPECT_EQ(report->bytes_read, 4096u);
   EXPECT_EQ(report->blocks_verified, 1u);
-  EXPECT_EQ(c, Extract(big_, DType::kFloat32, {1024, 256}, Box{{0, 10}, {4, 4}}));
+  EXPECT_EQ(c,
+            Extract(big_, DType::kFloat32, {1024, 256}, Box{{0, 10}, {4, 4}}));
 }
 
 TEST_F(ReaderTest, RegionOutsideTensor) {
   std::string c(64, 0);
   LoadOptions o;
   o.allow_unrequested = true;
-  EXPECT_THAT(reader_->Load({{"big", DType::kFloat32, {1024, 256}, Box{{1020, 0}, {8, 2}}, c.data()}}, o),
-              StatusIs(absl::StatusCode::kInvalidArgument, "big: box [1020:1028, 0:2] exceeds shape"));
+  EXPECT_THAT(reader_->Load({{"big",
+                              DType::kFloat32,
+                              {1024, 256},
+                              Box{{1020, 0}, {8, 2}},
+                              c.data()}},
+                            o),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "big: box [1020:1028, 0:2] exceeds shape"));
 }
 
 TEST_F(ReaderTest, ObjectAndReport) {
   auto obj = reader_->ReadObject("rng");
   CKPT_ASSERT_OK(obj);
   EXPECT_EQ(*obj, "seed");
-  EXPECT_THAT(reader_->ReadObject("big"), StatusIs(absl::StatusCode::kInvalidArgument, "is a tensor"));
+  EXPECT_THAT(reader_->ReadObject("big"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "is a tensor"));
 }
 
 TEST_F(ReaderTest, FlippedPayloadBitIsDataLossNamingTheBlock) {
@@ -153,11 +186,14 @@ TEST_F(ReaderTest, FlippedPayloadBitIsDataLossNamingTheBlock) {
   }
   auto reader = Reader::Open(dir_.path()).value();
   std::string a, big(big_.size(), 0), rng;
-  std::vector<LoadRequest> reqs = {Avg(&a), {"big", DType::kFloat32, {1024, 256}, FullBox({1024, 256}), big.data()}};
+  std::vector<LoadRequest> reqs = {
+      Avg(&a),
+      {"big", DType::kFloat32, {1024, 256}, FullBox({1024, 256}), big.data()}};
   reqs.push_back({});
   reqs.back().name = "rng";
   reqs.back().object = &rng;
-  EXPECT_THAT(reader->Load(reqs), StatusIs(absl::StatusCode::kDataLoss, "shard-00000.ckpt: block"));
+  EXPECT_THAT(reader->Load(reqs),
+              StatusIs(absl::StatusCode::kDataLoss, "shard-00000.ckpt: block"));
 }
 
 TEST_F(ReaderTest, MissingShardFile) {
@@ -166,14 +202,18 @@ TEST_F(ReaderTest, MissingShardFile) {
   std::string a;
   LoadOptions o;
   o.allow_unrequested = true;
-  EXPECT_THAT(reader->Load({Avg(&a)}, o), StatusIs(absl::StatusCode::kDataLoss, "shard file is missing"));
+  EXPECT_THAT(reader->Load({Avg(&a)}, o),
+              StatusIs(absl::StatusCode::kDataLoss, "shard file is missing"));
 }
 
 TEST_F(ReaderTest, ShardFromAnotherCheckpoint) {
   // Save the same structure again as step 4 and swap its shard into step 3.
   auto writer = Writer::Create({}).value();
-  CKPT_ASSERT_OK(writer->AddTensor("optimizer.exp_avg.layers.3", DType::kFloat32, {64}, FlatRange{0, 64}, avg_.data()));
-  CKPT_ASSERT_OK(writer->AddTensor("big", DType::kFloat32, {1024, 256}, FullBox({1024, 256}), big_.data()));
+  CKPT_ASSERT_OK(writer->AddTensor("optimizer.exp_avg.layers.3",
+                                   DType::kFloat32, {64}, FlatRange{0, 64},
+                                   avg_.data()));
+  CKPT_ASSERT_OK(writer->AddTensor("big", DType::kFloat32, {1024, 256},
+                                   FullBox({1024, 256}), big_.data()));
   CKPT_ASSERT_OK(writer->SetObject("rng", "seed"));
   SaveOptions o;
   o.block_size = 4096;
@@ -186,14 +226,17 @@ TEST_F(ReaderTest, ShardFromAnotherCheckpoint) {
   LoadOptions lo;
   lo.allow_unrequested = true;
   EXPECT_THAT(reader->Load({Avg(&a)}, lo),
-              StatusIs(absl::StatusCode::kDataLoss, "this shard belongs to another checkpoint"));
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "this shard belongs to another checkpoint"));
 }
 
 TEST(ReaderOpenTest, NotACheckpoint) {
   TempDir dir;
   EXPECT_THAT(Reader::Open(dir.path()),
-              StatusIs(absl::StatusCode::kNotFound, "not a checkpoint (no MANIFEST) nor a checkpoint root"));
-  EXPECT_THAT(Reader::Open(dir / "missing"), StatusIs(absl::StatusCode::kNotFound, "missing"));
+              StatusIs(absl::StatusCode::kNotFound,
+                       "not a checkpoint (no MANIFEST) nor a checkpoint root"));
+  EXPECT_THAT(Reader::Open(dir / "missing"),
+              StatusIs(absl::StatusCode::kNotFound, "missing"));
 }
 
 TEST(ReaderOpenTest, PartialEntryLoadOfUncoveredRegionFails) {
@@ -202,14 +245,17 @@ TEST(ReaderOpenTest, PartialEntryLoadOfUncoveredRegionFails) {
   float x[4] = {1, 2, 3, 4};
   TensorOptions partial;
   partial.partial = true;
-  CKPT_ASSERT_OK(writer->AddTensor("emb", DType::kFloat32, {8}, FlatRange{0, 4}, x, partial));
+  CKPT_ASSERT_OK(writer->AddTensor("emb", DType::kFloat32, {8}, FlatRange{0, 4},
+                                   x, partial));
   CKPT_ASSERT_OK(writer->Save(dir.path(), 1, {}));
   auto reader = Reader::Open(dir.path()).value();
   float y[8];
   EXPECT_THAT(reader->Load({{"emb", DType::kFloat32, {8}, FlatRange{0, 8}, y}}),
               StatusIs(absl::StatusCode::kDataLoss,
-                       "entry 'emb': requested region flat[0:8) is not covered by the checkpoint: 4 of 8 elements missing"));
-  CKPT_EXPECT_OK(reader->Load({{"emb", DType::kFloat32, {8}, FlatRange{1, 3}, y}}));
+                       "entry 'emb': requested region flat[0:8) is not covered "
+                       "by the checkpoint: 4 of 8 elements missing"));
+  CKPT_EXPECT_OK(
+      reader->Load({{"emb", DType::kFloat32, {8}, FlatRange{1, 3}, y}}));
   EXPECT_EQ(y[0], 2);
 }
 
@@ -240,7 +286,8 @@ TEST_F(ReaderTest, ViewsDescribeTheCheckpointWithoutRecords) {
 }
 
 TEST(ReaderGoldenTest, GoldenV1CheckpointLoadsThroughTheReader) {
-  auto reader = Reader::Open(std::string(CKPT_SOURCE_DIR) + "/" + golden::kGoldenDir);
+  auto reader =
+      Reader::Open(std::string(CKPT_SOURCE_DIR) + "/" + golden::kGoldenDir);
   CKPT_ASSERT_OK(reader);
   std::vector<golden::GoldenEntry> entries = golden::GoldenEntries();
   std::vector<std::string> bufs(entries.size());
@@ -248,17 +295,18 @@ TEST(ReaderGoldenTest, GoldenV1CheckpointLoadsThroughTheReader) {
   for (size_t i = 0; i < entries.size(); ++i) {
     const auto& e = entries[i];
     bufs[i].assign(testing::Numel(e.shape) * DTypeSize(e.dtype), 0);
-    reqs.push_back({e.name, e.dtype, e.shape, FullBox(e.shape), bufs[i].data()});
+    reqs.push_back(
+        {e.name, e.dtype, e.shape, FullBox(e.shape), bufs[i].data()});
   }
   std::string rng;
   reqs.push_back({});
   reqs.back().name = golden::kObjectName;
   reqs.back().object = &rng;
   CKPT_ASSERT_OK((*reader)->Load(reqs));
-  for (size_t i = 0; i < entries.size(); ++i) EXPECT_EQ(bufs[i], golden::GoldenBytes(entries[i])) << entries[i].name;
+  for (size_t i = 0; i < entries.size(); ++i)
+    EXPECT_EQ(bufs[i], golden::GoldenBytes(entries[i])) << entries[i].name;
   EXPECT_EQ(rng, golden::kObjectValue);
 }
-
 
 // The spec decisions the Reader shares with ckpt-validate through the read
 // core (spec/FORMAT.md changelog), on checkpoints written byte by byte.
@@ -301,15 +349,18 @@ TEST(ReaderSpecTest, ChunklessEntryInNoShardIndexIsDataLoss) {
   FixtureSpec spec = Spec();
   spec.edit_index = [](uint32_t, format::ShardIndex* index) {
     auto& v = index->entries;
-    v.erase(std::remove_if(v.begin(), v.end(), [](auto& e) { return e.name == "empty"; }),
+    v.erase(std::remove_if(v.begin(), v.end(),
+                           [](auto& e) { return e.name == "empty"; }),
             v.end());
   };
   std::string dir = WriteCheckpoint(tmp.path(), spec);
-  EXPECT_THAT(LoadAll(dir), StatusIs(absl::StatusCode::kDataLoss,
-                                     dir + ": entry 'empty': has no chunk in any shard"));
+  EXPECT_THAT(LoadAll(dir),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       dir + ": entry 'empty': has no chunk in any shard"));
 }
 
-TEST(ReaderSpecTest, EmptyIndexMetadataSectionWhenTheManifestHasPairsIsDataLoss) {
+TEST(ReaderSpecTest,
+     EmptyIndexMetadataSectionWhenTheManifestHasPairsIsDataLoss) {
   TempDir tmp;
   FixtureSpec spec = Spec();
   spec.edit_index = [](uint32_t, format::ShardIndex* index) {
@@ -317,8 +368,10 @@ TEST(ReaderSpecTest, EmptyIndexMetadataSectionWhenTheManifestHasPairsIsDataLoss)
     index->metadata_present = true;
   };
   std::string dir = WriteCheckpoint(tmp.path(), spec);
-  EXPECT_THAT(LoadAll(dir), StatusIs(absl::StatusCode::kDataLoss,
-                                     "shard-00000.ckpt: METADATA differs from the manifest's"));
+  EXPECT_THAT(
+      LoadAll(dir),
+      StatusIs(absl::StatusCode::kDataLoss,
+               "shard-00000.ckpt: METADATA differs from the manifest's"));
 }
 
 TEST(ReaderSpecTest, BoolByteOtherThanZeroOrOneIsDataLoss) {
@@ -326,9 +379,10 @@ TEST(ReaderSpecTest, BoolByteOtherThanZeroOrOneIsDataLoss) {
   FixtureSpec spec = Spec();
   spec.tensors[0].data[2] = 7;
   std::string dir = WriteCheckpoint(tmp.path(), spec);
-  EXPECT_THAT(LoadAll(dir), StatusIs(absl::StatusCode::kDataLoss,
-                                     "block 0 of chunk 0 [0:4] of 'b': bool element 2 of the "
-                                     "chunk is 0x07"));
+  EXPECT_THAT(LoadAll(dir),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "block 0 of chunk 0 [0:4] of 'b': bool element 2 of the "
+                       "chunk is 0x07"));
 }
 
 }  // namespace spec_decisions

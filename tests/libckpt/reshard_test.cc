@@ -2,10 +2,10 @@
 // another on N ranks, compare element-wise with the global reference.
 #include <map>
 
+#include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "ckpt/format/status_macros.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/status_matchers.h"
@@ -39,16 +39,19 @@ std::vector<Tensor> MatrixTensors() {
   }
   // Spans many 4 KiB blocks, with an odd row length.
   Shape big{67, 129};
-  out.push_back({"big", DType::kFloat64, big, ReferenceBytes(DType::kFloat64, big, 999)});
+  out.push_back(
+      {"big", DType::kFloat64, big, ReferenceBytes(DType::kFloat64, big, 999)});
   return out;
 }
 
 // Saves `tensors` from `world` in-process ranks under `layout`.
-absl::Status SaveAll(const std::string& root, uint64_t step, const std::vector<Tensor>& tensors,
-                     Layout layout, int world, const SaveOptions& options) {
+absl::Status SaveAll(const std::string& root, uint64_t step,
+                     const std::vector<Tensor>& tensors, Layout layout,
+                     int world, const SaveOptions& options) {
   InProcessWorld w(world);
   // Pieces must stay alive during Save: one buffer per rank and tensor.
-  std::vector<std::vector<std::string>> bufs(world, std::vector<std::string>(tensors.size()));
+  std::vector<std::vector<std::string>> bufs(
+      world, std::vector<std::string>(tensors.size()));
   return RunRanks(w, [&](Communicator& comm) -> absl::Status {
     Writer::Options wo;
     wo.comm = &comm;
@@ -60,19 +63,20 @@ absl::Status SaveAll(const std::string& root, uint64_t step, const std::vector<T
       buf = Extract(t.global, t.dtype, t.shape, piece.region);
       TensorOptions to;
       to.replica = piece.replica;
-      CKPT_RETURN_IF_ERROR(writer->AddTensor(t.name, t.dtype, t.shape, piece.region,
-                                             buf.data(), to));
+      CKPT_RETURN_IF_ERROR(writer->AddTensor(t.name, t.dtype, t.shape,
+                                             piece.region, buf.data(), to));
     }
-    CKPT_RETURN_IF_ERROR(writer->SetObject("rng.rank" + std::to_string(comm.rank()),
-                                           "state-of-rank-" + std::to_string(comm.rank())));
+    CKPT_RETURN_IF_ERROR(
+        writer->SetObject("rng.rank" + std::to_string(comm.rank()),
+                          "state-of-rank-" + std::to_string(comm.rank())));
     return writer->Save(root, step, options).status();
   });
 }
 
 // Loads every tensor as `world` ranks under `layout` (one Load per rank)
 // and compares with the reference.
-void LoadAndCompare(const std::string& root, const std::vector<Tensor>& tensors, Layout layout,
-                    int world, const std::string& label) {
+void LoadAndCompare(const std::string& root, const std::vector<Tensor>& tensors,
+                    Layout layout, int world, const std::string& label) {
   auto reader = Reader::Open(root);
   ASSERT_TRUE(reader.ok()) << reader.status();
   for (int rank = 0; rank < world; ++rank) {
@@ -98,7 +102,8 @@ void LoadAndCompare(const std::string& root, const std::vector<Tensor>& tensors,
   }
 }
 
-class ReshardMatrixTest : public ::testing::TestWithParam<std::tuple<Layout, format::Codec>> {};
+class ReshardMatrixTest
+    : public ::testing::TestWithParam<std::tuple<Layout, format::Codec>> {};
 
 TEST_P(ReshardMatrixTest, SaveOnThreeLoadUnderEveryLayoutOnTwoAndFour) {
   auto [save_layout, codec] = GetParam();
@@ -112,8 +117,9 @@ TEST_P(ReshardMatrixTest, SaveOnThreeLoadUnderEveryLayoutOnTwoAndFour) {
   for (Layout load_layout : testing::kAllLayouts) {
     for (int world : {1, 2, 4}) {
       LoadAndCompare(dir.path(), tensors, load_layout, world,
-                     std::string(LayoutName(save_layout)) + "->" + LayoutName(load_layout) +
-                         " x" + std::to_string(world));
+                     std::string(LayoutName(save_layout)) + "->" +
+                         LayoutName(load_layout) + " x" +
+                         std::to_string(world));
     }
   }
   // Objects come back by name.
@@ -127,10 +133,12 @@ TEST_P(ReshardMatrixTest, SaveOnThreeLoadUnderEveryLayoutOnTwoAndFour) {
 INSTANTIATE_TEST_SUITE_P(
     AllLayouts, ReshardMatrixTest,
     ::testing::Combine(::testing::ValuesIn(testing::kAllLayouts),
-                       ::testing::Values(format::Codec::kNone, format::Codec::kZstd)),
+                       ::testing::Values(format::Codec::kNone,
+                                         format::Codec::kZstd)),
     [](const auto& info) {
       return std::string(LayoutName(std::get<0>(info.param))) +
-             (std::get<1>(info.param) == format::Codec::kZstd ? "_zstd" : "_none");
+             (std::get<1>(info.param) == format::Codec::kZstd ? "_zstd"
+                                                              : "_none");
     });
 
 }  // namespace

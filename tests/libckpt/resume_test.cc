@@ -8,10 +8,10 @@
 #include <cstring>
 #include <memory>
 
+#include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "ckpt/format/status_macros.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/status_matchers.h"
@@ -62,7 +62,8 @@ struct Trainer {
       p->master.resize(n);
       p->exp_avg.assign(n, 0);
       p->exp_avg_sq.assign(n, 0);
-      for (float& v : p->master) v = (static_cast<int64_t>(Next(&s) % 2001) - 1000) / 4000.0f;
+      for (float& v : p->master)
+        v = (static_cast<int64_t>(Next(&s) % 2001) - 1000) / 4000.0f;
       p->Refresh();
     }
     rng = init_seed ^ 0xabcdef;
@@ -73,7 +74,9 @@ struct Trainer {
     *s ^= *s >> 27;
     return *s * 2685821657736338717ull;
   }
-  float Sample() { return (static_cast<int64_t>(Next(&rng) % 2001) - 1000) / 1000.0f; }
+  float Sample() {
+    return (static_cast<int64_t>(Next(&rng) % 2001) - 1000) / 1000.0f;
+  }
 
   float TrainStep() {
     std::vector<float> g1(w1.master.size(), 0), g2(w2.master.size(), 0);
@@ -87,7 +90,8 @@ struct Trainer {
       float h[kHidden], y = 0;
       for (int j = 0; j < kHidden; ++j) {
         float a = 0;
-        for (int i = 0; i < kIn; ++i) a += FromBf16(w1.compute[j * kIn + i]) * x[i];
+        for (int i = 0; i < kIn; ++i)
+          a += FromBf16(w1.compute[j * kIn + i]) * x[i];
         h[j] = a > 0 ? a : 0;
         y += FromBf16(w2.compute[j]) * h[j];
       }
@@ -113,7 +117,8 @@ struct Trainer {
     for (size_t i = 0; i < g.size(); ++i) {
       p->exp_avg[i] = b1 * p->exp_avg[i] + (1 - b1) * g[i];
       p->exp_avg_sq[i] = b2 * p->exp_avg_sq[i] + (1 - b2) * g[i] * g[i];
-      p->master[i] -= lr * (p->exp_avg[i] / c1) / (std::sqrt(p->exp_avg_sq[i] / c2) + eps);
+      p->master[i] -=
+          lr * (p->exp_avg[i] / c1) / (std::sqrt(p->exp_avg_sq[i] / c2) + eps);
     }
     p->Refresh();  // the optimizer's hook keeps the compute copy in sync
   }
@@ -142,15 +147,17 @@ absl::Status Save(const std::string& root, Trainer& t, int world) {
     for (Param* p : {&t.w1, &t.w2}) {
       auto [start, len] = UnevenSplit(p->master.size(), world)[comm.rank()];
       FlatRange piece{start, len};
-      CKPT_RETURN_IF_ERROR(writer->AddTensor(p->name, DType::kFloat32, p->shape, piece,
-                                             p->master.data() + start));
-      CKPT_RETURN_IF_ERROR(writer->AddTensor("optimizer.exp_avg." + p->name, DType::kFloat32,
-                                             p->shape, piece, p->exp_avg.data() + start));
+      CKPT_RETURN_IF_ERROR(writer->AddTensor(p->name, DType::kFloat32, p->shape,
+                                             piece, p->master.data() + start));
+      CKPT_RETURN_IF_ERROR(writer->AddTensor("optimizer.exp_avg." + p->name,
+                                             DType::kFloat32, p->shape, piece,
+                                             p->exp_avg.data() + start));
       CKPT_RETURN_IF_ERROR(writer->AddTensor("optimizer.exp_avg_sq." + p->name,
                                              DType::kFloat32, p->shape, piece,
                                              p->exp_avg_sq.data() + start));
     }
-    if (comm.rank() == 0) CKPT_RETURN_IF_ERROR(writer->SetObject("trainer.state", t.Objects()));
+    if (comm.rank() == 0)
+      CKPT_RETURN_IF_ERROR(writer->SetObject("trainer.state", t.Objects()));
     return writer->Save(root, t.step, SaveOptions{}).status();
   });
 }
@@ -158,7 +165,8 @@ absl::Status Save(const std::string& root, Trainer& t, int world) {
 // Loads into `t` from `world` ranks (3 = resharded), each loading its own
 // uneven flat shard; the master weights' callbacks refresh the compute
 // copy when `refresh` is set.
-absl::Status Load(const std::string& root, Trainer& t, int world, bool refresh) {
+absl::Status Load(const std::string& root, Trainer& t, int world,
+                  bool refresh) {
   CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(root));
   InProcessWorld w(world);
   std::string objects;
@@ -167,17 +175,19 @@ absl::Status Load(const std::string& root, Trainer& t, int world, bool refresh) 
     for (Param* p : {&t.w1, &t.w2}) {
       auto [start, len] = UnevenSplit(p->master.size(), world)[comm.rank()];
       FlatRange piece{start, len};
-      reqs.push_back({p->name, DType::kFloat32, p->shape, piece, p->master.data() + start});
+      reqs.push_back({p->name, DType::kFloat32, p->shape, piece,
+                      p->master.data() + start});
       if (refresh) {
         // The shard's compute copy is refreshed as soon as it is loaded.
         reqs.back().on_complete = [p, start = start, len = len] {
-          for (uint64_t i = start; i < start + len; ++i) p->compute[i] = ToBf16(p->master[i]);
+          for (uint64_t i = start; i < start + len; ++i)
+            p->compute[i] = ToBf16(p->master[i]);
         };
       }
-      reqs.push_back({"optimizer.exp_avg." + p->name, DType::kFloat32, p->shape, piece,
-                      p->exp_avg.data() + start});
-      reqs.push_back({"optimizer.exp_avg_sq." + p->name, DType::kFloat32, p->shape, piece,
-                      p->exp_avg_sq.data() + start});
+      reqs.push_back({"optimizer.exp_avg." + p->name, DType::kFloat32, p->shape,
+                      piece, p->exp_avg.data() + start});
+      reqs.push_back({"optimizer.exp_avg_sq." + p->name, DType::kFloat32,
+                      p->shape, piece, p->exp_avg_sq.data() + start});
     }
     LoadOptions lo;
     if (comm.rank() == 0) {
@@ -239,9 +249,9 @@ TEST(ResumeTest, WithoutTheRefreshCallbackTheFirstLossDiffers) {
   EXPECT_NE(std::memcmp(&loss, &want[kSaveAt], 4), 0);
 }
 
-// docs/FAILURE-MODES.md §2: a model-only load is explicit (a filter), and the report
-// names every entry it did not write, so hidden copies are never silently
-// left at their initial values.
+// docs/FAILURE-MODES.md §2: a model-only load is explicit (a filter), and the
+// report names every entry it did not write, so hidden copies are never
+// silently left at their initial values.
 TEST(ResumeTest, ModelOnlyLoadReportsEveryEntryNotLoaded) {
   TempDir dir;
   Trainer t(1);
@@ -251,8 +261,8 @@ TEST(ResumeTest, ModelOnlyLoadReportsEveryEntryNotLoaded) {
   CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(dir.path()));
   std::vector<LoadRequest> reqs;
   for (Param* p : {&fresh.w1, &fresh.w2}) {
-    reqs.push_back({p->name, DType::kFloat32, p->shape, FlatRange{0, p->master.size()},
-                    p->master.data()});
+    reqs.push_back({p->name, DType::kFloat32, p->shape,
+                    FlatRange{0, p->master.size()}, p->master.data()});
   }
   // Without a filter, leaving the optimizer state out is an error.
   EXPECT_THAT(reader->Load(reqs).status(),

@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "ckpt/internal/checkpoint_dir.h"
-#include "ckpt/writer.h"
 #include "ckpt/format/checksum.h"
 #include "ckpt/format/manifest.h"
+#include "ckpt/internal/checkpoint_dir.h"
+#include "ckpt/writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "libckpt/test_util.h"
 #include "stager.h"
 #include "staging_pool.h"
-#include "libckpt/test_util.h"
 #include "testing/fake_device.h"
 #include "testing/status_matchers.h"
 
@@ -67,7 +67,8 @@ TEST(StagingPoolTest, BadSizesAreRefused) {
 class FailingAllocDevice : public FakeDevice {
  public:
   absl::StatusOr<void*> AllocateHost(size_t n) override {
-    if (allocations >= ok_allocations) return absl::ResourceExhaustedError("cannot pin");
+    if (allocations >= ok_allocations)
+      return absl::ResourceExhaustedError("cannot pin");
     return FakeDevice::AllocateHost(n);
   }
   int ok_allocations = 0;
@@ -76,7 +77,8 @@ class FailingAllocDevice : public FakeDevice {
 TEST(StagingPoolTest, FirstAllocationErrorIsReturned) {
   FailingAllocDevice dev;
   auto pool = StagingPool::Create(&dev, kBuf, 4 * kBuf).value();
-  EXPECT_THAT(pool->Acquire().status(), StatusIs(absl::StatusCode::kResourceExhausted, "cannot pin"));
+  EXPECT_THAT(pool->Acquire().status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "cannot pin"));
 }
 
 TEST(StagingPoolTest, LaterAllocationErrorStopsGrowthInsteadOfFailing) {
@@ -93,8 +95,8 @@ TEST(StagingPoolTest, LaterAllocationErrorStopsGrowthInsteadOfFailing) {
 // Consumes every item as the shard writer does (segment-sized ranges), on
 // `threads` threads, and returns the concatenated bytes of each item.
 std::vector<std::string> Consume(const std::vector<StagedBytes*>& views,
-                                 const std::vector<uint64_t>& sizes, uint64_t seg,
-                                 absl::Status* status) {
+                                 const std::vector<uint64_t>& sizes,
+                                 uint64_t seg, absl::Status* status) {
   std::vector<std::string> out(views.size());
   for (size_t i = 0; i < views.size(); ++i) {
     for (uint64_t off = 0; off < sizes[i]; off += seg) {
@@ -124,14 +126,18 @@ TEST(StagerTest, HostDeviceAndSourceItemsAreStagedByteExact) {
   };
   Stager stager(pool.get(), &dev, nullptr, seg, 0);
   std::vector<StagedBytes*> views = {
-      stager.Add({"h", host.size(), host.data(), MemoryKind::kHost, 0, nullptr}),
-      stager.Add({"d", device.size(), device.data(), MemoryKind::kCuda, 0, nullptr}),
+      stager.Add(
+          {"h", host.size(), host.data(), MemoryKind::kHost, 0, nullptr}),
+      stager.Add(
+          {"d", device.size(), device.data(), MemoryKind::kCuda, 0, nullptr}),
       stager.Add({"empty", 0, nullptr, MemoryKind::kHost, 0, nullptr}),
-      stager.Add({"s", sourced.size(), nullptr, MemoryKind::kHost, 0, &source})};
+      stager.Add(
+          {"s", sourced.size(), nullptr, MemoryKind::kHost, 0, &source})};
   absl::Status run;
   std::thread t([&] { run = stager.Run(); });
   absl::Status consumed;
-  auto out = Consume(views, {host.size(), device.size(), 0, sourced.size()}, seg, &consumed);
+  auto out = Consume(views, {host.size(), device.size(), 0, sourced.size()},
+                     seg, &consumed);
   t.join();
   stager.Finish();
   CKPT_ASSERT_OK(run);
@@ -157,7 +163,8 @@ TEST(StagerTest, DeviceCopiesWaitForTheCallersEvent) {
   });
   auto ready = caller->Record().value();
   Stager stager(pool.get(), &dev, ready.get(), 4096, 0);
-  StagedBytes* v = stager.Add({"t", tensor.size(), tensor.data(), MemoryKind::kCuda, 0, nullptr});
+  StagedBytes* v = stager.Add(
+      {"t", tensor.size(), tensor.data(), MemoryKind::kCuda, 0, nullptr});
   CKPT_ASSERT_OK(stager.Run());
   const char* p = v->Acquire(0, tensor.size()).value();
   EXPECT_EQ(std::string(p, tensor.size()), std::string(10000, 'b'));
@@ -169,7 +176,8 @@ TEST(StagerTest, LimitBoundsBuffersHeldAndRunWaitsForReleases) {
   auto pool = StagingPool::Create(&dev, kBuf, 8 * kBuf).value();
   std::string device = ReferenceBytes(DType::kUInt8, {10 * kBuf}, 5);
   Stager stager(pool.get(), &dev, nullptr, kBuf, /*max_buffers=*/2);
-  StagedBytes* v = stager.Add({"d", device.size(), device.data(), MemoryKind::kCuda, 0, nullptr});
+  StagedBytes* v = stager.Add(
+      {"d", device.size(), device.data(), MemoryKind::kCuda, 0, nullptr});
   absl::Status run;
   std::thread t([&] { run = stager.Run(); });
   absl::Status consumed;
@@ -188,9 +196,11 @@ TEST(StagerTest, DeviceCopyErrorReachesRunAndConsumers) {
   auto pool = StagingPool::Create(&dev, kBuf, 8 * kBuf).value();
   std::string device(6 * kBuf, 'x');
   Stager stager(pool.get(), &dev, nullptr, kBuf, 0);
-  StagedBytes* v = stager.Add({"d", device.size(), device.data(), MemoryKind::kCuda, 0, nullptr});
+  StagedBytes* v = stager.Add(
+      {"d", device.size(), device.data(), MemoryKind::kCuda, 0, nullptr});
   EXPECT_THAT(stager.Run(), StatusIs(absl::StatusCode::kDataLoss, "ECC error"));
-  EXPECT_THAT(v->Acquire(5 * kBuf, kBuf).status(), StatusIs(absl::StatusCode::kDataLoss, "ECC error"));
+  EXPECT_THAT(v->Acquire(5 * kBuf, kBuf).status(),
+              StatusIs(absl::StatusCode::kDataLoss, "ECC error"));
   stager.Finish();
 }
 
@@ -212,7 +222,8 @@ TEST(StagerTest, RangesCrossingASegmentAreAnInternalError) {
   auto pool = StagingPool::Create(nullptr, kBuf, 2 * kBuf).value();
   std::string host(2 * kBuf, 'x');
   Stager stager(pool.get(), nullptr, nullptr, kBuf, 0);
-  StagedBytes* v = stager.Add({"h", host.size(), host.data(), MemoryKind::kHost, 0, nullptr});
+  StagedBytes* v = stager.Add(
+      {"h", host.size(), host.data(), MemoryKind::kHost, 0, nullptr});
   CKPT_ASSERT_OK(stager.Run());
   EXPECT_THAT(v->Acquire(kBuf / 2, kBuf).status(),
               StatusIs(absl::StatusCode::kInternal, "cross a staging segment"));

@@ -18,7 +18,8 @@ namespace ckpt::testing {
 class TempDir {
  public:
   TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "ckpt-test-XXXXXX").string();
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "ckpt-test-XXXXXX").string();
     path_ = mkdtemp(tmpl.data());
   }
   ~TempDir() { std::filesystem::remove_all(path_); }
@@ -36,17 +37,18 @@ inline uint64_t Numel(const Shape& s) {
 }
 
 // Deterministic global bytes for a tensor (bool stays 0/1).
-inline std::string ReferenceBytes(DType dtype, const Shape& shape, uint64_t seed) {
+inline std::string ReferenceBytes(DType dtype, const Shape& shape,
+                                  uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::string out(Numel(shape) * DTypeSize(dtype), '\0');
-  for (auto& c : out) c = static_cast<char>(dtype == DType::kBool ? rng() % 2 : rng());
+  for (auto& c : out)
+    c = static_cast<char>(dtype == DType::kBool ? rng() % 2 : rng());
   return out;
 }
 
-
 // The bytes of region r cut out of the global tensor, by brute force.
-inline std::string Extract(const std::string& global, DType dtype, const Shape& shape,
-                           const Region& r) {
+inline std::string Extract(const std::string& global, DType dtype,
+                           const Shape& shape, const Region& r) {
   int es = DTypeSize(dtype);
   std::string out(RegionElements(r) * es, '\0');
   for (uint64_t g = 0; g < Numel(shape); ++g) {
@@ -64,26 +66,34 @@ struct Piece {
 enum class Layout { kWhole, kRows, kCols, kGrid, kFlatUneven, kReplicated };
 inline const char* LayoutName(Layout l) {
   switch (l) {
-    case Layout::kWhole: return "whole";
-    case Layout::kRows: return "rows";
-    case Layout::kCols: return "cols";
-    case Layout::kGrid: return "grid";
-    case Layout::kFlatUneven: return "flat";
-    case Layout::kReplicated: return "replicated";
+    case Layout::kWhole:
+      return "whole";
+    case Layout::kRows:
+      return "rows";
+    case Layout::kCols:
+      return "cols";
+    case Layout::kGrid:
+      return "grid";
+    case Layout::kFlatUneven:
+      return "flat";
+    case Layout::kReplicated:
+      return "replicated";
   }
   return "?";
 }
-inline constexpr Layout kAllLayouts[] = {Layout::kWhole, Layout::kRows, Layout::kCols,
-                                         Layout::kGrid, Layout::kFlatUneven,
-                                         Layout::kReplicated};
+inline constexpr Layout kAllLayouts[] = {
+    Layout::kWhole, Layout::kRows,       Layout::kCols,
+    Layout::kGrid,  Layout::kFlatUneven, Layout::kReplicated};
 
 // Uneven split of [0, n) into k parts (some may be empty).
-inline std::vector<std::pair<uint64_t, uint64_t>> UnevenSplit(uint64_t n, int k) {
+inline std::vector<std::pair<uint64_t, uint64_t>> UnevenSplit(uint64_t n,
+                                                              int k) {
   std::vector<std::pair<uint64_t, uint64_t>> parts;
   uint64_t begin = 0;
   for (int i = 0; i < k; ++i) {
     // Weights 1, 2, 3, ... make every split uneven.
-    uint64_t end = (i == k - 1) ? n : n * ((i + 1) * (i + 2) / 2) / (k * (k + 1) / 2);
+    uint64_t end =
+        (i == k - 1) ? n : n * ((i + 1) * (i + 2) / 2) / (k * (k + 1) / 2);
     end = std::max(end, begin);
     parts.emplace_back(begin, end - begin);
     begin = end;
@@ -113,7 +123,8 @@ inline Piece PieceOf(Layout layout, const Shape& shape, int rank, int world) {
       return {b, false};
     }
     case Layout::kGrid: {
-      if (n < 2 || world % 2 != 0) return PieceOf(Layout::kRows, shape, rank, world);
+      if (n < 2 || world % 2 != 0)
+        return PieceOf(Layout::kRows, shape, rank, world);
       auto p0 = UnevenSplit(shape[0], world / 2)[rank / 2];
       auto p1 = UnevenSplit(shape[n - 1], 2)[rank % 2];
       Box b = full;

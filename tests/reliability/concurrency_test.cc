@@ -40,20 +40,31 @@ uint64_t Steps() {
   return std::max<uint64_t>(n, 2);
 }
 
-std::vector<std::string> WriterArgs(const std::string& root, uint64_t first, uint64_t stride,
-                                    uint64_t count, int keep_last) {
-  return {CrashWriterPath(), "--root",   root,
-          "--first",         std::to_string(first),
-          "--stride",        std::to_string(stride),
-          "--count",         std::to_string(count),
-          "--world",         "2",
-          "--scale",         std::to_string(kScale),
-          "--keep-last",     std::to_string(keep_last)};
+std::vector<std::string> WriterArgs(const std::string& root, uint64_t first,
+                                    uint64_t stride, uint64_t count,
+                                    int keep_last) {
+  return {CrashWriterPath(),
+          "--root",
+          root,
+          "--first",
+          std::to_string(first),
+          "--stride",
+          std::to_string(stride),
+          "--count",
+          std::to_string(count),
+          "--world",
+          "2",
+          "--scale",
+          std::to_string(kScale),
+          "--keep-last",
+          std::to_string(keep_last)};
 }
 
 void ExpectExitedOk(Child& c, int st) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
-      << DescribeWaitStatus(st) << "\nstdout:\n" << c.Stdout() << "\nstderr:\n" << c.Stderr();
+      << DescribeWaitStatus(st) << "\nstdout:\n"
+      << c.Stdout() << "\nstderr:\n"
+      << c.Stderr();
 }
 
 // How often the writer (odd or even steps) changes along the committed
@@ -76,8 +87,10 @@ void TwoWriters(int keep_last) {
   TempDir dir;
   const std::string root = dir / "root";
   const uint64_t n = Steps();
-  auto a = Child::Start(WriterArgs(root, 1, 2, n, keep_last), dir / "a");  // 1, 3, 5, ...
-  auto b = Child::Start(WriterArgs(root, 2, 2, n, keep_last), dir / "b");  // 2, 4, 6, ...
+  auto a = Child::Start(WriterArgs(root, 1, 2, n, keep_last),
+                        dir / "a");  // 1, 3, 5, ...
+  auto b = Child::Start(WriterArgs(root, 2, 2, n, keep_last),
+                        dir / "b");  // 2, 4, 6, ...
   ASSERT_THAT(a, IsOk());
   ASSERT_THAT(b, IsOk());
   const int sa = a->Wait(), sb = b->Wait();
@@ -88,18 +101,24 @@ void TwoWriters(int keep_last) {
 
   RootCheck check = CheckRoot(root, kScale);
   EXPECT_EQ(check.latest_step, 2 * n);
-  std::printf("two writers (keep_last %d): commits of the two alternated %d times\n", keep_last,
-              Alternations(root, check.listing.committed));
+  std::printf(
+      "two writers (keep_last %d): commits of the two alternated %d times\n",
+      keep_last, Alternations(root, check.listing.committed));
   std::vector<uint64_t> want;
-  for (uint64_t s = keep_last > 0 ? 2 * n - keep_last + 1 : 1; s <= 2 * n; ++s) want.push_back(s);
+  for (uint64_t s = keep_last > 0 ? 2 * n - keep_last + 1 : 1; s <= 2 * n; ++s)
+    want.push_back(s);
   EXPECT_EQ(check.listing.committed, want);
   EXPECT_TRUE(check.listing.temporaries.empty());
   EXPECT_TRUE(check.listing.uncommitted.empty());
 }
 
-TEST(ReliabilityConcurrency, TwoProcessesSavingInterleavedStepsIntoOneRoot) { TwoWriters(0); }
+TEST(ReliabilityConcurrency, TwoProcessesSavingInterleavedStepsIntoOneRoot) {
+  TwoWriters(0);
+}
 
-TEST(ReliabilityConcurrency, TwoProcessesSavingInterleavedStepsWithKeepLast) { TwoWriters(3); }
+TEST(ReliabilityConcurrency, TwoProcessesSavingInterleavedStepsWithKeepLast) {
+  TwoWriters(3);
+}
 
 struct ReaderTally {
   int loads = 0;
@@ -108,8 +127,8 @@ struct ReaderTally {
 };
 
 // Loads `latest` of `root` until `done`, checking every outcome.
-void ReadUntil(const std::string& root, const std::atomic<bool>& done, bool pruning,
-               ReaderTally* tally) {
+void ReadUntil(const std::string& root, const std::atomic<bool>& done,
+               bool pruning, ReaderTally* tally) {
   while (!done.load()) {
     auto got = VerifyCheckpoint(root, kScale);
     ++tally->loads;
@@ -124,7 +143,8 @@ void ReadUntil(const std::string& root, const std::atomic<bool>& done, bool prun
     ++tally->failures;
     // Without pruning nothing a reader can see ever goes away.
     ASSERT_TRUE(pruning) << got.status();
-    ASSERT_TRUE(absl::IsNotFound(got.status()) || absl::IsDataLoss(got.status()))
+    ASSERT_TRUE(absl::IsNotFound(got.status()) ||
+                absl::IsDataLoss(got.status()))
         << got.status();
   }
 }
@@ -141,7 +161,8 @@ void ReaderWhileWriterThreadCommits(int keep_last) {
     InProcessWorld w(2);
     ASSERT_THAT(RunRanks(w,
                          [&](Communicator& comm) -> absl::Status {
-                           CKPT_ASSIGN_OR_RETURN(auto s, RankState::Create(&comm, kScale));
+                           CKPT_ASSIGN_OR_RETURN(
+                               auto s, RankState::Create(&comm, kScale));
                            return s->Save(root, 1, config).status();
                          }),
                 IsOk());
@@ -165,11 +186,13 @@ void ReaderWhileWriterThreadCommits(int keep_last) {
   done = true;
   writer.join();
   EXPECT_THAT(written, IsOk());
-  std::printf("reader while writer commits (keep_last %d): %d loads, %d clean failures, "
-              "%zu distinct steps seen\n",
-              keep_last, tally.loads, tally.failures,
-              static_cast<size_t>(std::unique(tally.steps.begin(), tally.steps.end()) -
-                                  tally.steps.begin()));
+  std::printf(
+      "reader while writer commits (keep_last %d): %d loads, %d clean "
+      "failures, "
+      "%zu distinct steps seen\n",
+      keep_last, tally.loads, tally.failures,
+      static_cast<size_t>(std::unique(tally.steps.begin(), tally.steps.end()) -
+                          tally.steps.begin()));
   EXPECT_GT(tally.loads - tally.failures, 0);
   RootCheck check = CheckRoot(root, kScale);
   EXPECT_EQ(check.latest_step, n + 1);
@@ -185,14 +208,16 @@ TEST(ReliabilityConcurrency, ReaderLoadsLatestWhileAWriterCommitsAndPrunes) {
 }
 
 // The same with the writer in another process, pruning to one checkpoint.
-TEST(ReliabilityConcurrency, ReaderLoadsLatestWhileAWriterProcessCommitsAndPrunes) {
+TEST(ReliabilityConcurrency,
+     ReaderLoadsLatestWhileAWriterProcessCommitsAndPrunes) {
   TempDir dir;
   const std::string root = dir / "root";
   auto first = Child::Start(WriterArgs(root, 1, 1, 1, 1), dir / "first");
   ASSERT_THAT(first, IsOk());
   int st = first->Wait();
   ExpectExitedOk(*first, st);
-  auto child = Child::Start(WriterArgs(root, 2, 1, 2 * Steps(), 1), dir / "writer");
+  auto child =
+      Child::Start(WriterArgs(root, 2, 1, 2 * Steps(), 1), dir / "writer");
   ASSERT_THAT(child, IsOk());
   std::atomic<bool> done{false};
   std::thread waiter([&] {
@@ -204,8 +229,10 @@ TEST(ReliabilityConcurrency, ReaderLoadsLatestWhileAWriterProcessCommitsAndPrune
   done = true;
   waiter.join();
   ExpectExitedOk(*child, st);
-  std::printf("reader while writer process commits (keep_last 1): %d loads, %d clean failures\n",
-              tally.loads, tally.failures);
+  std::printf(
+      "reader while writer process commits (keep_last 1): %d loads, %d clean "
+      "failures\n",
+      tally.loads, tally.failures);
   EXPECT_GT(tally.loads - tally.failures, 0);
   RootCheck check = CheckRoot(root, kScale);
   EXPECT_EQ(check.latest_step, 2 * Steps() + 1);

@@ -40,14 +40,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "ckpt/in_process.h"
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/shard.h"
+#include "ckpt/in_process.h"
 #include "gtest/gtest.h"
-#include "testing/files.h"
 #include "libckpt/test_util.h"
 #include "reliability/model.h"
+#include "testing/files.h"
 #include "testing/status_matchers.h"
 #include "validate/validate.h"
 #ifdef CKPT_VALIDATE_BIN
@@ -82,23 +82,39 @@ absl::Status SaveSteps(const std::string& root) {
     // compressed, so several threads would vary the layout from run to
     // run, and a seed would not name the same damage.
     c.io_threads = 1;
-    for (uint64_t step : {1, 2}) CKPT_RETURN_IF_ERROR(state->Save(root, step, c).status());
+    for (uint64_t step : {1, 2})
+      CKPT_RETURN_IF_ERROR(state->Save(root, step, c).status());
     return absl::OkStatus();
   });
 }
 
 // The parts of a file that damage is aimed at.
-enum class Part { kManifest, kLatest, kHeader, kPayload, kPadding, kIndex, kTail };
+enum class Part {
+  kManifest,
+  kLatest,
+  kHeader,
+  kPayload,
+  kPadding,
+  kIndex,
+  kTail
+};
 
 const char* PartName(Part p) {
   switch (p) {
-    case Part::kManifest: return "manifest";
-    case Part::kLatest: return "latest";
-    case Part::kHeader: return "shard header";
-    case Part::kPayload: return "payload";
-    case Part::kPadding: return "padding";
-    case Part::kIndex: return "shard index";
-    case Part::kTail: return "shard tail";
+    case Part::kManifest:
+      return "manifest";
+    case Part::kLatest:
+      return "latest";
+    case Part::kHeader:
+      return "shard header";
+    case Part::kPayload:
+      return "payload";
+    case Part::kPadding:
+      return "padding";
+    case Part::kIndex:
+      return "shard index";
+    case Part::kTail:
+      return "shard tail";
   }
   return "?";
 }
@@ -114,17 +130,20 @@ struct BlockSpan {
 // decoded from its own index.
 struct FileInfo {
   std::string path;
-  std::string checkpoint;  // the checkpoint directory it belongs to ("" for latest)
+  std::string
+      checkpoint;  // the checkpoint directory it belongs to ("" for latest)
   bool is_shard = false;
   bool is_manifest = false;
   std::string pristine;
   std::vector<BlockSpan> blocks;  // sorted by begin
-  uint64_t index_offset = 0;      // shards: the index and the tail are [index_offset, size)
+  uint64_t index_offset =
+      0;  // shards: the index and the tail are [index_offset, size)
 
   // The block holding byte `off`, or null (padding, or outside the payload).
   const BlockSpan* BlockAt(uint64_t off) const {
-    auto it = std::upper_bound(blocks.begin(), blocks.end(), off,
-                               [](uint64_t o, const BlockSpan& b) { return o < b.begin; });
+    auto it = std::upper_bound(
+        blocks.begin(), blocks.end(), off,
+        [](uint64_t o, const BlockSpan& b) { return o < b.begin; });
     if (it == blocks.begin()) return nullptr;
     --it;
     return off < it->end ? &*it : nullptr;
@@ -142,7 +161,8 @@ FileInfo LoadShard(const std::string& path, const std::string& checkpoint) {
   f.is_shard = true;
   f.pristine = ReadFileBytes(path);
   const std::string& b = f.pristine;
-  auto header = format::DecodeShardHeader(absl::string_view(b).substr(0, format::kShardHeaderSize));
+  auto header = format::DecodeShardHeader(
+      absl::string_view(b).substr(0, format::kShardHeaderSize));
   EXPECT_THAT(header, IsOk()) << path;
   auto tail = format::DecodeShardTail(
       absl::string_view(b).substr(b.size() - format::kShardTailSize), b.size());
@@ -150,7 +170,8 @@ FileInfo LoadShard(const std::string& path, const std::string& checkpoint) {
   if (!header.ok() || !tail.ok()) return f;
   f.index_offset = tail->index_offset;
   auto index = format::DecodeShardIndex(
-      absl::string_view(b).substr(tail->index_offset, tail->index_length), *header, *tail);
+      absl::string_view(b).substr(tail->index_offset, tail->index_length),
+      *header, *tail);
   EXPECT_THAT(index, IsOk()) << path;
   if (!index.ok()) return f;
   for (const format::EntryRecord& e : index->entries) {
@@ -158,22 +179,24 @@ FileInfo LoadShard(const std::string& path, const std::string& checkpoint) {
       uint64_t off = c.data_offset;
       for (size_t k = 0; k < c.blocks.size(); ++k) {
         const uint64_t n = c.blocks[k].stored_size;
-        if (n > 0) f.blocks.push_back({off, off + n, e.name, static_cast<int64_t>(k)});
+        if (n > 0)
+          f.blocks.push_back({off, off + n, e.name, static_cast<int64_t>(k)});
         off += n;
       }
     }
   }
-  std::sort(f.blocks.begin(), f.blocks.end(),
-            [](const BlockSpan& x, const BlockSpan& y) { return x.begin < y.begin; });
+  std::sort(
+      f.blocks.begin(), f.blocks.end(),
+      [](const BlockSpan& x, const BlockSpan& y) { return x.begin < y.begin; });
   return f;
 }
 
 // What a case did to a file, for the checks and for the failure message.
 struct Damage {
-  std::string what;        // "flip 2 bit(s) in the payload at 70.3 4000.1" (byte.bit)
-  std::string bytes;       // the damaged file
+  std::string what;  // "flip 2 bit(s) in the payload at 70.3 4000.1" (byte.bit)
+  std::string bytes;  // the damaged file
   bool only_padding = false;
-  bool unsupported = false;  // a header now claims a major version > 1
+  bool unsupported = false;          // a header now claims a major version > 1
   const BlockSpan* block = nullptr;  // all changed bytes lie in this one block
 };
 
@@ -195,7 +218,8 @@ class CorruptionTest : public ::testing::Test {
       m.pristine = ReadFileBytes(m.path);
       files_->push_back(std::move(m));
       for (uint32_t r = 0; r < kWorld; ++r) {
-        files_->push_back(LoadShard(JoinPath(ckpt, format::ShardFileName(r)), ckpt));
+        files_->push_back(
+            LoadShard(JoinPath(ckpt, format::ShardFileName(r)), ckpt));
       }
     }
     FileInfo latest;
@@ -241,30 +265,39 @@ class CorruptionTest : public ::testing::Test {
     if (f.is_manifest) return {&f, Part::kManifest};
     if (!f.is_shard) return {&f, Part::kLatest};
     const uint64_t x = rng() % 100;
-    Part p = x < 25 ? Part::kHeader : x < 60 ? Part::kPayload : x < 80 ? Part::kIndex
-           : x < 95 ? Part::kTail : Part::kPadding;
+    Part p = x < 25   ? Part::kHeader
+             : x < 60 ? Part::kPayload
+             : x < 80 ? Part::kIndex
+             : x < 95 ? Part::kTail
+                      : Part::kPadding;
     return {&f, p};
   }
 
   // A byte offset inside `part` of `f`.
-  static uint64_t PickOffset(std::mt19937_64& rng, const FileInfo& f, Part part) {
+  static uint64_t PickOffset(std::mt19937_64& rng, const FileInfo& f,
+                             Part part) {
     const uint64_t size = f.pristine.size();
     switch (part) {
-      case Part::kHeader: return rng() % format::kShardHeaderSize;
+      case Part::kHeader:
+        return rng() % format::kShardHeaderSize;
       case Part::kPayload: {
         const BlockSpan& b = f.blocks[rng() % f.blocks.size()];
         return b.begin + rng() % (b.end - b.begin);
       }
       case Part::kPadding: {
         for (;;) {  // padding is most of [64, 4096) in every shard
-          uint64_t off = format::kShardHeaderSize + rng() % (f.index_offset - format::kShardHeaderSize);
+          uint64_t off = format::kShardHeaderSize +
+                         rng() % (f.index_offset - format::kShardHeaderSize);
           if (f.IsPadding(off)) return off;
         }
       }
       case Part::kIndex:
-        return f.index_offset + rng() % (size - format::kShardTailSize - f.index_offset);
-      case Part::kTail: return size - format::kShardTailSize + rng() % format::kShardTailSize;
-      default: return rng() % size;
+        return f.index_offset +
+               rng() % (size - format::kShardTailSize - f.index_offset);
+      case Part::kTail:
+        return size - format::kShardTailSize + rng() % format::kShardTailSize;
+      default:
+        return rng() % size;
     }
   }
 
@@ -272,7 +305,8 @@ class CorruptionTest : public ::testing::Test {
   static void Classify(const FileInfo& f, Damage* d) {
     const std::string& a = f.pristine;
     const std::string& b = d->bytes;
-    bool any = a.size() != b.size(), padding_only = a.size() == b.size() && f.is_shard;
+    bool any = a.size() != b.size(),
+         padding_only = a.size() == b.size() && f.is_shard;
     const BlockSpan* block = nullptr;
     bool one_block = a.size() == b.size() && f.is_shard;
     for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
@@ -290,60 +324,69 @@ class CorruptionTest : public ::testing::Test {
     // header; it counts only behind an intact magic (§5.1, §6.2).
     if ((f.is_manifest || f.is_shard) && b.size() >= 10 &&
         b.compare(0, format::kMagicSize, a, 0, format::kMagicSize) == 0) {
-      const uint16_t major = static_cast<uint8_t>(b[8]) | static_cast<uint8_t>(b[9]) << 8;
+      const uint16_t major =
+          static_cast<uint8_t>(b[8]) | static_cast<uint8_t>(b[9]) << 8;
       d->unsupported = major > format::kFormatMajor;
     }
   }
 
   // The checks of one case, with `f` holding `d.bytes`.
   void CheckCase(const FileInfo& f, const Damage& d, uint64_t case_no) {
-    SCOPED_TRACE(absl::StrCat("case ", case_no, " (CKPT_CORRUPTION_SEED=", Seed(),
-                              "): ", f.path, ": ", d.what));
+    SCOPED_TRACE(absl::StrCat("case ", case_no, " (CKPT_CORRUPTION_SEED=",
+                              Seed(), "): ", f.path, ": ", d.what));
     WriteFileBytes(f.path, d.bytes);
     ++cases_;
     // The checkpoint's directory, or the root when the damage is to
     // `latest` or to the checkpoint it names (validate and load follow it).
     const std::string latest_ckpt = JoinPath(root_, format::StepDirName(2));
-    const std::string path =
-        f.checkpoint.empty() || f.checkpoint == latest_ckpt ? root_ : f.checkpoint;
+    const std::string path = f.checkpoint.empty() || f.checkpoint == latest_ckpt
+                                 ? root_
+                                 : f.checkpoint;
 
     auto report = tools::Validate(ValidateOptionsFor(path));
     auto loaded = VerifyCheckpoint(path, kScale);
-    ASSERT_FALSE(!loaded.ok() && IsWrongData(loaded.status())) << loaded.status();
+    ASSERT_FALSE(!loaded.ok() && IsWrongData(loaded.status()))
+        << loaded.status();
 
     if (d.only_padding) {
       ++harmless_;
       ASSERT_THAT(report, IsOk());
-      EXPECT_TRUE(report->valid()) << "padding is not checked (§5.2), yet: "
-                                   << tools::FindingText(report->findings.at(0));
+      EXPECT_TRUE(report->valid())
+          << "padding is not checked (§5.2), yet: "
+          << tools::FindingText(report->findings.at(0));
       EXPECT_THAT(loaded, IsOk());
       return;
     }
     EXPECT_FALSE(loaded.ok()) << "damage went unnoticed by the load";
     if (d.unsupported) {
       ++unsupported_;
-      EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition) << loaded.status();
+      EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition)
+          << loaded.status();
       if (f.is_manifest) {
         EXPECT_EQ(report.status().code(), absl::StatusCode::kFailedPrecondition)
             << report.status();
         return;
       }
     } else {
-      EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss) << loaded.status();
+      EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss)
+          << loaded.status();
     }
     ASSERT_THAT(report, IsOk());
     EXPECT_FALSE(report->valid());
     bool named = false;
     for (const tools::Finding& x : report->findings) {
       if (x.severity != tools::Severity::kError || x.file != f.path) continue;
-      if (d.block != nullptr && (x.entry != d.block->entry || x.block != d.block->block)) continue;
+      if (d.block != nullptr &&
+          (x.entry != d.block->entry || x.block != d.block->block))
+        continue;
       named = true;
     }
     std::string all;
-    for (const tools::Finding& x : report->findings) absl::StrAppend(&all, "\n  ", tools::FindingText(x));
+    for (const tools::Finding& x : report->findings)
+      absl::StrAppend(&all, "\n  ", tools::FindingText(x));
     EXPECT_TRUE(named) << "no error names " << f.path
-                       << (d.block ? absl::StrCat(", entry '", d.block->entry, "', block ",
-                                                  d.block->block)
+                       << (d.block ? absl::StrCat(", entry '", d.block->entry,
+                                                  "', block ", d.block->block)
                                    : "")
                        << "; findings:" << all;
     if (!d.unsupported) {
@@ -393,19 +436,23 @@ class CorruptionTest : public ::testing::Test {
       WriteFileBytes(f->path, f->pristine);
       if (HasFatalFailure()) return;
     }
-    std::printf("[ corruption ] %s: %llu cases (%llu harmless: padding only; %llu unsupported "
-                "major version; %llu also through the ckpt-validate binary), seed %llu\n",
-                label, static_cast<unsigned long long>(cases_ - before),
-                static_cast<unsigned long long>(harmless_),
-                static_cast<unsigned long long>(unsupported_),
-                static_cast<unsigned long long>(binary_runs_),
-                static_cast<unsigned long long>(Seed()));
+    std::printf(
+        "[ corruption ] %s: %llu cases (%llu harmless: padding only; %llu "
+        "unsupported "
+        "major version; %llu also through the ckpt-validate binary), seed "
+        "%llu\n",
+        label, static_cast<unsigned long long>(cases_ - before),
+        static_cast<unsigned long long>(harmless_),
+        static_cast<unsigned long long>(unsupported_),
+        static_cast<unsigned long long>(binary_runs_),
+        static_cast<unsigned long long>(Seed()));
   }
 
   static uint64_t Seed() { return EnvOr("CKPT_CORRUPTION_SEED", 1); }
   // CKPT_CORRUPTION_CASES: cases of the bit-flip test; the others scale.
   static uint64_t Cases(uint64_t fraction_of_800) {
-    return std::max<uint64_t>(1, EnvOr("CKPT_CORRUPTION_CASES", 800) * fraction_of_800 / 800);
+    return std::max<uint64_t>(
+        1, EnvOr("CKPT_CORRUPTION_CASES", 800) * fraction_of_800 / 800);
   }
 
   static TempDir* dir_;
@@ -420,58 +467,70 @@ std::string CorruptionTest::other_;
 std::vector<FileInfo>* CorruptionTest::files_ = nullptr;
 
 TEST_F(CorruptionTest, BitFlipsInEveryFileKind) {
-  RunCases("bit flips", Cases(800), [](std::mt19937_64& rng, const FileInfo& f, Part part,
-                                       Damage* d) {
-    const int bits = 1 + static_cast<int>(rng() % 4);
-    d->what = absl::StrCat("flip ", bits, " bit(s) in the ", PartName(part), " at");
-    for (int k = 0; k < bits; ++k) {
-      const uint64_t off = PickOffset(rng, f, part);
-      const int bit = static_cast<int>(rng() % 8);
-      d->bytes[off] = static_cast<char>(d->bytes[off] ^ (1 << bit));
-      absl::StrAppend(&d->what, " ", off, ".", bit);
-    }
-  });
+  RunCases("bit flips", Cases(800),
+           [](std::mt19937_64& rng, const FileInfo& f, Part part, Damage* d) {
+             const int bits = 1 + static_cast<int>(rng() % 4);
+             d->what = absl::StrCat("flip ", bits, " bit(s) in the ",
+                                    PartName(part), " at");
+             for (int k = 0; k < bits; ++k) {
+               const uint64_t off = PickOffset(rng, f, part);
+               const int bit = static_cast<int>(rng() % 8);
+               d->bytes[off] = static_cast<char>(d->bytes[off] ^ (1 << bit));
+               absl::StrAppend(&d->what, " ", off, ".", bit);
+             }
+           });
 }
 
 TEST_F(CorruptionTest, ZeroedRangesInEveryFileKind) {
-  RunCases("zeroed ranges", Cases(500), [](std::mt19937_64& rng, const FileInfo& f, Part part,
-                                           Damage* d) {
-    const uint64_t off = PickOffset(rng, f, part);
-    // Lengths from 1 byte to a whole 4 KiB page, at most to the end of the file.
-    const uint64_t len = std::min<uint64_t>(1 + rng() % (rng() % 2 ? 16 : 4096), f.pristine.size() - off);
-    std::fill(d->bytes.begin() + off, d->bytes.begin() + off + len, '\0');
-    d->what = absl::StrCat("zero [", off, ", ", off + len, ") from the ", PartName(part));
-  });
+  RunCases("zeroed ranges", Cases(500),
+           [](std::mt19937_64& rng, const FileInfo& f, Part part, Damage* d) {
+             const uint64_t off = PickOffset(rng, f, part);
+             // Lengths from 1 byte to a whole 4 KiB page, at most to the end of
+             // the file.
+             const uint64_t len = std::min<uint64_t>(
+                 1 + rng() % (rng() % 2 ? 16 : 4096), f.pristine.size() - off);
+             std::fill(d->bytes.begin() + off, d->bytes.begin() + off + len,
+                       '\0');
+             d->what = absl::StrCat("zero [", off, ", ", off + len,
+                                    ") from the ", PartName(part));
+           });
 }
 
 TEST_F(CorruptionTest, TruncationOfEveryFileKind) {
-  RunCases("truncation", Cases(300), [](std::mt19937_64& rng, const FileInfo& f, Part part,
-                                        Damage* d) {
-    // Cut inside the part aimed at (so every part's boundary is reached),
-    // sometimes to nothing, sometimes by one byte.
-    const uint64_t x = rng() % 10;
-    const uint64_t size = f.pristine.size();
-    const uint64_t keep = x == 0 ? 0 : x == 1 ? size - 1 : PickOffset(rng, f, part);
-    d->bytes.resize(keep);
-    d->what = absl::StrCat("truncate from ", size, " to ", keep, " bytes (in the ",
-                           PartName(part), ")");
-  });
+  RunCases("truncation", Cases(300),
+           [](std::mt19937_64& rng, const FileInfo& f, Part part, Damage* d) {
+             // Cut inside the part aimed at (so every part's boundary is
+             // reached), sometimes to nothing, sometimes by one byte.
+             const uint64_t x = rng() % 10;
+             const uint64_t size = f.pristine.size();
+             const uint64_t keep = x == 0   ? 0
+                                   : x == 1 ? size - 1
+                                            : PickOffset(rng, f, part);
+             d->bytes.resize(keep);
+             d->what = absl::StrCat("truncate from ", size, " to ", keep,
+                                    " bytes (in the ", PartName(part), ")");
+           });
 }
 
 TEST_F(CorruptionTest, ExtensionOfEveryFileKind) {
-  RunCases("extension", Cases(300), [](std::mt19937_64& rng, const FileInfo& f, Part,
-                                       Damage* d) {
-    const uint64_t x = rng() % 4;
-    const uint64_t n = x == 0 ? 1 : 1 + rng() % (x == 1 ? 64 : 8192);
-    const bool zeros = rng() % 2;
-    for (uint64_t i = 0; i < n; ++i) d->bytes.push_back(zeros ? '\0' : static_cast<char>(rng()));
-    // A copy of the file's own last bytes is the most plausible extension
-    // (a tail that still parses, a repeated line of `latest`).
-    if (x == 3) d->bytes = f.pristine + f.pristine.substr(f.pristine.size() / 2);
-    d->what = absl::StrCat("extend from ", f.pristine.size(), " to ", d->bytes.size(),
-                           " bytes", x == 3 ? " (its own second half appended)"
-                                            : zeros ? " (zeros)" : " (random bytes)");
-  });
+  RunCases("extension", Cases(300),
+           [](std::mt19937_64& rng, const FileInfo& f, Part, Damage* d) {
+             const uint64_t x = rng() % 4;
+             const uint64_t n = x == 0 ? 1 : 1 + rng() % (x == 1 ? 64 : 8192);
+             const bool zeros = rng() % 2;
+             for (uint64_t i = 0; i < n; ++i)
+               d->bytes.push_back(zeros ? '\0' : static_cast<char>(rng()));
+             // A copy of the file's own last bytes is the most plausible
+             // extension (a tail that still parses, a repeated line of
+             // `latest`).
+             if (x == 3)
+               d->bytes = f.pristine + f.pristine.substr(f.pristine.size() / 2);
+             d->what = absl::StrCat("extend from ", f.pristine.size(), " to ",
+                                    d->bytes.size(), " bytes",
+                                    x == 3  ? " (its own second half appended)"
+                                    : zeros ? " (zeros)"
+                                            : " (random bytes)");
+           });
 }
 
 // A shard file of another checkpoint in place of one of this checkpoint's:
@@ -482,16 +541,23 @@ TEST_F(CorruptionTest, ShardSwappedInFromAnotherCheckpoint) {
   uint64_t case_no = 0;
   for (const FileInfo* f : Shards()) {
     const std::string name = f->path.substr(f->path.rfind('/') + 1);
-    const std::string step_dir = f->checkpoint.substr(f->checkpoint.rfind('/') + 1);
-    const std::string other_step = step_dir == format::StepDirName(1) ? format::StepDirName(2)
-                                                                       : format::StepDirName(1);
-    const std::string sibling = name == format::ShardFileName(0) ? format::ShardFileName(1)
-                                                                  : format::ShardFileName(0);
+    const std::string step_dir =
+        f->checkpoint.substr(f->checkpoint.rfind('/') + 1);
+    const std::string other_step = step_dir == format::StepDirName(1)
+                                       ? format::StepDirName(2)
+                                       : format::StepDirName(1);
+    const std::string sibling = name == format::ShardFileName(0)
+                                    ? format::ShardFileName(1)
+                                    : format::ShardFileName(0);
     const std::vector<std::pair<std::string, std::string>> sources = {
-        {"the same shard of the same step of another root", JoinPath(JoinPath(other_, step_dir), name)},
-        {"the same shard of the other step of this root", JoinPath(JoinPath(root_, other_step), name)},
-        {"the same shard of the other step of another root", JoinPath(JoinPath(other_, other_step), name)},
-        {"the other shard of the same checkpoint", JoinPath(f->checkpoint, sibling)},
+        {"the same shard of the same step of another root",
+         JoinPath(JoinPath(other_, step_dir), name)},
+        {"the same shard of the other step of this root",
+         JoinPath(JoinPath(root_, other_step), name)},
+        {"the same shard of the other step of another root",
+         JoinPath(JoinPath(other_, other_step), name)},
+        {"the other shard of the same checkpoint",
+         JoinPath(f->checkpoint, sibling)},
     };
     for (const auto& [what, source] : sources) {
       Damage d;

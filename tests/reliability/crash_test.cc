@@ -60,13 +60,21 @@ absl::Status SaveInProcess(const std::string& root, uint64_t step, int world,
 }
 
 std::vector<std::string> WriterArgs(const std::string& root, uint64_t first,
-                                    int keep_last = kKeepLast, bool async = false) {
-  return {CrashWriterPath(),        "--root",      root,
-          "--first",                std::to_string(first),
-          "--world",                std::to_string(kWorld),
-          "--scale",                std::to_string(kScale),
-          "--keep-last",            std::to_string(keep_last),
-          "--async",                async ? "1" : "0"};
+                                    int keep_last = kKeepLast,
+                                    bool async = false) {
+  return {CrashWriterPath(),
+          "--root",
+          root,
+          "--first",
+          std::to_string(first),
+          "--world",
+          std::to_string(kWorld),
+          "--scale",
+          std::to_string(kScale),
+          "--keep-last",
+          std::to_string(keep_last),
+          "--async",
+          async ? "1" : "0"};
 }
 
 // Keeps the newest kRetain committed checkpoints (and latest's), as
@@ -102,10 +110,13 @@ void KillTrials(bool async) {
     ASSERT_THAT(child, ::ckpt::testing::IsOk());
     const int st = child->Wait();
     ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
-        << DescribeWaitStatus(st) << "\n" << child->Stdout() << child->Stderr();
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    max_ms = std::max<uint64_t>(EnvOr("CKPT_CRASH_MAX_MS", static_cast<uint64_t>(1.5 * ms)), 1);
+        << DescribeWaitStatus(st) << "\n"
+        << child->Stdout() << child->Stderr();
+    const double ms = std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count();
+    max_ms = std::max<uint64_t>(
+        EnvOr("CKPT_CRASH_MAX_MS", static_cast<uint64_t>(1.5 * ms)), 1);
   }
 
   uint64_t killed_mid_run = 0, saves = 0, with_temporaries = 0, cleaned = 0,
@@ -114,16 +125,18 @@ void KillTrials(bool async) {
   for (uint64_t t = 0; t < trials; ++t) {
     const uint64_t first = (t + 1) * 1000;
     const uint64_t delay_us = rng() % (max_ms * 1000);
-    SCOPED_TRACE(::testing::Message() << "trial " << t << " (CKPT_CRASH_SEED=" << seed
-                                    << "), kill after " << delay_us << " us, first step "
-                                    << first);
-    auto child = Child::Start(WriterArgs(root, first, kKeepLast, async), dir / "writer");
+    SCOPED_TRACE(::testing::Message() << "trial " << t << " (CKPT_CRASH_SEED="
+                                      << seed << "), kill after " << delay_us
+                                      << " us, first step " << first);
+    auto child =
+        Child::Start(WriterArgs(root, first, kKeepLast, async), dir / "writer");
     ASSERT_THAT(child, ::ckpt::testing::IsOk());
     std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
     const int st = child->Kill();
     // The writer never stops on its own: anything but SIGKILL is a failed save.
     ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
-        << DescribeWaitStatus(st) << "\nstdout:\n" << child->Stdout() << "\nstderr:\n"
+        << DescribeWaitStatus(st) << "\nstdout:\n"
+        << child->Stdout() << "\nstderr:\n"
         << child->Stderr();
     ++killed_mid_run;
     const std::vector<uint64_t> saved = child->SavedSteps();
@@ -137,35 +150,45 @@ void KillTrials(bool async) {
     }
     without_manifest += check.listing.uncommitted.size();
     warnings += check.validate_warnings;
-    if (::testing::Test::HasFailure()) return;  // one broken root is enough to look at
+    if (::testing::Test::HasFailure())
+      return;  // one broken root is enough to look at
 
     Retain(root, check);
     if (!check.listing.temporaries.empty()) {
       ++with_temporaries;
       // The next save, alone in the root, removes what the kill left.
-      ASSERT_THAT(SaveInProcess(root, first + 999, 2, config), ::ckpt::testing::IsOk());
+      ASSERT_THAT(SaveInProcess(root, first + 999, 2, config),
+                  ::ckpt::testing::IsOk());
       auto after = ListRoot(root);
       ASSERT_THAT(after, ::ckpt::testing::IsOk());
       EXPECT_TRUE(after->temporaries.empty())
-          << "left after the next save: " << absl::StrJoin(after->temporaries, ", ");
+          << "left after the next save: "
+          << absl::StrJoin(after->temporaries, ", ");
       ++cleaned;
     }
   }
   const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   std::printf(
-      "%scrash trials: %llu kills (seed %llu, delays < %llu ms) in %.1f s; %llu saves committed "
-      "by the killed writers; %llu kills left temporaries (%llu validate warnings), all "
-      "removed by the next save (%llu); %llu step directories without MANIFEST seen\n",
+      "%scrash trials: %llu kills (seed %llu, delays < %llu ms) in %.1f s; "
+      "%llu saves committed "
+      "by the killed writers; %llu kills left temporaries (%llu validate "
+      "warnings), all "
+      "removed by the next save (%llu); %llu step directories without MANIFEST "
+      "seen\n",
       async ? "async " : "", static_cast<unsigned long long>(killed_mid_run),
       static_cast<unsigned long long>(seed),
-      static_cast<unsigned long long>(max_ms), seconds, static_cast<unsigned long long>(saves),
+      static_cast<unsigned long long>(max_ms), seconds,
+      static_cast<unsigned long long>(saves),
       static_cast<unsigned long long>(with_temporaries),
-      static_cast<unsigned long long>(warnings), static_cast<unsigned long long>(cleaned),
+      static_cast<unsigned long long>(warnings),
+      static_cast<unsigned long long>(cleaned),
       static_cast<unsigned long long>(without_manifest));
   ::testing::Test::RecordProperty("kills", static_cast<int>(killed_mid_run));
   ::testing::Test::RecordProperty("saves_committed", static_cast<int>(saves));
-  ::testing::Test::RecordProperty("kills_leaving_temporaries", static_cast<int>(with_temporaries));
+  ::testing::Test::RecordProperty("kills_leaving_temporaries",
+                                  static_cast<int>(with_temporaries));
   // The kills must land inside saves, not only before the first one.
   if (trials >= 10) {
     EXPECT_GT(saves, 0u) << "no save completed: raise CKPT_CRASH_MAX_MS";
@@ -197,11 +220,13 @@ TEST(ReliabilityCrash, WriterThatFinishesLeavesACleanRoot) {
   ASSERT_THAT(child, ::ckpt::testing::IsOk());
   const int st = child->Wait();
   ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
-      << DescribeWaitStatus(st) << "\n" << child->Stdout() << child->Stderr();
+      << DescribeWaitStatus(st) << "\n"
+      << child->Stdout() << child->Stderr();
   EXPECT_EQ(child->SavedSteps(), (std::vector<uint64_t>{10, 11, 12, 13}));
   RootCheck check = CheckRoot(root, kScale);
   EXPECT_EQ(check.latest_step, 13u);
-  EXPECT_EQ(check.listing.committed, (std::vector<uint64_t>{11, 12, 13}));  // keep_last 3
+  EXPECT_EQ(check.listing.committed,
+            (std::vector<uint64_t>{11, 12, 13}));  // keep_last 3
   EXPECT_TRUE(check.listing.temporaries.empty());
   EXPECT_TRUE(check.listing.uncommitted.empty());
 }
@@ -219,7 +244,8 @@ TEST(ReliabilityCrash, MultiRankCheckpointPassesValidate) {
   vo.path = root;
   auto report = tools::Validate(vo);
   ASSERT_THAT(report, ::ckpt::testing::IsOk());
-  for (const tools::Finding& f : report->findings) ADD_FAILURE() << tools::FindingText(f);
+  for (const tools::Finding& f : report->findings)
+    ADD_FAILURE() << tools::FindingText(f);
 }
 #endif
 

@@ -43,11 +43,12 @@ struct Args {
 };
 
 int Usage(const char* why) {
-  std::fprintf(stderr,
-               "ckpt_crash_writer: %s\nusage: ckpt_crash_writer --root DIR --first N "
-               "[--count K] [--stride S] [--world W] [--scale S] [--keep-last K] "
-               "[--io-threads T] [--fsize-limit BYTES] [--async 1]\n",
-               why);
+  std::fprintf(
+      stderr,
+      "ckpt_crash_writer: %s\nusage: ckpt_crash_writer --root DIR --first N "
+      "[--count K] [--stride S] [--world W] [--scale S] [--keep-last K] "
+      "[--io-threads T] [--fsize-limit BYTES] [--async 1]\n",
+      why);
   return 64;
 }
 
@@ -116,26 +117,31 @@ int main(int argc, char** argv) {
     rl.rlim_cur = args.fsize_limit;
     rl.rlim_max = args.fsize_limit;
     if (setrlimit(RLIMIT_FSIZE, &rl) != 0) {
-      std::fprintf(stderr, "setrlimit(RLIMIT_FSIZE): %s\n", std::strerror(errno));
+      std::fprintf(stderr, "setrlimit(RLIMIT_FSIZE): %s\n",
+                   std::strerror(errno));
       return 1;
     }
   }
 
   ckpt::InProcessWorld world(args.world);
-  absl::Status s = ckpt::RunRanks(world, [&](ckpt::Communicator& comm) -> absl::Status {
-    CKPT_ASSIGN_OR_RETURN(auto state, ckpt::reliability::RankState::Create(&comm, args.save.scale));
-    for (uint64_t i = 0; args.count == 0 || i < args.count; ++i) {
-      const uint64_t step = args.first + i * args.stride;
-      CKPT_RETURN_IF_ERROR((args.async ? state->SaveAsyncAndTrainOn(args.root, step, args.save)
-                                       : state->Save(args.root, step, args.save))
-                               .status());
-      if (comm.rank() == 0) {
-        std::printf("saved %llu\n", static_cast<unsigned long long>(step));
-        std::fflush(stdout);
-      }
-    }
-    return absl::OkStatus();
-  });
+  absl::Status s =
+      ckpt::RunRanks(world, [&](ckpt::Communicator& comm) -> absl::Status {
+        CKPT_ASSIGN_OR_RETURN(auto state, ckpt::reliability::RankState::Create(
+                                              &comm, args.save.scale));
+        for (uint64_t i = 0; args.count == 0 || i < args.count; ++i) {
+          const uint64_t step = args.first + i * args.stride;
+          CKPT_RETURN_IF_ERROR(
+              (args.async
+                   ? state->SaveAsyncAndTrainOn(args.root, step, args.save)
+                   : state->Save(args.root, step, args.save))
+                  .status());
+          if (comm.rank() == 0) {
+            std::printf("saved %llu\n", static_cast<unsigned long long>(step));
+            std::fflush(stdout);
+          }
+        }
+        return absl::OkStatus();
+      });
   if (!s.ok()) {
     std::printf("status: %s: %s\n", absl::StatusCodeToString(s.code()).c_str(),
                 std::string(s.message()).c_str());

@@ -27,11 +27,11 @@
 
 #include "absl/strings/match.h"
 #include "ckpt/fault_injection.h"
-#include "ckpt/in_process.h"
 #include "ckpt/format/latest.h"
+#include "ckpt/in_process.h"
 #include "gtest/gtest.h"
-#include "posix_storage.h"
 #include "libckpt/test_util.h"
+#include "posix_storage.h"
 #include "reliability/model.h"
 #include "reliability/root_check.h"
 #include "reliability/subprocess.h"
@@ -57,37 +57,52 @@ constexpr ErrnoCase kErrnos[] = {
 // The status PosixStorage returns for `err` (code per storage.h), as the
 // message FaultInjectingStorage prefixes with "injected fault: <op> <path>".
 absl::Status ErrnoStatus(int err) {
-  return absl::Status(internal::ErrnoToStatus(err, "").code(), std::strerror(err));
+  return absl::Status(internal::ErrnoToStatus(err, "").code(),
+                      std::strerror(err));
 }
 
 constexpr StorageOp kAllOps[] = {
-    StorageOp::kOpen,     StorageOp::kRead,    StorageOp::kWrite,   StorageOp::kSync,
-    StorageOp::kClose,    StorageOp::kCreateDir, StorageOp::kSyncDir, StorageOp::kRename,
-    StorageOp::kList,     StorageOp::kStat,    StorageOp::kRemove};
+    StorageOp::kOpen,    StorageOp::kRead,   StorageOp::kWrite,
+    StorageOp::kSync,    StorageOp::kClose,  StorageOp::kCreateDir,
+    StorageOp::kSyncDir, StorageOp::kRename, StorageOp::kList,
+    StorageOp::kStat,    StorageOp::kRemove};
 
 // The words FaultInjectingStorage uses for `op` in its messages.
 std::vector<std::string> OpWords(StorageOp op) {
   switch (op) {
-    case StorageOp::kOpen: return {"open"};
-    case StorageOp::kRead: return {"pread"};
-    case StorageOp::kWrite: return {"pwrite"};
-    case StorageOp::kSync: return {"fsync"};
-    case StorageOp::kClose: return {"close"};
-    case StorageOp::kCreateDir: return {"mkdir"};
-    case StorageOp::kSyncDir: return {"fsync"};
-    case StorageOp::kRename: return {"rename"};
-    case StorageOp::kList: return {"opendir"};
-    case StorageOp::kStat: return {"stat", "fstat"};
-    case StorageOp::kRemove: return {"unlink", "remove_all"};
+    case StorageOp::kOpen:
+      return {"open"};
+    case StorageOp::kRead:
+      return {"pread"};
+    case StorageOp::kWrite:
+      return {"pwrite"};
+    case StorageOp::kSync:
+      return {"fsync"};
+    case StorageOp::kClose:
+      return {"close"};
+    case StorageOp::kCreateDir:
+      return {"mkdir"};
+    case StorageOp::kSyncDir:
+      return {"fsync"};
+    case StorageOp::kRename:
+      return {"rename"};
+    case StorageOp::kList:
+      return {"opendir"};
+    case StorageOp::kStat:
+      return {"stat", "fstat"};
+    case StorageOp::kRemove:
+      return {"unlink", "remove_all"};
   }
   return {};
 }
 
 // The message says which operation failed on which file under `root`.
-bool NamesOpAndFile(const absl::Status& s, StorageOp op, const std::string& root) {
+bool NamesOpAndFile(const absl::Status& s, StorageOp op,
+                    const std::string& root) {
   const std::string msg(s.message());
   for (const std::string& w : OpWords(op)) {
-    if (absl::StrContains(msg, absl::StrCat("injected fault: ", w, " ", root))) return true;
+    if (absl::StrContains(msg, absl::StrCat("injected fault: ", w, " ", root)))
+      return true;
   }
   return false;
 }
@@ -96,7 +111,8 @@ absl::Status SaveWith(Storage* storage, const std::string& root, uint64_t step,
                       const SaveConfig& config) {
   InProcessWorld w(kWorld);
   return RunRanks(w, [&](Communicator& comm) -> absl::Status {
-    CKPT_ASSIGN_OR_RETURN(auto state, RankState::Create(&comm, config.scale, storage));
+    CKPT_ASSIGN_OR_RETURN(auto state,
+                          RankState::Create(&comm, config.scale, storage));
     return state->Save(root, step, config).status();
   });
 }
@@ -114,16 +130,18 @@ std::string Where(StorageOp op, int64_t nth, const std::string& what) {
 struct Tally {
   int trials = 0;
   int64_t injected = 0;
-  int failed = 0;      // the operation returned the injected error
-  int tolerated = 0;   // succeeded despite the fault (with exact data)
+  int failed = 0;     // the operation returned the injected error
+  int tolerated = 0;  // succeeded despite the fault (with exact data)
   std::map<std::string, int> tolerated_at;  // "stat #3" -> count
   void Print(const char* what) const {
     std::string t;
     for (const auto& [k, v] : tolerated_at) absl::StrAppend(&t, " ", k, "x", v);
-    std::printf("%s: %d trials, %lld faults injected, %d failed cleanly, %d succeeded despite "
-                "the fault (exact data):%s\n",
-                what, trials, static_cast<long long>(injected), failed, tolerated,
-                t.empty() ? " none" : t.c_str());
+    std::printf(
+        "%s: %d trials, %lld faults injected, %d failed cleanly, %d succeeded "
+        "despite "
+        "the fault (exact data):%s\n",
+        what, trials, static_cast<long long>(injected), failed, tolerated,
+        t.empty() ? " none" : t.c_str());
   }
 };
 
@@ -163,7 +181,8 @@ class ReliabilityFaults : public ::testing::Test {
 
   // Number of calls of each op in a save of `step` into a copy of the
   // template.
-  std::map<StorageOp, int64_t> ProbeSave(uint64_t step, const SaveConfig& config) {
+  std::map<StorageOp, int64_t> ProbeSave(uint64_t step,
+                                         const SaveConfig& config) {
     CopyRoot(template_, root_);
     FaultInjectingStorage counter(DefaultStorage());
     EXPECT_THAT(SaveWith(&counter, root_, step, config), IsOk());
@@ -174,28 +193,34 @@ class ReliabilityFaults : public ::testing::Test {
 
   // After a save of `step` into a copy of the template that returned `r`
   // under an injected `error`: the checks of the file comment.
-  void CheckAfterSave(const absl::Status& r, const absl::Status& error, StorageOp op,
-                      uint64_t step, const std::vector<uint64_t>& before, Tally* tally) {
+  void CheckAfterSave(const absl::Status& r, const absl::Status& error,
+                      StorageOp op, uint64_t step,
+                      const std::vector<uint64_t>& before, Tally* tally) {
     if (r.ok()) {
       ++tally->tolerated;
     } else {
       ++tally->failed;
       EXPECT_EQ(r.code(), error.code()) << r;
-      EXPECT_TRUE(NamesOpAndFile(r, op, root_)) << "does not name the operation and file: " << r;
+      EXPECT_TRUE(NamesOpAndFile(r, op, root_))
+          << "does not name the operation and file: " << r;
     }
     auto listing = ListRoot(root_);
     ASSERT_THAT(listing, IsOk());
     EXPECT_TRUE(listing->temporaries.empty())
-        << "left: " << absl::StrJoin(listing->temporaries, ", ") << "; save: " << r;
+        << "left: " << absl::StrJoin(listing->temporaries, ", ")
+        << "; save: " << r;
     EXPECT_TRUE(listing->other.empty()) << absl::StrJoin(listing->other, ", ");
     for (uint64_t b : before) {
-      if (config_.keep_last > 0 && b != before.back()) continue;  // may be pruned
-      EXPECT_NE(std::find(listing->committed.begin(), listing->committed.end(), b),
-                listing->committed.end())
+      if (config_.keep_last > 0 && b != before.back())
+        continue;  // may be pruned
+      EXPECT_NE(
+          std::find(listing->committed.begin(), listing->committed.end(), b),
+          listing->committed.end())
           << "earlier checkpoint " << b << " lost; save: " << r;
     }
     for (uint64_t c : listing->committed) {
-      auto got = VerifyCheckpoint(JoinPath(root_, format::StepDirName(c)), kScale);
+      auto got =
+          VerifyCheckpoint(JoinPath(root_, format::StepDirName(c)), kScale);
       EXPECT_THAT(got, IsOk()) << "step " << c;
     }
     auto latest = VerifyCheckpoint(root_, kScale);
@@ -225,7 +250,8 @@ class ReliabilityFaults : public ::testing::Test {
           ++tally->trials;
           tally->injected += faulty.injected();
           EXPECT_EQ(faulty.injected(), 1);
-          if (r.ok()) ++tally->tolerated_at[absl::StrCat(StorageOpName(op), "#", nth)];
+          if (r.ok())
+            ++tally->tolerated_at[absl::StrCat(StorageOpName(op), "#", nth)];
           CheckAfterSave(r, ErrnoStatus(e.err), op, step, before, tally);
           if (HasFailure()) return;
         }
@@ -234,14 +260,16 @@ class ReliabilityFaults : public ::testing::Test {
     // Torn writes: the first byte, or a block and a bit, reach the file.
     for (size_t bytes : {size_t{1}, size_t{(64 << 10) + 7}}) {
       for (int64_t nth = 1; nth <= counts.at(StorageOp::kWrite); ++nth) {
-        SCOPED_TRACE(Where(StorageOp::kWrite, nth, absl::StrCat("short write of ", bytes)));
+        SCOPED_TRACE(Where(StorageOp::kWrite, nth,
+                           absl::StrCat("short write of ", bytes)));
         CopyRoot(template_, root_);
         FaultInjectingStorage faulty(DefaultStorage());
         faulty.ShortWriteAt(nth, bytes, ErrnoStatus(ENOSPC));
         absl::Status r = SaveWith(&faulty, root_, step, config_);
         ++tally->trials;
         tally->injected += faulty.injected();
-        CheckAfterSave(r, ErrnoStatus(ENOSPC), StorageOp::kWrite, step, before, tally);
+        CheckAfterSave(r, ErrnoStatus(ENOSPC), StorageOp::kWrite, step, before,
+                       tally);
         if (HasFailure()) return;
       }
     }
@@ -259,13 +287,15 @@ bool FullMode() {
   return v != nullptr && *v != '\0' && std::string(v) != "0";
 }
 
-TEST_F(ReliabilityFaults, EveryOperationOfASaveFailingLeavesEarlierCheckpointsIntact) {
+TEST_F(ReliabilityFaults,
+       EveryOperationOfASaveFailingLeavesEarlierCheckpointsIntact) {
   MakeTemplate(/*two=*/false);
   Tally tally;
   const std::vector<ErrnoCase> all(std::begin(kErrnos), std::end(kErrnos));
   RunSaveMatrix(3, all, {1}, &tally);  // uncompressed
   if (HasFailure()) return;
-  RunSaveMatrix(4, FullMode() ? all : std::vector<ErrnoCase>{kErrnos[0]}, {1}, &tally);  // zstd
+  RunSaveMatrix(4, FullMode() ? all : std::vector<ErrnoCase>{kErrnos[0]}, {1},
+                &tally);  // zstd
   tally.Print("save faults");
   EXPECT_EQ(uncommitted_, 0u);
   EXPECT_GE(tally.trials, 200);
@@ -274,19 +304,23 @@ TEST_F(ReliabilityFaults, EveryOperationOfASaveFailingLeavesEarlierCheckpointsIn
 // With keep_last the save also prunes; a fault there may leave the pruned
 // checkpoint without its MANIFEST (never a directory that looks committed
 // but is incomplete), and the newest earlier checkpoint always survives.
-TEST_F(ReliabilityFaults, EveryOperationOfAPruningSaveFailingKeepsLatestIntact) {
+TEST_F(ReliabilityFaults,
+       EveryOperationOfAPruningSaveFailingKeepsLatestIntact) {
   config_.keep_last = 2;
   MakeTemplate(/*two=*/true);
   Tally tally;
   RunSaveMatrix(3, {kErrnos[0], kErrnos[1]}, {1, 2}, &tally);
   tally.Print("pruning-save faults");
-  std::printf("pruning-save faults: %zu pruned directories left without MANIFEST\n", uncommitted_);
+  std::printf(
+      "pruning-save faults: %zu pruned directories left without MANIFEST\n",
+      uncommitted_);
 }
 
 // Pruning removes MANIFEST first, then the directory. When the second step
 // fails (or the process dies between the two), the next pruning save must
 // still succeed and remove the remains.
-TEST_F(ReliabilityFaults, SaveAfterAnInterruptedPruneSucceedsAndRemovesTheRemains) {
+TEST_F(ReliabilityFaults,
+       SaveAfterAnInterruptedPruneSucceedsAndRemovesTheRemains) {
   config_.keep_last = 2;
   MakeTemplate(/*two=*/true);
   CopyRoot(template_, root_);
@@ -313,12 +347,14 @@ TEST_F(ReliabilityFaults, SaveAfterAnInterruptedPruneSucceedsAndRemovesTheRemain
 // matter, succeeds with the exact bytes. Never wrong data. Returns the
 // failures that do not carry the injected code, or do not name the
 // operation and a file under the root.
-std::vector<std::string> RunLoadMatrix(const std::string& root, const std::vector<StorageOp>& ops,
+std::vector<std::string> RunLoadMatrix(const std::string& root,
+                                       const std::vector<StorageOp>& ops,
                                        Tally* tally) {
   std::vector<std::string> misreported;
   // `latest` (step 2, zstd) through the root, and step 1 (uncompressed) by
   // its directory.
-  for (const std::string& path : {root, JoinPath(root, format::StepDirName(1))}) {
+  for (const std::string& path :
+       {root, JoinPath(root, format::StepDirName(1))}) {
     FaultInjectingStorage counter(DefaultStorage());
     EXPECT_THAT(VerifyCheckpoint(path, kScale, &counter), IsOk());
     for (const ErrnoCase& e : kErrnos) {
@@ -337,10 +373,12 @@ std::vector<std::string> RunLoadMatrix(const std::string& root, const std::vecto
             continue;
           }
           ++tally->failed;
-          EXPECT_TRUE(absl::StrContains(got.status().message(), root)) << got.status();
+          EXPECT_TRUE(absl::StrContains(got.status().message(), root))
+              << got.status();
           if (got.status().code() != ErrnoStatus(e.err).code() ||
               !NamesOpAndFile(got.status(), op, root)) {
-            misreported.push_back(absl::StrCat(Where(op, nth, e.name), " loading ", path, ": ",
+            misreported.push_back(absl::StrCat(Where(op, nth, e.name),
+                                               " loading ", path, ": ",
                                                got.status().ToString()));
           }
         }
@@ -360,7 +398,8 @@ TEST_F(ReliabilityFaults, EveryOperationOfALoadFailingNeverReturnsWrongData) {
   std::vector<std::string> misreported = RunLoadMatrix(root_, ops, &tally);
   tally.Print("load faults (all ops but stat)");
   EXPECT_TRUE(misreported.empty())
-      << misreported.size() << " load faults came back without their code, operation or file:\n"
+      << misreported.size()
+      << " load faults came back without their code, operation or file:\n"
       << absl::StrJoin(misreported, "\n");
   EXPECT_GE(tally.trials, 100);
 }
@@ -377,7 +416,8 @@ TEST_F(ReliabilityFaults, EveryReadOfALoadCutShortOrCorruptedIsDataLoss) {
   Tally tally;
   std::vector<std::string> misreported;
   std::mt19937_64 rng(7);
-  for (const std::string& path : {root_, JoinPath(root_, format::StepDirName(1))}) {
+  for (const std::string& path :
+       {root_, JoinPath(root_, format::StepDirName(1))}) {
     FaultInjectingStorage counter(DefaultStorage());
     ASSERT_THAT(VerifyCheckpoint(path, kScale, &counter), IsOk());
     const int64_t reads = counter.count(StorageOp::kRead);
@@ -396,7 +436,8 @@ TEST_F(ReliabilityFaults, EveryReadOfALoadCutShortOrCorruptedIsDataLoss) {
           faulty.CorruptReadAt(nth, byte, bit);
           what = absl::StrCat("bit ", bit, " of byte ", byte, " % n inverted");
         }
-        SCOPED_TRACE(Where(StorageOp::kRead, nth, absl::StrCat(what, " loading ", path)));
+        SCOPED_TRACE(Where(StorageOp::kRead, nth,
+                           absl::StrCat(what, " loading ", path)));
         auto got = VerifyCheckpoint(path, kScale, &faulty);
         ++tally.trials;
         tally.injected += faulty.injected();
@@ -409,8 +450,9 @@ TEST_F(ReliabilityFaults, EveryReadOfALoadCutShortOrCorruptedIsDataLoss) {
         ++tally.failed;
         if (got.status().code() != absl::StatusCode::kDataLoss ||
             !absl::StrContains(got.status().message(), root_)) {
-          misreported.push_back(absl::StrCat(Where(StorageOp::kRead, nth, what), " loading ",
-                                             path, ": ", got.status().ToString()));
+          misreported.push_back(absl::StrCat(Where(StorageOp::kRead, nth, what),
+                                             " loading ", path, ": ",
+                                             got.status().ToString()));
         }
       }
     }
@@ -418,7 +460,8 @@ TEST_F(ReliabilityFaults, EveryReadOfALoadCutShortOrCorruptedIsDataLoss) {
   tally.Print("short and corrupted reads of a load");
   EXPECT_EQ(tally.tolerated, 0) << "a short or corrupted read went unnoticed";
   EXPECT_TRUE(misreported.empty())
-      << misreported.size() << " were not DataLoss naming a file of the checkpoint:\n"
+      << misreported.size()
+      << " were not DataLoss naming a file of the checkpoint:\n"
       << absl::StrJoin(misreported, "\n");
   EXPECT_GE(tally.trials, 40);
 }
@@ -429,10 +472,12 @@ TEST_F(ReliabilityFaults, StatFaultsOfALoadKeepTheirCodeAndNameTheOperation) {
   MakeTemplate(/*two=*/true);
   CopyRoot(template_, root_);
   Tally tally;
-  std::vector<std::string> misreported = RunLoadMatrix(root_, {StorageOp::kStat}, &tally);
+  std::vector<std::string> misreported =
+      RunLoadMatrix(root_, {StorageOp::kStat}, &tally);
   tally.Print("load faults (stat)");
   EXPECT_TRUE(misreported.empty())
-      << misreported.size() << " load faults came back without their code, operation or file:\n"
+      << misreported.size()
+      << " load faults came back without their code, operation or file:\n"
       << absl::StrJoin(misreported, "\n");
 }
 
@@ -442,17 +487,20 @@ TEST_F(ReliabilityFaults, RealEfbigFromRlimitFsizeFailsTheSaveNamingTheFile) {
   config_.scale = 16;  // 3 MiB, shards of about 800 KiB
   const std::string root = dir_ / "efbig";
   ASSERT_THAT(SaveWith(DefaultStorage(), root, 1, config_), IsOk());
-  auto child = Child::Start({CrashWriterPath(), "--root", root, "--first", "2", "--count", "1",
-                             "--world", "2", "--scale", "16", "--fsize-limit", "262144"},
-                            dir_ / "efbig-writer");
+  auto child = Child::Start(
+      {CrashWriterPath(), "--root", root, "--first", "2", "--count", "1",
+       "--world", "2", "--scale", "16", "--fsize-limit", "262144"},
+      dir_ / "efbig-writer");
   ASSERT_THAT(child, IsOk());
   const int st = child->Wait();
   const std::string out = child->Stdout();
   ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2)
-      << DescribeWaitStatus(st) << "\n" << out << child->Stderr();
+      << DescribeWaitStatus(st) << "\n"
+      << out << child->Stderr();
   EXPECT_TRUE(absl::StrContains(out, "status: RESOURCE_EXHAUSTED: ")) << out;
   EXPECT_TRUE(absl::StrContains(out, "File too large")) << out;
-  EXPECT_TRUE(absl::StrContains(out, "pwrite " + root + "/.tmp-step-00000002-")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "pwrite " + root + "/.tmp-step-00000002-"))
+      << out;
   EXPECT_TRUE(absl::StrContains(out, "/shard-0000")) << out;
   RootCheck check = CheckRoot(root, 16);
   EXPECT_EQ(check.latest_step, 1u);

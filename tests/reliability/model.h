@@ -31,12 +31,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
-#include "ckpt/reader.h"
-#include "ckpt/storage.h"
-#include "ckpt/writer.h"
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/reader.h"
+#include "ckpt/storage.h"
+#include "ckpt/writer.h"
 
 namespace ckpt::reliability {
 
@@ -80,7 +80,8 @@ inline uint64_t ElementSalt(const TensorSpec& t, uint64_t step) {
   return t.compressible ? 3 * (step % 1000) + NameHash(t.name) % 7
                         : Mix(step * 0x100000001b3ull ^ NameHash(t.name));
 }
-inline void ElementBytes(const TensorSpec& t, uint64_t salt, uint64_t g, char* out) {
+inline void ElementBytes(const TensorSpec& t, uint64_t salt, uint64_t g,
+                         char* out) {
   const uint64_t v = t.compressible ? (g % 61) + salt : Mix(salt ^ g);
   std::memcpy(out, &v, DTypeSize(t.dtype));  // little-endian host
 }
@@ -90,7 +91,8 @@ inline void ElementBytes(const TensorSpec& t, uint64_t salt, uint64_t g, char* o
 inline std::pair<uint64_t, uint64_t> UnevenPart(uint64_t n, int world, int k) {
   const uint64_t total = static_cast<uint64_t>(world) * (world + 1) / 2;
   auto edge = [&](int i) {
-    return i >= world ? n : n * (static_cast<uint64_t>(i) * (i + 1) / 2) / total;
+    return i >= world ? n
+                      : n * (static_cast<uint64_t>(i) * (i + 1) / 2) / total;
   };
   return {edge(k), edge(k + 1) - edge(k)};
 }
@@ -119,26 +121,31 @@ inline Region PieceOf(const TensorSpec& t, int rank, int world) {
 }
 
 // The bytes of region `r` of `t` at `step` (1-d or 2-d boxes, flat ranges).
-inline void FillRegion(const TensorSpec& t, uint64_t step, const Region& r, char* out) {
+inline void FillRegion(const TensorSpec& t, uint64_t step, const Region& r,
+                       char* out) {
   const int es = DTypeSize(t.dtype);
   const uint64_t salt = ElementSalt(t, step);
   if (const FlatRange* f = std::get_if<FlatRange>(&r)) {
-    for (uint64_t i = 0; i < f->length; ++i) ElementBytes(t, salt, f->start + i, out + i * es);
+    for (uint64_t i = 0; i < f->length; ++i)
+      ElementBytes(t, salt, f->start + i, out + i * es);
     return;
   }
   const Box& b = std::get<Box>(r);
   if (b.size.size() == 1) {
-    for (uint64_t i = 0; i < b.size[0]; ++i) ElementBytes(t, salt, b.offset[0] + i, out + i * es);
+    for (uint64_t i = 0; i < b.size[0]; ++i)
+      ElementBytes(t, salt, b.offset[0] + i, out + i * es);
     return;
   }
   uint64_t k = 0;
   for (uint64_t i = 0; i < b.size[0]; ++i) {
     const uint64_t row = (b.offset[0] + i) * t.shape[1] + b.offset[1];
-    for (uint64_t j = 0; j < b.size[1]; ++j, ++k) ElementBytes(t, salt, row + j, out + k * es);
+    for (uint64_t j = 0; j < b.size[1]; ++j, ++k)
+      ElementBytes(t, salt, row + j, out + k * es);
   }
 }
 
-inline std::string RegionBytes(const TensorSpec& t, uint64_t step, const Region& r) {
+inline std::string RegionBytes(const TensorSpec& t, uint64_t step,
+                               const Region& r) {
   std::string out(RegionElements(r) * DTypeSize(t.dtype), '\0');
   FillRegion(t, step, r, out.data());
   return out;
@@ -147,13 +154,16 @@ inline std::string RegionBytes(const TensorSpec& t, uint64_t step, const Region&
 inline std::string RngObject(uint64_t step, int rank) {
   std::string out(96, '\0');
   for (size_t i = 0; i < out.size(); ++i) {
-    out[i] = static_cast<char>(Mix(step * 1315423911u + rank * 2654435761u + i));
+    out[i] =
+        static_cast<char>(Mix(step * 1315423911u + rank * 2654435761u + i));
   }
   return out;
 }
 
 inline std::string TrainerObject(uint64_t step) {
-  return absl::StrCat("{\"step\": ", step, ", \"tokens\": ", step * 4096, "}     ").substr(0, 40);
+  return absl::StrCat("{\"step\": ", step, ", \"tokens\": ", step * 4096,
+                      "}     ")
+      .substr(0, 40);
 }
 
 struct SaveConfig {
@@ -167,7 +177,7 @@ struct SaveConfig {
 inline SaveOptions SaveOptionsFor(uint64_t step, const SaveConfig& c) {
   SaveOptions o;
   o.codec = (c.zstd_on_even_steps && step % 2 == 0) ? format::Codec::kZstd
-                                                     : format::Codec::kNone;
+                                                    : format::Codec::kNone;
   o.zstd_level = 1;
   o.io_threads = c.io_threads;
   o.block_size = 64 << 10;
@@ -206,8 +216,10 @@ class ModelRank {
     for (size_t i = 0; i < tensors_.size(); ++i) {
       FillRegion(tensors_[i], step, regions_[i], buffers_[i].data());
     }
-    CKPT_RETURN_IF_ERROR(w.SetObject(absl::StrCat("rng.rank", rank_), RngObject(step, rank_)));
-    if (rank_ == 0) CKPT_RETURN_IF_ERROR(w.SetObject("trainer", TrainerObject(step)));
+    CKPT_RETURN_IF_ERROR(
+        w.SetObject(absl::StrCat("rng.rank", rank_), RngObject(step, rank_)));
+    if (rank_ == 0)
+      CKPT_RETURN_IF_ERROR(w.SetObject("trainer", TrainerObject(step)));
     return absl::OkStatus();
   }
 
@@ -223,10 +235,11 @@ struct RankState {
   ModelRank model;
   std::unique_ptr<Writer> writer;
 
-  static absl::StatusOr<std::unique_ptr<RankState>> Create(Communicator* comm, int scale,
-                                                           Storage* storage = nullptr) {
+  static absl::StatusOr<std::unique_ptr<RankState>> Create(
+      Communicator* comm, int scale, Storage* storage = nullptr) {
     const int rank = comm ? comm->rank() : 0, world = comm ? comm->size() : 1;
-    auto st = std::unique_ptr<RankState>(new RankState{ModelRank(rank, world, scale), nullptr});
+    auto st = std::unique_ptr<RankState>(
+        new RankState{ModelRank(rank, world, scale), nullptr});
     Writer::Options wo;
     wo.comm = comm;
     wo.storage = storage;
@@ -235,7 +248,8 @@ struct RankState {
     return st;
   }
 
-  absl::StatusOr<SaveResult> Save(const std::string& root, uint64_t step, const SaveConfig& c) {
+  absl::StatusOr<SaveResult> Save(const std::string& root, uint64_t step,
+                                  const SaveConfig& c) {
     CKPT_RETURN_IF_ERROR(model.Fill(*writer, step));
     return writer->Save(root, step, SaveOptionsFor(step, c));
   }
@@ -243,10 +257,12 @@ struct RankState {
   // As a trainer with asynchronous checkpoints: snapshot `step`, then
   // overwrite every registered byte (with values no checkpoint holds)
   // while the save is in flight, then wait for it to commit.
-  absl::StatusOr<SaveResult> SaveAsyncAndTrainOn(const std::string& root, uint64_t step,
+  absl::StatusOr<SaveResult> SaveAsyncAndTrainOn(const std::string& root,
+                                                 uint64_t step,
                                                  const SaveConfig& c) {
     CKPT_RETURN_IF_ERROR(model.Fill(*writer, step));
-    CKPT_ASSIGN_OR_RETURN(SaveHandle h, writer->SaveAsync(root, step, SaveOptionsFor(step, c)));
+    CKPT_ASSIGN_OR_RETURN(
+        SaveHandle h, writer->SaveAsync(root, step, SaveOptionsFor(step, c)));
     CKPT_RETURN_IF_ERROR(model.Fill(*writer, step + (uint64_t{1} << 40)));
     return h.Wait();
   }
@@ -270,9 +286,9 @@ inline bool IsWrongData(const absl::Status& s) {
 // also checks the step against the metadata and the directory name. Returns
 // the step. Errors of the library come back unchanged; differences are
 // WrongData.
-inline absl::StatusOr<uint64_t> VerifyCheckpoint(const std::string& path, int scale,
-                                                 Storage* storage = nullptr,
-                                                 std::string* dir_out = nullptr) {
+inline absl::StatusOr<uint64_t> VerifyCheckpoint(
+    const std::string& path, int scale, Storage* storage = nullptr,
+    std::string* dir_out = nullptr) {
   ReaderOptions ro;
   ro.storage = storage;
   ro.io_threads = 2;
@@ -281,13 +297,16 @@ inline absl::StatusOr<uint64_t> VerifyCheckpoint(const std::string& path, int sc
   const uint64_t step = m.info.step;
   const int world = static_cast<int>(m.info.world_size);
   if (dir_out) *dir_out = reader->path();
-  const std::string dir_name = reader->path().substr(reader->path().rfind('/') + 1);
+  const std::string dir_name =
+      reader->path().substr(reader->path().rfind('/') + 1);
   if (dir_name != format::StepDirName(step)) {
     return WrongData(absl::StrCat(reader->path(), ": holds step ", step));
   }
   bool meta_ok = false;
-  for (const auto& [k, v] : m.metadata) meta_ok |= (k == "step" && v == absl::StrCat(step));
-  if (!meta_ok) return WrongData(absl::StrCat(reader->path(), ": metadata step != ", step));
+  for (const auto& [k, v] : m.metadata)
+    meta_ok |= (k == "step" && v == absl::StrCat(step));
+  if (!meta_ok)
+    return WrongData(absl::StrCat(reader->path(), ": metadata step != ", step));
 
   std::vector<TensorSpec> tensors = ModelTensors(scale);
   std::vector<std::string> got(tensors.size());
@@ -310,12 +329,14 @@ inline absl::StatusOr<uint64_t> VerifyCheckpoint(const std::string& path, int sc
   CKPT_RETURN_IF_ERROR(reader->Load(reqs).status());
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (got[i] != RegionBytes(tensors[i], step, FullBox(tensors[i].shape))) {
-      return WrongData(absl::StrCat(reader->path(), ": '", tensors[i].name, "' differs"));
+      return WrongData(
+          absl::StrCat(reader->path(), ": '", tensors[i].name, "' differs"));
     }
   }
   for (int r = 0; r < world; ++r) {
     if (objects[r] != RngObject(step, r)) {
-      return WrongData(absl::StrCat(reader->path(), ": rng.rank", r, " differs"));
+      return WrongData(
+          absl::StrCat(reader->path(), ": rng.rank", r, " differs"));
     }
   }
   if (objects[world] != TrainerObject(step)) {
@@ -326,10 +347,11 @@ inline absl::StatusOr<uint64_t> VerifyCheckpoint(const std::string& path, int sc
 
 // What a root holds, by kind of name.
 struct RootListing {
-  std::vector<uint64_t> committed;        // step-* directories with a MANIFEST
-  std::vector<std::string> uncommitted;   // step-* directories without one
-  std::vector<std::string> temporaries;   // .tmp-*
-  std::vector<std::string> other;         // anything else but latest and the lock files
+  std::vector<uint64_t> committed;       // step-* directories with a MANIFEST
+  std::vector<std::string> uncommitted;  // step-* directories without one
+  std::vector<std::string> temporaries;  // .tmp-*
+  std::vector<std::string>
+      other;  // anything else but latest and the lock files
   bool has_latest = false;
 };
 
@@ -340,7 +362,8 @@ inline absl::StatusOr<RootListing> ListRoot(const std::string& root,
   for (const std::string& n : names) {
     uint64_t step;
     if (format::ParseStepDirName(n, &step)) {
-      if (fs->Stat(JoinPath(JoinPath(root, n), format::kManifestFileName)).ok()) {
+      if (fs->Stat(JoinPath(JoinPath(root, n), format::kManifestFileName))
+              .ok()) {
         out.committed.push_back(step);
       } else {
         out.uncommitted.push_back(n);

@@ -20,10 +20,10 @@ namespace ckpt::reliability {
 
 struct RootCheck {
   RootListing listing;
-  uint64_t latest_step = 0;   // valid when latest_ok
+  uint64_t latest_step = 0;  // valid when latest_ok
   bool latest_ok = false;
   size_t validate_warnings = 0;
-  bool validated = false;     // Validate ran (the validate library is built)
+  bool validated = false;  // Validate ran (the validate library is built)
 };
 
 // Checks, adding a gtest failure for each violation:
@@ -45,7 +45,8 @@ inline RootCheck CheckRoot(const std::string& root, int scale) {
   if (!listing.ok()) return out;
   out.listing = *listing;
   EXPECT_TRUE(out.listing.other.empty())
-      << "unexpected entries in the root: " << absl::StrJoin(out.listing.other, ", ");
+      << "unexpected entries in the root: "
+      << absl::StrJoin(out.listing.other, ", ");
   EXPECT_TRUE(out.listing.has_latest) << root << ": no latest";
 
   auto latest = VerifyCheckpoint(root, scale);

@@ -35,7 +35,9 @@ int VerifyInChild(const std::string& path, std::chrono::milliseconds limit) {
   const pid_t pid = fork();
   if (pid == 0) {
     auto got = VerifyCheckpoint(path, kScale);
-    _exit(got.ok() ? kLoadedExactly : IsWrongData(got.status()) ? kWrongData : kCleanError);
+    _exit(got.ok()                    ? kLoadedExactly
+          : IsWrongData(got.status()) ? kWrongData
+                                      : kCleanError);
   }
   const auto deadline = std::chrono::steady_clock::now() + limit;
   int st = 0;
@@ -61,7 +63,8 @@ class ReliabilitySecurity : public ::testing::Test {
   }
   // Replaces `name` in the checkpoint directory by a FIFO.
   void MakeFifo(const std::string& name) {
-    const std::string p = JoinPath(JoinPath(root_, format::StepDirName(1)), name);
+    const std::string p =
+        JoinPath(JoinPath(root_, format::StepDirName(1)), name);
     std::filesystem::remove(p);
     ASSERT_EQ(mkfifo(p.c_str(), 0644), 0);
   }
@@ -73,7 +76,8 @@ class ReliabilitySecurity : public ::testing::Test {
 // A shard file of the right name and the wrong kind is a clean error, never
 // wrong data.
 TEST_F(ReliabilitySecurity, DirectoryInPlaceOfAShardFileIsACleanError) {
-  const std::string p = JoinPath(JoinPath(root_, format::StepDirName(1)), "shard-00000.ckpt");
+  const std::string p =
+      JoinPath(JoinPath(root_, format::StepDirName(1)), "shard-00000.ckpt");
   std::filesystem::remove(p);
   std::filesystem::create_directory(p);
   EXPECT_EQ(VerifyInChild(root_, std::chrono::seconds(20)), kCleanError);

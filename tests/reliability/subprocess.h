@@ -44,15 +44,20 @@ class Child {
     c.err_ = out_prefix + ".err";
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, c.out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, c.err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 1, c.out_.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, c.err_.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
     std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    for (const std::string& a : argv)
+      args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
-    int rc = posix_spawn(&c.pid_, argv[0].c_str(), &fa, nullptr, args.data(), environ);
+    int rc = posix_spawn(&c.pid_, argv[0].c_str(), &fa, nullptr, args.data(),
+                         environ);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
-      return absl::InternalError(absl::StrCat("posix_spawn ", argv[0], ": ", std::strerror(rc)));
+      return absl::InternalError(
+          absl::StrCat("posix_spawn ", argv[0], ": ", std::strerror(rc)));
     }
     return c;
   }
@@ -95,7 +100,8 @@ class Child {
     std::vector<uint64_t> out;
     for (absl::string_view line : absl::StrSplit(Stdout(), '\n')) {
       uint64_t step;
-      if (absl::ConsumePrefix(&line, "saved ") && absl::SimpleAtoi(line, &step)) {
+      if (absl::ConsumePrefix(&line, "saved ") &&
+          absl::SimpleAtoi(line, &step)) {
         out.push_back(step);
       }
     }

@@ -33,22 +33,27 @@ struct CliResult {
 // Runs `binary args...` (no shell: arguments are passed as they are) with
 // stdin from /dev/null and stdout and stderr sent to files in `scratch`,
 // which must exist; those files are left there.
-inline CliResult RunCli(const std::string& binary, const std::vector<std::string>& args,
+inline CliResult RunCli(const std::string& binary,
+                        const std::vector<std::string>& args,
                         const std::string& scratch) {
   CliResult r;
-  const std::string out_path = scratch + "/cli.stdout", err_path = scratch + "/cli.stderr";
+  const std::string out_path = scratch + "/cli.stdout",
+                    err_path = scratch + "/cli.stderr";
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
   std::vector<std::string> all = {binary};
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid;
-  const int rc = posix_spawn(&pid, binary.c_str(), &fa, nullptr, argv.data(), environ);
+  const int rc =
+      posix_spawn(&pid, binary.c_str(), &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
     r.err = "posix_spawn " + binary + ": " + std::strerror(rc);
@@ -58,8 +63,10 @@ inline CliResult RunCli(const std::string& binary, const std::vector<std::string
   struct rusage usage = {};
   while (wait4(pid, &status, 0, &usage) < 0 && errno == EINTR) {
   }
-  r.max_rss_bytes = static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // KiB on Linux
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.max_rss_bytes =
+      static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // KiB on Linux
+  r.exit_code =
+      WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = ReadFileBytes(out_path);
   r.err = ReadFileBytes(err_path);
   return r;

@@ -75,7 +75,8 @@ class FakeStream final : public DeviceStream {
     thread_.join();
   }
   absl::Status WaitEvent(DeviceEvent& event) override;
-  absl::Status CopyAsync(CopyKind kind, absl::Span<const DeviceCopy> copies) override;
+  absl::Status CopyAsync(CopyKind kind,
+                         absl::Span<const DeviceCopy> copies) override;
   absl::StatusOr<std::unique_ptr<DeviceEvent>> Record() override {
     auto e = std::make_shared<FakeEvent>();
     Enqueue([this, e] { e->Complete(error_); });
@@ -116,18 +117,22 @@ class FakeStream final : public DeviceStream {
 
 class FakeDevice : public DeviceMemory {
  public:
-  explicit FakeDevice(std::chrono::microseconds latency = std::chrono::microseconds(200))
+  explicit FakeDevice(
+      std::chrono::microseconds latency = std::chrono::microseconds(200))
       : latency_(latency) {}
 
-  absl::Status CopyToHost(void* dst, const void* src, size_t n, int device) override {
+  absl::Status CopyToHost(void* dst, const void* src, size_t n,
+                          int device) override {
     sync_calls += 1;
     return Copy(dst, src, n);
   }
-  absl::Status CopyFromHost(void* dst, const void* src, size_t n, int device) override {
+  absl::Status CopyFromHost(void* dst, const void* src, size_t n,
+                            int device) override {
     sync_calls += 1;
     return Copy(dst, src, n);
   }
-  absl::StatusOr<std::unique_ptr<DeviceStream>> CreateStream(int device) override {
+  absl::StatusOr<std::unique_ptr<DeviceStream>> CreateStream(
+      int device) override {
     streams_created += 1;
     return std::unique_ptr<DeviceStream>(new FakeStream(this));
   }
@@ -157,8 +162,9 @@ class FakeDevice : public DeviceMemory {
     copy_calls += 1;
     if (c.rows > 1) strided_calls += 1;
     for (size_t r = 0; r < c.rows; ++r) {
-      absl::Status s = Copy(static_cast<char*>(c.dst) + r * c.dst_pitch,
-                            static_cast<const char*>(c.src) + r * c.src_pitch, c.row_bytes);
+      absl::Status s =
+          Copy(static_cast<char*>(c.dst) + r * c.dst_pitch,
+               static_cast<const char*>(c.src) + r * c.src_pitch, c.row_bytes);
       if (!s.ok()) return s;
     }
     return absl::OkStatus();
@@ -177,7 +183,8 @@ class FakeDevice : public DeviceMemory {
   absl::Status Copy(void* dst, const void* src, size_t n) {
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (fail_after_ >= 0 && bytes_copied + n > static_cast<uint64_t>(fail_after_)) {
+      if (fail_after_ >= 0 &&
+          bytes_copied + n > static_cast<uint64_t>(fail_after_)) {
         return fail_error_;
       }
     }
@@ -193,7 +200,8 @@ class FakeDevice : public DeviceMemory {
   absl::Status fail_error_;
 };
 
-inline FakeStream::FakeStream(FakeDevice* dev) : dev_(dev), thread_([this] { Loop(); }) {}
+inline FakeStream::FakeStream(FakeDevice* dev)
+    : dev_(dev), thread_([this] { Loop(); }) {}
 
 inline absl::Status FakeStream::WaitEvent(DeviceEvent& event) {
   // The stream's thread blocks, not the caller: as cudaStreamWaitEvent.
@@ -208,7 +216,8 @@ inline absl::Status FakeStream::WaitEvent(DeviceEvent& event) {
   return absl::OkStatus();
 }
 
-inline absl::Status FakeStream::CopyAsync(CopyKind kind, absl::Span<const DeviceCopy> copies) {
+inline absl::Status FakeStream::CopyAsync(CopyKind kind,
+                                          absl::Span<const DeviceCopy> copies) {
   dev_->batches += 1;
   std::vector<DeviceCopy> list(copies.begin(), copies.end());
   Enqueue([this, list = std::move(list)] {

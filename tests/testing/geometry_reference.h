@@ -13,7 +13,8 @@ namespace ckpt::testing {
 // Position of global element g in region r's layout, or -1.
 inline int64_t LocalIndexOf(const Shape& shape, const Region& r, uint64_t g) {
   if (const FlatRange* f = std::get_if<FlatRange>(&r)) {
-    return (g >= f->start && g < f->start + f->length) ? int64_t(g - f->start) : -1;
+    return (g >= f->start && g < f->start + f->length) ? int64_t(g - f->start)
+                                                       : -1;
   }
   const Box& b = std::get<Box>(r);
   uint64_t rem = g, local = 0;
@@ -23,7 +24,8 @@ inline int64_t LocalIndexOf(const Shape& shape, const Region& r, uint64_t g) {
     rem /= shape[d];
   }
   for (size_t d = 0; d < shape.size(); ++d) {
-    if (coord[d] < b.offset[d] || coord[d] >= b.offset[d] + b.size[d]) return -1;
+    if (coord[d] < b.offset[d] || coord[d] >= b.offset[d] + b.size[d])
+      return -1;
     local = local * b.size[d] + (coord[d] - b.offset[d]);
   }
   return int64_t(local);

@@ -22,7 +22,8 @@ MATCHER_P2(StatusIs, code, substr,
   const absl::Status& s = ::ckpt::testing::GetStatus(arg);
   *result_listener << "status is " << s.ToString();
   return s.code() == code &&
-         std::string(s.message()).find(std::string(substr)) != std::string::npos;
+         std::string(s.message()).find(std::string(substr)) !=
+             std::string::npos;
 }
 
 MATCHER(IsOk, "is OK") {
@@ -35,8 +36,8 @@ MATCHER(IsOk, "is OK") {
 
 #define CKPT_ASSERT_OK(expr) ASSERT_THAT((expr), ::ckpt::testing::IsOk())
 #define CKPT_EXPECT_OK(expr) EXPECT_THAT((expr), ::ckpt::testing::IsOk())
-#define CKPT_ASSERT_OK_AND_ASSIGN(lhs, rexpr)           \
-  auto CKPT_STATUS_CONCAT_(sor_, __LINE__) = (rexpr);   \
+#define CKPT_ASSERT_OK_AND_ASSIGN(lhs, rexpr)                                \
+  auto CKPT_STATUS_CONCAT_(sor_, __LINE__) = (rexpr);                        \
   ASSERT_THAT(CKPT_STATUS_CONCAT_(sor_, __LINE__), ::ckpt::testing::IsOk()); \
   lhs = std::move(CKPT_STATUS_CONCAT_(sor_, __LINE__)).value()
 

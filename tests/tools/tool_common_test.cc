@@ -1,5 +1,4 @@
 #include "common/tool_util.h"
-
 #include "gtest/gtest.h"
 
 namespace ckpt::tools {

@@ -8,8 +8,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
-#include "ckpt/version.h"
 #include "ckpt/format/format_constants.h"
+#include "ckpt/version.h"
 
 namespace ckpt::tools {
 namespace {
@@ -17,8 +17,9 @@ std::atomic<bool> g_progress_disabled{false};
 }
 
 std::string VersionText(absl::string_view tool) {
-  return absl::StrFormat("%s %s (ckpt library %s, format v%d.%d)", tool, CKPT_VERSION_STRING,
-                         CKPT_VERSION_STRING, format::kFormatMajor, format::kFormatMinor);
+  return absl::StrFormat("%s %s (ckpt library %s, format v%d.%d)", tool,
+                         CKPT_VERSION_STRING, CKPT_VERSION_STRING,
+                         format::kFormatMajor, format::kFormatMinor);
 }
 
 std::string HumanBytes(uint64_t bytes) {
@@ -66,14 +67,15 @@ void Progress::Finish() {
 
 void Progress::Draw(bool final) {
   constexpr int kWidth = 30;
-  double frac = total_ == 0 ? 1.0 : std::min(1.0, static_cast<double>(done_) / total_);
+  double frac =
+      total_ == 0 ? 1.0 : std::min(1.0, static_cast<double>(done_) / total_);
   int full = static_cast<int>(frac * kWidth);
   std::string bar(full, '=');
   if (full < kWidth) bar += '>';
   bar.resize(kWidth, ' ');
   std::string line = absl::StrFormat("\r%s [%s] %3d%% %s/%s", label_, bar,
-                                     static_cast<int>(frac * 100), HumanBytes(done_),
-                                     HumanBytes(total_));
+                                     static_cast<int>(frac * 100),
+                                     HumanBytes(done_), HumanBytes(total_));
   if (final) line += "\n";
   std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
@@ -82,14 +84,15 @@ void Progress::Draw(bool final) {
 void PrintError(absl::string_view tool, const absl::Status& status) {
   std::string msg(status.message());
   if (msg.empty()) msg = status.ToString();
-  std::fprintf(stderr, "%.*s: error: %s\n", static_cast<int>(tool.size()), tool.data(),
-               msg.c_str());
+  std::fprintf(stderr, "%.*s: error: %s\n", static_cast<int>(tool.size()),
+               tool.data(), msg.c_str());
 }
 
 int RunToolMain(CLI::App& app, int argc, char** argv,
                 const std::function<absl::StatusOr<int>()>& run) {
   const std::string tool = app.get_name();
-  app.set_version_flag("--version", VersionText(tool), "Print the tool, library and format version");
+  app.set_version_flag("--version", VersionText(tool),
+                       "Print the tool, library and format version");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -102,8 +105,8 @@ int RunToolMain(CLI::App& app, int argc, char** argv,
     std::cout << e.what() << "\n";
     return kExitOk;
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "%s: error: %s\nRun '%s --help' for usage.\n", tool.c_str(), e.what(),
-                 tool.c_str());
+    std::fprintf(stderr, "%s: error: %s\nRun '%s --help' for usage.\n",
+                 tool.c_str(), e.what(), tool.c_str());
     return kExitError;
   }
   absl::StatusOr<int> code = run();

@@ -6,11 +6,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ckpt/format/status_macros.h"
-#include "nlohmann/json.hpp"
 #include "common/tool_util.h"
 #include "convert/convert_interop.h"
 #include "convert/hdf5_export.h"
 #include "convert/hdf5_import.h"
+#include "nlohmann/json.hpp"
 
 namespace ckpt::tools {
 namespace {
@@ -25,39 +25,44 @@ absl::Status CheckFormat(const std::string& format, const char* flag) {
   if (format == kHdf5 || format == kSafetensors || (!to && format == kDcp)) {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown format '", format, "' for ", flag,
-                                                 "; supported: hdf5, safetensors",
-                                                 to ? "" : ", dcp"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown format '", format, "' for ", flag,
+                   "; supported: hdf5, safetensors", to ? "" : ", dcp"));
 }
 
 absl::Status CheckOptions(const ConvertOptions& o, bool to) {
   auto only = [](const char* flag, const char* mode) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " applies to ", mode, " only"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " applies to ", mode, " only"));
   };
   if (to) {
     if (o.step.has_value()) return only("--step", "--from hdf5");
     if (o.skip_unsupported) return only("--skip-unsupported", "--from hdf5");
     if (!o.codec.empty()) return only("--codec", "--from hdf5");
-    if (!o.compression.empty() && o.compression != "none" && o.compression != "deflate") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown compression '", o.compression, "' for --compression; supported: none, deflate"));
+    if (!o.compression.empty() && o.compression != "none" &&
+        o.compression != "deflate") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown compression '", o.compression,
+                       "' for --compression; supported: none, deflate"));
     }
     if (o.compression == "none" && o.level >= 0) {
       return absl::InvalidArgumentError("--level needs --compression deflate");
     }
     if (o.level > 9) {
-      return absl::InvalidArgumentError(absl::StrCat("--level ", o.level, " is outside 0..9"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--level ", o.level, " is outside 0..9"));
     }
   } else {
     if (!o.compression.empty()) return only("--compression", "--to hdf5");
     if (o.level >= 0) return only("--level", "--to hdf5");
     if (!o.codec.empty() && o.codec != "none" && o.codec != "zstd") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown codec '", o.codec, "' for --codec; supported: none, zstd"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown codec '", o.codec, "' for --codec; supported: none, zstd"));
     }
   }
   if (o.threads < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--threads ", o.threads, " must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--threads ", o.threads, " must be >= 1"));
   }
   return absl::OkStatus();
 }
@@ -67,9 +72,10 @@ const char* KindName(format::EntryKind k) {
 }
 
 std::string EntriesText(size_t tensors, size_t objects) {
-  return absl::StrCat(tensors + objects, tensors + objects == 1 ? " entry" : " entries", " (",
-                      tensors, tensors == 1 ? " tensor, " : " tensors, ", objects,
-                      objects == 1 ? " object)" : " objects)");
+  return absl::StrCat(tensors + objects,
+                      tensors + objects == 1 ? " entry" : " entries", " (",
+                      tensors, tensors == 1 ? " tensor, " : " tensors, ",
+                      objects, objects == 1 ? " object)" : " objects)");
 }
 
 std::string KeysText(size_t n) {
@@ -77,12 +83,14 @@ std::string KeysText(size_t n) {
 }
 
 // One verbose line: "  PATH  DTYPE  SHAPE" (objects: "object  N B").
-void PrintEntryLine(std::ostream& out, size_t width, const std::string& path, const std::string& name,
-                    format::EntryKind kind, DType dtype, const Shape& shape, uint64_t bytes,
+void PrintEntryLine(std::ostream& out, size_t width, const std::string& path,
+                    const std::string& name, format::EntryKind kind,
+                    DType dtype, const Shape& shape, uint64_t bytes,
                     bool show_name) {
-  std::string what = kind == format::EntryKind::kObject
-                         ? absl::StrFormat("%-13s  %s", "object", HumanBytes(bytes))
-                         : absl::StrFormat("%-13s  %s", DTypeName(dtype), ShapeText(shape));
+  std::string what =
+      kind == format::EntryKind::kObject
+          ? absl::StrFormat("%-13s  %s", "object", HumanBytes(bytes))
+          : absl::StrFormat("%-13s  %s", DTypeName(dtype), ShapeText(shape));
   if (show_name) {
     out << absl::StrFormat("  %-*s  %-*s  %s\n", static_cast<int>(width), path,
                            static_cast<int>(width), name, what);
@@ -93,7 +101,8 @@ void PrintEntryLine(std::ostream& out, size_t width, const std::string& path, co
 
 absl::StatusOr<int> RunExport(const ConvertOptions& o, std::ostream& out) {
   Hdf5ExportOptions eo;
-  eo.compression = o.compression == "none" ? Hdf5Compression::kNone : Hdf5Compression::kDeflate;
+  eo.compression = o.compression == "none" ? Hdf5Compression::kNone
+                                           : Hdf5Compression::kDeflate;
   eo.level = o.level >= 0 ? o.level : kDefaultLevel;
   eo.overwrite = o.force;
   if (o.threads > 0) {
@@ -105,7 +114,8 @@ absl::StatusOr<int> RunExport(const ConvertOptions& o, std::ostream& out) {
     if (!progress) progress = std::make_unique<Progress>("export", total);
     progress->Add(n);
   };
-  CKPT_ASSIGN_OR_RETURN(Hdf5ExportResult r, ExportHdf5(o.source, o.destination, eo));
+  CKPT_ASSIGN_OR_RETURN(Hdf5ExportResult r,
+                        ExportHdf5(o.source, o.destination, eo));
   if (progress) progress->Finish();
 
   size_t tensors = 0, objects = 0;
@@ -143,7 +153,8 @@ absl::StatusOr<int> RunExport(const ConvertOptions& o, std::ostream& out) {
       entries.push_back(std::move(x));
     }
     j["entries"] = std::move(entries);
-    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+        << "\n";
     return kExitOk;
   }
   out << "exported " << r.checkpoint_dir << " to " << r.output << "\n";
@@ -152,12 +163,14 @@ absl::StatusOr<int> RunExport(const ConvertOptions& o, std::ostream& out) {
     for (const auto& e : r.entries) width = std::max(width, e.path.size());
     width = std::min<size_t>(width, 60);
     for (const auto& e : r.entries) {
-      PrintEntryLine(out, width, e.path, e.name, e.kind, e.dtype, e.shape, e.bytes, false);
+      PrintEntryLine(out, width, e.path, e.name, e.kind, e.dtype, e.shape,
+                     e.bytes, false);
     }
   }
-  out << "  step " << r.info.step << ", world size " << r.info.world_size << ", "
-      << EntriesText(tensors, objects) << ", " << HumanBytes(r.logical_bytes) << ", "
-      << KeysText(r.metadata_count) << "\n";
+  out << "  step " << r.info.step << ", world size " << r.info.world_size
+      << ", " << EntriesText(tensors, objects) << ", "
+      << HumanBytes(r.logical_bytes) << ", " << KeysText(r.metadata_count)
+      << "\n";
   out << "  hdf5: "
       << (deflate ? absl::StrCat("deflate level ", eo.level, " with shuffle")
                   : std::string("no compression"))
@@ -177,7 +190,8 @@ absl::StatusOr<int> RunImport(const ConvertOptions& o, std::ostream& out) {
     if (!progress) progress = std::make_unique<Progress>("import", total);
     progress->Add(n);
   };
-  CKPT_ASSIGN_OR_RETURN(Hdf5ImportResult r, ImportHdf5(o.source, o.destination, io));
+  CKPT_ASSIGN_OR_RETURN(Hdf5ImportResult r,
+                        ImportHdf5(o.source, o.destination, io));
   if (progress) progress->Finish();
 
   size_t tensors = 0, objects = 0;
@@ -214,7 +228,8 @@ absl::StatusOr<int> RunImport(const ConvertOptions& o, std::ostream& out) {
       skipped.push_back({{"what", s.what}, {"reason", s.reason}});
     }
     j["skipped"] = std::move(skipped);
-    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+        << "\n";
     return kExitOk;
   }
   out << "imported " << r.input << " into " << r.saved.path << "\n";
@@ -223,14 +238,17 @@ absl::StatusOr<int> RunImport(const ConvertOptions& o, std::ostream& out) {
     for (const auto& e : r.plan.entries) width = std::max(width, e.path.size());
     width = std::min<size_t>(width, 60);
     for (const auto& e : r.plan.entries) {
-      PrintEntryLine(out, width, e.path, e.name, e.kind, e.dtype, e.shape, e.bytes, true);
+      PrintEntryLine(out, width, e.path, e.name, e.kind, e.dtype, e.shape,
+                     e.bytes, true);
     }
   }
   out << "  step " << r.step << ", " << EntriesText(tensors, objects) << ", "
-      << HumanBytes(r.plan.logical_bytes) << ", " << KeysText(r.plan.metadata.size()) << "\n";
+      << HumanBytes(r.plan.logical_bytes) << ", "
+      << KeysText(r.plan.metadata.size()) << "\n";
   if (!r.plan.skipped.empty()) {
     out << "  skipped " << r.plan.skipped.size() << " (--skip-unsupported):\n";
-    for (const ImportSkipped& s : r.plan.skipped) out << "    " << s.reason << "\n";
+    for (const ImportSkipped& s : r.plan.skipped)
+      out << "    " << s.reason << "\n";
   }
   return kExitOk;
 }
@@ -240,20 +258,24 @@ absl::StatusOr<int> RunImport(const ConvertOptions& o, std::ostream& out) {
 absl::StatusOr<int> RunConvert(const ConvertOptions& o, std::ostream& out) {
   if (o.to.empty() == o.from.empty()) {
     return absl::InvalidArgumentError(
-        o.to.empty() ? "give --to FORMAT (export a checkpoint) or --from FORMAT (import a file)"
+        o.to.empty() ? "give --to FORMAT (export a checkpoint) or --from "
+                       "FORMAT (import a file)"
                      : "--to and --from exclude each other");
   }
   const bool to = !o.to.empty();
-  CKPT_RETURN_IF_ERROR(to ? CheckFormat(o.to, "--to") : CheckFormat(o.from, "--from"));
+  CKPT_RETURN_IF_ERROR(to ? CheckFormat(o.to, "--to")
+                          : CheckFormat(o.from, "--from"));
   const std::string& format = to ? o.to : o.from;
   if (format != kHdf5) {
     CKPT_RETURN_IF_ERROR(CheckInteropOptions(o));
     if (format == kDcp) return RunDcpImport(o, out);
     return to ? RunSafetensorsExport(o, out) : RunSafetensorsImport(o, out);
   }
-  if (!o.max_shard_size.empty() || !o.include.empty() || !o.exclude.empty() || o.ranks > 0) {
+  if (!o.max_shard_size.empty() || !o.include.empty() || !o.exclude.empty() ||
+      o.ranks > 0) {
     return absl::InvalidArgumentError(
-        "--max-shard-size, --include, --exclude and --ranks apply to safetensors and dcp only");
+        "--max-shard-size, --include, --exclude and --ranks apply to "
+        "safetensors and dcp only");
   }
   CKPT_RETURN_IF_ERROR(CheckOptions(o, to));
   return to ? RunExport(o, out) : RunImport(o, out);

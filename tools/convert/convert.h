@@ -29,22 +29,22 @@ struct ConvertOptions {
   std::string destination;  // HDF5 file (export) or checkpoint root (import)
   std::string to;           // "hdf5": export; empty if not given
   std::string from;         // "hdf5": import; empty if not given
-  bool force = false;       // replace the output file / the checkpoint of that step
+  bool force = false;  // replace the output file / the checkpoint of that step
   bool json = false;
-  bool verbose = false;     // list every entry
-  int threads = 0;          // checkpoint I/O and compression threads; 0 = default
+  bool verbose = false;  // list every entry
+  int threads = 0;       // checkpoint I/O and compression threads; 0 = default
   // Export only (empty / -1: not given).
   std::string compression;  // "none" | "deflate" (default)
   int level = -1;           // deflate level 0..9 (default 4)
   // Import only.
   std::optional<uint64_t> step;  // default: the file's ckpt_step, else 0
   bool skip_unsupported = false;
-  std::string codec;        // checkpoint codec "none" (default) | "zstd"
+  std::string codec;  // checkpoint codec "none" (default) | "zstd"
   // safetensors and dcp (convert_interop.h).
-  std::string max_shard_size;        // --to safetensors: "5GB" etc.; "" = one file
+  std::string max_shard_size;  // --to safetensors: "5GB" etc.; "" = one file
   std::vector<std::string> include;  // --to safetensors: entry globs
   std::vector<std::string> exclude;
-  int ranks = 0;                     // --from safetensors: 0 = not given (1 rank)
+  int ranks = 0;  // --from safetensors: 0 = not given (1 rank)
 };
 
 // Runs the conversion and writes its report to `out`. Returns kExitOk, or
@@ -52,7 +52,8 @@ struct ConvertOptions {
 // combination ("--step applies to --from hdf5 only"), an unknown format
 // ("unknown format 'x' for --to; supported: hdf5"), and the errors of
 // ExportHdf5 / ImportHdf5.
-absl::StatusOr<int> RunConvert(const ConvertOptions& options, std::ostream& out);
+absl::StatusOr<int> RunConvert(const ConvertOptions& options,
+                               std::ostream& out);
 
 }  // namespace ckpt::tools
 

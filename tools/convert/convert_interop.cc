@@ -7,11 +7,11 @@
 #include "absl/strings/str_format.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/interop/safetensors.h"
-#include "nlohmann/json.hpp"
 #include "common/tool_util.h"
 #include "interop/dcp_import.h"
 #include "interop/safetensors_export.h"
 #include "interop/safetensors_import.h"
+#include "nlohmann/json.hpp"
 
 namespace ckpt::tools {
 namespace {

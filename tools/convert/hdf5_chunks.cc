@@ -21,7 +21,8 @@ struct Task {
 // Copies the part of chunk `offset` that lies in the dataset from the slab
 // into `dst`, laid out as a whole chunk (row-major over the chunk shape);
 // the rest of `dst` is zero.
-void GatherChunk(const Slab& s, const Dims& offset, char* dst, size_t chunk_bytes) {
+void GatherChunk(const Slab& s, const Dims& offset, char* dst,
+                 size_t chunk_bytes) {
   const Shape& shape = *s.shape;
   const Dims& chunk = *s.chunk;
   const size_t n = shape.size();
@@ -70,8 +71,8 @@ void ShuffleBytes(const char* in, size_t n, int elem_size, char* out) {
   }
 }
 
-absl::StatusOr<std::vector<EncodedChunk>> EncodeChunks(absl::Span<const Slab> slabs,
-                                                       const ChunkFilters& filters, int threads) {
+absl::StatusOr<std::vector<EncodedChunk>> EncodeChunks(
+    absl::Span<const Slab> slabs, const ChunkFilters& filters, int threads) {
   std::vector<Task> tasks;
   for (size_t si = 0; si < slabs.size(); ++si) {
     const Slab& s = slabs[si];
@@ -116,18 +117,21 @@ absl::StatusOr<std::vector<EncodedChunk>> EncodeChunks(absl::Span<const Slab> sl
       e.offset = std::move(tasks[t].offset);
       uLongf len = compressBound(bytes);
       e.bytes.resize(len);
-      int rc = compress2(reinterpret_cast<Bytef*>(e.bytes.data()), &len,
-                         reinterpret_cast<const Bytef*>(src), bytes, filters.level);
+      int rc =
+          compress2(reinterpret_cast<Bytef*>(e.bytes.data()), &len,
+                    reinterpret_cast<const Bytef*>(src), bytes, filters.level);
       if (rc != Z_OK) {
         MutexLock l(&mu);
-        status = absl::InternalError(absl::StrCat("zlib compress2 failed (", rc, ")"));
+        status = absl::InternalError(
+            absl::StrCat("zlib compress2 failed (", rc, ")"));
         next = tasks.size();
         return;
       }
       e.bytes.resize(len);
     }
   };
-  const int n = std::max(1, std::min<int>(threads, static_cast<int>(tasks.size())));
+  const int n =
+      std::max(1, std::min<int>(threads, static_cast<int>(tasks.size())));
   std::vector<std::thread> pool;
   for (int i = 1; i < n; ++i) pool.emplace_back(work);
   work();

@@ -47,8 +47,8 @@ struct EncodedChunk {
 // The result is ordered by slab, then by chunk in row-major order of the
 // chunk grid. Internal error if zlib fails (out of memory).
 // REQUIRES: each box consists of whole chunks of its dataset.
-absl::StatusOr<std::vector<EncodedChunk>> EncodeChunks(absl::Span<const Slab> slabs,
-                                                       const ChunkFilters& filters, int threads);
+absl::StatusOr<std::vector<EncodedChunk>> EncodeChunks(
+    absl::Span<const Slab> slabs, const ChunkFilters& filters, int threads);
 
 // The byte shuffle of HDF5's shuffle filter, for one chunk of `n` bytes
 // (whole elements of `elem_size` bytes). Exposed for tests.

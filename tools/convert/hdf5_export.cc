@@ -13,9 +13,9 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "ckpt/reader.h"
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/reader.h"
 #include "convert/hdf5_chunks.h"
 #include "convert/hdf5_names.h"
 #include "convert/hdf5_output.h"
@@ -37,7 +37,8 @@ struct SlabJob {
   uint64_t bytes;
 };
 
-std::vector<SlabJob> SlabsOf(size_t entry, const Shape& shape, const Dims& slab, int elem_size) {
+std::vector<SlabJob> SlabsOf(size_t entry, const Shape& shape, const Dims& slab,
+                             int elem_size) {
   std::vector<SlabJob> jobs;
   const size_t n = shape.size();
   Dims off(n, 0);
@@ -61,7 +62,8 @@ std::vector<SlabJob> SlabsOf(size_t entry, const Shape& shape, const Dims& slab,
 }
 
 std::string UserMetadataAttrName(const std::string& key) {
-  if (key.rfind(hdf5::kReservedAttrPrefix, 0) == 0) return hdf5::kReservedAttrPrefix + key;
+  if (key.rfind(hdf5::kReservedAttrPrefix, 0) == 0)
+    return hdf5::kReservedAttrPrefix + key;
   return key;
 }
 
@@ -70,12 +72,13 @@ absl::Status SyncAndRename(const std::string& tmp, const std::string& output) {
   if (fd < 0 || ::fsync(fd) != 0) {
     int err = errno;
     if (fd >= 0) ::close(fd);
-    return absl::InternalError(absl::StrCat(tmp, ": fsync: ", std::strerror(err)));
+    return absl::InternalError(
+        absl::StrCat(tmp, ": fsync: ", std::strerror(err)));
   }
   ::close(fd);
   if (std::rename(tmp.c_str(), output.c_str()) != 0) {
-    return absl::InternalError(
-        absl::StrCat("renaming ", tmp, " to ", output, ": ", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat("renaming ", tmp, " to ", output,
+                                            ": ", std::strerror(errno)));
   }
   std::string dir = std::filesystem::path(output).parent_path().string();
   if (dir.empty()) dir = ".";
@@ -112,7 +115,8 @@ class FileWriter {
       if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0 ||
           (options_.shuffle && H5Zfilter_avail(H5Z_FILTER_SHUFFLE) <= 0)) {
         return absl::FailedPreconditionError(
-            "this HDF5 library has no deflate or shuffle filter; use --compression none");
+            "this HDF5 library has no deflate or shuffle filter; use "
+            "--compression none");
       }
     }
     Handle fcpl(H5Pcreate(H5P_FILE_CREATE));
@@ -121,17 +125,20 @@ class FileWriter {
     // the same checkpoint always gives the same file; the 1.8 file format
     // (read by every h5py) for attributes over 64 KiB (metadata values).
     if (!fcpl.valid() || !fapl.valid() ||
-        H5Pset_attr_creation_order(fcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED) <
-            0 ||
+        H5Pset_attr_creation_order(
+            fcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED) < 0 ||
         H5Pset_obj_track_times(fcpl.get(), false) < 0 ||
-        H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0) {
+        H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST) <
+            0) {
       return Error(display_name_);
     }
     CKPT_RETURN_IF_ERROR(hdf5::SetOutputDriver(fapl.get(), &state_));
-    file_.Reset(H5Fcreate(file_name_.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
+    file_.Reset(
+        H5Fcreate(file_name_.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
     if (!file_.valid()) return Error(display_name_);
     lcpl_.Reset(H5Pcreate(H5P_LINK_CREATE));
-    if (!lcpl_.valid() || H5Pset_char_encoding(lcpl_.get(), H5T_CSET_UTF8) < 0) {
+    if (!lcpl_.valid() ||
+        H5Pset_char_encoding(lcpl_.get(), H5T_CSET_UTF8) < 0) {
       return Error(display_name_);
     }
     return Written(display_name_);
@@ -143,26 +150,35 @@ class FileWriter {
     if (!root.valid()) return Error(display_name_);
     const hid_t r = root.get();
     absl::Status s = hdf5::WriteStringAttribute(
-        r, hdf5::kAttrFormatVersion, absl::StrCat(format::kFormatMajor, ".", m.minor_version));
+        r, hdf5::kAttrFormatVersion,
+        absl::StrCat(format::kFormatMajor, ".", m.minor_version));
     if (s.ok()) s = hdf5::WriteUInt64Attribute(r, hdf5::kAttrStep, m.info.step);
-    if (s.ok()) s = hdf5::WriteUInt32Attribute(r, hdf5::kAttrWorldSize, m.info.world_size);
-    if (s.ok()) s = hdf5::WriteStringAttribute(r, hdf5::kAttrCheckpointId, format::IdToHex(m.info.id));
-    if (s.ok()) s = hdf5::WriteInt64Attribute(r, hdf5::kAttrCreatedUnixNs, m.info.created_unix_ns);
-    if (s.ok()) s = hdf5::WriteStringAttribute(r, hdf5::kAttrWriter, m.info.writer);
+    if (s.ok())
+      s = hdf5::WriteUInt32Attribute(r, hdf5::kAttrWorldSize,
+                                     m.info.world_size);
+    if (s.ok())
+      s = hdf5::WriteStringAttribute(r, hdf5::kAttrCheckpointId,
+                                     format::IdToHex(m.info.id));
+    if (s.ok())
+      s = hdf5::WriteInt64Attribute(r, hdf5::kAttrCreatedUnixNs,
+                                    m.info.created_unix_ns);
+    if (s.ok())
+      s = hdf5::WriteStringAttribute(r, hdf5::kAttrWriter, m.info.writer);
     for (const auto& [k, v] : m.metadata) {
       if (!s.ok()) break;
       s = Annotate(hdf5::WriteStringAttribute(r, UserMetadataAttrName(k), v),
                    absl::StrCat("metadata key '", k, "'"));
     }
-    CKPT_RETURN_IF_ERROR(Written(absl::StrCat(display_name_, ": root attributes")));
+    CKPT_RETURN_IF_ERROR(
+        Written(absl::StrCat(display_name_, ": root attributes")));
     return Annotate(s, display_name_);
   }
 
   // Creates the dataset of `e` (and the groups above it).
   absl::Status CreateDataset(const Hdf5ExportedEntry& e) {
     Hdf5Lock lock;
-    const std::string where =
-        absl::StrCat(display_name_, ": dataset '", e.path, "' (entry '", e.name, "')");
+    const std::string where = absl::StrCat(display_name_, ": dataset '", e.path,
+                                           "' (entry '", e.name, "')");
     CKPT_RETURN_IF_ERROR(CreateGroupsOf(e.path, where));
     CKPT_ASSIGN_OR_RETURN(Handle type, hdf5::FileTypeFor(e.dtype));
     Handle space;
@@ -170,44 +186,54 @@ class FileWriter {
       space.Reset(H5Screate(H5S_SCALAR));
     } else {
       std::vector<hsize_t> dims(e.shape.begin(), e.shape.end());
-      space.Reset(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+      space.Reset(H5Screate_simple(static_cast<int>(dims.size()), dims.data(),
+                                   nullptr));
     }
     Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
-    if (!space.valid() || !dcpl.valid() || H5Pset_obj_track_times(dcpl.get(), false) < 0 ||
+    if (!space.valid() || !dcpl.valid() ||
+        H5Pset_obj_track_times(dcpl.get(), false) < 0 ||
         H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER) < 0) {
       return Error(where);
     }
     if (!e.chunk.empty()) {
       std::vector<hsize_t> chunk(e.chunk.begin(), e.chunk.end());
-      if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) < 0 ||
-          (options_.shuffle && DTypeSize(e.dtype) > 1 && H5Pset_shuffle(dcpl.get()) < 0) ||
-          H5Pset_deflate(dcpl.get(), static_cast<unsigned>(options_.level)) < 0) {
+      if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()),
+                       chunk.data()) < 0 ||
+          (options_.shuffle && DTypeSize(e.dtype) > 1 &&
+           H5Pset_shuffle(dcpl.get()) < 0) ||
+          H5Pset_deflate(dcpl.get(), static_cast<unsigned>(options_.level)) <
+              0) {
         return Error(where);
       }
     }
-    Handle ds(H5Dcreate2(file_.get(), e.path.c_str(), type.get(), space.get(), lcpl_.get(),
-                         dcpl.get(), H5P_DEFAULT));
+    Handle ds(H5Dcreate2(file_.get(), e.path.c_str(), type.get(), space.get(),
+                         lcpl_.get(), dcpl.get(), H5P_DEFAULT));
     if (!ds.valid()) return Error(where);
     absl::Status s;
     if (e.kind == format::EntryKind::kObject) {
-      s = hdf5::WriteStringAttribute(ds.get(), hdf5::kKindAttr, hdf5::kKindObject);
+      s = hdf5::WriteStringAttribute(ds.get(), hdf5::kKindAttr,
+                                     hdf5::kKindObject);
     } else if (hdf5::StoredRaw(e.dtype)) {
-      s = hdf5::WriteStringAttribute(ds.get(), hdf5::kDTypeAttr, DTypeName(e.dtype));
+      s = hdf5::WriteStringAttribute(ds.get(), hdf5::kDTypeAttr,
+                                     DTypeName(e.dtype));
     }
     CKPT_RETURN_IF_ERROR(Written(where));
     return Annotate(s, absl::StrCat(display_name_, ": dataset '", e.path, "'"));
   }
 
   // Writes `data` (the ckpt bytes of `box`) into the dataset of `e`.
-  absl::Status WriteBox(const Hdf5ExportedEntry& e, const Box& box, const void* data) {
+  absl::Status WriteBox(const Hdf5ExportedEntry& e, const Box& box,
+                        const void* data) {
     Hdf5Lock lock;
-    const std::string where = absl::StrCat(display_name_, ": writing dataset '", e.path,
-                                           "' at ", RegionToString(box));
+    const std::string where =
+        absl::StrCat(display_name_, ": writing dataset '", e.path, "' at ",
+                     RegionToString(box));
     Handle ds(H5Dopen2(file_.get(), e.path.c_str(), H5P_DEFAULT));
     if (!ds.valid()) return Error(where);
     CKPT_ASSIGN_OR_RETURN(Handle type, hdf5::FileTypeFor(e.dtype));
     if (box.size.empty()) {
-      if (H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+      if (H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) <
+          0) {
         return Error(where);
       }
       return Written(where);
@@ -215,29 +241,33 @@ class FileWriter {
     std::vector<hsize_t> start(box.offset.begin(), box.offset.end());
     std::vector<hsize_t> count(box.size.begin(), box.size.end());
     Handle fspace(H5Dget_space(ds.get()));
-    Handle mspace(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
+    Handle mspace(H5Screate_simple(static_cast<int>(count.size()), count.data(),
+                                   nullptr));
     if (!fspace.valid() || !mspace.valid() ||
-        H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
-                            nullptr) < 0 ||
-        H5Dwrite(ds.get(), type.get(), mspace.get(), fspace.get(), H5P_DEFAULT, data) < 0) {
+        H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr,
+                            count.data(), nullptr) < 0 ||
+        H5Dwrite(ds.get(), type.get(), mspace.get(), fspace.get(), H5P_DEFAULT,
+                 data) < 0) {
       return Error(where);
     }
     return Written(where);
   }
 
   // Stores `chunks` (encoded for the filters of `e`'s dataset) as they are.
-  absl::Status WriteChunks(const Hdf5ExportedEntry& e, const hdf5::EncodedChunk* chunks,
-                           size_t count) {
+  absl::Status WriteChunks(const Hdf5ExportedEntry& e,
+                           const hdf5::EncodedChunk* chunks, size_t count) {
     Hdf5Lock lock;
     Handle ds(H5Dopen2(file_.get(), e.path.c_str(), H5P_DEFAULT));
-    if (!ds.valid()) return Error(absl::StrCat(display_name_, ": dataset '", e.path, "'"));
+    if (!ds.valid())
+      return Error(absl::StrCat(display_name_, ": dataset '", e.path, "'"));
     for (size_t i = 0; i < count; ++i) {
       const hdf5::EncodedChunk& c = chunks[i];
-      const std::string where = absl::StrCat(display_name_, ": writing the chunk of dataset '",
-                                             e.path, "' at ", ShapeToString(c.offset));
+      const std::string where =
+          absl::StrCat(display_name_, ": writing the chunk of dataset '",
+                       e.path, "' at ", ShapeToString(c.offset));
       std::vector<hsize_t> offset(c.offset.begin(), c.offset.end());
-      if (H5Dwrite_chunk(ds.get(), H5P_DEFAULT, 0, offset.data(), c.bytes.size(),
-                         c.bytes.data()) < 0) {
+      if (H5Dwrite_chunk(ds.get(), H5P_DEFAULT, 0, offset.data(),
+                         c.bytes.size(), c.bytes.data()) < 0) {
         return Error(where);
       }
       CKPT_RETURN_IF_ERROR(Written(where));
@@ -258,14 +288,17 @@ class FileWriter {
  private:
   // Creates the groups above dataset `path` that do not exist yet,
   // outermost first. REQUIRES: the Hdf5Lock is held.
-  absl::Status CreateGroupsOf(const std::string& path, const std::string& where) {
+  absl::Status CreateGroupsOf(const std::string& path,
+                              const std::string& where) {
     for (size_t pos = path.find('/', 1); pos != std::string::npos;
          pos = path.find('/', pos + 1)) {
       std::string group = path.substr(0, pos);
       if (!groups_.insert(group).second) continue;
       Handle gcpl(H5Pcreate(H5P_GROUP_CREATE));
-      if (!gcpl.valid() || H5Pset_obj_track_times(gcpl.get(), false) < 0) return Error(where);
-      Handle g(H5Gcreate2(file_.get(), group.c_str(), lcpl_.get(), gcpl.get(), H5P_DEFAULT));
+      if (!gcpl.valid() || H5Pset_obj_track_times(gcpl.get(), false) < 0)
+        return Error(where);
+      Handle g(H5Gcreate2(file_.get(), group.c_str(), lcpl_.get(), gcpl.get(),
+                          H5P_DEFAULT));
       if (!g.valid()) return Error(where);
     }
     return absl::OkStatus();
@@ -281,7 +314,8 @@ class FileWriter {
   // The error of a failed HDF5 call: the failed write behind it, if any,
   // else HDF5's innermost message. REQUIRES: the Hdf5Lock is held.
   absl::Status Error(absl::string_view where) const {
-    absl::Status hdf5 = Hdf5Error(absl::StatusCode::kInternal, where);  // clears the stack
+    absl::Status hdf5 =
+        Hdf5Error(absl::StatusCode::kInternal, where);  // clears the stack
     absl::Status io = Written(where);
     return io.ok() ? hdf5 : io;
   }
@@ -298,7 +332,8 @@ class FileWriter {
 // Writes the loaded slabs `jobs[0, count)`, whose bytes follow each other
 // from `data`: chunked datasets through EncodeChunks and H5Dwrite_chunk,
 // the others (scalars; no compression) as hyperslabs.
-absl::Status WriteBatch(FileWriter& w, const std::vector<Hdf5ExportedEntry>& entries,
+absl::Status WriteBatch(FileWriter& w,
+                        const std::vector<Hdf5ExportedEntry>& entries,
                         const SlabJob* jobs, size_t count, const char* data,
                         const Hdf5ExportOptions& options) {
   std::vector<hdf5::Slab> slabs;
@@ -308,7 +343,8 @@ absl::Status WriteBatch(FileWriter& w, const std::vector<Hdf5ExportedEntry>& ent
     if (e.chunk.empty()) {
       CKPT_RETURN_IF_ERROR(w.WriteBox(e, jobs[j].box, data));
     } else {
-      slabs.push_back({&e.shape, &e.chunk, DTypeSize(e.dtype), jobs[j].box, data});
+      slabs.push_back(
+          {&e.shape, &e.chunk, DTypeSize(e.dtype), jobs[j].box, data});
       slab_job.push_back(j);
     }
     data += jobs[j].bytes;
@@ -324,8 +360,8 @@ absl::Status WriteBatch(FileWriter& w, const std::vector<Hdf5ExportedEntry>& ent
   for (size_t c = 0; c < chunks.size();) {
     size_t end = c;
     while (end < chunks.size() && chunks[end].slab == chunks[c].slab) ++end;
-    CKPT_RETURN_IF_ERROR(
-        w.WriteChunks(entries[jobs[slab_job[chunks[c].slab]].entry], &chunks[c], end - c));
+    CKPT_RETURN_IF_ERROR(w.WriteChunks(
+        entries[jobs[slab_job[chunks[c].slab]].entry], &chunks[c], end - c));
     c = end;
   }
   return absl::OkStatus();
@@ -337,12 +373,13 @@ absl::Status ValidateOptions(const Hdf5ExportOptions& o) {
         absl::StrCat("deflate level ", o.level, " is outside 0..9"));
   }
   if (o.chunk_bytes == 0 || o.slab_bytes < o.chunk_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("slab size ", o.slab_bytes,
-                                                   " must be at least the chunk size ",
-                                                   o.chunk_bytes, " (> 0)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slab size ", o.slab_bytes, " must be at least the chunk size ",
+        o.chunk_bytes, " (> 0)"));
   }
   if (o.io_threads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("io_threads ", o.io_threads, " must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("io_threads ", o.io_threads, " must be >= 1"));
   }
   return absl::OkStatus();
 }
@@ -352,7 +389,8 @@ absl::Status CheckOutput(const std::string& output, bool overwrite) {
   auto st = std::filesystem::symlink_status(output, ec);
   if (!ec && std::filesystem::exists(st)) {
     if (std::filesystem::is_directory(st)) {
-      return absl::FailedPreconditionError(absl::StrCat(output, ": is a directory"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(output, ": is a directory"));
     }
     if (!overwrite) {
       return absl::AlreadyExistsError(
@@ -361,17 +399,17 @@ absl::Status CheckOutput(const std::string& output, bool overwrite) {
   }
   std::filesystem::path parent = std::filesystem::path(output).parent_path();
   if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
-    return absl::NotFoundError(
-        absl::StrCat(output, ": directory ", parent.string(), " does not exist"));
+    return absl::NotFoundError(absl::StrCat(
+        output, ": directory ", parent.string(), " does not exist"));
   }
   return absl::OkStatus();
 }
 
-
 // Plan: the result's header and one Hdf5ExportedEntry per manifest entry
 // (dataset path, HDF5 chunk shape, bytes), in manifest order. No I/O.
 // FailedPrecondition for a partial entry; the errors of DatasetPaths.
-absl::StatusOr<Hdf5ExportResult> PlanExport(const Reader& reader, const std::string& output,
+absl::StatusOr<Hdf5ExportResult> PlanExport(const Reader& reader,
+                                            const std::string& output,
                                             const Hdf5ExportOptions& options) {
   const format::Manifest& m = reader.manifest();
   Hdf5ExportResult result;
@@ -383,14 +421,16 @@ absl::StatusOr<Hdf5ExportResult> PlanExport(const Reader& reader, const std::str
   std::vector<std::string> names;
   for (const format::EntryRecord& e : m.entries) {
     if (e.flags & format::kEntryFlagPartial) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          result.checkpoint_dir, ": entry '", e.name,
-          "' is partial (its chunks need not cover the tensor); an HDF5 dataset needs every "
-          "element"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(result.checkpoint_dir, ": entry '", e.name,
+                       "' is partial (its chunks need not cover the tensor); "
+                       "an HDF5 dataset needs every "
+                       "element"));
     }
     names.push_back(e.name);
   }
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> paths, hdf5::DatasetPaths(names));
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> paths,
+                        hdf5::DatasetPaths(names));
   const bool compress = options.compression == Hdf5Compression::kDeflate;
   for (size_t i = 0; i < m.entries.size(); ++i) {
     const format::EntryRecord& e = m.entries[i];
@@ -400,7 +440,8 @@ absl::StatusOr<Hdf5ExportResult> PlanExport(const Reader& reader, const std::str
     x.dtype = e.kind == format::EntryKind::kObject ? DType::kUInt8 : e.dtype;
     x.shape = e.shape;
     x.path = paths[i];
-    if (compress) x.chunk = ChunkShape(x.shape, DTypeSize(x.dtype), options.chunk_bytes);
+    if (compress)
+      x.chunk = ChunkShape(x.shape, DTypeSize(x.dtype), options.chunk_bytes);
     x.bytes = DTypeSize(x.dtype);
     for (uint64_t d : x.shape) x.bytes *= d;
     result.logical_bytes += x.bytes;
@@ -422,8 +463,9 @@ absl::StatusOr<std::string> CreateTempFile(const std::string& output) {
       return tmp;
     }
     if (errno != EEXIST || attempt == 100) {
-      return absl::InternalError(absl::StrCat(output, ": creating the temporary file ", tmp,
-                                              ": ", std::strerror(errno)));
+      return absl::InternalError(absl::StrCat(output,
+                                              ": creating the temporary file ",
+                                              tmp, ": ", std::strerror(errno)));
     }
   }
 }
@@ -446,9 +488,9 @@ class RemoveOnFailure {
 // object whole (read with `reader`), and returns the slabs in which the
 // tensors are to be streamed, in entry order. Reports the objects'
 // progress.
-absl::StatusOr<std::vector<SlabJob>> CreateDatasets(FileWriter& w, Reader& reader,
-                                                    const Hdf5ExportResult& result,
-                                                    const Hdf5ExportOptions& options) {
+absl::StatusOr<std::vector<SlabJob>> CreateDatasets(
+    FileWriter& w, Reader& reader, const Hdf5ExportResult& result,
+    const Hdf5ExportOptions& options) {
   std::vector<SlabJob> jobs;
   for (size_t i = 0; i < result.entries.size(); ++i) {
     const Hdf5ExportedEntry& e = result.entries[i];
@@ -458,7 +500,8 @@ absl::StatusOr<std::vector<SlabJob>> CreateDatasets(FileWriter& w, Reader& reade
       if (!bytes.empty()) {
         CKPT_RETURN_IF_ERROR(w.WriteBox(e, FullBox(e.shape), bytes.data()));
       }
-      if (options.progress) options.progress(bytes.size(), result.logical_bytes);
+      if (options.progress)
+        options.progress(bytes.size(), result.logical_bytes);
       continue;
     }
     if (e.bytes == 0 && !e.shape.empty()) continue;  // no elements
@@ -479,7 +522,8 @@ std::vector<std::pair<size_t, size_t>> Batches(const std::vector<SlabJob>& jobs,
   for (size_t b = 0; b < jobs.size();) {
     size_t end = b;
     uint64_t bytes = 0;
-    while (end < jobs.size() && (end == b || bytes + jobs[end].bytes <= max_bytes)) {
+    while (end < jobs.size() &&
+           (end == b || bytes + jobs[end].bytes <= max_bytes)) {
       bytes += jobs[end++].bytes;
     }
     batches.emplace_back(b, end);
@@ -491,8 +535,9 @@ std::vector<std::pair<size_t, size_t>> Batches(const std::vector<SlabJob>& jobs,
 // Loads the slabs `jobs[begin, end)` with one Reader::Load into `buffer`,
 // one after the other.
 absl::Status LoadBatch(Reader& reader, const Hdf5ExportResult& result,
-                       const std::vector<SlabJob>& jobs, std::pair<size_t, size_t> batch,
-                       char* buffer, int io_threads) {
+                       const std::vector<SlabJob>& jobs,
+                       std::pair<size_t, size_t> batch, char* buffer,
+                       int io_threads) {
   std::vector<LoadRequest> reqs;
   for (size_t j = batch.first; j < batch.second; ++j) {
     const Hdf5ExportedEntry& e = result.entries[jobs[j].entry];
@@ -515,9 +560,12 @@ absl::Status LoadBatch(Reader& reader, const Hdf5ExportResult& result,
 // loading (on another thread, into the other of two buffers) while this
 // one is written. Returns after the last write, or at the first error once
 // no load is running.
-absl::Status StreamTensors(FileWriter& w, Reader& reader, const Hdf5ExportResult& result,
-                           const std::vector<SlabJob>& jobs, const Hdf5ExportOptions& options) {
-  const std::vector<std::pair<size_t, size_t>> batches = Batches(jobs, options.slab_bytes);
+absl::Status StreamTensors(FileWriter& w, Reader& reader,
+                           const Hdf5ExportResult& result,
+                           const std::vector<SlabJob>& jobs,
+                           const Hdf5ExportOptions& options) {
+  const std::vector<std::pair<size_t, size_t>> batches =
+      Batches(jobs, options.slab_bytes);
   if (batches.empty()) return absl::OkStatus();
   uint64_t max_batch = 0;
   for (const auto& [begin, end] : batches) {
@@ -535,7 +583,8 @@ absl::Status StreamTensors(FileWriter& w, Reader& reader, const Hdf5ExportResult
   std::future<absl::Status> next = std::async(std::launch::async, load, 0);
   for (size_t bi = 0; bi < batches.size(); ++bi) {
     CKPT_RETURN_IF_ERROR(next.get());
-    if (bi + 1 < batches.size()) next = std::async(std::launch::async, load, bi + 1);
+    if (bi + 1 < batches.size())
+      next = std::async(std::launch::async, load, bi + 1);
     const auto [begin, end] = batches[bi];
     absl::Status s = WriteBatch(w, result.entries, &jobs[begin], end - begin,
                                 buffers[bi % 2].get(), options);
@@ -544,7 +593,8 @@ absl::Status StreamTensors(FileWriter& w, Reader& reader, const Hdf5ExportResult
       return s;
     }
     for (size_t j = begin; j < end; ++j) {
-      if (options.progress) options.progress(jobs[j].bytes, result.logical_bytes);
+      if (options.progress)
+        options.progress(jobs[j].bytes, result.logical_bytes);
     }
   }
   return absl::OkStatus();
@@ -553,7 +603,8 @@ absl::Status StreamTensors(FileWriter& w, Reader& reader, const Hdf5ExportResult
 // Writes the whole HDF5 file `tmp` (named `output` in messages): root
 // attributes, datasets and objects, tensors; OK once it is closed with
 // every byte written.
-absl::Status WriteFile(const std::string& tmp, Reader& reader, const Hdf5ExportResult& result,
+absl::Status WriteFile(const std::string& tmp, Reader& reader,
+                       const Hdf5ExportResult& result,
                        const Hdf5ExportOptions& options) {
   FileWriter w(tmp, result.output, options);
   CKPT_RETURN_IF_ERROR(w.Create());
@@ -586,11 +637,13 @@ Dims ChunkShape(const Shape& shape, int elem_size, uint64_t target_bytes) {
   return chunk;
 }
 
-Dims SlabShape(const Shape& shape, const Dims& chunk, int elem_size, uint64_t max_bytes) {
+Dims SlabShape(const Shape& shape, const Dims& chunk, int elem_size,
+               uint64_t max_bytes) {
   Dims slab(shape.size(), 1);
   uint64_t chunk_elements = 1;
   for (uint64_t c : chunk) chunk_elements *= c;
-  const uint64_t budget = std::max<uint64_t>(chunk_elements, max_bytes / elem_size);
+  const uint64_t budget =
+      std::max<uint64_t>(chunk_elements, max_bytes / elem_size);
   uint64_t inner = 1;
   for (size_t i = shape.size(); i > 0; --i) {
     const size_t d = i - 1;
@@ -607,13 +660,16 @@ Dims SlabShape(const Shape& shape, const Dims& chunk, int elem_size, uint64_t ma
   return slab;
 }
 
-absl::StatusOr<Hdf5ExportResult> ExportHdf5(const std::string& source, const std::string& output,
+absl::StatusOr<Hdf5ExportResult> ExportHdf5(const std::string& source,
+                                            const std::string& output,
                                             const Hdf5ExportOptions& options) {
   CKPT_RETURN_IF_ERROR(ValidateOptions(options));
   ReaderOptions ro;
   ro.io_threads = options.io_threads;
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader, Reader::Open(source, ro));
-  CKPT_ASSIGN_OR_RETURN(Hdf5ExportResult result, PlanExport(*reader, output, options));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
+                        Reader::Open(source, ro));
+  CKPT_ASSIGN_OR_RETURN(Hdf5ExportResult result,
+                        PlanExport(*reader, output, options));
   CKPT_RETURN_IF_ERROR(CheckOutput(output, options.overwrite));
   CKPT_ASSIGN_OR_RETURN(std::string tmp, CreateTempFile(output));
   RemoveOnFailure cleanup(tmp);

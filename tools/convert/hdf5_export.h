@@ -24,22 +24,23 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "ckpt/types.h"
 #include "ckpt/format/records.h"
+#include "ckpt/types.h"
 
 namespace ckpt::tools {
-
 
 enum class Hdf5Compression { kNone, kDeflate };
 
 struct Hdf5ExportOptions {
   Hdf5Compression compression = Hdf5Compression::kDeflate;
-  int level = 4;             // deflate level, 0..9
-  bool shuffle = true;       // byte shuffle before deflate (elements wider than a byte)
-  bool overwrite = false;    // replace an existing output file
+  int level = 4;  // deflate level, 0..9
+  bool shuffle =
+      true;  // byte shuffle before deflate (elements wider than a byte)
+  bool overwrite = false;             // replace an existing output file
   uint64_t chunk_bytes = 1ull << 20;  // target bytes per HDF5 chunk
-  uint64_t slab_bytes = 64ull << 20;  // most bytes loaded at once (>= chunk_bytes)
-  int io_threads = 4;                 // ckpt::Reader threads
+  uint64_t slab_bytes = 64ull
+                        << 20;  // most bytes loaded at once (>= chunk_bytes)
+  int io_threads = 4;           // ckpt::Reader threads
   // Threads that shuffle and deflate chunks (HDF5 itself would use one);
   // 0 = one per hardware thread.
   int compress_threads = 0;
@@ -54,7 +55,8 @@ struct Hdf5ExportedEntry {
   DType dtype = DType::kFloat32;
   Shape shape;       // objects: {byte length}
   std::string path;  // HDF5 dataset path
-  Dims chunk;        // HDF5 chunk shape; empty = contiguous (scalars, empty data, no compression)
+  Dims chunk;  // HDF5 chunk shape; empty = contiguous (scalars, empty data, no
+               // compression)
   uint64_t bytes = 0;
 };
 
@@ -78,7 +80,8 @@ struct Hdf5ExportResult {
 // partial entry (its chunks do not cover the tensor, so there is no full
 // dataset to write); InvalidArgument for bad options; HDF5 failures
 // (Internal) naming the file and dataset.
-absl::StatusOr<Hdf5ExportResult> ExportHdf5(const std::string& source, const std::string& output,
+absl::StatusOr<Hdf5ExportResult> ExportHdf5(const std::string& source,
+                                            const std::string& output,
                                             const Hdf5ExportOptions& options);
 
 // The HDF5 chunk shape for a dataset of `shape`: the trailing dims whole and
@@ -91,7 +94,8 @@ Dims ChunkShape(const Shape& shape, int elem_size, uint64_t target_bytes);
 // max(one chunk, max_bytes) bytes: dims after some dim k whole, dim k a
 // multiple of its chunk dim, dims before k one. REQUIRES: shape has
 // elements; `chunk` empty or of the same rank.
-Dims SlabShape(const Shape& shape, const Dims& chunk, int elem_size, uint64_t max_bytes);
+Dims SlabShape(const Shape& shape, const Dims& chunk, int elem_size,
+               uint64_t max_bytes);
 
 }  // namespace ckpt::tools
 

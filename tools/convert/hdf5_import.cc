@@ -12,13 +12,15 @@ namespace ckpt::tools {
 using hdf5::Handle;
 using hdf5::Hdf5Lock;
 
-absl::StatusOr<Hdf5ImportResult> ImportHdf5(const std::string& input, const std::string& root,
+absl::StatusOr<Hdf5ImportResult> ImportHdf5(const std::string& input,
+                                            const std::string& root,
                                             const Hdf5ImportOptions& options) {
   std::error_code ec;
   auto st = std::filesystem::status(root, ec);
-  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_directory(st)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(root, ": exists and is not a directory (a checkpoint root)"));
+  if (!ec && std::filesystem::exists(st) &&
+      !std::filesystem::is_directory(st)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        root, ": exists and is not a directory (a checkpoint root)"));
   }
   Hdf5ImportResult result;
   result.input = input;
@@ -46,11 +48,13 @@ absl::StatusOr<Hdf5ImportResult> ImportHdf5(const std::string& input, const std:
   const std::string step_dir =
       (std::filesystem::path(root) / format::StepDirName(result.step)).string();
   if (!options.overwrite && std::filesystem::exists(step_dir, ec)) {
-    return absl::AlreadyExistsError(absl::StrCat(step_dir, ": a checkpoint of step ", result.step,
-                                                 " already exists (use --force to replace it)"));
+    return absl::AlreadyExistsError(
+        absl::StrCat(step_dir, ": a checkpoint of step ", result.step,
+                     " already exists (use --force to replace it)"));
   }
 
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Writer> writer, Writer::Create(Writer::Options{}));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Writer> writer,
+                        Writer::Create(Writer::Options{}));
   const hid_t fid = file.get();
   for (const ImportPlanEntry& e : result.plan.entries) {
     if (e.kind == format::EntryKind::kObject) {
@@ -60,17 +64,20 @@ absl::StatusOr<Hdf5ImportResult> ImportHdf5(const std::string& input, const std:
         bytes = ReadObjectBytes(fid, e);
       }
       if (!bytes.ok()) return Annotate(bytes.status(), input);
-      if (options.progress) options.progress(bytes->size(), result.plan.logical_bytes);
+      if (options.progress)
+        options.progress(bytes->size(), result.plan.logical_bytes);
       CKPT_RETURN_IF_ERROR(writer->SetObject(e.name, *std::move(bytes)));
       continue;
     }
     const uint64_t es = DTypeSize(e.dtype);
     const uint64_t total = result.plan.logical_bytes;
     TensorSource source = [fid, &e, es, total, &input, &options](
-                              uint64_t offset, void* dst, uint64_t n) -> absl::Status {
+                              uint64_t offset, void* dst,
+                              uint64_t n) -> absl::Status {
       if (offset % es != 0 || n % es != 0) {
-        return absl::InternalError(absl::StrCat("entry '", e.name, "': byte range [", offset,
-                                                ", ", offset + n, ") is not whole elements"));
+        return absl::InternalError(
+            absl::StrCat("entry '", e.name, "': byte range [", offset, ", ",
+                         offset + n, ") is not whole elements"));
       }
       Hdf5Lock lock;
       absl::Status s = ReadElements(fid, e, offset / es, n / es, dst);
@@ -79,8 +86,8 @@ absl::StatusOr<Hdf5ImportResult> ImportHdf5(const std::string& input, const std:
       if (options.progress) options.progress(n, total);
       return absl::OkStatus();
     };
-    CKPT_RETURN_IF_ERROR(
-        writer->AddTensorSource(e.name, e.dtype, e.shape, FullBox(e.shape), std::move(source)));
+    CKPT_RETURN_IF_ERROR(writer->AddTensorSource(
+        e.name, e.dtype, e.shape, FullBox(e.shape), std::move(source)));
   }
   SaveOptions so;
   so.codec = options.codec;

@@ -48,7 +48,8 @@ struct Hdf5ImportResult {
 // FailedPrecondition if `root` exists and is not a directory;
 // AlreadyExists if the step exists and !overwrite; DataLoss for read
 // errors, naming the file and dataset; the Writer's errors.
-absl::StatusOr<Hdf5ImportResult> ImportHdf5(const std::string& input, const std::string& root,
+absl::StatusOr<Hdf5ImportResult> ImportHdf5(const std::string& input,
+                                            const std::string& root,
                                             const Hdf5ImportOptions& options);
 
 }  // namespace ckpt::tools

@@ -10,7 +10,8 @@
 
 namespace ckpt::tools::hdf5 {
 
-absl::StatusOr<std::vector<std::string>> DatasetPaths(const std::vector<std::string>& names) {
+absl::StatusOr<std::vector<std::string>> DatasetPaths(
+    const std::vector<std::string>& names) {
   // Every path, and every group that some path lies in.
   std::vector<std::string> paths;
   paths.reserve(names.size());
@@ -18,14 +19,16 @@ absl::StatusOr<std::vector<std::string>> DatasetPaths(const std::vector<std::str
   for (const std::string& name : names) {
     CKPT_RETURN_IF_ERROR(format::ValidateEntryName(name));
     if (!seen.insert(name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("entry name '", name, "' given twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("entry name '", name, "' given twice"));
     }
     std::string path;
     bool first = true;
     for (absl::string_view part : absl::StrSplit(name, '.')) {
       if (!first) groups.insert(path);
       first = false;
-      absl::StrAppend(&path, "/", part.empty() ? absl::string_view(kEmptyLink) : part);
+      absl::StrAppend(&path, "/",
+                      part.empty() ? absl::string_view(kEmptyLink) : part);
     }
     paths.push_back(std::move(path));
   }
@@ -36,12 +39,14 @@ absl::StatusOr<std::vector<std::string>> DatasetPaths(const std::vector<std::str
 }
 
 absl::StatusOr<std::string> EntryNameOfPath(absl::string_view path) {
-  std::vector<absl::string_view> links = absl::StrSplit(path, '/', absl::SkipEmpty());
+  std::vector<absl::string_view> links =
+      absl::StrSplit(path, '/', absl::SkipEmpty());
   if (links.size() >= 2 && links.back() == kSelfLink) links.pop_back();
   std::vector<absl::string_view> parts;
   parts.reserve(links.size());
   // "" (not a default string_view): StrJoin copies from every part's data().
-  for (absl::string_view l : links) parts.push_back(l == kEmptyLink ? absl::string_view("") : l);
+  for (absl::string_view l : links)
+    parts.push_back(l == kEmptyLink ? absl::string_view("") : l);
   std::string name = absl::StrJoin(parts, ".");
   absl::Status s = format::ValidateEntryName(name);
   if (!s.ok()) {

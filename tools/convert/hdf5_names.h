@@ -36,17 +36,19 @@ inline constexpr char kEmptyLink[] = ".empty";
 // of their own name; a key that begins with "ckpt_" gets one more "ckpt_"
 // in front, so "ckpt_x" is stored as "ckpt_ckpt_x").
 inline constexpr char kAttrFormatVersion[] = "ckpt_format_version";  // "1.0"
-inline constexpr char kAttrStep[] = "ckpt_step";                      // uint64
-inline constexpr char kAttrWorldSize[] = "ckpt_world_size";           // uint32
-inline constexpr char kAttrCheckpointId[] = "ckpt_checkpoint_id";     // 32 hex digits
+inline constexpr char kAttrStep[] = "ckpt_step";                     // uint64
+inline constexpr char kAttrWorldSize[] = "ckpt_world_size";          // uint32
+inline constexpr char kAttrCheckpointId[] =
+    "ckpt_checkpoint_id";  // 32 hex digits
 inline constexpr char kAttrCreatedUnixNs[] = "ckpt_created_unix_ns";  // int64
-inline constexpr char kAttrWriter[] = "ckpt_writer";                  // "ckpt 0.1.0"
+inline constexpr char kAttrWriter[] = "ckpt_writer";  // "ckpt 0.1.0"
 inline constexpr char kReservedAttrPrefix[] = "ckpt_";
 
 // The dataset path ("/a/b") of each of `names`, in the same order.
 // InvalidArgument for an invalid entry name (format::ValidateEntryName) or a
 // name given twice.
-absl::StatusOr<std::vector<std::string>> DatasetPaths(const std::vector<std::string>& names);
+absl::StatusOr<std::vector<std::string>> DatasetPaths(
+    const std::vector<std::string>& names);
 
 // The entry name of the dataset at `path` ("/a/b" or "a/b", as H5Ovisit
 // reports it). InvalidArgument naming the path when the result is not a

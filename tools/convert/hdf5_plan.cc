@@ -41,7 +41,8 @@ std::string ObjectKey(const ObjectInfo& i) {
 herr_t GetObjectInfoByName(hid_t loc, const char* name, ObjectInfo* info) {
   return H5Oget_info_by_name3(loc, name, info, H5O_INFO_BASIC, H5P_DEFAULT);
 }
-herr_t IterateLinks(hid_t g, herr_t (*op)(hid_t, const char*, const LinkInfo*, void*),
+herr_t IterateLinks(hid_t g,
+                    herr_t (*op)(hid_t, const char*, const LinkInfo*, void*),
                     void* data) {
   hsize_t idx = 0;
   return H5Literate2(g, H5_INDEX_NAME, H5_ITER_NATIVE, &idx, op, data);
@@ -49,11 +50,14 @@ herr_t IterateLinks(hid_t g, herr_t (*op)(hid_t, const char*, const LinkInfo*, v
 #else
 using ObjectInfo = H5O_info_t;
 using LinkInfo = H5L_info_t;
-std::string ObjectKey(const ObjectInfo& i) { return absl::StrCat(i.fileno, ":", i.addr); }
+std::string ObjectKey(const ObjectInfo& i) {
+  return absl::StrCat(i.fileno, ":", i.addr);
+}
 herr_t GetObjectInfoByName(hid_t loc, const char* name, ObjectInfo* info) {
   return H5Oget_info_by_name2(loc, name, info, H5O_INFO_BASIC, H5P_DEFAULT);
 }
-herr_t IterateLinks(hid_t g, herr_t (*op)(hid_t, const char*, const LinkInfo*, void*),
+herr_t IterateLinks(hid_t g,
+                    herr_t (*op)(hid_t, const char*, const LinkInfo*, void*),
                     void* data) {
   hsize_t idx = 0;
   return H5Literate(g, H5_INDEX_NAME, H5_ITER_NATIVE, &idx, op, data);
@@ -112,7 +116,8 @@ herr_t CollectLink(hid_t, const char* name, const LinkInfo* info, void* data) {
 // ignored), sorted. Soft, external and user-defined links are not
 // followed. Bounded: kMaxVisitedObjects links, paths of kMaxPath bytes.
 absl::Status ListDatasets(hid_t file, std::vector<std::string>* datasets,
-                          std::vector<ImportSkipped>* skipped, bool skip_unsupported) {
+                          std::vector<ImportSkipped>* skipped,
+                          bool skip_unsupported) {
   absl::flat_hash_set<std::string> seen;
   {
     ObjectInfo info;
@@ -121,7 +126,8 @@ absl::Status ListDatasets(hid_t file, std::vector<std::string>* datasets,
     }
     seen.insert(ObjectKey(info));
   }
-  auto problem = [&](const std::string& what, std::string message) -> absl::Status {
+  auto problem = [&](const std::string& what,
+                     std::string message) -> absl::Status {
     absl::Status s = absl::InvalidArgumentError(std::move(message));
     if (!skip_unsupported) return s;
     skipped->push_back({what, std::string(s.message())});
@@ -139,7 +145,8 @@ absl::Status ListDatasets(hid_t file, std::vector<std::string>* datasets,
     GroupLinks links;
     links.total = &total;
     if (IterateLinks(g.get(), CollectLink, &links) < 0) {
-      return Hdf5Error(absl::StatusCode::kDataLoss, absl::StrCat(where, ": its links"));
+      return Hdf5Error(absl::StatusCode::kDataLoss,
+                       absl::StrCat(where, ": its links"));
     }
     if (links.too_many) {
       return absl::InvalidArgumentError(
@@ -147,23 +154,27 @@ absl::Status ListDatasets(hid_t file, std::vector<std::string>* datasets,
     }
     if (!links.links.empty() && group_path.size() > kMaxPath) {
       CKPT_RETURN_IF_ERROR(problem(
-          shown, absl::StrCat(where, ": nested too deep (a path of ", group_path.size(),
-                              " bytes; entry names have at most ", format::kMaxNameLength,
-                              ")")));
+          shown,
+          absl::StrCat(where, ": nested too deep (a path of ",
+                       group_path.size(), " bytes; entry names have at most ",
+                       format::kMaxNameLength, ")")));
       continue;
     }
     for (const GroupLinks::Link& link : links.links) {
       if (!link.hard) continue;  // not followed
       const std::string path = absl::StrCat(group_path, "/", link.name);
       if (link.name.size() > kMaxPath) {
-        CKPT_RETURN_IF_ERROR(problem(
-            path, absl::StrCat(where, ": a link name of more than ", kMaxPath, " bytes")));
+        CKPT_RETURN_IF_ERROR(
+            problem(path, absl::StrCat(where, ": a link name of more than ",
+                                       kMaxPath, " bytes")));
         continue;
       }
-      if (link.name.empty() || link.name == "." || link.name.find('/') != std::string::npos) {
-        CKPT_RETURN_IF_ERROR(
-            problem(path, absl::StrCat(where, ": link name '", absl::CHexEscape(link.name),
-                                       "' is not a path part")));
+      if (link.name.empty() || link.name == "." ||
+          link.name.find('/') != std::string::npos) {
+        CKPT_RETURN_IF_ERROR(problem(
+            path,
+            absl::StrCat(where, ": link name '", absl::CHexEscape(link.name),
+                         "' is not a path part")));
         continue;
       }
       ObjectInfo oinfo;
@@ -171,7 +182,8 @@ absl::Status ListDatasets(hid_t file, std::vector<std::string>* datasets,
         return Hdf5Error(absl::StatusCode::kDataLoss,
                          absl::StrCat("object '", Shown(path), "'"));
       }
-      if (!seen.insert(ObjectKey(oinfo)).second) continue;  // another hard link to it
+      if (!seen.insert(ObjectKey(oinfo)).second)
+        continue;  // another hard link to it
       if (oinfo.type == H5O_TYPE_GROUP) {
         stack.push_back(path);
       } else if (oinfo.type == H5O_TYPE_DATASET) {
@@ -184,24 +196,26 @@ absl::Status ListDatasets(hid_t file, std::vector<std::string>* datasets,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<std::string>> SmallStringAttr(hid_t obj, absl::string_view name,
-                                                           absl::string_view where) {
+absl::StatusOr<std::optional<std::string>> SmallStringAttr(
+    hid_t obj, absl::string_view name, absl::string_view where) {
   return hdf5::ReadBytesAttribute(obj, name, 256, where);
 }
 
-absl::Status CheckStorage(hid_t ds, uint64_t type_size, absl::string_view where) {
+absl::Status CheckStorage(hid_t ds, uint64_t type_size,
+                          absl::string_view where) {
   Handle dcpl(H5Dget_create_plist(ds));
   if (!dcpl.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, where);
   H5D_layout_t layout = H5Pget_layout(dcpl.get());
-  if (layout != H5D_COMPACT && layout != H5D_CONTIGUOUS && layout != H5D_CHUNKED) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": unsupported storage layout (",
-                     layout == H5D_VIRTUAL ? "virtual dataset" : "unknown", ")"));
+  if (layout != H5D_COMPACT && layout != H5D_CONTIGUOUS &&
+      layout != H5D_CHUNKED) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": unsupported storage layout (",
+        layout == H5D_VIRTUAL ? "virtual dataset" : "unknown", ")"));
   }
   int external = H5Pget_external_count(dcpl.get());
   if (external != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": its raw data is in external files, which are never read"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": its raw data is in external files, which are never read"));
   }
   if (layout == H5D_CHUNKED) {
     hsize_t chunk[H5S_MAX_RANK];
@@ -216,8 +230,9 @@ absl::Status CheckStorage(hid_t ds, uint64_t type_size, absl::string_view where)
       bytes *= chunk[d];
     }
     if (bytes > kMaxImportChunkBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": HDF5 chunks of more than ", kMaxImportChunkBytes, " bytes are not read"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": HDF5 chunks of more than ",
+                       kMaxImportChunkBytes, " bytes are not read"));
     }
   }
   int nfilters = H5Pget_nfilters(dcpl.get());
@@ -226,20 +241,22 @@ absl::Status CheckStorage(hid_t ds, uint64_t type_size, absl::string_view where)
     unsigned flags = 0, config = 0;
     size_t nelmts = 0;
     char fname[64] = {0};
-    H5Z_filter_t id = H5Pget_filter2(dcpl.get(), i, &flags, &nelmts, nullptr, sizeof(fname),
-                                     fname, &config);
+    H5Z_filter_t id = H5Pget_filter2(dcpl.get(), i, &flags, &nelmts, nullptr,
+                                     sizeof(fname), fname, &config);
     if (id < 0) return Hdf5Error(absl::StatusCode::kDataLoss, where);
     if (H5Zfilter_avail(id) <= 0) {
       H5Eclear2(H5E_DEFAULT);
       fname[sizeof(fname) - 1] = '\0';
-      return absl::InvalidArgumentError(absl::StrCat(where, ": HDF5 filter ", id, " ('",
-                                                     Shown(fname), "') is not available"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": HDF5 filter ",
+                                                     id, " ('", Shown(fname),
+                                                     "') is not available"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<ImportPlanEntry> PlanDataset(hid_t file, const std::string& path) {
+absl::StatusOr<ImportPlanEntry> PlanDataset(hid_t file,
+                                            const std::string& path) {
   const std::string where = DatasetWhere(path);
   ImportPlanEntry e;
   e.path = path;
@@ -252,7 +269,8 @@ absl::StatusOr<ImportPlanEntry> PlanDataset(hid_t file, const std::string& path)
                         SmallStringAttr(ds.get(), hdf5::kKindAttr, where));
   Handle type(H5Dget_type(ds.get()));
   if (!type.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, where);
-  CKPT_ASSIGN_OR_RETURN(hdf5::ImportType it, hdf5::ClassifyType(type.get(), dtype_attr, where));
+  CKPT_ASSIGN_OR_RETURN(hdf5::ImportType it,
+                        hdf5::ClassifyType(type.get(), dtype_attr, where));
   e.dtype = it.dtype;
   e.mem = it.mem;
 
@@ -263,7 +281,8 @@ absl::StatusOr<ImportPlanEntry> PlanDataset(hid_t file, const std::string& path)
       break;
     case H5S_SIMPLE: {
       int nd = H5Sget_simple_extent_ndims(space.get());
-      if (nd < 0 || nd > H5S_MAX_RANK) return Hdf5Error(absl::StatusCode::kDataLoss, where);
+      if (nd < 0 || nd > H5S_MAX_RANK)
+        return Hdf5Error(absl::StatusCode::kDataLoss, where);
       hsize_t dims[H5S_MAX_RANK];
       if (H5Sget_simple_extent_dims(space.get(), dims, nullptr) < 0) {
         return Hdf5Error(absl::StatusCode::kDataLoss, where);
@@ -272,24 +291,25 @@ absl::StatusOr<ImportPlanEntry> PlanDataset(hid_t file, const std::string& path)
       break;
     }
     case H5S_NULL:
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": null dataspace (no shape, as h5py.Empty writes)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": null dataspace (no shape, as h5py.Empty writes)"));
     default:
       return Hdf5Error(absl::StatusCode::kDataLoss, where);
   }
-  CKPT_RETURN_IF_ERROR(
-      Annotate(ValidateShape(e.shape, static_cast<int>(it.element_size)), where));
+  CKPT_RETURN_IF_ERROR(Annotate(
+      ValidateShape(e.shape, static_cast<int>(it.element_size)), where));
   CKPT_RETURN_IF_ERROR(CheckStorage(ds.get(), it.element_size, where));
   uint64_t numel = 1;
   for (uint64_t d : e.shape) numel *= d;  // ValidateShape: fits in int64
   e.bytes = numel * it.element_size;
 
-  const bool object_attr = kind_attr.has_value() && *kind_attr == hdf5::kKindObject;
-  if (kind_attr.has_value() && !object_attr && *kind_attr != hdf5::kKindTensor) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": attribute ", hdf5::kKindAttr, " is '",
-                                                   Shown(*kind_attr), "', not '",
-                                                   hdf5::kKindObject, "' or '",
-                                                   hdf5::kKindTensor, "'"));
+  const bool object_attr =
+      kind_attr.has_value() && *kind_attr == hdf5::kKindObject;
+  if (kind_attr.has_value() && !object_attr &&
+      *kind_attr != hdf5::kKindTensor) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": attribute ", hdf5::kKindAttr, " is '", Shown(*kind_attr),
+        "', not '", hdf5::kKindObject, "' or '", hdf5::kKindTensor, "'"));
   }
   if (it.opaque) {
     if (kind_attr.has_value() && !object_attr) {
@@ -298,20 +318,22 @@ absl::StatusOr<ImportPlanEntry> PlanDataset(hid_t file, const std::string& path)
     }
     if (e.shape.size() > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": an opaque dataset must be a scalar or 1-d, not ", ShapeToString(e.shape)));
+          where, ": an opaque dataset must be a scalar or 1-d, not ",
+          ShapeToString(e.shape)));
     }
   } else if (object_attr &&
-             (e.dtype != DType::kUInt8 || e.mem != hdf5::MemKind::kU8 || e.shape.size() != 1)) {
+             (e.dtype != DType::kUInt8 || e.mem != hdf5::MemKind::kU8 ||
+              e.shape.size() != 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ": attribute ", hdf5::kKindAttr, " is 'object' but the dataset is ",
-        hdf5::TypeDescription(type.get()), " ", ShapeToString(e.shape),
-        ", not a 1-d array of uint8"));
+        where, ": attribute ", hdf5::kKindAttr,
+        " is 'object' but the dataset is ", hdf5::TypeDescription(type.get()),
+        " ", ShapeToString(e.shape), ", not a 1-d array of uint8"));
   }
   if (it.opaque || object_attr) {
     if (e.bytes > kMaxImportObjectBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": an object of ", e.bytes,
-                                                     " bytes; the limit is ",
-                                                     kMaxImportObjectBytes));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": an object of ", e.bytes,
+                       " bytes; the limit is ", kMaxImportObjectBytes));
     }
     e.kind = format::EntryKind::kObject;
     e.dtype = DType::kUInt8;
@@ -322,10 +344,12 @@ absl::StatusOr<ImportPlanEntry> PlanDataset(hid_t file, const std::string& path)
 
 // A root attribute as a metadata value: strings and byte arrays as they
 // are, scalar numbers and booleans as text.
-absl::StatusOr<std::string> ReadMetadataValue(hid_t attr, absl::string_view what) {
+absl::StatusOr<std::string> ReadMetadataValue(hid_t attr,
+                                              absl::string_view what) {
   Handle type(H5Aget_type(attr));
   Handle space(H5Aget_space(attr));
-  if (!type.valid() || !space.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, what);
+  if (!type.valid() || !space.valid())
+    return Hdf5Error(absl::StatusCode::kDataLoss, what);
   const bool scalar = H5Sget_simple_extent_type(space.get()) == H5S_SCALAR;
   const H5T_class_t cls = H5Tget_class(type.get());
   const size_t size = H5Tget_size(type.get());
@@ -351,14 +375,17 @@ absl::StatusOr<std::string> ReadMetadataValue(hid_t attr, absl::string_view what
     return size == 8 ? absl::StrFormat("%.17g", v) : absl::StrFormat("%.9g", v);
   }
   if (scalar && cls == H5T_ENUM) {
-    CKPT_ASSIGN_OR_RETURN(hdf5::ImportType it, hdf5::ClassifyType(type.get(), std::nullopt, what));
+    CKPT_ASSIGN_OR_RETURN(hdf5::ImportType it,
+                          hdf5::ClassifyType(type.get(), std::nullopt, what));
     (void)it;  // a bool enum
     CKPT_ASSIGN_OR_RETURN(Handle mem, hdf5::MakeBoolType());
     int8_t v = 0;
-    if (H5Aread(attr, mem.get(), &v) < 0) return Hdf5Error(absl::StatusCode::kDataLoss, what);
+    if (H5Aread(attr, mem.get(), &v) < 0)
+      return Hdf5Error(absl::StatusCode::kDataLoss, what);
     return std::string(v ? "true" : "false");
   }
-  return hdf5::ReadBytesAttributeById(attr, format::kMaxMetadataValueLength, what);
+  return hdf5::ReadBytesAttributeById(attr, format::kMaxMetadataValueLength,
+                                      what);
 }
 
 herr_t CollectAttrName(hid_t, const char* name, const H5A_info_t*, void* data) {
@@ -368,41 +395,50 @@ herr_t CollectAttrName(hid_t, const char* name, const H5A_info_t*, void* data) {
   return 0;
 }
 
-absl::Status PlanRootAttribute(hid_t root, const std::string& name, ImportPlan* plan) {
+absl::Status PlanRootAttribute(hid_t root, const std::string& name,
+                               ImportPlan* plan) {
   const std::string what = absl::StrCat("root attribute '", Shown(name), "'");
   const std::string where = "root group";
   if (name == hdf5::kAttrStep) {
-    CKPT_ASSIGN_OR_RETURN(plan->step, hdf5::ReadUInt64Attribute(root, name, where));
+    CKPT_ASSIGN_OR_RETURN(plan->step,
+                          hdf5::ReadUInt64Attribute(root, name, where));
     return absl::OkStatus();
   }
   if (name == hdf5::kAttrWorldSize) {
-    CKPT_ASSIGN_OR_RETURN(plan->world_size, hdf5::ReadUInt64Attribute(root, name, where));
+    CKPT_ASSIGN_OR_RETURN(plan->world_size,
+                          hdf5::ReadUInt64Attribute(root, name, where));
     return absl::OkStatus();
   }
   if (name == hdf5::kAttrCheckpointId) {
-    CKPT_ASSIGN_OR_RETURN(plan->checkpoint_id, SmallStringAttr(root, name, where));
+    CKPT_ASSIGN_OR_RETURN(plan->checkpoint_id,
+                          SmallStringAttr(root, name, where));
     return absl::OkStatus();
   }
   if (name == hdf5::kAttrFormatVersion) {
-    CKPT_ASSIGN_OR_RETURN(plan->format_version, SmallStringAttr(root, name, where));
-    std::vector<absl::string_view> parts = absl::StrSplit(*plan->format_version, '.');
+    CKPT_ASSIGN_OR_RETURN(plan->format_version,
+                          SmallStringAttr(root, name, where));
+    std::vector<absl::string_view> parts =
+        absl::StrSplit(*plan->format_version, '.');
     uint32_t major = 0, minor = 0;
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &major) ||
         !absl::SimpleAtoi(parts[1], &minor)) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": '", Shown(*plan->format_version),
-                                                     "' is not a version MAJOR.MINOR"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": '", Shown(*plan->format_version),
+                       "' is not a version MAJOR.MINOR"));
     }
     if (major != format::kFormatMajor) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          what, ": the file was written for ckpt format v", major, ", this tool reads v",
-          format::kFormatMajor));
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": the file was written for ckpt format v", major,
+                       ", this tool reads v", format::kFormatMajor));
     }
     return absl::OkStatus();
   }
   std::string key;
-  const size_t prefix = std::char_traits<char>::length(hdf5::kReservedAttrPrefix);
+  const size_t prefix =
+      std::char_traits<char>::length(hdf5::kReservedAttrPrefix);
   if (name.rfind(hdf5::kReservedAttrPrefix, 0) == 0) {
-    if (name.compare(prefix, prefix, hdf5::kReservedAttrPrefix) != 0) return absl::OkStatus();
+    if (name.compare(prefix, prefix, hdf5::kReservedAttrPrefix) != 0)
+      return absl::OkStatus();
     key = name.substr(prefix);  // an escaped user key "ckpt_..."
   } else {
     key = name;
@@ -412,47 +448,53 @@ absl::Status PlanRootAttribute(hid_t root, const std::string& name, ImportPlan* 
   if (!attr.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, what);
   CKPT_ASSIGN_OR_RETURN(std::string value, ReadMetadataValue(attr.get(), what));
   if (plan->metadata.size() >= format::kMaxMetadataEntries) {
-    return absl::InvalidArgumentError(absl::StrCat("more than ", format::kMaxMetadataEntries,
-                                                   " metadata attributes on the root group"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("more than ", format::kMaxMetadataEntries,
+                     " metadata attributes on the root group"));
   }
   plan->metadata.emplace_back(std::move(key), std::move(value));
   return absl::OkStatus();
 }
 
-absl::Status PlanRootAttributes(hid_t file, const PlanOptions& options, ImportPlan* plan) {
+absl::Status PlanRootAttributes(hid_t file, const PlanOptions& options,
+                                ImportPlan* plan) {
   Handle root(H5Gopen2(file, "/", H5P_DEFAULT));
-  if (!root.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, "opening the root group");
+  if (!root.valid())
+    return Hdf5Error(absl::StatusCode::kDataLoss, "opening the root group");
   Handle gcpl(H5Gget_create_plist(root.get()));
   unsigned order = 0;
   if (!gcpl.valid() || H5Pget_attr_creation_order(gcpl.get(), &order) < 0) {
     return Hdf5Error(absl::StatusCode::kDataLoss, "the root group");
   }
-  const bool by_creation =
-      (order & H5P_CRT_ORDER_TRACKED) != 0 && (order & H5P_CRT_ORDER_INDEXED) != 0;
+  const bool by_creation = (order & H5P_CRT_ORDER_TRACKED) != 0 &&
+                           (order & H5P_CRT_ORDER_INDEXED) != 0;
   std::vector<std::string> names;
   hsize_t idx = 0;
   if (H5Aiterate2(root.get(), by_creation ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME,
-                  by_creation ? H5_ITER_INC : H5_ITER_NATIVE, &idx, CollectAttrName,
-                  &names) < 0) {
-    return Hdf5Error(absl::StatusCode::kDataLoss, "the root group's attributes");
+                  by_creation ? H5_ITER_INC : H5_ITER_NATIVE, &idx,
+                  CollectAttrName, &names) < 0) {
+    return Hdf5Error(absl::StatusCode::kDataLoss,
+                     "the root group's attributes");
   }
   if (!by_creation) std::sort(names.begin(), names.end());
   if (names.size() > kMaxRootAttributes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the root group has more than ", kMaxRootAttributes, " attributes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the root group has more than ", kMaxRootAttributes, " attributes"));
   }
   for (const std::string& name : names) {
     absl::Status s = PlanRootAttribute(root.get(), name, plan);
     if (s.ok()) continue;
     if (!options.skip_unsupported || !Skippable(s)) return s;
-    plan->skipped.push_back({absl::StrCat("/@", name), std::string(s.message())});
+    plan->skipped.push_back(
+        {absl::StrCat("/@", name), std::string(s.message())});
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-std::vector<Box> FlatRangeBoxes(const Shape& shape, uint64_t start, uint64_t count) {
+std::vector<Box> FlatRangeBoxes(const Shape& shape, uint64_t start,
+                                uint64_t count) {
   const size_t n = shape.size();
   std::vector<uint64_t> stride(n, 1);
   for (size_t i = n; i > 1; --i) stride[i - 2] = stride[i - 1] * shape[i - 1];
@@ -481,7 +523,8 @@ absl::StatusOr<ImportPlan> PlanImport(hid_t file, const PlanOptions& options) {
   ImportPlan plan;
   CKPT_RETURN_IF_ERROR(PlanRootAttributes(file, options, &plan));
   std::vector<std::string> paths;
-  CKPT_RETURN_IF_ERROR(ListDatasets(file, &paths, &plan.skipped, options.skip_unsupported));
+  CKPT_RETURN_IF_ERROR(
+      ListDatasets(file, &paths, &plan.skipped, options.skip_unsupported));
   absl::flat_hash_map<std::string, std::string> path_of;  // entry name -> path
   for (const std::string& path : paths) {
     absl::StatusOr<ImportPlanEntry> e = PlanDataset(file, path);
@@ -489,9 +532,9 @@ absl::StatusOr<ImportPlan> PlanImport(hid_t file, const PlanOptions& options) {
     if (s.ok()) {
       auto [it, inserted] = path_of.emplace(e->name, path);
       if (!inserted) {
-        s = absl::InvalidArgumentError(absl::StrCat(DatasetWhere(path), " and ",
-                                                    DatasetWhere(it->second),
-                                                    " both map to entry '", e->name, "'"));
+        s = absl::InvalidArgumentError(
+            absl::StrCat(DatasetWhere(path), " and ", DatasetWhere(it->second),
+                         " both map to entry '", e->name, "'"));
       }
     }
     if (!s.ok()) {
@@ -516,7 +559,8 @@ absl::StatusOr<Handle> OpenHdf5File(const std::string& path) {
     return absl::NotFoundError(absl::StrCat(path, ": no such file"));
   }
   if (std::filesystem::is_directory(st)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not an HDF5 file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": is a directory, not an HDF5 file"));
   }
 #if H5_VERSION_GE(1, 12, 0)
   htri_t is_hdf5 = H5Fis_accessible(path.c_str(), H5P_DEFAULT);
@@ -537,11 +581,13 @@ absl::StatusOr<Handle> OpenHdf5File(const std::string& path) {
 }
 
 absl::StatusOr<Handle> OpenHdf5Image(absl::string_view bytes) {
-  if (bytes.empty()) return absl::InvalidArgumentError("file image: not an HDF5 file (empty)");
+  if (bytes.empty())
+    return absl::InvalidArgumentError("file image: not an HDF5 file (empty)");
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
   if (!fapl.valid() || H5Pset_fapl_core(fapl.get(), 1 << 16, false) < 0 ||
       H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG) < 0 ||
-      H5Pset_file_image(fapl.get(), const_cast<char*>(bytes.data()), bytes.size()) < 0) {
+      H5Pset_file_image(fapl.get(), const_cast<char*>(bytes.data()),
+                        bytes.size()) < 0) {
     return Hdf5Error(absl::StatusCode::kInternal, "file image");
   }
   // HDF5 takes two open core files of one name for the same file: every
@@ -549,14 +595,15 @@ absl::StatusOr<Handle> OpenHdf5Image(absl::string_view bytes) {
   static std::atomic<uint64_t> images{0};
   const std::string name = absl::StrCat("ckpt-convert-image-", images++, ".h5");
   Handle f(H5Fopen(name.c_str(), H5F_ACC_RDONLY, fapl.get()));
-  if (!f.valid()) return Hdf5Error(absl::StatusCode::kInvalidArgument, "file image");
+  if (!f.valid())
+    return Hdf5Error(absl::StatusCode::kInvalidArgument, "file image");
   return f;
 }
 
-absl::Status ReadElements(hid_t file, const ImportPlanEntry& entry, uint64_t start,
-                          uint64_t count, void* dst) {
-  const std::string where = absl::StrCat(DatasetWhere(entry.path), " elements [", start, ", ",
-                                         start + count, ")");
+absl::Status ReadElements(hid_t file, const ImportPlanEntry& entry,
+                          uint64_t start, uint64_t count, void* dst) {
+  const std::string where = absl::StrCat(
+      DatasetWhere(entry.path), " elements [", start, ", ", start + count, ")");
   if (count == 0) return absl::OkStatus();
   Handle ds(H5Dopen2(file, entry.path.c_str(), H5P_DEFAULT));
   if (!ds.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, where);
@@ -570,34 +617,38 @@ absl::Status ReadElements(hid_t file, const ImportPlanEntry& entry, uint64_t sta
     Handle fspace(H5Dget_space(ds.get()));
     hsize_t n = count;
     Handle mspace(H5Screate_simple(1, &n, nullptr));
-    if (!fspace.valid() || !mspace.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, where);
+    if (!fspace.valid() || !mspace.valid())
+      return Hdf5Error(absl::StatusCode::kDataLoss, where);
     bool first = true;
     for (const Box& b : FlatRangeBoxes(entry.shape, start, count)) {
       std::vector<hsize_t> off(b.offset.begin(), b.offset.end());
       std::vector<hsize_t> size(b.size.begin(), b.size.end());
-      if (H5Sselect_hyperslab(fspace.get(), first ? H5S_SELECT_SET : H5S_SELECT_OR, off.data(),
-                              nullptr, size.data(), nullptr) < 0) {
+      if (H5Sselect_hyperslab(fspace.get(),
+                              first ? H5S_SELECT_SET : H5S_SELECT_OR,
+                              off.data(), nullptr, size.data(), nullptr) < 0) {
         return Hdf5Error(absl::StatusCode::kInternal, where);
       }
       first = false;
     }
-    rc = H5Dread(ds.get(), mem.get(), mspace.get(), fspace.get(), H5P_DEFAULT, dst);
+    rc = H5Dread(ds.get(), mem.get(), mspace.get(), fspace.get(), H5P_DEFAULT,
+                 dst);
   }
   if (rc < 0) return Hdf5Error(absl::StatusCode::kDataLoss, where);
   if (entry.dtype == DType::kBool) {
     const unsigned char* p = static_cast<const unsigned char*>(dst);
     for (uint64_t i = 0; i < count; ++i) {
       if (p[i] > 1) {
-        return absl::DataLossError(absl::StrCat(DatasetWhere(entry.path), ": element ",
-                                                start + i, " is ", static_cast<int>(p[i]),
-                                                ", not a bool (0 or 1)"));
+        return absl::DataLossError(absl::StrCat(
+            DatasetWhere(entry.path), ": element ", start + i, " is ",
+            static_cast<int>(p[i]), ", not a bool (0 or 1)"));
       }
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadObjectBytes(hid_t file, const ImportPlanEntry& entry) {
+absl::StatusOr<std::string> ReadObjectBytes(hid_t file,
+                                            const ImportPlanEntry& entry) {
   const std::string where = DatasetWhere(entry.path);
   std::string out(entry.bytes, '\0');
   if (entry.bytes == 0) return out;
@@ -606,7 +657,8 @@ absl::StatusOr<std::string> ReadObjectBytes(hid_t file, const ImportPlanEntry& e
   Handle ftype(H5Dget_type(ds.get()));
   if (!ftype.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, where);
   CKPT_ASSIGN_OR_RETURN(Handle mem, hdf5::MemTypeFor(entry.mem, ftype.get()));
-  if (H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) {
+  if (H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) <
+      0) {
     return Hdf5Error(absl::StatusCode::kDataLoss, where);
   }
   return out;

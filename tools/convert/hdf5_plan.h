@@ -21,17 +21,19 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "ckpt/types.h"
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/records.h"
+#include "ckpt/types.h"
 #include "convert/hdf5_types.h"
 #include "convert/hdf5_util.h"
 
 namespace ckpt::tools {
 
 // Limits of the import beyond those of the format (spec/FORMAT.md §10).
-inline constexpr uint64_t kMaxImportObjectBytes = 1ull << 30;  // objects are held in memory
-inline constexpr uint64_t kMaxImportChunkBytes = 256ull << 20;  // one HDF5 chunk, decompressed
+inline constexpr uint64_t kMaxImportObjectBytes =
+    1ull << 30;  // objects are held in memory
+inline constexpr uint64_t kMaxImportChunkBytes =
+    256ull << 20;  // one HDF5 chunk, decompressed
 inline constexpr uint64_t kMaxRootAttributes = format::kMaxMetadataEntries + 64;
 inline constexpr uint64_t kMaxVisitedObjects = format::kMaxEntries * 2;
 
@@ -52,7 +54,7 @@ struct ImportSkipped {
 
 struct ImportPlan {
   std::vector<ImportPlanEntry> entries;  // by path
-  format::Metadata metadata;             // in attribute creation order when tracked
+  format::Metadata metadata;  // in attribute creation order when tracked
   // Root attributes written by ckpt-convert --to hdf5, when present.
   std::optional<uint64_t> step;
   std::optional<uint64_t> world_size;
@@ -77,7 +79,8 @@ struct PlanOptions {
 // another major version; DataLoss when HDF5 cannot read the file's
 // metadata. Safe on any file (a fuzz target calls it on file images).
 // REQUIRES: the lock of hdf5::Hdf5Lock() is held.
-absl::StatusOr<ImportPlan> PlanImport(hid_t file, const PlanOptions& options = {});
+absl::StatusOr<ImportPlan> PlanImport(hid_t file,
+                                      const PlanOptions& options = {});
 
 // Opens the HDF5 file `path` read-only. NotFound if it does not exist;
 // InvalidArgument if it is not an HDF5 file. REQUIRES: lock held.
@@ -90,15 +93,17 @@ absl::StatusOr<hdf5::Handle> OpenHdf5Image(absl::string_view bytes);
 // tensor dataset of `entry` into `dst` (count * DTypeSize(entry.dtype)
 // bytes). DataLoss for HDF5 read errors and for a bool that is not 0 or 1.
 // REQUIRES: lock held; the range lies inside the dataset.
-absl::Status ReadElements(hid_t file, const ImportPlanEntry& entry, uint64_t start,
-                          uint64_t count, void* dst);
+absl::Status ReadElements(hid_t file, const ImportPlanEntry& entry,
+                          uint64_t start, uint64_t count, void* dst);
 // Reads the bytes of the object dataset of `entry`. REQUIRES: lock held.
-absl::StatusOr<std::string> ReadObjectBytes(hid_t file, const ImportPlanEntry& entry);
+absl::StatusOr<std::string> ReadObjectBytes(hid_t file,
+                                            const ImportPlanEntry& entry);
 
 // The boxes, in row-major order, whose union is elements [start, start +
 // count) of the row-major flattening of `shape` (at most 2 * ndim - 1).
 // REQUIRES: the range lies inside the tensor; ndim >= 1.
-std::vector<Box> FlatRangeBoxes(const Shape& shape, uint64_t start, uint64_t count);
+std::vector<Box> FlatRangeBoxes(const Shape& shape, uint64_t start,
+                                uint64_t count);
 
 }  // namespace ckpt::tools
 

@@ -22,12 +22,13 @@
 #include "ckpt/format/names.h"
 #include "convert/hdf5_plan.h"
 
-#define FUZZ_CHECK(cond)                                                                   \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
-      __builtin_trap();                                                                    \
-    }                                                                                      \
+#define FUZZ_CHECK(cond)                                               \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
+      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, \
+                   __LINE__, #cond);                                   \
+      __builtin_trap();                                                \
+    }                                                                  \
   } while (0)
 
 namespace {
@@ -54,7 +55,8 @@ void CheckPlan(hid_t file, const ImportPlan& plan) {
       FUZZ_CHECK(e.bytes == numel * DTypeSize(e.dtype));
     }
     total += e.bytes;
-    if (e.bytes > kMaxReadPerEntry || read + e.bytes > kMaxReadPerInput) continue;
+    if (e.bytes > kMaxReadPerEntry || read + e.bytes > kMaxReadPerInput)
+      continue;
     read += e.bytes;
     if (e.kind == format::EntryKind::kObject) {
       auto bytes = ReadObjectBytes(file, e);
@@ -78,11 +80,14 @@ void CheckPlan(hid_t file, const ImportPlan& plan) {
 // libhdf5 1.10 leaks on some of its own error paths for corrupt object
 // headers (found by this target; not instrumented, not ours): those leaks
 // are suppressed, leaks of allocations made outside libhdf5 are not.
-extern "C" const char* __lsan_default_suppressions() { return "leak:libhdf5\n"; }
+extern "C" const char* __lsan_default_suppressions() {
+  return "leak:libhdf5\n";
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   hdf5::Hdf5Lock lock;
-  auto file = OpenHdf5Image(absl::string_view(reinterpret_cast<const char*>(data), size));
+  auto file = OpenHdf5Image(
+      absl::string_view(reinterpret_cast<const char*>(data), size));
   if (!file.ok()) return 0;
   for (bool skip : {false, true}) {
     PlanOptions o;

@@ -19,10 +19,12 @@ bool IsIeeeFloat(hid_t type, size_t size) {
   for (const IeeeLayout& l : kIeee) {
     if (l.size != size) continue;
     size_t spos, epos, esize, mpos, msize;
-    if (H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize) < 0) return false;
+    if (H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize) < 0)
+      return false;
     H5T_order_t order = H5Tget_order(type);
-    return spos == l.spos && epos == l.epos && esize == l.esize && mpos == l.mpos &&
-           msize == l.msize && H5Tget_ebias(type) == l.ebias &&
+    return spos == l.spos && epos == l.epos && esize == l.esize &&
+           mpos == l.mpos && msize == l.msize &&
+           H5Tget_ebias(type) == l.ebias &&
            H5Tget_precision(type) == size * 8 && H5Tget_offset(type) == 0 &&
            H5Tget_norm(type) == H5T_NORM_IMPLIED &&
            (order == H5T_ORDER_LE || order == H5T_ORDER_BE);
@@ -42,16 +44,32 @@ ImportType IntegerType(size_t size, bool is_signed) {
   ImportType t;
   t.element_size = size;
   switch (size) {
-    case 1: t.dtype = is_signed ? DType::kInt8 : DType::kUInt8; break;
-    case 2: t.dtype = is_signed ? DType::kInt16 : DType::kUInt16; break;
-    case 4: t.dtype = is_signed ? DType::kInt32 : DType::kUInt32; break;
-    default: t.dtype = is_signed ? DType::kInt64 : DType::kUInt64; break;
+    case 1:
+      t.dtype = is_signed ? DType::kInt8 : DType::kUInt8;
+      break;
+    case 2:
+      t.dtype = is_signed ? DType::kInt16 : DType::kUInt16;
+      break;
+    case 4:
+      t.dtype = is_signed ? DType::kInt32 : DType::kUInt32;
+      break;
+    default:
+      t.dtype = is_signed ? DType::kInt64 : DType::kUInt64;
+      break;
   }
   switch (size) {
-    case 1: t.mem = is_signed ? MemKind::kI8 : MemKind::kU8; break;
-    case 2: t.mem = is_signed ? MemKind::kI16 : MemKind::kU16; break;
-    case 4: t.mem = is_signed ? MemKind::kI32 : MemKind::kU32; break;
-    default: t.mem = is_signed ? MemKind::kI64 : MemKind::kU64; break;
+    case 1:
+      t.mem = is_signed ? MemKind::kI8 : MemKind::kU8;
+      break;
+    case 2:
+      t.mem = is_signed ? MemKind::kI16 : MemKind::kU16;
+      break;
+    case 4:
+      t.mem = is_signed ? MemKind::kI32 : MemKind::kU32;
+      break;
+    default:
+      t.mem = is_signed ? MemKind::kI64 : MemKind::kU64;
+      break;
   }
   return t;
 }
@@ -66,7 +84,8 @@ bool IsBoolEnum(hid_t type) {
     return false;
   }
   unsigned char f = 0xFF, t = 0xFF;
-  if (H5Tenum_valueof(type, "FALSE", &f) < 0 || H5Tenum_valueof(type, "TRUE", &t) < 0) {
+  if (H5Tenum_valueof(type, "FALSE", &f) < 0 ||
+      H5Tenum_valueof(type, "TRUE", &t) < 0) {
     H5Eclear2(H5E_DEFAULT);
     return false;
   }
@@ -81,38 +100,67 @@ absl::Status Unsupported(absl::string_view where, hid_t type) {
 }  // namespace
 
 bool StoredRaw(DType d) {
-  return d == DType::kBFloat16 || d == DType::kFloat8E4M3FN || d == DType::kFloat8E5M2;
+  return d == DType::kBFloat16 || d == DType::kFloat8E4M3FN ||
+         d == DType::kFloat8E5M2;
 }
 
 absl::StatusOr<Handle> FileTypeFor(DType d) {
   hid_t base;
   switch (d) {
-    case DType::kBool: return MakeBoolType();
-    case DType::kFloat16: return MakeFloat16Type();
-    case DType::kUInt8: base = H5T_STD_U8LE; break;
-    case DType::kUInt16: base = H5T_STD_U16LE; break;
-    case DType::kUInt32: base = H5T_STD_U32LE; break;
-    case DType::kUInt64: base = H5T_STD_U64LE; break;
-    case DType::kInt8: base = H5T_STD_I8LE; break;
-    case DType::kInt16: base = H5T_STD_I16LE; break;
-    case DType::kInt32: base = H5T_STD_I32LE; break;
-    case DType::kInt64: base = H5T_STD_I64LE; break;
-    case DType::kBFloat16: base = H5T_STD_U16LE; break;
-    case DType::kFloat32: base = H5T_IEEE_F32LE; break;
-    case DType::kFloat64: base = H5T_IEEE_F64LE; break;
+    case DType::kBool:
+      return MakeBoolType();
+    case DType::kFloat16:
+      return MakeFloat16Type();
+    case DType::kUInt8:
+      base = H5T_STD_U8LE;
+      break;
+    case DType::kUInt16:
+      base = H5T_STD_U16LE;
+      break;
+    case DType::kUInt32:
+      base = H5T_STD_U32LE;
+      break;
+    case DType::kUInt64:
+      base = H5T_STD_U64LE;
+      break;
+    case DType::kInt8:
+      base = H5T_STD_I8LE;
+      break;
+    case DType::kInt16:
+      base = H5T_STD_I16LE;
+      break;
+    case DType::kInt32:
+      base = H5T_STD_I32LE;
+      break;
+    case DType::kInt64:
+      base = H5T_STD_I64LE;
+      break;
+    case DType::kBFloat16:
+      base = H5T_STD_U16LE;
+      break;
+    case DType::kFloat32:
+      base = H5T_IEEE_F32LE;
+      break;
+    case DType::kFloat64:
+      base = H5T_IEEE_F64LE;
+      break;
     case DType::kFloat8E4M3FN:
-    case DType::kFloat8E5M2: base = H5T_STD_U8LE; break;
+    case DType::kFloat8E5M2:
+      base = H5T_STD_U8LE;
+      break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("no HDF5 type for dtype code ",
-                                                     static_cast<int>(d)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("no HDF5 type for dtype code ", static_cast<int>(d)));
   }
   Handle t(H5Tcopy(base));
-  if (!t.valid()) return Hdf5Error(absl::StatusCode::kInternal, "copying a datatype");
+  if (!t.valid())
+    return Hdf5Error(absl::StatusCode::kInternal, "copying a datatype");
   return t;
 }
 
-absl::StatusOr<ImportType> ClassifyType(hid_t type, const std::optional<std::string>& ckpt_dtype,
-                                        absl::string_view where) {
+absl::StatusOr<ImportType> ClassifyType(
+    hid_t type, const std::optional<std::string>& ckpt_dtype,
+    absl::string_view where) {
   const H5T_class_t cls = H5Tget_class(type);
   const size_t size = H5Tget_size(type);
   ImportType t;
@@ -124,8 +172,10 @@ absl::StatusOr<ImportType> ClassifyType(hid_t type, const std::optional<std::str
     case H5T_FLOAT:
       if (!IsIeeeFloat(type, size)) return Unsupported(where, type);
       t.element_size = size;
-      t.dtype = size == 2 ? DType::kFloat16 : (size == 4 ? DType::kFloat32 : DType::kFloat64);
-      t.mem = size == 2 ? MemKind::kF16 : (size == 4 ? MemKind::kF32 : MemKind::kF64);
+      t.dtype = size == 2 ? DType::kFloat16
+                          : (size == 4 ? DType::kFloat32 : DType::kFloat64);
+      t.mem = size == 2 ? MemKind::kF16
+                        : (size == 4 ? MemKind::kF32 : MemKind::kF64);
       break;
     case H5T_ENUM:
       if (!IsBoolEnum(type)) return Unsupported(where, type);
@@ -147,14 +197,15 @@ absl::StatusOr<ImportType> ClassifyType(hid_t type, const std::optional<std::str
 
   auto named = DTypeFromName(*ckpt_dtype);
   if (!named.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": attribute ", kDTypeAttr, ": ",
-                                                   named.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": attribute ", kDTypeAttr, ": ", named.status().message()));
   }
   if (StoredRaw(*named)) {
     if (cls != H5T_INTEGER || size != static_cast<size_t>(DTypeSize(*named))) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": attribute ", kDTypeAttr, " is '", *ckpt_dtype, "', which is stored as ",
-          DTypeSize(*named) * 8, "-bit integers, but the HDF5 type is ", TypeDescription(type)));
+          where, ": attribute ", kDTypeAttr, " is '", *ckpt_dtype,
+          "', which is stored as ", DTypeSize(*named) * 8,
+          "-bit integers, but the HDF5 type is ", TypeDescription(type)));
     }
     t.dtype = *named;  // the bit patterns, read without conversion
     return t;
@@ -170,23 +221,49 @@ absl::StatusOr<ImportType> ClassifyType(hid_t type, const std::optional<std::str
 absl::StatusOr<Handle> MemTypeFor(MemKind mem, hid_t file_type) {
   hid_t base;
   switch (mem) {
-    case MemKind::kBool: return MakeBoolType();
-    case MemKind::kF16: return MakeFloat16Type();
-    case MemKind::kOpaque: base = file_type; break;
-    case MemKind::kU8: base = H5T_STD_U8LE; break;
-    case MemKind::kU16: base = H5T_STD_U16LE; break;
-    case MemKind::kU32: base = H5T_STD_U32LE; break;
-    case MemKind::kU64: base = H5T_STD_U64LE; break;
-    case MemKind::kI8: base = H5T_STD_I8LE; break;
-    case MemKind::kI16: base = H5T_STD_I16LE; break;
-    case MemKind::kI32: base = H5T_STD_I32LE; break;
-    case MemKind::kI64: base = H5T_STD_I64LE; break;
-    case MemKind::kF32: base = H5T_IEEE_F32LE; break;
-    case MemKind::kF64: base = H5T_IEEE_F64LE; break;
-    default: return absl::InternalError("unknown memory type");
+    case MemKind::kBool:
+      return MakeBoolType();
+    case MemKind::kF16:
+      return MakeFloat16Type();
+    case MemKind::kOpaque:
+      base = file_type;
+      break;
+    case MemKind::kU8:
+      base = H5T_STD_U8LE;
+      break;
+    case MemKind::kU16:
+      base = H5T_STD_U16LE;
+      break;
+    case MemKind::kU32:
+      base = H5T_STD_U32LE;
+      break;
+    case MemKind::kU64:
+      base = H5T_STD_U64LE;
+      break;
+    case MemKind::kI8:
+      base = H5T_STD_I8LE;
+      break;
+    case MemKind::kI16:
+      base = H5T_STD_I16LE;
+      break;
+    case MemKind::kI32:
+      base = H5T_STD_I32LE;
+      break;
+    case MemKind::kI64:
+      base = H5T_STD_I64LE;
+      break;
+    case MemKind::kF32:
+      base = H5T_IEEE_F32LE;
+      break;
+    case MemKind::kF64:
+      base = H5T_IEEE_F64LE;
+      break;
+    default:
+      return absl::InternalError("unknown memory type");
   }
   Handle t(H5Tcopy(base));
-  if (!t.valid()) return Hdf5Error(absl::StatusCode::kInternal, "copying a datatype");
+  if (!t.valid())
+    return Hdf5Error(absl::StatusCode::kInternal, "copying a datatype");
   return t;
 }
 

@@ -1,4 +1,5 @@
-// ckpt element types <-> HDF5 datatypes (tools/README.md (ckpt-convert), "Types").
+// ckpt element types <-> HDF5 datatypes (tools/README.md (ckpt-convert),
+// "Types").
 //
 // Export: integers and float32/float64 as the standard little-endian HDF5
 // types; float16 as the IEEE half type h5py defines (numpy.float16); bool as
@@ -27,8 +28,10 @@
 namespace ckpt::tools::hdf5 {
 
 // Dataset attributes of the adapter.
-inline constexpr char kDTypeAttr[] = "ckpt_dtype";  // bfloat16, float8_e4m3fn, float8_e5m2
-inline constexpr char kKindAttr[] = "ckpt_kind";    // "object" (absent for tensors)
+inline constexpr char kDTypeAttr[] =
+    "ckpt_dtype";  // bfloat16, float8_e4m3fn, float8_e5m2
+inline constexpr char kKindAttr[] =
+    "ckpt_kind";  // "object" (absent for tensors)
 inline constexpr char kKindObject[] = "object";
 inline constexpr char kKindTensor[] = "tensor";
 
@@ -42,23 +45,35 @@ absl::StatusOr<Handle> FileTypeFor(DType d);
 
 // How the elements of an imported dataset are read.
 enum class MemKind : uint8_t {
-  kU8, kU16, kU32, kU64, kI8, kI16, kI32, kI64, kF16, kF32, kF64, kBool,
+  kU8,
+  kU16,
+  kU32,
+  kU64,
+  kI8,
+  kI16,
+  kI32,
+  kI64,
+  kF16,
+  kF32,
+  kF64,
+  kBool,
   kOpaque,  // the dataset's own opaque type: raw bytes
 };
 
 struct ImportType {
   DType dtype = DType::kUInt8;  // the entry's dtype (objects: uint8)
   MemKind mem = MemKind::kU8;
-  uint64_t element_size = 1;    // bytes per HDF5 element in memory
-  bool opaque = false;          // an opaque type: imported as an object
+  uint64_t element_size = 1;  // bytes per HDF5 element in memory
+  bool opaque = false;        // an opaque type: imported as an object
 };
 
 // Maps the datatype of dataset `where` and its `ckpt_dtype` attribute (if
 // any) to an ImportType. InvalidArgument naming `where` and the type for an
 // unsupported type, an unknown `ckpt_dtype`, or one that does not fit the
 // HDF5 type. REQUIRES: lock held.
-absl::StatusOr<ImportType> ClassifyType(hid_t type, const std::optional<std::string>& ckpt_dtype,
-                                        absl::string_view where);
+absl::StatusOr<ImportType> ClassifyType(
+    hid_t type, const std::optional<std::string>& ckpt_dtype,
+    absl::string_view where);
 
 // The memory datatype for reading with `mem`; `file_type` is the dataset's
 // type (used for kOpaque). REQUIRES: lock held.

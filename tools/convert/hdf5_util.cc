@@ -61,7 +61,8 @@ absl::StatusOr<int64_t> AttributePoints(hid_t attr, absl::string_view what) {
   if (cls != H5S_SIMPLE) return Hdf5Error(absl::StatusCode::kDataLoss, what);
   int nd = H5Sget_simple_extent_ndims(space.get());
   if (nd < 0) return Hdf5Error(absl::StatusCode::kDataLoss, what);
-  if (nd != 1) return static_cast<int64_t>(-2);  // not 1-d: the caller rejects it
+  if (nd != 1)
+    return static_cast<int64_t>(-2);  // not 1-d: the caller rejects it
   hsize_t dim = 0;
   if (H5Sget_simple_extent_dims(space.get(), &dim, nullptr) < 0) {
     return Hdf5Error(absl::StatusCode::kDataLoss, what);
@@ -70,17 +71,21 @@ absl::StatusOr<int64_t> AttributePoints(hid_t attr, absl::string_view what) {
   return static_cast<int64_t>(dim);
 }
 
-absl::Status WriteScalar(hid_t obj, absl::string_view name, hid_t type, hid_t mem_type,
-                         const void* value) {
+absl::Status WriteScalar(hid_t obj, absl::string_view name, hid_t type,
+                         hid_t mem_type, const void* value) {
   std::string n(name);
   Handle space(H5Screate(H5S_SCALAR));
   Handle acpl(H5Pcreate(H5P_ATTRIBUTE_CREATE));
-  if (!space.valid() || !acpl.valid() || H5Pset_char_encoding(acpl.get(), H5T_CSET_UTF8) < 0) {
-    return Hdf5Error(absl::StatusCode::kInternal, absl::StrCat("attribute '", name, "'"));
+  if (!space.valid() || !acpl.valid() ||
+      H5Pset_char_encoding(acpl.get(), H5T_CSET_UTF8) < 0) {
+    return Hdf5Error(absl::StatusCode::kInternal,
+                     absl::StrCat("attribute '", name, "'"));
   }
-  Handle attr(H5Acreate2(obj, n.c_str(), type, space.get(), acpl.get(), H5P_DEFAULT));
+  Handle attr(
+      H5Acreate2(obj, n.c_str(), type, space.get(), acpl.get(), H5P_DEFAULT));
   if (!attr.valid() || H5Awrite(attr.get(), mem_type, value) < 0) {
-    return Hdf5Error(absl::StatusCode::kInternal, absl::StrCat("writing attribute '", name, "'"));
+    return Hdf5Error(absl::StatusCode::kInternal,
+                     absl::StrCat("writing attribute '", name, "'"));
   }
   return absl::OkStatus();
 }
@@ -103,14 +108,30 @@ Handle& Handle::operator=(Handle&& o) noexcept {
 void Handle::Reset(hid_t id) {
   if (id_ >= 0) {
     switch (H5Iget_type(id_)) {
-      case H5I_FILE: H5Fclose(id_); break;
-      case H5I_GROUP: H5Gclose(id_); break;
-      case H5I_DATASET: H5Dclose(id_); break;
-      case H5I_DATASPACE: H5Sclose(id_); break;
-      case H5I_DATATYPE: H5Tclose(id_); break;
-      case H5I_ATTR: H5Aclose(id_); break;
-      case H5I_GENPROP_LST: H5Pclose(id_); break;
-      default: H5Idec_ref(id_); break;
+      case H5I_FILE:
+        H5Fclose(id_);
+        break;
+      case H5I_GROUP:
+        H5Gclose(id_);
+        break;
+      case H5I_DATASET:
+        H5Dclose(id_);
+        break;
+      case H5I_DATASPACE:
+        H5Sclose(id_);
+        break;
+      case H5I_DATATYPE:
+        H5Tclose(id_);
+        break;
+      case H5I_ATTR:
+        H5Aclose(id_);
+        break;
+      case H5I_GENPROP_LST:
+        H5Pclose(id_);
+        break;
+      default:
+        H5Idec_ref(id_);
+        break;
     }
   }
   id_ = id;
@@ -150,28 +171,37 @@ std::string TypeDescription(hid_t type) {
       bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
       size_t precision = H5Tget_precision(type);
       if (precision != size * 8) {
-        return absl::StrCat(is_signed ? "int" : "uint", " (", precision, " bits in ", size,
-                            " bytes", order, ")");
+        return absl::StrCat(is_signed ? "int" : "uint", " (", precision,
+                            " bits in ", size, " bytes", order, ")");
       }
-      return absl::StrCat(is_signed ? "int" : "uint", size * 8, order[0] ? " (big-endian)" : "");
+      return absl::StrCat(is_signed ? "int" : "uint", size * 8,
+                          order[0] ? " (big-endian)" : "");
     }
     case H5T_FLOAT:
-      return absl::StrCat("float (", size, " bytes, ", H5Tget_precision(type), "-bit precision",
-                          order, ")");
+      return absl::StrCat("float (", size, " bytes, ", H5Tget_precision(type),
+                          "-bit precision", order, ")");
     case H5T_STRING:
       if (H5Tis_variable_str(type) > 0) return "variable-length string";
       return absl::StrCat("fixed-length string (", size, " bytes)");
     case H5T_COMPOUND:
       return absl::StrCat("compound (", H5Tget_nmembers(type), " members)");
     case H5T_ENUM:
-      return absl::StrCat("enum (", H5Tget_nmembers(type), " members, ", size, " bytes)");
-    case H5T_VLEN: return "variable-length sequence";
-    case H5T_ARRAY: return "array";
-    case H5T_REFERENCE: return "reference";
-    case H5T_OPAQUE: return absl::StrCat("opaque (", size, " bytes)");
-    case H5T_BITFIELD: return absl::StrCat("bitfield (", size, " bytes)");
-    case H5T_TIME: return "time";
-    default: return "unknown type class";
+      return absl::StrCat("enum (", H5Tget_nmembers(type), " members, ", size,
+                          " bytes)");
+    case H5T_VLEN:
+      return "variable-length sequence";
+    case H5T_ARRAY:
+      return "array";
+    case H5T_REFERENCE:
+      return "reference";
+    case H5T_OPAQUE:
+      return absl::StrCat("opaque (", size, " bytes)");
+    case H5T_BITFIELD:
+      return absl::StrCat("bitfield (", size, " bytes)");
+    case H5T_TIME:
+      return "time";
+    default:
+      return "unknown type class";
   }
 }
 
@@ -194,22 +224,27 @@ absl::StatusOr<Handle> MakeBoolType() {
   return t;
 }
 
-absl::Status WriteStringAttribute(hid_t obj, absl::string_view name, absl::string_view value) {
+absl::Status WriteStringAttribute(hid_t obj, absl::string_view name,
+                                  absl::string_view value) {
   std::string n(name);
   Handle acpl(H5Pcreate(H5P_ATTRIBUTE_CREATE));
   if (!acpl.valid() || H5Pset_char_encoding(acpl.get(), H5T_CSET_UTF8) < 0) {
-    return Hdf5Error(absl::StatusCode::kInternal, absl::StrCat("attribute '", name, "'"));
+    return Hdf5Error(absl::StatusCode::kInternal,
+                     absl::StrCat("attribute '", name, "'"));
   }
   if (IsUtf8WithoutNul(value)) {
     Handle type(H5Tcopy(H5T_C_S1));
     Handle space(H5Screate(H5S_SCALAR));
-    if (!type.valid() || !space.valid() || H5Tset_size(type.get(), H5T_VARIABLE) < 0 ||
+    if (!type.valid() || !space.valid() ||
+        H5Tset_size(type.get(), H5T_VARIABLE) < 0 ||
         H5Tset_cset(type.get(), H5T_CSET_UTF8) < 0) {
-      return Hdf5Error(absl::StatusCode::kInternal, absl::StrCat("attribute '", name, "'"));
+      return Hdf5Error(absl::StatusCode::kInternal,
+                       absl::StrCat("attribute '", name, "'"));
     }
     std::string copy(value);
     const char* p = copy.c_str();
-    Handle attr(H5Acreate2(obj, n.c_str(), type.get(), space.get(), acpl.get(), H5P_DEFAULT));
+    Handle attr(H5Acreate2(obj, n.c_str(), type.get(), space.get(), acpl.get(),
+                           H5P_DEFAULT));
     if (!attr.valid() || H5Awrite(attr.get(), type.get(), &p) < 0) {
       return Hdf5Error(absl::StatusCode::kInternal,
                        absl::StrCat("writing attribute '", name, "'"));
@@ -218,24 +253,31 @@ absl::Status WriteStringAttribute(hid_t obj, absl::string_view name, absl::strin
   }
   hsize_t dim = value.size();
   Handle space(H5Screate_simple(1, &dim, nullptr));
-  Handle attr(H5Acreate2(obj, n.c_str(), H5T_STD_U8LE, space.get(), acpl.get(), H5P_DEFAULT));
-  if (!attr.valid() || H5Awrite(attr.get(), H5T_NATIVE_UCHAR, value.data()) < 0) {
-    return Hdf5Error(absl::StatusCode::kInternal, absl::StrCat("writing attribute '", name, "'"));
+  Handle attr(H5Acreate2(obj, n.c_str(), H5T_STD_U8LE, space.get(), acpl.get(),
+                         H5P_DEFAULT));
+  if (!attr.valid() ||
+      H5Awrite(attr.get(), H5T_NATIVE_UCHAR, value.data()) < 0) {
+    return Hdf5Error(absl::StatusCode::kInternal,
+                     absl::StrCat("writing attribute '", name, "'"));
   }
   return absl::OkStatus();
 }
 
-absl::Status WriteUInt64Attribute(hid_t obj, absl::string_view name, uint64_t value) {
+absl::Status WriteUInt64Attribute(hid_t obj, absl::string_view name,
+                                  uint64_t value) {
   return WriteScalar(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value);
 }
-absl::Status WriteInt64Attribute(hid_t obj, absl::string_view name, int64_t value) {
+absl::Status WriteInt64Attribute(hid_t obj, absl::string_view name,
+                                 int64_t value) {
   return WriteScalar(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
 }
-absl::Status WriteUInt32Attribute(hid_t obj, absl::string_view name, uint32_t value) {
+absl::Status WriteUInt32Attribute(hid_t obj, absl::string_view name,
+                                  uint32_t value) {
   return WriteScalar(obj, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &value);
 }
 
-absl::StatusOr<std::string> ReadBytesAttributeById(hid_t attr, uint64_t max_bytes,
+absl::StatusOr<std::string> ReadBytesAttributeById(hid_t attr,
+                                                   uint64_t max_bytes,
                                                    absl::string_view what) {
   Handle type(H5Aget_type(attr));
   if (!type.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, what);
@@ -243,12 +285,13 @@ absl::StatusOr<std::string> ReadBytesAttributeById(hid_t attr, uint64_t max_byte
   const H5T_class_t cls = H5Tget_class(type.get());
   const size_t size = H5Tget_size(type.get());
   auto wrong = [&]() {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": expected a string or a 1-d byte array, found ",
-                     TypeDescription(type.get()),
-                     points == -1 ? " with a null dataspace"
-                                  : (points == -2 ? " with more than one dimension"
-                                                  : absl::StrCat(" with ", points, " elements"))));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": expected a string or a 1-d byte array, found ",
+        TypeDescription(type.get()),
+        points == -1
+            ? " with a null dataspace"
+            : (points == -2 ? " with more than one dimension"
+                            : absl::StrCat(" with ", points, " elements"))));
   };
   auto too_long = [&](uint64_t n) {
     return absl::InvalidArgumentError(
@@ -260,7 +303,8 @@ absl::StatusOr<std::string> ReadBytesAttributeById(hid_t attr, uint64_t max_byte
     if (!mem.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, what);
     if (H5Tis_variable_str(type.get()) > 0) {
       char* p = nullptr;
-      if (H5Aread(attr, mem.get(), &p) < 0) return Hdf5Error(absl::StatusCode::kDataLoss, what);
+      if (H5Aread(attr, mem.get(), &p) < 0)
+        return Hdf5Error(absl::StatusCode::kDataLoss, what);
       // The string HDF5 allocated is freed however this returns.
       std::unique_ptr<char, herr_t (*)(void*)> owned(p, H5free_memory);
       std::string out;
@@ -286,7 +330,8 @@ absl::StatusOr<std::string> ReadBytesAttributeById(hid_t attr, uint64_t max_byte
     if (H5Sget_simple_extent_type(space.get()) != H5S_SIMPLE) return wrong();
     if (static_cast<uint64_t>(points) > max_bytes) return too_long(points);
     std::string buf(points, '\0');
-    hid_t mem = H5Tget_sign(type.get()) == H5T_SGN_2 ? H5T_NATIVE_SCHAR : H5T_NATIVE_UCHAR;
+    hid_t mem = H5Tget_sign(type.get()) == H5T_SGN_2 ? H5T_NATIVE_SCHAR
+                                                     : H5T_NATIVE_UCHAR;
     if (points > 0 && H5Aread(attr, mem, buf.data()) < 0) {
       return Hdf5Error(absl::StatusCode::kDataLoss, what);
     }
@@ -295,9 +340,9 @@ absl::StatusOr<std::string> ReadBytesAttributeById(hid_t attr, uint64_t max_byte
   return wrong();
 }
 
-absl::StatusOr<std::optional<std::string>> ReadBytesAttribute(hid_t obj, absl::string_view name,
-                                                              uint64_t max_bytes,
-                                                              absl::string_view where) {
+absl::StatusOr<std::optional<std::string>> ReadBytesAttribute(
+    hid_t obj, absl::string_view name, uint64_t max_bytes,
+    absl::string_view where) {
   std::string n(name);
   const std::string what = AttrWhere(where, name);
   htri_t exists = H5Aexists(obj, n.c_str());
@@ -305,12 +350,13 @@ absl::StatusOr<std::optional<std::string>> ReadBytesAttribute(hid_t obj, absl::s
   if (exists == 0) return std::optional<std::string>();
   Handle attr(H5Aopen(obj, n.c_str(), H5P_DEFAULT));
   if (!attr.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, what);
-  CKPT_ASSIGN_OR_RETURN(std::string v, ReadBytesAttributeById(attr.get(), max_bytes, what));
+  CKPT_ASSIGN_OR_RETURN(std::string v,
+                        ReadBytesAttributeById(attr.get(), max_bytes, what));
   return std::optional<std::string>(std::move(v));
 }
 
-absl::StatusOr<std::optional<uint64_t>> ReadUInt64Attribute(hid_t obj, absl::string_view name,
-                                                            absl::string_view where) {
+absl::StatusOr<std::optional<uint64_t>> ReadUInt64Attribute(
+    hid_t obj, absl::string_view name, absl::string_view where) {
   std::string n(name);
   const std::string what = AttrWhere(where, name);
   htri_t exists = H5Aexists(obj, n.c_str());
@@ -321,7 +367,8 @@ absl::StatusOr<std::optional<uint64_t>> ReadUInt64Attribute(hid_t obj, absl::str
   Handle type(H5Aget_type(attr.get()));
   if (!type.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, what);
   CKPT_ASSIGN_OR_RETURN(int64_t points, AttributePoints(attr.get(), what));
-  if (H5Tget_class(type.get()) != H5T_INTEGER || points != 1 || H5Tget_size(type.get()) > 8) {
+  if (H5Tget_class(type.get()) != H5T_INTEGER || points != 1 ||
+      H5Tget_size(type.get()) > 8) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": expected one integer, found ", TypeDescription(type.get()),
         points == 1 ? "" : " with a dataspace of other than one element"));
@@ -331,7 +378,9 @@ absl::StatusOr<std::optional<uint64_t>> ReadUInt64Attribute(hid_t obj, absl::str
     if (H5Aread(attr.get(), H5T_NATIVE_INT64, &v) < 0) {
       return Hdf5Error(absl::StatusCode::kDataLoss, what);
     }
-    if (v < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": negative value ", v));
+    if (v < 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": negative value ", v));
     return std::optional<uint64_t>(static_cast<uint64_t>(v));
   }
   uint64_t v = 0;

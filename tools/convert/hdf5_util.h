@@ -92,28 +92,33 @@ absl::StatusOr<Handle> MakeBoolType();
 // Writes a scalar string attribute `name` on `obj`: a variable-length UTF-8
 // string when `value` is valid UTF-8 without NUL bytes (h5py reads `str`),
 // else a 1-d uint8 array of its bytes (h5py reads a numpy uint8 array).
-absl::Status WriteStringAttribute(hid_t obj, absl::string_view name, absl::string_view value);
+absl::Status WriteStringAttribute(hid_t obj, absl::string_view name,
+                                  absl::string_view value);
 // Write scalar little-endian integer attributes (uint64, int64, uint32).
-absl::Status WriteUInt64Attribute(hid_t obj, absl::string_view name, uint64_t value);
-absl::Status WriteInt64Attribute(hid_t obj, absl::string_view name, int64_t value);
-absl::Status WriteUInt32Attribute(hid_t obj, absl::string_view name, uint32_t value);
+absl::Status WriteUInt64Attribute(hid_t obj, absl::string_view name,
+                                  uint64_t value);
+absl::Status WriteInt64Attribute(hid_t obj, absl::string_view name,
+                                 int64_t value);
+absl::Status WriteUInt32Attribute(hid_t obj, absl::string_view name,
+                                  uint32_t value);
 
 // Reads attribute `name` of `obj` as bytes: a scalar (or one-element)
 // fixed- or variable-length string (a fixed-length one ends at its first
 // NUL), or a 1-d uint8/int8 array. nullopt if the attribute is absent.
 // InvalidArgument naming `where`, the attribute and its type for anything
 // else, or when it holds more than `max_bytes` bytes.
-absl::StatusOr<std::optional<std::string>> ReadBytesAttribute(hid_t obj, absl::string_view name,
-                                                              uint64_t max_bytes,
-                                                              absl::string_view where);
+absl::StatusOr<std::optional<std::string>> ReadBytesAttribute(
+    hid_t obj, absl::string_view name, uint64_t max_bytes,
+    absl::string_view where);
 // Reads an attribute (opened) as bytes; same rules.
-absl::StatusOr<std::string> ReadBytesAttributeById(hid_t attr, uint64_t max_bytes,
+absl::StatusOr<std::string> ReadBytesAttributeById(hid_t attr,
+                                                   uint64_t max_bytes,
                                                    absl::string_view what);
 // Reads a scalar (or one-element) integer attribute as a non-negative value.
 // nullopt if absent; InvalidArgument for another type, shape or a negative
 // value.
-absl::StatusOr<std::optional<uint64_t>> ReadUInt64Attribute(hid_t obj, absl::string_view name,
-                                                            absl::string_view where);
+absl::StatusOr<std::optional<uint64_t>> ReadUInt64Attribute(
+    hid_t obj, absl::string_view name, absl::string_view where);
 
 }  // namespace ckpt::tools::hdf5
 

@@ -1,7 +1,7 @@
 #include "diff/compare.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -13,7 +13,8 @@ namespace {
 // Elements are little-endian on disk (spec/FORMAT.md §9), whatever the host.
 uint64_t LoadLE(const char* p, int n) {
   uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= uint64_t{static_cast<uint8_t>(p[i])} << (8 * i);
+  for (int i = 0; i < n; ++i)
+    v |= uint64_t{static_cast<uint8_t>(p[i])} << (8 * i);
   return v;
 }
 
@@ -81,7 +82,8 @@ Category CategoryOf(DType d) {
 
 int64_t LoadSigned(const char* p, int es) {
   uint64_t v = LoadLE(p, es);
-  if (es < 8 && (v >> (8 * es - 1)) != 0) v |= ~uint64_t{0} << (8 * es);  // sign-extend
+  if (es < 8 && (v >> (8 * es - 1)) != 0)
+    v |= ~uint64_t{0} << (8 * es);  // sign-extend
   return static_cast<int64_t>(v);
 }
 
@@ -108,10 +110,11 @@ bool FloatClose(double x, double y, const Tolerance& tol) {
   return std::fabs(x - y) <= tol.atol + tol.rtol * std::fabs(y);
 }
 
-void Record(DType dtype, const char* pa, const char* pb, uint64_t index, double diff,
-            CompareStats* s) {
+void Record(DType dtype, const char* pa, const char* pb, uint64_t index,
+            double diff, CompareStats* s) {
   ++s->differing;
-  if (diff > s->max_abs_diff || std::isnan(s->max_abs_diff)) s->max_abs_diff = diff;
+  if (diff > s->max_abs_diff || std::isnan(s->max_abs_diff))
+    s->max_abs_diff = diff;
   if (!s->has_first) {
     s->has_first = true;
     s->first_index = index;
@@ -154,7 +157,8 @@ double ElementToDouble(DType dtype, const char* p) {
     default:
       break;
   }
-  if (CategoryOf(dtype) == Category::kSigned) return static_cast<double>(LoadSigned(p, es));
+  if (CategoryOf(dtype) == Category::kSigned)
+    return static_cast<double>(LoadSigned(p, es));
   return static_cast<double>(LoadLE(p, es));
 }
 
@@ -184,8 +188,9 @@ namespace {
 // (inlined per dtype). Elements whose bytes are equal are equal in every
 // mode, so runs of equal bytes are skipped with memcmp a block at a time.
 template <Category kCat, typename Load>
-void CompareLoop(DType dtype, int es, const char* a, const char* b, uint64_t n, uint64_t base,
-                 const Tolerance& tol, CompareStats* stats, Load load) {
+void CompareLoop(DType dtype, int es, const char* a, const char* b, uint64_t n,
+                 uint64_t base, const Tolerance& tol, CompareStats* stats,
+                 Load load) {
   const bool exact = tol.exact();
   constexpr uint64_t kBlock = 256;
   for (uint64_t b0 = 0; b0 < n; b0 += kBlock) {
@@ -202,12 +207,15 @@ void CompareLoop(DType dtype, int es, const char* a, const char* b, uint64_t n, 
       } else if constexpr (kCat == Category::kSigned) {
         const int64_t x = LoadSigned(pa, es), y = LoadSigned(pb, es);
         const double d = static_cast<double>(AbsDiffSigned(x, y));
-        if (!exact && d <= tol.atol + tol.rtol * std::fabs(static_cast<double>(y))) continue;
+        if (!exact &&
+            d <= tol.atol + tol.rtol * std::fabs(static_cast<double>(y)))
+          continue;
         Record(dtype, pa, pb, base + i, d, stats);
       } else if constexpr (kCat == Category::kUnsigned) {
         const uint64_t x = LoadLE(pa, es), y = LoadLE(pb, es);
         const double d = static_cast<double>(x >= y ? x - y : y - x);
-        if (!exact && d <= tol.atol + tol.rtol * static_cast<double>(y)) continue;
+        if (!exact && d <= tol.atol + tol.rtol * static_cast<double>(y))
+          continue;
         Record(dtype, pa, pb, base + i, d, stats);
       } else {
         const double x = load(pa), y = load(pb);
@@ -225,25 +233,29 @@ double LoadAs(const char* p) {
 
 }  // namespace
 
-void CompareElements(DType dtype, const char* a, const char* b, uint64_t n, uint64_t base,
-                     const Tolerance& tol, CompareStats* stats) {
+void CompareElements(DType dtype, const char* a, const char* b, uint64_t n,
+                     uint64_t base, const Tolerance& tol, CompareStats* stats) {
   const int es = DTypeSize(dtype);
   if (std::memcmp(a, b, n * es) == 0) return;
   auto none = [](const char*) { return 0.0; };
   switch (CategoryOf(dtype)) {
     case Category::kBool:
-      return CompareLoop<Category::kBool>(dtype, es, a, b, n, base, tol, stats, none);
+      return CompareLoop<Category::kBool>(dtype, es, a, b, n, base, tol, stats,
+                                          none);
     case Category::kSigned:
-      return CompareLoop<Category::kSigned>(dtype, es, a, b, n, base, tol, stats, none);
+      return CompareLoop<Category::kSigned>(dtype, es, a, b, n, base, tol,
+                                            stats, none);
     case Category::kUnsigned:
-      return CompareLoop<Category::kUnsigned>(dtype, es, a, b, n, base, tol, stats, none);
+      return CompareLoop<Category::kUnsigned>(dtype, es, a, b, n, base, tol,
+                                              stats, none);
     case Category::kFloat:
       break;
   }
   switch (dtype) {
-#define CKPT_DIFF_FLOAT_CASE(D)                                                       \
-  case D:                                                                             \
-    return CompareLoop<Category::kFloat>(dtype, es, a, b, n, base, tol, stats, LoadAs<D>);
+#define CKPT_DIFF_FLOAT_CASE(D)                                                \
+  case D:                                                                      \
+    return CompareLoop<Category::kFloat>(dtype, es, a, b, n, base, tol, stats, \
+                                         LoadAs<D>);
     CKPT_DIFF_FLOAT_CASE(DType::kFloat16)
     CKPT_DIFF_FLOAT_CASE(DType::kBFloat16)
     CKPT_DIFF_FLOAT_CASE(DType::kFloat32)

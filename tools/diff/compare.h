@@ -33,14 +33,14 @@ struct CompareStats {
   double max_abs_diff = 0;  // over differing elements; may be +inf
   // The first differing element (lowest index in the order compared).
   bool has_first = false;
-  uint64_t first_index = 0;  // as passed through `base` below
+  uint64_t first_index = 0;      // as passed through `base` below
   std::string first_a, first_b;  // its values, printed (ElementToString)
 };
 
 // Compares `n` elements of `dtype` at `a` and `b`. Element i is reported as
 // index base + i in `stats->first_index`. REQUIRES: a and b hold n elements.
-void CompareElements(DType dtype, const char* a, const char* b, uint64_t n, uint64_t base,
-                     const Tolerance& tol, CompareStats* stats);
+void CompareElements(DType dtype, const char* a, const char* b, uint64_t n,
+                     uint64_t base, const Tolerance& tol, CompareStats* stats);
 
 // The value of the element at `p` as text: integers exactly, floats with
 // enough digits to round-trip ("nan", "inf", "-inf"), bool as true/false.

@@ -10,18 +10,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "ckpt/reader.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/reader.h"
 #include "common/tool_util.h"
 #include "diff/local_range.h"
 
 namespace ckpt::tools {
 namespace {
 
-
 constexpr char kAbsent[] = "(absent)";
 
-std::string KindName(const EntryView& e) { return e.is_object() ? "object" : "tensor"; }
+std::string KindName(const EntryView& e) {
+  return e.is_object() ? "object" : "tensor";
+}
 
 uint64_t EntryBytes(const EntryView& e) {
   uint64_t n = 1;
@@ -38,13 +39,15 @@ CheckpointSummary Summarize(const Reader& r) {
   return s;
 }
 
-std::vector<DiffNote> Notes(const CheckpointDescription& a, const CheckpointDescription& b) {
+std::vector<DiffNote> Notes(const CheckpointDescription& a,
+                            const CheckpointDescription& b) {
   std::vector<DiffNote> notes;
   if (a.step != b.step) {
     notes.push_back({"step", absl::StrCat(a.step), absl::StrCat(b.step)});
   }
   if (a.world_size != b.world_size) {
-    notes.push_back({"world size", absl::StrCat(a.world_size), absl::StrCat(b.world_size)});
+    notes.push_back(
+        {"world size", absl::StrCat(a.world_size), absl::StrCat(b.world_size)});
   }
   std::map<std::string, std::pair<std::string, std::string>> meta;
   for (const auto& [k, v] : a.metadata) meta[k] = {v, kAbsent};
@@ -57,7 +60,8 @@ std::vector<DiffNote> Notes(const CheckpointDescription& a, const CheckpointDesc
     }
   }
   for (const auto& [k, v] : meta) {
-    if (v.first != v.second) notes.push_back({absl::StrCat("metadata '", k, "'"), v.first, v.second});
+    if (v.first != v.second)
+      notes.push_back({absl::StrCat("metadata '", k, "'"), v.first, v.second});
   }
   return notes;
 }
@@ -67,14 +71,16 @@ uint64_t CoveredByBoth(const EntryView& a, const EntryView& b) {
   uint64_t n = 0;
   for (size_t i = 0; i < a.num_chunks(); ++i) {
     for (size_t j = 0; j < b.num_chunks(); ++j) {
-      n += IntersectionElements(a.shape(), a.chunk_region(i), b.chunk_region(j));
+      n +=
+          IntersectionElements(a.shape(), a.chunk_region(i), b.chunk_region(j));
     }
   }
   return n;
 }
 uint64_t Stored(const EntryView& e) {
   uint64_t n = 0;
-  for (size_t i = 0; i < e.num_chunks(); ++i) n += RegionElements(e.chunk_region(i));
+  for (size_t i = 0; i < e.num_chunks(); ++i)
+    n += RegionElements(e.chunk_region(i));
   return n;
 }
 
@@ -90,7 +96,8 @@ class Differ {
     const uint64_t window = std::max<uint64_t>(1, o_.window_bytes / es);
     std::vector<Region> regions;
     if (e.partial()) {
-      for (size_t i = 0; i < e.num_chunks(); ++i) regions.push_back(e.chunk_region(i));
+      for (size_t i = 0; i < e.num_chunks(); ++i)
+        regions.push_back(e.chunk_region(i));
     } else {
       regions.push_back(FullBox(e.shape()));
     }
@@ -110,8 +117,8 @@ class Differ {
         CKPT_RETURN_IF_ERROR(LoadWindow(a_, e, subs, buf_a_.data()));
         CKPT_RETURN_IF_ERROR(LoadWindow(b_, e, subs, buf_b_.data()));
         const bool had_first = stats.has_first;
-        CompareElements(e.dtype(), buf_a_.data(), buf_b_.data(), end - begin, begin, o_.tolerance,
-                        &stats);
+        CompareElements(e.dtype(), buf_a_.data(), buf_b_.data(), end - begin,
+                        begin, o_.tolerance, &stats);
         if (!had_first && stats.has_first) {
           vd.first_at = GlobalCoordinates(e.shape(), region, stats.first_index);
         }
@@ -145,8 +152,8 @@ class Differ {
   }
 
  private:
-  absl::Status LoadWindow(Reader* r, const EntryView& e, const std::vector<Region>& subs,
-                          char* dst) {
+  absl::Status LoadWindow(Reader* r, const EntryView& e,
+                          const std::vector<Region>& subs, char* dst) {
     std::vector<LoadRequest> reqs;
     reqs.reserve(subs.size());
     for (const Region& sub : subs) {
@@ -181,9 +188,11 @@ std::string FormatDiff(double d) {
 
 absl::StatusOr<DiffReport> Diff(const DiffOptions& o) {
   const Tolerance& tol = o.tolerance;
-  if (!(tol.atol >= 0) || !(tol.rtol >= 0) || std::isinf(tol.atol) || std::isinf(tol.rtol)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tolerances must be finite and >= 0, got atol ", tol.atol, " and rtol ", tol.rtol));
+  if (!(tol.atol >= 0) || !(tol.rtol >= 0) || std::isinf(tol.atol) ||
+      std::isinf(tol.rtol)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tolerances must be finite and >= 0, got atol ", tol.atol,
+                     " and rtol ", tol.rtol));
   }
   if (o.io_threads < 1) {
     return absl::InvalidArgumentError(
@@ -226,11 +235,14 @@ absl::StatusOr<DiffReport> Diff(const DiffOptions& o) {
       add("kind", KindName(*ea), KindName(*eb));
     } else if (!ea->is_object()) {
       if (ea->dtype() != eb->dtype()) {
-        add("dtype", std::string(DTypeName(ea->dtype())), std::string(DTypeName(eb->dtype())));
+        add("dtype", std::string(DTypeName(ea->dtype())),
+            std::string(DTypeName(eb->dtype())));
       }
-      if (ea->shape() != eb->shape()) add("shape", ShapeText(ea->shape()), ShapeText(eb->shape()));
+      if (ea->shape() != eb->shape())
+        add("shape", ShapeText(ea->shape()), ShapeText(eb->shape()));
       if (ea->partial() != eb->partial()) {
-        add("partial", ea->partial() ? "true" : "false", eb->partial() ? "true" : "false");
+        add("partial", ea->partial() ? "true" : "false",
+            eb->partial() ? "true" : "false");
       }
       if (report.structural.size() == before && ea->partial()) {
         const uint64_t sa = Stored(*ea), sb = Stored(*eb);
@@ -257,7 +269,8 @@ absl::StatusOr<DiffReport> Diff(const DiffOptions& o) {
       report.bytes_compared += e.shape()[0];
     } else {
       CKPT_ASSIGN_OR_RETURN(vd, differ.CompareTensor(e));
-      report.bytes_compared += e.partial() ? Stored(e) * DTypeSize(e.dtype()) : EntryBytes(e);
+      report.bytes_compared +=
+          e.partial() ? Stored(e) * DTypeSize(e.dtype()) : EntryBytes(e);
     }
     ++report.entries_compared;
     if (vd) report.values.push_back(*std::move(vd));
@@ -267,15 +280,15 @@ absl::StatusOr<DiffReport> Diff(const DiffOptions& o) {
 
 void PrintDiffText(const DiffReport& r, std::ostream& out) {
   auto side = [&](const char* label, const CheckpointSummary& s) {
-    out << label << ": " << s.path << " (step " << s.step << ", " << s.world_size
-        << (s.world_size == 1 ? " rank, " : " ranks, ") << s.entries
-        << (s.entries == 1 ? " entry)\n" : " entries)\n");
+    out << label << ": " << s.path << " (step " << s.step << ", "
+        << s.world_size << (s.world_size == 1 ? " rank, " : " ranks, ")
+        << s.entries << (s.entries == 1 ? " entry)\n" : " entries)\n");
   };
   side("A", r.a);
   side("B", r.b);
   if (!r.tolerance.exact()) {
-    out << "tolerance: atol " << absl::StrFormat("%g", r.tolerance.atol) << ", rtol "
-        << absl::StrFormat("%g", r.tolerance.rtol) << "\n";
+    out << "tolerance: atol " << absl::StrFormat("%g", r.tolerance.atol)
+        << ", rtol " << absl::StrFormat("%g", r.tolerance.rtol) << "\n";
   }
   for (const DiffNote& n : r.notes) {
     out << "note: " << n.what << ": " << n.a << " in A, " << n.b << " in B\n";
@@ -289,7 +302,8 @@ void PrintDiffText(const DiffReport& r, std::ostream& out) {
       } else if (s.change == "added") {
         out << " (only in B)";
       } else if (s.change == "coverage") {
-        out << ": chunks cover different elements (" << s.a << " in A, " << s.b << " in B)";
+        out << ": chunks cover different elements (" << s.a << " in A, " << s.b
+            << " in B)";
       } else {
         out << ": " << s.a << " in A, " << s.b << " in B";
       }
@@ -297,27 +311,31 @@ void PrintDiffText(const DiffReport& r, std::ostream& out) {
     }
   }
   if (!r.values.empty()) {
-    out << "value differences: " << r.values.size() << " of " << r.entries_compared
-        << " entries compared\n";
+    out << "value differences: " << r.values.size() << " of "
+        << r.entries_compared << " entries compared\n";
     for (const ValueDiff& v : r.values) {
       out << "  " << v.entry << ": ";
       if (v.object) {
-        out << "object, " << v.differing << " of " << v.total << " bytes differ ("
-            << HumanBytes(v.size_a) << " in A, " << HumanBytes(v.size_b) << " in B)\n";
+        out << "object, " << v.differing << " of " << v.total
+            << " bytes differ (" << HumanBytes(v.size_a) << " in A, "
+            << HumanBytes(v.size_b) << " in B)\n";
       } else {
-        out << v.differing << " of " << v.total << " elements differ, max abs diff "
-            << FormatDiff(v.max_abs_diff) << ", first at " << ShapeText(v.first_at) << ": "
-            << v.first_a << " in A, " << v.first_b << " in B\n";
+        out << v.differing << " of " << v.total
+            << " elements differ, max abs diff " << FormatDiff(v.max_abs_diff)
+            << ", first at " << ShapeText(v.first_at) << ": " << v.first_a
+            << " in A, " << v.first_b << " in B\n";
       }
     }
   }
   if (r.equal()) {
     out << "result: equal (" << r.entries_compared
-        << (r.entries_compared == 1 ? " entry, " : " entries, ") << HumanBytes(r.bytes_compared)
-        << " compared)\n";
+        << (r.entries_compared == 1 ? " entry, " : " entries, ")
+        << HumanBytes(r.bytes_compared) << " compared)\n";
   } else {
-    out << "result: different (" << r.structural.size() << " structural, " << r.values.size()
-        << (r.values.size() == 1 ? " value difference)\n" : " value differences)\n");
+    out << "result: different (" << r.structural.size() << " structural, "
+        << r.values.size()
+        << (r.values.size() == 1 ? " value difference)\n"
+                                 : " value differences)\n");
   }
 }
 
@@ -338,7 +356,8 @@ nlohmann::ordered_json DiffToJson(const DiffReport& r) {
   j["rtol"] = r.tolerance.rtol;
   j["equal"] = r.equal();
   j["notes"] = J::array();
-  for (const DiffNote& n : r.notes) j["notes"].push_back({{"what", n.what}, {"a", n.a}, {"b", n.b}});
+  for (const DiffNote& n : r.notes)
+    j["notes"].push_back({{"what", n.what}, {"a", n.a}, {"b", n.b}});
   j["structural"] = J::array();
   for (const StructuralDiff& s : r.structural) {
     J x{{"entry", s.entry}, {"change", s.change}};
@@ -350,8 +369,10 @@ nlohmann::ordered_json DiffToJson(const DiffReport& r) {
   }
   j["values"] = J::array();
   for (const ValueDiff& v : r.values) {
-    J x{{"entry", v.entry}, {"kind", v.object ? "object" : "tensor"},
-        {"differing", v.differing}, {"total", v.total}};
+    J x{{"entry", v.entry},
+        {"kind", v.object ? "object" : "tensor"},
+        {"differing", v.differing},
+        {"total", v.total}};
     if (v.object) {
       x["size_a"] = v.size_a;
       x["size_b"] = v.size_b;
@@ -373,7 +394,8 @@ nlohmann::ordered_json DiffToJson(const DiffReport& r) {
   return j;
 }
 
-absl::StatusOr<int> RunDiff(const DiffOptions& options, bool json, std::ostream& out) {
+absl::StatusOr<int> RunDiff(const DiffOptions& options, bool json,
+                            std::ostream& out) {
   CKPT_ASSIGN_OR_RETURN(DiffReport report, Diff(options));
   if (json) {
     out << DiffToJson(report).dump(2) << "\n";

@@ -32,13 +32,13 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/storage.h"
-#include "nlohmann/json.hpp"
 #include "diff/compare.h"
+#include "nlohmann/json.hpp"
 
 namespace ckpt::tools {
 
 struct DiffOptions {
-  std::string a, b;  // checkpoint roots or directories
+  std::string a, b;     // checkpoint roots or directories
   Tolerance tolerance;  // default: exact (bitwise)
   // Largest window loaded per side at once (at least one element).
   uint64_t window_bytes = 64ull << 20;
@@ -61,8 +61,8 @@ struct StructuralDiff {
 struct ValueDiff {
   std::string entry;
   bool object = false;
-  uint64_t differing = 0;  // elements (bytes for objects)
-  uint64_t total = 0;      // elements compared (for objects: the larger size)
+  uint64_t differing = 0;   // elements (bytes for objects)
+  uint64_t total = 0;       // elements compared (for objects: the larger size)
   double max_abs_diff = 0;  // tensors only; may be +inf
   // Tensors: where the first difference is, and the two values there.
   Dims first_at;
@@ -108,7 +108,8 @@ nlohmann::ordered_json DiffToJson(const DiffReport& report);
 
 // What main() runs: Diff, then print; returns the exit code (0 equal,
 // 1 different); errors are returned as a Status (exit code 2).
-absl::StatusOr<int> RunDiff(const DiffOptions& options, bool json, std::ostream& out);
+absl::StatusOr<int> RunDiff(const DiffOptions& options, bool json,
+                            std::ostream& out);
 
 }  // namespace ckpt::tools
 

@@ -62,7 +62,8 @@ void Decompose(const Box& box, size_t d, Dims& fixed, uint64_t b, uint64_t e,
 
 }  // namespace
 
-std::vector<Region> LocalRangeToRegions(const Region& region, uint64_t begin, uint64_t end) {
+std::vector<Region> LocalRangeToRegions(const Region& region, uint64_t begin,
+                                        uint64_t end) {
   std::vector<Region> out;
   if (begin >= end) return out;
   if (const FlatRange* f = std::get_if<FlatRange>(&region)) {
@@ -74,7 +75,8 @@ std::vector<Region> LocalRangeToRegions(const Region& region, uint64_t begin, ui
   return out;
 }
 
-Dims GlobalCoordinates(const Shape& shape, const Region& region, uint64_t local) {
+Dims GlobalCoordinates(const Shape& shape, const Region& region,
+                       uint64_t local) {
   Dims coord(shape.size());
   if (const FlatRange* f = std::get_if<FlatRange>(&region)) {
     uint64_t g = f->start + local;

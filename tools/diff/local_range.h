@@ -23,13 +23,15 @@ namespace ckpt::tools {
 // each has its leading dims fixed to one index, one dim partial and its
 // trailing dims full.
 // REQUIRES: `region` valid for its tensor; begin <= end <= RegionElements.
-std::vector<Region> LocalRangeToRegions(const Region& region, uint64_t begin, uint64_t end);
+std::vector<Region> LocalRangeToRegions(const Region& region, uint64_t begin,
+                                        uint64_t end);
 
 // Coordinates in the global tensor of element `local` of `region`'s layout
 // (for messages: "first difference at [3, 5]"). For a flat range the global
 // flat index is converted with `shape`.
 // REQUIRES: local < RegionElements(region), region valid for `shape`.
-Dims GlobalCoordinates(const Shape& shape, const Region& region, uint64_t local);
+Dims GlobalCoordinates(const Shape& shape, const Region& region,
+                       uint64_t local);
 
 }  // namespace ckpt::tools
 

@@ -9,12 +9,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "ckpt/mutex.h"
 #include "ckpt/format/block_codec.h"
 #include "ckpt/format/geometry.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/internal/checkpoint_dir.h"
+#include "ckpt/mutex.h"
 #include "common/tool_util.h"
 #include "validate/validate.h"
 
@@ -25,7 +25,9 @@ using format::EntryRecord;
 
 namespace {
 
-bool IsObject(const EntryRecord& e) { return e.kind == format::EntryKind::kObject; }
+bool IsObject(const EntryRecord& e) {
+  return e.kind == format::EntryKind::kObject;
+}
 
 uint64_t RawBytes(const EntryRecord& e, const ChunkRecord& c) {
   return RegionElements(c.region) * DTypeSize(e.dtype);
@@ -35,10 +37,13 @@ std::string DTypeText(const EntryRecord& e) {
   return IsObject(e) ? "object" : std::string(DTypeName(e.dtype));
 }
 
-std::string CodecText(format::Codec c) { return c == format::Codec::kZstd ? "zstd" : "none"; }
+std::string CodecText(format::Codec c) {
+  return c == format::Codec::kZstd ? "zstd" : "none";
+}
 
 std::string Created(int64_t ns) {
-  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixNanos(ns), absl::UTCTimeZone());
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixNanos(ns),
+                          absl::UTCTimeZone());
 }
 
 std::string Ratio(double r) { return absl::StrFormat("%.2fx", r); }
@@ -50,21 +55,24 @@ std::string Count(uint64_t n, absl::string_view noun) {
 
 // Printable metadata value: short printable text as is, else its length.
 std::string MetadataValue(const std::string& v) {
-  bool printable = v.size() <= 64 && std::all_of(v.begin(), v.end(), [](char c) {
-                     return c >= 0x20 && c < 0x7f;
-                   });
+  bool printable = v.size() <= 64 &&
+                   std::all_of(v.begin(), v.end(),
+                               [](char c) { return c >= 0x20 && c < 0x7f; });
   return printable ? v : absl::StrCat("<", v.size(), " bytes>");
 }
 
 // Left-aligned columns separated by two spaces, no trailing blanks.
 class Table {
  public:
-  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  explicit Table(std::vector<std::string> header) {
+    rows_.push_back(std::move(header));
+  }
   void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
   void Print(std::ostream& out) const {
     std::vector<size_t> width(rows_[0].size(), 0);
     for (const auto& r : rows_) {
-      for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+      for (size_t i = 0; i < r.size(); ++i)
+        width[i] = std::max(width[i], r[i].size());
     }
     std::string line;
     for (const auto& r : rows_) {
@@ -86,14 +94,19 @@ std::vector<std::string> StatsCells(const EntrySummary& e) {
   if (!e.has_stats) return {"-", "-", "-", "-", "-", "-"};
   const ValueStats& s = e.stats;
   bool any = s.finite > 0;
-  return {any ? CompactNumber(s.min) : "-", any ? CompactNumber(s.max) : "-",
-          any ? CompactNumber(s.mean()) : "-", CompactNumber(s.l2()),
-          absl::StrCat(s.nan), absl::StrCat(s.inf)};
+  return {any ? CompactNumber(s.min) : "-",
+          any ? CompactNumber(s.max) : "-",
+          any ? CompactNumber(s.mean()) : "-",
+          CompactNumber(s.l2()),
+          absl::StrCat(s.nan),
+          absl::StrCat(s.inf)};
 }
 
 nlohmann::ordered_json StatsJson(const ValueStats& s) {
   using json = nlohmann::ordered_json;
-  auto num = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+  auto num = [](double v) {
+    return std::isfinite(v) ? json(v) : json(nullptr);
+  };
   bool any = s.finite > 0;
   return json{{"count", s.count},
               {"finite", s.finite},
@@ -108,9 +121,10 @@ nlohmann::ordered_json StatsJson(const ValueStats& s) {
 nlohmann::ordered_json RegionJson(const Region& r) {
   using json = nlohmann::ordered_json;
   if (const Box* b = std::get_if<Box>(&r)) {
-    return json{{"box",
-                 {{"offset", std::vector<uint64_t>(b->offset.begin(), b->offset.end())},
-                  {"size", std::vector<uint64_t>(b->size.begin(), b->size.end())}}}};
+    return json{
+        {"box",
+         {{"offset", std::vector<uint64_t>(b->offset.begin(), b->offset.end())},
+          {"size", std::vector<uint64_t>(b->size.begin(), b->size.end())}}}};
   }
   const FlatRange& f = std::get<FlatRange>(r);
   return json{{"flat", {{"start", f.start}, {"length", f.length}}}};
@@ -119,7 +133,8 @@ nlohmann::ordered_json RegionJson(const Region& r) {
 }  // namespace
 
 std::string ShardingSummary(const EntryRecord& e) {
-  const std::string suffix = (e.flags & format::kEntryFlagPartial) ? " partial" : "";
+  const std::string suffix =
+      (e.flags & format::kEntryFlagPartial) ? " partial" : "";
   if (e.chunks.empty()) return "none" + suffix;
   std::vector<const ChunkRecord*> live;
   live.reserve(e.chunks.size());
@@ -130,15 +145,18 @@ std::string ShardingSummary(const EntryRecord& e) {
   const uint64_t k = live.size();
   uint64_t numel = 1;
   for (uint64_t d : e.shape) numel *= d;  // fits: the decoder checked the shape
-  if (k == 1 && RegionElements(live[0]->region) == numel) return "whole" + suffix;
+  if (k == 1 && RegionElements(live[0]->region) == numel)
+    return "whole" + suffix;
 
   size_t boxes = 0;
-  for (const ChunkRecord* c : live) boxes += std::holds_alternative<Box>(c->region);
+  for (const ChunkRecord* c : live)
+    boxes += std::holds_alternative<Box>(c->region);
   if (boxes == 0) {
     const uint64_t len = std::get<FlatRange>(live[0]->region).length;
-    bool even = std::all_of(live.begin(), live.end(), [&](const ChunkRecord* c) {
-      return std::get<FlatRange>(c->region).length == len;
-    });
+    bool even =
+        std::all_of(live.begin(), live.end(), [&](const ChunkRecord* c) {
+          return std::get<FlatRange>(c->region).length == len;
+        });
     return absl::StrCat("flat x", k, even ? " even" : " uneven", suffix);
   }
   if (boxes == k) {
@@ -152,7 +170,8 @@ std::string ShardingSummary(const EntryRecord& e) {
         const Box& b = std::get<Box>(c->region);
         iv[d].emplace_back(b.offset[d], b.size[d]);
       }
-      if (!std::is_sorted(iv[d].begin(), iv[d].end())) std::sort(iv[d].begin(), iv[d].end());
+      if (!std::is_sorted(iv[d].begin(), iv[d].end()))
+        std::sort(iv[d].begin(), iv[d].end());
       iv[d].erase(std::unique(iv[d].begin(), iv[d].end()), iv[d].end());
     }
     uint64_t product = 1;
@@ -171,7 +190,8 @@ std::string ShardingSummary(const EntryRecord& e) {
           if (iv[d].size() == 1) continue;
           auto it = std::lower_bound(iv[d].begin(), iv[d].end(),
                                      std::make_pair(b.offset[d], b.size[d]));
-          cell = cell * iv[d].size() + static_cast<uint64_t>(it - iv[d].begin());
+          cell =
+              cell * iv[d].size() + static_cast<uint64_t>(it - iv[d].begin());
         }
         if (used[cell]) {
           grid = false;
@@ -189,17 +209,20 @@ std::string ShardingSummary(const EntryRecord& e) {
         for (const auto& x : iv[d]) uneven |= x.second != iv[d][0].second;
       }
       if (parts.empty()) return "box x1" + suffix;
-      return absl::StrCat(absl::StrJoin(parts, " "), uneven ? " uneven" : "", suffix);
+      return absl::StrCat(absl::StrJoin(parts, " "), uneven ? " uneven" : "",
+                          suffix);
     }
   }
   return absl::StrCat("irregular x", k, suffix);
 }
 
 double CheckpointSummary::compression_ratio() const {
-  return stored_bytes == 0 ? 1.0 : static_cast<double>(raw_bytes) / stored_bytes;
+  return stored_bytes == 0 ? 1.0
+                           : static_cast<double>(raw_bytes) / stored_bytes;
 }
 
-absl::StatusOr<size_t> CheckpointSummary::FindEntry(const std::string& name) const {
+absl::StatusOr<size_t> CheckpointSummary::FindEntry(
+    const std::string& name) const {
   for (size_t i = 0; i < manifest.entries.size(); ++i) {
     if (manifest.entries[i].name == name) return i;
   }
@@ -232,15 +255,18 @@ CheckpointSummary Summarize(std::string dir, format::Manifest manifest) {
   return s;
 }
 
-absl::StatusOr<CheckpointSummary> LoadSummary(const std::string& path, Storage* storage) {
+absl::StatusOr<CheckpointSummary> LoadSummary(const std::string& path,
+                                              Storage* storage) {
   if (storage == nullptr) storage = DefaultStorage();
-  CKPT_ASSIGN_OR_RETURN(std::string dir, ::ckpt::internal::ResolveCheckpointDir(storage, path));
-  CKPT_ASSIGN_OR_RETURN(format::Manifest m, ::ckpt::internal::ReadManifest(storage, dir));
+  CKPT_ASSIGN_OR_RETURN(std::string dir,
+                        ::ckpt::internal::ResolveCheckpointDir(storage, path));
+  CKPT_ASSIGN_OR_RETURN(format::Manifest m,
+                        ::ckpt::internal::ReadManifest(storage, dir));
   return Summarize(std::move(dir), std::move(m));
 }
 
-absl::Status AddStats(CheckpointSummary* summary, const std::string& only, int threads,
-                      Storage* storage, bool progress) {
+absl::Status AddStats(CheckpointSummary* summary, const std::string& only,
+                      int threads, Storage* storage, bool progress) {
   constexpr size_t kStripes = 64;
   std::array<Mutex, kStripes> mu;
   std::vector<ValueStats> stats(summary->entries.size());
@@ -249,11 +275,15 @@ absl::Status AddStats(CheckpointSummary* summary, const std::string& only, int t
   o.threads = threads;
   o.storage = storage;
   o.progress = progress;
-  o.entry_filter = [&](const std::string& name) { return only.empty() || name == only; };
-  o.on_data = [&](size_t index, const EntryRecord& e, size_t, uint64_t, absl::string_view raw) {
+  o.entry_filter = [&](const std::string& name) {
+    return only.empty() || name == only;
+  };
+  o.on_data = [&](size_t index, const EntryRecord& e, size_t, uint64_t,
+                  absl::string_view raw) {
     if (IsObject(e) || index >= stats.size()) return;
     ValueStats local;
-    AccumulateValues(e.dtype, raw.data(), raw.size() / DTypeSize(e.dtype), &local);
+    AccumulateValues(e.dtype, raw.data(), raw.size() / DTypeSize(e.dtype),
+                     &local);
     MutexLock l(&mu[index % kStripes]);
     stats[index].Merge(local);
   };
@@ -285,30 +315,35 @@ absl::Status AddStats(CheckpointSummary* summary, const std::string& only, int t
 void PrintInspectText(const CheckpointSummary& s, std::ostream& out) {
   const format::Manifest& m = s.manifest;
   Table head({"Checkpoint", s.dir});
-  head.Add({"Format", absl::StrCat("v", format::kFormatMajor, ".", m.minor_version)});
+  head.Add({"Format",
+            absl::StrCat("v", format::kFormatMajor, ".", m.minor_version)});
   head.Add({"Step", absl::StrCat(m.info.step)});
   head.Add({"World size", absl::StrCat(m.info.world_size)});
   head.Add({"Created", Created(m.info.created_unix_ns)});
   head.Add({"Writer", m.info.writer});
   head.Add({"Checkpoint id", format::IdToHex(m.info.id)});
-  head.Add({"Entries", absl::StrCat(m.entries.size(), " (", Count(s.tensors, "tensor"), ", ",
-                                    Count(s.objects, "object"), ") in ",
-                                    Count(s.chunks, "chunk"))});
-  head.Add({"Logical size", absl::StrCat(HumanBytes(s.logical_bytes), " (", s.logical_bytes,
-                                         " bytes)")});
-  head.Add({"Stored size", absl::StrCat(HumanBytes(s.stored_bytes), " (", s.stored_bytes,
-                                        " bytes)")});
+  head.Add({"Entries",
+            absl::StrCat(m.entries.size(), " (", Count(s.tensors, "tensor"),
+                         ", ", Count(s.objects, "object"), ") in ",
+                         Count(s.chunks, "chunk"))});
+  head.Add({"Logical size", absl::StrCat(HumanBytes(s.logical_bytes), " (",
+                                         s.logical_bytes, " bytes)")});
+  head.Add({"Stored size", absl::StrCat(HumanBytes(s.stored_bytes), " (",
+                                        s.stored_bytes, " bytes)")});
   head.Add({"Compression", Ratio(s.compression_ratio())});
   for (const auto& [key, value] : m.metadata) {
-    head.Add({"Metadata", absl::StrCat(EscapeName(key), " = ", MetadataValue(value))});
+    head.Add({"Metadata",
+              absl::StrCat(EscapeName(key), " = ", MetadataValue(value))});
   }
   head.Print(out);
   out << "\n";
-  const bool stats = std::any_of(s.entries.begin(), s.entries.end(),
-                                 [](const EntrySummary& e) { return e.has_stats; });
-  std::vector<std::string> header = {"NAME",  "DTYPE",  "SHAPE",   "CHUNKS",
+  const bool stats =
+      std::any_of(s.entries.begin(), s.entries.end(),
+                  [](const EntrySummary& e) { return e.has_stats; });
+  std::vector<std::string> header = {"NAME", "DTYPE",  "SHAPE",   "CHUNKS",
                                      "SIZE", "STORED", "SHARDING"};
-  if (stats) header.insert(header.end(), {"MIN", "MAX", "MEAN", "L2", "NAN", "INF"});
+  if (stats)
+    header.insert(header.end(), {"MIN", "MAX", "MEAN", "L2", "NAN", "INF"});
   Table t(std::move(header));
   for (const EntrySummary& row : s.entries) {
     const EntryRecord& e = m.entries[row.index];
@@ -328,22 +363,25 @@ void PrintInspectText(const CheckpointSummary& s, std::ostream& out) {
   t.Print(out);
 }
 
-void PrintEntryText(const CheckpointSummary& s, size_t index, std::ostream& out) {
+void PrintEntryText(const CheckpointSummary& s, size_t index,
+                    std::ostream& out) {
   const EntryRecord& e = s.manifest.entries[index];
   const EntrySummary& row = s.entries[index];
-  Table head({"Checkpoint", absl::StrCat(s.dir, " (step ", s.manifest.info.step, ")")});
+  Table head({"Checkpoint",
+              absl::StrCat(s.dir, " (step ", s.manifest.info.step, ")")});
   head.Add({"Entry", EscapeName(e.name)});
   head.Add({"Kind", IsObject(e) ? "object" : "tensor"});
   head.Add({"Dtype", std::string(DTypeName(e.dtype))});
   head.Add({"Shape", ShapeText(e.shape)});
   head.Add({"Partial", (e.flags & format::kEntryFlagPartial) ? "yes" : "no"});
-  head.Add({"Size", absl::StrCat(HumanBytes(row.logical_bytes), " logical, ",
-                                 HumanBytes(row.stored_bytes), " stored (",
-                                 Ratio(row.stored_bytes == 0
-                                           ? 1.0
-                                           : static_cast<double>(row.raw_bytes) /
-                                                 row.stored_bytes),
-                                 ")")});
+  head.Add(
+      {"Size", absl::StrCat(HumanBytes(row.logical_bytes), " logical, ",
+                            HumanBytes(row.stored_bytes), " stored (",
+                            Ratio(row.stored_bytes == 0
+                                      ? 1.0
+                                      : static_cast<double>(row.raw_bytes) /
+                                            row.stored_bytes),
+                            ")")});
   head.Add({"Sharding", row.sharding});
   head.Add({"Chunks", absl::StrCat(e.chunks.size())});
   if (row.has_stats) {
@@ -359,13 +397,15 @@ void PrintEntryText(const CheckpointSummary& s, size_t index, std::ostream& out)
   if (e.chunks.empty()) return;
   out << "\n";
   std::vector<std::string> files(s.manifest.info.world_size);
-  for (const format::ShardInfo& sh : s.manifest.shards) files[sh.shard_id] = sh.file_name;
-  Table t({"CHUNK", "REGION", "ELEMENTS", "SHARD", "FILE", "OFFSET", "STORED", "CODEC",
-           "BLOCKS"});
+  for (const format::ShardInfo& sh : s.manifest.shards)
+    files[sh.shard_id] = sh.file_name;
+  Table t({"CHUNK", "REGION", "ELEMENTS", "SHARD", "FILE", "OFFSET", "STORED",
+           "CODEC", "BLOCKS"});
   for (size_t i = 0; i < e.chunks.size(); ++i) {
     const ChunkRecord& c = e.chunks[i];
-    t.Add({absl::StrCat(i), RegionToString(c.region), absl::StrCat(RegionElements(c.region)),
-           absl::StrCat(c.shard), files[c.shard],
+    t.Add({absl::StrCat(i), RegionToString(c.region),
+           absl::StrCat(RegionElements(c.region)), absl::StrCat(c.shard),
+           files[c.shard],
            c.stored_length > 0 ? absl::StrCat(c.data_offset) : "-",
            HumanBytes(c.stored_length), CodecText(c.codec),
            absl::StrCat(format::NumBlocks(RawBytes(e, c), c.block_size))});
@@ -378,17 +418,20 @@ nlohmann::ordered_json InspectJson(const CheckpointSummary& s, int64_t only) {
   const format::Manifest& m = s.manifest;
   json j;
   j["path"] = s.dir;
-  j["format_version"] = absl::StrCat(format::kFormatMajor, ".", m.minor_version);
+  j["format_version"] =
+      absl::StrCat(format::kFormatMajor, ".", m.minor_version);
   j["step"] = m.info.step;
   j["world_size"] = m.info.world_size;
   j["checkpoint_id"] = format::IdToHex(m.info.id);
   j["created_unix_ns"] = m.info.created_unix_ns;
-  j["created"] = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixNanos(m.info.created_unix_ns),
+  j["created"] = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ",
+                                  absl::FromUnixNanos(m.info.created_unix_ns),
                                   absl::UTCTimeZone());
   j["writer"] = m.info.writer;
   j["fingerprint"] = format::IdToHex(m.info.fingerprint);
   json meta = json::array();
-  for (const auto& [k, v] : m.metadata) meta.push_back(json{{"key", k}, {"value", v}});
+  for (const auto& [k, v] : m.metadata)
+    meta.push_back(json{{"key", k}, {"value", v}});
   j["metadata"] = std::move(meta);
   j["shards"] = m.shards.size();
   j["entry_count"] = m.entries.size();
@@ -443,10 +486,12 @@ absl::StatusOr<int> RunInspect(const InspectOptions& o, std::ostream& out) {
     CKPT_ASSIGN_OR_RETURN(size_t i, s.FindEntry(o.entry));
     entry = static_cast<int64_t>(i);
   }
-  if (o.stats) CKPT_RETURN_IF_ERROR(AddStats(&s, o.entry, o.threads, o.storage, o.progress));
+  if (o.stats)
+    CKPT_RETURN_IF_ERROR(
+        AddStats(&s, o.entry, o.threads, o.storage, o.progress));
   if (o.json) {
-    out << InspectJson(s, entry).dump(2, ' ', false,
-                                      nlohmann::ordered_json::error_handler_t::replace)
+    out << InspectJson(s, entry).dump(
+               2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
         << "\n";
   } else if (entry >= 0) {
     PrintEntryText(s, static_cast<size_t>(entry), out);

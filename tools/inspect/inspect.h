@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "ckpt/storage.h"
 #include "ckpt/format/records.h"
+#include "ckpt/storage.h"
 #include "nlohmann/json.hpp"
 #include "validate/values.h"
 
@@ -75,17 +75,20 @@ absl::StatusOr<CheckpointSummary> LoadSummary(const std::string& path,
 // with several threads (memory: a few MiB per thread). DataLoss naming the
 // file, entry, chunk and block when the data does not verify (the message
 // says how many other problems there are; ckpt-validate lists them all).
-absl::Status AddStats(CheckpointSummary* summary, const std::string& only, int threads,
-                      Storage* storage = nullptr, bool progress = false);
+absl::Status AddStats(CheckpointSummary* summary, const std::string& only,
+                      int threads, Storage* storage = nullptr,
+                      bool progress = false);
 
 // Human-readable output: the checkpoint and its entry table (with value
 // columns for entries that have stats), or the chunk map of one entry.
 void PrintInspectText(const CheckpointSummary& s, std::ostream& out);
-void PrintEntryText(const CheckpointSummary& s, size_t entry, std::ostream& out);
+void PrintEntryText(const CheckpointSummary& s, size_t entry,
+                    std::ostream& out);
 
-// The --json document (schema in tools/README.md (ckpt-inspect)). With `entry` >=
-// 0, "entries" holds only that entry, with its "chunk_map".
-nlohmann::ordered_json InspectJson(const CheckpointSummary& s, int64_t entry = -1);
+// The --json document (schema in tools/README.md (ckpt-inspect)). With `entry`
+// >= 0, "entries" holds only that entry, with its "chunk_map".
+nlohmann::ordered_json InspectJson(const CheckpointSummary& s,
+                                   int64_t entry = -1);
 
 struct InspectOptions {
   std::string path;   // checkpoint directory or root
@@ -98,7 +101,8 @@ struct InspectOptions {
 };
 
 // Runs ckpt-inspect, printing to `out`; returns kExitOk or the error.
-absl::StatusOr<int> RunInspect(const InspectOptions& options, std::ostream& out);
+absl::StatusOr<int> RunInspect(const InspectOptions& options,
+                               std::ostream& out);
 
 }  // namespace ckpt::tools
 

@@ -7,20 +7,27 @@
 #include "interop/foreign.h"
 
 int main(int argc, char** argv) {
-  CLI::App app("Shows what a checkpoint holds (a checkpoint directory, or a root whose "
-               "'latest' is followed): format version, step, world size, sizes and a table of "
-               "entries, from the manifest alone.",
-               "ckpt-inspect");
+  CLI::App app(
+      "Shows what a checkpoint holds (a checkpoint directory, or a root whose "
+      "'latest' is followed): format version, step, world size, sizes and a "
+      "table of "
+      "entries, from the manifest alone.",
+      "ckpt-inspect");
   ckpt::tools::InspectOptions opts;
-  app.add_option("DIR", opts.path, "Checkpoint directory or checkpoint root")->required();
+  app.add_option("DIR", opts.path, "Checkpoint directory or checkpoint root")
+      ->required();
   app.add_option("--entry", opts.entry, "Show the chunk map of this entry");
   app.add_flag("--stats", opts.stats,
-               "Add min, max, mean, L2 norm and NaN/Inf counts of every tensor (reads and "
+               "Add min, max, mean, L2 norm and NaN/Inf counts of every tensor "
+               "(reads and "
                "verifies the data)");
-  app.add_flag("--json", opts.json, "Print one JSON document (see tools/README.md)");
-  app.add_option("--threads", opts.threads, "Reader threads for --stats (default: one per core)")
+  app.add_flag("--json", opts.json,
+               "Print one JSON document (see tools/README.md)");
+  app.add_option("--threads", opts.threads,
+                 "Reader threads for --stats (default: one per core)")
       ->check(CLI::Range(1, 1024));
   opts.progress = true;  // drawn only when stderr is a terminal
-  return ckpt::tools::RunToolMain(app, argc, argv,
-                                  [&] { return ckpt::tools::RunInspectAnyFormat(opts, std::cout); });
+  return ckpt::tools::RunToolMain(app, argc, argv, [&] {
+    return ckpt::tools::RunInspectAnyFormat(opts, std::cout);
+  });
 }

@@ -7,11 +7,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
 #include "ckpt/mutex.h"
 #include "ckpt/writer.h"
-#include "ckpt/format/latest.h"
-#include "ckpt/format/status_macros.h"
 #include "interop/dcp_reader.h"
 
 namespace ckpt::tools {

@@ -8,10 +8,10 @@
 #include "ckpt/format/geometry.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/interop/safetensors.h"
-#include "nlohmann/json.hpp"
 #include "common/tool_util.h"
 #include "interop/dcp_reader.h"
 #include "interop/safetensors_import.h"
+#include "nlohmann/json.hpp"
 
 namespace ckpt::tools {
 namespace fs = std::filesystem;

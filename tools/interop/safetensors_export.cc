@@ -8,9 +8,9 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "ckpt/reader.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/interop/safetensors.h"
+#include "ckpt/reader.h"
 #include "interop/file_io.h"
 #include "interop/safetensors_meta.h"
 

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "ckpt/types.h"
 #include "ckpt/format/records.h"
+#include "ckpt/types.h"
 
 namespace ckpt::tools {
 

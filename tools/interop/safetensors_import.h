@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "ckpt/writer.h"
 #include "ckpt/interop/safetensors.h"
+#include "ckpt/writer.h"
 #include "interop/file_io.h"
 #include "interop/safetensors_meta.h"
 

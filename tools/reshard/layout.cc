@@ -13,7 +13,9 @@ namespace {
 
 using format::EntryRecord;
 
-bool IsPartial(const EntryRecord& e) { return (e.flags & format::kEntryFlagPartial) != 0; }
+bool IsPartial(const EntryRecord& e) {
+  return (e.flags & format::kEntryFlagPartial) != 0;
+}
 
 uint64_t Numel(const Shape& s) {
   uint64_t n = 1;
@@ -23,7 +25,8 @@ uint64_t Numel(const Shape& s) {
 
 // [start, start + len) of part `rank` of `n` of `total` items.
 std::pair<uint64_t, uint64_t> EvenPart(uint64_t total, int rank, int n) {
-  const uint64_t base = total / n, rem = total % n, r = static_cast<uint64_t>(rank);
+  const uint64_t base = total / n, rem = total % n,
+                 r = static_cast<uint64_t>(rank);
   return {r * base + std::min(r, rem), base + (r < rem ? 1 : 0)};
 }
 
@@ -35,27 +38,31 @@ absl::Status CannotInfer(const EntryRecord& e, absl::string_view why) {
 
 }  // namespace
 
-absl::StatusOr<Split> InferSplit(const EntryRecord& e, std::string* description) {
+absl::StatusOr<Split> InferSplit(const EntryRecord& e,
+                                 std::string* description) {
   Split s;
   std::vector<const Region*> regions;
   for (const auto& c : e.chunks)
     if (RegionElements(c.region) != 0) regions.push_back(&c.region);
   const uint64_t numel = Numel(e.shape);
-  if (numel == 0 || (regions.size() == 1 && RegionElements(*regions[0]) == numel)) {
+  if (numel == 0 ||
+      (regions.size() == 1 && RegionElements(*regions[0]) == numel)) {
     *description = numel == 0 ? "empty" : "whole";
     s.kind = Split::Kind::kReplicated;
     return s;
   }
   size_t flats = 0;
-  for (const Region* r : regions) flats += std::holds_alternative<FlatRange>(*r);
+  for (const Region* r : regions)
+    flats += std::holds_alternative<FlatRange>(*r);
   if (flats == regions.size()) {
     *description = absl::StrCat(regions.size(), " flat ranges");
     s.kind = Split::Kind::kFlat;
     return s;
   }
   if (flats != 0) {
-    return CannotInfer(e, absl::StrCat(flats, " of its ", regions.size(),
-                                       " chunks are flat ranges, the others boxes"));
+    return CannotInfer(
+        e, absl::StrCat(flats, " of its ", regions.size(),
+                        " chunks are flat ranges, the others boxes"));
   }
   // Boxes: per dim, the distinct intervals must partition the dim, and the
   // chunks must be every combination of them (coverage is already checked,
@@ -72,10 +79,11 @@ absl::StatusOr<Split> InferSplit(const EntryRecord& e, std::string* description)
     uint64_t next = 0;
     for (const auto& [off, size] : iv) {
       if (off != next) {
-        return CannotInfer(e, absl::StrCat("its ", regions.size(),
-                                           " chunks are not a regular grid (along dim", d,
-                                           ", a chunk starts at ", off, " where ",
-                                           off < next ? "another part is" : "none ends", ")"));
+        return CannotInfer(
+            e, absl::StrCat("its ", regions.size(),
+                            " chunks are not a regular grid (along dim", d,
+                            ", a chunk starts at ", off, " where ",
+                            off < next ? "another part is" : "none ends", ")"));
       }
       next = off + size;
     }
@@ -128,17 +136,19 @@ std::string EntryLayout::LayoutName() const {
   return split.ToString();
 }
 
-absl::StatusOr<EntryLayout> PlanEntry(const EntryRecord& e, int n, const OverrideRule* rule) {
+absl::StatusOr<EntryLayout> PlanEntry(const EntryRecord& e, int n,
+                                      const OverrideRule* rule) {
   EntryLayout out;
   out.name = e.name;
   out.pieces.resize(n);
   auto bad_rule = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("override ", rule->pattern, " -> ",
-                                                   rule->split.ToString(), " for entry '",
-                                                   e.name, "': ", why));
+    return absl::InvalidArgumentError(
+        absl::StrCat("override ", rule->pattern, " -> ", rule->split.ToString(),
+                     " for entry '", e.name, "': ", why));
   };
   if (e.kind == format::EntryKind::kObject) {
-    if (rule != nullptr) return bad_rule("it is an object (objects are copied as they are)");
+    if (rule != nullptr)
+      return bad_rule("it is an object (objects are copied as they are)");
     out.object = true;
     out.source = "object";
     out.pieces[0] = FlatRange{0, e.shape[0]};
@@ -146,17 +156,21 @@ absl::StatusOr<EntryLayout> PlanEntry(const EntryRecord& e, int n, const Overrid
   }
   if (IsPartial(e)) {
     if (rule != nullptr) {
-      return bad_rule("it is partial (its chunks need not cover it) and is copied chunk by chunk");
+      return bad_rule(
+          "it is partial (its chunks need not cover it) and is copied chunk by "
+          "chunk");
     }
     if (e.chunks.size() > static_cast<size_t>(n)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "entry '", e.name, "' is partial with ", e.chunks.size(),
-          " chunks: its chunks are kept as stored, one per rank, so it needs --to >= ",
-          e.chunks.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("entry '", e.name, "' is partial with ", e.chunks.size(),
+                       " chunks: its chunks are kept as stored, one per rank, "
+                       "so it needs --to >= ",
+                       e.chunks.size()));
     }
     out.partial = true;
     out.source = absl::StrCat(e.chunks.size(), " chunks (partial)");
-    for (size_t i = 0; i < e.chunks.size(); ++i) out.pieces[i] = e.chunks[i].region;
+    for (size_t i = 0; i < e.chunks.size(); ++i)
+      out.pieces[i] = e.chunks[i].region;
     return out;
   }
   if (rule != nullptr) {
@@ -164,8 +178,9 @@ absl::StatusOr<EntryLayout> PlanEntry(const EntryRecord& e, int n, const Overrid
     out.split = rule->split;
     if (out.split.kind == Split::Kind::kDim &&
         static_cast<size_t>(out.split.dim) >= e.shape.size()) {
-      return bad_rule(absl::StrCat("the tensor has ", e.shape.size(), " dims (shape ",
-                                   ShapeToString(e.shape), ")"));
+      return bad_rule(absl::StrCat("the tensor has ", e.shape.size(),
+                                   " dims (shape ", ShapeToString(e.shape),
+                                   ")"));
     }
     std::string ignored;
     auto inferred = InferSplit(e, &ignored);

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "ckpt/types.h"
 #include "ckpt/format/records.h"
+#include "ckpt/types.h"
 #include "reshard/overrides.h"
 
 namespace ckpt::tools {
@@ -31,7 +31,8 @@ namespace ckpt::tools {
 // REQUIRES: e is a tensor, not partial, with chunks that cover it exactly
 // (as ckpt::Reader::Open checks). InvalidArgument naming the entry when no
 // layout can be inferred.
-absl::StatusOr<Split> InferSplit(const format::EntryRecord& e, std::string* description);
+absl::StatusOr<Split> InferSplit(const format::EntryRecord& e,
+                                 std::string* description);
 
 // Part `rank` of `n` of a tensor of `shape` split as `split`. Replicated
 // gives the whole tensor. REQUIRES: a kDim split's dim < shape.size().
@@ -41,10 +42,10 @@ Region PieceOf(const Split& split, const Shape& shape, int rank, int n);
 struct EntryLayout {
   std::string name;
   bool object = false;
-  bool partial = false;       // chunks kept as stored
-  Split split;                // tensors that are not partial
+  bool partial = false;  // chunks kept as stored
+  Split split;           // tensors that are not partial
   bool from_override = false;
-  std::string source;         // the stored layout, described
+  std::string source;  // the stored layout, described
   // pieces[r]: what rank r registers (nullopt: nothing). Replicated tensors
   // hold the whole tensor on every rank, as replicas written once.
   std::vector<std::optional<Region>> pieces;

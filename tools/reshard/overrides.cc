@@ -13,14 +13,15 @@
 namespace ckpt::tools {
 namespace {
 
-constexpr char kSplitForms[] = "\"dim<k>\" (k < 32), \"flat\" or \"replicated\"";
+constexpr char kSplitForms[] =
+    "\"dim<k>\" (k < 32), \"flat\" or \"replicated\"";
 
 // JSON text of a string for messages: quoted and escaped, cut after 80
 // characters so that a fuzzed megabyte key stays readable.
 std::string Quote(absl::string_view s) {
   std::string shown(s.substr(0, 80));
-  std::string out = nlohmann::json(shown).dump(-1, ' ', false,
-                                               nlohmann::json::error_handler_t::replace);
+  std::string out = nlohmann::json(shown).dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (s.size() > 80) out.insert(out.size() - 1, "...");
   return out;
 }
@@ -37,7 +38,9 @@ class Handler {
   bool boolean(bool) { return Value("a boolean"); }
   bool number_integer(json::number_integer_t) { return Value("a number"); }
   bool number_unsigned(json::number_unsigned_t) { return Value("a number"); }
-  bool number_float(json::number_float_t, const std::string&) { return Value("a number"); }
+  bool number_float(json::number_float_t, const std::string&) {
+    return Value("a number");
+  }
   bool binary(json::binary_t&) { return Value("binary data"); }
   bool start_array(std::size_t) { return Value("an array"); }
   bool end_array() { return Fail("unexpected end of array"); }
@@ -46,8 +49,8 @@ class Handler {
     if (depth_ == 3 && key_ == "split") {
       auto split = ParseSplit(s);
       if (!split.ok()) {
-        return Fail(absl::StrCat(EntryPath(), ".split: expected ", kSplitForms, ", got ",
-                                 Quote(s)));
+        return Fail(absl::StrCat(EntryPath(), ".split: expected ", kSplitForms,
+                                 ", got ", Quote(s)));
       }
       split_ = *split;
       has_split_ = true;
@@ -82,17 +85,20 @@ class Handler {
       return Fail(absl::StrCat(Where(), ": duplicate key ", Quote(k)));
     }
     if (depth_ == 1 && k != "entries") {
-      return Fail(absl::StrCat("top level: unknown key ", Quote(k), " (expected \"entries\")"));
+      return Fail(absl::StrCat("top level: unknown key ", Quote(k),
+                               " (expected \"entries\")"));
     }
     if (depth_ == 2) {
       if (k.empty()) return Fail("entries: empty entry name or pattern");
       if (k.size() > format::kMaxNameLength) {
-        return Fail(absl::StrCat("entries: key of ", k.size(), " bytes is longer than ",
+        return Fail(absl::StrCat("entries: key of ", k.size(),
+                                 " bytes is longer than ",
                                  format::kMaxNameLength, " (", Quote(k), ")"));
       }
     }
     if (depth_ == 3 && k != "split") {
-      return Fail(absl::StrCat(EntryPath(), ": unknown key ", Quote(k), " (expected \"split\")"));
+      return Fail(absl::StrCat(EntryPath(), ": unknown key ", Quote(k),
+                               " (expected \"split\")"));
     }
     key_ = k;
     return true;
@@ -104,7 +110,8 @@ class Handler {
         if (!has_entries_) return Fail("top level: missing key \"entries\"");
         break;
       case 3:
-        if (!has_split_) return Fail(absl::StrCat(EntryPath(), ": missing key \"split\""));
+        if (!has_split_)
+          return Fail(absl::StrCat(EntryPath(), ": missing key \"split\""));
         result_.rules.push_back(OverrideRule{entry_, split_});
         key_.clear();
         break;
@@ -141,12 +148,16 @@ class Handler {
       case 1:
         return Fail(absl::StrCat("entries: expected an object, got ", got));
       case 2:
-        return Fail(absl::StrCat("entries.", Quote(key_), ": expected an object, got ", got));
+        return Fail(absl::StrCat("entries.", Quote(key_),
+                                 ": expected an object, got ", got));
       default:
-        return Fail(absl::StrCat(EntryPath(), ".split: expected a string, got ", got));
+        return Fail(
+            absl::StrCat(EntryPath(), ".split: expected a string, got ", got));
     }
   }
-  std::string EntryPath() const { return absl::StrCat("entries.", Quote(entry_)); }
+  std::string EntryPath() const {
+    return absl::StrCat("entries.", Quote(entry_));
+  }
   std::string Where() const {
     switch (depth_) {
       case 1:
@@ -200,10 +211,11 @@ absl::StatusOr<Split> ParseSplit(absl::string_view text) {
   if (absl::StartsWith(text, "dim")) {
     absl::string_view digits = text.substr(3);
     int dim = 0;
-    const bool canonical = !digits.empty() && digits.size() <= 2 &&
-                           absl::ascii_isdigit(digits[0]) &&
-                           (digits.size() == 1 || (digits[0] != '0' &&
-                                                   absl::ascii_isdigit(digits[1])));
+    const bool canonical =
+        !digits.empty() && digits.size() <= 2 &&
+        absl::ascii_isdigit(digits[0]) &&
+        (digits.size() == 1 ||
+         (digits[0] != '0' && absl::ascii_isdigit(digits[1])));
     if (canonical && absl::SimpleAtoi(digits, &dim) &&
         dim < static_cast<int>(format::kMaxDims)) {
       s.kind = Split::Kind::kDim;
@@ -219,7 +231,8 @@ bool OverrideRule::is_glob() const {
   return pattern.find_first_of("*?") != std::string::npos;
 }
 
-absl::StatusOr<const OverrideRule*> Overrides::Find(absl::string_view name) const {
+absl::StatusOr<const OverrideRule*> Overrides::Find(
+    absl::string_view name) const {
   const OverrideRule* found = nullptr;
   std::vector<std::string> globs;
   for (const OverrideRule& r : rules) {
@@ -230,20 +243,21 @@ absl::StatusOr<const OverrideRule*> Overrides::Find(absl::string_view name) cons
     }
   }
   if (globs.size() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat("entry '", name, "' matches several patterns: ",
-                                                   absl::StrJoin(globs, ", "),
-                                                   " (give it its own key)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("entry '", name, "' matches several patterns: ",
+                     absl::StrJoin(globs, ", "), " (give it its own key)"));
   }
   return found;
 }
 
 absl::StatusOr<Overrides> ParseOverrides(absl::string_view text) {
   Handler h;
-  const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &h,
-                                            nlohmann::json::input_format_t::json,
-                                            /*strict=*/true, /*ignore_comments=*/false);
+  const bool ok = nlohmann::json::sax_parse(
+      text.begin(), text.end(), &h, nlohmann::json::input_format_t::json,
+      /*strict=*/true, /*ignore_comments=*/false);
   if (!ok || !h.error().empty()) {
-    return absl::InvalidArgumentError(h.error().empty() ? "invalid JSON" : h.error());
+    return absl::InvalidArgumentError(h.error().empty() ? "invalid JSON"
+                                                        : h.error());
   }
   return std::move(h.result());
 }

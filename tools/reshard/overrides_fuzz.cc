@@ -28,13 +28,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   j["entries"] = nlohmann::ordered_json::object();
   for (const auto& rule : parsed->rules) {
     FUZZ_CHECK(!rule.pattern.empty());
-    absl::StatusOr<ckpt::tools::Split> split = ckpt::tools::ParseSplit(rule.split.ToString());
+    absl::StatusOr<ckpt::tools::Split> split =
+        ckpt::tools::ParseSplit(rule.split.ToString());
     FUZZ_CHECK(split.ok() && *split == rule.split);
     j["entries"][rule.pattern] = {{"split", rule.split.ToString()}};
-    absl::StatusOr<const ckpt::tools::OverrideRule*> found = parsed->Find(rule.pattern);
+    absl::StatusOr<const ckpt::tools::OverrideRule*> found =
+        parsed->Find(rule.pattern);
     FUZZ_CHECK(found.ok() && *found == &rule);
   }
-  const std::string again = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
+  const std::string again =
+      j.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
   absl::StatusOr<Overrides> reparsed = ckpt::tools::ParseOverrides(again);
   FUZZ_CHECK(reparsed.ok());
   FUZZ_CHECK(reparsed->rules.size() == parsed->rules.size());

@@ -8,11 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
 #include "ckpt/mutex.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "ckpt/format/status_macros.h"
 #include "common/tool_util.h"
 #include "diff/local_range.h"
 #include "reshard/layout.h"
@@ -26,21 +26,24 @@ using format::EntryRecord;
 // Shared by the tensor sources of all ranks; called from I/O threads.
 class SourceContext {
  public:
-  SourceContext(Reader* reader, Progress* progress) : reader_(reader), progress_(progress) {}
+  SourceContext(Reader* reader, Progress* progress)
+      : reader_(reader), progress_(progress) {}
 
   // The source of piece `piece` of entry `e`: serves byte ranges of the
   // piece's layout by loading the matching sub-regions of SRC.
   TensorSource Make(const EntryRecord* e, Region piece) {
-    return [this, e, piece](uint64_t offset, void* dst, uint64_t n) -> absl::Status {
+    return [this, e, piece](uint64_t offset, void* dst,
+                            uint64_t n) -> absl::Status {
       const uint64_t es = DTypeSize(e->dtype);
       if (offset % es != 0 || n % es != 0) {
-        return absl::InternalError(absl::StrCat("entry '", e->name, "': byte range [", offset,
-                                                ", ", offset + n,
-                                                ") is not a whole number of elements"));
+        return absl::InternalError(
+            absl::StrCat("entry '", e->name, "': byte range [", offset, ", ",
+                         offset + n, ") is not a whole number of elements"));
       }
       std::vector<LoadRequest> reqs;
       char* out = static_cast<char*>(dst);
-      for (const Region& sub : LocalRangeToRegions(piece, offset / es, (offset + n) / es)) {
+      for (const Region& sub :
+           LocalRangeToRegions(piece, offset / es, (offset + n) / es)) {
         LoadRequest q;
         q.name = e->name;
         q.dtype = e->dtype;
@@ -76,14 +79,16 @@ class SourceContext {
 
 absl::Status CheckOptions(const ReshardOptions& o) {
   if (o.to < 1 || o.to > kMaxReshardRanks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--to must be in [1, ", kMaxReshardRanks, "], got ", o.to));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--to must be in [1, ", kMaxReshardRanks, "], got ", o.to));
   }
   if (o.from < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--from must be >= 1, got ", o.from));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--from must be >= 1, got ", o.from));
   }
   if (o.threads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--threads must be >= 1, got ", o.threads));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--threads must be >= 1, got ", o.threads));
   }
   if (o.src.empty() || o.dst.empty()) {
     return absl::InvalidArgumentError("SRC and DST must not be empty");
@@ -92,16 +97,17 @@ absl::Status CheckOptions(const ReshardOptions& o) {
 }
 
 // Plans every entry; reports all entries that cannot be planned at once.
-absl::StatusOr<std::vector<EntryLayout>> PlanAll(const format::Manifest& m, int n,
-                                                 const Overrides& overrides,
-                                                 const std::string& layout_file) {
+absl::StatusOr<std::vector<EntryLayout>> PlanAll(
+    const format::Manifest& m, int n, const Overrides& overrides,
+    const std::string& layout_file) {
   std::vector<EntryLayout> plans;
   std::vector<std::string> errors;
   std::vector<bool> used(overrides.rules.size(), false);
   for (const EntryRecord& e : m.entries) {
     auto rule = overrides.Find(e.name);
     if (!rule.ok()) {
-      errors.push_back(absl::StrCat(layout_file, ": ", rule.status().message()));
+      errors.push_back(
+          absl::StrCat(layout_file, ": ", rule.status().message()));
       continue;
     }
     if (*rule != nullptr) used[*rule - overrides.rules.data()] = true;
@@ -114,7 +120,8 @@ absl::StatusOr<std::vector<EntryLayout>> PlanAll(const format::Manifest& m, int 
   }
   for (size_t i = 0; i < used.size(); ++i) {
     if (!used[i]) {
-      errors.push_back(absl::StrCat(layout_file, ": \"", overrides.rules[i].pattern,
+      errors.push_back(absl::StrCat(layout_file, ": \"",
+                                    overrides.rules[i].pattern,
                                     "\" matches no entry of the checkpoint"));
     }
   }
@@ -127,31 +134,38 @@ absl::StatusOr<std::vector<EntryLayout>> PlanAll(const format::Manifest& m, int 
                    errors.size() > shown ? "; ..." : ""));
 }
 
-std::string CodecName(format::Codec c) { return c == format::Codec::kZstd ? "zstd" : "none"; }
+std::string CodecName(format::Codec c) {
+  return c == format::Codec::kZstd ? "zstd" : "none";
+}
 
 // Opens SRC and checks it against the options: InvalidArgument when it was
 // not saved on --from ranks, or when DST is a checkpoint directory.
-absl::StatusOr<std::unique_ptr<Reader>> OpenSource(const ReshardOptions& o, Storage* storage) {
+absl::StatusOr<std::unique_ptr<Reader>> OpenSource(const ReshardOptions& o,
+                                                   Storage* storage) {
   ReaderOptions ro;
   ro.storage = storage;
   ro.io_threads = 1;
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader, Reader::Open(o.src, ro));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
+                        Reader::Open(o.src, ro));
   const format::Manifest& m = reader->manifest();
   if (o.from > 0 && m.info.world_size != static_cast<uint32_t>(o.from)) {
-    return absl::InvalidArgumentError(absl::StrCat(reader->path(), ": saved on ",
-                                                   m.info.world_size, " ranks, --from ", o.from,
-                                                   " given"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(reader->path(), ": saved on ", m.info.world_size,
+                     " ranks, --from ", o.from, " given"));
   }
   if (storage->Stat(JoinPath(o.dst, format::kManifestFileName)).ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        o.dst, ": is a checkpoint directory; DST must be a checkpoint root (the output goes "
-               "to DST/step-NNNNNNNN)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(o.dst,
+                     ": is a checkpoint directory; DST must be a checkpoint "
+                     "root (the output goes "
+                     "to DST/step-NNNNNNNN)"));
   }
   return reader;
 }
 
 // The --layout file, parsed (errors prefixed by its path); none without one.
-absl::StatusOr<Overrides> ReadOverrides(const ReshardOptions& o, Storage* storage) {
+absl::StatusOr<Overrides> ReadOverrides(const ReshardOptions& o,
+                                        Storage* storage) {
   if (o.layout_file.empty()) return Overrides();
   CKPT_ASSIGN_OR_RETURN(std::string text, storage->ReadFile(o.layout_file));
   auto parsed = ParseOverrides(text);
@@ -188,8 +202,9 @@ using Objects = std::vector<std::pair<std::string, std::string>>;
 // bytes) and reads the objects, verified, into `objects`: they are held
 // during the save.
 absl::Status DescribeAndReadObjects(const std::vector<EntryLayout>& plans,
-                                    const EntriesByName& by_name, Reader& reader,
-                                    ReshardReport& report, Objects& objects) {
+                                    const EntriesByName& by_name,
+                                    Reader& reader, ReshardReport& report,
+                                    Objects& objects) {
   for (const EntryLayout& p : plans) {
     const EntryRecord& e = *by_name.at(p.name);
     ReshardedEntry re;
@@ -217,7 +232,8 @@ absl::Status DescribeAndReadObjects(const std::vector<EntryLayout>& plans,
 // Registers with `writer` what rank `rank` of DST holds: its piece of every
 // tensor (read from SRC through `sources` during the save) and, on rank 0,
 // the objects (moved out of `objects`).
-absl::Status RegisterRank(Writer& writer, int rank, const std::vector<EntryLayout>& plans,
+absl::Status RegisterRank(Writer& writer, int rank,
+                          const std::vector<EntryLayout>& plans,
                           const EntriesByName& by_name, SourceContext& sources,
                           Objects& objects) {
   for (const EntryLayout& p : plans) {
@@ -226,8 +242,9 @@ absl::Status RegisterRank(Writer& writer, int rank, const std::vector<EntryLayou
     to.replica = p.replica;
     to.partial = p.partial;
     const EntryRecord* e = by_name.at(p.name);
-    CKPT_RETURN_IF_ERROR(writer.AddTensorSource(p.name, e->dtype, e->shape, *p.pieces[rank],
-                                                sources.Make(e, *p.pieces[rank]), to));
+    CKPT_RETURN_IF_ERROR(
+        writer.AddTensorSource(p.name, e->dtype, e->shape, *p.pieces[rank],
+                               sources.Make(e, *p.pieces[rank]), to));
   }
   if (rank != 0) return absl::OkStatus();
   for (auto& [name, bytes] : objects) {
@@ -241,30 +258,33 @@ absl::Status RegisterRank(Writer& writer, int rank, const std::vector<EntryLayou
 // rank is returned as it is). Returns rank 0's SaveResult.
 absl::StatusOr<SaveResult> WriteRanks(const ReshardOptions& o, Storage* storage,
                                       const std::vector<EntryLayout>& plans,
-                                      const EntriesByName& by_name, SourceContext& sources,
-                                      Objects& objects, const SaveOptions& so, uint64_t step) {
+                                      const EntriesByName& by_name,
+                                      SourceContext& sources, Objects& objects,
+                                      const SaveOptions& so, uint64_t step) {
   InProcessWorld world(o.to);
   std::vector<absl::Status> registration(o.to);
   SaveResult saved;
-  absl::Status status = RunRanks(world, [&](Communicator& comm) -> absl::Status {
-    const int rank = comm.rank();
-    Writer::Options wo;
-    wo.comm = &comm;
-    wo.storage = storage;
-    auto writer = Writer::Create(wo);
-    absl::Status reg = writer.status();
-    if (reg.ok()) reg = RegisterRank(**writer, rank, plans, by_name, sources, objects);
-    // Every rank must reach Save, or none: agree on registration first.
-    std::vector<int64_t> failed = {reg.ok() ? 0 : 1};
-    CKPT_RETURN_IF_ERROR(comm.AllReduceMax(&failed));
-    if (failed[0] != 0) {
-      registration[rank] = reg;
-      return absl::AbortedError("registration failed on some rank");
-    }
-    CKPT_ASSIGN_OR_RETURN(SaveResult r, (*writer)->Save(o.dst, step, so));
-    if (rank == 0) saved = r;
-    return absl::OkStatus();
-  });
+  absl::Status status =
+      RunRanks(world, [&](Communicator& comm) -> absl::Status {
+        const int rank = comm.rank();
+        Writer::Options wo;
+        wo.comm = &comm;
+        wo.storage = storage;
+        auto writer = Writer::Create(wo);
+        absl::Status reg = writer.status();
+        if (reg.ok())
+          reg = RegisterRank(**writer, rank, plans, by_name, sources, objects);
+        // Every rank must reach Save, or none: agree on registration first.
+        std::vector<int64_t> failed = {reg.ok() ? 0 : 1};
+        CKPT_RETURN_IF_ERROR(comm.AllReduceMax(&failed));
+        if (failed[0] != 0) {
+          registration[rank] = reg;
+          return absl::AbortedError("registration failed on some rank");
+        }
+        CKPT_ASSIGN_OR_RETURN(SaveResult r, (*writer)->Save(o.dst, step, so));
+        if (rank == 0) saved = r;
+        return absl::OkStatus();
+      });
   for (const absl::Status& s : registration) {
     if (!s.ok()) return s;
   }
@@ -273,7 +293,8 @@ absl::StatusOr<SaveResult> WriteRanks(const ReshardOptions& o, Storage* storage,
 }
 
 // --verify: ckpt-diff of SRC against the output, into `report.verify`.
-absl::Status VerifyOutput(const ReshardOptions& o, Storage* storage, ReshardReport& report) {
+absl::Status VerifyOutput(const ReshardOptions& o, Storage* storage,
+                          ReshardReport& report) {
   DiffOptions d;
   d.a = report.src_dir;
   d.b = report.dst_dir;
@@ -307,44 +328,51 @@ absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& o) {
   EntriesByName by_name;
   for (const EntryRecord& e : m.entries) by_name[e.name] = &e;
   Objects objects;
-  CKPT_RETURN_IF_ERROR(DescribeAndReadObjects(plans, by_name, *reader, report, objects));
+  CKPT_RETURN_IF_ERROR(
+      DescribeAndReadObjects(plans, by_name, *reader, report, objects));
 
   // Write: the new ranks save DST, reading SRC as they go.
   std::optional<Progress> progress;
   if (o.progress) progress.emplace("ckpt-reshard", report.tensor_bytes);
   SourceContext sources(reader.get(), progress ? &*progress : nullptr);
-  CKPT_ASSIGN_OR_RETURN(SaveResult saved, WriteRanks(o, storage, plans, by_name, sources,
-                                                     objects, so, report.step));
+  CKPT_ASSIGN_OR_RETURN(SaveResult saved,
+                        WriteRanks(o, storage, plans, by_name, sources, objects,
+                                   so, report.step));
   if (progress) progress->Finish();
   report.dst_dir = saved.path;
   report.stored_bytes = saved.stored_bytes;
   report.largest_read = sources.largest();
   std::sort(report.entries.begin(), report.entries.end(),
-            [](const ReshardedEntry& a, const ReshardedEntry& b) { return a.name < b.name; });
+            [](const ReshardedEntry& a, const ReshardedEntry& b) {
+              return a.name < b.name;
+            });
   if (o.verify) CKPT_RETURN_IF_ERROR(VerifyOutput(o, storage, report));
   report.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
   return report;
 }
 
 void PrintReshardText(const ReshardReport& r, bool verbose, std::ostream& out) {
   out << "resharded " << r.src_dir << " (step " << r.step << ", " << r.from
-      << (r.from == 1 ? " rank" : " ranks") << ") into " << r.dst_dir << " (" << r.to
-      << (r.to == 1 ? " rank" : " ranks") << ")\n";
+      << (r.from == 1 ? " rank" : " ranks") << ") into " << r.dst_dir << " ("
+      << r.to << (r.to == 1 ? " rank" : " ranks") << ")\n";
   std::map<std::string, int> counts;
   for (const ReshardedEntry& e : r.entries) {
     const std::string& l = e.layout;
     counts[l.rfind("dim", 0) == 0 ? "split along a dim" : l]++;
   }
   std::vector<std::string> parts;
-  for (const char* k : {"split along a dim", "flat", "replicated", "partial", "object"}) {
+  for (const char* k :
+       {"split along a dim", "flat", "replicated", "partial", "object"}) {
     auto it = counts.find(k);
     if (it == counts.end()) continue;
     std::string label = it->first;
     if (label == "object" && it->second != 1) label = "objects";
     parts.push_back(absl::StrCat(it->second, " ", label));
   }
-  out << "entries: " << r.entries.size() << " (" << absl::StrJoin(parts, ", ") << ")\n";
+  out << "entries: " << r.entries.size() << " (" << absl::StrJoin(parts, ", ")
+      << ")\n";
   if (verbose) {
     for (const ReshardedEntry& e : r.entries) {
       out << "  " << e.name << ": ";
@@ -352,16 +380,19 @@ void PrintReshardText(const ReshardReport& r, bool verbose, std::ostream& out) {
         out << "object -> rank 0\n";
         continue;
       }
-      out << DTypeName(e.dtype) << " " << ShapeText(e.shape) << ", " << e.source << " -> "
-          << e.layout << (e.from_override ? " (override)" : "") << "\n";
+      out << DTypeName(e.dtype) << " " << ShapeText(e.shape) << ", " << e.source
+          << " -> " << e.layout << (e.from_override ? " (override)" : "")
+          << "\n";
     }
   }
-  out << "wrote " << HumanBytes(r.tensor_bytes) << " of tensors and " << HumanBytes(r.object_bytes)
-      << " of objects (codec " << r.codec << ")\n";
+  out << "wrote " << HumanBytes(r.tensor_bytes) << " of tensors and "
+      << HumanBytes(r.object_bytes) << " of objects (codec " << r.codec
+      << ")\n";
   if (r.verify) {
     if (r.verify->equal()) {
-      out << "verify: equal to the source (" << r.verify->entries_compared << " entries, "
-          << HumanBytes(r.verify->bytes_compared) << " compared)\n";
+      out << "verify: equal to the source (" << r.verify->entries_compared
+          << " entries, " << HumanBytes(r.verify->bytes_compared)
+          << " compared)\n";
     } else {
       out << "verify: the output differs from the source:\n";
       PrintDiffText(*r.verify, out);
@@ -398,8 +429,8 @@ nlohmann::ordered_json ReshardToJson(const ReshardReport& r) {
   return j;
 }
 
-absl::StatusOr<int> RunReshard(const ReshardOptions& options, bool json, bool verbose,
-                               std::ostream& out) {
+absl::StatusOr<int> RunReshard(const ReshardOptions& options, bool json,
+                               bool verbose, std::ostream& out) {
   CKPT_ASSIGN_OR_RETURN(ReshardReport report, Reshard(options));
   if (json) {
     out << ReshardToJson(report).dump(2) << "\n";

@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "ckpt/storage.h"
 #include "ckpt/format/format_constants.h"
-#include "nlohmann/json.hpp"
+#include "ckpt/storage.h"
 #include "diff/diff.h"
+#include "nlohmann/json.hpp"
 
 namespace ckpt::tools {
 
@@ -41,10 +41,11 @@ inline constexpr int kMaxReshardRanks = 1024;
 
 struct ReshardOptions {
   std::string src;  // checkpoint root or directory
-  std::string dst;  // checkpoint root (created if missing; its parent must exist)
-  int to = 0;       // N, in [1, kMaxReshardRanks]
-  int from = 0;     // > 0: SRC must have been saved on this many ranks
-  std::string layout_file;  // override file (overrides.h); "" = none
+  std::string
+      dst;       // checkpoint root (created if missing; its parent must exist)
+  int to = 0;    // N, in [1, kMaxReshardRanks]
+  int from = 0;  // > 0: SRC must have been saved on this many ranks
+  std::string layout_file;             // override file (overrides.h); "" = none
   std::optional<format::Codec> codec;  // default: zstd if SRC uses it anywhere
   std::optional<uint64_t> step;        // default: SRC's step
   int threads = 4;  // I/O threads in all, shared by the N ranks (>= 1)
@@ -68,7 +69,7 @@ struct ReshardReport {
   std::string dst_dir;  // the checkpoint directory written
   uint64_t step = 0;
   uint32_t from = 0, to = 0;
-  std::string codec;  // "none" or "zstd"
+  std::string codec;                    // "none" or "zstd"
   std::vector<ReshardedEntry> entries;  // sorted by name
   uint64_t tensor_bytes = 0, object_bytes = 0;
   uint64_t stored_bytes = 0;  // payload bytes written
@@ -91,14 +92,15 @@ struct ReshardReport {
 absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& options);
 
 // Human-readable summary; with `verbose`, one line per entry.
-void PrintReshardText(const ReshardReport& report, bool verbose, std::ostream& out);
+void PrintReshardText(const ReshardReport& report, bool verbose,
+                      std::ostream& out);
 // The --json document (schema in tools/README.md (ckpt-reshard)).
 nlohmann::ordered_json ReshardToJson(const ReshardReport& report);
 
 // What main() runs: Reshard, then print. Exit code 0; 1 if --verify found
 // differences; errors are returned as a Status (exit code 2).
-absl::StatusOr<int> RunReshard(const ReshardOptions& options, bool json, bool verbose,
-                               std::ostream& out);
+absl::StatusOr<int> RunReshard(const ReshardOptions& options, bool json,
+                               bool verbose, std::ostream& out);
 
 }  // namespace ckpt::tools
 

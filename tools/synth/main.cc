@@ -8,7 +8,8 @@
 
 int main(int argc, char** argv) {
   CLI::App app(
-      "Writes and verifies synthetic checkpoints (tools/README.md (ckpt-synth))",
+      "Writes and verifies synthetic checkpoints (tools/README.md "
+      "(ckpt-synth))",
       "ckpt-synth");
   app.require_subcommand(1);
   ckpt::synth::WriteArgs w;

@@ -13,11 +13,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
 #include "ckpt/mutex.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "ckpt/format/status_macros.h"
 
 namespace ckpt::synth {
 namespace {
@@ -589,11 +589,10 @@ std::vector<std::vector<Work>> PlanWork(
 // the checkpoint `dir` itself (as a separate process would) and loading its
 // destinations in batches of about `o.batch_bytes`. What each rank finds
 // goes to its RankOutcome; an error of any rank is returned.
-absl::Status LoadAllRanks(
-    const std::string& dir, const ReaderOptions& ro,
-    const std::vector<std::vector<Work>>& work, uint64_t seed,
-    const VerifyOptions& o,
-    std::vector<std::unique_ptr<RankOutcome>>& outcomes) {
+absl::Status LoadAllRanks(const std::string& dir, const ReaderOptions& ro,
+                          const std::vector<std::vector<Work>>& work,
+                          uint64_t seed, const VerifyOptions& o,
+                          std::vector<std::unique_ptr<RankOutcome>>& outcomes) {
   return RunAgreeing(
       static_cast<int>(work.size()),
       [&](Communicator& comm) -> absl::Status {
@@ -621,8 +620,8 @@ absl::Status LoadAllRanks(
 // index of each entry (a load failure wins over a value); an entry is
 // checked when every rank compared all of its piece.
 void MergeOutcomes(const std::vector<std::unique_ptr<RankOutcome>>& outcomes,
-                   const std::vector<std::string>& checkable,
-                   VerifyResult& res, MismatchMap& found) {
+                   const std::vector<std::string>& checkable, VerifyResult& res,
+                   MismatchMap& found) {
   std::map<std::string, bool> incomplete;
   for (const auto& oc : outcomes) {
     MutexLock l(&oc->mu);

@@ -32,9 +32,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/format/format_constants.h"
 #include "ckpt/storage.h"
 #include "ckpt/types.h"
-#include "ckpt/format/format_constants.h"
 #include "synth/synth_model.h"
 #include "synth/synth_values.h"
 

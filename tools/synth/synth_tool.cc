@@ -5,8 +5,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "ckpt/mutex.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/mutex.h"
 #include "common/tool_util.h"
 
 namespace ckpt::synth {

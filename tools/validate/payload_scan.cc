@@ -16,8 +16,8 @@
 #include "ckpt/format/block_codec.h"
 #include "ckpt/format/geometry.h"
 #include "ckpt/internal/shard_file.h"
-#include "ckpt/mutex.h"
 #include "ckpt/internal/thread_pool.h"
+#include "ckpt/mutex.h"
 #include "common/tool_util.h"
 #include "validate/validate_internal.h"
 #include "validate/values.h"
@@ -51,7 +51,8 @@ struct Granule {
 struct NonFiniteChunk {
   const OpenedShard* shard = nullptr;
   uint64_t nan = 0, inf = 0;
-  uint64_t first = std::numeric_limits<uint64_t>::max();  // element index in the chunk
+  uint64_t first =
+      std::numeric_limits<uint64_t>::max();  // element index in the chunk
 };
 
 std::vector<Granule> BuildGranules(const ValidateOptions& options,
@@ -80,7 +81,8 @@ std::vector<Granule> BuildGranules(const ValidateOptions& options,
         const bool can_cut = b == 0 || (b * c.block_size) % es == 0;
         if (!cur.pieces.empty()) {
           const bool adjacent = off >= cur.hi && off - cur.hi <= kMaxGapBytes;
-          if (!adjacent || (can_cut && off + size - cur.lo > kGranuleBytes)) flush();
+          if (!adjacent || (can_cut && off + size - cur.lo > kGranuleBytes))
+            flush();
         }
         if (cur.pieces.empty()) cur.lo = off;
         Piece* last = cur.pieces.empty() ? nullptr : &cur.pieces.back();
@@ -100,11 +102,13 @@ std::vector<Granule> BuildGranules(const ValidateOptions& options,
 
 }  // namespace
 
-std::string ElementCoordinates(const Shape& shape, const Region& region, uint64_t index) {
+std::string ElementCoordinates(const Shape& shape, const Region& region,
+                               uint64_t index) {
   Dims coords(shape.size());
   if (const Box* box = std::get_if<Box>(&region)) {
     for (size_t d = shape.size(); d-- > 0;) {
-      coords[d] = box->offset[d] + (box->size[d] == 0 ? 0 : index % box->size[d]);
+      coords[d] =
+          box->offset[d] + (box->size[d] == 0 ? 0 : index % box->size[d]);
       if (box->size[d] != 0) index /= box->size[d];
     }
   } else {
@@ -121,10 +125,12 @@ namespace {
 
 // Tasks: runs of consecutive granules of one shard, about kTaskBytes each,
 // as [first, last) granule indexes.
-std::vector<std::pair<size_t, size_t>> GroupTasks(const std::vector<Granule>& granules) {
+std::vector<std::pair<size_t, size_t>> GroupTasks(
+    const std::vector<Granule>& granules) {
   std::vector<std::pair<size_t, size_t>> tasks;
   for (size_t g = 0; g < granules.size(); ++g) {
-    if (!tasks.empty() && granules[tasks.back().first].shard == granules[g].shard &&
+    if (!tasks.empty() &&
+        granules[tasks.back().first].shard == granules[g].shard &&
         granules[g].lo - granules[tasks.back().first].lo < kTaskBytes) {
       tasks.back().second = g + 1;
     } else {
@@ -139,13 +145,15 @@ std::vector<std::pair<size_t, size_t>> GroupTasks(const std::vector<Granule>& gr
 class PayloadScan {
  public:
   PayloadScan(const ValidateOptions& options, const format::Manifest& manifest,
-              const std::vector<OpenedShard*>& shards, int threads, FindingList* findings)
+              const std::vector<OpenedShard*>& shards, int threads,
+              FindingList* findings)
       : options_(options),
         manifest_(manifest),
         findings_(findings),
         granules_(BuildGranules(options, manifest, shards)),
         tasks_(GroupTasks(granules_)),
-        threads_(std::max(1, std::min<int>(threads, static_cast<int>(tasks_.size())))),
+        threads_(std::max(
+            1, std::min<int>(threads, static_cast<int>(tasks_.size())))),
         scratch_(threads_) {}
 
   PayloadResult Run();
@@ -159,10 +167,11 @@ class PayloadScan {
 
   void ChunkFinding(const OpenedShard& s, const ChunkRef& r, int64_t block,
                     std::string message);
-  void Values(const OpenedShard& s, const ChunkRef& r, uint64_t offset, const char* p,
-              uint64_t n);
+  void Values(const OpenedShard& s, const ChunkRef& r, uint64_t offset,
+              const char* p, uint64_t n);
   void VerifyGranule(Scratch& sc, const Granule& g);
-  void VerifyPiece(Scratch& sc, const OpenedShard& s, const Piece& piece, const char* p);
+  void VerifyPiece(Scratch& sc, const OpenedShard& s, const Piece& piece,
+                   const char* p);
   void ReportNonFinite();
 
   const ValidateOptions& options_;
@@ -178,8 +187,8 @@ class PayloadScan {
   std::unique_ptr<Progress> progress_ ABSL_PT_GUARDED_BY(mu_);
 };
 
-void PayloadScan::ChunkFinding(const OpenedShard& s, const ChunkRef& r, int64_t block,
-                               std::string message) {
+void PayloadScan::ChunkFinding(const OpenedShard& s, const ChunkRef& r,
+                               int64_t block, std::string message) {
   const EntryRecord& e = manifest_.entries[r.entry];
   Finding f;
   f.file = s.path;
@@ -195,8 +204,8 @@ void PayloadScan::ChunkFinding(const OpenedShard& s, const ChunkRef& r, int64_t 
 // counts their NaN and Inf (with check_finite). Whole elements only: a run
 // can start mid-element only after a bad block, when block_size is not a
 // multiple of the element size.
-void PayloadScan::Values(const OpenedShard& s, const ChunkRef& r, uint64_t offset,
-                         const char* p, uint64_t n) {
+void PayloadScan::Values(const OpenedShard& s, const ChunkRef& r,
+                         uint64_t offset, const char* p, uint64_t n) {
   const EntryRecord& e = manifest_.entries[r.entry];
   const uint64_t es = DTypeSize(e.dtype);
   uint64_t skip = (es - offset % es) % es;
@@ -205,7 +214,8 @@ void PayloadScan::Values(const OpenedShard& s, const ChunkRef& r, uint64_t offse
   p += skip;
   n = (n - skip) / es * es;
   if (n == 0) return;
-  if (options_.on_data) options_.on_data(r.entry, e, r.chunk, offset, absl::string_view(p, n));
+  if (options_.on_data)
+    options_.on_data(r.entry, e, r.chunk, offset, absl::string_view(p, n));
   if (!options_.check_finite || e.kind != format::EntryKind::kTensor ||
       !IsFloatingPoint(e.dtype)) {
     return;
@@ -226,7 +236,8 @@ void PayloadScan::VerifyGranule(Scratch& sc, const Granule& g) {
   const OpenedShard& s = *g.shard;
   const uint64_t n = g.hi - g.lo;
   if (sc.buf.size() < n) sc.buf.resize(n);
-  absl::Status read = ::ckpt::internal::ReadExactly(*s.file.file, g.lo, n, sc.buf.data());
+  absl::Status read =
+      ::ckpt::internal::ReadExactly(*s.file.file, g.lo, n, sc.buf.data());
   if (!read.ok()) {
     size_t chunks = 0;
     for (size_t i = 0; i < g.pieces.size(); ++i) {
@@ -234,7 +245,8 @@ void PayloadScan::VerifyGranule(Scratch& sc, const Granule& g) {
     }
     ChunkFinding(s, *g.pieces[0].ref, g.pieces[0].b0,
                  absl::StrCat(read.message(),
-                              chunks > 1 ? absl::StrCat(" (", chunks, " chunks not verified)")
+                              chunks > 1 ? absl::StrCat(" (", chunks,
+                                                        " chunks not verified)")
                                          : ""));
     return;
   }
@@ -251,12 +263,13 @@ void PayloadScan::VerifyGranule(Scratch& sc, const Granule& g) {
 // finding per bad block; the raw bytes of good blocks go to Values, in runs
 // of consecutive good blocks (so that elements across block boundaries are
 // seen whole).
-void PayloadScan::VerifyPiece(Scratch& sc, const OpenedShard& s, const Piece& piece,
-                              const char* p) {
+void PayloadScan::VerifyPiece(Scratch& sc, const OpenedShard& s,
+                              const Piece& piece, const char* p) {
   const ChunkRef& r = *piece.ref;
   const ChunkRecord& c = *r.indexed;
   const uint64_t bs = c.block_size;
-  const uint64_t raw_total = ::ckpt::internal::ChunkRawBytes(manifest_.entries[r.entry], c);
+  const uint64_t raw_total =
+      ::ckpt::internal::ChunkRawBytes(manifest_.entries[r.entry], c);
   const bool in_place = c.codec == format::Codec::kNone;
   uint64_t run = piece.b0;  // first block of the current run of good blocks
   const char* run_p = p;
@@ -266,8 +279,8 @@ void PayloadScan::VerifyPiece(Scratch& sc, const OpenedShard& s, const Piece& pi
     const uint64_t raw_size = std::min(bs, raw_total - b * bs);
     if (!in_place && sc.raw.size() < raw_size) sc.raw.resize(raw_size);
     auto raw = ::ckpt::internal::VerifyBlock(manifest_.entries[r.entry], c, b,
-                                             absl::string_view(p, size), &sc.decoder,
-                                             sc.raw.data());
+                                             absl::string_view(p, size),
+                                             &sc.decoder, sc.raw.data());
     if (!raw.ok()) {
       ChunkFinding(s, r, b, std::string(raw.status().message()));
       if (in_place && b > run) Values(s, r, run * bs, run_p, b * bs - run * bs);
@@ -281,7 +294,8 @@ void PayloadScan::VerifyPiece(Scratch& sc, const OpenedShard& s, const Piece& pi
     p += size;
   }
   if (in_place && piece.b1 > run) {
-    Values(s, r, run * bs, run_p, std::min(piece.b1 * bs, raw_total) - run * bs);
+    Values(s, r, run * bs, run_p,
+           std::min(piece.b1 * bs, raw_total) - run * bs);
   }
   blocks_verified_ += good_blocks;
   bytes_verified_ += good_bytes;
@@ -294,10 +308,11 @@ void PayloadScan::ReportNonFinite() {
     const EntryRecord& e = manifest_.entries[ref->entry];
     const ChunkRecord& c = e.chunks[ref->chunk];
     const uint64_t es = DTypeSize(e.dtype);
-    ChunkFinding(*agg.shard, *ref, static_cast<int64_t>(agg.first * es / c.block_size),
-                 absl::StrCat("non-finite values: ", agg.nan, " NaN, ", agg.inf,
-                              " Inf; the first at ",
-                              ElementCoordinates(e.shape, c.region, agg.first)));
+    ChunkFinding(
+        *agg.shard, *ref, static_cast<int64_t>(agg.first * es / c.block_size),
+        absl::StrCat("non-finite values: ", agg.nan, " NaN, ", agg.inf,
+                     " Inf; the first at ",
+                     ElementCoordinates(e.shape, c.region, agg.first)));
   }
 }
 
@@ -308,12 +323,13 @@ PayloadResult PayloadScan::Run() {
     MutexLock l(&mu_);
     progress_ = std::make_unique<Progress>("verifying", total);
   }
-  (void)::ckpt::internal::ParallelFor(threads_, tasks_.size(), [&](int t, size_t i) {
-    for (size_t g = tasks_[i].first; g < tasks_[i].second; ++g) {
-      VerifyGranule(scratch_[t], granules_[g]);
-    }
-    return absl::OkStatus();
-  });
+  (void)::ckpt::internal::ParallelFor(
+      threads_, tasks_.size(), [&](int t, size_t i) {
+        for (size_t g = tasks_[i].first; g < tasks_[i].second; ++g) {
+          VerifyGranule(scratch_[t], granules_[g]);
+        }
+        return absl::OkStatus();
+      });
   if (options_.progress) {
     MutexLock l(&mu_);
     progress_->Finish();
@@ -324,7 +340,8 @@ PayloadResult PayloadScan::Run() {
 
 }  // namespace
 
-PayloadResult ScanPayload(const ValidateOptions& options, const format::Manifest& manifest,
+PayloadResult ScanPayload(const ValidateOptions& options,
+                          const format::Manifest& manifest,
                           const std::vector<OpenedShard*>& shards, int threads,
                           FindingList* findings) {
   return PayloadScan(options, manifest, shards, threads, findings).Run();

@@ -7,16 +7,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "ckpt/internal/checkpoint_dir.h"
-#include "ckpt/internal/shard_file.h"
-#include "ckpt/mutex.h"
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/geometry.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/internal/checkpoint_dir.h"
+#include "ckpt/internal/shard_file.h"
 #include "ckpt/internal/thread_pool.h"
-#include "nlohmann/json.hpp"
+#include "ckpt/mutex.h"
 #include "common/tool_util.h"
+#include "nlohmann/json.hpp"
 #include "validate/validate_internal.h"
 
 namespace ckpt::tools {
@@ -42,8 +42,9 @@ void FindingList::MoveTo(ValidateReport* report) {
   auto key = [](const Finding& f) {
     return std::tie(f.file, f.entry, f.chunk, f.block, f.message);
   };
-  std::sort(findings_.begin(), findings_.end(),
-            [&](const Finding& a, const Finding& b) { return key(a) < key(b); });
+  std::sort(
+      findings_.begin(), findings_.end(),
+      [&](const Finding& a, const Finding& b) { return key(a) < key(b); });
   report->findings = std::move(findings_);
   report->findings_dropped = dropped_;
   findings_.clear();
@@ -115,7 +116,7 @@ class Validator {
   int threads_;
   FindingList findings_;
   format::Manifest manifest_;
-  std::unique_ptr<core::ManifestIndex> index_;  // over manifest_
+  std::unique_ptr<core::ManifestIndex> index_;        // over manifest_
   std::vector<std::unique_ptr<OpenedShard>> shards_;  // null: failed to open
 };
 
@@ -178,7 +179,8 @@ absl::StatusOr<bool> Validator::ReadManifest(const std::string& mpath) {
   }
   auto m = format::DecodeManifest(*bytes);
   if (!m.ok()) {
-    if (absl::IsFailedPrecondition(m.status())) return Annotate(m.status(), mpath);
+    if (absl::IsFailedPrecondition(m.status()))
+      return Annotate(m.status(), mpath);
     Add(Severity::kError, mpath, std::string(m.status().message()));
     return false;
   }
@@ -207,10 +209,11 @@ absl::Status Validator::CheckCheckpoint(const std::string& dir) {
   if (!manifest_ok) return absl::OkStatus();
   CheckCoverage(mpath);
   shards_.resize(manifest_.shards.size());
-  (void)::ckpt::internal::ParallelFor(threads_, shards_.size(), [&](int, size_t i) {
-    OpenShard(i);
-    return absl::OkStatus();
-  });
+  (void)::ckpt::internal::ParallelFor(threads_, shards_.size(),
+                                      [&](int, size_t i) {
+                                        OpenShard(i);
+                                        return absl::OkStatus();
+                                      });
   std::vector<OpenedShard*> opened;
   for (auto& s : shards_) {
     if (s != nullptr) opened.push_back(s.get());
@@ -218,8 +221,8 @@ absl::Status Validator::CheckCheckpoint(const std::string& dir) {
   report_->shards_ok = opened.size();
   CheckChunklessEntries(opened);
   if (!options_.quick) {
-    internal::PayloadResult r =
-        internal::ScanPayload(options_, manifest_, opened, threads_, &findings_);
+    internal::PayloadResult r = internal::ScanPayload(
+        options_, manifest_, opened, threads_, &findings_);
     report_->blocks_verified = r.blocks_verified;
     report_->bytes_verified = r.bytes_verified;
   }
@@ -228,16 +231,18 @@ absl::Status Validator::CheckCheckpoint(const std::string& dir) {
 
 // Every entry on its own, so that each bad entry is reported.
 void Validator::CheckCoverage(const std::string& mpath) {
-  (void)::ckpt::internal::ParallelFor(threads_, manifest_.entries.size(), [&](int, size_t e) {
-    const EntryRecord& entry = manifest_.entries[e];
-    std::vector<Region> regions;
-    regions.reserve(entry.chunks.size());
-    for (const ChunkRecord& c : entry.chunks) regions.push_back(c.region);
-    absl::Status s =
-        CheckCover(entry.shape, regions, (entry.flags & format::kEntryFlagPartial) != 0);
-    if (!s.ok()) AddEntry(mpath, entry.name, -1, std::string(s.message()));
-    return absl::OkStatus();
-  });
+  (void)::ckpt::internal::ParallelFor(
+      threads_, manifest_.entries.size(), [&](int, size_t e) {
+        const EntryRecord& entry = manifest_.entries[e];
+        std::vector<Region> regions;
+        regions.reserve(entry.chunks.size());
+        for (const ChunkRecord& c : entry.chunks) regions.push_back(c.region);
+        absl::Status s =
+            CheckCover(entry.shape, regions,
+                       (entry.flags & format::kEntryFlagPartial) != 0);
+        if (!s.ok()) AddEntry(mpath, entry.name, -1, std::string(s.message()));
+        return absl::OkStatus();
+      });
 }
 
 // Opens shard i on its own (§5.6): a problem that leaves the file unusable
@@ -291,8 +296,9 @@ std::string FindingText(const Finding& f) {
 }
 
 size_t ValidateReport::errors() const {
-  return std::count_if(findings.begin(), findings.end(),
-                       [](const Finding& f) { return f.severity == Severity::kError; });
+  return std::count_if(findings.begin(), findings.end(), [](const Finding& f) {
+    return f.severity == Severity::kError;
+  });
 }
 
 size_t ValidateReport::warnings() const { return findings.size() - errors(); }
@@ -300,7 +306,8 @@ size_t ValidateReport::warnings() const { return findings.size() - errors(); }
 absl::StatusOr<ValidateReport> Validate(const ValidateOptions& options) {
   if (options.quick && options.check_finite) {
     return absl::InvalidArgumentError(
-        "--quick reads no payload, so it cannot be combined with --check-finite");
+        "--quick reads no payload, so it cannot be combined with "
+        "--check-finite");
   }
   auto start = std::chrono::steady_clock::now();
   ValidateReport report;
@@ -310,26 +317,30 @@ absl::StatusOr<ValidateReport> Validate(const ValidateOptions& options) {
   Validator v(options, &report);
   CKPT_RETURN_IF_ERROR(v.Run());
   report.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   return report;
 }
 
 void PrintValidateText(const ValidateReport& r, std::ostream& out) {
   if (!r.root.empty()) out << "Root        " << r.root << "\n";
-  out << "Checkpoint  " << (r.checkpoint_dir.empty() ? "(none)" : r.checkpoint_dir) << "\n";
+  out << "Checkpoint  "
+      << (r.checkpoint_dir.empty() ? "(none)" : r.checkpoint_dir) << "\n";
   if (r.manifest_ok) {
     out << "Step        " << r.info.step << "\n";
     out << "World size  " << r.info.world_size << "\n";
     out << "Entries     " << r.entries << " (" << r.chunks << " chunks, "
         << HumanBytes(r.payload_bytes) << " stored)\n";
-    std::string checked = absl::StrCat("manifest, coverage of ", r.entries, " entries, ",
-                                       r.shards_ok, " of ", r.shards, " shard files");
+    std::string checked =
+        absl::StrCat("manifest, coverage of ", r.entries, " entries, ",
+                     r.shards_ok, " of ", r.shards, " shard files");
     if (r.quick) {
       absl::StrAppend(&checked, "; payload not read (--quick)");
     } else {
       absl::StrAppend(&checked, ", ", r.blocks_verified, " blocks (",
                       HumanBytes(r.bytes_verified), ") read and verified");
-      if (r.check_finite) absl::StrAppend(&checked, ", values checked for NaN/Inf");
+      if (r.check_finite)
+        absl::StrAppend(&checked, ", values checked for NaN/Inf");
     }
     out << "Checked     " << checked << "\n";
   }
@@ -346,9 +357,9 @@ void PrintValidateText(const ValidateReport& r, std::ostream& out) {
         << (r.warnings() == 1 ? " warning" : " warnings") << ")\n";
   } else {
     const uint64_t total = r.findings.size() + r.findings_dropped;
-    out << "INVALID: " << total << (total == 1 ? " problem" : " problems") << " ("
-        << r.errors() << (r.errors() == 1 ? " error, " : " errors, ") << r.warnings()
-        << (r.warnings() == 1 ? " warning" : " warnings")
+    out << "INVALID: " << total << (total == 1 ? " problem" : " problems")
+        << " (" << r.errors() << (r.errors() == 1 ? " error, " : " errors, ")
+        << r.warnings() << (r.warnings() == 1 ? " warning" : " warnings")
         << (r.findings_dropped > 0 ? " listed" : "") << ")\n";
   }
 }
@@ -358,14 +369,17 @@ void PrintValidateJson(const ValidateReport& r, std::ostream& out) {
   json j;
   j["valid"] = r.valid();
   j["root"] = r.root.empty() ? json(nullptr) : json(r.root);
-  j["checkpoint"] = r.checkpoint_dir.empty() ? json(nullptr) : json(r.checkpoint_dir);
+  j["checkpoint"] =
+      r.checkpoint_dir.empty() ? json(nullptr) : json(r.checkpoint_dir);
   if (r.manifest_ok) {
-    j["format_version"] = absl::StrCat(format::kFormatMajor, ".", r.format_minor);
+    j["format_version"] =
+        absl::StrCat(format::kFormatMajor, ".", r.format_minor);
     j["step"] = r.info.step;
     j["world_size"] = r.info.world_size;
     j["checkpoint_id"] = format::IdToHex(r.info.id);
   } else {
-    j["format_version"] = j["step"] = j["world_size"] = j["checkpoint_id"] = nullptr;
+    j["format_version"] = j["step"] = j["world_size"] = j["checkpoint_id"] =
+        nullptr;
   }
   j["quick"] = r.quick;
   j["check_finite"] = r.check_finite;
@@ -397,7 +411,8 @@ void PrintValidateJson(const ValidateReport& r, std::ostream& out) {
   out << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
 }
 
-absl::StatusOr<int> RunValidate(const ValidateOptions& options, bool json, std::ostream& out) {
+absl::StatusOr<int> RunValidate(const ValidateOptions& options, bool json,
+                                std::ostream& out) {
   CKPT_ASSIGN_OR_RETURN(ValidateReport report, Validate(options));
   if (json) {
     PrintValidateJson(report, out);

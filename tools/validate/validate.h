@@ -28,9 +28,9 @@
 // A problem is a Finding, not an error: Validate returns an error status
 // only when it cannot validate at all (see Validate). The checks and their
 // messages are libckpt's read core (ckpt/internal/), shared with
-// ckpt::Reader; this library collects every problem and reports them. A shard that fails to
-// open is reported once and its chunks are not read; everything else goes
-// on.
+// ckpt::Reader; this library collects every problem and reports them. A shard
+// that fails to open is reported once and its chunks are not read; everything
+// else goes on.
 #ifndef CKPT_TOOLS_VALIDATE_VALIDATE_H_
 #define CKPT_TOOLS_VALIDATE_VALIDATE_H_
 
@@ -42,9 +42,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "ckpt/format/records.h"
 #include "ckpt/internal/shard_file.h"
 #include "ckpt/storage.h"
-#include "ckpt/format/records.h"
 
 namespace ckpt::tools {
 
@@ -75,11 +75,11 @@ std::string FindingText(const Finding& f);
 using ::ckpt::internal::EscapeName;
 
 struct ValidateOptions {
-  std::string path;           // a checkpoint directory, or a root
-  bool quick = false;         // metadata only: no payload byte is read
-  bool check_finite = false;  // NaN/Inf in floating-point tensors are findings
-  bool strict = false;        // warnings make the checkpoint invalid too
-  int threads = 0;            // payload readers; 0 = one per hardware thread
+  std::string path;            // a checkpoint directory, or a root
+  bool quick = false;          // metadata only: no payload byte is read
+  bool check_finite = false;   // NaN/Inf in floating-point tensors are findings
+  bool strict = false;         // warnings make the checkpoint invalid too
+  int threads = 0;             // payload readers; 0 = one per hardware thread
   Storage* storage = nullptr;  // not owned; null = POSIX
   bool progress = false;       // progress bar on stderr (drawn on a tty only)
   // Findings kept; more are counted in ValidateReport::findings_dropped.
@@ -92,25 +92,26 @@ struct ValidateOptions {
   // starting at byte `offset` of the chunk. Called concurrently from
   // several threads, never twice for the same bytes; not called with bytes
   // that failed verification. Not called when `quick`.
-  std::function<void(size_t entry_index, const format::EntryRecord& entry, size_t chunk,
-                     uint64_t offset, absl::string_view raw)>
+  std::function<void(size_t entry_index, const format::EntryRecord& entry,
+                     size_t chunk, uint64_t offset, absl::string_view raw)>
       on_data;
 };
 
 struct ValidateReport {
-  std::string root;            // the root given, or "" for a checkpoint directory
+  std::string root;  // the root given, or "" for a checkpoint directory
   std::string checkpoint_dir;  // the checkpoint validated; "" if none was found
-  bool manifest_ok = false;    // the manifest decoded (then the fields below are set)
+  bool manifest_ok =
+      false;  // the manifest decoded (then the fields below are set)
   uint16_t format_minor = 0;
   format::CheckpointInfo info;
   bool quick = false;
   bool check_finite = false;
   bool strict = false;
-  uint64_t shards = 0;          // shard files listed
-  uint64_t shards_ok = 0;       // shard files whose header, tail and index are valid
+  uint64_t shards = 0;     // shard files listed
+  uint64_t shards_ok = 0;  // shard files whose header, tail and index are valid
   uint64_t entries = 0;
   uint64_t chunks = 0;
-  uint64_t payload_bytes = 0;   // stored bytes of all chunks
+  uint64_t payload_bytes = 0;  // stored bytes of all chunks
   uint64_t blocks_verified = 0;
   uint64_t bytes_verified = 0;  // payload bytes read and verified
   double seconds = 0;
@@ -122,7 +123,8 @@ struct ValidateReport {
   // No error (and, when strict, no warning) found. Findings beyond the
   // limit count as errors.
   bool valid() const {
-    return errors() == 0 && findings_dropped == 0 && (!strict || warnings() == 0);
+    return errors() == 0 && findings_dropped == 0 &&
+           (!strict || warnings() == 0);
   }
 };
 
@@ -148,7 +150,8 @@ void PrintValidateJson(const ValidateReport& report, std::ostream& out);
 // Runs ckpt-validate: validates, prints the report (JSON if `json`) to
 // `out`, and returns the exit code (kExitOk when valid, kExitFindings
 // otherwise) or Validate's error.
-absl::StatusOr<int> RunValidate(const ValidateOptions& options, bool json, std::ostream& out);
+absl::StatusOr<int> RunValidate(const ValidateOptions& options, bool json,
+                                std::ostream& out);
 
 }  // namespace ckpt::tools
 

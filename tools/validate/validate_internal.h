@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "ckpt/format/records.h"
 #include "ckpt/internal/shard_file.h"
 #include "ckpt/mutex.h"
 #include "ckpt/storage.h"
-#include "ckpt/format/records.h"
 #include "validate/validate.h"
 
 namespace ckpt::tools::internal {
@@ -50,13 +50,15 @@ struct PayloadResult {
 // Reads and verifies every block of the matched chunks of `shards` (those
 // of entries accepted by options.entry_filter), adding a finding for each
 // bad block, read error and (with check_finite) chunk holding NaN or Inf.
-PayloadResult ScanPayload(const ValidateOptions& options, const format::Manifest& manifest,
+PayloadResult ScanPayload(const ValidateOptions& options,
+                          const format::Manifest& manifest,
                           const std::vector<OpenedShard*>& shards, int threads,
                           FindingList* findings);
 
 // "[2, 5]": the global coordinates of element `index` (in the chunk's own
 // layout) of a chunk with region `region` of a tensor of `shape`.
-std::string ElementCoordinates(const Shape& shape, const Region& region, uint64_t index);
+std::string ElementCoordinates(const Shape& shape, const Region& region,
+                               uint64_t index);
 
 }  // namespace ckpt::tools::internal
 

@@ -37,7 +37,8 @@ void Accumulate(const char* data, uint64_t n, ValueStats* s, Fn to_double) {
 // the fraction field (`frac_mask`): zero is Inf, nonzero is NaN. A cheap
 // first pass finds out whether there is anything to count at all.
 template <typename T>
-NonFiniteCount CountIeee(const char* data, uint64_t n, T exp_mask, T frac_mask) {
+NonFiniteCount CountIeee(const char* data, uint64_t n, T exp_mask,
+                         T frac_mask) {
   NonFiniteCount out;
   uint64_t any = 0;
   for (uint64_t i = 0; i < n; ++i) {
@@ -129,21 +130,27 @@ void ValueStats::Merge(const ValueStats& o) {
   }
 }
 
-double ValueStats::mean() const { return finite == 0 ? std::nan("") : sum / finite; }
+double ValueStats::mean() const {
+  return finite == 0 ? std::nan("") : sum / finite;
+}
 double ValueStats::l2() const { return l2_scale * std::sqrt(l2_ssq); }
 
 void AccumulateValues(DType dtype, const char* d, uint64_t n, ValueStats* s) {
   switch (dtype) {
     case DType::kBool:
-      return Accumulate<uint8_t>(d, n, s, [](uint8_t v) { return v != 0 ? 1.0 : 0.0; });
+      return Accumulate<uint8_t>(d, n, s,
+                                 [](uint8_t v) { return v != 0 ? 1.0 : 0.0; });
     case DType::kUInt8:
       return Accumulate<uint8_t>(d, n, s, [](uint8_t v) { return double(v); });
     case DType::kUInt16:
-      return Accumulate<uint16_t>(d, n, s, [](uint16_t v) { return double(v); });
+      return Accumulate<uint16_t>(d, n, s,
+                                  [](uint16_t v) { return double(v); });
     case DType::kUInt32:
-      return Accumulate<uint32_t>(d, n, s, [](uint32_t v) { return double(v); });
+      return Accumulate<uint32_t>(d, n, s,
+                                  [](uint32_t v) { return double(v); });
     case DType::kUInt64:
-      return Accumulate<uint64_t>(d, n, s, [](uint64_t v) { return double(v); });
+      return Accumulate<uint64_t>(d, n, s,
+                                  [](uint64_t v) { return double(v); });
     case DType::kInt8:
       return Accumulate<int8_t>(d, n, s, [](int8_t v) { return double(v); });
     case DType::kInt16:
@@ -176,7 +183,8 @@ NonFiniteCount CountNonFinite(DType dtype, const char* d, uint64_t n) {
     case DType::kFloat32:
       return CountIeee<uint32_t>(d, n, 0x7f800000u, 0x007fffffu);
     case DType::kFloat64:
-      return CountIeee<uint64_t>(d, n, 0x7ff0000000000000ull, 0x000fffffffffffffull);
+      return CountIeee<uint64_t>(d, n, 0x7ff0000000000000ull,
+                                 0x000fffffffffffffull);
     case DType::kFloat8E5M2:
       return CountIeee<uint8_t>(d, n, 0x7c, 0x03);
     case DType::kFloat8E4M3FN: {

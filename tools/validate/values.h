@@ -51,7 +51,8 @@ struct ValueStats {
 
 // Adds the `n` elements of `dtype` at `data` to *stats.
 // REQUIRES: data holds n * DTypeSize(dtype) bytes.
-void AccumulateValues(DType dtype, const char* data, uint64_t n, ValueStats* stats);
+void AccumulateValues(DType dtype, const char* data, uint64_t n,
+                      ValueStats* stats);
 
 // NaN and Inf among n elements, and the index of the first of either (-1 if
 // none). Always zero for integer dtypes and bool; float8_e4m3fn has no Inf.

@@ -43,12 +43,12 @@ class Communicator {
   // calls AllGather, so an adapter that implements only the other calls
   // works (and pays AllGather's traffic); MpiCommunicator overrides it
   // with MPI_Gatherv.
-  [[nodiscard]] virtual absl::StatusOr<std::vector<std::string>> Gather(absl::string_view mine,
-                                                                        int root) {
+  [[nodiscard]] virtual absl::StatusOr<std::vector<std::string>> Gather(
+      absl::string_view mine, int root) {
     if (root < 0 || root >= size()) {
-      return absl::InvalidArgumentError(absl::StrCat("Gather: root ", root,
-                                                     " is not a rank of the communicator (size ",
-                                                     size(), ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Gather: root ", root, " is not a rank of the communicator (size ",
+          size(), ")"));
     }
     absl::StatusOr<std::vector<std::string>> all = AllGather(mine);
     if (all.ok() && rank() != root) all->clear();
@@ -59,7 +59,8 @@ class Communicator {
   [[nodiscard]] virtual absl::Status Barrier() = 0;
   // Element-wise maximum over ranks of a few integers (in place). Used to
   // agree on flags ("did any rank fail", "did any structure change").
-  [[nodiscard]] virtual absl::Status AllReduceMax(std::vector<int64_t>* values) = 0;
+  [[nodiscard]] virtual absl::Status AllReduceMax(
+      std::vector<int64_t>* values) = 0;
 };
 
 // World of one: rank 0 of size 1. Stateless and thread-compatible.
@@ -71,7 +72,9 @@ class SingleProcessCommunicator final : public Communicator {
       absl::string_view mine) override {
     return std::vector<std::string>{std::string(mine)};
   }
-  absl::Status Broadcast(std::string*, int) override { return absl::OkStatus(); }
+  absl::Status Broadcast(std::string*, int) override {
+    return absl::OkStatus();
+  }
   absl::Status Barrier() override { return absl::OkStatus(); }
   absl::Status AllReduceMax(std::vector<int64_t>*) override {
     return absl::OkStatus();

@@ -152,14 +152,22 @@ class FaultInjectingStorage final : public Storage {
   absl::Status RemoveAll(const std::string& path) override;
   // Forwarded to the base storage (no faults: a lock that cannot be taken
   // only costs the writer its mutual exclusion, see storage.h).
-  absl::StatusOr<std::unique_ptr<FileLock>> Lock(const std::string& path, LockMode mode,
+  absl::StatusOr<std::unique_ptr<FileLock>> Lock(const std::string& path,
+                                                 LockMode mode,
                                                  bool wait) override {
     return base_->Lock(path, mode, wait);
   }
 
  private:
   class FaultFile;
-  enum class RuleKind { kFail, kShortWrite, kFailAllAfter, kCrash, kShortRead, kCorruptRead };
+  enum class RuleKind {
+    kFail,
+    kShortWrite,
+    kFailAllAfter,
+    kCrash,
+    kShortRead,
+    kCorruptRead
+  };
   struct Rule {
     RuleKind kind;
     StorageOp op;
@@ -170,10 +178,10 @@ class FaultInjectingStorage final : public Storage {
   };
   // What one call should do.
   struct Decision {
-    absl::Status error;          // OK: forward the call to base
-    bool short_write = false;    // write `bytes`, then return `error`
-    bool short_read = false;     // (error OK) read at most `bytes`
-    bool corrupt_read = false;   // (error OK) flip bit `bit` of byte `bytes`
+    absl::Status error;         // OK: forward the call to base
+    bool short_write = false;   // write `bytes`, then return `error`
+    bool short_read = false;    // (error OK) read at most `bytes`
+    bool corrupt_read = false;  // (error OK) flip bit `bit` of byte `bytes`
     size_t bytes = 0;
     int bit = 0;
   };

@@ -17,8 +17,10 @@
 //     wo.comm = comm.get();
 //     auto writer = ckpt::Writer::Create(wo).value();
 //     uint64_t r = comm->rank();     // 4 ranks, 1024 rows each
-//     absl::Status s = writer->AddTensor("w", ckpt::DType::kFloat32, {4096, 1024},
-//                                        ckpt::Box{{r * 1024, 0}, {1024, 1024}}, w);
+//     absl::Status s = writer->AddTensor("w", ckpt::DType::kFloat32, {4096,
+//     1024},
+//                                        ckpt::Box{{r * 1024, 0}, {1024,
+//                                        1024}}, w);
 //     if (s.ok()) s = writer->Save("/ckpt/run1", step, {}).status();
 //     // s is the same on every rank.
 //   }                                // ...destroys its communicators...
@@ -76,9 +78,10 @@ class MpiCommunicator final : public Communicator {
   // Errors: FailedPrecondition if MPI is not initialised or already
   // finalised; InvalidArgument for MPI_COMM_NULL, an intercommunicator or
   // bad options; Internal if an MPI call fails.
-  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create(MPI_Comm comm,
-                                                                 const Options& options);
-  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create(MPI_Comm comm) {
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create(
+      MPI_Comm comm, const Options& options);
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create(
+      MPI_Comm comm) {
     return Create(comm, Options());
   }
 
@@ -94,12 +97,14 @@ class MpiCommunicator final : public Communicator {
 
   // MPI_Allgather of the int64 lengths, then MPI_Allgatherv of the bytes
   // (several rounds when the total exceeds max_bytes_per_call).
-  absl::StatusOr<std::vector<std::string>> AllGather(absl::string_view mine) override;
+  absl::StatusOr<std::vector<std::string>> AllGather(
+      absl::string_view mine) override;
   // MPI_Allgather of the int64 lengths (so that every rank derives the same
   // rounds), then MPI_Gatherv of the bytes to `root` only (several rounds
   // when the total exceeds max_bytes_per_call). InvalidArgument on every
   // rank if `root` is not a rank of the communicator.
-  absl::StatusOr<std::vector<std::string>> Gather(absl::string_view mine, int root) override;
+  absl::StatusOr<std::vector<std::string>> Gather(absl::string_view mine,
+                                                  int root) override;
   // MPI_Bcast of the length, then of the bytes (in pieces of at most
   // max_bytes_per_call). InvalidArgument on every rank if `root` is not a
   // rank of the communicator. REQUIRES: data != nullptr.
@@ -121,7 +126,8 @@ class MpiCommunicator final : public Communicator {
   // AllGather (root < 0: every rank receives) and Gather (only `root`
   // receives): the lengths, then the bytes in rounds within
   // max_bytes_per_call. `call` names the public call in errors.
-  absl::StatusOr<std::vector<std::string>> GatherBytes(absl::string_view mine, int root,
+  absl::StatusOr<std::vector<std::string>> GatherBytes(absl::string_view mine,
+                                                       int root,
                                                        const char* call);
 
   MPI_Comm comm_;

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/format/records.h"
 #include "ckpt/storage.h"
 #include "ckpt/types.h"
-#include "ckpt/format/records.h"
 
 namespace ckpt {
 
@@ -68,15 +68,15 @@ struct LoadOptions {
 };
 
 struct LoadReport {
-  uint64_t bytes_read = 0;       // stored bytes read from files
-  uint64_t bytes_loaded = 0;     // bytes written to destinations
+  uint64_t bytes_read = 0;    // stored bytes read from files
+  uint64_t bytes_loaded = 0;  // bytes written to destinations
   uint64_t blocks_verified = 0;
   std::vector<std::string> loaded;  // entry names, sorted, unique
   std::vector<std::pair<std::string, std::string>> not_loaded;  // name, why
 };
 
 struct ReaderOptions {
-  Storage* storage = nullptr;             // not owned; null = POSIX
+  Storage* storage = nullptr;  // not owned; null = POSIX
   // Not owned; for kCuda requests. Those are loaded through pinned buffers
   // (DeviceMemory::AllocateHost; two per I/O thread, made on first need and
   // kept for the Reader's lifetime), with the copies to the device
@@ -116,7 +116,9 @@ class EntryView {
   size_t num_chunks() const { return e_->chunks.size(); }
   const Region& chunk_region(size_t i) const { return e_->chunks[i].region; }
   uint32_t chunk_shard(size_t i) const { return e_->chunks[i].shard; }
-  uint64_t chunk_stored_bytes(size_t i) const { return e_->chunks[i].stored_length; }
+  uint64_t chunk_stored_bytes(size_t i) const {
+    return e_->chunks[i].stored_length;
+  }
 
  private:
   const format::EntryRecord* e_;
@@ -125,11 +127,11 @@ class EntryView {
 // What identifies and describes a checkpoint as a whole.
 struct CheckpointDescription {
   uint64_t step = 0;
-  uint32_t world_size = 0;       // ranks that saved it (= shard files)
-  std::string id;                // 32 lower-case hex digits, unique per save
+  uint32_t world_size = 0;  // ranks that saved it (= shard files)
+  std::string id;           // 32 lower-case hex digits, unique per save
   int64_t created_unix_ns = 0;
-  std::string writer;            // e.g. "ckpt 0.1.0"; informational
-  std::string format_version;    // e.g. "1.0"
+  std::string writer;          // e.g. "ckpt 0.1.0"; informational
+  std::string format_version;  // e.g. "1.0"
   std::vector<std::pair<std::string, std::string>> metadata;  // as saved
 };
 
@@ -139,8 +141,8 @@ class Reader {
   // case `latest` is followed. Reads and checks the manifest, including
   // coverage of every entry. NotFound if neither; DataLoss for corruption;
   // FailedPrecondition for a newer format version.
-  static absl::StatusOr<std::unique_ptr<Reader>> Open(const std::string& path,
-                                                      const ReaderOptions& options = {});
+  static absl::StatusOr<std::unique_ptr<Reader>> Open(
+      const std::string& path, const ReaderOptions& options = {});
   virtual ~Reader() = default;
 
   virtual const std::string& path() const = 0;  // the checkpoint directory
@@ -162,10 +164,12 @@ class Reader {
   // (InvalidArgument), a region outside the tensor, an uncovered region
   // (DataLoss), an unrequested entry without a filter (FailedPrecondition).
   [[nodiscard]] virtual absl::StatusOr<LoadReport> Load(
-      const std::vector<LoadRequest>& requests, const LoadOptions& options = {}) = 0;
+      const std::vector<LoadRequest>& requests,
+      const LoadOptions& options = {}) = 0;
 
   // Convenience: the bytes of object `name`.
-  [[nodiscard]] virtual absl::StatusOr<std::string> ReadObject(const std::string& name) = 0;
+  [[nodiscard]] virtual absl::StatusOr<std::string> ReadObject(
+      const std::string& name) = 0;
 };
 
 }  // namespace ckpt

@@ -90,7 +90,8 @@ class Storage {
       const std::string& path, LockMode mode, bool wait);
 
   [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<File>> Open(
-      const std::string& path, OpenMode mode, const OpenOptions& options = {}) = 0;
+      const std::string& path, OpenMode mode,
+      const OpenOptions& options = {}) = 0;
   // mkdir(2); AlreadyExists if present.
   [[nodiscard]] virtual absl::Status CreateDir(const std::string& path) = 0;
   // fsync of a directory, making renames and creations in it durable.
@@ -106,7 +107,8 @@ class Storage {
   // Names in `dir` (not "." or ".."), sorted.
   [[nodiscard]] virtual absl::StatusOr<std::vector<std::string>> List(
       const std::string& dir) = 0;
-  [[nodiscard]] virtual absl::StatusOr<FileInfo> Stat(const std::string& path) = 0;
+  [[nodiscard]] virtual absl::StatusOr<FileInfo> Stat(
+      const std::string& path) = 0;
   [[nodiscard]] virtual absl::Status RemoveFile(const std::string& path) = 0;
   // Removes a directory and everything in it. OK if it does not exist.
   [[nodiscard]] virtual absl::Status RemoveAll(const std::string& path) = 0;

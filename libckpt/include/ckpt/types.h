@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "ckpt/device_memory.h"  // IWYU pragma: export
+#include "ckpt/device_memory.h"    // IWYU pragma: export
 #include "ckpt/format/dtype.h"     // IWYU pragma: export
 #include "ckpt/format/geometry.h"  // IWYU pragma: export
 

@@ -16,8 +16,9 @@
 // directory to step-NNNNNNNN, fsyncs the root and then replaces `latest`.
 // Any failure leaves earlier checkpoints and `latest` untouched and removes
 // the temporary directory. Once Save returns OK, its checkpoint, `latest`
-// and its pruning survive a power loss (the fsyncs are listed in §4.1). With several ranks every rank calls Save with
-// the same arguments; it returns the same status on every rank.
+// and its pruning survive a power loss (the fsyncs are listed in §4.1). With
+// several ranks every rank calls Save with the same arguments; it returns the
+// same status on every rank.
 //
 // Device tensors (TensorOptions::memory = kCuda) are copied into a bounded
 // pool of pinned staging buffers while earlier pieces are hashed and
@@ -37,9 +38,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ckpt/communicator.h"
+#include "ckpt/format/format_constants.h"
 #include "ckpt/storage.h"
 #include "ckpt/types.h"
-#include "ckpt/format/format_constants.h"
 
 namespace ckpt {
 
@@ -59,17 +60,19 @@ struct TensorOptions {
 // of its region, into `dst`. Called by Save from its I/O threads, possibly
 // concurrently for disjoint ranges, at most once per byte per save, in
 // pieces of at most a few MiB (block-aligned). An error fails the save.
-using TensorSource = std::function<absl::Status(uint64_t offset, void* dst, uint64_t n)>;
+using TensorSource =
+    std::function<absl::Status(uint64_t offset, void* dst, uint64_t n)>;
 
 struct SaveOptions {
   format::Codec codec = format::Codec::kNone;
   int zstd_level = 3;
-  int io_threads = 4;                              // >= 1
-  uint64_t block_size = format::kDefaultBlockSize;  // power of two, 4 KiB..1 GiB
-  uint64_t alignment = format::kDefaultAlignment;   // power of two, 1..1 GiB
-  bool direct_io = false;   // O_DIRECT for aligned payload writes
-  bool overwrite = false;   // replace an existing checkpoint of this step
-  int keep_last = 0;        // > 0: afterwards delete all but the newest K steps
+  int io_threads = 4;  // >= 1
+  uint64_t block_size =
+      format::kDefaultBlockSize;                   // power of two, 4 KiB..1 GiB
+  uint64_t alignment = format::kDefaultAlignment;  // power of two, 1..1 GiB
+  bool direct_io = false;  // O_DIRECT for aligned payload writes
+  bool overwrite = false;  // replace an existing checkpoint of this step
+  int keep_last = 0;       // > 0: afterwards delete all but the newest K steps
   // With no plan in memory (the first save of a restarted job), reuse the
   // plan recorded in the root's latest checkpoint if every rank's structure
   // fingerprint equals the recorded one. Never affects what is saved.
@@ -91,9 +94,9 @@ struct SaveOptions {
 };
 
 struct SaveResult {
-  std::string path;              // the committed checkpoint directory
-  uint64_t logical_bytes = 0;    // unique tensor and object bytes saved
-  uint64_t stored_bytes = 0;     // payload bytes written by all ranks
+  std::string path;                 // the committed checkpoint directory
+  uint64_t logical_bytes = 0;       // unique tensor and object bytes saved
+  uint64_t stored_bytes = 0;        // payload bytes written by all ranks
   uint64_t local_stored_bytes = 0;  // payload bytes written by this rank
   // Staging (device tensors; every tensor of SaveAsync). stall_seconds:
   // how long SaveAsync blocked its caller (plan, prepare and snapshot);
@@ -103,7 +106,8 @@ struct SaveResult {
   uint64_t peak_staging_bytes = 0;
   uint64_t staging_cap_bytes = 0;
 
-  bool plan_cache_hit = false;   // the save reused a plan (see Writer: plan cache)
+  bool plan_cache_hit =
+      false;                  // the save reused a plan (see Writer: plan cache)
   double plan_seconds = 0;    // agreeing on (or making) the save plan
   double write_seconds = 0;   // writing and fsyncing this rank's shard
   double commit_seconds = 0;  // waiting for all ranks, manifest, rename, latest
@@ -119,7 +123,8 @@ class AsyncSave;
 class SaveHandle {
  public:
   SaveHandle() = default;  // empty: Wait() is FailedPrecondition
-  explicit SaveHandle(std::shared_ptr<internal::AsyncSave> save) : save_(std::move(save)) {}
+  explicit SaveHandle(std::shared_ptr<internal::AsyncSave> save)
+      : save_(std::move(save)) {}
 
   // Blocks until the save is committed (durable: files, manifest,
   // directory and `latest` fsynced) or failed, and returns its result, the
@@ -169,19 +174,19 @@ class Writer {
   // (box-local row-major, or the flat range in order). InvalidArgument for a
   // bad name, a region outside `shape`, or a null `data` with a non-empty
   // region; AlreadyExists if `name` is registered on this rank already.
-  [[nodiscard]] virtual absl::Status AddTensor(const std::string& name, DType dtype,
-                                               const Shape& shape, const Region& local,
-                                               const void* data,
-                                               const TensorOptions& options = {}) = 0;
+  [[nodiscard]] virtual absl::Status AddTensor(
+      const std::string& name, DType dtype, const Shape& shape,
+      const Region& local, const void* data,
+      const TensorOptions& options = {}) = 0;
   // As AddTensor, but the piece's bytes come from `source` during each Save
   // instead of from memory: for data larger than RAM or produced on demand
   // (ckpt-reshard streams a checkpoint this way). options.memory is ignored.
   // With zstd a chunk's compressed bytes are held in memory while it is
   // written.
-  [[nodiscard]] virtual absl::Status AddTensorSource(const std::string& name, DType dtype,
-                                                     const Shape& shape, const Region& local,
-                                                     TensorSource source,
-                                                     const TensorOptions& options = {}) = 0;
+  [[nodiscard]] virtual absl::Status AddTensorSource(
+      const std::string& name, DType dtype, const Shape& shape,
+      const Region& local, TensorSource source,
+      const TensorOptions& options = {}) = 0;
   // Adds or replaces an opaque object (RNG state, data-loader position...).
   // An object name is saved by exactly one rank.
   [[nodiscard]] virtual absl::Status SetObject(const std::string& name,
@@ -195,9 +200,8 @@ class Writer {
   // step is committed and !options.overwrite; InvalidArgument for
   // inconsistent registrations (naming the entry and ranks); storage errors
   // as returned by Storage, naming the file.
-  [[nodiscard]] virtual absl::StatusOr<SaveResult> Save(const std::string& root,
-                                                        uint64_t step,
-                                                        const SaveOptions& options) = 0;
+  [[nodiscard]] virtual absl::StatusOr<SaveResult> Save(
+      const std::string& root, uint64_t step, const SaveOptions& options) = 0;
 
   // As Save, but returns as soon as a consistent snapshot of everything
   // this rank writes (host and device tensors, sources, objects) is in
@@ -217,9 +221,8 @@ class Writer {
   // for it. Errors before the snapshot (bad options, plan, an existing step)
   // are returned here; errors after it (ENOSPC, EIO, a failing rank or
   // device copy) by Wait() on every rank, with nothing committed.
-  [[nodiscard]] virtual absl::StatusOr<SaveHandle> SaveAsync(const std::string& root,
-                                                             uint64_t step,
-                                                             const SaveOptions& options) = 0;
+  [[nodiscard]] virtual absl::StatusOr<SaveHandle> SaveAsync(
+      const std::string& root, uint64_t step, const SaveOptions& options) = 0;
 };
 
 }  // namespace ckpt

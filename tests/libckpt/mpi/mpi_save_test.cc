@@ -26,12 +26,12 @@
 #include <thread>
 #include <vector>
 
-#include "ckpt/mpi_communicator.h"
-#include "ckpt/reader.h"
-#include "ckpt/writer.h"
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/mpi_communicator.h"
+#include "ckpt/reader.h"
+#include "ckpt/writer.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/status_matchers.h"
@@ -42,7 +42,8 @@
 namespace {
 struct CallLog {
   int64_t calls = 0;
-  int64_t largest = 0;  // bytes moved by one call (Allgatherv: all ranks' counts)
+  int64_t largest =
+      0;  // bytes moved by one call (Allgatherv: all ranks' counts)
   void Record(int64_t bytes) {
     ++calls;
     largest = std::max(largest, bytes);
@@ -52,22 +53,24 @@ CallLog g_allgatherv;
 CallLog g_bcast_bytes;  // MPI_Bcast of MPI_BYTE only (lengths are MPI_INT64_T)
 }  // namespace
 
-extern "C" int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
-                              void* recvbuf, const int recvcounts[], const int displs[],
+extern "C" int MPI_Allgatherv(const void* sendbuf, int sendcount,
+                              MPI_Datatype sendtype, void* recvbuf,
+                              const int recvcounts[], const int displs[],
                               MPI_Datatype recvtype, MPI_Comm comm) {
   int size = 0;
   PMPI_Comm_size(comm, &size);
   int64_t total = 0;
   for (int r = 0; r < size; ++r) total += recvcounts[r];
   g_allgatherv.Record(total);
-  return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
-                         comm);
+  return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts,
+                         displs, recvtype, comm);
 }
 
 CallLog g_gatherv;  // recorded at the root only
 
-extern "C" int MPI_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
-                           void* recvbuf, const int recvcounts[], const int displs[],
+extern "C" int MPI_Gatherv(const void* sendbuf, int sendcount,
+                           MPI_Datatype sendtype, void* recvbuf,
+                           const int recvcounts[], const int displs[],
                            MPI_Datatype recvtype, int root, MPI_Comm comm) {
   int rank = 0, size = 0;
   PMPI_Comm_rank(comm, &rank);
@@ -77,12 +80,12 @@ extern "C" int MPI_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype send
     for (int r = 0; r < size; ++r) total += recvcounts[r];
     g_gatherv.Record(total);
   }
-  return PMPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root,
-                      comm);
+  return PMPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                      recvtype, root, comm);
 }
 
-extern "C" int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
-                         MPI_Comm comm) {
+extern "C" int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype,
+                         int root, MPI_Comm comm) {
   if (datatype == MPI_BYTE) g_bcast_bytes.Record(count);
   return PMPI_Bcast(buffer, count, datatype, root, comm);
 }
@@ -116,7 +119,8 @@ std::unique_ptr<MpiCommunicator> MakeComm(int64_t max_bytes_per_call = 0) {
 // positions and include NUL.
 std::string Contribution(int rank, size_t length) {
   std::string s(length, '\0');
-  for (size_t i = 0; i < length; ++i) s[i] = static_cast<char>((rank * 131 + i * 7) % 256);
+  for (size_t i = 0; i < length; ++i)
+    s[i] = static_cast<char>((rank * 131 + i * 7) % 256);
   return s;
 }
 
@@ -127,7 +131,8 @@ void CheckAllGather(Communicator& comm, const std::vector<size_t>& lengths) {
   ASSERT_TRUE(all.ok()) << all.status();
   ASSERT_EQ(all->size(), lengths.size());
   for (int r = 0; r < comm.size(); ++r) {
-    EXPECT_EQ((*all)[r], Contribution(r, lengths[r])) << "contribution of rank " << r;
+    EXPECT_EQ((*all)[r], Contribution(r, lengths[r]))
+        << "contribution of rank " << r;
   }
 }
 
@@ -160,22 +165,29 @@ TEST(MpiCommunicatorTest, CreateRejectsNullCommunicatorAndBadOptions) {
               StatusIs(absl::StatusCode::kInvalidArgument, "MPI_COMM_NULL"));
   MpiCommunicator::Options options;
   options.max_bytes_per_call = 0;
-  EXPECT_THAT(MpiCommunicator::Create(MPI_COMM_WORLD, options),
-              StatusIs(absl::StatusCode::kInvalidArgument, "max_bytes_per_call 0"));
+  EXPECT_THAT(
+      MpiCommunicator::Create(MPI_COMM_WORLD, options),
+      StatusIs(absl::StatusCode::kInvalidArgument, "max_bytes_per_call 0"));
   options.max_bytes_per_call = int64_t{INT_MAX} + 1;
   EXPECT_THAT(MpiCommunicator::Create(MPI_COMM_WORLD, options),
-              StatusIs(absl::StatusCode::kInvalidArgument, "max_bytes_per_call 2147483648"));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "max_bytes_per_call 2147483648"));
 }
 
-TEST(MpiCommunicatorTest, MpiErrorCodesBecomeStatusNamingTheCallAndMpisMessage) {
+TEST(MpiCommunicatorTest,
+     MpiErrorCodesBecomeStatusNamingTheCallAndMpisMessage) {
   CKPT_EXPECT_OK(internal::MpiStatus(MPI_SUCCESS, "Barrier: MPI_Barrier"));
-  absl::Status s = internal::MpiStatus(MPI_ERR_TRUNCATE, "AllGather: MPI_Allgatherv");
-  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInternal, "AllGather: MPI_Allgatherv: "));
+  absl::Status s =
+      internal::MpiStatus(MPI_ERR_TRUNCATE, "AllGather: MPI_Allgatherv");
+  EXPECT_THAT(
+      s, StatusIs(absl::StatusCode::kInternal, "AllGather: MPI_Allgatherv: "));
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInternal, "truncated"));
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInternal,
-                          "(MPI error class " + std::to_string(MPI_ERR_TRUNCATE) + ")"));
-  EXPECT_THAT(internal::MpiStatus(MPI_ERR_NO_MEM, "Broadcast: MPI_Bcast"),
-              StatusIs(absl::StatusCode::kResourceExhausted, "Broadcast: MPI_Bcast: "));
+                          "(MPI error class " +
+                              std::to_string(MPI_ERR_TRUNCATE) + ")"));
+  EXPECT_THAT(
+      internal::MpiStatus(MPI_ERR_NO_MEM, "Broadcast: MPI_Bcast"),
+      StatusIs(absl::StatusCode::kResourceExhausted, "Broadcast: MPI_Bcast: "));
 }
 
 TEST(MpiCommunicatorTest, AllGatherOfVaryingLengthsIncludingEmpty) {
@@ -198,7 +210,8 @@ TEST(MpiCommunicatorTest, AllGatherAboveTheLimitIsSplitIntoCallsWithinIt) {
   // A few rounds only (each is a collective; oversubscribed ranks on a busy
   // machine take milliseconds per round).
   std::vector<size_t> lengths;
-  for (int r = 0; r < comm->size(); ++r) lengths.push_back(r == 1 ? 2501 : 97 * r);
+  for (int r = 0; r < comm->size(); ++r)
+    lengths.push_back(r == 1 ? 2501 : 97 * r);
   g_allgatherv = {};
   CheckAllGather(*comm, lengths);
   EXPECT_GT(g_allgatherv.calls, 1);
@@ -215,21 +228,25 @@ TEST(MpiCommunicatorTest, AllGatherWithALimitOfOneByte) {
 
 // Every rank contributes Contribution(r, lengths[r]) to `root`: the root
 // gets them all, every other rank nothing.
-void CheckGather(Communicator& comm, const std::vector<size_t>& lengths, int root) {
+void CheckGather(Communicator& comm, const std::vector<size_t>& lengths,
+                 int root) {
   ASSERT_EQ(lengths.size(), static_cast<size_t>(comm.size()));
   auto all = comm.Gather(Contribution(comm.rank(), lengths[comm.rank()]), root);
   ASSERT_TRUE(all.ok()) << all.status();
   if (comm.rank() != root) {
-    EXPECT_TRUE(all->empty()) << "rank " << comm.rank() << " is not the root " << root;
+    EXPECT_TRUE(all->empty())
+        << "rank " << comm.rank() << " is not the root " << root;
     return;
   }
   ASSERT_EQ(all->size(), lengths.size());
   for (int r = 0; r < comm.size(); ++r) {
-    EXPECT_EQ((*all)[r], Contribution(r, lengths[r])) << "contribution of rank " << r;
+    EXPECT_EQ((*all)[r], Contribution(r, lengths[r]))
+        << "contribution of rank " << r;
   }
 }
 
-TEST(MpiCommunicatorTest, GatherToEveryRootReachesOnlyThatRootWithoutAllGatherv) {
+TEST(MpiCommunicatorTest,
+     GatherToEveryRootReachesOnlyThatRootWithoutAllGatherv) {
   auto comm = MakeComm();
   g_allgatherv = {};
   g_gatherv = {};
@@ -238,7 +255,8 @@ TEST(MpiCommunicatorTest, GatherToEveryRootReachesOnlyThatRootWithoutAllGatherv)
     CheckGather(*comm, VaryingLengths(comm->size()), root);
   }
   EXPECT_EQ(g_allgatherv.calls, 0) << "the bytes go through MPI_Gatherv only";
-  EXPECT_EQ(g_gatherv.calls, 1) << "this rank was the root once, and all fit in one call";
+  EXPECT_EQ(g_gatherv.calls, 1)
+      << "this rank was the root once, and all fit in one call";
 }
 
 TEST(MpiCommunicatorTest, GatherOfNothingFromEveryRank) {
@@ -251,7 +269,8 @@ TEST(MpiCommunicatorTest, GatherAboveTheLimitIsSplitIntoCallsWithinIt) {
   auto comm = MakeComm(/*max_bytes_per_call=*/1000);
   ASSERT_TRUE(NoRankFailed());
   std::vector<size_t> lengths;
-  for (int r = 0; r < comm->size(); ++r) lengths.push_back(r == 1 ? 2501 : 97 * r);
+  for (int r = 0; r < comm->size(); ++r)
+    lengths.push_back(r == 1 ? 2501 : 97 * r);
   const int root = comm->size() - 1;
   g_gatherv = {};
   CheckGather(*comm, lengths, root);
@@ -264,11 +283,13 @@ TEST(MpiCommunicatorTest, GatherAboveTheLimitIsSplitIntoCallsWithinIt) {
 TEST(MpiCommunicatorTest, GatherToARootOutsideTheCommunicatorFailsOnEveryRank) {
   auto comm = MakeComm();
   ASSERT_TRUE(NoRankFailed());
-  EXPECT_THAT(comm->Gather("x", comm->size()),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "root " + std::to_string(comm->size()) + " is not a rank"));
-  EXPECT_THAT(comm->Gather("x", -1),
-              StatusIs(absl::StatusCode::kInvalidArgument, "root -1 is not a rank"));
+  EXPECT_THAT(
+      comm->Gather("x", comm->size()),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "root " + std::to_string(comm->size()) + " is not a rank"));
+  EXPECT_THAT(
+      comm->Gather("x", -1),
+      StatusIs(absl::StatusCode::kInvalidArgument, "root -1 is not a rank"));
   ASSERT_TRUE(NoRankFailed());
   CKPT_EXPECT_OK(comm->Barrier());
 }
@@ -278,7 +299,8 @@ TEST(MpiCommunicatorTest, BroadcastFromNonZeroRootsReplacesEveryRanksData) {
   ASSERT_TRUE(NoRankFailed());
   const int last = comm->size() - 1;
   // Non-roots start with more bytes than the root sends.
-  std::string data = comm->rank() == last ? Contribution(last, 100) : std::string(5000, 'x');
+  std::string data =
+      comm->rank() == last ? Contribution(last, 100) : std::string(5000, 'x');
   CKPT_ASSERT_OK(comm->Broadcast(&data, last));
   EXPECT_EQ(data, Contribution(last, 100));
 
@@ -294,7 +316,8 @@ TEST(MpiCommunicatorTest, BroadcastAboveTheLimitIsSplitIntoCallsWithinIt) {
   ASSERT_TRUE(NoRankFailed());
   const int root = comm->size() - 1;
   const size_t length = 3 * 4096 + 5;
-  std::string data = comm->rank() == root ? Contribution(root, length) : std::string();
+  std::string data =
+      comm->rank() == root ? Contribution(root, length) : std::string();
   g_bcast_bytes = {};
   CKPT_ASSERT_OK(comm->Broadcast(&data, root));
   EXPECT_EQ(data, Contribution(root, length));
@@ -302,15 +325,18 @@ TEST(MpiCommunicatorTest, BroadcastAboveTheLimitIsSplitIntoCallsWithinIt) {
   EXPECT_EQ(g_bcast_bytes.largest, 4096);
 }
 
-TEST(MpiCommunicatorTest, BroadcastFromARootOutsideTheCommunicatorFailsOnEveryRank) {
+TEST(MpiCommunicatorTest,
+     BroadcastFromARootOutsideTheCommunicatorFailsOnEveryRank) {
   auto comm = MakeComm();
   ASSERT_TRUE(NoRankFailed());
   std::string data = "unchanged";
-  EXPECT_THAT(comm->Broadcast(&data, comm->size()),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "root " + std::to_string(comm->size()) + " is not a rank"));
-  EXPECT_THAT(comm->Broadcast(&data, -1),
-              StatusIs(absl::StatusCode::kInvalidArgument, "root -1 is not a rank"));
+  EXPECT_THAT(
+      comm->Broadcast(&data, comm->size()),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "root " + std::to_string(comm->size()) + " is not a rank"));
+  EXPECT_THAT(
+      comm->Broadcast(&data, -1),
+      StatusIs(absl::StatusCode::kInvalidArgument, "root -1 is not a rank"));
   EXPECT_EQ(data, "unchanged");
   // The communicator is still in step: a valid collective follows.
   ASSERT_TRUE(NoRankFailed());
@@ -321,10 +347,11 @@ TEST(MpiCommunicatorTest, AllReduceMaxIsElementWise) {
   auto comm = MakeComm();
   ASSERT_TRUE(NoRankFailed());
   const int64_t r = comm->rank(), last = comm->size() - 1;
-  std::vector<int64_t> values = {r, -r, r == last / 2 ? 100 : -100, INT64_MIN + r,
-                                 r == 0 ? INT64_MAX : 0};
+  std::vector<int64_t> values = {r, -r, r == last / 2 ? 100 : -100,
+                                 INT64_MIN + r, r == 0 ? INT64_MAX : 0};
   CKPT_ASSERT_OK(comm->AllReduceMax(&values));
-  EXPECT_EQ(values, (std::vector<int64_t>{last, 0, 100, INT64_MIN + last, INT64_MAX}));
+  EXPECT_EQ(values,
+            (std::vector<int64_t>{last, 0, 100, INT64_MIN + last, INT64_MAX}));
   std::vector<int64_t> none;
   CKPT_EXPECT_OK(comm->AllReduceMax(&none));
   EXPECT_TRUE(none.empty());
@@ -333,9 +360,11 @@ TEST(MpiCommunicatorTest, AllReduceMaxIsElementWise) {
 TEST(MpiCommunicatorTest, AllReduceMaxWithDifferentCountsFailsOnEveryRank) {
   auto comm = MakeComm();
   ASSERT_TRUE(NoRankFailed());
-  std::vector<int64_t> values(comm->rank() == 1 % comm->size() ? 3 : 2, comm->rank());
+  std::vector<int64_t> values(comm->rank() == 1 % comm->size() ? 3 : 2,
+                              comm->rank());
   EXPECT_THAT(comm->AllReduceMax(&values),
-              StatusIs(absl::StatusCode::kInvalidArgument, "ranks passed different counts"));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "ranks passed different counts"));
   ASSERT_TRUE(NoRankFailed());
   std::vector<int64_t> ok = {comm->rank()};
   CKPT_EXPECT_OK(comm->AllReduceMax(&ok));
@@ -349,11 +378,13 @@ class SharedTempDir {
   explicit SharedTempDir(Communicator& comm) : comm_(comm) {
     if (comm.rank() == 0) {
       std::string tmpl =
-          (std::filesystem::temp_directory_path() / "ckpt-mpi-test-XXXXXX").string();
+          (std::filesystem::temp_directory_path() / "ckpt-mpi-test-XXXXXX")
+              .string();
       if (mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
     }
     status_ = comm.Broadcast(&path_, 0);
-    if (status_.ok() && path_.empty()) status_ = absl::InternalError("mkdtemp failed on rank 0");
+    if (status_.ok() && path_.empty())
+      status_ = absl::InternalError("mkdtemp failed on rank 0");
   }
   ~SharedTempDir() {
     (void)comm_.Barrier();
@@ -381,7 +412,8 @@ TEST(MpiCommunicatorTest, BarrierHoldsEveryRankUntilRankZeroArrives) {
     fclose(f);
   }
   CKPT_ASSERT_OK(comm->Barrier());
-  EXPECT_TRUE(std::filesystem::exists(marker)) << "rank " << comm->rank() << " left early";
+  EXPECT_TRUE(std::filesystem::exists(marker))
+      << "rank " << comm->rank() << " left early";
 }
 
 // --- A multi-rank save and a resharded load through the MPI communicator.
@@ -397,10 +429,30 @@ struct TestTensor {
 
 std::vector<TestTensor> Tensors() {
   std::vector<TestTensor> out = {
-      {"layers.0.w", DType::kFloat32, {12, 10}, Layout::kRows, Layout::kCols, ""},
-      {"layers.0.b", DType::kBFloat16, {6, 9}, Layout::kCols, Layout::kRows, ""},
-      {"norm.scale", DType::kFloat64, {7}, Layout::kReplicated, Layout::kFlatUneven, ""},
-      {"opt.exp_avg", DType::kFloat32, {5, 8}, Layout::kFlatUneven, Layout::kGrid, ""},
+      {"layers.0.w",
+       DType::kFloat32,
+       {12, 10},
+       Layout::kRows,
+       Layout::kCols,
+       ""},
+      {"layers.0.b",
+       DType::kBFloat16,
+       {6, 9},
+       Layout::kCols,
+       Layout::kRows,
+       ""},
+      {"norm.scale",
+       DType::kFloat64,
+       {7},
+       Layout::kReplicated,
+       Layout::kFlatUneven,
+       ""},
+      {"opt.exp_avg",
+       DType::kFloat32,
+       {5, 8},
+       Layout::kFlatUneven,
+       Layout::kGrid,
+       ""},
   };
   uint64_t seed = 7;
   for (TestTensor& t : out) t.global = ReferenceBytes(t.dtype, t.shape, seed++);
@@ -437,12 +489,13 @@ class MpiSaveTest : public ::testing::Test {
     pieces_.assign(tensors_.size(), std::string());
     for (size_t i = 0; i < tensors_.size(); ++i) {
       const TestTensor& t = tensors_[i];
-      auto piece = PieceOf(t.save_layout, t.shape, comm_->rank(), comm_->size());
+      auto piece =
+          PieceOf(t.save_layout, t.shape, comm_->rank(), comm_->size());
       pieces_[i] = Extract(t.global, t.dtype, t.shape, piece.region);
       TensorOptions to;
       to.replica = piece.replica;
-      CKPT_EXPECT_OK(
-          writer_->AddTensor(t.name, t.dtype, t.shape, piece.region, pieces_[i].data(), to));
+      CKPT_EXPECT_OK(writer_->AddTensor(t.name, t.dtype, t.shape, piece.region,
+                                        pieces_[i].data(), to));
     }
     if (comm_->rank() == kObjectRank) {
       CKPT_EXPECT_OK(writer_->SetObject(kObjectName, ObjectBytes()));
@@ -474,11 +527,14 @@ TEST_F(MpiSaveTest, SaveOnEveryRankThenLoadReshardedOnEveryRank) {
   // different layout, from another rank's position.
   auto reader = Reader::Open(root_);
   ASSERT_TRUE(reader.ok()) << reader.status();
-  EXPECT_EQ((*reader)->manifest().info.world_size, static_cast<uint32_t>(comm_->size()));
-  EXPECT_EQ((*reader)->manifest().shards.size(), static_cast<size_t>(comm_->size()));
+  EXPECT_EQ((*reader)->manifest().info.world_size,
+            static_cast<uint32_t>(comm_->size()));
+  EXPECT_EQ((*reader)->manifest().shards.size(),
+            static_cast<size_t>(comm_->size()));
   const format::EntryRecord* replicated = (*reader)->Find("norm.scale");
   ASSERT_NE(replicated, nullptr);
-  EXPECT_EQ(replicated->chunks.size(), 1u) << "the replicated tensor was written more than once";
+  EXPECT_EQ(replicated->chunks.size(), 1u)
+      << "the replicated tensor was written more than once";
 
   const int as_rank = (comm_->rank() + 1) % comm_->size();
   std::vector<std::string> bufs(tensors_.size());
@@ -495,7 +551,8 @@ TEST_F(MpiSaveTest, SaveOnEveryRankThenLoadReshardedOnEveryRank) {
   object_request.object = &object;
   reqs.push_back(object_request);
   auto report = (*reader)->Load(reqs);  // strict: every entry is requested
-  ASSERT_TRUE(report.ok()) << "rank " << comm_->rank() << ": " << report.status();
+  ASSERT_TRUE(report.ok()) << "rank " << comm_->rank() << ": "
+                           << report.status();
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const TestTensor& t = tensors_[i];
     auto piece = PieceOf(t.load_layout, t.shape, as_rank, comm_->size());
@@ -518,23 +575,26 @@ TEST_F(MpiSaveTest, InconsistentShapeOnOneRankFailsEveryRankAndCommitsNothing) {
     const TestTensor& t = tensors_[0];
     auto piece = PieceOf(t.save_layout, t.shape, odd, comm_->size());
     CKPT_EXPECT_OK(writer_->Remove(t.name));
-    CKPT_EXPECT_OK(
-        writer_->AddTensor(t.name, t.dtype, {13, 10}, piece.region, pieces_[0].data()));
+    CKPT_EXPECT_OK(writer_->AddTensor(t.name, t.dtype, {13, 10}, piece.region,
+                                      pieces_[0].data()));
   }
   ASSERT_TRUE(NoRankFailed());
   absl::Status status = writer_->Save(root_, 2, SaveOptions()).status();
-  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument,
-                               "entry 'layers.0.w': global shape differs between ranks"));
-  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument,
-                               "rank " + std::to_string(odd) + " has [13, 10]"));
+  EXPECT_THAT(
+      status,
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "entry 'layers.0.w': global shape differs between ranks"));
+  EXPECT_THAT(status,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "rank " + std::to_string(odd) + " has [13, 10]"));
   ASSERT_TRUE(NoRankFailed());
 
   // The same status on every rank.
   auto all = comm_->AllGather(status.ToString());
   ASSERT_TRUE(all.ok()) << all.status();
   for (int r = 0; r < comm_->size(); ++r) {
-    EXPECT_EQ((*all)[r], status.ToString()) << "rank " << r << " differs from rank "
-                                            << comm_->rank();
+    EXPECT_EQ((*all)[r], status.ToString())
+        << "rank " << r << " differs from rank " << comm_->rank();
   }
   CKPT_ASSERT_OK(comm_->Barrier());
 
@@ -546,7 +606,8 @@ TEST_F(MpiSaveTest, InconsistentShapeOnOneRankFailsEveryRankAndCommitsNothing) {
   EXPECT_EQ(names.count(format::StepDirName(1)), 1u);
   EXPECT_EQ(names.count(format::StepDirName(2)), 0u);
   for (const std::string& name : names) {
-    EXPECT_NE(name.rfind(format::kTempDirPrefix, 0), 0u) << "left behind: " << name;
+    EXPECT_NE(name.rfind(format::kTempDirPrefix, 0), 0u)
+        << "left behind: " << name;
   }
   auto reader = Reader::Open(root_);
   ASSERT_TRUE(reader.ok()) << reader.status();
@@ -560,7 +621,8 @@ TEST_F(MpiSaveTest, InconsistentShapeOnOneRankFailsEveryRankAndCommitsNothing) {
 TEST(MpiCommunicatorTest, DISABLED_AllGatherAndBroadcastOverTwoGiB) {
   auto comm = MakeComm(INT_MAX);  // the largest limit: calls just under 2 GiB
   ASSERT_TRUE(NoRankFailed());
-  const size_t each = (size_t{INT_MAX} + 1) / comm->size() + 4097;  // total > INT_MAX
+  const size_t each =
+      (size_t{INT_MAX} + 1) / comm->size() + 4097;  // total > INT_MAX
   std::string mine(each, static_cast<char>('a' + comm->rank()));
   mine[each - 1] = 'Z';
   g_allgatherv = {};
@@ -576,7 +638,8 @@ TEST(MpiCommunicatorTest, DISABLED_AllGatherAndBroadcastOverTwoGiB) {
   EXPECT_LE(g_allgatherv.largest, INT_MAX);
   all->clear();
   double gather_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   ASSERT_TRUE(NoRankFailed());
 
   std::string data;
@@ -585,13 +648,15 @@ TEST(MpiCommunicatorTest, DISABLED_AllGatherAndBroadcastOverTwoGiB) {
   start = std::chrono::steady_clock::now();
   CKPT_ASSERT_OK(comm->Broadcast(&data, 0));
   double bcast_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   EXPECT_EQ(data.size(), size_t{INT_MAX} + 4097);
   EXPECT_EQ(data.find_first_not_of('b'), std::string::npos);
   EXPECT_EQ(g_bcast_bytes.calls, 2);
   if (comm->rank() == 0) {
-    printf("AllGather of %zu bytes in %.2f s; Broadcast of %zu bytes in %.2f s\n",
-           each * comm->size(), gather_s, data.size(), bcast_s);
+    printf(
+        "AllGather of %zu bytes in %.2f s; Broadcast of %zu bytes in %.2f s\n",
+        each * comm->size(), gather_s, data.size(), bcast_s);
   }
 }
 
@@ -608,7 +673,8 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
   }
   void OnTestEnd(const ::testing::TestInfo& info) override {
     if (info.result()->Failed()) {
-      fprintf(stderr, "[rank %d] FAILED %s.%s\n", rank_, info.test_suite_name(), info.name());
+      fprintf(stderr, "[rank %d] FAILED %s.%s\n", rank_, info.test_suite_name(),
+              info.name());
     }
   }
 
@@ -622,7 +688,8 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 int main(int argc, char** argv) {
   int provided = 0;
   // ckpt's I/O threads never call MPI: FUNNELED is all ckpt needs.
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) !=
+      MPI_SUCCESS) {
     fprintf(stderr, "mpi_save_test: MPI_Init_thread failed\n");
     return 1;
   }
@@ -631,19 +698,24 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (size < 2) {
-    fprintf(stderr, "mpi_save_test: run it under mpirun with 4 ranks (this job has %d)\n", size);
+    fprintf(
+        stderr,
+        "mpi_save_test: run it under mpirun with 4 ranks (this job has %d)\n",
+        size);
     MPI_Finalize();
     return 1;
   }
   if (rank != 0) {
-    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    ::testing::TestEventListeners& listeners =
+        ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new ckpt::RankFailurePrinter(rank));
   }
   int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0) {
-    printf("mpi_save_test: %s on %d ranks\n", failed ? "FAILED (see above)" : "passed", size);
+    printf("mpi_save_test: %s on %d ranks\n",
+           failed ? "FAILED (see above)" : "passed", size);
   }
   MPI_Finalize();
   return failed;

@@ -26,14 +26,16 @@ using ::ckpt::testing::CliResult;
 class ConvertCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    CKPT_ASSERT_OK(ckpt::testing::WriteFixture(ckpt::testing::MakeFixture(), dir_ / "src", 2));
+    CKPT_ASSERT_OK(ckpt::testing::WriteFixture(ckpt::testing::MakeFixture(),
+                                               dir_ / "src", 2));
   }
 
   // Runs ckpt-convert with `args`; "<TMP>" in an argument is the temporary
   // directory. In the results the temporary directory becomes <TMP> and the
   // HDF5 file size <SIZE> (it depends on the HDF5 library version).
   // `binary` replaces ckpt-convert (e.g. a shell that runs it).
-  CliResult Run(std::vector<std::string> args, const std::string& binary = CKPT_CONVERT_BIN) {
+  CliResult Run(std::vector<std::string> args,
+                const std::string& binary = CKPT_CONVERT_BIN) {
     for (auto& a : args) a = absl::StrReplaceAll(a, {{"<TMP>", dir_.path()}});
     CliResult r = ckpt::testing::RunCli(binary, args, dir_.path());
     EXPECT_NE(r.exit_code, -1) << r.err;
@@ -46,7 +48,8 @@ class ConvertCli : public ::testing::Test {
     std::string s = ckpt::testing::ReplaceTmp(text, dir_.path());
     // "  hdf5: ..., file 77.2 KiB" ends its line.
     const std::string kFile = ", file ";
-    for (size_t pos = s.find(kFile); pos != std::string::npos; pos = s.find(kFile, pos + 1)) {
+    for (size_t pos = s.find(kFile); pos != std::string::npos;
+         pos = s.find(kFile, pos + 1)) {
       size_t end = s.find('\n', pos);
       s.replace(pos + kFile.size(), end - pos - kFile.size(), "<SIZE>");
     }
@@ -58,7 +61,8 @@ class ConvertCli : public ::testing::Test {
   }
 
   // An error run: nothing on stdout, exit 2, exactly `message` on stderr.
-  void ExpectError(const std::vector<std::string>& args, const std::string& message) {
+  void ExpectError(const std::vector<std::string>& args,
+                   const std::string& message) {
     CliResult r = Run(args);
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_EQ(r.out, "");
@@ -76,7 +80,8 @@ TEST_F(ConvertCli, ExportOutput) {
 }
 
 TEST_F(ConvertCli, ExportVerboseOutputWithoutCompression) {
-  CliResult r = Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "-v", "--compression", "none"});
+  CliResult r = Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "-v",
+                     "--compression", "none"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, Expected("export_verbose"));
 }
@@ -91,9 +96,11 @@ TEST_F(ConvertCli, ImportOutput) {
 }
 
 TEST_F(ConvertCli, ImportVerboseOutputWithZstdAndAStep) {
-  ASSERT_EQ(Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--level", "9"}).exit_code, 0);
-  CliResult r = Run({"<TMP>/out.h5", "<TMP>/back", "--from", "hdf5", "--verbose", "--codec",
-                     "zstd", "--step", "7"});
+  ASSERT_EQ(Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--level", "9"})
+                .exit_code,
+            0);
+  CliResult r = Run({"<TMP>/out.h5", "<TMP>/back", "--from", "hdf5",
+                     "--verbose", "--codec", "zstd", "--step", "7"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, Expected("import_verbose"));
 }
@@ -102,23 +109,28 @@ TEST_F(ConvertCli, ImportSkippingUnsupported) {
   {
     ckpt::testing::H5Builder b(dir_ / "in.h5");
     float v[2] = {1, 2};
-    b.Dataset("/ok", H5T_IEEE_F32LE, std::vector<hsize_t>{2}, v, H5P_DEFAULT, H5T_NATIVE_FLOAT);
+    b.Dataset("/ok", H5T_IEEE_F32LE, std::vector<hsize_t>{2}, v, H5P_DEFAULT,
+              H5T_NATIVE_FLOAT);
     hid_t str = H5Tcopy(H5T_C_S1);
     H5Tset_size(str, H5T_VARIABLE);
     b.Dataset("/names", str, std::vector<hsize_t>{2});
     H5Tclose(str);
     hsize_t n = 2;
     hid_t space = H5Screate_simple(1, &n, nullptr);
-    hid_t a = H5Acreate2(b.root(), "vec", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t a = H5Acreate2(b.root(), "vec", H5T_IEEE_F64LE, space, H5P_DEFAULT,
+                         H5P_DEFAULT);
     double d[2] = {1, 2};
     H5Awrite(a, H5T_NATIVE_DOUBLE, d);
     H5Aclose(a);
     H5Sclose(space);
   }
   ExpectError({"<TMP>/in.h5", "<TMP>/ckpt", "--from", "hdf5"},
-              "ckpt-convert: error: <TMP>/in.h5: root attribute 'vec': expected a string or a "
-              "1-d byte array, found float (8 bytes, 64-bit precision) with 2 elements\n");
-  CliResult r = Run({"<TMP>/in.h5", "<TMP>/ckpt", "--from", "hdf5", "--skip-unsupported"});
+              "ckpt-convert: error: <TMP>/in.h5: root attribute 'vec': "
+              "expected a string or a "
+              "1-d byte array, found float (8 bytes, 64-bit precision) with 2 "
+              "elements\n");
+  CliResult r = Run(
+      {"<TMP>/in.h5", "<TMP>/ckpt", "--from", "hdf5", "--skip-unsupported"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, Expected("import_skip"));
 }
@@ -176,12 +188,14 @@ TEST_F(ConvertCli, HelpAndVersion) {
   EXPECT_THAT(r.out, HasSubstr("Usage: ckpt-convert [OPTIONS] SRC DST"));
   r = Run({"--version"});
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_THAT(r.out, HasSubstr("ckpt-convert 0.1.0 (ckpt library 0.1.0, format v1.0)"));
+  EXPECT_THAT(
+      r.out, HasSubstr("ckpt-convert 0.1.0 (ckpt library 0.1.0, format v1.0)"));
 }
 
 TEST_F(ConvertCli, NoDirection) {
   ExpectError({"<TMP>/src", "<TMP>/out.h5"},
-              "ckpt-convert: error: give --to FORMAT (export a checkpoint) or --from FORMAT "
+              "ckpt-convert: error: give --to FORMAT (export a checkpoint) or "
+              "--from FORMAT "
               "(import a file)\n");
 }
 
@@ -191,30 +205,36 @@ TEST_F(ConvertCli, BothDirections) {
 }
 
 TEST_F(ConvertCli, WrongTo) {
-  ExpectError({"<TMP>/src", "<TMP>/out.st", "--to", "dcp"},
-              "ckpt-convert: error: unknown format 'dcp' for --to; supported: hdf5, "
-              "safetensors\n");
+  ExpectError(
+      {"<TMP>/src", "<TMP>/out.st", "--to", "dcp"},
+      "ckpt-convert: error: unknown format 'dcp' for --to; supported: hdf5, "
+      "safetensors\n");
 }
 
 TEST_F(ConvertCli, WrongFrom) {
-  ExpectError({"<TMP>/in.npz", "<TMP>/ckpt", "--from", "npz"},
-              "ckpt-convert: error: unknown format 'npz' for --from; supported: hdf5, "
-              "safetensors, dcp\n");
+  ExpectError(
+      {"<TMP>/in.npz", "<TMP>/ckpt", "--from", "npz"},
+      "ckpt-convert: error: unknown format 'npz' for --from; supported: hdf5, "
+      "safetensors, dcp\n");
 }
 
 TEST_F(ConvertCli, OptionOfTheOtherDirection) {
   ExpectError({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--step", "3"},
               "ckpt-convert: error: --step applies to --from hdf5 only\n");
-  ExpectError({"<TMP>/in.h5", "<TMP>/ckpt", "--from", "hdf5", "--compression", "none"},
-              "ckpt-convert: error: --compression applies to --to hdf5 only\n");
+  ExpectError(
+      {"<TMP>/in.h5", "<TMP>/ckpt", "--from", "hdf5", "--compression", "none"},
+      "ckpt-convert: error: --compression applies to --to hdf5 only\n");
 }
 
 TEST_F(ConvertCli, UnknownCompressionAndCodec) {
-  ExpectError({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--compression", "lzf"},
-              "ckpt-convert: error: unknown compression 'lzf' for --compression; supported: "
-              "none, deflate\n");
+  ExpectError(
+      {"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--compression", "lzf"},
+      "ckpt-convert: error: unknown compression 'lzf' for --compression; "
+      "supported: "
+      "none, deflate\n");
   ExpectError({"<TMP>/in.h5", "<TMP>/ckpt", "--from", "hdf5", "--codec", "lz4"},
-              "ckpt-convert: error: unknown codec 'lz4' for --codec; supported: none, zstd\n");
+              "ckpt-convert: error: unknown codec 'lz4' for --codec; "
+              "supported: none, zstd\n");
 }
 
 TEST_F(ConvertCli, LevelOutOfRange) {
@@ -225,13 +245,15 @@ TEST_F(ConvertCli, LevelOutOfRange) {
 
 TEST_F(ConvertCli, ExportMissingDirectory) {
   ExpectError({"<TMP>/nothing", "<TMP>/out.h5", "--to", "hdf5"},
-              "ckpt-convert: error: <TMP>/nothing: no such checkpoint or checkpoint root\n");
+              "ckpt-convert: error: <TMP>/nothing: no such checkpoint or "
+              "checkpoint root\n");
 }
 
 TEST_F(ConvertCli, ExportNotACheckpoint) {
   std::filesystem::create_directory(dir_ / "empty");
   ExpectError({"<TMP>/empty", "<TMP>/out.h5", "--to", "hdf5"},
-              "ckpt-convert: error: <TMP>/empty: not a checkpoint (no MANIFEST) nor a checkpoint "
+              "ckpt-convert: error: <TMP>/empty: not a checkpoint (no "
+              "MANIFEST) nor a checkpoint "
               "root (no 'latest')\n");
 }
 
@@ -241,8 +263,11 @@ TEST_F(ConvertCli, ExportTruncatedShard) {
   CliResult r = Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.out, "");
-  EXPECT_THAT(r.err, HasSubstr("ckpt-convert: error: <TMP>/src/step-00000042/shard-00001.ckpt: "
-                               "file is "));
+  EXPECT_THAT(
+      r.err,
+      HasSubstr(
+          "ckpt-convert: error: <TMP>/src/step-00000042/shard-00001.ckpt: "
+          "file is "));
   EXPECT_FALSE(std::filesystem::exists(dir_ / "out.h5"));
 }
 
@@ -274,19 +299,22 @@ TEST_F(ConvertCli, ExportOntoAFullDiskFailsWithOneLine) {
   for (const char* compression : {"none", "deflate"}) {
     SCOPED_TRACE(compression);
     // A limit of 4 KiB: the fixture's file is larger than that either way.
-    CliResult r = Run({"-c", "ulimit -f 8; trap '' XFSZ; exec \"$0\" \"$@\"", CKPT_CONVERT_BIN,
-                       "<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--compression", compression},
+    CliResult r = Run({"-c", "ulimit -f 8; trap '' XFSZ; exec \"$0\" \"$@\"",
+                       CKPT_CONVERT_BIN, "<TMP>/src", "<TMP>/out.h5", "--to",
+                       "hdf5", "--compression", compression},
                       "/bin/sh");
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_EQ(r.out, "");
-    EXPECT_THAT(r.err, ::testing::StartsWith("ckpt-convert: error: <TMP>/out.h5: "));
+    EXPECT_THAT(r.err,
+                ::testing::StartsWith("ckpt-convert: error: <TMP>/out.h5: "));
     EXPECT_THAT(r.err, HasSubstr("dataset '/"));
     EXPECT_THAT(r.err, ::testing::EndsWith(": File too large\n"));
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_THAT(r.err, ::testing::Not(HasSubstr("HDF5")));
     std::vector<std::string> left;
     for (const auto& f : std::filesystem::directory_iterator(dir_.path())) {
-      if (f.path().filename().string().rfind("out.h5", 0) == 0) left.push_back(f.path());
+      if (f.path().filename().string().rfind("out.h5", 0) == 0)
+        left.push_back(f.path());
     }
     EXPECT_THAT(left, ::testing::IsEmpty());
   }
@@ -295,8 +323,11 @@ TEST_F(ConvertCli, ExportOntoAFullDiskFailsWithOneLine) {
 TEST_F(ConvertCli, ExportOutputExists) {
   std::ofstream(dir_ / "out.h5") << "x";
   ExpectError({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5"},
-              "ckpt-convert: error: <TMP>/out.h5: already exists (use --force to replace it)\n");
-  EXPECT_EQ(Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--force"}).exit_code, 0);
+              "ckpt-convert: error: <TMP>/out.h5: already exists (use --force "
+              "to replace it)\n");
+  EXPECT_EQ(
+      Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5", "--force"}).exit_code,
+      0);
 }
 
 TEST_F(ConvertCli, ImportMissingFile) {
@@ -319,7 +350,8 @@ TEST_F(ConvertCli, ImportUnsupportedDataset) {
     H5Tclose(compound);
   }
   ExpectError({"<TMP>/in.h5", "<TMP>/ckpt", "--from", "hdf5"},
-              "ckpt-convert: error: <TMP>/in.h5: dataset '/fft/out': unsupported HDF5 type "
+              "ckpt-convert: error: <TMP>/in.h5: dataset '/fft/out': "
+              "unsupported HDF5 type "
               "compound (2 members)\n");
   EXPECT_FALSE(std::filesystem::exists(dir_ / "ckpt"));
 }
@@ -327,7 +359,8 @@ TEST_F(ConvertCli, ImportUnsupportedDataset) {
 TEST_F(ConvertCli, ImportStepExists) {
   ASSERT_EQ(Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5"}).exit_code, 0);
   ExpectError({"<TMP>/out.h5", "<TMP>/src", "--from", "hdf5"},
-              "ckpt-convert: error: <TMP>/src/step-00000042: a checkpoint of step 42 already "
+              "ckpt-convert: error: <TMP>/src/step-00000042: a checkpoint of "
+              "step 42 already "
               "exists (use --force to replace it)\n");
   CliResult r = Run({"<TMP>/out.h5", "<TMP>/src", "--from", "hdf5", "--force"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -335,40 +368,49 @@ TEST_F(ConvertCli, ImportStepExists) {
 
 TEST_F(ConvertCli, ImportIntoAFile) {
   ASSERT_EQ(Run({"<TMP>/src", "<TMP>/out.h5", "--to", "hdf5"}).exit_code, 0);
-  ExpectError({"<TMP>/out.h5", "<TMP>/src/latest", "--from", "hdf5"},
-              "ckpt-convert: error: <TMP>/src/latest: exists and is not a directory (a "
-              "checkpoint root)\n");
+  ExpectError(
+      {"<TMP>/out.h5", "<TMP>/src/latest", "--from", "hdf5"},
+      "ckpt-convert: error: <TMP>/src/latest: exists and is not a directory (a "
+      "checkpoint root)\n");
 }
 
 TEST_F(ConvertCli, SafetensorsExportOutput) {
-  CliResult r = Run({"<TMP>/src", "<TMP>/m.safetensors", "--to", "safetensors", "-v"});
+  CliResult r =
+      Run({"<TMP>/src", "<TMP>/m.safetensors", "--to", "safetensors", "-v"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_EQ(r.out, Expected("safetensors_export"));
 }
 
 TEST_F(ConvertCli, SafetensorsShardsExportAndImportOutput) {
-  CliResult r = Run({"<TMP>/src", "<TMP>/hf", "--to", "safetensors", "--max-shard-size", "1KB",
-                     "--exclude", "*.exp_avg"});
+  CliResult r = Run({"<TMP>/src", "<TMP>/hf", "--to", "safetensors",
+                     "--max-shard-size", "1KB", "--exclude", "*.exp_avg"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, Expected("safetensors_export_shards"));
-  r = Run({"<TMP>/hf", "<TMP>/back", "--from", "safetensors", "--ranks", "2", "-v"});
+  r = Run({"<TMP>/hf", "<TMP>/back", "--from", "safetensors", "--ranks", "2",
+           "-v"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_EQ(r.out, Expected("safetensors_import"));
 }
 
 TEST_F(ConvertCli, SafetensorsOptionsOfOtherModes) {
-  ExpectError({"<TMP>/src", "<TMP>/m.safetensors", "--to", "safetensors", "--ranks", "2"},
-              "ckpt-convert: error: --ranks applies to --from safetensors only\n");
-  ExpectError({"<TMP>/m.safetensors", "<TMP>/c", "--from", "safetensors", "--max-shard-size",
-               "1GB"},
-              "ckpt-convert: error: --max-shard-size applies to --to safetensors only\n");
+  ExpectError(
+      {"<TMP>/src", "<TMP>/m.safetensors", "--to", "safetensors", "--ranks",
+       "2"},
+      "ckpt-convert: error: --ranks applies to --from safetensors only\n");
+  ExpectError({"<TMP>/m.safetensors", "<TMP>/c", "--from", "safetensors",
+               "--max-shard-size", "1GB"},
+              "ckpt-convert: error: --max-shard-size applies to --to "
+              "safetensors only\n");
   ExpectError({"<TMP>/src", "<TMP>/o.h5", "--to", "hdf5", "--include", "x"},
-              "ckpt-convert: error: --max-shard-size, --include, --exclude and --ranks apply to "
+              "ckpt-convert: error: --max-shard-size, --include, --exclude and "
+              "--ranks apply to "
               "safetensors and dcp only\n");
-  ExpectError({"<TMP>/src", "<TMP>/hf", "--to", "safetensors", "--max-shard-size", "big"},
-              "ckpt-convert: error: size 'big' is not a positive number of bytes (e.g. 5GB, "
+  ExpectError({"<TMP>/src", "<TMP>/hf", "--to", "safetensors",
+               "--max-shard-size", "big"},
+              "ckpt-convert: error: size 'big' is not a positive number of "
+              "bytes (e.g. 5GB, "
               "500MiB, 1000000)\n");
 }
 
@@ -377,20 +419,25 @@ TEST_F(ConvertCli, SafetensorsHostileIndexExitsTwo) {
   std::ofstream(dir_ / "evil/model.safetensors.index.json")
       << R"({"weight_map":{"w":"../../etc/passwd"}})";
   ExpectError({"<TMP>/evil", "<TMP>/c", "--from", "safetensors"},
-              "ckpt-convert: error: <TMP>/evil/model.safetensors.index.json: weight_map entry of "
-              "'w' names '../../etc/passwd', which is not a file inside the index's directory\n");
+              "ckpt-convert: error: <TMP>/evil/model.safetensors.index.json: "
+              "weight_map entry of "
+              "'w' names '../../etc/passwd', which is not a file inside the "
+              "index's directory\n");
 }
 
 TEST_F(ConvertCli, DcpImportOutput) {
-  const std::string dcp = std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/dcp_torch113";
+  const std::string dcp =
+      std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/dcp_torch113";
   CliResult r = Run({dcp, "<TMP>/c", "--from", "dcp", "-v"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
-  EXPECT_EQ(absl::StrReplaceAll(r.out, {{CKPT_SOURCE_DIR, "<SRC>"}}), Expected("dcp_import"));
+  EXPECT_EQ(absl::StrReplaceAll(r.out, {{CKPT_SOURCE_DIR, "<SRC>"}}),
+            Expected("dcp_import"));
 }
 
 TEST_F(ConvertCli, DcpImportJson) {
-  const std::string dcp = std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/megatron_torch_dist";
+  const std::string dcp =
+      std::string(CKPT_SOURCE_DIR) + "/tests/data/interop/megatron_torch_dist";
   CliResult r = Run({dcp, "<TMP>/c", "--from", "dcp", "--json", "--step", "7"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
@@ -408,8 +455,9 @@ TEST_F(ConvertCli, DcpImportJson) {
 }
 
 TEST_F(ConvertCli, SafetensorsExportJson) {
-  CliResult r = Run({"<TMP>/src", "<TMP>/hf", "--to", "safetensors", "--max-shard-size", "1KiB",
-                     "--include", "dtypes.*", "--json"});
+  CliResult r =
+      Run({"<TMP>/src", "<TMP>/hf", "--to", "safetensors", "--max-shard-size",
+           "1KiB", "--include", "dtypes.*", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["format"], "safetensors");

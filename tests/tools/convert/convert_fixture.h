@@ -12,10 +12,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "ckpt/format/status_macros.h"
 #include "libckpt/test_util.h"
 
 namespace ckpt::testing {
@@ -44,7 +44,8 @@ inline Fixture MakeFixture() {
   uint64_t seed = 1;
   auto add = [&](std::string name, DType dtype, Shape shape, Layout layout) {
     std::string bytes = ReferenceBytes(dtype, shape, seed++);
-    f.tensors.push_back({std::move(name), dtype, std::move(shape), layout, std::move(bytes)});
+    f.tensors.push_back(
+        {std::move(name), dtype, std::move(shape), layout, std::move(bytes)});
   };
   size_t i = 0;
   for (DType d : kAllDTypes) {
@@ -58,7 +59,8 @@ inline Fixture MakeFixture() {
   add("opt.w.exp_avg", DType::kFloat32, {4, 4}, Layout::kFlatUneven);
   add(".hidden", DType::kInt32, {3}, Layout::kWhole);
   add("trailing.", DType::kUInt8, {2}, Layout::kWhole);
-  f.objects = {{"rng.rank0", std::string("\x00\x01rng-state\xff", 12)}, {"loader.empty", ""}};
+  f.objects = {{"rng.rank0", std::string("\x00\x01rng-state\xff", 12)},
+               {"loader.empty", ""}};
   f.metadata = {{"lr", "0.001"},
                 {"ckpt_note", "a user key with the reserved prefix"},
                 {"blob", std::string("\x00\x01\xfe", 3)},
@@ -69,10 +71,12 @@ inline Fixture MakeFixture() {
 }
 
 // Saves `f` under `root` on `world` in-process ranks.
-inline absl::Status WriteFixture(const Fixture& f, const std::string& root, int world,
+inline absl::Status WriteFixture(const Fixture& f, const std::string& root,
+                                 int world,
                                  format::Codec codec = format::Codec::kNone) {
   InProcessWorld w(world);
-  std::vector<std::vector<std::string>> bufs(world, std::vector<std::string>(f.tensors.size()));
+  std::vector<std::vector<std::string>> bufs(
+      world, std::vector<std::string>(f.tensors.size()));
   return RunRanks(w, [&](Communicator& comm) -> absl::Status {
     const int rank = comm.rank();
     Writer::Options wo;
@@ -84,8 +88,8 @@ inline absl::Status WriteFixture(const Fixture& f, const std::string& root, int 
       bufs[rank][i] = Extract(t.global, t.dtype, t.shape, p.region);
       TensorOptions to;
       to.replica = p.replica;
-      CKPT_RETURN_IF_ERROR(
-          writer->AddTensor(t.name, t.dtype, t.shape, p.region, bufs[rank][i].data(), to));
+      CKPT_RETURN_IF_ERROR(writer->AddTensor(t.name, t.dtype, t.shape, p.region,
+                                             bufs[rank][i].data(), to));
     }
     if (rank == 0) {
       for (const auto& [name, bytes] : f.objects) {
@@ -100,9 +104,11 @@ inline absl::Status WriteFixture(const Fixture& f, const std::string& root, int 
 }
 
 // The whole content of entry `e` of `reader`.
-inline absl::StatusOr<std::string> ReadWhole(Reader& reader, const format::EntryRecord& e) {
+inline absl::StatusOr<std::string> ReadWhole(Reader& reader,
+                                             const format::EntryRecord& e) {
   if (e.kind == format::EntryKind::kObject) return reader.ReadObject(e.name);
-  std::string bytes(RegionElements(FullBox(e.shape)) * DTypeSize(e.dtype), '\0');
+  std::string bytes(RegionElements(FullBox(e.shape)) * DTypeSize(e.dtype),
+                    '\0');
   for (uint64_t d : e.shape) {
     if (d == 0) bytes.clear();
   }
@@ -127,7 +133,8 @@ inline absl::Status SameContent(const std::string& a, const std::string& b) {
   const format::Manifest& ma = ra->manifest();
   const format::Manifest& mb = rb->manifest();
   if (ma.info.step != mb.info.step) {
-    return absl::InternalError(absl::StrCat("step ", ma.info.step, " != ", mb.info.step));
+    return absl::InternalError(
+        absl::StrCat("step ", ma.info.step, " != ", mb.info.step));
   }
   if (ma.metadata != mb.metadata) return absl::InternalError("metadata differ");
   if (ma.entries.size() != mb.entries.size()) {
@@ -136,16 +143,18 @@ inline absl::Status SameContent(const std::string& a, const std::string& b) {
   }
   for (const format::EntryRecord& ea : ma.entries) {
     const format::EntryRecord* eb = rb->Find(ea.name);
-    if (eb == nullptr) return absl::InternalError(absl::StrCat("'", ea.name, "' missing"));
+    if (eb == nullptr)
+      return absl::InternalError(absl::StrCat("'", ea.name, "' missing"));
     if (ea.kind != eb->kind || ea.dtype != eb->dtype || ea.shape != eb->shape) {
-      return absl::InternalError(absl::StrCat("'", ea.name, "': kind, dtype or shape differ: ",
-                                              DTypeName(ea.dtype), ShapeToString(ea.shape),
-                                              " vs ", DTypeName(eb->dtype),
-                                              ShapeToString(eb->shape)));
+      return absl::InternalError(absl::StrCat(
+          "'", ea.name, "': kind, dtype or shape differ: ", DTypeName(ea.dtype),
+          ShapeToString(ea.shape), " vs ", DTypeName(eb->dtype),
+          ShapeToString(eb->shape)));
     }
     CKPT_ASSIGN_OR_RETURN(std::string ba, ReadWhole(*ra, ea));
     CKPT_ASSIGN_OR_RETURN(std::string bb, ReadWhole(*rb, *eb));
-    if (ba != bb) return absl::InternalError(absl::StrCat("'", ea.name, "': bytes differ"));
+    if (ba != bb)
+      return absl::InternalError(absl::StrCat("'", ea.name, "': bytes differ"));
   }
   return absl::OkStatus();
 }

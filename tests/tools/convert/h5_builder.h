@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "convert/hdf5_util.h"
+#include "gtest/gtest.h"
 
 namespace ckpt::testing {
 
@@ -24,7 +24,8 @@ class H5Builder {
   explicit H5Builder(const std::string& path, bool track_order = false) {
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
     if (track_order) {
-      H5Pset_attr_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+      H5Pset_attr_creation_order(fcpl,
+                                 H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
     }
     file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, H5P_DEFAULT);
     H5Pclose(fcpl);
@@ -47,20 +48,24 @@ class H5Builder {
   // dataspace). `data`, if not null, is written with memory type
   // `mem_type` (default: `type`). Returns the open dataset, closed by the
   // destructor.
-  hid_t Dataset(const std::string& path, hid_t type, std::optional<std::vector<hsize_t>> dims,
+  hid_t Dataset(const std::string& path, hid_t type,
+                std::optional<std::vector<hsize_t>> dims,
                 const void* data = nullptr, hid_t dcpl = H5P_DEFAULT,
                 hid_t mem_type = H5I_INVALID_HID) {
     hid_t space = !dims.has_value() ? H5Screate(H5S_SCALAR)
-                  : dims->empty()   ? H5Screate(H5S_NULL)
-                                    : H5Screate_simple(static_cast<int>(dims->size()),
-                                                       dims->data(), nullptr);
+                  : dims->empty()
+                      ? H5Screate(H5S_NULL)
+                      : H5Screate_simple(static_cast<int>(dims->size()),
+                                         dims->data(), nullptr);
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
     H5Pset_create_intermediate_group(lcpl, 1);
-    hid_t ds = H5Dcreate2(file_, path.c_str(), type, space, lcpl, dcpl, H5P_DEFAULT);
+    hid_t ds =
+        H5Dcreate2(file_, path.c_str(), type, space, lcpl, dcpl, H5P_DEFAULT);
     H5Pclose(lcpl);
     EXPECT_GE(ds, 0) << path;
     if (data != nullptr) {
-      EXPECT_GE(H5Dwrite(ds, mem_type >= 0 ? mem_type : type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
+      EXPECT_GE(H5Dwrite(ds, mem_type >= 0 ? mem_type : type, H5S_ALL, H5S_ALL,
+                         H5P_DEFAULT, data),
                 0)
           << path;
     }
@@ -91,22 +96,26 @@ class H5Builder {
       H5Tset_strpad(type, H5T_STR_NULLPAD);
     }
     hid_t space = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t a =
+        H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
     EXPECT_GE(a, 0) << name;
     const char* p = value.c_str();
     std::string padded = value;
     padded.resize(std::max<size_t>(1, value.size()), '\0');
-    EXPECT_GE(H5Awrite(a, type, vlen ? static_cast<const void*>(&p) : padded.data()), 0);
+    EXPECT_GE(
+        H5Awrite(a, type, vlen ? static_cast<const void*>(&p) : padded.data()),
+        0);
     H5Aclose(a);
     H5Sclose(space);
     H5Tclose(type);
   }
 
   // A scalar attribute of file type `type` from native `mem_type` data.
-  void ScalarAttr(hid_t obj, const std::string& name, hid_t type, hid_t mem_type,
-                  const void* value) {
+  void ScalarAttr(hid_t obj, const std::string& name, hid_t type,
+                  hid_t mem_type, const void* value) {
     hid_t space = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t a =
+        H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
     EXPECT_GE(a, 0) << name;
     EXPECT_GE(H5Awrite(a, mem_type, value), 0);
     H5Aclose(a);

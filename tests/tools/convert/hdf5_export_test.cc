@@ -8,14 +8,14 @@
 #include <fstream>
 #include <sstream>
 
+#include "convert/hdf5_import.h"
+#include "convert/hdf5_types.h"
+#include "convert/hdf5_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/files.h"
 #include "testing/status_matchers.h"
 #include "tools/convert/convert_fixture.h"
-#include "convert/hdf5_import.h"
-#include "convert/hdf5_types.h"
-#include "convert/hdf5_util.h"
 
 namespace ckpt::tools {
 namespace {
@@ -60,9 +60,11 @@ class Hdf5ExportTest : public ::testing::TestWithParam<format::Codec> {
 };
 
 TEST_P(Hdf5ExportTest, DatasetsReadBackThroughTheHdf5CApi) {
-  CKPT_ASSERT_OK_AND_ASSIGN(Hdf5ExportResult r,
-                            ExportHdf5(dir_ / "src", dir_ / "out.h5", SmallPieces()));
-  EXPECT_EQ(r.entries.size(), fixture_.tensors.size() + fixture_.objects.size());
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      Hdf5ExportResult r,
+      ExportHdf5(dir_ / "src", dir_ / "out.h5", SmallPieces()));
+  EXPECT_EQ(r.entries.size(),
+            fixture_.tensors.size() + fixture_.objects.size());
   EXPECT_EQ(r.output, dir_ / "out.h5");
   EXPECT_EQ(r.info.world_size, 4u);
 
@@ -79,7 +81,8 @@ TEST_P(Hdf5ExportTest, DatasetsReadBackThroughTheHdf5CApi) {
     if (t.shape.empty()) {
       EXPECT_EQ(H5Sget_simple_extent_type(space.get()), H5S_SCALAR);
     } else {
-      ASSERT_EQ(H5Sget_simple_extent_ndims(space.get()), static_cast<int>(t.shape.size()));
+      ASSERT_EQ(H5Sget_simple_extent_ndims(space.get()),
+                static_cast<int>(t.shape.size()));
       std::vector<hsize_t> dims(t.shape.size());
       H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
       EXPECT_EQ(std::vector<uint64_t>(dims.begin(), dims.end()),
@@ -87,8 +90,8 @@ TEST_P(Hdf5ExportTest, DatasetsReadBackThroughTheHdf5CApi) {
     }
     // Type: native where HDF5 has one, raw bits plus ckpt_dtype otherwise.
     EXPECT_EQ(H5Tget_size(type.get()), static_cast<size_t>(DTypeSize(t.dtype)));
-    CKPT_ASSERT_OK_AND_ASSIGN(auto attr,
-                              hdf5::ReadBytesAttribute(ds.get(), "ckpt_dtype", 64, path));
+    CKPT_ASSERT_OK_AND_ASSIGN(
+        auto attr, hdf5::ReadBytesAttribute(ds.get(), "ckpt_dtype", 64, path));
     switch (t.dtype) {
       case DType::kBool:
         EXPECT_EQ(H5Tget_class(type.get()), H5T_ENUM);
@@ -109,27 +112,32 @@ TEST_P(Hdf5ExportTest, DatasetsReadBackThroughTheHdf5CApi) {
       EXPECT_EQ(H5Tget_sign(type.get()), H5T_SGN_NONE);
     } else {
       EXPECT_FALSE(attr.has_value());
-      CKPT_ASSERT_OK_AND_ASSIGN(hdf5::ImportType it, hdf5::ClassifyType(type.get(), {}, path));
+      CKPT_ASSERT_OK_AND_ASSIGN(hdf5::ImportType it,
+                                hdf5::ClassifyType(type.get(), {}, path));
       EXPECT_EQ(it.dtype, t.dtype);
     }
     // Layout: chunked with shuffle and deflate unless there is no element
     // or the tensor is a scalar.
     Handle dcpl(H5Dget_create_plist(ds.get()));
     const bool has_elements = !t.global.empty() && !t.shape.empty();
-    EXPECT_EQ(H5Pget_layout(dcpl.get()), has_elements ? H5D_CHUNKED : H5D_CONTIGUOUS);
+    EXPECT_EQ(H5Pget_layout(dcpl.get()),
+              has_elements ? H5D_CHUNKED : H5D_CONTIGUOUS);
     if (has_elements) {
       const int nfilters = H5Pget_nfilters(dcpl.get());
       ASSERT_EQ(nfilters, DTypeSize(t.dtype) > 1 ? 2 : 1);
       unsigned flags;
       size_t n = 0;
       unsigned cfg;
-      EXPECT_EQ(H5Pget_filter2(dcpl.get(), nfilters - 1, &flags, &n, nullptr, 0, nullptr, &cfg),
+      EXPECT_EQ(H5Pget_filter2(dcpl.get(), nfilters - 1, &flags, &n, nullptr, 0,
+                               nullptr, &cfg),
                 H5Z_FILTER_DEFLATE);
     }
     // Values, bit for bit (the file type is the ckpt layout).
     std::string got(t.global.size(), '\0');
     if (!got.empty()) {
-      ASSERT_GE(H5Dread(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, got.data()), 0);
+      ASSERT_GE(H5Dread(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                        got.data()),
+                0);
     }
     EXPECT_TRUE(got == t.global);
   }
@@ -139,8 +147,8 @@ TEST_P(Hdf5ExportTest, DatasetsReadBackThroughTheHdf5CApi) {
     const std::string path = PathOf(name);
     Handle ds(H5Dopen2(file.get(), path.c_str(), H5P_DEFAULT));
     ASSERT_TRUE(ds.valid());
-    CKPT_ASSERT_OK_AND_ASSIGN(auto kind,
-                              hdf5::ReadBytesAttribute(ds.get(), "ckpt_kind", 64, path));
+    CKPT_ASSERT_OK_AND_ASSIGN(
+        auto kind, hdf5::ReadBytesAttribute(ds.get(), "ckpt_kind", 64, path));
     EXPECT_EQ(kind, std::optional<std::string>("object"));
     Handle space(H5Dget_space(ds.get()));
     hsize_t dim = 99;
@@ -149,27 +157,33 @@ TEST_P(Hdf5ExportTest, DatasetsReadBackThroughTheHdf5CApi) {
     EXPECT_EQ(dim, bytes.size());
     std::string got(bytes.size(), '\0');
     if (!got.empty()) {
-      ASSERT_GE(H5Dread(ds.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, got.data()),
+      ASSERT_GE(H5Dread(ds.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL,
+                        H5P_DEFAULT, got.data()),
                 0);
     }
     EXPECT_EQ(got, bytes);
   }
   // Root attributes: checkpoint info and user metadata.
   Handle root(H5Gopen2(file.get(), "/", H5P_DEFAULT));
-  CKPT_ASSERT_OK_AND_ASSIGN(auto step, hdf5::ReadUInt64Attribute(root.get(), "ckpt_step", "/"));
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      auto step, hdf5::ReadUInt64Attribute(root.get(), "ckpt_step", "/"));
   EXPECT_EQ(step, std::optional<uint64_t>(42));
-  CKPT_ASSERT_OK_AND_ASSIGN(auto world,
-                            hdf5::ReadUInt64Attribute(root.get(), "ckpt_world_size", "/"));
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      auto world,
+      hdf5::ReadUInt64Attribute(root.get(), "ckpt_world_size", "/"));
   EXPECT_EQ(world, std::optional<uint64_t>(4));
-  CKPT_ASSERT_OK_AND_ASSIGN(auto version,
-                            hdf5::ReadBytesAttribute(root.get(), "ckpt_format_version", 64, "/"));
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      auto version,
+      hdf5::ReadBytesAttribute(root.get(), "ckpt_format_version", 64, "/"));
   EXPECT_EQ(version, std::optional<std::string>("1.0"));
-  CKPT_ASSERT_OK_AND_ASSIGN(auto id,
-                            hdf5::ReadBytesAttribute(root.get(), "ckpt_checkpoint_id", 64, "/"));
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      auto id,
+      hdf5::ReadBytesAttribute(root.get(), "ckpt_checkpoint_id", 64, "/"));
   EXPECT_EQ(id, std::optional<std::string>(format::IdToHex(r.info.id)));
   for (const auto& [key, value] : fixture_.metadata) {
     const std::string attr = key.rfind("ckpt_", 0) == 0 ? "ckpt_" + key : key;
-    CKPT_ASSERT_OK_AND_ASSIGN(auto v, hdf5::ReadBytesAttribute(root.get(), attr, 1 << 20, "/"));
+    CKPT_ASSERT_OK_AND_ASSIGN(
+        auto v, hdf5::ReadBytesAttribute(root.get(), attr, 1 << 20, "/"));
     EXPECT_EQ(v, std::optional<std::string>(value)) << key;
   }
   // Text is a variable-length UTF-8 string (h5py: str), bytes a uint8 array.
@@ -184,10 +198,12 @@ TEST_P(Hdf5ExportTest, DatasetsReadBackThroughTheHdf5CApi) {
 }
 
 TEST_P(Hdf5ExportTest, RoundTripIsExact) {
-  CKPT_ASSERT_OK(ExportHdf5(dir_ / "src", dir_ / "out.h5", SmallPieces()).status());
+  CKPT_ASSERT_OK(
+      ExportHdf5(dir_ / "src", dir_ / "out.h5", SmallPieces()).status());
   Hdf5ImportOptions io;
   io.codec = GetParam();
-  CKPT_ASSERT_OK_AND_ASSIGN(Hdf5ImportResult r, ImportHdf5(dir_ / "out.h5", dir_ / "back", io));
+  CKPT_ASSERT_OK_AND_ASSIGN(Hdf5ImportResult r,
+                            ImportHdf5(dir_ / "out.h5", dir_ / "back", io));
   EXPECT_EQ(r.step, 42u);
   EXPECT_TRUE(r.plan.skipped.empty());
   CKPT_EXPECT_OK(SameContent(dir_ / "src", dir_ / "back"));
@@ -207,9 +223,11 @@ TEST_P(Hdf5ExportTest, RoundTripWithDefaultOptionsAndNoCompression) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, Hdf5ExportTest,
-                         ::testing::Values(format::Codec::kNone, format::Codec::kZstd),
+                         ::testing::Values(format::Codec::kNone,
+                                           format::Codec::kZstd),
                          [](const auto& info) {
-                           return info.param == format::Codec::kZstd ? "zstd" : "none";
+                           return info.param == format::Codec::kZstd ? "zstd"
+                                                                     : "none";
                          });
 
 TEST(Hdf5Export, SameCheckpointGivesTheSameFile) {
@@ -217,16 +235,18 @@ TEST(Hdf5Export, SameCheckpointGivesTheSameFile) {
   CKPT_ASSERT_OK(WriteFixture(MakeFixture(), dir / "src", 2));
   CKPT_ASSERT_OK(ExportHdf5(dir / "src", dir / "a.h5", {}).status());
   CKPT_ASSERT_OK(ExportHdf5(dir / "src", dir / "b.h5", {}).status());
-  EXPECT_TRUE(ckpt::testing::ReadFileBytes(dir / "a.h5") == ckpt::testing::ReadFileBytes(dir / "b.h5"));
+  EXPECT_TRUE(ckpt::testing::ReadFileBytes(dir / "a.h5") ==
+              ckpt::testing::ReadFileBytes(dir / "b.h5"));
 }
 
 TEST(Hdf5Export, OutputExists) {
   TempDir dir;
   CKPT_ASSERT_OK(WriteFixture(MakeFixture(), dir / "src", 2));
   std::ofstream(dir / "out.h5") << "keep me";
-  EXPECT_THAT(ExportHdf5(dir / "src", dir / "out.h5", {}),
-              StatusIs(absl::StatusCode::kAlreadyExists,
-                       dir / "out.h5: already exists (use --force to replace it)"));
+  EXPECT_THAT(
+      ExportHdf5(dir / "src", dir / "out.h5", {}),
+      StatusIs(absl::StatusCode::kAlreadyExists,
+               dir / "out.h5: already exists (use --force to replace it)"));
   EXPECT_EQ(ckpt::testing::ReadFileBytes(dir / "out.h5"), "keep me");
   Hdf5ExportOptions o;
   o.overwrite = true;
@@ -266,13 +286,15 @@ TEST(Hdf5Export, PartialEntryIsRefused) {
   std::vector<float> half(8, 1.0f);
   TensorOptions to;
   to.partial = true;
-  CKPT_ASSERT_OK(writer->AddTensor("emb", DType::kFloat32, {4, 4}, Box{{0, 0}, {2, 4}},
-                                   half.data(), to));
+  CKPT_ASSERT_OK(writer->AddTensor("emb", DType::kFloat32, {4, 4},
+                                   Box{{0, 0}, {2, 4}}, half.data(), to));
   CKPT_ASSERT_OK(writer->Save(dir / "src", 1, {}).status());
   EXPECT_THAT(ExportHdf5(dir / "src", dir / "out.h5", {}),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "entry 'emb' is partial"));
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "entry 'emb' is partial"));
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
-    EXPECT_EQ(e.path().filename().string().find("out.h5"), std::string::npos) << e.path();
+    EXPECT_EQ(e.path().filename().string().find("out.h5"), std::string::npos)
+        << e.path();
   }
 }
 
@@ -281,7 +303,8 @@ TEST(Hdf5Export, BadOptions) {
   Hdf5ExportOptions o;
   o.level = 10;
   EXPECT_THAT(ExportHdf5(dir / "src", dir / "out.h5", o),
-              StatusIs(absl::StatusCode::kInvalidArgument, "deflate level 10 is outside 0..9"));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "deflate level 10 is outside 0..9"));
 }
 
 TEST(Hdf5ChunkShape, TrailingDimsWholeOneDimCut) {
@@ -297,14 +320,18 @@ TEST(Hdf5ChunkShape, TrailingDimsWholeOneDimCut) {
 
 TEST(Hdf5SlabShape, WholeChunksWithinTheBudget) {
   // Chunk [64, 4096] f32 = 1 MiB; 64 MiB slabs = 4096 rows: the whole tensor.
-  EXPECT_EQ(SlabShape({4096, 4096}, {64, 4096}, 4, 64 << 20), (Dims{4096, 4096}));
+  EXPECT_EQ(SlabShape({4096, 4096}, {64, 4096}, 4, 64 << 20),
+            (Dims{4096, 4096}));
   // 16 MiB: 1024 rows, a multiple of 64.
-  EXPECT_EQ(SlabShape({4096, 4096}, {64, 4096}, 4, 16 << 20), (Dims{1024, 4096}));
+  EXPECT_EQ(SlabShape({4096, 4096}, {64, 4096}, 4, 16 << 20),
+            (Dims{1024, 4096}));
   // A budget below one chunk still gives one chunk row.
   EXPECT_EQ(SlabShape({4096, 4096}, {64, 4096}, 4, 1000), (Dims{64, 4096}));
   // Cut inside the last dim: earlier dims one.
-  EXPECT_EQ(SlabShape({2, 3, 1000000}, {1, 1, 524288}, 2, 2 << 20), (Dims{1, 1, 1000000}));
-  EXPECT_EQ(SlabShape({2, 3, 1000000}, {1, 1, 524288}, 2, 1 << 20), (Dims{1, 1, 524288}));
+  EXPECT_EQ(SlabShape({2, 3, 1000000}, {1, 1, 524288}, 2, 2 << 20),
+            (Dims{1, 1, 1000000}));
+  EXPECT_EQ(SlabShape({2, 3, 1000000}, {1, 1, 524288}, 2, 1 << 20),
+            (Dims{1, 1, 524288}));
   // Contiguous (no chunks): any cut.
   EXPECT_EQ(SlabShape({10, 10}, {}, 1, 35), (Dims{3, 10}));
   EXPECT_EQ(SlabShape({}, {}, 4, 35), (Dims{}));

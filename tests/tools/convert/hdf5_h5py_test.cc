@@ -9,14 +9,14 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "gtest/gtest.h"
-#include "testing/status_matchers.h"
-#include "tools/convert/convert_fixture.h"
-#include "tools/convert/plain_file.h"
 #include "convert/hdf5_export.h"
 #include "convert/hdf5_import.h"
 #include "convert/hdf5_names.h"
 #include "convert/hdf5_types.h"
+#include "gtest/gtest.h"
+#include "testing/status_matchers.h"
+#include "tools/convert/convert_fixture.h"
+#include "tools/convert/plain_file.h"
 
 namespace ckpt::tools {
 namespace {
@@ -24,7 +24,8 @@ namespace {
 using ::ckpt::testing::TempDir;
 
 constexpr char kSkipMessage[] =
-    "python3 with h5py and numpy is not installed (Debian: apt-get install python3-h5py "
+    "python3 with h5py and numpy is not installed (Debian: apt-get install "
+    "python3-h5py "
     "python3-numpy); the h5py part is skipped";
 
 // Prints one line per dataset, "PATH|NUMPY_DTYPE|SHAPE|ATTRS|HEX_BYTES",
@@ -50,21 +51,35 @@ print("\n".join(out))
 
 std::string NumpyDType(DType d) {
   switch (d) {
-    case DType::kBool: return "|b1";
-    case DType::kUInt8: return "|u1";
-    case DType::kUInt16: return "<u2";
-    case DType::kUInt32: return "<u4";
-    case DType::kUInt64: return "<u8";
-    case DType::kInt8: return "|i1";
-    case DType::kInt16: return "<i2";
-    case DType::kInt32: return "<i4";
-    case DType::kInt64: return "<i8";
-    case DType::kFloat16: return "<f2";
-    case DType::kBFloat16: return "<u2";  // raw bits, with ckpt_dtype
-    case DType::kFloat32: return "<f4";
-    case DType::kFloat64: return "<f8";
+    case DType::kBool:
+      return "|b1";
+    case DType::kUInt8:
+      return "|u1";
+    case DType::kUInt16:
+      return "<u2";
+    case DType::kUInt32:
+      return "<u4";
+    case DType::kUInt64:
+      return "<u8";
+    case DType::kInt8:
+      return "|i1";
+    case DType::kInt16:
+      return "<i2";
+    case DType::kInt32:
+      return "<i4";
+    case DType::kInt64:
+      return "<i8";
+    case DType::kFloat16:
+      return "<f2";
+    case DType::kBFloat16:
+      return "<u2";  // raw bits, with ckpt_dtype
+    case DType::kFloat32:
+      return "<f4";
+    case DType::kFloat64:
+      return "<f8";
     case DType::kFloat8E4M3FN:
-    case DType::kFloat8E5M2: return "|u1";
+    case DType::kFloat8E5M2:
+      return "|u1";
   }
   return "?";
 }
@@ -81,11 +96,14 @@ TEST(ConvertH5py, ReadsTheExportedCheckpoint) {
   CKPT_ASSERT_OK(ckpt::testing::WriteFixture(fx, dir / "src", 3));
   CKPT_ASSERT_OK(ExportHdf5(dir / "src", dir / "out.h5", {}).status());
   std::string out;
-  ASSERT_EQ(ckpt::testing::RunPython(python, kDumpScript, dir / "out.h5", dir.path(), &out), 0);
+  ASSERT_EQ(ckpt::testing::RunPython(python, kDumpScript, dir / "out.h5",
+                                     dir.path(), &out),
+            0);
 
   std::map<std::string, std::string> got;
   for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits('|', 1));
+    std::pair<std::string, std::string> kv =
+        absl::StrSplit(line, absl::MaxSplits('|', 1));
     got[kv.first] = kv.second;
   }
   std::map<std::string, std::string> want;
@@ -98,13 +116,16 @@ TEST(ConvertH5py, ReadsTheExportedCheckpoint) {
   CKPT_ASSERT_OK(paths.status());
   size_t i = 0;
   for (const auto& t : fx.tensors) {
-    want[(*paths)[i++]] = absl::StrCat(
-        NumpyDType(t.dtype), "|", absl::StrJoin(t.shape, ","), "|",
-        hdf5::StoredRaw(t.dtype) ? absl::StrCat("ckpt_dtype=", DTypeName(t.dtype)) : "", "|",
-        Hex(t.global));
+    want[(*paths)[i++]] =
+        absl::StrCat(NumpyDType(t.dtype), "|", absl::StrJoin(t.shape, ","), "|",
+                     hdf5::StoredRaw(t.dtype)
+                         ? absl::StrCat("ckpt_dtype=", DTypeName(t.dtype))
+                         : "",
+                     "|", Hex(t.global));
   }
   for (const auto& [name, bytes] : fx.objects) {
-    want[(*paths)[i++]] = absl::StrCat("|u1|", bytes.size(), "|ckpt_kind=object|", Hex(bytes));
+    want[(*paths)[i++]] =
+        absl::StrCat("|u1|", bytes.size(), "|ckpt_kind=object|", Hex(bytes));
   }
   want["@ckpt_format_version"] = "1.0";
   want["@ckpt_step"] = "42";
@@ -127,8 +148,8 @@ TEST(ConvertH5py, WrittenFileImports) {
   if (python.empty()) GTEST_SKIP() << kSkipMessage;
   TempDir dir;
   std::string out;
-  ASSERT_EQ(ckpt::testing::RunPython(python, ckpt::testing::kPlainFileH5py, dir / "in.h5",
-                                     dir.path(), &out),
+  ASSERT_EQ(ckpt::testing::RunPython(python, ckpt::testing::kPlainFileH5py,
+                                     dir / "in.h5", dir.path(), &out),
             0);
   Hdf5ImportOptions o;
   o.step = 5;

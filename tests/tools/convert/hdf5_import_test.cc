@@ -7,6 +7,7 @@
 #include <random>
 #include <sstream>
 
+#include "convert/hdf5_export.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/files.h"
@@ -14,7 +15,6 @@
 #include "tools/convert/convert_fixture.h"
 #include "tools/convert/h5_builder.h"
 #include "tools/convert/plain_file.h"
-#include "convert/hdf5_export.h"
 
 namespace ckpt::tools {
 namespace {
@@ -22,10 +22,10 @@ namespace {
 using ::ckpt::testing::H5Builder;
 using ::ckpt::testing::StatusIs;
 using ::ckpt::testing::TempDir;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using hdf5::Handle;
 using hdf5::Hdf5Lock;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 absl::StatusOr<ImportPlan> Plan(const std::string& path, bool skip = false) {
   Hdf5Lock lock;
@@ -50,7 +50,8 @@ class Hdf5ImportTest : public ::testing::Test {
 
 TEST_F(Hdf5ImportTest, PlainFileBecomesAOneRankCheckpoint) {
   ckpt::testing::WritePlainFileWithCApi(File());
-  CKPT_ASSERT_OK_AND_ASSIGN(Hdf5ImportResult r, ImportHdf5(File(), dir_ / "ckpt", {}));
+  CKPT_ASSERT_OK_AND_ASSIGN(Hdf5ImportResult r,
+                            ImportHdf5(File(), dir_ / "ckpt", {}));
   EXPECT_EQ(r.step, 0u);
   EXPECT_EQ(r.saved.path, dir_ / "ckpt/step-00000000");
   ckpt::testing::CheckPlainImport(dir_ / "ckpt", 0);
@@ -59,9 +60,11 @@ TEST_F(Hdf5ImportTest, PlainFileBecomesAOneRankCheckpoint) {
 TEST_F(Hdf5ImportTest, StepOptionWinsOverTheFile) {
   {
     H5Builder b(File());
-    b.Dataset("/x", H5T_IEEE_F32LE, std::vector<hsize_t>{4}, f4_, H5P_DEFAULT, H5T_NATIVE_FLOAT);
+    b.Dataset("/x", H5T_IEEE_F32LE, std::vector<hsize_t>{4}, f4_, H5P_DEFAULT,
+              H5T_NATIVE_FLOAT);
     uint64_t step = 9;
-    b.ScalarAttr(b.root(), "ckpt_step", H5T_STD_U64LE, H5T_NATIVE_UINT64, &step);
+    b.ScalarAttr(b.root(), "ckpt_step", H5T_STD_U64LE, H5T_NATIVE_UINT64,
+                 &step);
   }
   CKPT_ASSERT_OK_AND_ASSIGN(auto r, ImportHdf5(File(), dir_ / "a", {}));
   EXPECT_EQ(r.saved.path, dir_ / "a/step-00000009");
@@ -90,26 +93,32 @@ TEST_F(Hdf5ImportTest, FileImageGivesTheSamePlan) {
 }
 
 TEST_F(Hdf5ImportTest, MissingFile) {
-  EXPECT_THAT(ImportHdf5(dir_ / "nothing.h5", dir_ / "ckpt", {}),
-              StatusIs(absl::StatusCode::kNotFound, dir_ / "nothing.h5: no such file"));
+  EXPECT_THAT(
+      ImportHdf5(dir_ / "nothing.h5", dir_ / "ckpt", {}),
+      StatusIs(absl::StatusCode::kNotFound, dir_ / "nothing.h5: no such file"));
 }
 
 TEST_F(Hdf5ImportTest, NotAnHdf5File) {
   std::ofstream(File()) << "just text\n";
   EXPECT_THAT(ImportHdf5(File(), dir_ / "ckpt", {}),
-              StatusIs(absl::StatusCode::kInvalidArgument, File() + ": not an HDF5 file"));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       File() + ": not an HDF5 file"));
   EXPECT_THAT(ImportHdf5(dir_.path(), dir_ / "ckpt", {}),
-              StatusIs(absl::StatusCode::kInvalidArgument, "is a directory, not an HDF5 file"));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "is a directory, not an HDF5 file"));
   EXPECT_FALSE(std::filesystem::exists(dir_ / "ckpt"));
 }
 
 TEST_F(Hdf5ImportTest, StepAlreadyExists) {
   ckpt::testing::WritePlainFileWithCApi(File());
   CKPT_ASSERT_OK(ImportHdf5(File(), dir_ / "ckpt", {}).status());
-  EXPECT_THAT(ImportHdf5(File(), dir_ / "ckpt", {}),
-              StatusIs(absl::StatusCode::kAlreadyExists,
-                       dir_ / "ckpt/step-00000000: a checkpoint of step 0 already exists (use "
-                              "--force to replace it)"));
+  EXPECT_THAT(
+      ImportHdf5(File(), dir_ / "ckpt", {}),
+      StatusIs(
+          absl::StatusCode::kAlreadyExists,
+          dir_ /
+              "ckpt/step-00000000: a checkpoint of step 0 already exists (use "
+              "--force to replace it)"));
   Hdf5ImportOptions o;
   o.overwrite = true;
   CKPT_ASSERT_OK(ImportHdf5(File(), dir_ / "ckpt", o).status());
@@ -127,7 +136,8 @@ TEST_F(Hdf5ImportTest, DestinationIsAFile) {
 TEST_F(Hdf5ImportTest, UnsupportedTypesNameTheDatasetAndType) {
   {
     H5Builder b(File());
-    b.Dataset("/ok", H5T_IEEE_F32LE, std::vector<hsize_t>{4}, f4_, H5P_DEFAULT, H5T_NATIVE_FLOAT);
+    b.Dataset("/ok", H5T_IEEE_F32LE, std::vector<hsize_t>{4}, f4_, H5P_DEFAULT,
+              H5T_NATIVE_FLOAT);
     hid_t compound = H5Tcreate(H5T_COMPOUND, 8);
     H5Tinsert(compound, "a", 0, H5T_STD_I32LE);
     H5Tinsert(compound, "b", 4, H5T_IEEE_F32LE);
@@ -156,8 +166,9 @@ TEST_F(Hdf5ImportTest, UnsupportedTypesNameTheDatasetAndType) {
     b.Dataset("/long_double", H5T_NATIVE_LDOUBLE, std::vector<hsize_t>{2});
     b.Dataset("/null", H5T_IEEE_F32LE, std::vector<hsize_t>{});
   }
-  EXPECT_THAT(Plan(File()), StatusIs(absl::StatusCode::kInvalidArgument,
-                                     "dataset '/a': unsupported HDF5 type array"));
+  EXPECT_THAT(Plan(File()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "dataset '/a': unsupported HDF5 type array"));
   CKPT_ASSERT_OK_AND_ASSIGN(ImportPlan p, Plan(File(), /*skip=*/true));
   EXPECT_THAT(Names(p), ElementsAre("ok"));
   std::vector<std::string> reasons;
@@ -168,8 +179,10 @@ TEST_F(Hdf5ImportTest, UnsupportedTypesNameTheDatasetAndType) {
           "/a -> dataset '/a': unsupported HDF5 type array",
           "/c -> dataset '/c': unsupported HDF5 type compound (2 members)",
           "/e -> dataset '/e': unsupported HDF5 type enum (3 members, 1 bytes)",
-          HasSubstr("/long_double -> dataset '/long_double': unsupported HDF5 type float ("),
-          "/null -> dataset '/null': null dataspace (no shape, as h5py.Empty writes)",
+          HasSubstr("/long_double -> dataset '/long_double': unsupported HDF5 "
+                    "type float ("),
+          "/null -> dataset '/null': null dataspace (no shape, as h5py.Empty "
+          "writes)",
           "/p -> dataset '/p': unsupported HDF5 type int (20 bits in 4 bytes)",
           "/r -> dataset '/r': unsupported HDF5 type reference",
           "/s -> dataset '/s': unsupported HDF5 type variable-length string"));
@@ -189,9 +202,10 @@ TEST_F(Hdf5ImportTest, TwoDatasetsWithOneEntryName) {
     b.Dataset("/x/y", H5T_IEEE_F32LE, std::vector<hsize_t>{4}, f4_, H5P_DEFAULT,
               H5T_NATIVE_FLOAT);
   }
-  EXPECT_THAT(Plan(File()),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "dataset '/x/y' and dataset '/x.y' both map to entry 'x.y'"));
+  EXPECT_THAT(
+      Plan(File()),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "dataset '/x/y' and dataset '/x.y' both map to entry 'x.y'"));
   CKPT_ASSERT_OK_AND_ASSIGN(ImportPlan p, Plan(File(), true));
   EXPECT_THAT(Names(p), ElementsAre("x.y"));
   EXPECT_EQ(p.entries[0].path, "/x.y");
@@ -202,29 +216,33 @@ TEST_F(Hdf5ImportTest, TwoDatasetsWithOneEntryName) {
 TEST_F(Hdf5ImportTest, PathThatIsNoEntryName) {
   {
     H5Builder b(File());
-    b.Dataset("/a..b", H5T_IEEE_F32LE, std::vector<hsize_t>{4}, f4_, H5P_DEFAULT,
-              H5T_NATIVE_FLOAT);
+    b.Dataset("/a..b", H5T_IEEE_F32LE, std::vector<hsize_t>{4}, f4_,
+              H5P_DEFAULT, H5T_NATIVE_FLOAT);
   }
-  EXPECT_THAT(Plan(File()), StatusIs(absl::StatusCode::kInvalidArgument,
-                                     "dataset '/a..b' has no valid entry name: invalid name "
-                                     "'a..b': contains '..'"));
+  EXPECT_THAT(Plan(File()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "dataset '/a..b' has no valid entry name: invalid name "
+                       "'a..b': contains '..'"));
 }
 
 TEST_F(Hdf5ImportTest, ControlCharacterInALinkName) {
   {
     H5Builder b(File());
-    b.Dataset("/bad\x01name", H5T_IEEE_F32LE, std::vector<hsize_t>{4}, f4_, H5P_DEFAULT,
-              H5T_NATIVE_FLOAT);
+    b.Dataset("/bad\x01name", H5T_IEEE_F32LE, std::vector<hsize_t>{4}, f4_,
+              H5P_DEFAULT, H5T_NATIVE_FLOAT);
   }
-  EXPECT_THAT(Plan(File()), StatusIs(absl::StatusCode::kInvalidArgument,
-                                     "dataset '/bad\\x01name' has no valid entry name"));
+  EXPECT_THAT(Plan(File()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "dataset '/bad\\x01name' has no valid entry name"));
 }
 
 TEST_F(Hdf5ImportTest, ReservedLinkNamesMapBack) {
   {
     H5Builder b(File());
-    for (const char* p : {"/opt/w/.self", "/opt/w/m", "/.empty/h", "/t/.empty"}) {
-      b.Dataset(p, H5T_IEEE_F32LE, std::vector<hsize_t>{4}, f4_, H5P_DEFAULT, H5T_NATIVE_FLOAT);
+    for (const char* p :
+         {"/opt/w/.self", "/opt/w/m", "/.empty/h", "/t/.empty"}) {
+      b.Dataset(p, H5T_IEEE_F32LE, std::vector<hsize_t>{4}, f4_, H5P_DEFAULT,
+                H5T_NATIVE_FLOAT);
     }
   }
   CKPT_ASSERT_OK_AND_ASSIGN(ImportPlan p, Plan(File()));
@@ -237,10 +255,10 @@ TEST_F(Hdf5ImportTest, DTypeAttributeOfTheWrongType) {
     hid_t ds = b.Dataset("/x", H5T_STD_U16LE, std::vector<hsize_t>{2});
     b.IntAttr(ds, "ckpt_dtype", 11);
   }
-  EXPECT_THAT(Plan(File()),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "dataset '/x': attribute 'ckpt_dtype': expected a string or a 1-d byte "
-                       "array, found int64 with 1 elements"));
+  EXPECT_THAT(Plan(File()), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     "dataset '/x': attribute 'ckpt_dtype': "
+                                     "expected a string or a 1-d byte "
+                                     "array, found int64 with 1 elements"));
 }
 
 TEST_F(Hdf5ImportTest, DTypeAttributeUnknown) {
@@ -251,7 +269,8 @@ TEST_F(Hdf5ImportTest, DTypeAttributeUnknown) {
   }
   EXPECT_THAT(Plan(File()), StatusIs(absl::StatusCode::kInvalidArgument,
                                      "dataset '/x': attribute ckpt_dtype: "));
-  EXPECT_THAT(Plan(File()), StatusIs(absl::StatusCode::kInvalidArgument, "bfloat17"));
+  EXPECT_THAT(Plan(File()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "bfloat17"));
 }
 
 TEST_F(Hdf5ImportTest, DTypeAttributeDoesNotFitTheType) {
@@ -267,12 +286,15 @@ TEST_F(Hdf5ImportTest, DTypeAttributeDoesNotFitTheType) {
   CKPT_ASSERT_OK_AND_ASSIGN(ImportPlan p, Plan(File(), true));
   ASSERT_EQ(p.skipped.size(), 3u);
   EXPECT_EQ(p.skipped[0].reason,
-            "dataset '/f32': attribute ckpt_dtype is 'bfloat16', which is stored as 16-bit "
+            "dataset '/f32': attribute ckpt_dtype is 'bfloat16', which is "
+            "stored as 16-bit "
             "integers, but the HDF5 type is float (4 bytes, 32-bit precision)");
   EXPECT_EQ(p.skipped[1].reason,
-            "dataset '/i32': attribute ckpt_dtype is 'float32' but the HDF5 type is int32");
+            "dataset '/i32': attribute ckpt_dtype is 'float32' but the HDF5 "
+            "type is int32");
   EXPECT_EQ(p.skipped[2].reason,
-            "dataset '/u8': attribute ckpt_dtype is 'bfloat16', which is stored as 16-bit "
+            "dataset '/u8': attribute ckpt_dtype is 'bfloat16', which is "
+            "stored as 16-bit "
             "integers, but the HDF5 type is uint8");
 }
 
@@ -280,8 +302,8 @@ TEST_F(Hdf5ImportTest, RawDTypeFromASignedOrBigEndianInteger) {
   {
     H5Builder b(File());
     uint16_t bits[2] = {0x3F80, 0xBF80};  // bfloat16 1.0, -1.0
-    hid_t ds = b.Dataset("/be", H5T_STD_I16BE, std::vector<hsize_t>{2}, bits, H5P_DEFAULT,
-                         H5T_NATIVE_UINT16);
+    hid_t ds = b.Dataset("/be", H5T_STD_I16BE, std::vector<hsize_t>{2}, bits,
+                         H5P_DEFAULT, H5T_NATIVE_UINT16);
     b.StringAttr(ds, "ckpt_dtype", "bfloat16");
   }
   CKPT_ASSERT_OK(ImportHdf5(File(), dir_ / "ckpt", {}).status());
@@ -289,7 +311,8 @@ TEST_F(Hdf5ImportTest, RawDTypeFromASignedOrBigEndianInteger) {
   const format::EntryRecord* e = reader->Find("be");
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->dtype, DType::kBFloat16);
-  CKPT_ASSERT_OK_AND_ASSIGN(std::string bytes, ckpt::testing::ReadWhole(*reader, *e));
+  CKPT_ASSERT_OK_AND_ASSIGN(std::string bytes,
+                            ckpt::testing::ReadWhole(*reader, *e));
   EXPECT_EQ(bytes, ckpt::testing::LeBytes<uint16_t>({0x3F80, 0xBF80}));
 }
 
@@ -311,15 +334,18 @@ TEST_F(Hdf5ImportTest, KindAttributeProblems) {
   CKPT_ASSERT_OK_AND_ASSIGN(ImportPlan p, Plan(File(), true));
   std::vector<std::string> reasons;
   for (const auto& s : p.skipped) reasons.push_back(s.reason);
-  EXPECT_THAT(reasons,
-              ElementsAre("dataset '/f': attribute ckpt_kind is 'object' but the dataset is "
-                          "float (4 bytes, 32-bit precision) [4], not a 1-d array of uint8",
-                          "dataset '/o': an opaque dataset can only be an object",
-                          "dataset '/o2d': an opaque dataset must be a scalar or 1-d, not [2, 2]",
-                          "dataset '/u2d': attribute ckpt_kind is 'object' but the dataset is "
-                          "uint8 [2, 2], not a 1-d array of uint8",
-                          "dataset '/w': attribute ckpt_kind is 'weights', not 'object' or "
-                          "'tensor'"));
+  EXPECT_THAT(
+      reasons,
+      ElementsAre(
+          "dataset '/f': attribute ckpt_kind is 'object' but the dataset is "
+          "float (4 bytes, 32-bit precision) [4], not a 1-d array of uint8",
+          "dataset '/o': an opaque dataset can only be an object",
+          "dataset '/o2d': an opaque dataset must be a scalar or 1-d, not [2, "
+          "2]",
+          "dataset '/u2d': attribute ckpt_kind is 'object' but the dataset is "
+          "uint8 [2, 2], not a 1-d array of uint8",
+          "dataset '/w': attribute ckpt_kind is 'weights', not 'object' or "
+          "'tensor'"));
 }
 
 TEST_F(Hdf5ImportTest, OpaqueDatasetsAreObjects) {
@@ -341,9 +367,11 @@ TEST_F(Hdf5ImportTest, RootStepOfTheWrongType) {
     H5Builder b(File());
     b.StringAttr(b.root(), "ckpt_step", "42");
   }
-  EXPECT_THAT(Plan(File()), StatusIs(absl::StatusCode::kInvalidArgument,
-                                     "root group: attribute 'ckpt_step': expected one integer, "
-                                     "found variable-length string"));
+  EXPECT_THAT(
+      Plan(File()),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "root group: attribute 'ckpt_step': expected one integer, "
+               "found variable-length string"));
   CKPT_ASSERT_OK_AND_ASSIGN(ImportPlan p, Plan(File(), true));
   ASSERT_EQ(p.skipped.size(), 1u);
   EXPECT_EQ(p.skipped[0].what, "/@ckpt_step");
@@ -355,8 +383,9 @@ TEST_F(Hdf5ImportTest, RootStepNegative) {
     H5Builder b(File());
     b.IntAttr(b.root(), "ckpt_step", -1);
   }
-  EXPECT_THAT(Plan(File()), StatusIs(absl::StatusCode::kInvalidArgument,
-                                     "root group: attribute 'ckpt_step': negative value -1"));
+  EXPECT_THAT(Plan(File()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "root group: attribute 'ckpt_step': negative value -1"));
 }
 
 TEST_F(Hdf5ImportTest, NewerFormatVersionIsRefusedEvenWhenSkipping) {
@@ -364,10 +393,12 @@ TEST_F(Hdf5ImportTest, NewerFormatVersionIsRefusedEvenWhenSkipping) {
     H5Builder b(File());
     b.StringAttr(b.root(), "ckpt_format_version", "2.0");
   }
-  EXPECT_THAT(Plan(File(), true),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       "root attribute 'ckpt_format_version': the file was written for ckpt "
-                       "format v2, this tool reads v1"));
+  EXPECT_THAT(
+      Plan(File(), true),
+      StatusIs(
+          absl::StatusCode::kFailedPrecondition,
+          "root attribute 'ckpt_format_version': the file was written for ckpt "
+          "format v2, this tool reads v1"));
 }
 
 TEST_F(Hdf5ImportTest, RootAttributesBecomeMetadataInCreationOrder) {
@@ -380,18 +411,22 @@ TEST_F(Hdf5ImportTest, RootAttributesBecomeMetadataInCreationOrder) {
     uint8_t bytes[3] = {0, 1, 255};
     hsize_t n = 3;
     hid_t space = H5Screate_simple(1, &n, nullptr);
-    hid_t a = H5Acreate2(b.root(), "blob", H5T_STD_U8LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t a = H5Acreate2(b.root(), "blob", H5T_STD_U8LE, space, H5P_DEFAULT,
+                         H5P_DEFAULT);
     H5Awrite(a, H5T_NATIVE_UINT8, bytes);
     H5Aclose(a);
     H5Sclose(space);
   }
   CKPT_ASSERT_OK_AND_ASSIGN(ImportPlan p, Plan(File()));
   ASSERT_EQ(p.metadata.size(), 4u);
-  EXPECT_EQ(p.metadata[0], std::make_pair(std::string("zeta"), std::string("1")));
-  EXPECT_EQ(p.metadata[1], std::make_pair(std::string("ckpt_x"), std::string("escaped")));
+  EXPECT_EQ(p.metadata[0],
+            std::make_pair(std::string("zeta"), std::string("1")));
+  EXPECT_EQ(p.metadata[1],
+            std::make_pair(std::string("ckpt_x"), std::string("escaped")));
   EXPECT_EQ(p.metadata[2].first, "alpha");
   EXPECT_EQ(p.metadata[2].second.size(), 1u << 20);
-  EXPECT_EQ(p.metadata[3], std::make_pair(std::string("blob"), std::string("\0\1\xff", 3)));
+  EXPECT_EQ(p.metadata[3],
+            std::make_pair(std::string("blob"), std::string("\0\1\xff", 3)));
 }
 
 TEST_F(Hdf5ImportTest, MetadataValueTooLong) {
@@ -399,8 +434,10 @@ TEST_F(Hdf5ImportTest, MetadataValueTooLong) {
     H5Builder b(File());
     b.StringAttr(b.root(), "big", std::string((1 << 20) + 1, 'a'));
   }
-  EXPECT_THAT(Plan(File()), StatusIs(absl::StatusCode::kInvalidArgument,
-                                     "root attribute 'big': 1048577 bytes, the limit is 1048576"));
+  EXPECT_THAT(
+      Plan(File()),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "root attribute 'big': 1048577 bytes, the limit is 1048576"));
 }
 
 TEST_F(Hdf5ImportTest, RootAttributeThatIsNoMetadata) {
@@ -408,16 +445,19 @@ TEST_F(Hdf5ImportTest, RootAttributeThatIsNoMetadata) {
     H5Builder b(File());
     hsize_t n = 2;
     hid_t space = H5Screate_simple(1, &n, nullptr);
-    hid_t a = H5Acreate2(b.root(), "vec", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t a = H5Acreate2(b.root(), "vec", H5T_IEEE_F64LE, space, H5P_DEFAULT,
+                         H5P_DEFAULT);
     double v[2] = {1, 2};
     H5Awrite(a, H5T_NATIVE_DOUBLE, v);
     H5Aclose(a);
     H5Sclose(space);
   }
-  EXPECT_THAT(Plan(File()),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "root attribute 'vec': expected a string or a 1-d byte array, found "
-                       "float (8 bytes, 64-bit precision) with 2 elements"));
+  EXPECT_THAT(
+      Plan(File()),
+      StatusIs(
+          absl::StatusCode::kInvalidArgument,
+          "root attribute 'vec': expected a string or a 1-d byte array, found "
+          "float (8 bytes, 64-bit precision) with 2 elements"));
 }
 
 TEST_F(Hdf5ImportTest, ExternalRawDataIsNeverRead) {
@@ -429,9 +469,9 @@ TEST_F(Hdf5ImportTest, ExternalRawDataIsNeverRead) {
     b.Dataset("/ext", H5T_STD_U8LE, std::vector<hsize_t>{16}, nullptr, dcpl);
     H5Pclose(dcpl);
   }
-  EXPECT_THAT(Plan(File()),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "dataset '/ext': its raw data is in external files, which are never read"));
+  EXPECT_THAT(Plan(File()), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     "dataset '/ext': its raw data is in "
+                                     "external files, which are never read"));
 }
 
 TEST_F(Hdf5ImportTest, HugeChunksAreRefused) {
@@ -440,12 +480,13 @@ TEST_F(Hdf5ImportTest, HugeChunksAreRefused) {
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     hsize_t chunk[2] = {1 << 15, 1 << 14};  // 512 MiB of uint8
     H5Pset_chunk(dcpl, 2, chunk);
-    b.Dataset("/big", H5T_STD_U8LE, std::vector<hsize_t>{1 << 20, 1 << 20}, nullptr, dcpl);
+    b.Dataset("/big", H5T_STD_U8LE, std::vector<hsize_t>{1 << 20, 1 << 20},
+              nullptr, dcpl);
     H5Pclose(dcpl);
   }
-  EXPECT_THAT(Plan(File()),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "dataset '/big': HDF5 chunks of more than 268435456 bytes are not read"));
+  EXPECT_THAT(Plan(File()), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     "dataset '/big': HDF5 chunks of more than "
+                                     "268435456 bytes are not read"));
 }
 
 TEST_F(Hdf5ImportTest, ShapeBeyondTheFormatLimits) {
@@ -454,11 +495,12 @@ TEST_F(Hdf5ImportTest, ShapeBeyondTheFormatLimits) {
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     hsize_t chunk[2] = {1, 1};
     H5Pset_chunk(dcpl, 2, chunk);
-    b.Dataset("/huge", H5T_IEEE_F64LE, std::vector<hsize_t>{1ull << 40, 1ull << 22}, nullptr,
-              dcpl);
+    b.Dataset("/huge", H5T_IEEE_F64LE,
+              std::vector<hsize_t>{1ull << 40, 1ull << 22}, nullptr, dcpl);
     H5Pclose(dcpl);
   }
-  EXPECT_THAT(Plan(File()), StatusIs(absl::StatusCode::kInvalidArgument, "dataset '/huge'"));
+  EXPECT_THAT(Plan(File()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "dataset '/huge'"));
 }
 
 TEST_F(Hdf5ImportTest, LinksOtherThanHardLinksAreNotFollowed) {
@@ -467,16 +509,19 @@ TEST_F(Hdf5ImportTest, LinksOtherThanHardLinksAreNotFollowed) {
     b.Dataset("/g/x", H5T_IEEE_F32LE, std::vector<hsize_t>{4}, f4_, H5P_DEFAULT,
               H5T_NATIVE_FLOAT);
     H5Lcreate_soft("/g/x", b.file(), "/soft", H5P_DEFAULT, H5P_DEFAULT);
-    H5Lcreate_external((dir_ / "other.h5").c_str(), "/y", b.file(), "/ext", H5P_DEFAULT,
-                       H5P_DEFAULT);
-    H5Lcreate_hard(b.file(), "/g/x", b.file(), "/alias", H5P_DEFAULT, H5P_DEFAULT);
-    H5Lcreate_hard(b.file(), "/", b.file(), "/g/loop", H5P_DEFAULT, H5P_DEFAULT);
+    H5Lcreate_external((dir_ / "other.h5").c_str(), "/y", b.file(), "/ext",
+                       H5P_DEFAULT, H5P_DEFAULT);
+    H5Lcreate_hard(b.file(), "/g/x", b.file(), "/alias", H5P_DEFAULT,
+                   H5P_DEFAULT);
+    H5Lcreate_hard(b.file(), "/", b.file(), "/g/loop", H5P_DEFAULT,
+                   H5P_DEFAULT);
   }
   CKPT_ASSERT_OK_AND_ASSIGN(ImportPlan p, Plan(File()));
   // One entry: the hard-link alias and the cycle back to the root are
   // visited once; the soft and the external link are not followed.
   ASSERT_EQ(p.entries.size(), 1u);
-  EXPECT_TRUE(p.entries[0].name == "alias" || p.entries[0].name == "g.x") << p.entries[0].name;
+  EXPECT_TRUE(p.entries[0].name == "alias" || p.entries[0].name == "g.x")
+      << p.entries[0].name;
 }
 
 TEST_F(Hdf5ImportTest, BoolOtherThanZeroOrOneIsDataLoss) {
@@ -486,9 +531,10 @@ TEST_F(Hdf5ImportTest, BoolOtherThanZeroOrOneIsDataLoss) {
     CKPT_ASSERT_OK_AND_ASSIGN(Handle boolean, hdf5::MakeBoolType());
     b.Dataset("/m", boolean.get(), std::vector<hsize_t>{3}, v);
   }
-  EXPECT_THAT(ImportHdf5(File(), dir_ / "ckpt", {}),
-              StatusIs(absl::StatusCode::kDataLoss,
-                       File() + ": dataset '/m': element 2 is 2, not a bool (0 or 1)"));
+  EXPECT_THAT(
+      ImportHdf5(File(), dir_ / "ckpt", {}),
+      StatusIs(absl::StatusCode::kDataLoss,
+               File() + ": dataset '/m': element 2 is 2, not a bool (0 or 1)"));
   EXPECT_FALSE(std::filesystem::exists(dir_ / "ckpt/step-00000000"));
 }
 
@@ -502,8 +548,8 @@ TEST_F(Hdf5ImportTest, ReadElementsOfAnyFlatRange) {
     hsize_t chunk[3] = {2, 3, 2};
     H5Pset_chunk(dcpl, 3, chunk);
     H5Pset_deflate(dcpl, 1);
-    b.Dataset("/t", H5T_STD_I32BE, std::vector<hsize_t>{3, 4, 5}, all.data(), dcpl,
-              H5T_NATIVE_INT32);
+    b.Dataset("/t", H5T_STD_I32BE, std::vector<hsize_t>{3, 4, 5}, all.data(),
+              dcpl, H5T_NATIVE_INT32);
     H5Pclose(dcpl);
   }
   Hdf5Lock lock;
@@ -513,8 +559,10 @@ TEST_F(Hdf5ImportTest, ReadElementsOfAnyFlatRange) {
   for (uint64_t start = 0; start < 60; ++start) {
     for (uint64_t count = 1; start + count <= 60; count += 1 + count / 3) {
       std::vector<int32_t> got(count);
-      CKPT_ASSERT_OK(ReadElements(f.get(), p.entries[0], start, count, got.data()));
-      ASSERT_EQ(got, std::vector<int32_t>(all.begin() + start, all.begin() + start + count))
+      CKPT_ASSERT_OK(
+          ReadElements(f.get(), p.entries[0], start, count, got.data()));
+      ASSERT_EQ(got, std::vector<int32_t>(all.begin() + start,
+                                          all.begin() + start + count))
           << start << "+" << count;
     }
   }
@@ -539,7 +587,8 @@ TEST(Hdf5FlatRangeBoxes, CoverExactlyTheRangeInOrder) {
                  [&](uint64_t, uint64_t dst, uint64_t len) {
                    for (uint64_t k = 0; k < len; ++k) idx.push_back(dst + k);
                  });
-      for (uint64_t g : idx) ASSERT_EQ(g, next++) << ShapeToString(shape) << " " << start;
+      for (uint64_t g : idx)
+        ASSERT_EQ(g, next++) << ShapeToString(shape) << " " << start;
     }
     EXPECT_EQ(next, start + count);
   }

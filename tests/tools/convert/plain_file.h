@@ -19,12 +19,12 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "ckpt/reader.h"
+#include "convert/hdf5_util.h"
 #include "gtest/gtest.h"
 #include "testing/files.h"
 #include "testing/status_matchers.h"
 #include "tools/convert/convert_fixture.h"
 #include "tools/convert/h5_builder.h"
-#include "convert/hdf5_util.h"
 
 namespace ckpt::testing {
 
@@ -57,23 +57,25 @@ inline void WritePlainFileWithCApi(const std::string& path) {
   hsize_t chunk[2] = {2, 2};
   H5Pset_chunk(dcpl, 2, chunk);
   H5Pset_deflate(dcpl, 4);
-  b.Dataset("/weights/w", H5T_IEEE_F32LE, std::vector<hsize_t>{3, 4}, w.data(), dcpl,
-            H5T_NATIVE_FLOAT);
+  b.Dataset("/weights/w", H5T_IEEE_F32LE, std::vector<hsize_t>{3, 4}, w.data(),
+            dcpl, H5T_NATIVE_FLOAT);
   H5Pclose(dcpl);
   double bv[4] = {1, -2, 3.5, 1e300};
-  b.Dataset("/weights/b", H5T_IEEE_F64BE, std::vector<hsize_t>{4}, bv, H5P_DEFAULT,
-            H5T_NATIVE_DOUBLE);
+  b.Dataset("/weights/b", H5T_IEEE_F64BE, std::vector<hsize_t>{4}, bv,
+            H5P_DEFAULT, H5T_NATIVE_DOUBLE);
   float half[3] = {1.5f, -2.0f, 0.25f};
   tools::hdf5::Handle f16 = tools::hdf5::MakeFloat16Type().value();
-  b.Dataset("/half", f16.get(), std::vector<hsize_t>{3}, half, H5P_DEFAULT, H5T_NATIVE_FLOAT);
+  b.Dataset("/half", f16.get(), std::vector<hsize_t>{3}, half, H5P_DEFAULT,
+            H5T_NATIVE_FLOAT);
   int8_t mask[5] = {1, 0, 1, 1, 0};
   tools::hdf5::Handle boolean = tools::hdf5::MakeBoolType().value();
   b.Dataset("/mask", boolean.get(), std::vector<hsize_t>{5}, mask);
   int16_t ints[4] = {1, -2, 300, -400};
-  b.Dataset("/ints/i16be", H5T_STD_I16BE, std::vector<hsize_t>{2, 2}, ints, H5P_DEFAULT,
-            H5T_NATIVE_INT16);
+  b.Dataset("/ints/i16be", H5T_STD_I16BE, std::vector<hsize_t>{2, 2}, ints,
+            H5P_DEFAULT, H5T_NATIVE_INT16);
   int64_t count = 7;
-  b.Dataset("/count", H5T_STD_I64LE, std::nullopt, &count, H5P_DEFAULT, H5T_NATIVE_INT64);
+  b.Dataset("/count", H5T_STD_I64LE, std::nullopt, &count, H5P_DEFAULT,
+            H5T_NATIVE_INT64);
   b.Dataset("/empty", H5T_IEEE_F32LE, std::vector<hsize_t>{0});
   hid_t opaque = H5Tcreate(H5T_OPAQUE, 5);
   H5Tset_tag(opaque, "");
@@ -109,8 +111,11 @@ inline void CheckPlainImport(const std::string& path, uint64_t step) {
   const format::Manifest& m = reader.manifest();
   EXPECT_EQ(m.info.step, step);
   EXPECT_EQ(m.info.world_size, 1u);
-  format::Metadata want_md = {
-      {"epoch", "3"}, {"flag", "true"}, {"lr", "0.01"}, {"scale", "0.5"}, {"tag", "abc"}};
+  format::Metadata want_md = {{"epoch", "3"},
+                              {"flag", "true"},
+                              {"lr", "0.01"},
+                              {"scale", "0.5"},
+                              {"tag", "abc"}};
   EXPECT_EQ(m.metadata, want_md);
   struct Want {
     std::string name;
@@ -122,18 +127,42 @@ inline void CheckPlainImport(const std::string& path, uint64_t step) {
   std::vector<float> w(12);
   for (int i = 0; i < 12; ++i) w[i] = i * 0.5f;
   const std::vector<Want> want = {
-      {"blob", format::EntryKind::kObject, DType::kUInt8, {5}, std::string("ab\0cd", 5)},
-      {"count", format::EntryKind::kTensor, DType::kInt64, {}, LeBytes<int64_t>({7})},
+      {"blob",
+       format::EntryKind::kObject,
+       DType::kUInt8,
+       {5},
+       std::string("ab\0cd", 5)},
+      {"count",
+       format::EntryKind::kTensor,
+       DType::kInt64,
+       {},
+       LeBytes<int64_t>({7})},
       {"empty", format::EntryKind::kTensor, DType::kFloat32, {0}, ""},
-      {"half", format::EntryKind::kTensor, DType::kFloat16, {3},
+      {"half",
+       format::EntryKind::kTensor,
+       DType::kFloat16,
+       {3},
        LeBytes<uint16_t>({0x3E00, 0xC000, 0x3400})},
-      {"ints.i16be", format::EntryKind::kTensor, DType::kInt16, {2, 2},
+      {"ints.i16be",
+       format::EntryKind::kTensor,
+       DType::kInt16,
+       {2, 2},
        LeBytes<int16_t>({1, -2, 300, -400})},
-      {"mask", format::EntryKind::kTensor, DType::kBool, {5}, std::string("\1\0\1\1\0", 5)},
+      {"mask",
+       format::EntryKind::kTensor,
+       DType::kBool,
+       {5},
+       std::string("\1\0\1\1\0", 5)},
       {"model.emb", format::EntryKind::kTensor, DType::kUInt8, {2}, "\x09\x08"},
-      {"weights.b", format::EntryKind::kTensor, DType::kFloat64, {4},
+      {"weights.b",
+       format::EntryKind::kTensor,
+       DType::kFloat64,
+       {4},
        LeBytes<double>({1, -2, 3.5, 1e300})},
-      {"weights.w", format::EntryKind::kTensor, DType::kFloat32, {3, 4},
+      {"weights.w",
+       format::EntryKind::kTensor,
+       DType::kFloat32,
+       {3, 4},
        std::string(reinterpret_cast<const char*>(w.data()), 48)},
   };
   ASSERT_EQ(m.entries.size(), want.size());
@@ -146,14 +175,16 @@ inline void CheckPlainImport(const std::string& path, uint64_t step) {
     EXPECT_EQ(e->shape, x.shape);
     auto bytes = ReadWhole(reader, *e);
     CKPT_ASSERT_OK(bytes.status());
-    EXPECT_TRUE(*bytes == x.bytes) << absl::CHexEscape(*bytes) << " vs " << absl::CHexEscape(x.bytes);
+    EXPECT_TRUE(*bytes == x.bytes)
+        << absl::CHexEscape(*bytes) << " vs " << absl::CHexEscape(x.bytes);
   }
 }
 
 // A python3 that has h5py, or "" (the h5py tests then skip).
 inline std::string PythonWithH5py() {
   for (const char* py : {"/usr/bin/python3", "python3"}) {
-    std::string cmd = absl::StrCat(py, " -c 'import h5py, numpy' >/dev/null 2>&1");
+    std::string cmd =
+        absl::StrCat(py, " -c 'import h5py, numpy' >/dev/null 2>&1");
     if (std::system(cmd.c_str()) == 0) return py;
   }
   return "";
@@ -162,7 +193,8 @@ inline std::string PythonWithH5py() {
 // Runs `script` with `python` and `args`; returns its exit code, stdout in
 // `out`.
 inline int RunPython(const std::string& python, const std::string& script,
-                     const std::string& args, const std::string& tmp_dir, std::string* out) {
+                     const std::string& args, const std::string& tmp_dir,
+                     std::string* out) {
   const std::string py = tmp_dir + "/script.py";
   const std::string stdout_file = tmp_dir + "/script.out";
   std::ofstream(py) << script;

@@ -9,7 +9,9 @@
 namespace ckpt::tools {
 namespace {
 
-std::string U16(uint16_t v) { return std::string{char(v & 0xff), char(v >> 8)}; }
+std::string U16(uint16_t v) {
+  return std::string{char(v & 0xff), char(v >> 8)};
+}
 std::string U8(uint8_t v) { return std::string(1, char(v)); }
 template <typename T>
 std::string Bytes(std::initializer_list<T> vals) {
@@ -18,10 +20,18 @@ std::string Bytes(std::initializer_list<T> vals) {
   return out;
 }
 
-double F16(uint16_t v) { return ElementToDouble(DType::kFloat16, U16(v).data()); }
-double BF16(uint16_t v) { return ElementToDouble(DType::kBFloat16, U16(v).data()); }
-double E4M3(uint8_t v) { return ElementToDouble(DType::kFloat8E4M3FN, U8(v).data()); }
-double E5M2(uint8_t v) { return ElementToDouble(DType::kFloat8E5M2, U8(v).data()); }
+double F16(uint16_t v) {
+  return ElementToDouble(DType::kFloat16, U16(v).data());
+}
+double BF16(uint16_t v) {
+  return ElementToDouble(DType::kBFloat16, U16(v).data());
+}
+double E4M3(uint8_t v) {
+  return ElementToDouble(DType::kFloat8E4M3FN, U8(v).data());
+}
+double E5M2(uint8_t v) {
+  return ElementToDouble(DType::kFloat8E5M2, U8(v).data());
+}
 
 TEST(ElementToDouble, Float16) {
   EXPECT_EQ(F16(0x3c00), 1.0);
@@ -43,12 +53,12 @@ TEST(ElementToDouble, BFloat16) {
 }
 
 TEST(ElementToDouble, Float8E4M3FN) {
-  EXPECT_EQ(E4M3(0x38), 1.0);                    // exponent 7 = bias
-  EXPECT_EQ(E4M3(0x7e), 448.0);                  // largest finite
+  EXPECT_EQ(E4M3(0x38), 1.0);    // exponent 7 = bias
+  EXPECT_EQ(E4M3(0x7e), 448.0);  // largest finite
   EXPECT_EQ(E4M3(0xfe), -448.0);
-  EXPECT_EQ(E4M3(0x01), std::ldexp(1.0, -9));    // smallest subnormal
-  EXPECT_EQ(E4M3(0x08), std::ldexp(1.0, -6));    // smallest normal
-  EXPECT_EQ(E4M3(0x78), 256.0);                  // S.1111.000 is finite
+  EXPECT_EQ(E4M3(0x01), std::ldexp(1.0, -9));  // smallest subnormal
+  EXPECT_EQ(E4M3(0x08), std::ldexp(1.0, -6));  // smallest normal
+  EXPECT_EQ(E4M3(0x78), 256.0);                // S.1111.000 is finite
   EXPECT_TRUE(std::isnan(E4M3(0x7f)));
   EXPECT_TRUE(std::isnan(E4M3(0xff)));
 }
@@ -74,7 +84,8 @@ TEST(ElementToString, ExactIntegersAndRoundTripFloats) {
   std::string i64 = Bytes<int64_t>({std::numeric_limits<int64_t>::min()});
   EXPECT_EQ(ElementToString(DType::kInt64, i64.data()), "-9223372036854775808");
   std::string u64 = Bytes<uint64_t>({~0ull});
-  EXPECT_EQ(ElementToString(DType::kUInt64, u64.data()), "18446744073709551615");
+  EXPECT_EQ(ElementToString(DType::kUInt64, u64.data()),
+            "18446744073709551615");
   std::string f = Bytes<float>({0.1f});
   EXPECT_EQ(ElementToString(DType::kFloat32, f.data()), "0.100000001");
   std::string d = Bytes<double>({0.1});
@@ -84,7 +95,8 @@ TEST(ElementToString, ExactIntegersAndRoundTripFloats) {
   EXPECT_EQ(ElementToString(DType::kBool, U8(1).data()), "true");
 }
 
-CompareStats Compare(DType d, const std::string& a, const std::string& b, Tolerance tol = {}) {
+CompareStats Compare(DType d, const std::string& a, const std::string& b,
+                     Tolerance tol = {}) {
   CompareStats s;
   CompareElements(d, a.data(), b.data(), a.size() / DTypeSize(d), 100, tol, &s);
   return s;
@@ -98,7 +110,8 @@ TEST(CompareElements, ExactEqualBuffers) {
 }
 
 TEST(CompareElements, ExactCountsMaxAndFirst) {
-  CompareStats s = Compare(DType::kFloat32, Bytes<float>({1, 2, 3, 4}), Bytes<float>({1, 2.5, 3, 1}));
+  CompareStats s = Compare(DType::kFloat32, Bytes<float>({1, 2, 3, 4}),
+                           Bytes<float>({1, 2.5, 3, 1}));
   EXPECT_EQ(s.differing, 2u);
   EXPECT_EQ(s.max_abs_diff, 3.0);
   ASSERT_TRUE(s.has_first);
@@ -110,7 +123,8 @@ TEST(CompareElements, ExactCountsMaxAndFirst) {
 TEST(CompareElements, ExactModeIsBitwise) {
   // +0 and -0 differ bitwise (difference 0); NaN with the same bits is equal.
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  CompareStats s = Compare(DType::kFloat32, Bytes<float>({0.0f, nan}), Bytes<float>({-0.0f, nan}));
+  CompareStats s = Compare(DType::kFloat32, Bytes<float>({0.0f, nan}),
+                           Bytes<float>({-0.0f, nan}));
   EXPECT_EQ(s.differing, 1u);
   EXPECT_EQ(s.max_abs_diff, 0.0);
   EXPECT_EQ(s.first_index, 100u);
@@ -118,14 +132,16 @@ TEST(CompareElements, ExactModeIsBitwise) {
 
 TEST(CompareElements, ExactModeNaNPayloadsDiffer) {
   uint32_t n1 = 0x7fc00000, n2 = 0x7fc00001;
-  CompareStats s = Compare(DType::kFloat32, Bytes<uint32_t>({n1}), Bytes<uint32_t>({n2}));
+  CompareStats s =
+      Compare(DType::kFloat32, Bytes<uint32_t>({n1}), Bytes<uint32_t>({n2}));
   EXPECT_EQ(s.differing, 1u);
   EXPECT_EQ(s.max_abs_diff, 0.0);
 }
 
 TEST(CompareElements, NaNAgainstNumberIsInfiniteDifference) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  CompareStats s = Compare(DType::kFloat32, Bytes<float>({nan}), Bytes<float>({1}), {1e9, 0});
+  CompareStats s = Compare(DType::kFloat32, Bytes<float>({nan}),
+                           Bytes<float>({1}), {1e9, 0});
   EXPECT_EQ(s.differing, 1u);
   EXPECT_TRUE(std::isinf(s.max_abs_diff));
 }
@@ -133,10 +149,12 @@ TEST(CompareElements, NaNAgainstNumberIsInfiniteDifference) {
 TEST(CompareElements, ToleranceIsLikeIsClose) {
   Tolerance tol{0.1, 0.01};
   // |a - b| <= 0.1 + 0.01 * |b|: 100 vs 101 is within 0.1 + 1.01.
-  EXPECT_EQ(Compare(DType::kFloat32, Bytes<float>({1.0f, 100}), Bytes<float>({1.05f, 101}), tol)
+  EXPECT_EQ(Compare(DType::kFloat32, Bytes<float>({1.0f, 100}),
+                    Bytes<float>({1.05f, 101}), tol)
                 .differing,
             0u);
-  CompareStats s = Compare(DType::kFloat32, Bytes<float>({1.0f}), Bytes<float>({1.25f}), tol);
+  CompareStats s = Compare(DType::kFloat32, Bytes<float>({1.0f}),
+                           Bytes<float>({1.25f}), tol);
   EXPECT_EQ(s.differing, 1u);
   EXPECT_EQ(s.max_abs_diff, 0.25);
 }
@@ -149,19 +167,23 @@ TEST(CompareElements, ToleranceNaNsAndInfinities) {
   std::string b = Bytes<uint32_t>({other_nan}) + Bytes<float>({inf, 0.0f});
   EXPECT_EQ(Compare(DType::kFloat32, a, b, {1e-3, 0}).differing, 0u);
   // An infinity equals only the same infinity, even with a large rtol.
-  CompareStats s = Compare(DType::kFloat32, Bytes<float>({inf, -inf}), Bytes<float>({1e30f, inf}),
-                           {0, 10});
+  CompareStats s = Compare(DType::kFloat32, Bytes<float>({inf, -inf}),
+                           Bytes<float>({1e30f, inf}), {0, 10});
   EXPECT_EQ(s.differing, 2u);
   EXPECT_TRUE(std::isinf(s.max_abs_diff));
 }
 
 TEST(CompareElements, IntegersUseExactDifference) {
-  const int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
-  CompareStats s = Compare(DType::kInt64, Bytes<int64_t>({lo, 5}), Bytes<int64_t>({hi, 5}));
+  const int64_t lo = std::numeric_limits<int64_t>::min(),
+                hi = std::numeric_limits<int64_t>::max();
+  CompareStats s =
+      Compare(DType::kInt64, Bytes<int64_t>({lo, 5}), Bytes<int64_t>({hi, 5}));
   EXPECT_EQ(s.differing, 1u);
   EXPECT_EQ(s.max_abs_diff, 18446744073709551615.0);
-  EXPECT_EQ(Compare(DType::kInt16, Bytes<int16_t>({-3}), Bytes<int16_t>({-1}), {2, 0}).differing,
-            0u);
+  EXPECT_EQ(
+      Compare(DType::kInt16, Bytes<int16_t>({-3}), Bytes<int16_t>({-1}), {2, 0})
+          .differing,
+      0u);
   EXPECT_EQ(Compare(DType::kUInt8, U8(0), U8(255), {254, 0}).differing, 1u);
 }
 

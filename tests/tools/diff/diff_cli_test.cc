@@ -26,8 +26,16 @@ class DiffCliTest : public ::testing::Test {
   void WritePair(bool change) {
     std::vector<FixtureTensor> a = {
         {"emb", DType::kFloat32, {6, 4}, Layout::kRows, FloatRamp(24)},
-        {"layers.0.w", DType::kFloat32, {4, 4}, Layout::kGrid, FloatRamp(16, 1)},
-        {"layers.0.b", DType::kFloat32, {4}, Layout::kReplicated, FloatRamp(4, 2)},
+        {"layers.0.w",
+         DType::kFloat32,
+         {4, 4},
+         Layout::kGrid,
+         FloatRamp(16, 1)},
+        {"layers.0.b",
+         DType::kFloat32,
+         {4},
+         Layout::kReplicated,
+         FloatRamp(4, 2)},
         {"opt.step", DType::kInt64, {2}, Layout::kWhole, std::string(16, '\1')},
     };
     std::vector<FixtureObject> ao = {{"loader", "position=42", 1}};
@@ -74,7 +82,11 @@ TEST_F(DiffCliTest, AtolAcceptsTheValueChangesOnly) {
   std::vector<FixtureTensor> b = {
       {"emb", DType::kFloat32, {6, 4}, Layout::kFlatUneven, FloatRamp(24)},
       {"layers.0.w", DType::kFloat32, {4, 4}, Layout::kCols, FloatRamp(16, 1)},
-      {"layers.0.b", DType::kFloat32, {4}, Layout::kReplicated, FloatRamp(4, 2)},
+      {"layers.0.b",
+       DType::kFloat32,
+       {4},
+       Layout::kReplicated,
+       FloatRamp(4, 2)},
       {"opt.step", DType::kInt64, {2}, Layout::kWhole, std::string(16, '\1')},
   };
   SetFloat(&b[0].global, 5, 1.5f);
@@ -120,7 +132,9 @@ TEST_F(DiffCliTest, MissingDirectoryExitsTwo) {
   CliResult r = Run({A(), tmp_ / "nope"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(r.err, "ckpt-diff: error: <TMP>/nope: no such checkpoint or checkpoint root\n");
+  EXPECT_EQ(
+      r.err,
+      "ckpt-diff: error: <TMP>/nope: no such checkpoint or checkpoint root\n");
 }
 
 TEST_F(DiffCliTest, NotACheckpointExitsTwo) {
@@ -129,7 +143,8 @@ TEST_F(DiffCliTest, NotACheckpointExitsTwo) {
   CliResult r = Run({tmp_ / "empty", B()});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,
-            "ckpt-diff: error: <TMP>/empty: not a checkpoint (no MANIFEST) nor a checkpoint root "
+            "ckpt-diff: error: <TMP>/empty: not a checkpoint (no MANIFEST) nor "
+            "a checkpoint root "
             "(no 'latest')\n");
 }
 
@@ -139,8 +154,11 @@ TEST_F(DiffCliTest, TruncatedShardExitsTwo) {
   std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 10);
   CliResult r = Run({A(), B()});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err.rfind("ckpt-diff: error: <TMP>/b/step-00000007/shard-00001.ckpt: file is ", 0),
-            0u)
+  EXPECT_EQ(
+      r.err.rfind(
+          "ckpt-diff: error: <TMP>/b/step-00000007/shard-00001.ckpt: file is ",
+          0),
+      0u)
       << r.err;
 }
 
@@ -152,8 +170,9 @@ TEST_F(DiffCliTest, CorruptedBlockExitsTwoNamingFileEntryAndBlock) {
   WriteFileBytes(shard, bytes);
   CliResult r = Run({A(), B()});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("<TMP>/b/step-00000007/shard-00000.ckpt: block 0 of chunk "),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("<TMP>/b/step-00000007/shard-00000.ckpt: block 0 of chunk "),
+      std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("checksum"), std::string::npos) << r.err;
 }
@@ -161,7 +180,9 @@ TEST_F(DiffCliTest, CorruptedBlockExitsTwoNamingFileEntryAndBlock) {
 TEST_F(DiffCliTest, UsageErrorExitsTwo) {
   CliResult r = Run({A()});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err, "ckpt-diff: error: B is required\nRun 'ckpt-diff --help' for usage.\n");
+  EXPECT_EQ(
+      r.err,
+      "ckpt-diff: error: B is required\nRun 'ckpt-diff --help' for usage.\n");
   r = Run({A(), B(), "--atol", "-1"});
   EXPECT_EQ(r.exit_code, 2);
 }

@@ -31,7 +31,9 @@ std::vector<FixtureTensor> Model() {
   };
 }
 
-std::vector<FixtureObject> Objects(int rank) { return {{"loader", "position=42", rank}}; }
+std::vector<FixtureObject> Objects(int rank) {
+  return {{"loader", "position=42", rank}};
+}
 
 // The same model under other layouts.
 std::vector<FixtureTensor> Relayout(std::vector<FixtureTensor> m) {
@@ -95,7 +97,11 @@ TEST_F(DiffTest, TinyWindowsGiveTheSameAnswer) {
 }
 
 TEST_F(DiffTest, OneValueChangedReportsCountMaxAndPosition) {
-  FixtureTensor t{"w", DType::kFloat32, {4, 6}, Layout::kRows, ::ckpt::testing::FloatRamp(24)};
+  FixtureTensor t{"w",
+                  DType::kFloat32,
+                  {4, 6},
+                  Layout::kRows,
+                  ::ckpt::testing::FloatRamp(24)};
   CKPT_ASSERT_OK(WriteFixture(A(), 1, 4, {t}));
   ::ckpt::testing::SetFloat(&t.global, 9, 2.5f);  // was 2.25
   t.layout = Layout::kCols;
@@ -115,7 +121,11 @@ TEST_F(DiffTest, OneValueChangedReportsCountMaxAndPosition) {
 }
 
 TEST_F(DiffTest, AtolAcceptsASmallChange) {
-  FixtureTensor t{"w", DType::kFloat32, {4, 6}, Layout::kRows, ::ckpt::testing::FloatRamp(24)};
+  FixtureTensor t{"w",
+                  DType::kFloat32,
+                  {4, 6},
+                  Layout::kRows,
+                  ::ckpt::testing::FloatRamp(24)};
   CKPT_ASSERT_OK(WriteFixture(A(), 1, 2, {t}));
   ::ckpt::testing::SetFloat(&t.global, 9, 2.3f);
   CKPT_ASSERT_OK(WriteFixture(B(), 1, 2, {t}));
@@ -129,7 +139,11 @@ TEST_F(DiffTest, AtolAcceptsASmallChange) {
 }
 
 TEST_F(DiffTest, RtolAcceptsARelativeChange) {
-  FixtureTensor t{"w", DType::kFloat32, {4}, Layout::kWhole, ::ckpt::testing::FloatRamp(4, 100)};
+  FixtureTensor t{"w",
+                  DType::kFloat32,
+                  {4},
+                  Layout::kWhole,
+                  ::ckpt::testing::FloatRamp(4, 100)};
   CKPT_ASSERT_OK(WriteFixture(A(), 1, 1, {t}));
   ::ckpt::testing::SetFloat(&t.global, 0, 100.5f);
   CKPT_ASSERT_OK(WriteFixture(B(), 1, 1, {t}));
@@ -158,8 +172,10 @@ TEST_F(DiffTest, NaNAtTheSamePositionIsEqual) {
 }
 
 TEST_F(DiffTest, DtypeChangeIsStructural) {
-  CKPT_ASSERT_OK(WriteFixture(A(), 1, 2, {{"w", DType::kFloat32, {4, 4}, Layout::kRows}}));
-  CKPT_ASSERT_OK(WriteFixture(B(), 1, 2, {{"w", DType::kBFloat16, {4, 4}, Layout::kRows}}));
+  CKPT_ASSERT_OK(
+      WriteFixture(A(), 1, 2, {{"w", DType::kFloat32, {4, 4}, Layout::kRows}}));
+  CKPT_ASSERT_OK(WriteFixture(
+      B(), 1, 2, {{"w", DType::kBFloat16, {4, 4}, Layout::kRows}}));
   CKPT_ASSERT_OK_AND_ASSIGN(DiffReport r, Diff(Opts()));
   ASSERT_EQ(r.structural.size(), 1u);
   EXPECT_EQ(r.structural[0].change, "dtype");
@@ -170,8 +186,10 @@ TEST_F(DiffTest, DtypeChangeIsStructural) {
 }
 
 TEST_F(DiffTest, ShapeChangeIsStructural) {
-  CKPT_ASSERT_OK(WriteFixture(A(), 1, 2, {{"w", DType::kFloat32, {4, 6}, Layout::kRows}}));
-  CKPT_ASSERT_OK(WriteFixture(B(), 1, 2, {{"w", DType::kFloat32, {6, 4}, Layout::kRows}}));
+  CKPT_ASSERT_OK(
+      WriteFixture(A(), 1, 2, {{"w", DType::kFloat32, {4, 6}, Layout::kRows}}));
+  CKPT_ASSERT_OK(
+      WriteFixture(B(), 1, 2, {{"w", DType::kFloat32, {6, 4}, Layout::kRows}}));
   CKPT_ASSERT_OK_AND_ASSIGN(DiffReport r, Diff(Opts()));
   ASSERT_EQ(r.structural.size(), 1u);
   EXPECT_EQ(r.structural[0].change, "shape");
@@ -196,7 +214,8 @@ TEST_F(DiffTest, EntriesAddedAndRemoved) {
 }
 
 TEST_F(DiffTest, KindChangeIsStructural) {
-  CKPT_ASSERT_OK(WriteFixture(A(), 1, 1, {{"x", DType::kUInt8, {4}, Layout::kWhole}}));
+  CKPT_ASSERT_OK(
+      WriteFixture(A(), 1, 1, {{"x", DType::kUInt8, {4}, Layout::kWhole}}));
   CKPT_ASSERT_OK(WriteFixture(B(), 1, 1, {}, {{"x", "abcd", 0}}));
   CKPT_ASSERT_OK_AND_ASSIGN(DiffReport r, Diff(Opts()));
   ASSERT_EQ(r.structural.size(), 1u);
@@ -206,8 +225,10 @@ TEST_F(DiffTest, KindChangeIsStructural) {
 }
 
 TEST_F(DiffTest, ObjectsAreComparedByBytes) {
-  CKPT_ASSERT_OK(WriteFixture(A(), 1, 2, {}, {{"rng", "0123456789", 0}, {"same", "x", 1}}));
-  CKPT_ASSERT_OK(WriteFixture(B(), 1, 2, {}, {{"rng", "0123X56789ab", 1}, {"same", "x", 0}}));
+  CKPT_ASSERT_OK(WriteFixture(A(), 1, 2, {},
+                              {{"rng", "0123456789", 0}, {"same", "x", 1}}));
+  CKPT_ASSERT_OK(WriteFixture(B(), 1, 2, {},
+                              {{"rng", "0123X56789ab", 1}, {"same", "x", 0}}));
   CKPT_ASSERT_OK_AND_ASSIGN(DiffReport r, Diff(Opts()));
   ASSERT_EQ(r.values.size(), 1u);
   const ValueDiff& v = r.values[0];
@@ -221,13 +242,17 @@ TEST_F(DiffTest, ObjectsAreComparedByBytes) {
 
 TEST_F(DiffTest, PartialEntriesCompareWhereStored) {
   using ::ckpt::testing::BoxPiece;
-  FixtureTensor t{"emb", DType::kFloat32, {8, 4}, Layout::kRows, ::ckpt::testing::FloatRamp(32)};
+  FixtureTensor t{"emb",
+                  DType::kFloat32,
+                  {8, 4},
+                  Layout::kRows,
+                  ::ckpt::testing::FloatRamp(32)};
   t.partial = true;
   t.pieces = {BoxPiece({0, 0}, {2, 4}), BoxPiece({5, 0}, {2, 4})};
   CKPT_ASSERT_OK(WriteFixture(A(), 1, 2, {t}));
   // The same rows, stored as one chunk per row.
-  t.pieces = {BoxPiece({0, 0}, {1, 4}), BoxPiece({1, 0}, {1, 4}), BoxPiece({5, 0}, {1, 4}),
-              BoxPiece({6, 0}, {1, 4})};
+  t.pieces = {BoxPiece({0, 0}, {1, 4}), BoxPiece({1, 0}, {1, 4}),
+              BoxPiece({5, 0}, {1, 4}), BoxPiece({6, 0}, {1, 4})};
   CKPT_ASSERT_OK(WriteFixture(B(), 1, 4, {t}));
   CKPT_ASSERT_OK_AND_ASSIGN(DiffReport r, Diff(Opts()));
   EXPECT_TRUE(r.equal());
@@ -276,7 +301,8 @@ TEST_F(DiffTest, StepAndMetadataAreNotesNotFindings) {
 
 TEST_F(DiffTest, EveryDTypeAcrossShardings) {
   std::vector<FixtureTensor> ts;
-  for (DType d : kAllDTypes) ts.push_back({std::string(DTypeName(d)), d, {5, 7}, Layout::kGrid});
+  for (DType d : kAllDTypes)
+    ts.push_back({std::string(DTypeName(d)), d, {5, 7}, Layout::kGrid});
   CKPT_ASSERT_OK(WriteFixture(A(), 1, 4, ts));
   for (auto& t : ts) t.layout = Layout::kFlatUneven;
   CKPT_ASSERT_OK(WriteFixture(B(), 1, 3, ts));
@@ -287,13 +313,15 @@ TEST_F(DiffTest, EveryDTypeAcrossShardings) {
 
 TEST_F(DiffTest, MissingDirectoryIsNotFound) {
   DiffOptions o = Opts();
-  EXPECT_THAT(Diff(o), StatusIs(absl::StatusCode::kNotFound,
-                                A() + ": no such checkpoint or checkpoint root"));
+  EXPECT_THAT(Diff(o),
+              StatusIs(absl::StatusCode::kNotFound,
+                       A() + ": no such checkpoint or checkpoint root"));
 }
 
 TEST_F(DiffTest, NotACheckpointIsNotFound) {
   std::filesystem::create_directories(A());
-  EXPECT_THAT(Diff(Opts()), StatusIs(absl::StatusCode::kNotFound, "not a checkpoint"));
+  EXPECT_THAT(Diff(Opts()),
+              StatusIs(absl::StatusCode::kNotFound, "not a checkpoint"));
 }
 
 TEST_F(DiffTest, CorruptedBlockIsDataLossNamingFileEntryAndBlock) {
@@ -305,14 +333,16 @@ TEST_F(DiffTest, CorruptedBlockIsDataLossNamingFileEntryAndBlock) {
   bytes[4096 + 100] ^= 1;  // first payload byte at the default 4 KiB alignment
   ::ckpt::testing::WriteFileBytes(shard, bytes);
   auto r = Diff(Opts());
-  EXPECT_THAT(r, StatusIs(absl::StatusCode::kDataLoss, "shard-00001.ckpt: block 0 of chunk"));
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kDataLoss,
+                          "shard-00001.ckpt: block 0 of chunk"));
   EXPECT_THAT(r, StatusIs(absl::StatusCode::kDataLoss, "of 'w'"));
 }
 
 TEST_F(DiffTest, NegativeToleranceIsInvalid) {
   DiffOptions o = Opts();
   o.tolerance.atol = -1;
-  EXPECT_THAT(Diff(o), StatusIs(absl::StatusCode::kInvalidArgument, "tolerances must be"));
+  EXPECT_THAT(Diff(o), StatusIs(absl::StatusCode::kInvalidArgument,
+                                "tolerances must be"));
 }
 
 }  // namespace

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
 #include "ckpt/writer.h"
-#include "ckpt/format/status_macros.h"
 #include "libckpt/test_util.h"
 #include "testing/files.h"
 
@@ -59,14 +59,16 @@ inline std::string FloatRamp(uint64_t n, float start = 0, float step = 0.25f) {
 
 // Writes `tensors` and `objects` from `world` ranks as checkpoint `step`
 // under `root`.
-inline absl::Status WriteFixture(const std::string& root, uint64_t step, int world,
+inline absl::Status WriteFixture(const std::string& root, uint64_t step,
+                                 int world,
                                  const std::vector<FixtureTensor>& tensors,
                                  const std::vector<FixtureObject>& objects = {},
                                  SaveOptions options = {}) {
   InProcessWorld w(world);
   std::vector<std::string> globals;
   for (const auto& t : tensors) globals.push_back(GlobalOf(t));
-  std::vector<std::vector<std::string>> bufs(world, std::vector<std::string>(tensors.size()));
+  std::vector<std::vector<std::string>> bufs(
+      world, std::vector<std::string>(tensors.size()));
   return RunRanks(w, [&](Communicator& comm) -> absl::Status {
     const int r = comm.rank();
     Writer::Options wo;
@@ -74,15 +76,17 @@ inline absl::Status WriteFixture(const std::string& root, uint64_t step, int wor
     CKPT_ASSIGN_OR_RETURN(auto writer, Writer::Create(wo));
     for (size_t i = 0; i < tensors.size(); ++i) {
       const FixtureTensor& t = tensors[i];
-      Piece piece = t.pieces.empty() ? PieceOf(t.layout, t.shape, r, world) : t.pieces[r];
+      Piece piece =
+          t.pieces.empty() ? PieceOf(t.layout, t.shape, r, world) : t.pieces[r];
       std::string& buf = bufs[r][i];
       buf = Extract(globals[i], t.dtype, t.shape, piece.region);
       TensorOptions to;
       to.replica = piece.replica;
       to.partial = t.partial;
       static const char kEmpty = 0;
-      CKPT_RETURN_IF_ERROR(writer->AddTensor(t.name, t.dtype, t.shape, piece.region,
-                                             buf.empty() ? &kEmpty : buf.data(), to));
+      CKPT_RETURN_IF_ERROR(
+          writer->AddTensor(t.name, t.dtype, t.shape, piece.region,
+                            buf.empty() ? &kEmpty : buf.data(), to));
     }
     for (const auto& o : objects) {
       if (o.rank == r) CKPT_RETURN_IF_ERROR(writer->SetObject(o.name, o.bytes));
@@ -92,7 +96,9 @@ inline absl::Status WriteFixture(const std::string& root, uint64_t step, int wor
 }
 
 // A box piece (for explicit, e.g. irregular, layouts).
-inline Piece BoxPiece(Dims offset, Dims size) { return Piece{Box{offset, size}, false}; }
+inline Piece BoxPiece(Dims offset, Dims size) {
+  return Piece{Box{offset, size}, false};
+}
 
 // What a failed save may leave in checkpoint root `root`: nothing but the
 // root's lock files (spec/FORMAT.md §4.1), so the names of anything else

@@ -18,8 +18,9 @@ void CheckAllRanges(const Shape& shape, const Region& region) {
   const std::string global = ReferenceBytes(DType::kUInt16, shape, 7);
   const std::string whole = Extract(global, DType::kUInt16, shape, region);
   const uint64_t n = RegionElements(region);
-  const size_t max_pieces =
-      std::holds_alternative<FlatRange>(region) ? 1 : std::max<size_t>(1, 2 * shape.size() - 1);
+  const size_t max_pieces = std::holds_alternative<FlatRange>(region)
+                                ? 1
+                                : std::max<size_t>(1, 2 * shape.size() - 1);
   for (uint64_t b = 0; b <= n; ++b) {
     for (uint64_t e = b; e <= n; ++e) {
       std::vector<Region> parts = LocalRangeToRegions(region, b, e);
@@ -31,13 +32,15 @@ void CheckAllRanges(const Shape& shape, const Region& region) {
       }
       ASSERT_EQ(got, whole.substr(b * 2, (e - b) * 2))
           << RegionToString(region) << " [" << b << ", " << e << ")";
-      ASSERT_LE(parts.size(), max_pieces) << RegionToString(region) << " [" << b << ", " << e;
+      ASSERT_LE(parts.size(), max_pieces)
+          << RegionToString(region) << " [" << b << ", " << e;
     }
   }
 }
 
 TEST(LocalRangeToRegions, FullBoxes) {
-  for (const Shape& s : std::vector<Shape>{{7}, {5, 6}, {3, 4, 5}, {2, 3, 2, 3}}) {
+  for (const Shape& s :
+       std::vector<Shape>{{7}, {5, 6}, {3, 4, 5}, {2, 3, 2, 3}}) {
     CheckAllRanges(s, FullBox(s));
   }
 }
@@ -67,12 +70,13 @@ TEST(LocalRangeToRegions, EmptyRangeGivesNothing) {
 
 TEST(GlobalCoordinates, MatchesBruteForce) {
   const Shape shape{4, 5, 6};
-  for (const Region& r : std::vector<Region>{FullBox(shape), Box{{1, 2, 3}, {2, 3, 2}},
-                                             FlatRange{7, 50}}) {
+  for (const Region& r : std::vector<Region>{
+           FullBox(shape), Box{{1, 2, 3}, {2, 3, 2}}, FlatRange{7, 50}}) {
     for (uint64_t local = 0; local < RegionElements(r); ++local) {
       Dims c = GlobalCoordinates(shape, r, local);
       uint64_t g = (c[0] * 5 + c[1]) * 6 + c[2];
-      EXPECT_EQ(LocalIndexOf(shape, r, g), static_cast<int64_t>(local)) << RegionToString(r);
+      EXPECT_EQ(LocalIndexOf(shape, r, g), static_cast<int64_t>(local))
+          << RegionToString(r);
     }
   }
 }

@@ -23,12 +23,12 @@
 
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "ckpt/types.h"
 #include "ckpt/format/block_codec.h"
 #include "ckpt/format/checksum.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/format/shard.h"
+#include "ckpt/types.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/cli.h"
@@ -80,7 +80,8 @@ inline std::string ReadBytes(const std::string& path) {
 using ::ckpt::testing::ExpectOutput;
 
 // Writes checkpoint spec.step under `root` and returns its directory.
-inline std::string WriteCheckpoint(const std::string& root, const FixtureSpec& spec) {
+inline std::string WriteCheckpoint(const std::string& root,
+                                   const FixtureSpec& spec) {
   const std::string dir = root + "/" + format::StepDirName(spec.step);
   std::filesystem::create_directories(dir);
   format::Manifest m;
@@ -105,18 +106,22 @@ inline std::string WriteCheckpoint(const std::string& root, const FixtureSpec& s
   std::vector<const FixtureTensor*> sorted;
   for (const FixtureTensor& t : spec.tensors) sorted.push_back(&t);
   std::sort(sorted.begin(), sorted.end(),
-            [](const FixtureTensor* a, const FixtureTensor* b) { return a->name < b->name; });
+            [](const FixtureTensor* a, const FixtureTensor* b) {
+              return a->name < b->name;
+            });
   format::BlockEncoder encoder(3);
   for (const FixtureTensor* t : sorted) {
     format::EntryRecord e;
     e.name = t->name;
-    e.kind = t->object ? format::EntryKind::kObject : format::EntryKind::kTensor;
+    e.kind =
+        t->object ? format::EntryKind::kObject : format::EntryKind::kTensor;
     e.dtype = t->object ? DType::kUInt8 : t->dtype;
     e.shape = t->object ? Shape{t->data.size()} : t->shape;
     e.flags = t->partial ? format::kEntryFlagPartial : 0;
     std::vector<format::EntryRecord> per_shard(spec.world);
     for (const FixturePiece& p : t->pieces) {
-      std::string raw = ckpt::testing::Extract(t->data, e.dtype, e.shape, p.region);
+      std::string raw =
+          ckpt::testing::Extract(t->data, e.dtype, e.shape, p.region);
       format::ChunkRecord c;
       c.region = p.region;
       c.shard = p.shard;
@@ -124,12 +129,15 @@ inline std::string WriteCheckpoint(const std::string& root, const FixtureSpec& s
       c.block_size = t->block_size;
       std::string& file = files[p.shard];
       if (!raw.empty()) {
-        file.resize((file.size() + spec.alignment - 1) / spec.alignment * spec.alignment, '\0');
+        file.resize((file.size() + spec.alignment - 1) / spec.alignment *
+                        spec.alignment,
+                    '\0');
         c.data_offset = file.size();
       }
       for (uint64_t b = 0; b < raw.size(); b += t->block_size) {
         std::string block = raw.substr(b, t->block_size), stored = block;
-        if (t->codec == format::Codec::kZstd) (void)encoder.EncodeZstd(block, &stored);
+        if (t->codec == format::Codec::kZstd)
+          (void)encoder.EncodeZstd(block, &stored);
         c.blocks.push_back({stored.size(), format::Checksum(stored)});
         c.stored_length += stored.size();
         file += stored;
@@ -140,7 +148,8 @@ inline std::string WriteCheckpoint(const std::string& root, const FixtureSpec& s
     }
     for (uint32_t s = 0; s < spec.world; ++s) {
       // Entries without any chunk are listed by shard 0 (§5.7).
-      if (per_shard[s].chunks.empty() && !(e.chunks.empty() && s == 0)) continue;
+      if (per_shard[s].chunks.empty() && !(e.chunks.empty() && s == 0))
+        continue;
       format::EntryRecord ie = e;
       ie.chunks = std::move(per_shard[s].chunks);
       index[s].entries.push_back(std::move(ie));
@@ -212,7 +221,8 @@ inline FixtureSpec StandardSpec() {
     FixtureTensor t{"embed.w", DType::kBFloat16, {16, 8}};
     t.pieces = Rows(t.shape, 4);  // dim0 x4
     t.data = Elements<uint16_t>(128, [](uint64_t i) {
-      return ToBFloat16(static_cast<float>(static_cast<int>(i % 13) - 6) * 0.5f);
+      return ToBFloat16(static_cast<float>(static_cast<int>(i % 13) - 6) *
+                        0.5f);
     });
     add(t);
   }
@@ -227,14 +237,17 @@ inline FixtureSpec StandardSpec() {
   {
     FixtureTensor t{"layers.0.attn.w.exp_avg", DType::kFloat32, {8, 8}};
     auto parts = ckpt::testing::UnevenSplit(64, 4);  // flat x4 uneven
-    for (uint32_t r = 0; r < 4; ++r) t.pieces.push_back({FlatRange{parts[r].first, parts[r].second}, r});
+    for (uint32_t r = 0; r < 4; ++r)
+      t.pieces.push_back({FlatRange{parts[r].first, parts[r].second}, r});
     t.data = Elements<float>(64, [](uint64_t i) { return (i % 5) * 0.001f; });
     add(t);
   }
   {
     FixtureTensor t{"layers.0.mlp.w", DType::kFloat16, {4, 12}};
-    for (uint32_t r = 0; r < 3; ++r) t.pieces.push_back({Box{{0, r * 4}, {4, 4}}, r});  // dim1 x3
-    t.data = Elements<uint16_t>(48, [](uint64_t i) { return ToFloat16((int(i) - 24) * 0.125); });
+    for (uint32_t r = 0; r < 3; ++r)
+      t.pieces.push_back({Box{{0, r * 4}, {4, 4}}, r});  // dim1 x3
+    t.data = Elements<uint16_t>(
+        48, [](uint64_t i) { return ToFloat16((int(i) - 24) * 0.125); });
     add(t);
   }
   {
@@ -250,7 +263,8 @@ inline FixtureSpec StandardSpec() {
     t.pieces = Rows(t.shape, 2);
     t.pieces[1].shard = 2;
     t.codec = format::Codec::kZstd;
-    t.data = Elements<float>(4096, [](uint64_t i) { return static_cast<float>(i % 4); });
+    t.data = Elements<float>(
+        4096, [](uint64_t i) { return static_cast<float>(i % 4); });
     add(t);
   }
   {
@@ -262,7 +276,8 @@ inline FixtureSpec StandardSpec() {
   {
     FixtureTensor t{"mask", DType::kBool, {10}};
     t.pieces = {{FullBox(t.shape), 3}};
-    t.data = Elements<uint8_t>(10, [](uint64_t i) { return static_cast<uint8_t>(i % 3 == 0); });
+    t.data = Elements<uint8_t>(
+        10, [](uint64_t i) { return static_cast<uint8_t>(i % 3 == 0); });
     add(t);
   }
   {
@@ -288,7 +303,8 @@ inline FixtureSpec StandardSpec() {
   {
     FixtureTensor t{"tokens", DType::kInt32, {6}};
     t.pieces = {{FullBox(t.shape), 1}};
-    t.data = Elements<int32_t>(6, [](uint64_t i) { return static_cast<int32_t>(i * 100) - 200; });
+    t.data = Elements<int32_t>(
+        6, [](uint64_t i) { return static_cast<int32_t>(i * 100) - 200; });
     add(t);
   }
   {
@@ -299,13 +315,17 @@ inline FixtureSpec StandardSpec() {
     FixtureTensor t{"sparse", DType::kFloat32, {10}};
     t.partial = true;
     t.pieces = {{FlatRange{0, 5}, 3}};
-    t.data = Elements<float>(10, [](uint64_t i) { return static_cast<float>(i); });
+    t.data =
+        Elements<float>(10, [](uint64_t i) { return static_cast<float>(i); });
     add(t);
   }
   {
     FixtureTensor t{"irregular.w", DType::kFloat32, {4, 4}};
-    t.pieces = {{Box{{0, 0}, {2, 4}}, 0}, {Box{{2, 0}, {2, 2}}, 1}, {Box{{2, 2}, {2, 2}}, 2}};
-    t.data = Elements<float>(16, [](uint64_t i) { return static_cast<float>(i) / 16; });
+    t.pieces = {{Box{{0, 0}, {2, 4}}, 0},
+                {Box{{2, 0}, {2, 2}}, 1},
+                {Box{{2, 2}, {2, 2}}, 2}};
+    t.data = Elements<float>(
+        16, [](uint64_t i) { return static_cast<float>(i) / 16; });
     add(t);
   }
   {
@@ -328,7 +348,8 @@ inline FixtureSpec StandardSpec() {
 }
 
 // File offset of the first stored byte of chunk `chunk` of entry `name`.
-inline uint64_t ChunkOffset(const std::string& dir, const std::string& name, size_t chunk) {
+inline uint64_t ChunkOffset(const std::string& dir, const std::string& name,
+                            size_t chunk) {
   auto m = format::DecodeManifest(ReadBytes(dir + "/MANIFEST"));
   for (const auto& e : m->entries) {
     if (e.name == name) return e.chunks.at(chunk).data_offset;
@@ -353,7 +374,8 @@ struct RunResult {
 // shell: the paths tests use have no spaces) with stdout and stderr
 // captured in `tmp`.
 inline RunResult Run(const std::string& command, const std::string& tmp) {
-  std::vector<std::string> args = absl::StrSplit(command, ' ', absl::SkipEmpty());
+  std::vector<std::string> args =
+      absl::StrSplit(command, ' ', absl::SkipEmpty());
   const std::string binary = args.empty() ? "" : args.front();
   if (!args.empty()) args.erase(args.begin());
   ckpt::testing::CliResult c = ckpt::testing::RunCli(binary, args, tmp);

@@ -64,7 +64,8 @@ TEST(InspectCli, UnknownEntry) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(Normalize(r.err, tmp.path()),
-            "ckpt-inspect: error: entry 'nope' is not in the checkpoint <TMP>/step-00000007\n");
+            "ckpt-inspect: error: entry 'nope' is not in the checkpoint "
+            "<TMP>/step-00000007\n");
 }
 
 TEST(InspectCli, MissingDirectory) {
@@ -73,7 +74,8 @@ TEST(InspectCli, MissingDirectory) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(Normalize(r.err, tmp.path()),
-            "ckpt-inspect: error: <TMP>/nope: no such checkpoint or checkpoint root\n");
+            "ckpt-inspect: error: <TMP>/nope: no such checkpoint or checkpoint "
+            "root\n");
 }
 
 TEST(InspectCli, NotACheckpoint) {
@@ -81,7 +83,8 @@ TEST(InspectCli, NotACheckpoint) {
   RunResult r = Inspect(tmp.path(), tmp);
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(Normalize(r.err, tmp.path()),
-            "ckpt-inspect: error: <TMP>: not a checkpoint (no MANIFEST) nor a checkpoint root "
+            "ckpt-inspect: error: <TMP>: not a checkpoint (no MANIFEST) nor a "
+            "checkpoint root "
             "(no 'latest')\n");
 }
 
@@ -92,7 +95,8 @@ TEST(InspectCli, TruncatedManifest) {
   RunResult r = Inspect(dir, tmp);
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(Normalize(r.err, tmp.path()),
-            "ckpt-inspect: error: <TMP>/step-00000007/MANIFEST: manifest: bad magic at offset "
+            "ckpt-inspect: error: <TMP>/step-00000007/MANIFEST: manifest: bad "
+            "magic at offset "
             "852 (end of file): truncated or extended\n");
 }
 
@@ -104,7 +108,10 @@ TEST(InspectCli, MetadataDoesNotNeedShards) {
   RunResult r = Inspect(dir + " --stats", tmp);
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(r.err.rfind("ckpt-inspect: error: " + dir + "/shard-00002.ckpt: shard header", 0), 0u)
+  EXPECT_EQ(
+      r.err.rfind(
+          "ckpt-inspect: error: " + dir + "/shard-00002.ckpt: shard header", 0),
+      0u)
       << r.err;
 }
 
@@ -133,8 +140,8 @@ TEST(InspectCli, Json) {
   EXPECT_EQ(j["created"], "2026-11-21T00:00:00.000Z");
   ASSERT_EQ(j["entries"].size(), 16u);
   for (const auto& e : j["entries"]) {
-    EXPECT_TRUE(e.contains("name") && e.contains("dtype") && e.contains("shape") &&
-                e.contains("chunks"))
+    EXPECT_TRUE(e.contains("name") && e.contains("dtype") &&
+                e.contains("shape") && e.contains("chunks"))
         << e.dump();
   }
   const auto& exp_avg = j["entries"][5];
@@ -156,7 +163,10 @@ TEST(InspectCli, HelpAndVersion) {
   TempDir tmp;
   RunResult r = Inspect("--version", tmp);
   EXPECT_EQ(r.code, 0);
-  EXPECT_EQ(r.out.rfind("ckpt-inspect 0.1.0 (ckpt library 0.1.0, format v1.0)", 0), 0u) << r.out;
+  EXPECT_EQ(
+      r.out.rfind("ckpt-inspect 0.1.0 (ckpt library 0.1.0, format v1.0)", 0),
+      0u)
+      << r.out;
   r = Inspect("--help", tmp);
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("--entry"), std::string::npos);

@@ -19,7 +19,8 @@ using format::EntryRecord;
 using testing::StandardSpec;
 using testing::WriteCheckpoint;
 
-EntryRecord Entry(Shape shape, std::vector<Region> regions, bool partial = false) {
+EntryRecord Entry(Shape shape, std::vector<Region> regions,
+                  bool partial = false) {
   EntryRecord e;
   e.name = "t";
   e.shape = std::move(shape);
@@ -39,10 +40,12 @@ TEST(ShardingSummary, Whole) {
 }
 
 TEST(ShardingSummary, RowsAndColumns) {
-  EXPECT_EQ(ShardingSummary(Entry({8, 2}, {Box{{0, 0}, {2, 2}}, Box{{2, 0}, {2, 2}},
-                                           Box{{4, 0}, {2, 2}}, Box{{6, 0}, {2, 2}}})),
+  EXPECT_EQ(ShardingSummary(
+                Entry({8, 2}, {Box{{0, 0}, {2, 2}}, Box{{2, 0}, {2, 2}},
+                               Box{{4, 0}, {2, 2}}, Box{{6, 0}, {2, 2}}})),
             "dim0 x4");
-  EXPECT_EQ(ShardingSummary(Entry({2, 3}, {Box{{0, 2}, {2, 1}}, Box{{0, 0}, {2, 2}}})),
+  EXPECT_EQ(ShardingSummary(
+                Entry({2, 3}, {Box{{0, 2}, {2, 1}}, Box{{0, 0}, {2, 2}}})),
             "dim1 x2 uneven");
 }
 
@@ -55,31 +58,40 @@ TEST(ShardingSummary, GridInAnyOrder) {
 }
 
 TEST(ShardingSummary, FlatEvenAndUneven) {
-  EXPECT_EQ(ShardingSummary(Entry({8}, {FlatRange{0, 4}, FlatRange{4, 4}})), "flat x2 even");
-  EXPECT_EQ(ShardingSummary(Entry({8}, {FlatRange{0, 3}, FlatRange{3, 5}})), "flat x2 uneven");
+  EXPECT_EQ(ShardingSummary(Entry({8}, {FlatRange{0, 4}, FlatRange{4, 4}})),
+            "flat x2 even");
+  EXPECT_EQ(ShardingSummary(Entry({8}, {FlatRange{0, 3}, FlatRange{3, 5}})),
+            "flat x2 uneven");
 }
 
 TEST(ShardingSummary, IrregularAndMixed) {
-  EXPECT_EQ(ShardingSummary(Entry({4, 4}, {Box{{0, 0}, {2, 4}}, Box{{2, 0}, {2, 2}},
-                                           Box{{2, 2}, {2, 2}}})),
-            "irregular x3");
-  EXPECT_EQ(ShardingSummary(Entry({4, 4}, {Box{{0, 0}, {2, 4}}, FlatRange{8, 8}})),
-            "irregular x2");
+  EXPECT_EQ(
+      ShardingSummary(Entry({4, 4}, {Box{{0, 0}, {2, 4}}, Box{{2, 0}, {2, 2}},
+                                     Box{{2, 2}, {2, 2}}})),
+      "irregular x3");
+  EXPECT_EQ(
+      ShardingSummary(Entry({4, 4}, {Box{{0, 0}, {2, 4}}, FlatRange{8, 8}})),
+      "irregular x2");
   // As many boxes as grid cells, but one cell twice and one missing.
-  EXPECT_EQ(ShardingSummary(Entry({2, 2}, {Box{{0, 0}, {1, 1}}, Box{{0, 0}, {1, 1}},
-                                           Box{{1, 1}, {1, 1}}, Box{{0, 1}, {1, 1}}})),
+  EXPECT_EQ(ShardingSummary(
+                Entry({2, 2}, {Box{{0, 0}, {1, 1}}, Box{{0, 0}, {1, 1}},
+                               Box{{1, 1}, {1, 1}}, Box{{0, 1}, {1, 1}}})),
             "irregular x4");
 }
 
 TEST(ShardingSummary, NoneEmptyAndPartial) {
   EXPECT_EQ(ShardingSummary(Entry({0, 4}, {})), "none");
-  EXPECT_EQ(ShardingSummary(Entry({4}, {FlatRange{0, 0}, FlatRange{4, 0}})), "empty");
-  EXPECT_EQ(ShardingSummary(Entry({10}, {FlatRange{0, 5}}, true)), "flat x1 even partial");
-  EXPECT_EQ(ShardingSummary(Entry({4, 4}, {Box{{0, 0}, {2, 4}}}, true)), "box x1 partial");
+  EXPECT_EQ(ShardingSummary(Entry({4}, {FlatRange{0, 0}, FlatRange{4, 0}})),
+            "empty");
+  EXPECT_EQ(ShardingSummary(Entry({10}, {FlatRange{0, 5}}, true)),
+            "flat x1 even partial");
+  EXPECT_EQ(ShardingSummary(Entry({4, 4}, {Box{{0, 0}, {2, 4}}}, true)),
+            "box x1 partial");
 }
 
 TEST(ShardingSummary, IgnoresChunksWithoutElements) {
-  EXPECT_EQ(ShardingSummary(Entry({4}, {FlatRange{0, 0}, FlatRange{0, 4}})), "whole");
+  EXPECT_EQ(ShardingSummary(Entry({4}, {FlatRange{0, 0}, FlatRange{0, 4}})),
+            "whole");
 }
 
 TEST(Summarize, TotalsAndCompression) {
@@ -93,7 +105,8 @@ TEST(Summarize, TotalsAndCompression) {
   EXPECT_EQ(s.entries.size(), 16u);
   // Only lm_head.w is compressed; everything else is stored raw.
   EXPECT_GT(s.compression_ratio(), 1.0);
-  EXPECT_EQ(s.raw_bytes, s.logical_bytes - 20);  // 'sparse' stores 5 of 10 floats
+  EXPECT_EQ(s.raw_bytes,
+            s.logical_bytes - 20);  // 'sparse' stores 5 of 10 floats
   CKPT_ASSERT_OK_AND_ASSIGN(size_t i, s.FindEntry("layers.0.attn.w"));
   EXPECT_EQ(s.entries[i].sharding, "dim0 x2 dim1 x2");
   EXPECT_EQ(s.entries[i].logical_bytes, 256u);
@@ -102,21 +115,24 @@ TEST(Summarize, TotalsAndCompression) {
 TEST(LoadSummary, MissingDirectory) {
   TempDir tmp;
   EXPECT_THAT(LoadSummary(tmp / "nope"),
-              StatusIs(absl::StatusCode::kNotFound, "nope: no such checkpoint or checkpoint root"));
+              StatusIs(absl::StatusCode::kNotFound,
+                       "nope: no such checkpoint or checkpoint root"));
 }
 
 TEST(LoadSummary, NotACheckpoint) {
   TempDir tmp;
   EXPECT_THAT(LoadSummary(tmp.path()),
               StatusIs(absl::StatusCode::kNotFound,
-                       "not a checkpoint (no MANIFEST) nor a checkpoint root (no 'latest')"));
+                       "not a checkpoint (no MANIFEST) nor a checkpoint root "
+                       "(no 'latest')"));
 }
 
 TEST(LoadSummary, CorruptManifestNamesTheFile) {
   TempDir tmp;
   std::string dir = WriteCheckpoint(tmp.path(), StandardSpec());
   testing::FlipByte(dir + "/MANIFEST", 100);
-  EXPECT_THAT(LoadSummary(dir), StatusIs(absl::StatusCode::kDataLoss, dir + "/MANIFEST: "));
+  EXPECT_THAT(LoadSummary(dir),
+              StatusIs(absl::StatusCode::kDataLoss, dir + "/MANIFEST: "));
 }
 
 TEST(LoadSummary, ReadsOnlyTheManifest) {
@@ -132,7 +148,8 @@ TEST(FindEntry, UnknownEntry) {
   CKPT_ASSERT_OK_AND_ASSIGN(CheckpointSummary s, LoadSummary(tmp.path()));
   EXPECT_THAT(s.FindEntry("nope"),
               StatusIs(absl::StatusCode::kNotFound,
-                       "entry 'nope' is not in the checkpoint " + tmp / "step-00000007"));
+                       "entry 'nope' is not in the checkpoint " +
+                           tmp / "step-00000007"));
 }
 
 TEST(AddStats, ValuesOfEveryTensor) {
@@ -184,12 +201,14 @@ TEST(AddStats, OnlyOneEntry) {
 TEST(AddStats, CorruptBlockNamesFileEntryChunkAndBlock) {
   TempDir tmp;
   std::string dir = WriteCheckpoint(tmp.path(), StandardSpec());
-  testing::FlipByte(dir + "/shard-00002.ckpt", testing::ChunkOffset(dir, "lm_head.w", 1) + 10);
+  testing::FlipByte(dir + "/shard-00002.ckpt",
+                    testing::ChunkOffset(dir, "lm_head.w", 1) + 10);
   CKPT_ASSERT_OK_AND_ASSIGN(CheckpointSummary s, LoadSummary(tmp.path()));
-  EXPECT_THAT(AddStats(&s, "", 2),
-              StatusIs(absl::StatusCode::kDataLoss,
-                       dir + "/shard-00002.ckpt: block 0 of chunk 1 [32:64, 0:64] of "
-                             "'lm_head.w': checksum 0x"));
+  EXPECT_THAT(
+      AddStats(&s, "", 2),
+      StatusIs(absl::StatusCode::kDataLoss,
+               dir + "/shard-00002.ckpt: block 0 of chunk 1 [32:64, 0:64] of "
+                     "'lm_head.w': checksum 0x"));
 }
 
 TEST(InspectJson, RequiredFields) {
@@ -206,7 +225,8 @@ TEST(InspectJson, RequiredFields) {
   EXPECT_EQ(j["entries"][0]["shape"], nlohmann::ordered_json::array({16, 8}));
   EXPECT_EQ(j["entries"][0]["chunks"], 4);
   EXPECT_FALSE(j["entries"][0].contains("chunk_map"));
-  nlohmann::ordered_json one = InspectJson(s, static_cast<int64_t>(s.FindEntry("grads8").value()));
+  nlohmann::ordered_json one =
+      InspectJson(s, static_cast<int64_t>(s.FindEntry("grads8").value()));
   ASSERT_EQ(one["entries"].size(), 1u);
   ASSERT_EQ(one["entries"][0]["chunk_map"].size(), 2u);
   EXPECT_EQ(one["entries"][0]["chunk_map"][1]["flat"]["start"], 4);

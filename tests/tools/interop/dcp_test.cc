@@ -7,17 +7,17 @@
 #include <sstream>
 
 #include "ckpt/format/status_macros.h"
+#include "diff/diff.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "interop/dcp_import.h"
+#include "interop/dcp_reader.h"
 #include "nlohmann/json.hpp"
+#include "reshard/reshard.h"
 #include "testing/cli.h"
 #include "testing/files.h"
 #include "testing/status_matchers.h"
 #include "tools/convert/convert_fixture.h"
-#include "diff/diff.h"
-#include "interop/dcp_import.h"
-#include "interop/dcp_reader.h"
-#include "reshard/reshard.h"
 
 namespace ckpt::tools {
 namespace {

@@ -12,13 +12,13 @@
 #include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "interop/safetensors_export.h"
+#include "interop/safetensors_import.h"
 #include "nlohmann/json.hpp"
 #include "testing/cli.h"
 #include "testing/files.h"
 #include "testing/status_matchers.h"
 #include "tools/convert/convert_fixture.h"
-#include "interop/safetensors_export.h"
-#include "interop/safetensors_import.h"
 
 namespace ckpt::tools {
 namespace {

@@ -33,21 +33,25 @@ Split Infer(const EntryRecord& e, std::string* desc) {
 
 TEST(InferSplit, WholeChunkIsReplicated) {
   std::string d;
-  EXPECT_EQ(Infer(Entry({4, 4}, {FullBox({4, 4})}), &d).kind, Kind::kReplicated);
+  EXPECT_EQ(Infer(Entry({4, 4}, {FullBox({4, 4})}), &d).kind,
+            Kind::kReplicated);
   EXPECT_EQ(d, "whole");
-  EXPECT_EQ(Infer(Entry({4, 4}, {FlatRange{0, 16}}), &d).kind, Kind::kReplicated);
+  EXPECT_EQ(Infer(Entry({4, 4}, {FlatRange{0, 16}}), &d).kind,
+            Kind::kReplicated);
   EXPECT_EQ(Infer(Entry({}, {FullBox({})}), &d).kind, Kind::kReplicated);
 }
 
 TEST(InferSplit, EmptyTensorIsReplicated) {
   std::string d;
-  EXPECT_EQ(Infer(Entry({0, 3}, {FullBox({0, 3})}), &d).kind, Kind::kReplicated);
+  EXPECT_EQ(Infer(Entry({0, 3}, {FullBox({0, 3})}), &d).kind,
+            Kind::kReplicated);
   EXPECT_EQ(d, "empty");
 }
 
 TEST(InferSplit, UnevenRowsSplitAlongDim0) {
   std::string d;
-  Split s = Infer(Entry({10, 4}, {Box{{0, 0}, {1, 4}}, Box{{1, 0}, {6, 4}}, Box{{7, 0}, {3, 4}}}),
+  Split s = Infer(Entry({10, 4}, {Box{{0, 0}, {1, 4}}, Box{{1, 0}, {6, 4}},
+                                  Box{{7, 0}, {3, 4}}}),
                   &d);
   EXPECT_EQ(s, (Split{Kind::kDim, 0}));
   EXPECT_EQ(d, "3 parts along dim0");
@@ -55,7 +59,9 @@ TEST(InferSplit, UnevenRowsSplitAlongDim0) {
 
 TEST(InferSplit, ColumnsSplitAlongDim1) {
   std::string d;
-  Split s = Infer(Entry({3, 4, 6}, {Box{{0, 0, 0}, {3, 4, 2}}, Box{{0, 0, 2}, {3, 4, 4}}}), &d);
+  Split s = Infer(
+      Entry({3, 4, 6}, {Box{{0, 0, 0}, {3, 4, 2}}, Box{{0, 0, 2}, {3, 4, 4}}}),
+      &d);
   EXPECT_EQ(s, (Split{Kind::kDim, 2}));
   EXPECT_EQ(d, "2 parts along dim2");
 }
@@ -68,15 +74,18 @@ TEST(InferSplit, GridSplitsAlongTheDimWithMostParts) {
   EXPECT_EQ(Infer(Entry({4, 4}, grid), &d), (Split{Kind::kDim, 1}));
   EXPECT_EQ(d, "2 x 4 grid");
   // Ties go to the lowest dim.
-  std::vector<Region> square = {Box{{0, 0}, {2, 2}}, Box{{0, 2}, {2, 2}}, Box{{2, 0}, {2, 2}},
-                                Box{{2, 2}, {2, 2}}};
+  std::vector<Region> square = {Box{{0, 0}, {2, 2}}, Box{{0, 2}, {2, 2}},
+                                Box{{2, 0}, {2, 2}}, Box{{2, 2}, {2, 2}}};
   EXPECT_EQ(Infer(Entry({4, 4}, square), &d), (Split{Kind::kDim, 0}));
   EXPECT_EQ(d, "2 x 2 grid");
 }
 
 TEST(InferSplit, FlatRanges) {
   std::string d;
-  EXPECT_EQ(Infer(Entry({5, 5}, {FlatRange{0, 3}, FlatRange{3, 20}, FlatRange{23, 2}}), &d).kind,
+  EXPECT_EQ(Infer(Entry({5, 5},
+                        {FlatRange{0, 3}, FlatRange{3, 20}, FlatRange{23, 2}}),
+                  &d)
+                .kind,
             Kind::kFlat);
   EXPECT_EQ(d, "3 flat ranges");
 }
@@ -84,18 +93,24 @@ TEST(InferSplit, FlatRanges) {
 TEST(InferSplit, IrregularBoxesNeedAnOverride) {
   // Row 0-1 split in two columns, rows 2-3 whole.
   std::string d;
-  auto s = InferSplit(
-      Entry({4, 4}, {Box{{0, 0}, {2, 2}}, Box{{0, 2}, {2, 2}}, Box{{2, 0}, {2, 4}}}), &d);
-  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
-                          "entry 't': cannot infer its layout: its 3 chunks are not a regular "
-                          "grid (along dim1, a chunk starts at 0 where another part is); give it "
-                          "in an override file (--layout FILE)"));
+  auto s = InferSplit(Entry({4, 4}, {Box{{0, 0}, {2, 2}}, Box{{0, 2}, {2, 2}},
+                                     Box{{2, 0}, {2, 4}}}),
+                      &d);
+  EXPECT_THAT(
+      s,
+      StatusIs(
+          absl::StatusCode::kInvalidArgument,
+          "entry 't': cannot infer its layout: its 3 chunks are not a regular "
+          "grid (along dim1, a chunk starts at 0 where another part is); give "
+          "it "
+          "in an override file (--layout FILE)"));
 }
 
 TEST(InferSplit, GridWithMissingCombinationsNeedsAnOverride) {
   // Intervals partition each dim but the chunks are not their product.
   std::string d;
-  auto s = InferSplit(Entry({4, 4}, {Box{{0, 0}, {2, 4}}, Box{{2, 0}, {2, 4}}, Box{{0, 0}, {4, 4}}}),
+  auto s = InferSplit(Entry({4, 4}, {Box{{0, 0}, {2, 4}}, Box{{2, 0}, {2, 4}},
+                                     Box{{0, 0}, {4, 4}}}),
                       &d);
   EXPECT_FALSE(s.ok());
   s = InferSplit(Entry({2, 4}, {Box{{0, 0}, {1, 2}}, Box{{1, 2}, {1, 2}}}), &d);
@@ -105,9 +120,10 @@ TEST(InferSplit, GridWithMissingCombinationsNeedsAnOverride) {
 
 TEST(InferSplit, BoxesMixedWithFlatRangesNeedAnOverride) {
   std::string d;
-  EXPECT_THAT(InferSplit(Entry({4, 4}, {Box{{0, 0}, {2, 4}}, FlatRange{8, 8}}), &d),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "1 of its 2 chunks are flat ranges, the others boxes"));
+  EXPECT_THAT(
+      InferSplit(Entry({4, 4}, {Box{{0, 0}, {2, 4}}, FlatRange{8, 8}}), &d),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "1 of its 2 chunks are flat ranges, the others boxes"));
 }
 
 TEST(PieceOf, EvenSplitSpreadsTheRemainder) {
@@ -121,8 +137,10 @@ TEST(PieceOf, EvenSplitSpreadsTheRemainder) {
   }
   EXPECT_EQ(sizes, (std::vector<uint64_t>{3, 3, 2, 2}));
   EXPECT_EQ(std::get<Box>(PieceOf(rows, s, 2, 4)).offset[0], 6u);
-  EXPECT_EQ(std::get<FlatRange>(PieceOf({Kind::kFlat}, {7}, 1, 3)), (FlatRange{3, 2}));
-  EXPECT_EQ(std::get<FlatRange>(PieceOf({Kind::kFlat}, {7}, 2, 3)), (FlatRange{5, 2}));
+  EXPECT_EQ(std::get<FlatRange>(PieceOf({Kind::kFlat}, {7}, 1, 3)),
+            (FlatRange{3, 2}));
+  EXPECT_EQ(std::get<FlatRange>(PieceOf({Kind::kFlat}, {7}, 2, 3)),
+            (FlatRange{5, 2}));
   EXPECT_EQ(std::get<Box>(PieceOf({Kind::kReplicated}, s, 3, 4)), FullBox(s));
 }
 
@@ -149,7 +167,8 @@ TEST(PlanEntry, OverrideWithADimTheTensorLacks) {
   OverrideRule rule{"t*", {Kind::kDim, 2}};
   EXPECT_THAT(PlanEntry(e, 2, &rule),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "override t* -> dim2 for entry 't': the tensor has 2 dims (shape [4, 6])"));
+                       "override t* -> dim2 for entry 't': the tensor has 2 "
+                       "dims (shape [4, 6])"));
 }
 
 TEST(PlanEntry, OverrideOfAnObject) {
@@ -163,7 +182,8 @@ TEST(PlanEntry, OverrideOfAnObject) {
 }
 
 TEST(PlanEntry, ReplicatedIsHeldByEveryRankAsAReplica) {
-  CKPT_ASSERT_OK_AND_ASSIGN(EntryLayout l, PlanEntry(Entry({3}, {FullBox({3})}), 3, nullptr));
+  CKPT_ASSERT_OK_AND_ASSIGN(EntryLayout l,
+                            PlanEntry(Entry({3}, {FullBox({3})}), 3, nullptr));
   EXPECT_TRUE(l.replica);
   for (const auto& p : l.pieces) EXPECT_EQ(std::get<Box>(*p), FullBox({3}));
 }
@@ -177,7 +197,8 @@ TEST(PlanEntry, PartialKeepsChunksOnePerRank) {
   EXPECT_FALSE(l.pieces[2].has_value());
   EXPECT_THAT(PlanEntry(e, 1, nullptr),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "entry 't' is partial with 2 chunks: its chunks are kept as stored, one "
+                       "entry 't' is partial with 2 chunks: its chunks are "
+                       "kept as stored, one "
                        "per rank, so it needs --to >= 2"));
   OverrideRule rule{"t", {Kind::kFlat}};
   EXPECT_THAT(PlanEntry(e, 3, &rule),

@@ -28,7 +28,8 @@ const std::vector<std::string>& Seeds() {
 }
 
 int FuzzOne(const std::string& s) {
-  return LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  return LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()),
+                                s.size());
 }
 
 TEST(OverridesFuzzReplay, Seeds) {
@@ -37,7 +38,8 @@ TEST(OverridesFuzzReplay, Seeds) {
 
 TEST(OverridesFuzzReplay, Mutations) {
   std::mt19937_64 rng(20240611);
-  const std::string alphabet = "{}[]\":,*?dimflatreplicatedsplitentries0123 \\u\n\x80\xff";
+  const std::string alphabet =
+      "{}[]\":,*?dimflatreplicatedsplitentries0123 \\u\n\x80\xff";
   for (int i = 0; i < 20000; ++i) {
     std::string s = Seeds()[rng() % Seeds().size()];
     const int edits = 1 + rng() % 4;

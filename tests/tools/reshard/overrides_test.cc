@@ -36,24 +36,29 @@ TEST(ParseOverrides, RulesInFileOrder) {
 }
 
 TEST(ParseOverrides, NoEntriesIsValid) {
-  CKPT_ASSERT_OK_AND_ASSIGN(Overrides o, ParseOverrides(" {\"entries\": {}}\n"));
+  CKPT_ASSERT_OK_AND_ASSIGN(Overrides o,
+                            ParseOverrides(" {\"entries\": {}}\n"));
   EXPECT_TRUE(o.rules.empty());
 }
 
 TEST(ParseOverrides, SyntaxErrorNamesLineAndColumn) {
   ExpectError("{\"entries\": {\n  \"a\": {\"split\": \"dim0\"},\n  \"b\" {}}}",
-              "line 3, column 7: syntax error while parsing object separator - unexpected '{'; "
+              "line 3, column 7: syntax error while parsing object separator - "
+              "unexpected '{'; "
               "expected ':'");
 }
 
 TEST(ParseOverrides, EmptyText) {
-  ExpectError("", "line 1, column 1: syntax error while parsing value - unexpected end of input; "
-                  "expected '[', '{', or a literal");
+  ExpectError("",
+              "line 1, column 1: syntax error while parsing value - unexpected "
+              "end of input; "
+              "expected '[', '{', or a literal");
 }
 
 TEST(ParseOverrides, TrailingText) {
   auto r = ParseOverrides("{\"entries\": {}} x");
-  EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument, "line 1, column 17: syntax error"));
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument,
+                          "line 1, column 17: syntax error"));
 }
 
 TEST(ParseOverrides, TopLevelNotAnObject) {
@@ -66,14 +71,18 @@ TEST(ParseOverrides, UnknownTopLevelKey) {
               "top level: unknown key \"version\" (expected \"entries\")");
 }
 
-TEST(ParseOverrides, MissingEntries) { ExpectError("{}", "top level: missing key \"entries\""); }
+TEST(ParseOverrides, MissingEntries) {
+  ExpectError("{}", "top level: missing key \"entries\"");
+}
 
 TEST(ParseOverrides, DuplicateTopLevelKey) {
-  ExpectError(R"({"entries": {}, "entries": {}})", "top level: duplicate key \"entries\"");
+  ExpectError(R"({"entries": {}, "entries": {}})",
+              "top level: duplicate key \"entries\"");
 }
 
 TEST(ParseOverrides, EntriesNotAnObject) {
-  ExpectError(R"({"entries": ["a"]})", "entries: expected an object, got an array");
+  ExpectError(R"({"entries": ["a"]})",
+              "entries: expected an object, got an array");
   ExpectError(R"({"entries": null})", "entries: expected an object, got null");
 }
 
@@ -83,12 +92,14 @@ TEST(ParseOverrides, EntryNotAnObject) {
 }
 
 TEST(ParseOverrides, EmptyKey) {
-  ExpectError(R"({"entries": {"": {"split": "flat"}}})", "entries: empty entry name or pattern");
+  ExpectError(R"({"entries": {"": {"split": "flat"}}})",
+              "entries: empty entry name or pattern");
 }
 
 TEST(ParseOverrides, DuplicateEntry) {
-  ExpectError(R"({"entries": {"a": {"split": "flat"}, "a": {"split": "dim0"}}})",
-              "entries: duplicate key \"a\"");
+  ExpectError(
+      R"({"entries": {"a": {"split": "flat"}, "a": {"split": "dim0"}}})",
+      "entries: duplicate key \"a\"");
 }
 
 TEST(ParseOverrides, UnknownEntryKey) {
@@ -102,7 +113,8 @@ TEST(ParseOverrides, DuplicateSplit) {
 }
 
 TEST(ParseOverrides, MissingSplit) {
-  ExpectError(R"({"entries": {"a": {}}})", "entries.\"a\": missing key \"split\"");
+  ExpectError(R"({"entries": {"a": {}}})",
+              "entries.\"a\": missing key \"split\"");
 }
 
 TEST(ParseOverrides, SplitNotAString) {
@@ -114,7 +126,8 @@ TEST(ParseOverrides, SplitNotAString) {
 
 TEST(ParseOverrides, BadSplitValue) {
   ExpectError(R"({"entries": {"a": {"split": "rows"}}})",
-              "entries.\"a\".split: expected \"dim<k>\" (k < 32), \"flat\" or \"replicated\", "
+              "entries.\"a\".split: expected \"dim<k>\" (k < 32), \"flat\" or "
+              "\"replicated\", "
               "got \"rows\"");
 }
 
@@ -123,7 +136,8 @@ TEST(ParseOverrides, LongKeyIsShortenedInMessages) {
   auto r = ParseOverrides("{\"entries\": {\"" + key + "\": 1}}");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
-            "entries.\"" + std::string(80, 'k') + "...\": expected an object, got a number");
+            "entries.\"" + std::string(80, 'k') +
+                "...\": expected an object, got a number");
 }
 
 TEST(ParseOverrides, InvalidUtf8IsASyntaxError) {
@@ -132,9 +146,11 @@ TEST(ParseOverrides, InvalidUtf8IsASyntaxError) {
 }
 
 TEST(ParseOverrides, DeepNestingFailsFast) {
-  std::string deep = "{\"entries\": {\"a\": {\"split\": " + std::string(100000, '[');
+  std::string deep =
+      "{\"entries\": {\"a\": {\"split\": " + std::string(100000, '[');
   EXPECT_THAT(ParseOverrides(deep),
-              StatusIs(absl::StatusCode::kInvalidArgument, "expected a string, got an array"));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "expected a string, got an array"));
 }
 
 TEST(ParseSplit, CanonicalForms) {
@@ -142,8 +158,10 @@ TEST(ParseSplit, CanonicalForms) {
   EXPECT_EQ(*ParseSplit("dim31"), (Split{Kind::kDim, 31}));
   EXPECT_EQ(ParseSplit("flat")->kind, Kind::kFlat);
   EXPECT_EQ(ParseSplit("replicated")->kind, Kind::kReplicated);
-  for (const char* bad : {"dim", "dim32", "dim01", "dim-1", "dim1x", "Dim0", "dim 1", "flat "}) {
-    EXPECT_THAT(ParseSplit(bad), StatusIs(absl::StatusCode::kInvalidArgument, "expected"))
+  for (const char* bad :
+       {"dim", "dim32", "dim01", "dim-1", "dim1x", "Dim0", "dim 1", "flat "}) {
+    EXPECT_THAT(ParseSplit(bad),
+                StatusIs(absl::StatusCode::kInvalidArgument, "expected"))
         << bad;
   }
   EXPECT_EQ((Split{Kind::kDim, 3}).ToString(), "dim3");
@@ -189,7 +207,8 @@ TEST(OverridesFind, SeveralPatternsAreAnError) {
       "layers.*": {"split": "dim0"}, "*.w": {"split": "dim1"}}})"));
   EXPECT_THAT(o.Find("layers.0.w"),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "entry 'layers.0.w' matches several patterns: \"layers.*\", \"*.w\""));
+                       "entry 'layers.0.w' matches several patterns: "
+                       "\"layers.*\", \"*.w\""));
 }
 
 }  // namespace

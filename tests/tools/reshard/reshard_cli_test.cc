@@ -3,11 +3,11 @@
 #include <filesystem>
 
 #include "ckpt/reader.h"
+#include "diff/diff.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "testing/status_matchers.h"
 #include "tools/diff/cli_runner.h"
-#include "diff/diff.h"
 
 namespace ckpt::testing {
 namespace {
@@ -28,9 +28,14 @@ class ReshardCliTest : public ::testing::Test {
         {"emb", DType::kFloat32, {10, 4}, Layout::kRows, FloatRamp(40)},
         {"layers.0.w", DType::kBFloat16, {4, 8}, Layout::kGrid},
         {"layers.0.b", DType::kFloat32, {8}, Layout::kReplicated, FloatRamp(8)},
-        {"opt.exp_avg", DType::kFloat32, {5, 5}, Layout::kFlatUneven, FloatRamp(25)},
+        {"opt.exp_avg",
+         DType::kFloat32,
+         {5, 5},
+         Layout::kFlatUneven,
+         FloatRamp(25)},
     };
-    CKPT_ASSERT_OK(WriteFixture(Src(), 7, 4, model, {{"loader", "position=42", 2}}));
+    CKPT_ASSERT_OK(
+        WriteFixture(Src(), 7, 4, model, {{"loader", "position=42", 2}}));
   }
 
   // Nothing committed into DST, nothing left behind.
@@ -49,7 +54,8 @@ TEST_F(ReshardCliTest, SummaryIsPinned) {
 
 TEST_F(ReshardCliTest, VerboseWithVerifyIsPinned) {
   WriteModel();
-  WriteFileBytes(tmp_ / "layout.json", R"({"entries": {"emb": {"split": "dim1"}}})");
+  WriteFileBytes(tmp_ / "layout.json",
+                 R"({"entries": {"emb": {"split": "dim1"}}})");
   CliResult r = Run({Src(), Dst(), "--to", "3", "-v", "--verify", "--layout",
                      tmp_ / "layout.json"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -58,7 +64,8 @@ TEST_F(ReshardCliTest, VerboseWithVerifyIsPinned) {
 
 TEST_F(ReshardCliTest, JsonDocument) {
   WriteModel();
-  CliResult r = Run({Src(), Dst(), "--to", "3", "--json", "--codec", "zstd", "--step", "9"});
+  CliResult r = Run(
+      {Src(), Dst(), "--to", "3", "--json", "--codec", "zstd", "--step", "9"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["src"]["path"], "<TMP>/src/step-00000007");
@@ -86,14 +93,17 @@ TEST_F(ReshardCliTest, WrongFromExitsTwo) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err,
-            "ckpt-reshard: error: <TMP>/src/step-00000007: saved on 4 ranks, --from 3 given\n");
+            "ckpt-reshard: error: <TMP>/src/step-00000007: saved on 4 ranks, "
+            "--from 3 given\n");
   EXPECT_TRUE(DstIsEmpty());
 }
 
 TEST_F(ReshardCliTest, MissingSourceExitsTwo) {
   CliResult r = Run({Src(), Dst(), "--to", "2"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err, "ckpt-reshard: error: <TMP>/src: no such checkpoint or checkpoint root\n");
+  EXPECT_EQ(r.err,
+            "ckpt-reshard: error: <TMP>/src: no such checkpoint or checkpoint "
+            "root\n");
 }
 
 TEST_F(ReshardCliTest, NotACheckpointExitsTwo) {
@@ -101,36 +111,45 @@ TEST_F(ReshardCliTest, NotACheckpointExitsTwo) {
   CliResult r = Run({Src(), Dst(), "--to", "2"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,
-            "ckpt-reshard: error: <TMP>/src: not a checkpoint (no MANIFEST) nor a checkpoint root "
+            "ckpt-reshard: error: <TMP>/src: not a checkpoint (no MANIFEST) "
+            "nor a checkpoint root "
             "(no 'latest')\n");
 }
 
 TEST_F(ReshardCliTest, IrregularLayoutExitsTwo) {
   FixtureTensor t{"odd", DType::kFloat32, {4, 4}, Layout::kRows};
-  t.pieces = {BoxPiece({0, 0}, {2, 2}), BoxPiece({0, 2}, {2, 2}), BoxPiece({2, 0}, {2, 4})};
+  t.pieces = {BoxPiece({0, 0}, {2, 2}), BoxPiece({0, 2}, {2, 2}),
+              BoxPiece({2, 0}, {2, 4})};
   CKPT_ASSERT_OK(WriteFixture(Src(), 1, 3, {t}));
   CliResult r = Run({Src(), Dst(), "--to", "2"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,
-            "ckpt-reshard: error: entry 'odd': cannot infer its layout: its 3 chunks are not a "
-            "regular grid (along dim1, a chunk starts at 0 where another part is); give it in an "
+            "ckpt-reshard: error: entry 'odd': cannot infer its layout: its 3 "
+            "chunks are not a "
+            "regular grid (along dim1, a chunk starts at 0 where another part "
+            "is); give it in an "
             "override file (--layout FILE)\n");
   EXPECT_TRUE(DstIsEmpty());
 }
 
 TEST_F(ReshardCliTest, BadLayoutFileExitsTwo) {
   WriteModel();
-  WriteFileBytes(tmp_ / "layout.json", "{\"entries\": {\"emb\": {\"split\": \"dim0\"},}}");
-  CliResult r = Run({Src(), Dst(), "--to", "2", "--layout", tmp_ / "layout.json"});
+  WriteFileBytes(tmp_ / "layout.json",
+                 "{\"entries\": {\"emb\": {\"split\": \"dim0\"},}}");
+  CliResult r =
+      Run({Src(), Dst(), "--to", "2", "--layout", tmp_ / "layout.json"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,
-            "ckpt-reshard: error: <TMP>/layout.json: line 1, column 39: syntax error while "
+            "ckpt-reshard: error: <TMP>/layout.json: line 1, column 39: syntax "
+            "error while "
             "parsing object key - unexpected '}'; expected string literal\n");
-  WriteFileBytes(tmp_ / "layout.json", R"({"entries": {"emb": {"split": "dim2"}}})");
+  WriteFileBytes(tmp_ / "layout.json",
+                 R"({"entries": {"emb": {"split": "dim2"}}})");
   r = Run({Src(), Dst(), "--to", "2", "--layout", tmp_ / "layout.json"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,
-            "ckpt-reshard: error: override emb -> dim2 for entry 'emb': the tensor has 2 dims "
+            "ckpt-reshard: error: override emb -> dim2 for entry 'emb': the "
+            "tensor has 2 dims "
             "(shape [10, 4])\n");
   r = Run({Src(), Dst(), "--to", "2", "--layout", tmp_ / "missing.json"});
   EXPECT_EQ(r.exit_code, 2);
@@ -146,8 +165,9 @@ TEST_F(ReshardCliTest, CorruptedSourceExitsTwoAndCommitsNothing) {
   WriteFileBytes(shard, bytes);
   CliResult r = Run({Src(), Dst(), "--to", "2"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("<TMP>/src/step-00000007/shard-00003.ckpt: block 0 of chunk "),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("<TMP>/src/step-00000007/shard-00003.ckpt: block 0 of chunk "),
+      std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("checksum"), std::string::npos) << r.err;
   EXPECT_TRUE(DstIsEmpty());
@@ -159,7 +179,8 @@ TEST_F(ReshardCliTest, TruncatedSourceShardExitsTwo) {
   std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 1);
   CliResult r = Run({Src(), Dst(), "--to", "2"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("<TMP>/src/step-00000007/shard-00001.ckpt: file is "), std::string::npos)
+  EXPECT_NE(r.err.find("<TMP>/src/step-00000007/shard-00001.ckpt: file is "),
+            std::string::npos)
       << r.err;
   EXPECT_TRUE(DstIsEmpty());
 }
@@ -167,7 +188,9 @@ TEST_F(ReshardCliTest, TruncatedSourceShardExitsTwo) {
 TEST_F(ReshardCliTest, UsageErrorsExitTwo) {
   CliResult r = Run({Src(), Dst()});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err, "ckpt-reshard: error: --to is required\nRun 'ckpt-reshard --help' for usage.\n");
+  EXPECT_EQ(r.err,
+            "ckpt-reshard: error: --to is required\nRun 'ckpt-reshard --help' "
+            "for usage.\n");
   r = Run({Src(), Dst(), "--to", "0"});
   EXPECT_EQ(r.exit_code, 2);
   r = Run({Src(), Dst(), "--to", "2", "--codec", "lz4"});
@@ -179,19 +202,22 @@ TEST_F(ReshardCliTest, UsageErrorsExitTwo) {
 
 // Writes a [rows, cols] float32 tensor saved as row blocks by `world` ranks,
 // streamed from a generator so the test never holds it in memory.
-absl::Status WriteLargeSource(const std::string& root, uint64_t rows, uint64_t cols, int world) {
+absl::Status WriteLargeSource(const std::string& root, uint64_t rows,
+                              uint64_t cols, int world) {
   InProcessWorld w(world);
   return RunRanks(w, [&](Communicator& comm) -> absl::Status {
     Writer::Options wo;
     wo.comm = &comm;
     CKPT_ASSIGN_OR_RETURN(auto writer, Writer::Create(wo));
-    const uint64_t r0 = rows * comm.rank() / world, r1 = rows * (comm.rank() + 1) / world;
+    const uint64_t r0 = rows * comm.rank() / world,
+                   r1 = rows * (comm.rank() + 1) / world;
     const uint64_t base = r0 * cols * 4;
     CKPT_RETURN_IF_ERROR(writer->AddTensorSource(
         "w", DType::kFloat32, {rows, cols}, Box{{r0, 0}, {r1 - r0, cols}},
         [base](uint64_t offset, void* dst, uint64_t n) {
           auto* p = static_cast<uint8_t*>(dst);
-          for (uint64_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>((base + offset + i) * 131 >> 3);
+          for (uint64_t i = 0; i < n; ++i)
+            p[i] = static_cast<uint8_t>((base + offset + i) * 131 >> 3);
           return absl::OkStatus();
         }));
     return writer->Save(root, 1, SaveOptions{}).status();
@@ -212,14 +238,16 @@ constexpr bool kSanitized = false;
 #endif
 
 TEST_F(ReshardCliTest, PeakMemoryStaysFarBelowTheTensor) {
-  if (kSanitized) GTEST_SKIP() << "peak RSS is not meaningful under a sanitizer";
+  if (kSanitized)
+    GTEST_SKIP() << "peak RSS is not meaningful under a sanitizer";
   constexpr uint64_t kRows = 4096, kCols = 4096;  // 64 MiB of float32
   CKPT_ASSERT_OK(WriteLargeSource(Src(), kRows, kCols, 2));
   CliResult r = Run({Src(), Dst(), "--to", "3", "--threads", "3"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const uint64_t tensor = kRows * kCols * 4;
   std::printf("peak RSS of ckpt-reshard on a %llu MiB tensor: %.1f MiB\n",
-              static_cast<unsigned long long>(tensor >> 20), r.max_rss_bytes / 1048576.0);
+              static_cast<unsigned long long>(tensor >> 20),
+              r.max_rss_bytes / 1048576.0);
   EXPECT_GT(r.max_rss_bytes, 0u);
   EXPECT_LT(r.max_rss_bytes, tensor / 2);
   tools::DiffOptions d;

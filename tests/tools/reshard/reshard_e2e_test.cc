@@ -5,12 +5,12 @@
 #include <string>
 
 #include "ckpt/format/status_macros.h"
+#include "diff/diff.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
-#include "testing/status_matchers.h"
-#include "diff/diff.h"
 #include "reshard/reshard.h"
 #include "synth/synth.h"
+#include "testing/status_matchers.h"
 #include "validate/validate.h"
 
 namespace ckpt::tools {
@@ -28,7 +28,8 @@ class ReshardE2eTest : public ::testing::TestWithParam<E2eCase> {};
 TEST_P(ReshardE2eTest, ValidEqualAndVerifiesOnTheNewWorldSize) {
   const E2eCase c = GetParam();
   TempDir tmp;
-  CKPT_ASSERT_OK(synth::WriteTestCheckpoint(tmp / "src", c.from, c.layout).status());
+  CKPT_ASSERT_OK(
+      synth::WriteTestCheckpoint(tmp / "src", c.from, c.layout).status());
   ReshardOptions o;
   o.src = tmp / "src";
   o.dst = tmp / "dst";
@@ -56,7 +57,8 @@ TEST_P(ReshardE2eTest, ValidEqualAndVerifiesOnTheNewWorldSize) {
   synth::VerifyOptions vo;
   vo.path = tmp / "dst";
   vo.ranks = c.to;
-  CKPT_ASSERT_OK_AND_ASSIGN(synth::VerifyResult verified, synth::VerifySynth(vo));
+  CKPT_ASSERT_OK_AND_ASSIGN(synth::VerifyResult verified,
+                            synth::VerifySynth(vo));
   for (const auto& m : verified.mismatches) ADD_FAILURE() << m.message;
 }
 
@@ -69,7 +71,8 @@ INSTANTIATE_TEST_SUITE_P(
                       E2eCase{synth::SynthLayout::kMixed, 3, 1}),
     [](const auto& info) {
       return std::string(synth::LayoutName(info.param.layout)) + "_" +
-             std::to_string(info.param.from) + "to" + std::to_string(info.param.to);
+             std::to_string(info.param.from) + "to" +
+             std::to_string(info.param.to);
     });
 
 }  // namespace

@@ -2,12 +2,12 @@
 
 #include <filesystem>
 
-#include "ckpt/reader.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/reader.h"
 #include "gtest/gtest.h"
+#include "reshard/layout.h"
 #include "testing/status_matchers.h"
 #include "tools/diff/fixtures.h"
-#include "reshard/layout.h"
 
 namespace ckpt::tools {
 namespace {
@@ -32,7 +32,10 @@ std::vector<FixtureTensor> Model() {
       {"fp8", DType::kFloat8E5M2, {4, 9}, Layout::kCols},
       {"scalar", DType::kFloat64, {}, Layout::kReplicated},
       {"empty", DType::kFloat32, {0, 4}, Layout::kRows},
-      {"big", DType::kFloat64, {67, 129}, Layout::kRows},  // several 4 KiB blocks
+      {"big",
+       DType::kFloat64,
+       {67, 129},
+       Layout::kRows},  // several 4 KiB blocks
   };
 }
 
@@ -83,7 +86,8 @@ void ExpectRankLocal(const ReshardReport& report) {
     }
     if (re.layout == "replicated") {
       ASSERT_EQ(e->chunks.size(), 1u) << re.name;
-      EXPECT_EQ(std::get<Box>(e->chunks[0].region), FullBox(e->shape)) << re.name;
+      EXPECT_EQ(std::get<Box>(e->chunks[0].region), FullBox(e->shape))
+          << re.name;
       continue;
     }
     CKPT_ASSERT_OK_AND_ASSIGN(Split split, ParseSplit(re.layout));
@@ -96,7 +100,8 @@ void ExpectRankLocal(const ReshardReport& report) {
       for (const auto& c : e->chunks) {
         if (c.region == piece) {
           found = true;
-          EXPECT_EQ(c.shard, static_cast<uint32_t>(r)) << re.name << " " << RegionToString(piece);
+          EXPECT_EQ(c.shard, static_cast<uint32_t>(r))
+              << re.name << " " << RegionToString(piece);
         }
       }
       EXPECT_TRUE(found) << re.name << ": no chunk " << RegionToString(piece);
@@ -137,7 +142,8 @@ struct Case {
   int from, to;
 };
 
-class ReshardToolMatrixTest : public ReshardTest, public ::testing::WithParamInterface<Case> {};
+class ReshardToolMatrixTest : public ReshardTest,
+                              public ::testing::WithParamInterface<Case> {};
 
 TEST_P(ReshardToolMatrixTest, OutputIsValidEqualAndRankLocal) {
   const auto [from, to] = GetParam();
@@ -153,8 +159,8 @@ TEST_P(ReshardToolMatrixTest, OutputIsValidEqualAndRankLocal) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ReshardToolMatrixTest,
-                         ::testing::Values(Case{4, 2}, Case{4, 3}, Case{2, 4}, Case{3, 1},
-                                           Case{1, 1}, Case{2, 7}),
+                         ::testing::Values(Case{4, 2}, Case{4, 3}, Case{2, 4},
+                                           Case{3, 1}, Case{1, 1}, Case{2, 7}),
                          [](const auto& info) {
                            return std::to_string(info.param.from) + "to" +
                                   std::to_string(info.param.to);
@@ -179,7 +185,8 @@ TEST_F(ReshardTest, InfersLayoutsFromTheStoredChunks) {
 }
 
 TEST_F(ReshardTest, ReplicatedTensorIsWrittenOnce) {
-  CKPT_ASSERT_OK(WriteFixture(Src(), 1, 2, {{"norm", DType::kFloat32, {64}, Layout::kReplicated}}));
+  CKPT_ASSERT_OK(WriteFixture(
+      Src(), 1, 2, {{"norm", DType::kFloat32, {64}, Layout::kReplicated}}));
   CKPT_ASSERT_OK_AND_ASSIGN(ReshardReport report, Reshard(Opts(4)));
   EXPECT_EQ(report.stored_bytes, 64u * 4);
   ExpectRankLocal(report);
@@ -187,13 +194,15 @@ TEST_F(ReshardTest, ReplicatedTensorIsWrittenOnce) {
 }
 
 TEST_F(ReshardTest, FlatUnevenIsResplitEvenly) {
-  CKPT_ASSERT_OK(WriteFixture(Src(), 1, 3, {{"m", DType::kFloat32, {11, 3}, Layout::kFlatUneven}}));
+  CKPT_ASSERT_OK(WriteFixture(
+      Src(), 1, 3, {{"m", DType::kFloat32, {11, 3}, Layout::kFlatUneven}}));
   CKPT_ASSERT_OK_AND_ASSIGN(ReshardReport report, Reshard(Opts(4)));
   CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(Dst()));
   const format::EntryRecord* e = reader->Find("m");
   ASSERT_NE(e, nullptr);
   std::map<uint32_t, FlatRange> by_shard;
-  for (const auto& c : e->chunks) by_shard[c.shard] = std::get<FlatRange>(c.region);
+  for (const auto& c : e->chunks)
+    by_shard[c.shard] = std::get<FlatRange>(c.region);
   EXPECT_EQ(by_shard[0], (FlatRange{0, 9}));
   EXPECT_EQ(by_shard[1], (FlatRange{9, 8}));
   EXPECT_EQ(by_shard[2], (FlatRange{17, 8}));
@@ -203,11 +212,13 @@ TEST_F(ReshardTest, FlatUnevenIsResplitEvenly) {
 
 TEST_F(ReshardTest, IrregularLayoutNeedsAnOverride) {
   FixtureTensor t{"odd", DType::kFloat32, {4, 4}, Layout::kRows};
-  t.pieces = {BoxPiece({0, 0}, {2, 2}), BoxPiece({0, 2}, {2, 2}), BoxPiece({2, 0}, {2, 4})};
+  t.pieces = {BoxPiece({0, 0}, {2, 2}), BoxPiece({0, 2}, {2, 2}),
+              BoxPiece({2, 0}, {2, 4})};
   CKPT_ASSERT_OK(WriteFixture(Src(), 1, 3, {t}));
   EXPECT_THAT(Reshard(Opts(2)),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "entry 'odd': cannot infer its layout: its 3 chunks are not a regular grid"));
+                       "entry 'odd': cannot infer its layout: its 3 chunks are "
+                       "not a regular grid"));
   EXPECT_TRUE(::ckpt::testing::LeftoversIn(Dst()).empty());
   ::ckpt::testing::WriteFileBytes(tmp_ / "layout.json",
                                   R"({"entries": {"odd": {"split": "dim1"}}})");
@@ -223,12 +234,14 @@ TEST_F(ReshardTest, IrregularLayoutNeedsAnOverride) {
 }
 
 TEST_F(ReshardTest, GlobOverrideChangesTheSplit) {
-  CKPT_ASSERT_OK(WriteFixture(Src(), 1, 2,
-                              {{"layers.0.w", DType::kFloat32, {6, 4}, Layout::kRows},
-                               {"layers.1.w", DType::kFloat32, {6, 4}, Layout::kRows},
-                               {"emb", DType::kFloat32, {6, 4}, Layout::kRows}}));
-  ::ckpt::testing::WriteFileBytes(tmp_ / "layout.json",
-                                  R"({"entries": {"layers.*.w": {"split": "dim1"},
+  CKPT_ASSERT_OK(
+      WriteFixture(Src(), 1, 2,
+                   {{"layers.0.w", DType::kFloat32, {6, 4}, Layout::kRows},
+                    {"layers.1.w", DType::kFloat32, {6, 4}, Layout::kRows},
+                    {"emb", DType::kFloat32, {6, 4}, Layout::kRows}}));
+  ::ckpt::testing::WriteFileBytes(
+      tmp_ / "layout.json",
+      R"({"entries": {"layers.*.w": {"split": "dim1"},
                                                   "emb": {"split": "flat"}}})");
   ReshardOptions o = Opts(3);
   o.layout_file = tmp_ / "layout.json";
@@ -243,84 +256,104 @@ TEST_F(ReshardTest, GlobOverrideChangesTheSplit) {
 }
 
 TEST_F(ReshardTest, OverrideFileErrorsNameTheFile) {
-  CKPT_ASSERT_OK(WriteFixture(Src(), 1, 2, {{"w", DType::kFloat32, {4}, Layout::kRows}}));
+  CKPT_ASSERT_OK(
+      WriteFixture(Src(), 1, 2, {{"w", DType::kFloat32, {4}, Layout::kRows}}));
   const std::string path = tmp_ / "layout.json";
   ReshardOptions o = Opts(2);
   o.layout_file = path;
-  ::ckpt::testing::WriteFileBytes(path, R"({"entries": {"w": {"split": "rows"}}})");
-  EXPECT_THAT(Reshard(o), StatusIs(absl::StatusCode::kInvalidArgument,
-                                   path + ": entries.\"w\".split: expected \"dim<k>\""));
-  ::ckpt::testing::WriteFileBytes(path, R"({"entries": {"v": {"split": "dim0"}}})");
-  EXPECT_THAT(Reshard(o), StatusIs(absl::StatusCode::kInvalidArgument,
-                                   path + ": \"v\" matches no entry of the checkpoint"));
-  ::ckpt::testing::WriteFileBytes(path, R"({"entries": {"w": {"split": "dim1"}}})");
-  EXPECT_THAT(Reshard(o), StatusIs(absl::StatusCode::kInvalidArgument,
-                                   "override w -> dim1 for entry 'w': the tensor has 1 dims"));
+  ::ckpt::testing::WriteFileBytes(path,
+                                  R"({"entries": {"w": {"split": "rows"}}})");
+  EXPECT_THAT(Reshard(o),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       path + ": entries.\"w\".split: expected \"dim<k>\""));
+  ::ckpt::testing::WriteFileBytes(path,
+                                  R"({"entries": {"v": {"split": "dim0"}}})");
+  EXPECT_THAT(Reshard(o),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       path + ": \"v\" matches no entry of the checkpoint"));
+  ::ckpt::testing::WriteFileBytes(path,
+                                  R"({"entries": {"w": {"split": "dim1"}}})");
+  EXPECT_THAT(
+      Reshard(o),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "override w -> dim1 for entry 'w': the tensor has 1 dims"));
   EXPECT_TRUE(::ckpt::testing::LeftoversIn(Dst()).empty());
 }
 
 TEST_F(ReshardTest, MissingOverrideFileIsNotFound) {
-  CKPT_ASSERT_OK(WriteFixture(Src(), 1, 2, {{"w", DType::kFloat32, {4}, Layout::kRows}}));
+  CKPT_ASSERT_OK(
+      WriteFixture(Src(), 1, 2, {{"w", DType::kFloat32, {4}, Layout::kRows}}));
   ReshardOptions o = Opts(2);
   o.layout_file = tmp_ / "nope.json";
   EXPECT_THAT(Reshard(o), StatusIs(absl::StatusCode::kNotFound, "nope.json"));
 }
 
 TEST_F(ReshardTest, WrongFromFailsClearly) {
-  CKPT_ASSERT_OK(WriteFixture(Src(), 7, 4, {{"w", DType::kFloat32, {4}, Layout::kRows}}));
+  CKPT_ASSERT_OK(
+      WriteFixture(Src(), 7, 4, {{"w", DType::kFloat32, {4}, Layout::kRows}}));
   ReshardOptions o = Opts(2);
   o.from = 3;
   auto r = Reshard(o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(r.status().message(), Src() + "/step-00000007: saved on 4 ranks, --from 3 given");
+  EXPECT_EQ(r.status().message(),
+            Src() + "/step-00000007: saved on 4 ranks, --from 3 given");
   o.from = 4;
   CKPT_EXPECT_OK(Reshard(o));
 }
 
 TEST_F(ReshardTest, CorruptSourceBlockFailsAndCommitsNothing) {
-  CKPT_ASSERT_OK(WriteFixture(Src(), 7, 2, {{"w", DType::kFloat32, {64, 64}, Layout::kRows}}));
+  CKPT_ASSERT_OK(WriteFixture(
+      Src(), 7, 2, {{"w", DType::kFloat32, {64, 64}, Layout::kRows}}));
   const std::string shard = Src() + "/step-00000007/shard-00001.ckpt";
   std::string bytes = ::ckpt::testing::ReadFileBytes(shard);
   bytes[4096 + 10] ^= 0x10;
   ::ckpt::testing::WriteFileBytes(shard, bytes);
   auto r = Reshard(Opts(3));
-  EXPECT_THAT(r, StatusIs(absl::StatusCode::kDataLoss,
-                          Src() + "/step-00000007/shard-00001.ckpt: block 0 of chunk 1 "
-                                  "[21:64, 0:64] of 'w': checksum"));
+  EXPECT_THAT(
+      r, StatusIs(absl::StatusCode::kDataLoss,
+                  Src() + "/step-00000007/shard-00001.ckpt: block 0 of chunk 1 "
+                          "[21:64, 0:64] of 'w': checksum"));
   // Nothing committed, nothing left behind.
   EXPECT_TRUE(::ckpt::testing::LeftoversIn(Dst()).empty());
 }
 
 TEST_F(ReshardTest, ExistingStepIsNotOverwritten) {
-  CKPT_ASSERT_OK(WriteFixture(Src(), 7, 2, {{"w", DType::kFloat32, {8}, Layout::kRows}}));
+  CKPT_ASSERT_OK(
+      WriteFixture(Src(), 7, 2, {{"w", DType::kFloat32, {8}, Layout::kRows}}));
   CKPT_ASSERT_OK(Reshard(Opts(3)).status());
-  EXPECT_THAT(Reshard(Opts(3)), StatusIs(absl::StatusCode::kAlreadyExists, "already exists"));
+  EXPECT_THAT(Reshard(Opts(3)),
+              StatusIs(absl::StatusCode::kAlreadyExists, "already exists"));
   ReshardOptions o = Opts(3);
   o.step = 8;
   CKPT_ASSERT_OK_AND_ASSIGN(ReshardReport report, Reshard(o));
   EXPECT_EQ(report.dst_dir, Dst() + "/step-00000008");
-  CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(Dst()));  // latest moved on
+  CKPT_ASSERT_OK_AND_ASSIGN(auto reader,
+                            Reader::Open(Dst()));  // latest moved on
   EXPECT_EQ(reader->manifest().info.step, 8u);
 }
 
 TEST_F(ReshardTest, DstMustBeARootNotACheckpoint) {
-  CKPT_ASSERT_OK(WriteFixture(Src(), 7, 2, {{"w", DType::kFloat32, {8}, Layout::kRows}}));
+  CKPT_ASSERT_OK(
+      WriteFixture(Src(), 7, 2, {{"w", DType::kFloat32, {8}, Layout::kRows}}));
   ReshardOptions o = Opts(2);
   o.dst = Src() + "/step-00000007";
-  EXPECT_THAT(Reshard(o), StatusIs(absl::StatusCode::kInvalidArgument,
-                                   "step-00000007: is a checkpoint directory; DST must be a "
-                                   "checkpoint root"));
+  EXPECT_THAT(
+      Reshard(o),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "step-00000007: is a checkpoint directory; DST must be a "
+               "checkpoint root"));
 }
 
 TEST_F(ReshardTest, MissingSourceIsNotFound) {
-  EXPECT_THAT(Reshard(Opts(2)), StatusIs(absl::StatusCode::kNotFound,
-                                         Src() + ": no such checkpoint or checkpoint root"));
+  EXPECT_THAT(Reshard(Opts(2)),
+              StatusIs(absl::StatusCode::kNotFound,
+                       Src() + ": no such checkpoint or checkpoint root"));
 }
 
 TEST_F(ReshardTest, BadWorldSizeIsInvalid) {
-  EXPECT_THAT(Reshard(Opts(0)),
-              StatusIs(absl::StatusCode::kInvalidArgument, "--to must be in [1, 1024], got 0"));
+  EXPECT_THAT(Reshard(Opts(0)), StatusIs(absl::StatusCode::kInvalidArgument,
+                                         "--to must be in [1, 1024], got 0"));
 }
 
 TEST_F(ReshardTest, KeepsCodecMetadataAndStepUnlessOverridden) {
@@ -353,8 +386,10 @@ TEST_F(ReshardTest, KeepsCodecMetadataAndStepUnlessOverridden) {
 TEST_F(ReshardTest, PartialEntriesKeepTheirChunks) {
   FixtureTensor t{"emb", DType::kFloat32, {8, 4}, Layout::kRows};
   t.partial = true;
-  t.pieces = {BoxPiece({0, 0}, {2, 4}), BoxPiece({5, 0}, {2, 4}), BoxPiece({7, 0}, {0, 4})};
-  CKPT_ASSERT_OK(WriteFixture(Src(), 1, 3, {t, {"w", DType::kFloat32, {6}, Layout::kRows}}));
+  t.pieces = {BoxPiece({0, 0}, {2, 4}), BoxPiece({5, 0}, {2, 4}),
+              BoxPiece({7, 0}, {0, 4})};
+  CKPT_ASSERT_OK(WriteFixture(Src(), 1, 3,
+                              {t, {"w", DType::kFloat32, {6}, Layout::kRows}}));
   CKPT_ASSERT_OK_AND_ASSIGN(ReshardReport report, Reshard(Opts(2)));
   EXPECT_EQ(report.entries[0].layout, "partial");
   ExpectEqual(Src(), Dst());
@@ -368,9 +403,12 @@ TEST_F(ReshardTest, PartialEntriesKeepTheirChunks) {
 
 TEST_F(ReshardTest, ReadsFromSourceInBoundedPieces) {
   // 8 MiB tensor; the writer asks for at most a few MiB at a time.
-  CKPT_ASSERT_OK(
-      WriteFixture(Src(), 1, 2, {{"w", DType::kFloat32, {1024, 2048}, Layout::kRows,
-                                  std::string(8u << 20, '\x3f')}}));
+  CKPT_ASSERT_OK(WriteFixture(Src(), 1, 2,
+                              {{"w",
+                                DType::kFloat32,
+                                {1024, 2048},
+                                Layout::kRows,
+                                std::string(8u << 20, '\x3f')}}));
   CKPT_ASSERT_OK_AND_ASSIGN(ReshardReport report, Reshard(Opts(3)));
   EXPECT_EQ(report.tensor_bytes, 8u << 20);
   EXPECT_GT(report.largest_read, 0u);

@@ -6,13 +6,13 @@
 
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "ckpt/format/status_macros.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "libckpt/test_util.h"
+#include "nlohmann/json.hpp"
 #include "testing/cli.h"
 #include "testing/expected_output.h"
 #include "testing/status_matchers.h"
@@ -24,7 +24,6 @@ using ::ckpt::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-
 struct RunResult {
   int code = -1;
   std::string out, err;
@@ -34,7 +33,8 @@ struct RunResult {
 // no spaces), stdout and stderr captured.
 RunResult Synth(const TempDir& tmp, const std::string& args) {
   ckpt::testing::CliResult c = ckpt::testing::RunCli(
-      CKPT_SYNTH_BINARY, absl::StrSplit(args, ' ', absl::SkipEmpty()), tmp.path());
+      CKPT_SYNTH_BINARY, absl::StrSplit(args, ' ', absl::SkipEmpty()),
+      tmp.path());
   EXPECT_NE(c.exit_code, -1) << c.err;
   return RunResult{c.exit_code, c.out, c.err};
 }
@@ -113,13 +113,15 @@ TEST(SynthCli, WriteAndVerifyOutputs) {
       Synth(tmp, absl::StrCat("verify ", tmp.path(), "/run --ranks 3"));
   EXPECT_EQ(v.code, 0) << v.err;
   EXPECT_EQ(v.err, "");
-  ckpt::testing::ExpectOutput("synth", "verify_ok.txt", Placeholders(v.out, tmp));
+  ckpt::testing::ExpectOutput("synth", "verify_ok.txt",
+                              Placeholders(v.out, tmp));
 
   RunResult bad = Synth(
       tmp, absl::StrCat("verify ", tmp.path(), "/run --ranks 2 --seed 8"));
   EXPECT_EQ(bad.code, 1) << bad.err;
   EXPECT_EQ(bad.err, "");
-  ckpt::testing::ExpectOutput("synth", "verify_wrong_seed.txt", Placeholders(bad.out, tmp));
+  ckpt::testing::ExpectOutput("synth", "verify_wrong_seed.txt",
+                              Placeholders(bad.out, tmp));
 }
 
 TEST(SynthCli, JsonOutputs) {
@@ -156,7 +158,8 @@ TEST(SynthCli, MissingDirectoryExitsTwo) {
   RunResult r = Synth(tmp, absl::StrCat("verify ", tmp.path(), "/nope"));
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
-  ckpt::testing::ExpectOutput("synth", "verify_missing.txt", Placeholders(r.err, tmp));
+  ckpt::testing::ExpectOutput("synth", "verify_missing.txt",
+                              Placeholders(r.err, tmp));
 }
 
 TEST(SynthCli, NotACheckpointExitsTwo) {
@@ -165,7 +168,8 @@ TEST(SynthCli, NotACheckpointExitsTwo) {
       Synth(tmp, absl::StrCat("verify ", tmp.path()));  // holds only stdout.txt
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
-  ckpt::testing::ExpectOutput("synth", "verify_not_checkpoint.txt", Placeholders(r.err, tmp));
+  ckpt::testing::ExpectOutput("synth", "verify_not_checkpoint.txt",
+                              Placeholders(r.err, tmp));
 }
 
 TEST(SynthCli, NotSyntheticExitsTwo) {

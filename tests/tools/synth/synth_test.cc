@@ -6,10 +6,10 @@
 #include <map>
 #include <tuple>
 
+#include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"

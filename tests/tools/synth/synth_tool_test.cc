@@ -3,11 +3,11 @@
 #include <sstream>
 
 #include "ckpt/format/status_macros.h"
+#include "common/tool_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/status_matchers.h"
-#include "common/tool_util.h"
 
 namespace ckpt::synth {
 namespace {

@@ -2,8 +2,8 @@
 // tests/tools/expected/validate/*.txt.
 #include <filesystem>
 
-#include "gtest/gtest.h"
 #include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tools/inspect/fixture.h"
 
@@ -15,11 +15,11 @@ using ::ckpt::testing::TempDir;
 using testing::ChunkOffset;
 using testing::ExpectOutput;
 using testing::FlipByte;
+using ::testing::HasSubstr;
 using testing::Normalize;
 using testing::RunResult;
 using testing::StandardSpec;
 using testing::WriteCheckpoint;
-using ::testing::HasSubstr;
 
 RunResult Validate(const std::string& args, const TempDir& tmp) {
   return testing::Run(std::string(CKPT_VALIDATE_BIN) + " " + args, tmp.path());
@@ -58,7 +58,8 @@ TEST(ValidateCli, MultipleProblems) {
   std::string dir = WriteCheckpoint(tmp.path(), StandardSpec());
   FlipByte(dir + "/shard-00000.ckpt", ChunkOffset(dir, "embed.w", 0));
   fs::remove(dir + "/shard-00002.ckpt");
-  fs::resize_file(dir + "/shard-00003.ckpt", fs::file_size(dir + "/shard-00003.ckpt") - 1);
+  fs::resize_file(dir + "/shard-00003.ckpt",
+                  fs::file_size(dir + "/shard-00003.ckpt") - 1);
   fs::create_directory(tmp / ".tmp-step-00000008-00112233aabbccdd");
   RunResult r = Validate(tmp.path(), tmp);
   EXPECT_EQ(r.code, 1);
@@ -91,7 +92,8 @@ TEST(ValidateCli, CheckFinite) {
   TempDir tmp;
   auto spec = StandardSpec();
   for (auto& t : spec.tensors) {
-    if (t.name == "embed.w") t.data[2 * 5 + 1] = '\x7f', t.data[2 * 5] = '\xc0';  // bf16 NaN
+    if (t.name == "embed.w")
+      t.data[2 * 5 + 1] = '\x7f', t.data[2 * 5] = '\xc0';  // bf16 NaN
   }
   WriteCheckpoint(tmp.path(), spec);
   EXPECT_EQ(Validate(tmp.path(), tmp).code, 0);
@@ -106,7 +108,8 @@ TEST(ValidateCli, MissingDirectory) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(Normalize(r.err, tmp.path()),
-            "ckpt-validate: error: <TMP>/nope: no such checkpoint or checkpoint root\n");
+            "ckpt-validate: error: <TMP>/nope: no such checkpoint or "
+            "checkpoint root\n");
 }
 
 TEST(ValidateCli, NotACheckpoint) {
@@ -115,7 +118,8 @@ TEST(ValidateCli, NotACheckpoint) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(Normalize(r.err, tmp.path()),
-            "ckpt-validate: error: <TMP>: not a checkpoint (no MANIFEST) nor a checkpoint root "
+            "ckpt-validate: error: <TMP>: not a checkpoint (no MANIFEST) nor a "
+            "checkpoint root "
             "(no 'latest')\n");
 }
 
@@ -125,14 +129,18 @@ TEST(ValidateCli, CorruptManifestIsAFinding) {
   fs::resize_file(dir + "/MANIFEST", fs::file_size(dir + "/MANIFEST") - 3);
   RunResult r = Validate(dir, tmp);
   EXPECT_EQ(r.code, 1);
-  ExpectOutput("validate", "corrupt_manifest.txt", Normalize(r.out, tmp.path()));
+  ExpectOutput("validate", "corrupt_manifest.txt",
+               Normalize(r.out, tmp.path()));
 }
 
 TEST(ValidateCli, UsageErrors) {
   TempDir tmp;
   RunResult r = Validate(tmp.path() + " --quick --check-finite", tmp);
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err.rfind("ckpt-validate: error: --quick excludes --check-finite", 0), 0u) << r.err;
+  EXPECT_EQ(
+      r.err.rfind("ckpt-validate: error: --quick excludes --check-finite", 0),
+      0u)
+      << r.err;
   r = Validate("", tmp);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("DIR is required"), std::string::npos) << r.err;
@@ -144,7 +152,10 @@ TEST(ValidateCli, HelpAndVersion) {
   TempDir tmp;
   RunResult r = Validate("--version", tmp);
   EXPECT_EQ(r.code, 0);
-  EXPECT_EQ(r.out.rfind("ckpt-validate 0.1.0 (ckpt library 0.1.0, format v1.0)", 0), 0u) << r.out;
+  EXPECT_EQ(
+      r.out.rfind("ckpt-validate 0.1.0 (ckpt library 0.1.0, format v1.0)", 0),
+      0u)
+      << r.out;
   r = Validate("--help", tmp);
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("--check-finite"), std::string::npos);

@@ -7,11 +7,11 @@
 #include <filesystem>
 
 #include "ckpt/fault_injection.h"
+#include "ckpt/format/latest.h"
+#include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
 #include "ckpt/mutex.h"
 #include "ckpt/writer.h"
-#include "ckpt/format/latest.h"
-#include "ckpt/format/status_macros.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
 #include "tools/inspect/fixture.h"
@@ -22,10 +22,10 @@ namespace {
 namespace fs = std::filesystem;
 using ::ckpt::testing::StatusIs;
 using ::ckpt::testing::TempDir;
-using ::testing::HasSubstr;
 using testing::ChunkOffset;
 using testing::FixtureSpec;
 using testing::FlipByte;
+using ::testing::HasSubstr;
 using testing::StandardSpec;
 using testing::WriteCheckpoint;
 
@@ -43,7 +43,8 @@ ValidateReport MustValidate(const std::string& path, bool quick = false,
 
 std::string AllFindings(const ValidateReport& r) {
   std::string s;
-  for (const Finding& f : r.findings) s += std::string(SeverityName(f.severity)) + ": " + FindingText(f) + "\n";
+  for (const Finding& f : r.findings)
+    s += std::string(SeverityName(f.severity)) + ": " + FindingText(f) + "\n";
   return s;
 }
 
@@ -52,13 +53,17 @@ class CountingStorage final : public Storage {
  public:
   class CountingFile final : public File {
    public:
-    CountingFile(std::unique_ptr<File> f, std::atomic<uint64_t>* n) : f_(std::move(f)), n_(n) {}
-    absl::StatusOr<size_t> PRead(uint64_t offset, size_t n, char* dst) override {
+    CountingFile(std::unique_ptr<File> f, std::atomic<uint64_t>* n)
+        : f_(std::move(f)), n_(n) {}
+    absl::StatusOr<size_t> PRead(uint64_t offset, size_t n,
+                                 char* dst) override {
       auto got = f_->PRead(offset, n, dst);
       if (got.ok()) *n_ += *got;
       return got;
     }
-    absl::Status PWrite(uint64_t o, absl::string_view d) override { return f_->PWrite(o, d); }
+    absl::Status PWrite(uint64_t o, absl::string_view d) override {
+      return f_->PWrite(o, d);
+    }
     absl::Status Sync() override { return f_->Sync(); }
     absl::StatusOr<uint64_t> Size() override { return f_->Size(); }
     absl::Status Close() override { return f_->Close(); }
@@ -68,26 +73,38 @@ class CountingStorage final : public Storage {
     std::unique_ptr<File> f_;
     std::atomic<uint64_t>* n_;
   };
-  absl::StatusOr<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode,
+  absl::StatusOr<std::unique_ptr<File>> Open(const std::string& path,
+                                             OpenMode mode,
                                              const OpenOptions& o) override {
     auto f = DefaultStorage()->Open(path, mode, o);
     if (!f.ok()) return f.status();
     return std::unique_ptr<File>(new CountingFile(*std::move(f), &bytes));
   }
-  absl::Status CreateDir(const std::string& p) override { return DefaultStorage()->CreateDir(p); }
-  absl::Status SyncDir(const std::string& p) override { return DefaultStorage()->SyncDir(p); }
+  absl::Status CreateDir(const std::string& p) override {
+    return DefaultStorage()->CreateDir(p);
+  }
+  absl::Status SyncDir(const std::string& p) override {
+    return DefaultStorage()->SyncDir(p);
+  }
   absl::Status Rename(const std::string& a, const std::string& b) override {
     return DefaultStorage()->Rename(a, b);
   }
-  absl::Status RenameNoReplace(const std::string& a, const std::string& b) override {
+  absl::Status RenameNoReplace(const std::string& a,
+                               const std::string& b) override {
     return DefaultStorage()->RenameNoReplace(a, b);
   }
   absl::StatusOr<std::vector<std::string>> List(const std::string& d) override {
     return DefaultStorage()->List(d);
   }
-  absl::StatusOr<FileInfo> Stat(const std::string& p) override { return DefaultStorage()->Stat(p); }
-  absl::Status RemoveFile(const std::string& p) override { return DefaultStorage()->RemoveFile(p); }
-  absl::Status RemoveAll(const std::string& p) override { return DefaultStorage()->RemoveAll(p); }
+  absl::StatusOr<FileInfo> Stat(const std::string& p) override {
+    return DefaultStorage()->Stat(p);
+  }
+  absl::Status RemoveFile(const std::string& p) override {
+    return DefaultStorage()->RemoveFile(p);
+  }
+  absl::Status RemoveAll(const std::string& p) override {
+    return DefaultStorage()->RemoveAll(p);
+  }
 
   std::atomic<uint64_t> bytes{0};
 };
@@ -120,8 +137,10 @@ TEST(Validate, MissingDirectory) {
   TempDir tmp;
   ValidateOptions o;
   o.path = tmp / "nope";
-  EXPECT_THAT(Validate(o), StatusIs(absl::StatusCode::kNotFound,
-                                    tmp / "nope" + ": no such checkpoint or checkpoint root"));
+  EXPECT_THAT(
+      Validate(o),
+      StatusIs(absl::StatusCode::kNotFound,
+               tmp / "nope" + ": no such checkpoint or checkpoint root"));
 }
 
 TEST(Validate, NotACheckpoint) {
@@ -131,15 +150,16 @@ TEST(Validate, NotACheckpoint) {
   o.path = tmp / "data";
   EXPECT_THAT(Validate(o),
               StatusIs(absl::StatusCode::kNotFound,
-                       tmp / "data" +
-                           ": not a checkpoint (no MANIFEST) nor a checkpoint root (no 'latest')"));
+                       tmp / "data" + ": not a checkpoint (no MANIFEST) nor a "
+                                      "checkpoint root (no 'latest')"));
 }
 
 TEST(Validate, QuickWithCheckFiniteIsRefused) {
   ValidateOptions o;
   o.path = "/";
   o.quick = o.check_finite = true;
-  EXPECT_THAT(Validate(o), StatusIs(absl::StatusCode::kInvalidArgument, "--quick"));
+  EXPECT_THAT(Validate(o),
+              StatusIs(absl::StatusCode::kInvalidArgument, "--quick"));
 }
 
 TEST(Validate, NewerManifestVersionIsUnsupported) {
@@ -150,7 +170,8 @@ TEST(Validate, NewerManifestVersionIsUnsupported) {
   testing::WriteBytes(dir + "/MANIFEST", m);
   ValidateOptions o;
   o.path = dir;
-  EXPECT_THAT(Validate(o), StatusIs(absl::StatusCode::kFailedPrecondition, dir + "/MANIFEST: "));
+  EXPECT_THAT(Validate(o), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                    dir + "/MANIFEST: "));
 }
 
 TEST(Validate, CorruptManifest) {
@@ -168,7 +189,8 @@ TEST(Validate, CorruptedBlockNamesFileEntryChunkAndBlock) {
   TempDir tmp;
   std::string dir = WriteCheckpoint(tmp.path(), StandardSpec());
   // Chunk 1 of layers.0.attn.w is the box [0:4, 4:8] on shard 1.
-  FlipByte(dir + "/shard-00001.ckpt", ChunkOffset(dir, "layers.0.attn.w", 1) + 3);
+  FlipByte(dir + "/shard-00001.ckpt",
+           ChunkOffset(dir, "layers.0.attn.w", 1) + 3);
   ValidateReport r = MustValidate(tmp.path());
   ASSERT_EQ(r.findings.size(), 1u) << AllFindings(r);
   const Finding& f = r.findings[0];
@@ -179,9 +201,10 @@ TEST(Validate, CorruptedBlockNamesFileEntryChunkAndBlock) {
   EXPECT_EQ(f.region, "[0:4, 4:8]");
   EXPECT_EQ(f.block, 0);
   EXPECT_THAT(f.message, HasSubstr("checksum 0x"));
-  EXPECT_EQ(FindingText(f).rfind(dir + "/shard-00001.ckpt: block 0 of chunk 1 [0:4, 4:8] of "
-                                       "'layers.0.attn.w': checksum 0x",
-                                 0),
+  EXPECT_EQ(FindingText(f).rfind(
+                dir + "/shard-00001.ckpt: block 0 of chunk 1 [0:4, 4:8] of "
+                      "'layers.0.attn.w': checksum 0x",
+                0),
             0u);
   EXPECT_EQ(r.blocks_verified, r.chunks + 2 - 1);
 }
@@ -189,7 +212,8 @@ TEST(Validate, CorruptedBlockNamesFileEntryChunkAndBlock) {
 TEST(Validate, CorruptedSecondBlockOfZstdChunk) {
   TempDir tmp;
   std::string dir = WriteCheckpoint(tmp.path(), StandardSpec());
-  auto m = format::DecodeManifest(testing::ReadBytes(dir + "/MANIFEST")).value();
+  auto m =
+      format::DecodeManifest(testing::ReadBytes(dir + "/MANIFEST")).value();
   // lm_head.w chunk 0 lies on shard 0; its second block ends its payload.
   const format::ChunkRecord* c = nullptr;
   for (const auto& e : m.entries) {
@@ -213,8 +237,9 @@ TEST(Validate, TruncatedShard) {
   ValidateReport r = MustValidate(dir);
   ASSERT_EQ(r.findings.size(), 1u) << AllFindings(r);
   EXPECT_EQ(r.findings[0].file, shard);
-  EXPECT_EQ(r.findings[0].message, absl::StrCat("file is ", size - 100, " bytes, the manifest says ",
-                                                size, " (truncated)"));
+  EXPECT_EQ(r.findings[0].message,
+            absl::StrCat("file is ", size - 100, " bytes, the manifest says ",
+                         size, " (truncated)"));
   EXPECT_EQ(r.shards_ok, 3u);
 }
 
@@ -234,7 +259,8 @@ TEST(Validate, MissingShardFile) {
   ValidateReport r = MustValidate(dir);
   ASSERT_EQ(r.findings.size(), 1u) << AllFindings(r);
   EXPECT_EQ(r.findings[0].file, dir + "/shard-00002.ckpt");
-  EXPECT_EQ(r.findings[0].message, "shard file is missing (shard 2 in the manifest)");
+  EXPECT_EQ(r.findings[0].message,
+            "shard file is missing (shard 2 in the manifest)");
 }
 
 TEST(Validate, ShardFromAnotherCheckpoint) {
@@ -250,7 +276,8 @@ TEST(Validate, ShardFromAnotherCheckpoint) {
   EXPECT_EQ(r.findings[0].file, dir + "/shard-00001.ckpt");
   EXPECT_EQ(r.findings[0].message,
             "checkpoint id ee1112131415161718191a1b1c1d1e1f != manifest's "
-            "101112131415161718191a1b1c1d1e1f: this shard belongs to another checkpoint");
+            "101112131415161718191a1b1c1d1e1f: this shard belongs to another "
+            "checkpoint");
 }
 
 TEST(Validate, ShardIdMismatch) {
@@ -278,13 +305,15 @@ TEST(Validate, IndexInfoDiffersFromManifest) {
   TempDir tmp;
   FixtureSpec spec = StandardSpec();
   spec.edit_index = [](uint32_t shard, format::ShardIndex* index) {
-    if (shard == 1) index->info.created_unix_ns += 5;  // as a rank with its own clock would
+    if (shard == 1)
+      index->info.created_unix_ns += 5;  // as a rank with its own clock would
   };
   std::string dir = WriteCheckpoint(tmp.path(), spec);
   ValidateReport r = MustValidate(dir);
   ASSERT_EQ(r.findings.size(), 1u) << AllFindings(r);
   EXPECT_EQ(r.findings[0].message,
-            "CHECKPOINT_INFO differs from the manifest's: created_unix_ns 1795219200000000005 "
+            "CHECKPOINT_INFO differs from the manifest's: created_unix_ns "
+            "1795219200000000005 "
             "!= 1795219200000000000 (index != manifest)");
 }
 
@@ -314,7 +343,8 @@ TEST(Validate, EmptyIndexMetadataSectionWhenTheManifestHasPairs) {
   ASSERT_EQ(r.findings.size(), 1u) << AllFindings(r);
   EXPECT_EQ(r.findings[0].file, dir + "/shard-00001.ckpt");
   EXPECT_EQ(r.findings[0].message,
-            "METADATA differs from the manifest's (0 pairs in the index, 1 in the manifest)");
+            "METADATA differs from the manifest's (0 pairs in the index, 1 in "
+            "the manifest)");
 }
 
 // §5.6: an index without METADATA is not compared.
@@ -335,15 +365,18 @@ TEST(Validate, ChunklessEntryInNoShardIndex) {
   FixtureSpec spec = StandardSpec();
   spec.edit_index = [](uint32_t, format::ShardIndex* index) {
     auto& v = index->entries;
-    v.erase(std::remove_if(v.begin(), v.end(), [](auto& e) { return e.name == "empty"; }),
+    v.erase(std::remove_if(v.begin(), v.end(),
+                           [](auto& e) { return e.name == "empty"; }),
             v.end());
   };
   std::string dir = WriteCheckpoint(tmp.path(), spec);
   ValidateReport r = MustValidate(dir);
   ASSERT_EQ(r.findings.size(), 1u) << AllFindings(r);
   EXPECT_EQ(FindingText(r.findings[0]),
-            dir + ": entry 'empty': has no chunk in any shard, and no shard index lists it "
-                  "with zero chunks (spec/FORMAT.md §5.7)");
+            dir +
+                ": entry 'empty': has no chunk in any shard, and no shard "
+                "index lists it "
+                "with zero chunks (spec/FORMAT.md §5.7)");
 }
 
 // §9: a bool byte other than 0x00 and 0x01 is corrupt.
@@ -357,8 +390,10 @@ TEST(Validate, BoolByteOtherThanZeroOrOne) {
   ValidateReport r = MustValidate(dir);
   ASSERT_EQ(r.findings.size(), 1u) << AllFindings(r);
   EXPECT_EQ(FindingText(r.findings[0]),
-            dir + "/shard-00003.ckpt: block 0 of chunk 0 [0:10] of 'mask': bool element 4 of "
-                  "the chunk is 0x02, not 0x00 or 0x01 (spec/FORMAT.md §9)");
+            dir +
+                "/shard-00003.ckpt: block 0 of chunk 0 [0:10] of 'mask': bool "
+                "element 4 of "
+                "the chunk is 0x02, not 0x00 or 0x01 (spec/FORMAT.md §9)");
 }
 
 TEST(Validate, ChunkMissingFromIndex) {
@@ -384,14 +419,16 @@ TEST(Validate, EntryMissingFromIndex) {
   spec.edit_index = [](uint32_t shard, format::ShardIndex* index) {
     if (shard != 3) return;
     auto& v = index->entries;
-    v.erase(std::remove_if(v.begin(), v.end(), [](auto& e) { return e.name == "mask"; }),
+    v.erase(std::remove_if(v.begin(), v.end(),
+                           [](auto& e) { return e.name == "mask"; }),
             v.end());
   };
   std::string dir = WriteCheckpoint(tmp.path(), spec);
   ValidateReport r = MustValidate(dir);
   ASSERT_EQ(r.findings.size(), 1u) << AllFindings(r);
   EXPECT_EQ(r.findings[0].entry, "mask");
-  EXPECT_THAT(r.findings[0].message, HasSubstr("the shard index does not list the entry"));
+  EXPECT_THAT(r.findings[0].message,
+              HasSubstr("the shard index does not list the entry"));
 }
 
 TEST(Validate, IndexChunkNotInManifest) {
@@ -416,7 +453,8 @@ TEST(Validate, IndexChunkNotInManifest) {
   ValidateReport r = MustValidate(dir);
   ASSERT_EQ(r.findings.size(), 1u) << AllFindings(r);
   EXPECT_EQ(r.findings[0].entry, "sparse");
-  EXPECT_THAT(r.findings[0].message, HasSubstr("that the manifest does not list"));
+  EXPECT_THAT(r.findings[0].message,
+              HasSubstr("that the manifest does not list"));
 }
 
 TEST(Validate, IndexEntryDescribedDifferently) {
@@ -432,14 +470,16 @@ TEST(Validate, IndexEntryDescribedDifferently) {
   ValidateReport r = MustValidate(dir);
   ASSERT_EQ(r.findings.size(), 1u) << AllFindings(r);
   EXPECT_EQ(r.findings[0].message,
-            "the shard index has tensor uint32 [6], the manifest has tensor int32 [6]");
+            "the shard index has tensor uint32 [6], the manifest has tensor "
+            "int32 [6]");
 }
 
 TEST(Validate, OverlappingChunks) {
   TempDir tmp;
   FixtureSpec spec = StandardSpec();
   for (auto& t : spec.tensors) {
-    if (t.name == "layers.0.attn.w.exp_avg") t.pieces[1].region = FlatRange{4, 15};
+    if (t.name == "layers.0.attn.w.exp_avg")
+      t.pieces[1].region = FlatRange{4, 15};
   }
   std::string dir = WriteCheckpoint(tmp.path(), spec);
   ValidateReport r = MustValidate(dir);
@@ -507,7 +547,8 @@ TEST(Validate, StrayTempDirIsAWarning) {
   EXPECT_EQ(r.warnings(), 2u);
   EXPECT_EQ(r.findings[0].file, tmp / ".tmp-latest-0011223344556677");
   EXPECT_EQ(r.findings[0].message,
-            "stray temporary file left by an interrupted save; delete it if no save is running");
+            "stray temporary file left by an interrupted save; delete it if no "
+            "save is running");
   EXPECT_EQ(r.findings[1].file, tmp / ".tmp-step-00000008-00112233aabbccdd");
   EXPECT_THAT(r.findings[1].message, HasSubstr("stray temporary directory"));
 }
@@ -518,13 +559,15 @@ TEST(Validate, BrokenLatestFallsBackToTheNewestCheckpoint) {
   older.step = 5;
   WriteCheckpoint(tmp.path(), older);
   std::string dir = WriteCheckpoint(tmp.path(), StandardSpec());
-  testing::WriteBytes(tmp / "latest", "ckpt-latest v1 step-00000007 0000000000000000\n");
+  testing::WriteBytes(tmp / "latest",
+                      "ckpt-latest v1 step-00000007 0000000000000000\n");
   ValidateReport r = MustValidate(tmp.path());
   ASSERT_EQ(r.findings.size(), 1u) << AllFindings(r);
   EXPECT_EQ(r.findings[0].file, tmp / "latest");
   EXPECT_THAT(r.findings[0].message, HasSubstr("broken pointer: "));
   EXPECT_THAT(r.findings[0].message,
-              HasSubstr("; validating step-00000007, the newest committed checkpoint, instead"));
+              HasSubstr("; validating step-00000007, the newest committed "
+                        "checkpoint, instead"));
   EXPECT_EQ(r.checkpoint_dir, dir);
   EXPECT_EQ(r.shards_ok, 4u);
 }
@@ -536,7 +579,8 @@ TEST(Validate, LatestPointsToAMissingCheckpoint) {
   ValidateReport r = MustValidate(tmp.path());
   ASSERT_EQ(r.findings.size(), 1u) << AllFindings(r);
   EXPECT_EQ(r.findings[0].message,
-            "points to 'step-00000009', which is not a committed checkpoint; validating "
+            "points to 'step-00000009', which is not a committed checkpoint; "
+            "validating "
             "step-00000007, the newest committed checkpoint, instead");
 }
 
@@ -548,7 +592,8 @@ TEST(Validate, RootWithoutCommittedCheckpoint) {
   ASSERT_EQ(r.findings.size(), 2u) << AllFindings(r);
   EXPECT_EQ(r.findings[0].severity, Severity::kWarning);  // the .tmp- directory
   EXPECT_EQ(r.findings[1].file, tmp / "latest");
-  EXPECT_EQ(r.findings[1].message, "missing; there is no committed checkpoint to validate");
+  EXPECT_EQ(r.findings[1].message,
+            "missing; there is no committed checkpoint to validate");
 }
 
 TEST(Validate, QuickReadsNoPayload) {
@@ -569,10 +614,13 @@ TEST(Validate, QuickReadsNoPayload) {
   o.storage = &counting;
   CKPT_ASSERT_OK(Validate(o));
   uint64_t metadata = fs::file_size(dir + "/MANIFEST");
-  auto m = format::DecodeManifest(testing::ReadBytes(dir + "/MANIFEST")).value();
+  auto m =
+      format::DecodeManifest(testing::ReadBytes(dir + "/MANIFEST")).value();
   for (const auto& s : m.shards) {
     std::string bytes = testing::ReadBytes(dir + "/" + s.file_name);
-    auto tail = format::DecodeShardTail(bytes.substr(bytes.size() - 32), bytes.size()).value();
+    auto tail =
+        format::DecodeShardTail(bytes.substr(bytes.size() - 32), bytes.size())
+            .value();
     metadata += 64 + 32 + tail.index_length;
   }
   EXPECT_EQ(counting.bytes.load(), metadata);
@@ -593,8 +641,10 @@ TEST(Validate, CheckFiniteReportsNaNAndInf) {
   ValidateReport r = MustValidate(dir, false, /*check_finite=*/true);
   ASSERT_EQ(r.findings.size(), 1u) << AllFindings(r);
   EXPECT_EQ(FindingText(r.findings[0]),
-            dir + "/shard-00003.ckpt: block 0 of chunk 3 [4:8, 4:8] of 'layers.0.attn.w': "
-                  "non-finite values: 1 NaN, 1 Inf; the first at [5, 6]");
+            dir +
+                "/shard-00003.ckpt: block 0 of chunk 3 [4:8, 4:8] of "
+                "'layers.0.attn.w': "
+                "non-finite values: 1 NaN, 1 Inf; the first at [5, 6]");
 }
 
 TEST(Validate, MultipleProblemsReportedTogether) {
@@ -603,7 +653,8 @@ TEST(Validate, MultipleProblemsReportedTogether) {
   FlipByte(dir + "/shard-00000.ckpt", ChunkOffset(dir, "embed.w", 0));
   FlipByte(dir + "/shard-00000.ckpt", ChunkOffset(dir, "grads8", 0));
   fs::remove(dir + "/shard-00002.ckpt");
-  fs::resize_file(dir + "/shard-00003.ckpt", fs::file_size(dir + "/shard-00003.ckpt") - 1);
+  fs::resize_file(dir + "/shard-00003.ckpt",
+                  fs::file_size(dir + "/shard-00003.ckpt") - 1);
   fs::create_directory(tmp / ".tmp-step-00000008-00112233aabbccdd");
   ValidateReport r = MustValidate(tmp.path());
   ASSERT_EQ(r.findings.size(), 5u) << AllFindings(r);
@@ -639,17 +690,20 @@ TEST(Validate, OnDataSeesEveryVerifiedByteOnce) {
   ValidateOptions o;
   o.path = dir;
   o.threads = 3;
-  o.on_data = [&](size_t e, const format::EntryRecord&, size_t c, uint64_t offset,
-                  absl::string_view raw) {
+  o.on_data = [&](size_t e, const format::EntryRecord&, size_t c,
+                  uint64_t offset, absl::string_view raw) {
     MutexLock l(&mu);
     bytes[{e, c}] += raw.size();
   };
   CKPT_ASSERT_OK_AND_ASSIGN(ValidateReport r, Validate(o));
-  auto m = format::DecodeManifest(testing::ReadBytes(dir + "/MANIFEST")).value();
+  auto m =
+      format::DecodeManifest(testing::ReadBytes(dir + "/MANIFEST")).value();
   for (size_t e = 0; e < m.entries.size(); ++e) {
     for (size_t c = 0; c < m.entries[e].chunks.size(); ++c) {
-      uint64_t raw = RegionElements(m.entries[e].chunks[c].region) * DTypeSize(m.entries[e].dtype);
-      EXPECT_EQ(bytes[std::make_pair(e, c)], raw) << m.entries[e].name << " chunk " << c;
+      uint64_t raw = RegionElements(m.entries[e].chunks[c].region) *
+                     DTypeSize(m.entries[e].dtype);
+      EXPECT_EQ(bytes[std::make_pair(e, c)], raw)
+          << m.entries[e].name << " chunk " << c;
     }
   }
 }
@@ -661,7 +715,8 @@ TEST(Validate, TinyChunksAcrossGranules) {
   spec.world = 2;
   spec.alignment = 1;
   testing::FixtureTensor t{"flat", DType::kFloat32, {1200}};
-  for (uint32_t i = 0; i < 300; ++i) t.pieces.push_back({FlatRange{i * 4, 4}, i % 2});
+  for (uint32_t i = 0; i < 300; ++i)
+    t.pieces.push_back({FlatRange{i * 4, 4}, i % 2});
   t.data = testing::Elements<float>(1200, [](uint64_t i) { return float(i); });
   spec.tensors.push_back(t);
   std::string dir = WriteCheckpoint(tmp.path(), spec);
@@ -675,9 +730,11 @@ TEST(Validate, TinyChunksAcrossGranules) {
 // A checkpoint saved by the real Writer (one rank: see the next test).
 TEST(Validate, WriterCheckpointIsValid) {
   TempDir tmp;
-  std::string w = testing::Elements<float>(64 * 32, [](uint64_t i) { return i * 0.5f; });
+  std::string w =
+      testing::Elements<float>(64 * 32, [](uint64_t i) { return i * 0.5f; });
   auto writer = Writer::Create({}).value();
-  CKPT_ASSERT_OK(writer->AddTensor("w", DType::kFloat32, {64, 32}, FullBox({64, 32}), w.data()));
+  CKPT_ASSERT_OK(writer->AddTensor("w", DType::kFloat32, {64, 32},
+                                   FullBox({64, 32}), w.data()));
   CKPT_ASSERT_OK(writer->SetObject("rng", "state"));
   SaveOptions so;
   so.codec = format::Codec::kZstd;
@@ -693,7 +750,8 @@ TEST(Validate, WriterCheckpointIsValid) {
 TEST(Validate, MultiRankWriterCheckpointIsValid) {
   TempDir tmp;
   const int kWorld = 4;
-  std::string w = testing::Elements<float>(64 * 32, [](uint64_t i) { return i * 0.5f; });
+  std::string w =
+      testing::Elements<float>(64 * 32, [](uint64_t i) { return i * 0.5f; });
   InProcessWorld world(kWorld);
   CKPT_ASSERT_OK(RunRanks(world, [&](Communicator& comm) -> absl::Status {
     Writer::Options wo;
@@ -701,7 +759,8 @@ TEST(Validate, MultiRankWriterCheckpointIsValid) {
     CKPT_ASSIGN_OR_RETURN(auto writer, Writer::Create(wo));
     const uint64_t r = comm.rank();
     CKPT_RETURN_IF_ERROR(writer->AddTensor("w", DType::kFloat32, {64, 32},
-                                           Box{{r * 16, 0}, {16, 32}}, w.data() + r * 16 * 32 * 4));
+                                           Box{{r * 16, 0}, {16, 32}},
+                                           w.data() + r * 16 * 32 * 4));
     return writer->Save(tmp.path(), 3, SaveOptions{}).status();
   }));
   ValidateReport r = MustValidate(tmp.path());

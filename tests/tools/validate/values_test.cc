@@ -12,14 +12,16 @@ namespace {
 
 template <typename T>
 std::string Bytes(std::vector<T> v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  return std::string(reinterpret_cast<const char*>(v.data()),
+                     v.size() * sizeof(T));
 }
 
 TEST(Float16ToDouble, NormalSubnormalSpecial) {
   EXPECT_EQ(Float16ToDouble(0x3c00), 1.0);
   EXPECT_EQ(Float16ToDouble(0xc000), -2.0);
-  EXPECT_EQ(Float16ToDouble(0x7bff), 65504.0);                // largest finite
-  EXPECT_EQ(Float16ToDouble(0x0001), std::ldexp(1.0, -24));  // smallest subnormal
+  EXPECT_EQ(Float16ToDouble(0x7bff), 65504.0);  // largest finite
+  EXPECT_EQ(Float16ToDouble(0x0001),
+            std::ldexp(1.0, -24));  // smallest subnormal
   EXPECT_EQ(Float16ToDouble(0x8000), 0.0);
   EXPECT_TRUE(std::signbit(Float16ToDouble(0x8000)));
   EXPECT_EQ(Float16ToDouble(0x7c00), HUGE_VAL);
@@ -38,7 +40,8 @@ TEST(Float8E4M3FNToDouble, NoInfinityAndOneNaNPattern) {
   EXPECT_EQ(Float8E4M3FNToDouble(0x38), 1.0);
   EXPECT_EQ(Float8E4M3FNToDouble(0xb8), -1.0);
   EXPECT_EQ(Float8E4M3FNToDouble(0x7e), 448.0);  // largest finite
-  EXPECT_EQ(Float8E4M3FNToDouble(0x78), 256.0);  // exponent 15 is a normal exponent
+  EXPECT_EQ(Float8E4M3FNToDouble(0x78),
+            256.0);  // exponent 15 is a normal exponent
   EXPECT_EQ(Float8E4M3FNToDouble(0x01), std::ldexp(1.0, -9));
   EXPECT_TRUE(std::isnan(Float8E4M3FNToDouble(0x7f)));
   EXPECT_TRUE(std::isnan(Float8E4M3FNToDouble(0xff)));
@@ -144,7 +147,8 @@ TEST(CountNonFinite, EachFloatingType) {
   EXPECT_EQ(c.inf, 1u);
   EXPECT_EQ(c.nan, 1u);
   EXPECT_EQ(c.first, 0);
-  std::string e4m3 = Bytes<uint8_t>({0x7e, 0x78, 0x7f, 0xff});  // 448, 256, NaN, NaN
+  std::string e4m3 =
+      Bytes<uint8_t>({0x7e, 0x78, 0x7f, 0xff});  // 448, 256, NaN, NaN
   c = CountNonFinite(DType::kFloat8E4M3FN, e4m3.data(), 4);
   EXPECT_EQ(c.nan, 2u);
   EXPECT_EQ(c.inf, 0u);

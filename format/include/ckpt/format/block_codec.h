@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "ckpt/format/format_constants.h"
 
 namespace ckpt::format {
@@ -35,7 +35,8 @@ class BlockEncoder {
   // Sets *out to the stored form of `raw` under codec zstd (a frame, or the
   // raw bytes if the frame is not smaller). Internal error only if zstd
   // fails, which it does not for valid input.
-  [[nodiscard]] absl::Status EncodeZstd(absl::string_view raw, std::string* out);
+  [[nodiscard]] absl::Status EncodeZstd(absl::string_view raw,
+                                        std::string* out);
 
  private:
   struct Impl;

@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace ckpt::format {
 
@@ -47,8 +47,8 @@ class ByteReader {
   // Rejects encodings longer than 10 bytes or overflowing 64 bits.
   [[nodiscard]] absl::StatusOr<uint64_t> ReadVarint(absl::string_view what);
   // A varint that must be <= max (InvalidArgument-free: DataLoss).
-  [[nodiscard]] absl::StatusOr<uint64_t> ReadVarintAtMost(absl::string_view what,
-                                                          uint64_t max);
+  [[nodiscard]] absl::StatusOr<uint64_t> ReadVarintAtMost(
+      absl::string_view what, uint64_t max);
   [[nodiscard]] absl::StatusOr<absl::string_view> ReadBytes(
       absl::string_view what, uint64_t n);
   // Varint length (<= max_len) then bytes.

@@ -3,9 +3,9 @@
 #define CKPT_FORMAT_DTYPE_H_
 
 #include <cstdint>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace ckpt {
 
@@ -28,10 +28,10 @@ enum class DType : uint8_t {
 };
 
 inline constexpr DType kAllDTypes[] = {
-    DType::kBool,     DType::kUInt8,   DType::kUInt16,       DType::kUInt32,
-    DType::kUInt64,   DType::kInt8,    DType::kInt16,        DType::kInt32,
-    DType::kInt64,    DType::kFloat16, DType::kBFloat16,     DType::kFloat32,
-    DType::kFloat64,  DType::kFloat8E4M3FN, DType::kFloat8E5M2};
+    DType::kBool,    DType::kUInt8,        DType::kUInt16,    DType::kUInt32,
+    DType::kUInt64,  DType::kInt8,         DType::kInt16,     DType::kInt32,
+    DType::kInt64,   DType::kFloat16,      DType::kBFloat16,  DType::kFloat32,
+    DType::kFloat64, DType::kFloat8E4M3FN, DType::kFloat8E5M2};
 
 // Size of one element in bytes (1, 2, 4 or 8).
 int DTypeSize(DType d);

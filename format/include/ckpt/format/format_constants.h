@@ -15,9 +15,9 @@ inline constexpr uint16_t kFormatMinor = 0;
 // §3 Magic numbers: 0x89 (non-ASCII, catches 7-bit transfers), "CKPT", a
 // kind letter, CR LF (catches newline conversion). Each file kind has the
 // same magic at both ends.
-inline constexpr char kShardMagic[8] = {'\x89', 'C', 'K', 'P',
+inline constexpr char kShardMagic[8] = {'\x89', 'C', 'K',  'P',
                                         'T',    'S', '\r', '\n'};
-inline constexpr char kManifestMagic[8] = {'\x89', 'C', 'K', 'P',
+inline constexpr char kManifestMagic[8] = {'\x89', 'C', 'K',  'P',
                                            'T',    'M', '\r', '\n'};
 inline constexpr int kMagicSize = 8;
 

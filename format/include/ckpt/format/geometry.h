@@ -87,8 +87,9 @@ std::string ShapeToString(absl::Span<const uint64_t> shape);
 // comparisons, the layout is refused rather than checked for minutes.
 // Errors are InvalidArgument:
 //   "chunks 3 and 7 overlap in [0:4, 8:16]"
-//   "elements not covered by any chunk, e.g. [4:8, 0:16] (96 of 256 elements missing)"
-//   "irregular chunk layout too complex to verify (100000 chunks): ..."
+//   "elements not covered by any chunk, e.g. [4:8, 0:16] (96 of 256 elements
+//   missing)" "irregular chunk layout too complex to verify (100000 chunks):
+//   ..."
 // REQUIRES: every region valid for `shape`.
 absl::Status CheckCover(const Shape& shape, absl::Span<const Region> regions,
                         bool allow_gaps);

@@ -4,9 +4,9 @@
 #define CKPT_FORMAT_MANIFEST_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "ckpt/format/records.h"
 
 namespace ckpt::format {

@@ -2,9 +2,8 @@
 #ifndef CKPT_FORMAT_NAMES_H_
 #define CKPT_FORMAT_NAMES_H_
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace ckpt::format {
 

@@ -5,9 +5,9 @@
 #define CKPT_FORMAT_SHARD_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "ckpt/format/records.h"
 
 namespace ckpt::format {

@@ -3,27 +3,28 @@
 #ifndef CKPT_FORMAT_STATUS_MACROS_H_
 #define CKPT_FORMAT_STATUS_MACROS_H_
 
-#include "absl/strings/string_view.h"
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 #define CKPT_STATUS_CONCAT_INNER_(a, b) a##b
 #define CKPT_STATUS_CONCAT_(a, b) CKPT_STATUS_CONCAT_INNER_(a, b)
 
 // Evaluates `expr` (an absl::Status) and returns it from the enclosing
 // function when it is not OK.
-#define CKPT_RETURN_IF_ERROR(expr)                  \
-  do {                                              \
-    ::absl::Status ckpt_status_ = (expr);           \
-    if (!ckpt_status_.ok()) return ckpt_status_;    \
+#define CKPT_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::absl::Status ckpt_status_ = (expr);        \
+    if (!ckpt_status_.ok()) return ckpt_status_; \
   } while (0)
 
 // `lhs` = value of `rexpr` (an absl::StatusOr<T>), or returns its status.
-#define CKPT_ASSIGN_OR_RETURN(lhs, rexpr) \
-  CKPT_ASSIGN_OR_RETURN_IMPL_(CKPT_STATUS_CONCAT_(ckpt_sor_, __LINE__), lhs, rexpr)
+#define CKPT_ASSIGN_OR_RETURN(lhs, rexpr)                                    \
+  CKPT_ASSIGN_OR_RETURN_IMPL_(CKPT_STATUS_CONCAT_(ckpt_sor_, __LINE__), lhs, \
+                              rexpr)
 #define CKPT_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, rexpr) \
   auto tmp = (rexpr);                                \
   if (!tmp.ok()) return std::move(tmp).status();     \

@@ -43,22 +43,26 @@ class CudaDeviceMemory final : public DeviceMemory {
 
   // Synchronous copies on a stream of this object (not the default stream):
   // the bytes are at `dst` when OK is returned.
-  absl::Status CopyToHost(void* dst, const void* src, size_t n, int device) override;
-  absl::Status CopyFromHost(void* dst, const void* src, size_t n, int device) override;
+  absl::Status CopyToHost(void* dst, const void* src, size_t n,
+                          int device) override;
+  absl::Status CopyFromHost(void* dst, const void* src, size_t n,
+                            int device) override;
 
   // A non-blocking stream on `device`. Its CopyAsync issues one
   // cudaMemcpyAsync per contiguous copy and one cudaMemcpy2DAsync per
   // strided copy. WaitEvent takes events of this class (RecordOn, WrapEvent,
   // Record) with cudaStreamWaitEvent; any other DeviceEvent is waited for on
   // the calling thread.
-  absl::StatusOr<std::unique_ptr<DeviceStream>> CreateStream(int device) override;
+  absl::StatusOr<std::unique_ptr<DeviceStream>> CreateStream(
+      int device) override;
   // Pinned with cudaHostAlloc(cudaHostAllocPortable).
   absl::StatusOr<void*> AllocateHost(size_t n) override;
   void FreeHost(void* p, size_t n) override;
 
   // An event recorded now on the caller's `stream` (owned by the caller):
   // it completes when the work queued there so far completes.
-  static absl::StatusOr<std::unique_ptr<DeviceEvent>> RecordOn(cudaStream_t stream);
+  static absl::StatusOr<std::unique_ptr<DeviceEvent>> RecordOn(
+      cudaStream_t stream);
   // Wraps the caller's `event` (not owned; must outlive the returned object
   // and stay recorded as it is until the save or load using it returned).
   static std::unique_ptr<DeviceEvent> WrapEvent(cudaEvent_t event);

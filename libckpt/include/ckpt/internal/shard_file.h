@@ -20,9 +20,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "ckpt/storage.h"
 #include "ckpt/format/block_codec.h"
 #include "ckpt/format/records.h"
+#include "ckpt/storage.h"
 
 namespace ckpt::internal {
 

@@ -27,8 +27,9 @@ inline int EffectiveIoThreads(int requested, bool direct_io) {
 // Calls fn(thread_index, task) for every task in [0, num_tasks) on up to
 // `threads` threads (tasks are taken in order). Stops handing out tasks
 // after the first error and returns it.
-inline absl::Status ParallelFor(int threads, size_t num_tasks,
-                                absl::FunctionRef<absl::Status(int, size_t)> fn) {
+inline absl::Status ParallelFor(
+    int threads, size_t num_tasks,
+    absl::FunctionRef<absl::Status(int, size_t)> fn) {
   if (num_tasks == 0) return absl::OkStatus();
   size_t n = std::max<size_t>(1, std::min<size_t>(threads, num_tasks));
   std::atomic<size_t> next{0};
