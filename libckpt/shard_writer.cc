@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "ckpt/format/block_codec.h"
 #include "ckpt/format/checksum.h"
 #include "ckpt/format/shard.h"
@@ -76,6 +77,24 @@ void DoneWith(const WriteItem& w, uint64_t offset, uint64_t n) {
 // A failed task leaves its staged bytes unreleased and later tasks are not
 // started, so staging could wait forever for space that threads still
 // waiting for staged bytes would free: stop it, failing those waits.
+// A bool element is stored as 0x00 or 0x01 (spec/FORMAT.md §9) and a reader
+// rejects any other byte, so a save of such bytes would commit a checkpoint
+// that can never load: it fails here instead, naming the entry and element.
+absl::Status CheckBoolSource(const WriteItem& w, uint64_t offset,
+                             const char* src, uint64_t n) {
+  if (w.item->dtype != DType::kBool) return absl::OkStatus();
+  for (uint64_t i = 0; i < n; ++i) {
+    const auto v = static_cast<unsigned char>(src[i]);
+    if (v > 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "bool tensor '%s': element %d of this rank's region is 0x%02x, not "
+          "0x00 or 0x01 (spec/FORMAT.md §9)",
+          w.item->name, offset + i, v));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StopStagingOnError(const WriteItem& w, absl::Status status) {
   if (!status.ok() && w.staged != nullptr) w.staged->Abort(status);
   return status;
@@ -186,6 +205,7 @@ absl::Status PayloadWriter::WriteRawTask(int thread, const Task& task) {
     const char* src;
     CKPT_RETURN_IF_ERROR(
         StageIfDevice(*c.w, off, n, device_memory_, &scratch_[thread], &src));
+    CKPT_RETURN_IF_ERROR(CheckBoolSource(*c.w, off, src, n));
     for (uint64_t b = 0; b < n; b += bs) {
       uint64_t len = std::min(bs, n - b);
       c.rec.blocks[(off + b) / bs] =
@@ -222,6 +242,7 @@ absl::Status PayloadWriter::WriteCompressedChunk(int thread, ChunkPlan* c,
     const char* src;
     CKPT_RETURN_IF_ERROR(
         StageIfDevice(*c->w, off, n, device_memory_, &s, &src));
+    CKPT_RETURN_IF_ERROR(CheckBoolSource(*c->w, off, src, n));
     CKPT_RETURN_IF_ERROR(
         s.encoder->EncodeZstd(absl::string_view(src, n), &block));
     DoneWith(*c->w, off, n);

@@ -109,6 +109,26 @@ TEST(WriterTest, TensorSourceErrorFailsTheSaveNamingTheEntry) {
   EXPECT_EQ(Names(dir.path()), std::vector<std::string>{});
 }
 
+// A reader rejects bool bytes other than 0/1 (spec §9), so the writer must
+// refuse them rather than commit a checkpoint that can never load.
+TEST(WriterTest, BoolByteOtherThanZeroOrOneFailsTheSave) {
+  for (format::Codec codec : {format::Codec::kNone, format::Codec::kZstd}) {
+    TempDir dir;
+    CKPT_ASSERT_OK_AND_ASSIGN(auto writer, Writer::Create({}));
+    const uint8_t mask[4] = {1, 0, 2, 1};
+    CKPT_ASSERT_OK(
+        writer->AddTensor("mask", DType::kBool, {4}, FullBox({4}), mask));
+    SaveOptions so;
+    so.codec = codec;
+    auto r = writer->Save(dir.path(), 1, so);
+    EXPECT_THAT(r.status(),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         "bool tensor 'mask': element 2 of this rank's region "
+                         "is 0x02"));
+    EXPECT_EQ(Names(dir.path()), std::vector<std::string>{});
+  }
+}
+
 TEST(WriterTest, LeftoverTemporariesAreRemovedByTheNextSave) {
   TempDir dir;
   Model m;
