@@ -25,6 +25,22 @@ std::string Plural(size_t n, const char* one, const char* many) {
   return absl::StrCat(n, " ", n == 1 ? one : many);
 }
 
+// The fields every entry of a --json report has, whichever the direction.
+nlohmann::ordered_json EntryJson(const std::string& name, bool object,
+                                 absl::string_view dtype, const Shape& shape) {
+  return {{"name", name},
+          {"kind", object ? "object" : "tensor"},
+          {"dtype", std::string(dtype)},
+          {"shape", std::vector<uint64_t>(shape.begin(), shape.end())}};
+}
+
+// Prints a --json report (invalid UTF-8 in names replaced, never thrown).
+int PrintJson(std::ostream& out, const nlohmann::ordered_json& j) {
+  out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
+      << "\n";
+  return kExitOk;
+}
+
 }  // namespace
 
 absl::Status CheckInteropOptions(const ConvertOptions& o) {
@@ -101,19 +117,15 @@ absl::StatusOr<int> RunSafetensorsExport(const ConvertOptions& o,
     j["files"] = std::move(files);
     nlohmann::ordered_json entries = nlohmann::ordered_json::array();
     for (const auto& e : r.entries) {
-      entries.push_back(
-          {{"name", e.name},
-           {"kind", e.kind == format::EntryKind::kObject ? "object" : "tensor"},
-           {"dtype", std::string(interop::SafetensorsDTypeName(e.dtype))},
-           {"shape", std::vector<uint64_t>(e.shape.begin(), e.shape.end())},
-           {"file", e.file},
-           {"bytes", e.bytes}});
+      nlohmann::ordered_json x =
+          EntryJson(e.name, e.kind == format::EntryKind::kObject,
+                    interop::SafetensorsDTypeName(e.dtype), e.shape);
+      x["file"] = e.file;
+      x["bytes"] = e.bytes;
+      entries.push_back(std::move(x));
     }
     j["entries"] = std::move(entries);
-    out << j.dump(2, ' ', false,
-                  nlohmann::ordered_json::error_handler_t::replace)
-        << "\n";
-    return kExitOk;
+    return PrintJson(out, j);
   }
   out << "exported " << r.checkpoint_dir << " to " << r.output << "\n";
   if (o.verbose) {
@@ -179,19 +191,14 @@ absl::StatusOr<int> RunSafetensorsImport(const ConvertOptions& o,
     j["logical_bytes"] = r.logical_bytes;
     nlohmann::ordered_json entries = nlohmann::ordered_json::array();
     for (const auto& e : r.entries) {
-      entries.push_back(
-          {{"name", e.name},
-           {"kind", e.object ? "object" : "tensor"},
-           {"dtype", std::string(DTypeName(e.dtype))},
-           {"shape", std::vector<uint64_t>(e.shape.begin(), e.shape.end())},
-           {"file", e.file},
-           {"bytes", e.bytes}});
+      nlohmann::ordered_json x =
+          EntryJson(e.name, e.object, DTypeName(e.dtype), e.shape);
+      x["file"] = e.file;
+      x["bytes"] = e.bytes;
+      entries.push_back(std::move(x));
     }
     j["entries"] = std::move(entries);
-    out << j.dump(2, ' ', false,
-                  nlohmann::ordered_json::error_handler_t::replace)
-        << "\n";
-    return kExitOk;
+    return PrintJson(out, j);
   }
   out << "imported " << r.input << " into " << r.checkpoint << "\n";
   if (o.verbose) {
@@ -253,19 +260,14 @@ absl::StatusOr<int> RunDcpImport(const ConvertOptions& o, std::ostream& out) {
     j["logical_bytes"] = r.logical_bytes;
     nlohmann::ordered_json entries = nlohmann::ordered_json::array();
     for (const auto& e : r.entries) {
-      entries.push_back(
-          {{"name", e.name},
-           {"kind", e.object ? "object" : "tensor"},
-           {"dtype", std::string(DTypeName(e.dtype))},
-           {"shape", std::vector<uint64_t>(e.shape.begin(), e.shape.end())},
-           {"chunks", e.chunks},
-           {"bytes", e.bytes}});
+      nlohmann::ordered_json x =
+          EntryJson(e.name, e.object, DTypeName(e.dtype), e.shape);
+      x["chunks"] = e.chunks;
+      x["bytes"] = e.bytes;
+      entries.push_back(std::move(x));
     }
     j["entries"] = std::move(entries);
-    out << j.dump(2, ' ', false,
-                  nlohmann::ordered_json::error_handler_t::replace)
-        << "\n";
-    return kExitOk;
+    return PrintJson(out, j);
   }
   out << "imported " << r.input << " (" << r.format << ", " << r.module
       << ") into " << r.checkpoint << "\n";
