@@ -2,8 +2,9 @@
 // an in-process implementation (ranks as threads), an MPI one, and the
 // trivial single-process one below; a trainer can adapt its own process
 // group (torch.distributed, NCCL, ...) by implementing rank, size and the
-// four collectives AllGather, Broadcast, Barrier and AllReduceMax (Gather has
-// a default built on AllGather; overriding it saves traffic at scale).
+// four collectives AllGather, Broadcast, Barrier and AllReduceMax (Gather and
+// AllToAll have defaults built on AllGather; overriding them saves traffic at
+// scale).
 //
 // Contract for implementations: every rank calls the same sequence of
 // collectives with the same `root`; calls block until the collective is
@@ -14,7 +15,9 @@
 #ifndef CKPT_COMMUNICATOR_H_
 #define CKPT_COMMUNICATOR_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -22,8 +25,23 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "ckpt/types.h"
 
 namespace ckpt {
+
+// Bytes this rank sends to one peer (AllToAll). `data` may be null when
+// `size` is 0.
+struct SendBuffer {
+  const void* data = nullptr;
+  size_t size = 0;
+};
+// Where this rank receives the bytes of one peer (AllToAll); `size` is
+// exactly what that peer sends.
+struct RecvBuffer {
+  void* data = nullptr;
+  size_t size = 0;
+};
 
 class Communicator {
  public:
@@ -61,6 +79,26 @@ class Communicator {
   // agree on flags ("did any rank fail", "did any structure change").
   [[nodiscard]] virtual absl::Status AllReduceMax(
       std::vector<int64_t>* values) = 0;
+
+  // The data plane of a cooperative load: every rank passes size() send
+  // and size() receive buffers, indexed by peer rank; send[d] of this rank
+  // arrives in recv[r] of rank d (r = this rank). The caller plans both
+  // sides, so recv[s].size equals what rank s sends here; a mismatch is
+  // InvalidArgument (naming both ranks and sizes) on the ranks that see it.
+  // `memory` is where all the buffers of this call live: kHost, or kCuda
+  // for an implementation that reports SupportsDeviceMemory() (NCCL).
+  // Self-sends (d == rank) are copied locally. Buffers must not overlap.
+  //
+  // The default works for any adapter: it moves everything through
+  // AllGather (each rank receives every rank's payload, size() times the
+  // traffic) and supports only host memory. InProcessCommunicator and
+  // MpiCommunicator (MPI_Alltoallv, in rounds within its byte limit)
+  // override it with exchanges that move each byte once.
+  [[nodiscard]] virtual absl::Status AllToAll(absl::Span<const SendBuffer> send,
+                                              absl::Span<const RecvBuffer> recv,
+                                              MemoryKind memory);
+  // Whether AllToAll accepts MemoryKind::kCuda buffers.
+  virtual bool SupportsDeviceMemory() const { return false; }
 };
 
 // World of one: rank 0 of size 1. Stateless and thread-compatible.
