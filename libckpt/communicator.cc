@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ckpt/format/status_macros.h"
 #include "ckpt/format/coding.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt {
 namespace {
@@ -55,8 +55,8 @@ absl::StatusOr<absl::string_view> PartFor(absl::string_view payload, int me,
     if (d == me) return payload.substr(0, size);
     payload.remove_prefix(size);
   }
-  return absl::InternalError(absl::StrCat("AllToAll: the payload of rank ",
-                                          from, " is truncated"));
+  return absl::InternalError(
+      absl::StrCat("AllToAll: the payload of rank ", from, " is truncated"));
 }
 
 }  // namespace
