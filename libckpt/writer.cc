@@ -387,27 +387,6 @@ absl::StatusOr<bool> WriterImpl::TryCachedPlan(const std::string& root,
   return miss[0] == 0;
 }
 
-// The coordinator's half of Replan: decodes every rank's plan, checks the
-// union and assigns writers (internal::PlanSave); returns the encoded
-// PlanRecord that every rank adopts.
-absl::StatusOr<std::string> PlanOnCoordinator(
-    const std::vector<std::string>& plans) {
-  const size_t world = plans.size();
-  std::vector<LocalPlan> all(world);
-  format::PlanRecord record;
-  record.ranks.resize(world);
-  for (size_t r = 0; r < world; ++r) {
-    CKPT_ASSIGN_OR_RETURN(internal::RankPlan p,
-                          internal::DecodeRankPlan(plans[r]));
-    record.ranks[r].fingerprint = p.fingerprint;
-    all[r] = std::move(p.plan);
-  }
-  CKPT_ASSIGN_OR_RETURN(internal::GlobalPlan gp, internal::PlanSave(all));
-  for (size_t r = 0; r < world; ++r)
-    record.ranks[r].writes = std::move(gp.writes[r]);
-  return format::EncodePlanRecord(record);
-}
-
 absl::Status WriterImpl::Replan() {
   cache_.valid = false;
   internal::RankPlan mine;
@@ -418,7 +397,7 @@ absl::Status WriterImpl::Replan() {
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> plans,
                         comm_->Gather(internal::EncodeRankPlan(mine), 0));
   CKPT_ASSIGN_OR_RETURN(std::string body, OnCoordinator([&] {
-                          return PlanOnCoordinator(plans);
+                          return internal::PlanOnCoordinator(std::move(plans));
                         }));
   CKPT_ASSIGN_OR_RETURN(format::PlanRecord record,
                         format::DecodePlanRecord(body));
