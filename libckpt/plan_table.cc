@@ -27,7 +27,7 @@ uint64_t LoadU64(const char* p) {
 }  // namespace
 
 absl::string_view Interner::Store(absl::string_view key) {
-  if (key.size() > block_size_ - block_used_) {
+  if (blocks_.empty() || key.size() > block_size_ - block_used_) {
     block_size_ = std::max(kBlockBytes, key.size());
     blocks_.push_back(std::make_unique<char[]>(block_size_));
     block_used_ = 0;

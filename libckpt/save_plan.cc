@@ -432,6 +432,16 @@ absl::StatusOr<GlobalPlan> PlanSave(const std::vector<LocalPlan>& ranks) {
   return PlanSave(table);
 }
 
+format::Fingerprint GlobalFingerprint(const format::PlanRecord& record) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_128bits_reset(st);
+  for (const auto& r : record.ranks)
+    XXH3_128bits_update(st, r.fingerprint.data(), r.fingerprint.size());
+  format::Fingerprint fp = ToFingerprint(XXH3_128bits_digest(st));
+  XXH3_freeState(st);
+  return fp;
+}
+
 namespace {
 // The item counts that RankPlan messages announce (a malformed one counts
 // 0: AppendRankPlan reports it).

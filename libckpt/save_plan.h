@@ -11,6 +11,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "ckpt/format/format_constants.h"
+#include "ckpt/format/plan_record.h"
 #include "ckpt/format/records.h"
 #include "ckpt/types.h"
 #include "plan_table.h"
@@ -58,6 +59,10 @@ struct GlobalPlan {
 absl::StatusOr<GlobalPlan> PlanSave(const PlanTable& ranks);
 // The same over plans not yet in a table (tests, small worlds).
 absl::StatusOr<GlobalPlan> PlanSave(const std::vector<LocalPlan>& ranks);
+
+// The structure fingerprint of a whole job (CHECKPOINT_INFO's): a hash of
+// the ranks' fingerprints in rank order.
+format::Fingerprint GlobalFingerprint(const format::PlanRecord& record);
 
 // The coordinator's half of planning a save: decodes every rank's
 // RankPlan message (wire.h), in rank order, straight into one PlanTable,

@@ -1,7 +1,5 @@
 #include "ckpt/writer.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <chrono>
 
@@ -310,22 +308,6 @@ class WriterImpl final : public Writer {
   PlanCache cache_;
 };
 
-format::Fingerprint GlobalFingerprint(const format::PlanRecord& record) {
-  // Hash of the ranks' fingerprints in rank order.
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_128bits_reset(st);
-  for (const auto& r : record.ranks)
-    XXH3_128bits_update(st, r.fingerprint.data(), 16);
-  XXH128_hash_t h = XXH3_128bits_digest(st);
-  XXH3_freeState(st);
-  format::Fingerprint fp;
-  for (int i = 0; i < 8; ++i) {
-    fp[i] = static_cast<uint8_t>(h.low64 >> (8 * i));
-    fp[8 + i] = static_cast<uint8_t>(h.high64 >> (8 * i));
-  }
-  return fp;
-}
-
 bool WriterImpl::AdoptRecord(const format::PlanRecord& record,
                              absl::string_view body,
                              const format::Fingerprint& local_fp) {
@@ -343,7 +325,7 @@ bool WriterImpl::AdoptRecord(const format::PlanRecord& record,
   cache_.local_fp = local_fp;
   cache_.writes = mine.writes;
   if (rank == 0) {
-    cache_.global_fp = GlobalFingerprint(record);
+    cache_.global_fp = internal::GlobalFingerprint(record);
     cache_.plan_section = std::string(body);
   }
   return true;

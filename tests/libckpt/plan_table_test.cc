@@ -44,6 +44,15 @@ TEST(InternerTest, EqualKeysShareAnIdWithAndWithoutHint) {
   EXPECT_EQ(in.Get(2), "");
 }
 
+// A scalar's shape is the empty key, and may be the first one interned.
+TEST(InternerTest, EmptyFirstKeyIsInterned) {
+  Interner in;
+  EXPECT_EQ(in.Intern(""), 0u);
+  EXPECT_EQ(in.Intern("x"), 1u);
+  EXPECT_EQ(in.Intern(""), 0u);
+  EXPECT_EQ(in.Get(0), "");
+}
+
 TEST(InternerTest, ViewsStayValidAcrossManyKeys) {
   Interner in;
   const std::string big(100000, 'x');  // larger than a block
