@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
       ->required();
   write->add_option("--ranks", w.ranks, "Writing ranks")
       ->required()
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, 65536));
   write
       ->add_option("--layout", w.layout,
                    "Sharding: tp, fsdp, replicated or mixed")
@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   verify
       ->add_option("--ranks", v.ranks,
                    "Loading ranks (default: as many as wrote it)")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, 65536));
   verify
       ->add_option("--layout", v.layout,
                    "Loading layout (default: the one recorded)")
