@@ -567,19 +567,25 @@ std::vector<std::vector<Work>> PlanWork(
   return work;
 }
 
+constexpr int kRanksPerReader = 64;
+
 // Loads and checks `work` as `work.size()` ranks, up to kParallelRanks at
 // a time: each thread opens the checkpoint `dir` itself (as a separate
-// process would) and loads each of its ranks' destinations in batches of
-// about `o.batch_bytes`. What each rank finds goes to its RankOutcome; the
-// first error is returned.
+// process would; again every kRanksPerReader ranks) and loads each of its
+// ranks' destinations in batches of about `o.batch_bytes`. What each rank finds
+// goes to its RankOutcome; the first error is returned.
 absl::Status LoadAllRanks(const std::string& dir, const ReaderOptions& ro,
                           const std::vector<std::vector<Work>>& work,
                           uint64_t seed, const VerifyOptions& o,
                           std::vector<std::unique_ptr<RankOutcome>>& outcomes) {
   std::vector<std::unique_ptr<Reader>> readers(kParallelRanks);
+  std::vector<int> uses(kParallelRanks, 0);
   return internal::ParallelFor(
       kParallelRanks, work.size(), [&](int t, size_t r) -> absl::Status {
-        if (readers[t] == nullptr) {
+        // A Reader keeps open every shard it has read: reopened every
+        // kRanksPerReader ranks, so that open files stay bounded.
+        if (uses[t]++ % kRanksPerReader == 0) {
+          readers[t].reset();
           CKPT_ASSIGN_OR_RETURN(readers[t], Reader::Open(dir, ro));
         }
         std::vector<const Work*> batch;
