@@ -1,5 +1,6 @@
 // ckpt-synth: writes a synthetic transformer-shaped checkpoint from N
-// in-process ranks, and verifies one as any number of ranks. See README.md.
+// ranks (written a few at a time), and verifies one as any number of ranks. See
+// README.md.
 #include <iostream>
 
 #include "CLI/CLI.hpp"
@@ -15,7 +16,7 @@ int main(int argc, char** argv) {
   ckpt::synth::WriteArgs w;
   CLI::App* write = app.add_subcommand("write",
                                        "Write a synthetic checkpoint from N "
-                                       "in-process ranks through the library");
+                                       "ranks through the library");
   write->add_option("dir", w.dir, "Checkpoint root (created if missing)")
       ->required();
   write->add_option("--ranks", w.ranks, "Writing ranks")
