@@ -75,8 +75,10 @@ struct BatchSaveOptions {
 // Saves the checkpoint of step `step` of `world` ranks into `root`, as
 // Writer::Save of `world` ranks would (SaveResult as rank 0's; its
 // local_stored_bytes is the payload of all shards). Errors: those of
-// Writer::Save, and the first error of a FillRank in rank order. Nothing is
-// committed on error.
+// Writer::Save, and the first error of a FillRank or of a shard's write
+// (prefixed "rank R: "; once one fails no further rank is started).
+// Nothing is committed on error and the temporary directory is removed.
+// REQUIRES: options.save valid as Writer::Save checks it.
 absl::StatusOr<SaveResult> SaveInBatches(const std::string& root, uint64_t step,
                                          int world, const FillRank& fill,
                                          const BatchSaveOptions& options);
