@@ -236,14 +236,15 @@ absl::Status RegisterRank(internal::RankContents& contents, int rank,
                           const EntriesByName& by_name, SourceContext& sources,
                           const Objects& objects) {
   for (const EntryLayout& p : plans) {
-    if (p.object || !p.pieces[rank]) continue;
+    if (p.object) continue;
+    std::optional<Region> piece = p.Piece(rank);
+    if (!piece) continue;
     TensorOptions to;
     to.replica = p.replica;
     to.partial = p.partial;
     const EntryRecord* e = by_name.at(p.name);
-    CKPT_RETURN_IF_ERROR(
-        contents.AddTensorSource(p.name, e->dtype, e->shape, *p.pieces[rank],
-                                 sources.Make(e, *p.pieces[rank]), to));
+    CKPT_RETURN_IF_ERROR(contents.AddTensorSource(
+        p.name, e->dtype, e->shape, *piece, sources.Make(e, *piece), to));
   }
   if (rank != 0) return absl::OkStatus();
   for (const auto& [name, bytes] : objects) {
