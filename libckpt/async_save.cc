@@ -1,5 +1,11 @@
 #include "async_save.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <utility>
 
 namespace ckpt {
@@ -14,13 +20,30 @@ bool SaveHandle::Done() const { return save_ == nullptr || save_->Done(); }
 
 namespace internal {
 
+namespace {
+
+// Raises the calling thread's nice value by `nice` (Linux: the nice value
+// is a thread's, and threads started from it inherit it). Best effort.
+void LowerPriority(int nice) {
+  if (nice <= 0) return;
+  errno = 0;
+  const int now = getpriority(PRIO_PROCESS, 0);
+  if (errno != 0) return;
+  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)),
+                    std::min(now + nice, 19));
+}
+
+}  // namespace
+
 AsyncSave::AsyncSave(std::unique_ptr<Stager> stager, SaveResult partial,
-                     WriteFn write, CommitFn commit, bool commit_in_background)
+                     WriteFn write, CommitFn commit, bool commit_in_background,
+                     int background_nice)
     : stager_(std::move(stager)),
       partial_(std::move(partial)),
       write_(std::move(write)),
       commit_(std::move(commit)),
-      commit_in_background_(commit_in_background) {}
+      commit_in_background_(commit_in_background),
+      nice_(background_nice) {}
 
 AsyncSave::~AsyncSave() {
   if (thread_.joinable()) thread_.join();
@@ -37,6 +60,7 @@ void AsyncSave::Start() {
 }
 
 void AsyncSave::Background(SaveResult base) {
+  LowerPriority(nice_);
   std::string report = write_();
   // The writer's threads are done with the staged bytes (all of them on
   // success); a Run still waiting for space stops.

@@ -38,9 +38,11 @@ class AsyncSave {
 
   // `stager` holds the snapshot's items; the functions may keep state
   // alive through their captures. The commit runs in the background when
-  // `commit_in_background`, else in Wait().
+  // `commit_in_background`, else in Wait(). The background thread (and the
+  // writer's threads it starts) run `background_nice` nice levels below
+  // the caller (Writer::Options::background_nice).
   AsyncSave(std::unique_ptr<Stager> stager, SaveResult partial, WriteFn write,
-            CommitFn commit, bool commit_in_background);
+            CommitFn commit, bool commit_in_background, int background_nice);
   // Waits for the background thread (a save must have been Wait()ed by the
   // Writer before; this only guards against leaks).
   ~AsyncSave();
@@ -63,6 +65,7 @@ class AsyncSave {
   WriteFn write_;
   CommitFn commit_;
   const bool commit_in_background_;
+  const int nice_;
   std::thread thread_;
 
   Mutex wait_mu_;  // one Wait at a time

@@ -76,9 +76,11 @@ class Stager {
   // the Stager. Device copies are ordered after `after` (may be null; not
   // owned; must stay valid until Run returned). Segments of an item are
   // multiples of `segment_bytes` (<= pool->buffer_bytes()). At most
-  // `max_buffers` buffers are held at once (0: the pool's maximum).
+  // `max_buffers` buffers are held at once (0: the pool's maximum). Host
+  // bytes are copied by `copy_threads` threads (>= 1; Run's thread and
+  // copy_threads - 1 short-lived helpers per buffer).
   Stager(StagingPool* pool, DeviceMemory* dm, DeviceEvent* after,
-         uint64_t segment_bytes, int max_buffers);
+         uint64_t segment_bytes, int max_buffers, int copy_threads = 1);
   // REQUIRES: Finish() was called if Run() was.
   ~Stager();
 
@@ -125,6 +127,13 @@ class Stager {
   };
 
   absl::Status StageBuffer(size_t* item, uint64_t* offset);
+  // Copies host bytes into a buffer on copy_threads_ threads.
+  struct HostCopy {
+    char* dst;
+    const char* src;
+    uint64_t n;
+  };
+  void CopyHost(const std::vector<HostCopy>& copies) const;
   absl::StatusOr<Buffer*> NextBuffer();
   absl::StatusOr<DeviceStream*> StreamFor(int device);
   void Fail(absl::Status status);
@@ -137,6 +146,7 @@ class Stager {
   DeviceEvent* const after_;
   const uint64_t segment_bytes_;
   const int max_buffers_;
+  const int copy_threads_;
   std::vector<Item> items_;
   // One stream per device used, created by Run.
   std::vector<std::pair<int, std::unique_ptr<DeviceStream>>> streams_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,10 @@ absl::Status ValidateOptions(const SaveOptions& o) {
   if (!pow2(o.alignment) || o.alignment > format::kMaxAlignment) {
     return absl::InvalidArgumentError(absl::StrCat(
         "alignment ", o.alignment, " must be a power of two <= 2^30"));
+  }
+  if (o.snapshot_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("snapshot_threads ", o.snapshot_threads, " must be >= 0"));
   }
   if (o.io_threads < 1) {
     return absl::InvalidArgumentError(
@@ -598,11 +603,20 @@ absl::StatusOr<internal::StagingPool*> WriterImpl::Pool(
 }
 
 absl::Status WriterImpl::AwaitInFlight(const SaveOptions& options) {
-  if (in_flight_ == nullptr) return absl::OkStatus();
-  if (options.fail_if_busy && !in_flight_->Done()) {
-    return absl::FailedPreconditionError(
-        "a save of this Writer is still in flight (SaveOptions::fail_if_busy)");
+  if (options.fail_if_busy) {
+    // Whether a save is still in flight is local; the decision is every
+    // rank's: one busy rank makes the save fail on all of them (a rank that
+    // went on alone would wait in the commit's collectives for the others).
+    std::vector<int64_t> busy = {
+        in_flight_ != nullptr && !in_flight_->Done() ? 1 : 0};
+    if (comm_->size() > 1) CKPT_RETURN_IF_ERROR(comm_->AllReduceMax(&busy));
+    if (busy[0] != 0) {
+      return absl::FailedPreconditionError(
+          "a save of this Writer is still in flight on some rank "
+          "(SaveOptions::fail_if_busy)");
+    }
   }
+  if (in_flight_ == nullptr) return absl::OkStatus();
   (void)in_flight_->Wait();  // its outcome is its handle's
   in_flight_.reset();
   return absl::OkStatus();
@@ -655,8 +669,14 @@ absl::StatusOr<std::shared_ptr<WriterImpl::AsyncJob>> WriterImpl::MakeAsyncJob(
   absl::StatusOr<internal::StagingPool*> pool = Pool(segment);
   if (!pool.ok()) return pool.status();
   job->stager = std::make_unique<internal::Stager>(
-      *pool, device_memory_, options.device_ready, segment, 0);
+      *pool, device_memory_, options.device_ready, segment, 0,
+      options.snapshot_threads > 0 ? options.snapshot_threads
+                                   : DefaultSnapshotThreads());
   job->items.reserve(cache_.writes.size());  // WriteItems point into it
+  // Staging memory this snapshot can use at once: every item, each
+  // starting at an aligned offset, and one buffer's worth of slack for the
+  // items' packing into buffers.
+  uint64_t staged = (*pool)->buffer_bytes();
   for (uint32_t i : cache_.writes) {
     const Registered& r = items_[i];
     job->items.push_back(r.item);
@@ -664,6 +684,9 @@ absl::StatusOr<std::shared_ptr<WriterImpl::AsyncJob>> WriterImpl::MakeAsyncJob(
     internal::StageInput in;
     in.name = r.item.name;
     in.size = RegionElements(r.item.region) * DTypeSize(r.item.dtype);
+    staged += (in.size + internal::StagingPool::kAlignment - 1) /
+              internal::StagingPool::kAlignment *
+              internal::StagingPool::kAlignment;
     in.data = object ? r.bytes.data() : r.data;
     in.memory = object ? MemoryKind::kHost : r.memory;
     in.device = r.device;
@@ -672,6 +695,10 @@ absl::StatusOr<std::shared_ptr<WriterImpl::AsyncJob>> WriterImpl::MakeAsyncJob(
     w.staged = job->stager->Add(std::move(in));
     job->writes.push_back(w);
   }
+  // The pool grows to what this save can use (within the cap) before the
+  // copies start, not copy by copy: the first SaveAsync pays the
+  // allocation and faults, later ones find the memory ready.
+  CKPT_RETURN_IF_ERROR((*pool)->Reserve(staged));
   job->pending = std::move(*pending);
   return job;
 }
@@ -729,13 +756,19 @@ absl::StatusOr<SaveHandle> WriterImpl::SaveAsync(const std::string& root,
     return r;
   };
   in_flight_ = std::make_shared<internal::AsyncSave>(
-      std::move(job->stager), partial, write, commit, in_background);
+      std::move(job->stager), partial, write, commit, in_background,
+      options_.background_nice);
   in_flight_->Start();
   in_flight_->set_stall_seconds(Seconds(t0));
   return SaveHandle(in_flight_);
 }
 
 }  // namespace
+
+int DefaultSnapshotThreads() {
+  const int hw = static_cast<int>(std::thread::hardware_concurrency());
+  return std::clamp(hw / 2, 1, 4);
+}
 
 absl::StatusOr<std::unique_ptr<Writer>> Writer::Create(const Options& options) {
   return std::unique_ptr<Writer>(new WriterImpl(options));

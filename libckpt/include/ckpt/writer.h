@@ -86,12 +86,23 @@ struct SaveOptions {
   DeviceEvent* device_ready = nullptr;
   // SaveAsync (and Save) with a save still in flight (not yet Done()):
   // false waits for it (its Wait()), true fails fast with
-  // FailedPrecondition. Whether a save is done is local to a rank: in a
-  // multi-rank job ranks may decide differently, so there the trainer
-  // agrees on SaveHandle::Done() itself (e.g. an all-reduce) and uses
-  // fail_if_busy only where every rank does the same.
+  // FailedPrecondition. With several ranks the decision is collective
+  // (one small all-reduce on Options::comm when fail_if_busy is set): if
+  // the save is still in flight on any rank, the call fails on every rank,
+  // and the save in flight goes on (its handle's Wait() as before). Every
+  // rank passes the same value.
   bool fail_if_busy = false;
+  // Threads that copy host bytes into staging memory for SaveAsync's
+  // snapshot (the caller's thread and short-lived helpers); 0:
+  // DefaultSnapshotThreads().
+  int snapshot_threads = 0;
 };
+
+// Half the cores (std::thread::hardware_concurrency), at least 1 and at
+// most 4: the snapshot's copies are bound by memory bandwidth, which a few
+// threads saturate, and the other cores are left to the writes that
+// overlap the snapshot.
+int DefaultSnapshotThreads();
 
 struct SaveResult {
   std::string path;                 // the committed checkpoint directory
@@ -155,14 +166,27 @@ class Writer {
     // on the trainer's thread inside SaveHandle::Wait(), so that `comm` is
     // never used by two threads at once. The background never calls `comm`.
     Communicator* background_comm = nullptr;
-    // Cap of the staging memory (pinned when device_memory is set; made on
-    // first need in buffers of staging_buffer_bytes and kept for the
-    // Writer's lifetime, reused by every save). A SaveAsync of more than
-    // the cap blocks until the rest is staged as written buffers free up.
-    // The cap is at least one buffer; a buffer is at least one write
-    // granule (2 MiB or a block, whichever is larger).
+    // Cap of the staging memory (pinned when device_memory is set), in
+    // buffers of staging_buffer_bytes. When memory is committed: the first
+    // SaveAsync allocates and faults in min(cap, the bytes this rank
+    // writes) before its copies start (so that first call's stall includes
+    // the allocation; later ones find the memory ready); a synchronous Save
+    // of device tensors takes a few buffers. Buffers are kept for the
+    // Writer's lifetime and reused by every save (the pool grows if a later
+    // save writes more, never past the cap), and freed only when the Writer
+    // is destroyed. A SaveAsync of more than the cap blocks until the rest
+    // is staged as written buffers free up. The cap is at least one buffer;
+    // a buffer is at least one write granule (2 MiB or a block, whichever
+    // is larger).
     uint64_t staging_bytes = 4ull << 30;
     uint64_t staging_buffer_bytes = 64ull << 20;  // rounded up to 4096
+    // The background of SaveAsync (its writing threads, and the commit when
+    // it runs there) runs this many nice levels below the trainer's thread
+    // (Linux setpriority of those threads; best effort, at most 19): while
+    // the snapshot is taken, and while the trainer computes afterwards, the
+    // trainer's threads win the CPU. Where the CPU is otherwise idle it
+    // changes nothing. 0: the background runs at the trainer's priority.
+    int background_nice = 10;
   };
 
   // Pointers in `options` must outlive the Writer.
