@@ -101,14 +101,14 @@ absl::StatusOr<Stager::Buffer*> Stager::NextBuffer() {
 
 // Fills one buffer with the next segments, in item order. Host bytes are
 // copied now; device copies are queued and complete through `ready`.
-absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset) {
+absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset, size_t end) {
   CKPT_ASSIGN_OR_RETURN(Buffer * b, NextBuffer());
   const uint64_t cap = pool_->buffer_bytes();
   std::vector<std::pair<size_t, Segment>> segments;
   std::vector<std::pair<int, std::vector<DeviceCopy>>> copies;
   std::vector<HostCopy> host;
   uint64_t cursor = 0, staged = 0;
-  while (*item < items_.size()) {
+  while (*item < end) {
     const StageInput& in = items_[*item].input;
     const uint64_t rest = in.size - *offset;
     cursor = AlignUp(cursor, StagingPool::kAlignment);
@@ -195,12 +195,17 @@ absl::StatusOr<DeviceStream*> Stager::StreamFor(int device) {
   return streams_.back().second.get();
 }
 
-absl::Status Stager::Run() {
-  size_t item = 0;
-  uint64_t offset = 0;
+absl::Status Stager::Run(size_t end) {
+  end = std::min(end, items_.size());
   absl::Status status;
-  while (status.ok() && item < items_.size()) {
-    status = StageBuffer(&item, &offset);
+  for (;;) {
+    // Items with nothing left (empty ones) take no buffer.
+    while (next_item_ < end && next_offset_ == items_[next_item_].input.size) {
+      ++next_item_;
+      next_offset_ = 0;
+    }
+    if (!status.ok() || next_item_ >= end) break;
+    status = StageBuffer(&next_item_, &next_offset_, end);
   }
   // Every queued copy completes before Run returns, also on error, so no
   // buffer is written by the device once it may be handed out again.

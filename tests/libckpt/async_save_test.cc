@@ -455,6 +455,120 @@ TEST(SaveAsyncTest, FirstSaveAsyncCommitsTheStagingMemoryLaterOnesReuseIt) {
   EXPECT_EQ(LoadBytes(dir.path(), "a", a.size()), a);
 }
 
+Writer::Options DeviceSnapshot(FakeDevice* dev, uint64_t device_bytes) {
+  Writer::Options wo = SmallStaging(dev, 64 * kBuf);
+  wo.device_snapshot_bytes = device_bytes;
+  return wo;
+}
+
+SaveOptions ToDevice() {
+  SaveOptions so = SmallBlocks();
+  so.snapshot_to_device = true;
+  return so;
+}
+
+// The stall is the device-to-device copy: the copies to host staging
+// memory are held back by the device until after SaveAsync returned, and
+// the device tensor is overwritten meanwhile; the checkpoint has the
+// values at the call.
+TEST(DeviceSnapshotTest, SaveAsyncReturnsAfterTheDeviceCopyAndStagesLater) {
+  TempDir dir;
+  FakeDevice dev;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  std::atomic<int> copies{0};
+  dev.OnCopy([&] {
+    if (++copies == 1) return;  // the device-to-device copy
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return open; });
+  });
+  std::string d = ReferenceBytes(DType::kUInt8, {3 * kBuf + 100}, 13);
+  std::string h = ReferenceBytes(DType::kUInt8, {kBuf}, 14);
+  const std::string d0 = d, h0 = h;
+  auto writer = Writer::Create(DeviceSnapshot(&dev, 8 * kBuf)).value();
+  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()},
+                                   FlatRange{0, d.size()}, d.data(),
+                                   OnDevice()));
+  CKPT_ASSERT_OK(writer->AddTensor("h", DType::kUInt8, {h.size()},
+                                   FlatRange{0, h.size()}, h.data()));
+  SaveHandle handle = writer->SaveAsync(dir.path(), 1, ToDevice()).value();
+  EXPECT_EQ(dev.d2d_calls, 1);
+  EXPECT_FALSE(handle.Done());  // its device-to-host copies are held back
+  std::fill(d.begin(), d.end(), 'x');
+  std::fill(h.begin(), h.end(), 'y');
+  {
+    std::lock_guard<std::mutex> l(mu);
+    open = true;
+  }
+  cv.notify_all();
+  CKPT_ASSERT_OK_AND_ASSIGN(SaveResult r, handle.Wait());
+  EXPECT_EQ(r.device_snapshot_bytes, d0.size());
+  EXPECT_EQ(LoadBytes(dir.path(), "d", d0.size()), d0);
+  EXPECT_EQ(LoadBytes(dir.path(), "h", h0.size()), h0);
+  // The device memory was allocated once and is reused.
+  CKPT_ASSERT_OK(writer->SaveAsync(dir.path(), 2, ToDevice()).value().Wait());
+  EXPECT_EQ(dev.device_allocations, 1);
+  EXPECT_EQ(dev.device_allocated_bytes, static_cast<int64_t>(8 * kBuf));
+  writer.reset();
+  EXPECT_EQ(dev.device_allocated_bytes, 0);  // freed with the Writer
+}
+
+TEST(DeviceSnapshotTest, TensorsBeyondTheDeviceCapGoToHostStagingAtOnce) {
+  TempDir dir;
+  FakeDevice dev;
+  std::string a = ReferenceBytes(DType::kUInt8, {2 * kBuf}, 15);
+  std::string b = ReferenceBytes(DType::kUInt8, {2 * kBuf}, 16);
+  auto writer = Writer::Create(DeviceSnapshot(&dev, 3 * kBuf)).value();
+  CKPT_ASSERT_OK(writer->AddTensor("a", DType::kUInt8, {a.size()},
+                                   FlatRange{0, a.size()}, a.data(),
+                                   OnDevice()));
+  CKPT_ASSERT_OK(writer->AddTensor("b", DType::kUInt8, {b.size()},
+                                   FlatRange{0, b.size()}, b.data(),
+                                   OnDevice()));
+  SaveHandle handle = writer->SaveAsync(dir.path(), 1, ToDevice()).value();
+  std::fill(a.begin(), a.end(), 'x');
+  std::fill(b.begin(), b.end(), 'y');
+  CKPT_ASSERT_OK_AND_ASSIGN(SaveResult r, handle.Wait());
+  EXPECT_EQ(r.device_snapshot_bytes, 2 * kBuf);  // "a" only
+  EXPECT_EQ(LoadBytes(dir.path(), "a", 2 * kBuf),
+            ReferenceBytes(DType::kUInt8, {2 * kBuf}, 15));
+  EXPECT_EQ(LoadBytes(dir.path(), "b", 2 * kBuf),
+            ReferenceBytes(DType::kUInt8, {2 * kBuf}, 16));
+}
+
+TEST(DeviceSnapshotTest, WithoutDeviceMemoryTheSnapshotGoesToHostStaging) {
+  TempDir dir;
+  FakeDevice dev;
+  dev.device_memory_enabled = false;
+  std::string d = ReferenceBytes(DType::kUInt8, {kBuf}, 17);
+  const std::string d0 = d;
+  auto writer = Writer::Create(DeviceSnapshot(&dev, 8 * kBuf)).value();
+  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()},
+                                   FlatRange{0, d.size()}, d.data(),
+                                   OnDevice()));
+  SaveHandle handle = writer->SaveAsync(dir.path(), 1, ToDevice()).value();
+  std::fill(d.begin(), d.end(), 'x');
+  CKPT_ASSERT_OK_AND_ASSIGN(SaveResult r, handle.Wait());
+  EXPECT_EQ(r.device_snapshot_bytes, 0u);
+  EXPECT_EQ(dev.d2d_calls, 0);
+  EXPECT_EQ(LoadBytes(dir.path(), "d", d0.size()), d0);
+}
+
+TEST(DeviceSnapshotTest, DeviceCopyErrorFailsSaveAsyncAndCommitsNothing) {
+  TempDir dir;
+  FakeDevice dev;
+  dev.FailAfterBytes(0, absl::InternalError("illegal address"));
+  std::string d(kBuf, 'd');
+  auto writer = Writer::Create(DeviceSnapshot(&dev, 8 * kBuf)).value();
+  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()},
+                                   FlatRange{0, d.size()}, d.data(),
+                                   OnDevice()));
+  EXPECT_THAT(writer->SaveAsync(dir.path(), 1, ToDevice()).status(),
+              StatusIs(absl::StatusCode::kInternal, "device snapshot"));
+  EXPECT_FALSE(Reader::Open(dir.path()).ok());
+}
+
 TEST(SaveAsyncTest, NegativeSnapshotThreadsAreRefused) {
   TempDir dir;
   auto writer = Writer::Create(Writer::Options{}).value();

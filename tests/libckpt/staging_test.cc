@@ -202,6 +202,32 @@ TEST(StagerTest, HostBytesCopiedBySeveralThreadsAreByteExact) {
   for (size_t i = 0; i < data.size(); ++i) EXPECT_EQ(out[i], data[i]) << i;
 }
 
+TEST(StagerTest, RunStopsBeforeTheGivenItemAndTheNextRunGoesOnFromThere) {
+  FakeDevice dev;
+  auto pool = StagingPool::Create(&dev, kBuf, 8 * kBuf).value();
+  std::string a = ReferenceBytes(DType::kUInt8, {kBuf + 10}, 21);
+  std::string empty;
+  std::string b = ReferenceBytes(DType::kUInt8, {3000}, 22);
+  Stager stager(pool.get(), &dev, nullptr, 4096, 0);
+  StagedBytes* va =
+      stager.Add({"a", a.size(), a.data(), MemoryKind::kHost, 0, nullptr});
+  stager.Add({"empty", 0, nullptr, MemoryKind::kHost, 0, nullptr});
+  StagedBytes* vb =
+      stager.Add({"b", b.size(), b.data(), MemoryKind::kCuda, 0, nullptr});
+  CKPT_ASSERT_OK(stager.Run(2));  // "a" and the empty item
+  EXPECT_EQ(dev.copy_calls, 0);   // "b" not yet
+  const std::string a0 = a;
+  std::fill(a.begin(), a.end(), 'x');  // "a" was staged already
+  stager.ForgetReadyEvent();
+  CKPT_ASSERT_OK(stager.Run());
+  absl::Status consumed;
+  auto out = Consume({va, vb}, {a.size(), b.size()}, 4096, &consumed);
+  stager.Finish();
+  CKPT_ASSERT_OK(consumed);
+  EXPECT_EQ(out[0], a0);
+  EXPECT_EQ(out[1], b);
+}
+
 TEST(StagerTest, DeviceCopiesWaitForTheCallersEvent) {
   FakeDevice dev;
   auto pool = StagingPool::Create(&dev, kBuf, 2 * kBuf).value();

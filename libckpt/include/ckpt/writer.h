@@ -22,7 +22,9 @@
 //
 // Device tensors (TensorOptions::memory = kCuda) are copied into a bounded
 // pool of pinned staging buffers while earlier pieces are hashed and
-// written; SaveAsync (below) snapshots every tensor through that pool.
+// written; SaveAsync (below) snapshots every tensor through that pool (or
+// device tensors into spare device memory, SaveOptions::snapshot_to_device)
+// and returns while the save goes on in the background.
 //
 // Thread safety: a Writer is used by one thread at a time.
 #ifndef CKPT_WRITER_H_
@@ -92,6 +94,15 @@ struct SaveOptions {
   // and the save in flight goes on (its handle's Wait() as before). Every
   // rank passes the same value.
   bool fail_if_busy = false;
+  // SaveAsync snapshots device tensors into spare device memory
+  // (Writer::Options::device_snapshot_bytes per device; a device-to-device
+  // copy, ordered after device_ready) and returns once those copies are
+  // complete; their copies to host staging memory and their writes follow
+  // in the background. Tensors that do not fit, and every tensor where the
+  // DeviceMemory has no device memory to give (DeviceMemory::
+  // AllocateDevice), are copied to host staging memory before SaveAsync
+  // returns, as without this option. Ignored by Save.
+  bool snapshot_to_device = false;
   // Threads that copy host bytes into staging memory for SaveAsync's
   // snapshot (the caller's thread and short-lived helpers); 0:
   // DefaultSnapshotThreads().
@@ -116,6 +127,9 @@ struct SaveResult {
   double stall_seconds = 0;
   uint64_t peak_staging_bytes = 0;
   uint64_t staging_cap_bytes = 0;
+  // SaveAsync with snapshot_to_device: bytes this rank's snapshot copied
+  // into device memory (the rest went to host staging memory at once).
+  uint64_t device_snapshot_bytes = 0;
 
   bool plan_cache_hit =
       false;                  // the save reused a plan (see Writer: plan cache)
@@ -180,6 +194,12 @@ class Writer {
     // is larger).
     uint64_t staging_bytes = 4ull << 30;
     uint64_t staging_buffer_bytes = 64ull << 20;  // rounded up to 4096
+    // Device memory, per device, that SaveAsync may snapshot device tensors
+    // into (SaveOptions::snapshot_to_device): allocated through
+    // device_memory->AllocateDevice at the first such save, kept for the
+    // Writer's lifetime and reused (one save in flight), freed when the
+    // Writer is destroyed. 0: none.
+    uint64_t device_snapshot_bytes = 0;
     // The background of SaveAsync (its writing threads, and the commit when
     // it runs there) runs this many nice levels below the trainer's thread
     // (Linux setpriority of those threads; best effort, at most 19): while
@@ -229,16 +249,20 @@ class Writer {
 
   // As Save, but returns as soon as a consistent snapshot of everything
   // this rank writes (host and device tensors, sources, objects) is in
-  // staging memory: afterwards the caller may modify, free or re-register
-  // its buffers, and the checkpoint still holds the values at the call.
-  // Writing, fsyncs and the commit continue in the background with Save's
-  // atomicity: until SaveHandle::Wait() reports success nothing of this
-  // step is visible, and a crash leaves earlier checkpoints intact.
+  // staging memory (or, with SaveOptions::snapshot_to_device, device
+  // tensors in the Writer's device snapshot memory): afterwards the caller
+  // may modify, free or re-register its buffers, and the checkpoint still
+  // holds the values at the call. Writing, fsyncs and the commit continue
+  // in the background (Options::background_nice) with Save's atomicity:
+  // until SaveHandle::Wait() reports success nothing of this step is
+  // visible, and a crash leaves earlier checkpoints intact.
   //
   // Collective like Save (plan and prepare run on the caller's thread with
   // Options::comm). Memory: the snapshot goes into the staging pool
-  // (Options::staging_bytes); a larger state keeps this call blocked until
-  // the rest has been staged as written buffers free up
+  // (Options::staging_bytes; the first call commits the pool's memory, see
+  // there), copied by SaveOptions::snapshot_threads threads while the
+  // shard's first pieces are already written; a larger state keeps this
+  // call blocked until the rest has been staged as written buffers free up
   // (SaveResult::stall_seconds, peak_staging_bytes). One save is in flight
   // per Writer: a new Save or SaveAsync first waits for the previous one
   // (or fails fast, SaveOptions::fail_if_busy); destroying the Writer waits
