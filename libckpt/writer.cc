@@ -656,9 +656,14 @@ std::string WriterImpl::WriteShardStaged(const PendingSave& pending,
   if (device && device_memory_ != nullptr) {
     const uint64_t segment = internal::StagingSegmentBytes(options);
     absl::StatusOr<internal::StagingPool*> pool = Pool(segment);
-    if (!pool.ok()) {
+    // Its buffers are made (pinned) before the copies start, once.
+    absl::Status reserved =
+        pool.ok()
+            ? (*pool)->Reserve(kSaveStagingBuffers * (*pool)->buffer_bytes())
+            : pool.status();
+    if (!reserved.ok()) {
       return internal::EncodeStatusOr(
-          Annotate(pool.status(), absl::StrCat("rank ", comm_->rank())));
+          Annotate(reserved, absl::StrCat("rank ", comm_->rank())));
     }
     staging.Start(&snapshot, *pool, device_memory_, options.device_ready,
                   segment, kSaveStagingBuffers);
