@@ -95,6 +95,7 @@ class PyReader {
  public:
   PyReader(const std::string& path, int io_threads, bool direct_io) {
     ReaderOptions o;
+    o.device_memory = PythonDeviceMemory();
     o.io_threads = io_threads;
     o.direct_io = direct_io;
     py::gil_scoped_release nogil;
