@@ -11,8 +11,10 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "ckpt/format/format_constants.h"
+#include "ckpt/format/plan_record.h"
 #include "ckpt/format/records.h"
 #include "ckpt/types.h"
+#include "plan_table.h"
 
 namespace ckpt::internal {
 
@@ -54,7 +56,22 @@ struct GlobalPlan {
 // InvalidArgument naming the entry and the ranks for: dtype, shape, kind or
 // partial flag disagreeing between ranks; two ranks holding an object of
 // one name; overlapping non-replica chunks; a tensor not covered.
+absl::StatusOr<GlobalPlan> PlanSave(const PlanTable& ranks);
+// The same over plans not yet in a table (tests, small worlds).
 absl::StatusOr<GlobalPlan> PlanSave(const std::vector<LocalPlan>& ranks);
+
+// The structure fingerprint of a whole job (CHECKPOINT_INFO's): a hash of
+// the ranks' fingerprints in rank order.
+format::Fingerprint GlobalFingerprint(const format::PlanRecord& record);
+
+// The coordinator's half of planning a save: decodes every rank's
+// RankPlan message (wire.h), in rank order, straight into one PlanTable,
+// releasing each message once decoded; plans (PlanSave); returns the
+// encoded PlanRecord (ckpt/format/plan_record.h) that every rank adopts,
+// with each rank's fingerprint. Internal for a malformed message, else
+// PlanSave's errors.
+absl::StatusOr<std::string> PlanOnCoordinator(
+    std::vector<std::string> rank_plans);
 
 }  // namespace ckpt::internal
 

@@ -1,7 +1,5 @@
 #include "ckpt/writer.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -337,22 +335,6 @@ class WriterImpl final : public Writer {
   PlanCache cache_;
 };
 
-format::Fingerprint GlobalFingerprint(const format::PlanRecord& record) {
-  // Hash of the ranks' fingerprints in rank order.
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_128bits_reset(st);
-  for (const auto& r : record.ranks)
-    XXH3_128bits_update(st, r.fingerprint.data(), 16);
-  XXH128_hash_t h = XXH3_128bits_digest(st);
-  XXH3_freeState(st);
-  format::Fingerprint fp;
-  for (int i = 0; i < 8; ++i) {
-    fp[i] = static_cast<uint8_t>(h.low64 >> (8 * i));
-    fp[8 + i] = static_cast<uint8_t>(h.high64 >> (8 * i));
-  }
-  return fp;
-}
-
 bool WriterImpl::AdoptRecord(const format::PlanRecord& record,
                              absl::string_view body,
                              const format::Fingerprint& local_fp) {
@@ -370,7 +352,7 @@ bool WriterImpl::AdoptRecord(const format::PlanRecord& record,
   cache_.local_fp = local_fp;
   cache_.writes = mine.writes;
   if (rank == 0) {
-    cache_.global_fp = GlobalFingerprint(record);
+    cache_.global_fp = internal::GlobalFingerprint(record);
     cache_.plan_section = std::string(body);
   }
   return true;
@@ -414,27 +396,6 @@ absl::StatusOr<bool> WriterImpl::TryCachedPlan(const std::string& root,
   return miss[0] == 0;
 }
 
-// The coordinator's half of Replan: decodes every rank's plan, checks the
-// union and assigns writers (internal::PlanSave); returns the encoded
-// PlanRecord that every rank adopts.
-absl::StatusOr<std::string> PlanOnCoordinator(
-    const std::vector<std::string>& plans) {
-  const size_t world = plans.size();
-  std::vector<LocalPlan> all(world);
-  format::PlanRecord record;
-  record.ranks.resize(world);
-  for (size_t r = 0; r < world; ++r) {
-    CKPT_ASSIGN_OR_RETURN(internal::RankPlan p,
-                          internal::DecodeRankPlan(plans[r]));
-    record.ranks[r].fingerprint = p.fingerprint;
-    all[r] = std::move(p.plan);
-  }
-  CKPT_ASSIGN_OR_RETURN(internal::GlobalPlan gp, internal::PlanSave(all));
-  for (size_t r = 0; r < world; ++r)
-    record.ranks[r].writes = std::move(gp.writes[r]);
-  return format::EncodePlanRecord(record);
-}
-
 absl::Status WriterImpl::Replan() {
   cache_.valid = false;
   internal::RankPlan mine;
@@ -445,7 +406,7 @@ absl::Status WriterImpl::Replan() {
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> plans,
                         comm_->Gather(internal::EncodeRankPlan(mine), 0));
   CKPT_ASSIGN_OR_RETURN(std::string body, OnCoordinator([&] {
-                          return PlanOnCoordinator(plans);
+                          return internal::PlanOnCoordinator(std::move(plans));
                         }));
   CKPT_ASSIGN_OR_RETURN(format::PlanRecord record,
                         format::DecodePlanRecord(body));
