@@ -396,13 +396,51 @@ def _sync_cuda_streams(leaves: List[_Leaf]) -> None:
         torch.cuda.current_stream(d).synchronize()
 
 
+# One ckpt Writer per process group (the group object is kept with it),
+# reused by every save of that group: its staging memory (allocated by the
+# first save_async, or the first save of CUDA tensors) and its save plan
+# are made once, not per save. release() drops them.
+_writers: Dict[int, Tuple[Any, Any]] = {}
+
+
+def _group_key(process_group):
+    """What identifies the group of a save: the group (or communicator)
+    passed, else the default group when torch.distributed is initialised
+    with several ranks (a new one after re-initialisation), else None."""
+    if process_group is None and _communicator(None) is not None:
+        return dist.group.WORLD
+    return process_group
+
+
+def _writer(process_group, comm):
+    """The Writer of `process_group`, emptied of the last save's entries."""
+    key = _group_key(process_group)
+    cached = _writers.get(id(key))
+    if cached is None or cached[0] is not key:
+        cached = _writers[id(key)] = (key, _ckpt.Writer(comm))
+    cached[1].clear()
+    return cached[1]
+
+
+def release() -> None:
+    """Waits for every save_async in flight, then frees the Writers that
+    save and save_async keep for reuse (and their staging memory)."""
+    for _, handle in list(_in_flight.values()):
+        try:
+            handle.wait()
+        except Error:
+            pass  # its outcome is reported by its own handle's wait()
+    _in_flight.clear()
+    _writers.clear()
+
+
 def _plan_save(state_dict: Dict, root: str, step: int, comm, verify_replicas: bool,
-               options: Dict) -> _SavePlan:
+               options: Dict, process_group=None) -> _SavePlan:
     """Registers everything and agrees with the other ranks (one collective):
     every rank's failure, the equality of Python values (and of replicas
     with verify_replicas), and which rank saves each value."""
     rank = comm.rank if comm is not None else 0
-    writer = _ckpt.Writer(comm)
+    writer = _writer(process_group, comm)
     info, error, values = {"error": None}, None, {}
     try:
         leaves = _flatten(state_dict)
@@ -440,7 +478,7 @@ _in_flight: Dict[int, Tuple[Any, "SaveHandle"]] = {}
 
 
 def _await_in_flight(process_group) -> None:
-    _, previous = _in_flight.pop(id(process_group), (None, None))
+    _, previous = _in_flight.pop(id(_group_key(process_group)), (None, None))
     if previous is not None:
         try:
             previous.wait()
@@ -462,13 +500,15 @@ def save(state_dict: Dict, root: str, step: int, *, process_group=None,
     tensors and raises naming the ranks whose copies differ.
 
     The tensors are read during the call and may change once it returns.
-    A save_async still in flight is waited for first. Raises
+    A save_async still in flight is waited for first. One ckpt Writer per
+    process group is kept for the next saves (its staging memory and save
+    plan reused); release() frees it. Raises
     ckpt.InvalidArgumentError (a ValueError) for bad input, naming the
     entry; TypeError for an unsupported value type.
     """
     _await_in_flight(process_group)
     comm = _communicator(process_group)
-    plan = _plan_save(state_dict, root, step, comm, verify_replicas, options)
+    plan = _plan_save(state_dict, root, step, comm, verify_replicas, options, process_group)
     return plan.writer.save(plan.root, plan.step, plan.options)
 
 
@@ -511,9 +551,10 @@ def save_async(state_dict: Dict, root: str, step: int, *, process_group=None,
     """
     _await_in_flight(process_group)
     comm = _communicator(process_group)
-    plan = _plan_save(state_dict, root, step, comm, verify_replicas, options)
+    plan = _plan_save(state_dict, root, step, comm, verify_replicas, options, process_group)
     handle = SaveHandle(plan.writer.save_async(plan.root, plan.step, plan.options))
-    _in_flight[id(process_group)] = (process_group, handle)
+    key = _group_key(process_group)
+    _in_flight[id(key)] = (key, handle)
     return handle
 
 

@@ -330,3 +330,22 @@ def test_save_async_on_several_ranks_commits_in_wait(tmp_path):
         assert torch.equal(out[1000:], torch.ones(1000))
 
     run_ranks(2, rank_fn)
+
+
+def test_saves_of_one_group_reuse_their_writer_plan_and_staging_memory(tmp_path):
+    root = str(tmp_path / "root")
+    state = {"w": torch.arange(100000, dtype=torch.float32), "step": 1}
+    first = ct.save_async(state, root, 1).wait()
+    second = ct.save_async(state, root, 2).wait()
+    assert not first.plan_cache_hit and second.plan_cache_hit
+    assert second.staging_cap_bytes == first.staging_cap_bytes
+    state["extra"] = torch.ones(3)  # a new structure: replanned, all saved
+    third = ct.save(state, root, 3)
+    assert not third.plan_cache_hit
+    assert ckpt.Reader(root).find("extra") is not None
+    # The kept Writer has the plan in memory; after release() a new one has
+    # none (and is not allowed the plan recorded in the checkpoint here).
+    assert ct.save_async(state, root, 4, reuse_recorded_plan=False).wait().plan_cache_hit
+    ct.release()
+    assert not ct.save_async(state, root, 5, reuse_recorded_plan=False).wait().plan_cache_hit
+    ct.release()
