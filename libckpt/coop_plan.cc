@@ -1,0 +1,241 @@
+#include "ckpt/internal/coop_plan.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/status_macros.h"
+
+namespace ckpt::internal {
+namespace {
+
+constexpr uint8_t kBox = 0, kFlat = 1;
+
+void PutRegion(std::string* out, const Region& region) {
+  if (const Box* b = std::get_if<Box>(&region)) {
+    format::PutFixed8(out, kBox);
+    format::PutVarint(out, b->offset.size());
+    for (uint64_t v : b->offset) format::PutVarint(out, v);
+    for (uint64_t v : b->size) format::PutVarint(out, v);
+  } else {
+    const FlatRange& f = std::get<FlatRange>(region);
+    format::PutFixed8(out, kFlat);
+    format::PutVarint(out, f.start);
+    format::PutVarint(out, f.length);
+  }
+}
+
+// Bound on a box's rank in exchanged requests (the format's is lower).
+constexpr uint64_t kMaxRank = 64;
+
+absl::StatusOr<PlanRequest> ReadRequest(format::ByteReader* r) {
+  PlanRequest out;
+  CKPT_ASSIGN_OR_RETURN(uint64_t entry,
+                        r->ReadVarintAtMost("entry", UINT32_MAX));
+  out.entry = static_cast<uint32_t>(entry);
+  CKPT_ASSIGN_OR_RETURN(uint8_t kind, r->Read8("region kind"));
+  if (kind == kBox) {
+    CKPT_ASSIGN_OR_RETURN(uint64_t n, r->ReadVarintAtMost("rank", kMaxRank));
+    Box b;
+    b.offset.resize(n);
+    b.size.resize(n);
+    for (uint64_t& v : b.offset) {
+      CKPT_ASSIGN_OR_RETURN(v, r->ReadVarint("offset"));
+    }
+    for (uint64_t& v : b.size) {
+      CKPT_ASSIGN_OR_RETURN(v, r->ReadVarint("size"));
+    }
+    out.region = std::move(b);
+  } else if (kind == kFlat) {
+    FlatRange f;
+    CKPT_ASSIGN_OR_RETURN(f.start, r->ReadVarint("start"));
+    CKPT_ASSIGN_OR_RETURN(f.length, r->ReadVarint("length"));
+    out.region = f;
+  } else {
+    return absl::DataLossError(absl::StrCat("region kind ", kind));
+  }
+  return out;
+}
+
+absl::Status CheckRequest(const format::Manifest& m, const PlanRequest& p,
+                          uint32_t rank, uint64_t i) {
+  if (p.entry >= m.entries.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, ": request ", i, ": entry ", p.entry,
+        " is not in the manifest (", m.entries.size(), " entries)"));
+  }
+  absl::Status s = ValidateRegion(p.region, m.entries[p.entry].shape);
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError(
+      absl::StrCat("rank ", rank, ": request ", i, ": entry '",
+                   m.entries[p.entry].name, "': ", s.message()));
+}
+
+// Assigns each read to a rank (CoopRead::reader), largest reads first, as
+// the contract of PlanCooperativeReads says; returns the bytes per rank.
+std::vector<uint64_t> AssignReaders(const RequestGroups& g,
+                                    std::vector<CoopRead>* reads) {
+  std::vector<uint64_t> load(g.ranks, 0);
+  std::set<std::pair<uint64_t, uint32_t>> by_load;
+  for (uint32_t r = 0; r < g.ranks; ++r) by_load.insert({0, r});
+  std::vector<uint32_t> order(reads->size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return (*reads)[a].read.length > (*reads)[b].read.length;
+  });
+  for (uint32_t i : order) {
+    CoopRead& cr = (*reads)[i];
+    std::pair<uint64_t, uint32_t> best{UINT64_MAX, 0};
+    ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy&) {
+      best = std::min(best, std::make_pair(load[h.rank], h.rank));
+    });
+    const std::pair<uint64_t, uint32_t> least = *by_load.begin();
+    if (best.first == UINT64_MAX || best.first > least.first + cr.read.length) {
+      best = least;
+    }
+    cr.reader = best.second;
+    by_load.erase(best);
+    load[best.second] += cr.read.length;
+    by_load.insert({load[best.second], best.second});
+  }
+  return load;
+}
+
+// Puts each rank's reads, in plan order, into the first round from its
+// previous read's on where the bytes it sends and those its receivers get
+// stay within `budget` (or go alone); returns the number of rounds.
+uint32_t AssignRounds(const RequestGroups& g, uint64_t budget,
+                      std::vector<CoopRead>* reads) {
+  std::vector<uint32_t> cur(g.ranks, 0);
+  std::vector<std::vector<uint64_t>> sent, got;  // [round][rank]
+  uint32_t rounds = 0;
+  absl::flat_hash_map<uint32_t, uint64_t> to;  // receiver -> bytes
+  for (CoopRead& cr : *reads) {
+    const uint32_t s = cr.reader;
+    to.clear();
+    uint64_t total = 0;
+    ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy& c) {
+      if (h.rank == s) return;
+      to[h.rank] += c.bytes;
+      total += c.bytes;
+    });
+    uint32_t k = cur[s];
+    auto fits = [&](uint64_t have, uint64_t add) {
+      return have == 0 || have + add <= budget;
+    };
+    for (;; ++k) {
+      if (k >= sent.size()) {
+        sent.emplace_back(g.ranks, 0);
+        got.emplace_back(g.ranks, 0);
+      }
+      if (total == 0) break;
+      bool ok = fits(sent[k][s], total);
+      for (const auto& [d, n] : to) ok = ok && fits(got[k][d], n);
+      if (ok) break;
+    }
+    sent[k][s] += total;
+    for (const auto& [d, n] : to) got[k][d] += n;
+    cur[s] = k;
+    cr.round = k;
+    rounds = std::max(rounds, k + 1);
+  }
+  return rounds;
+}
+
+std::vector<CoopRead> Flatten(ReadPlan plan) {
+  std::vector<CoopRead> out;
+  for (ShardReads& sr : plan.shards) {
+    for (BlockRead& r : sr.reads) {
+      CoopRead cr;
+      cr.shard = sr.shard;
+      cr.read = std::move(r);
+      out.push_back(std::move(cr));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string EncodeRankRequests(const std::vector<PlanRequest>& requests) {
+  std::string out;
+  format::PutVarint(&out, requests.size());
+  for (const PlanRequest& p : requests) {
+    format::PutVarint(&out, p.entry);
+    PutRegion(&out, p.region);
+  }
+  return out;
+}
+
+absl::StatusOr<RequestGroups> GroupRequests(
+    const format::Manifest& manifest, const std::vector<std::string>& encoded) {
+  RequestGroups g;
+  g.ranks = static_cast<uint32_t>(encoded.size());
+  absl::flat_hash_map<absl::string_view, uint32_t> ids;
+  std::vector<uint32_t> uid;  // unique id of every request, rank by rank
+  std::vector<uint32_t> count_of_rank(encoded.size());
+  for (uint32_t rank = 0; rank < encoded.size(); ++rank) {
+    format::ByteReader r(encoded[rank]);
+    auto wire = [&](const absl::Status& s) {
+      return absl::InternalError(absl::StrCat("the requests of rank ", rank,
+                                              " do not decode: ", s.message()));
+    };
+    auto n = r.ReadVarintAtMost("count", encoded[rank].size());
+    if (!n.ok()) return wire(n.status());
+    count_of_rank[rank] = static_cast<uint32_t>(*n);
+    for (uint64_t i = 0; i < *n; ++i) {
+      const uint64_t begin = r.offset();
+      auto p = ReadRequest(&r);
+      if (!p.ok()) return wire(p.status());
+      absl::string_view key(encoded[rank].data() + begin, r.offset() - begin);
+      auto [it, inserted] =
+          ids.emplace(key, static_cast<uint32_t>(g.unique.size()));
+      if (inserted) {
+        CKPT_RETURN_IF_ERROR(CheckRequest(manifest, *p, rank, i));
+        g.unique.push_back(*std::move(p));
+      }
+      uid.push_back(it->second);
+    }
+    if (!r.empty()) return wire(absl::DataLossError("trailing bytes"));
+  }
+  g.first.assign(g.unique.size() + 1, 0);
+  for (uint32_t u : uid) ++g.first[u + 1];
+  for (size_t u = 0; u < g.unique.size(); ++u) g.first[u + 1] += g.first[u];
+  std::vector<uint64_t> next(g.first.begin(), g.first.end() - 1);
+  g.holders.resize(uid.size());
+  size_t k = 0;
+  for (uint32_t rank = 0; rank < encoded.size(); ++rank) {
+    for (uint32_t i = 0; i < count_of_rank[rank]; ++i) {
+      g.holders[next[uid[k++]]++] = Holder{rank, i};
+    }
+  }
+  return g;
+}
+
+CoopPlan PlanCooperativeReads(const format::Manifest& manifest,
+                              const RequestGroups& groups,
+                              const std::vector<ChunkPiece>& pieces,
+                              const BlockTableLookup& lookup,
+                              const CoopOptions& options) {
+  CoopPlan plan;
+  ReadPlan reads =
+      PlanBlockReads(manifest, pieces, lookup, options.max_read_bytes);
+  // Enough reads to spread: about four per rank, if blocks allow.
+  const uint64_t spread =
+      reads.stored_bytes / (4 * std::max<uint64_t>(1, groups.ranks));
+  if (spread < options.max_read_bytes) {
+    reads =
+        PlanBlockReads(manifest, pieces, lookup, std::max<uint64_t>(1, spread));
+  }
+  plan.stored_bytes = reads.stored_bytes;
+  plan.reads = Flatten(std::move(reads));
+  plan.bytes_read = AssignReaders(groups, &plan.reads);
+  plan.rounds = AssignRounds(groups, options.round_bytes, &plan.reads);
+  return plan;
+}
+
+}  // namespace ckpt::internal
