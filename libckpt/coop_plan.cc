@@ -75,33 +75,60 @@ absl::Status CheckRequest(const format::Manifest& m, const PlanRequest& p,
                    m.entries[p.entry].name, "': ", s.message()));
 }
 
-// Assigns each read to a rank (CoopRead::reader), largest reads first, as
-// the contract of PlanCooperativeReads says; returns the bytes per rank.
+// Moves reads of ranks that read more than `limit` bytes (their smallest
+// reads first) to the least loaded rank while that lowers the maximum:
+// when few ranks need the data (one rank loading everything), the others
+// read for them.
+void Rebalance(uint64_t limit, std::vector<uint64_t>* load,
+               std::vector<std::vector<uint32_t>>* mine,
+               std::vector<CoopRead>* reads) {
+  std::set<std::pair<uint64_t, uint32_t>> by_load;
+  for (uint32_t r = 0; r < load->size(); ++r) by_load.insert({(*load)[r], r});
+  for (uint32_t r = 0; r < load->size(); ++r) {
+    while ((*load)[r] > limit && !(*mine)[r].empty()) {
+      const uint32_t i = (*mine)[r].back();
+      const uint64_t n = (*reads)[i].read.length;
+      const auto [least, g] = *by_load.begin();
+      if (least + n >= (*load)[r]) break;
+      by_load.erase({(*load)[r], r});
+      by_load.erase({least, g});
+      (*load)[r] -= n;
+      (*load)[g] += n;
+      by_load.insert({(*load)[r], r});
+      by_load.insert({(*load)[g], g});
+      (*mine)[r].pop_back();
+      (*mine)[g].push_back(i);
+      (*reads)[i].reader = g;
+    }
+  }
+}
+
+// Assigns each read to a rank (CoopRead::reader) as the contract of
+// PlanCooperativeReads says; returns the bytes per rank.
 std::vector<uint64_t> AssignReaders(const RequestGroups& g,
                                     std::vector<CoopRead>* reads) {
   std::vector<uint64_t> load(g.ranks, 0);
-  std::set<std::pair<uint64_t, uint32_t>> by_load;
-  for (uint32_t r = 0; r < g.ranks; ++r) by_load.insert({0, r});
+  std::vector<std::vector<uint32_t>> mine(g.ranks);
   std::vector<uint32_t> order(reads->size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
     return (*reads)[a].read.length > (*reads)[b].read.length;
   });
-  for (uint32_t i : order) {
+  uint64_t total = 0, largest = 0;
+  for (uint32_t i : order) {  // largest first, to the least loaded needer
     CoopRead& cr = (*reads)[i];
     std::pair<uint64_t, uint32_t> best{UINT64_MAX, 0};
     ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy&) {
       best = std::min(best, std::make_pair(load[h.rank], h.rank));
     });
-    const std::pair<uint64_t, uint32_t> least = *by_load.begin();
-    if (best.first == UINT64_MAX || best.first > least.first + cr.read.length) {
-      best = least;
-    }
     cr.reader = best.second;
-    by_load.erase(best);
     load[best.second] += cr.read.length;
-    by_load.insert({load[best.second], best.second});
+    mine[best.second].push_back(i);
+    total += cr.read.length;
+    largest = std::max(largest, cr.read.length);
   }
+  Rebalance(total / std::max<uint32_t>(1, g.ranks) + largest, &load, &mine,
+            reads);
   return load;
 }
 

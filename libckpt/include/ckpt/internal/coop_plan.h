@@ -88,11 +88,13 @@ struct CoopPlan {
 };
 
 // Every block that `pieces` (PairRequests on groups.unique) need is read
-// once, by one rank: the holder of one of the read's requests with the
-// fewest bytes assigned so far (reads taken largest first), unless some
-// other rank has fewer by more than the read's size (then that rank). A
-// rank's reads are then put into rounds in plan order so that each round
-// respects options.round_bytes on both sides. REQUIRES: as PlanBlockReads.
+// once, by one rank: reads are taken largest first, each by the holder of
+// one of its requests with the fewest bytes so far; then a rank that reads
+// more than the mean plus the largest read gives reads (its smallest
+// first) to the least loaded rank while that lowers its load (so that all
+// ranks read when few need the data). A rank's reads are then put into
+// rounds in plan order so that each round respects options.round_bytes on
+// both sides. REQUIRES: as PlanBlockReads.
 CoopPlan PlanCooperativeReads(const format::Manifest& manifest,
                               const RequestGroups& groups,
                               const std::vector<ChunkPiece>& pieces,
