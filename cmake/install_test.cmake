@@ -2,7 +2,8 @@
 #   1. cmake --install CKPT_BUILD_DIR --prefix CKPT_WORK_DIR/prefix
 #   2. checks the installed tree: libraries, package files, tools, and that
 #      every "ckpt/..." include of an installed header is
-#      installed too;
+#      installed too; each optional component installed (ckpt_mpi, ckpt_gpu,
+#      ckpt_nccl) is found by find_package(ckpt COMPONENTS ...);
 #   3. configures examples/trainer against the prefix (find_package(ckpt)),
 #      builds it with Ninja -j2 and runs it.
 # Inputs (-D): CKPT_SOURCE_DIR, CKPT_BUILD_DIR, CKPT_WORK_DIR,
@@ -55,6 +56,35 @@ foreach(h ${headers})
     endif()
   endforeach()
 endforeach()
+
+# 2b. Each optional component that was installed (ckpt::ckpt_mpi,
+# ckpt::ckpt_gpu, ckpt::ckpt_nccl) loads through
+# find_package(ckpt COMPONENTS ...) in a project of its own: configured only.
+set(components "")
+foreach(c Mpi:ckpt_mpi Gpu:ckpt_gpu Nccl:ckpt_nccl)
+  string(REPLACE ":" ";" pair ${c})
+  list(GET pair 0 file)
+  list(GET pair 1 target)
+  file(GLOB_RECURSE exported ${prefix}/lib*/cmake/ckpt/ckpt${file}Targets.cmake)
+  if(exported)
+    list(APPEND components ${target})
+  endif()
+endforeach()
+foreach(c ${components})
+  set(dir ${CKPT_WORK_DIR}/component-${c})
+  file(MAKE_DIRECTORY ${dir})
+  file(WRITE ${dir}/CMakeLists.txt "cmake_minimum_required(VERSION 3.20)
+project(ckpt_component LANGUAGES C CXX)
+find_package(ckpt 0.1 REQUIRED COMPONENTS ${c})
+if(NOT TARGET ckpt::${c})
+  message(FATAL_ERROR \"find_package(ckpt COMPONENTS ${c}) defined no ckpt::${c}\")
+endif()
+")
+  run("find_package(ckpt COMPONENTS ${c})" ${CMAKE_COMMAND} -S ${dir} -B ${dir}/build
+    -G Ninja -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_CXX_COMPILER=${CKPT_CXX_COMPILER}
+    -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON)
+endforeach()
+message(STATUS "optional components found through find_package: ${components}")
 
 # 3. Build and run the example against the prefix only.
 set(flags "")

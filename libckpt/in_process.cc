@@ -1,5 +1,6 @@
 #include "ckpt/in_process.h"
 
+#include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,9 @@ class InProcessCommunicator final : public Communicator {
     world_->Exchange(rank_, std::string());
     return absl::OkStatus();
   }
+  absl::Status AllToAll(absl::Span<const SendBuffer> send,
+                        absl::Span<const RecvBuffer> recv,
+                        MemoryKind memory) override;
   absl::Status AllReduceMax(std::vector<int64_t>* values) override {
     std::string mine;
     for (int64_t v : *values)
@@ -55,6 +59,53 @@ class InProcessCommunicator final : public Communicator {
   InProcessWorld* world_;
   int rank_;
 };
+
+namespace {
+
+// The address of a rank's array of send buffers, as AllToAll posts it: 8
+// bytes, or nothing when that rank's arguments are bad.
+std::string PostAddress(absl::Span<const SendBuffer> send) {
+  std::string out(sizeof(const SendBuffer*), '\0');
+  const SendBuffer* data = send.data();
+  std::memcpy(out.data(), &data, sizeof(data));
+  return out;
+}
+
+const SendBuffer* PostedAddress(const std::string& posted) {
+  const SendBuffer* data = nullptr;
+  std::memcpy(&data, posted.data(), sizeof(data));
+  return data;
+}
+
+}  // namespace
+
+// Each byte is copied once, by its receiver, straight from the sender's
+// buffer. The first rendezvous publishes every rank's send array; the
+// second (AgreeOnFirstError's AllReduceMax) holds every sender until all
+// receivers have copied, so that the arrays and buffers stay valid, and
+// makes any rank's error every rank's.
+absl::Status InProcessCommunicator::AllToAll(absl::Span<const SendBuffer> send,
+                                             absl::Span<const RecvBuffer> recv,
+                                             MemoryKind memory) {
+  absl::Status verdict =
+      CheckAllToAllArguments(send.size(), recv.size(), memory);
+  const std::vector<std::string> posted =
+      world_->Exchange(rank_, verdict.ok() ? PostAddress(send) : std::string());
+  std::vector<const SendBuffer*> incoming(posted.size(), nullptr);
+  for (size_t s = 0; s < posted.size() && verdict.ok(); ++s) {
+    if (posted[s].empty()) continue;  // that rank failed; it reports why
+    incoming[s] = PostedAddress(posted[s]) + rank_;
+    if (incoming[s]->size != recv[s].size) {
+      verdict = AllToAllSizeMismatch(static_cast<int>(s), incoming[s]->size,
+                                     rank_, recv[s].size);
+    }
+  }
+  for (size_t s = 0; s < incoming.size() && verdict.ok(); ++s) {
+    if (incoming[s] != nullptr && incoming[s]->size > 0)
+      std::memcpy(recv[s].data, incoming[s]->data, incoming[s]->size);
+  }
+  return AgreeOnFirstError(verdict);
+}
 
 InProcessWorld::InProcessWorld(int size) : size_(size) {
   {

@@ -1,6 +1,9 @@
 #include "ckpt/mpi_communicator.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -38,7 +41,170 @@ std::string What(absl::string_view call, absl::string_view function, int64_t k,
   return absl::StrCat(call, ": ", function, " (part ", k + 1, " of ", n, ")");
 }
 
+// AllToAll: the send size a rank whose own arguments are bad announces, so
+// that receivers do not report a mismatch of its making.
+constexpr uint64_t kBadArguments = ~uint64_t{0};
+
+// The parts of one side of AllToAll (what this rank sends, or receives),
+// addressed as integers: one side reads, the other writes.
+struct Parts {
+  std::vector<uintptr_t> address;
+  std::vector<int64_t> size;
+};
+
+template <typename Buffer>
+Parts PartsOf(absl::Span<const Buffer> buffers) {
+  Parts parts;
+  for (const Buffer& b : buffers) {
+    parts.address.push_back(reinterpret_cast<uintptr_t>(b.data));
+    parts.size.push_back(static_cast<int64_t>(b.size));
+  }
+  return parts;
+}
+
+// Grows on demand, never initialised: holds the parts of a round that are
+// not passed to MPI in place.
+class Staging {
+ public:
+  char* Get(size_t bytes) {
+    if (bytes > capacity_) {
+      buffer_.reset(new char[bytes]);
+      capacity_ = bytes;
+    }
+    return buffer_.get();
+  }
+
+ private:
+  std::unique_ptr<char[]> buffer_;
+  size_t capacity_ = 0;
+};
+
+// Which bytes one MPI_Alltoallv call of AllToAll moves: [begin, begin +
+// piece) of every part between ranks whose distance (receiver - sender,
+// modulo size) is in [first_shift, first_shift + shifts). Distances are
+// split into groups only when max_bytes_per_call is smaller than the number
+// of peers a rank talks to; then each call has at most `shifts` peers of 1
+// byte on either side.
+struct Window {
+  int64_t begin = 0, piece = 0;
+  int first_shift = 1, shifts = 0;
+};
+
+// One side of one MPI_Alltoallv call: the window's pieces of every part.
+// In place when those pieces lie within `limit` bytes of the lowest
+// (displacements from it are then C ints within the limit); otherwise
+// packed one after the other in `staging`. `receiving`: the parts are
+// those of the senders (peer p's distance is self - p), not the receivers.
+struct Round {
+  std::vector<int> counts, displs;
+  char* base = nullptr;
+  bool staged = false;
+};
+
+Round LayOut(const Parts& parts, int self, bool receiving, const Window& w,
+             int64_t limit, Staging* staging) {
+  const int n = static_cast<int>(parts.size.size());
+  Round round;
+  round.counts.assign(n, 0);
+  round.displs.assign(n, 0);
+  uintptr_t low = UINTPTR_MAX, high = 0;
+  int64_t total = 0;
+  for (int p = 0; p < n; ++p) {
+    const int shift = ((receiving ? self - p : p - self) + n) % n;
+    if (shift < w.first_shift || shift >= w.first_shift + w.shifts) continue;
+    const int64_t count =
+        std::clamp<int64_t>(parts.size[p] - w.begin, 0, w.piece);
+    if (count == 0) continue;
+    round.counts[p] = static_cast<int>(count);
+    low = std::min(low, parts.address[p] + w.begin);
+    high = std::max(high, parts.address[p] + w.begin + count);
+    total += count;
+  }
+  static char nothing;  // MPI gets a valid address even when nothing moves
+  if (total == 0) {
+    round.base = &nothing;
+  } else if (high - low <= static_cast<uintptr_t>(limit)) {
+    round.base = reinterpret_cast<char*>(low);
+    for (int p = 0; p < n; ++p) {
+      if (round.counts[p] > 0)
+        round.displs[p] = static_cast<int>(parts.address[p] + w.begin - low);
+    }
+  } else {
+    round.base = staging->Get(total);
+    round.staged = true;
+    int64_t offset = 0;
+    for (int p = 0; p < n; ++p) {
+      round.displs[p] = static_cast<int>(offset);
+      offset += round.counts[p];
+    }
+  }
+  return round;
+}
+
+// Copies the staged pieces between `round` and the parts: into the staging
+// buffer before a send (`pack`), out of it after a receive.
+void CopyStaged(const Round& round, const Parts& parts, const Window& w,
+                bool pack) {
+  if (!round.staged) return;
+  for (size_t p = 0; p < parts.size.size(); ++p) {
+    if (round.counts[p] == 0) continue;
+    char* part = reinterpret_cast<char*>(parts.address[p] + w.begin);
+    char* staged = round.base + round.displs[p];
+    if (pack) {
+      std::memcpy(staged, part, round.counts[p]);
+    } else {
+      std::memcpy(part, staged, round.counts[p]);
+    }
+  }
+}
+
+// What this rank contributes to the agreement on AllToAll's rounds: its
+// largest part, its largest total (sent or received, self excluded) and
+// the most peers it sends to or receives from.
+std::vector<int64_t> RoundInputs(const Parts& send, const Parts& recv,
+                                 int self) {
+  int64_t largest = 0, sent = 0, received = 0, to = 0, from = 0;
+  for (size_t p = 0; p < send.size.size(); ++p) {
+    if (static_cast<int>(p) == self) continue;
+    largest = std::max({largest, send.size[p], recv.size[p]});
+    sent += send.size[p];
+    received += recv.size[p];
+    to += send.size[p] > 0;
+    from += recv.size[p] > 0;
+  }
+  return {largest, std::max(sent, received), std::max(to, from)};
+}
+
 }  // namespace
+
+namespace internal {
+
+// From what every rank agreed on (see RoundInputs): one call when every
+// rank's total fits the limit; otherwise pieces of limit / fan bytes per
+// part, so that a call's counts on either side add up to at most the limit;
+// and when the limit is below the fan (1-byte pieces), the distances are
+// split into groups of `limit`.
+AllToAllPlan PlanAllToAll(int64_t largest_part, int64_t largest_total,
+                          int64_t widest_fan, int size, int64_t limit) {
+  AllToAllPlan plan;
+  plan.shifts_per_group = std::max(1, size - 1);
+  if (largest_part == 0) return plan;
+  plan.groups = 1;
+  if (largest_total <= limit) {
+    plan.piece = largest_part;
+  } else if (limit >= widest_fan) {
+    plan.piece = limit / widest_fan;
+  } else {
+    plan.piece = 1;
+    plan.shifts_per_group = static_cast<int>(limit);
+    plan.groups =
+        (size - 1 + plan.shifts_per_group - 1) / plan.shifts_per_group;
+  }
+  plan.rounds = (largest_part + plan.piece - 1) / plan.piece;
+  return plan;
+}
+
+}  // namespace internal
 
 absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
     MPI_Comm comm, const Options& options) {
@@ -236,6 +402,71 @@ absl::Status MpiCommunicator::AllReduceMax(std::vector<int64_t>* values) {
       MPI_Allreduce(MPI_IN_PLACE, values->data(), static_cast<int>(count),
                     MPI_INT64_T, MPI_MAX, comm_),
       "AllReduceMax: MPI_Allreduce");
+}
+
+absl::Status MpiCommunicator::AllToAll(absl::Span<const SendBuffer> send,
+                                       absl::Span<const RecvBuffer> recv,
+                                       MemoryKind memory) {
+  internal::AllToAllPlan plan;
+  CKPT_RETURN_IF_ERROR(AgreeOnAllToAll(send, recv, memory, &plan));
+  if (send[rank_].size > 0) {
+    std::memcpy(recv[rank_].data, send[rank_].data, send[rank_].size);
+  }
+  return AllToAllRounds(send, recv, plan);
+}
+
+absl::Status MpiCommunicator::AgreeOnAllToAll(absl::Span<const SendBuffer> send,
+                                              absl::Span<const RecvBuffer> recv,
+                                              MemoryKind memory,
+                                              internal::AllToAllPlan* plan) {
+  absl::Status verdict =
+      CheckAllToAllArguments(send.size(), recv.size(), memory);
+  std::vector<uint64_t> sent(size_, kBadArguments), arriving(size_);
+  if (verdict.ok()) {
+    for (int p = 0; p < size_; ++p) sent[p] = send[p].size;
+  }
+  CKPT_RETURN_IF_ERROR(
+      MpiStatus(MPI_Alltoall(sent.data(), 1, MPI_UINT64_T, arriving.data(), 1,
+                             MPI_UINT64_T, comm_),
+                "AllToAll: MPI_Alltoall of the sizes"));
+  for (int s = 0; s < size_ && verdict.ok(); ++s) {
+    if (arriving[s] != kBadArguments && arriving[s] != recv[s].size)
+      verdict = AllToAllSizeMismatch(s, arriving[s], rank_, recv[s].size);
+  }
+  std::vector<int64_t> agreed = {0, 0, 0};
+  if (verdict.ok()) agreed = RoundInputs(PartsOf(send), PartsOf(recv), rank_);
+  CKPT_RETURN_IF_ERROR(AgreeOnFirstError(verdict, &agreed));
+  *plan = internal::PlanAllToAll(agreed[0], agreed[1], agreed[2], size_,
+                                 options_.max_bytes_per_call);
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::AllToAllRounds(
+    absl::Span<const SendBuffer> send, absl::Span<const RecvBuffer> recv,
+    const internal::AllToAllPlan& plan) {
+  const Parts out = PartsOf(send), in = PartsOf(recv);
+  const int64_t limit = options_.max_bytes_per_call;
+  const int64_t calls = plan.groups * plan.rounds;
+  Staging out_staging, in_staging;
+  for (int64_t k = 0; k < calls; ++k) {
+    Window w;
+    w.shifts = plan.shifts_per_group;
+    w.first_shift = 1 + static_cast<int>(k / plan.rounds) * w.shifts;
+    w.piece = plan.piece;
+    w.begin = (k % plan.rounds) * plan.piece;
+    const Round o =
+        LayOut(out, rank_, /*receiving=*/false, w, limit, &out_staging);
+    const Round i =
+        LayOut(in, rank_, /*receiving=*/true, w, limit, &in_staging);
+    CopyStaged(o, out, w, /*pack=*/true);
+    CKPT_RETURN_IF_ERROR(
+        MpiStatus(MPI_Alltoallv(o.base, o.counts.data(), o.displs.data(),
+                                MPI_BYTE, i.base, i.counts.data(),
+                                i.displs.data(), MPI_BYTE, comm_),
+                  What("AllToAll", "MPI_Alltoallv", k, calls)));
+    CopyStaged(i, in, w, /*pack=*/false);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ckpt

@@ -208,10 +208,11 @@ def _global_rank(group, group_rank: int) -> int:
 
 class ProcessGroupCommunicator:
     """ckpt's collectives over a torch.distributed process group (gloo, or
-    any backend with all_gather, broadcast, all_reduce and barrier on CPU
-    tensors). Bytes travel as uint8 tensors, so dtypes a backend rejects
-    (gloo: bfloat16) never reach it; unequal all-gathers are padded to the
-    longest contribution. Ranks are ranks of `group`.
+    any backend with all_gather, broadcast, all_reduce, barrier and
+    all_to_all_single on CPU tensors). Bytes travel as uint8 tensors, so
+    dtypes a backend rejects (gloo: bfloat16) never reach it; unequal
+    all-gathers are padded to the longest contribution; all_to_all moves
+    each byte once. Ranks are ranks of `group`.
     """
 
     def __init__(self, group=None):
@@ -255,6 +256,31 @@ class ProcessGroupCommunicator:
         t = torch.tensor(list(values), dtype=torch.int64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         return [int(x) for x in t]
+
+    def all_to_all(self, parts: List[bytes]) -> List[bytes]:
+        """parts[d] goes to rank d; returns the part every rank sent here,
+        by rank. Two all_to_all_single calls (gloo has no list all_to_all):
+        the sizes, then the concatenated parts with uneven splits, so each
+        byte moves once. REQUIRES: len(parts) == size on every rank (ckpt
+        checks it on every rank before calling)."""
+        if len(parts) != self.size:
+            raise InvalidArgumentError(
+                f"all_to_all: {len(parts)} parts for {self.size} ranks")
+        sent = [len(p) for p in parts]
+        arriving = torch.empty(self.size, dtype=torch.int64)
+        dist.all_to_all_single(arriving, torch.tensor(sent, dtype=torch.int64),
+                               group=self.group)
+        received = [int(n) for n in arriving]
+        joined = b"".join(parts)
+        send = (torch.frombuffer(bytearray(joined), dtype=torch.uint8) if joined
+                else torch.empty(0, dtype=torch.uint8))
+        out = torch.empty(sum(received), dtype=torch.uint8)
+        dist.all_to_all_single(out, send, output_split_sizes=received,
+                               input_split_sizes=sent, group=self.group)
+        data, offsets = out.numpy().tobytes(), [0]
+        for n in received:
+            offsets.append(offsets[-1] + n)
+        return [data[a:b] for a, b in zip(offsets, offsets[1:])]
 
 
 def _communicator(process_group):

@@ -2,11 +2,14 @@
 
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/status_macros.h"
 #include "errors.h"
 #ifdef CKPT_PYTHON_MPI
 #include "ckpt/mpi_communicator.h"
@@ -61,6 +64,35 @@ class PyCommunicator final : public Communicator {
     return Call<py::object>("barrier", [&] { return obj_.attr("barrier")(); })
         .status();
   }
+  // The object's all_to_all(list of bytes) -> list of bytes when it has
+  // one (host memory only), otherwise the default over all_gather. The
+  // arguments are agreed on before the Python call, so that a rank with
+  // bad arguments does not leave the others in it, and the sizes after it.
+  absl::Status AllToAll(absl::Span<const SendBuffer> send,
+                        absl::Span<const RecvBuffer> recv,
+                        MemoryKind memory) override {
+    bool has_all_to_all;
+    {
+      py::gil_scoped_acquire gil;
+      has_all_to_all = py::hasattr(obj_, "all_to_all");
+    }
+    if (!has_all_to_all) return Communicator::AllToAll(send, recv, memory);
+    CKPT_RETURN_IF_ERROR(AgreeOnFirstError(
+        CheckAllToAllArguments(send.size(), recv.size(), memory)));
+    absl::StatusOr<py::object> got = Call<py::object>("all_to_all", [&] {
+      py::list parts;
+      for (const SendBuffer& b : send)
+        parts.append(py::bytes(static_cast<const char*>(b.data), b.size));
+      return obj_.attr("all_to_all")(parts);
+    });
+    absl::Status verdict = got.status();
+    if (verdict.ok()) verdict = Deliver(*got, recv);
+    {
+      py::gil_scoped_acquire gil;  // the result is a Python object
+      got = absl::StatusOr<py::object>();
+    }
+    return AgreeOnFirstError(verdict);
+  }
   absl::Status AllReduceMax(std::vector<int64_t>* values) override {
     absl::StatusOr<std::vector<int64_t>> got = Call<std::vector<int64_t>>(
         "all_reduce_max", [&] { return obj_.attr("all_reduce_max")(*values); });
@@ -88,6 +120,37 @@ class PyCommunicator final : public Communicator {
           absl::StrCat("Communicator.", method,
                        " (Python): unexpected return type: ", e.what()));
     }
+  }
+
+  // Copies the parts all_to_all returned into `recv`, checking their
+  // number and sizes.
+  absl::Status Deliver(const py::object& result,
+                       absl::Span<const RecvBuffer> recv) {
+    py::gil_scoped_acquire gil;
+    try {
+      py::list parts = py::list(result);
+      if (parts.size() != recv.size()) {
+        return absl::InternalError(
+            absl::StrCat("Communicator.all_to_all (Python): returned ",
+                         parts.size(), " parts for ", recv.size(), " ranks"));
+      }
+      for (size_t s = 0; s < recv.size(); ++s) {
+        py::buffer_info part = parts[s].cast<py::buffer>().request();
+        const size_t bytes = static_cast<size_t>(part.size * part.itemsize);
+        if (bytes != recv[s].size) {
+          return AllToAllSizeMismatch(static_cast<int>(s), bytes, rank_,
+                                      recv[s].size);
+        }
+        if (bytes > 0) std::memcpy(recv[s].data, part.ptr, bytes);
+      }
+    } catch (py::error_already_set& e) {
+      return absl::InternalError(
+          absl::StrCat("Communicator.all_to_all (Python): ", e.what()));
+    } catch (py::cast_error& e) {
+      return absl::InternalError(absl::StrCat(
+          "Communicator.all_to_all (Python): not a list of bytes: ", e.what()));
+    }
+    return absl::OkStatus();
   }
 
   py::object obj_;
@@ -134,6 +197,43 @@ Communicator* ResolveCommunicator(py::handle comm,
 
 namespace {
 
+// all_to_all of Python's protocol (parts[d] for rank d in, the part of
+// every rank out) over ckpt's AllToAll, which needs the receive sizes:
+// an AllToAll of the 8-byte sizes first, then one of the bytes.
+// Runs without the GIL.
+absl::StatusOr<std::vector<std::string>> AllToAllBytes(
+    Communicator& comm, const std::vector<std::string>& parts) {
+  const size_t n = parts.size();
+  std::vector<std::string> sizes_out(n), sizes_in(n, std::string(8, '\0'));
+  std::vector<SendBuffer> send(n);
+  std::vector<RecvBuffer> recv(n);
+  for (size_t p = 0; p < n; ++p) {
+    format::PutFixed64(&sizes_out[p], parts[p].size());
+    send[p] = {sizes_out[p].data(), 8};
+    recv[p] = {sizes_in[p].data(), 8};
+  }
+  CKPT_RETURN_IF_ERROR(comm.AllToAll(send, recv, MemoryKind::kHost));
+  std::vector<std::string> out(n);
+  for (size_t p = 0; p < n; ++p) {
+    out[p].resize(format::LoadFixed64(sizes_in[p].data()));
+    send[p] = {parts[p].data(), parts[p].size()};
+    recv[p] = {out[p].data(), out[p].size()};
+  }
+  CKPT_RETURN_IF_ERROR(comm.AllToAll(send, recv, MemoryKind::kHost));
+  return out;
+}
+
+py::list AllToAllFromPython(Communicator& comm, const py::list& parts) {
+  std::vector<std::string> mine;
+  for (py::handle part : parts) mine.push_back(part.cast<std::string>());
+  std::vector<std::string> theirs;
+  {
+    py::gil_scoped_release nogil;
+    theirs = ValueOrThrow(AllToAllBytes(comm, mine));
+  }
+  return ToList(theirs);
+}
+
 void BindCommunicatorBase(py::module_& m) {
   py::class_<Communicator>(
       m, "Communicator",
@@ -175,13 +275,32 @@ void BindCommunicatorBase(py::module_& m) {
              py::gil_scoped_release nogil;
              ThrowIfError(c.Barrier());
            })
-      .def("all_reduce_max", [](Communicator& c, std::vector<int64_t> values) {
-        {
-          py::gil_scoped_release nogil;
-          ThrowIfError(c.AllReduceMax(&values));
+      .def("all_reduce_max",
+           [](Communicator& c, std::vector<int64_t> values) {
+             {
+               py::gil_scoped_release nogil;
+               ThrowIfError(c.AllReduceMax(&values));
+             }
+             return values;
+           })
+      .def("all_to_all", &AllToAllFromPython, py::arg("parts"),
+           "parts[d] goes to rank d; returns the part of every rank, by "
+           "rank (ckpt's AllToAll: each byte moves once over MPI).");
+  // ckpt's AllToAll through any communicator, a Python object's adapter
+  // included: for tests of adapters (the library calls it itself).
+  m.def(
+      "_all_to_all",
+      [](py::handle comm, const py::list& parts) {
+        std::unique_ptr<Communicator> owned;
+        Communicator* c = ResolveCommunicator(comm, &owned);
+        if (c == nullptr) {
+          throw StatusError(
+              absl::InvalidArgumentError("_all_to_all: no communicator"));
         }
-        return values;
-      });
+        py::list out = AllToAllFromPython(*c, parts);
+        return out;
+      },
+      py::arg("comm"), py::arg("parts"));
 }
 
 void BindMpiCommunicator(py::module_& m) {

@@ -1,7 +1,8 @@
 // Communicators from Python: a Python object with the methods of
 // ckpt.Communicator (rank, size, all_gather, broadcast, barrier,
-// all_reduce_max, optionally gather) drives a ckpt::Communicator, and the
-// C++ communicators (single process, MPI) are usable from Python.
+// all_reduce_max, optionally gather and all_to_all) drives a
+// ckpt::Communicator, and the C++ communicators (single process, MPI) are
+// usable from Python, all_to_all included.
 #ifndef CKPT_PYTHON_COMMUNICATOR_H_
 #define CKPT_PYTHON_COMMUNICATOR_H_
 

@@ -1,6 +1,7 @@
 """ctest python.mpi_communicator: ckpt.MpiCommunicator from an mpi4py
-communicator, under `mpirun -np 2`: a two-rank save of flat-range pieces
-through the core Writer and through ckpt.torch, loaded back resharded.
+communicator, under `mpirun -np 2`: its all_to_all, then a two-rank save of
+flat-range pieces through the core Writer and through ckpt.torch, loaded
+back resharded.
 Exits non-zero on any failure; outside CI a missing mpi4py skips the test
 (exit 77) and a missing torch the ckpt.torch part.
 Usage: mpirun -np 2 python3 mpi_save_load.py ROOT"""
@@ -30,6 +31,9 @@ world.Barrier()
 
 comm = ckpt.MpiCommunicator(world)
 assert (comm.rank, comm.size) == (rank, size)
+# all_to_all (MPI_Alltoallv underneath): parts of different sizes, one empty.
+got = comm.all_to_all([bytes([rank, d]) * (3 * d + rank) for d in range(size)])
+assert got == [bytes([s, rank]) * (3 * rank + s) for s in range(size)], got
 full = np.arange(100, dtype=np.float64)
 cuts = np.linspace(0, 100, size + 1).astype(int)
 piece = full[cuts[rank]:cuts[rank + 1]].copy()

@@ -4,7 +4,7 @@
 // group (torch.distributed, NCCL, ...) by implementing rank, size and the
 // four collectives AllGather, Broadcast, Barrier and AllReduceMax (Gather and
 // AllToAll have defaults built on AllGather; overriding them saves traffic at
-// scale).
+// scale: see AllToAll for the implementations that move each byte once).
 //
 // Contract for implementations: every rank calls the same sequence of
 // collectives with the same `root`; calls block until the collective is
@@ -84,21 +84,56 @@ class Communicator {
   // and size() receive buffers, indexed by peer rank; send[d] of this rank
   // arrives in recv[r] of rank d (r = this rank). The caller plans both
   // sides, so recv[s].size equals what rank s sends here; a mismatch is
-  // InvalidArgument (naming both ranks and sizes) on the ranks that see it.
-  // `memory` is where all the buffers of this call live: kHost, or kCuda
-  // for an implementation that reports SupportsDeviceMemory() (NCCL).
-  // Self-sends (d == rank) are copied locally. Buffers must not overlap.
+  // InvalidArgument "AllToAll: rank S sends N bytes to rank R, which
+  // expects M". `memory` is where all the buffers of this call live: kHost,
+  // or kCuda for an implementation that reports SupportsDeviceMemory()
+  // (NCCL). Self-sends (d == rank) are copied locally. Buffers must not
+  // overlap; send buffers are only read, and stay the caller's.
+  //
+  // Errors: bad arguments on any rank (a buffer count other than size(),
+  // device memory where unsupported) and size mismatches fail the call on
+  // every rank with the same status, that of the lowest rank that found
+  // one, and every rank returns (no rank waits for a transfer that the
+  // others skip). The receive buffers' contents are then unspecified.
   //
   // The default works for any adapter: it moves everything through
   // AllGather (each rank receives every rank's payload, size() times the
-  // traffic) and supports only host memory. InProcessCommunicator and
-  // MpiCommunicator (MPI_Alltoallv, in rounds within its byte limit)
-  // override it with exchanges that move each byte once.
+  // traffic) and supports only host memory. These implementations move
+  // each byte once (from the sender's buffer to the receiver's, at most
+  // through a bounded staging buffer): InProcessCommunicator (receivers
+  // copy straight from the senders' buffers), MpiCommunicator
+  // (MPI_Alltoallv, in rounds within its byte limit), ckpt::gpu::
+  // NcclCommunicator (grouped ncclSend/ncclRecv for device memory; host
+  // memory goes to the CPU communicator it wraps), and the Python adapter
+  // of an object with an all_to_all method when that method does.
   [[nodiscard]] virtual absl::Status AllToAll(absl::Span<const SendBuffer> send,
                                               absl::Span<const RecvBuffer> recv,
                                               MemoryKind memory);
   // Whether AllToAll accepts MemoryKind::kCuda buffers.
   virtual bool SupportsDeviceMemory() const { return false; }
+
+ protected:
+  // Building blocks of AllToAll implementations, so that every one checks
+  // and reports alike.
+  //
+  // OK, or InvalidArgument (naming this rank) when `sends` or `recvs` is
+  // not size() or `memory` is device memory and SupportsDeviceMemory() is
+  // false. Local: no communication.
+  absl::Status CheckAllToAllArguments(size_t sends, size_t recvs,
+                                      MemoryKind memory) const;
+  // The InvalidArgument of a receive buffer whose size differs from what
+  // its sender sends.
+  static absl::Status AllToAllSizeMismatch(int sender, uint64_t sent,
+                                           int receiver, uint64_t expected);
+  // Collective (one AllReduceMax, plus one Broadcast when some rank
+  // failed): every rank passes its own verdict; every rank returns the
+  // verdict of the lowest rank whose verdict is an error (code and
+  // message), or OK. `max_values` (null, or the same count on every rank)
+  // are reduced with max in the same AllReduceMax, so that a caller agrees
+  // on its parameters and on success in one round trip. A failure of the
+  // collectives themselves is returned as it is.
+  absl::Status AgreeOnFirstError(const absl::Status& mine,
+                                 std::vector<int64_t>* max_values = nullptr);
 };
 
 // World of one: rank 0 of size 1. Stateless and thread-compatible.

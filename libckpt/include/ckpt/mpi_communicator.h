@@ -35,7 +35,7 @@
 //
 // Sizes: MPI counts are C ints. Transfers larger than
 // Options::max_bytes_per_call (at most INT_MAX) are split into several MPI
-// calls, so AllGather and Broadcast move any number of bytes.
+// calls, so AllGather, Broadcast and AllToAll move any number of bytes.
 //
 // Thread safety: thread-compatible; like every Communicator it is used by
 // one thread at a time. ckpt's I/O threads never call MPI, so MPI_Init_thread
@@ -58,6 +58,25 @@
 #include "ckpt/communicator.h"
 
 namespace ckpt {
+namespace internal {
+
+// How MpiCommunicator::AllToAll splits its transfer into MPI_Alltoallv
+// calls: `groups` groups of peer distances (receiver - sender modulo size,
+// `shifts_per_group` distances each, starting at 1) times `rounds` rounds
+// of `piece` bytes of each part. No calls when groups is 0.
+struct AllToAllPlan {
+  int64_t groups = 0, rounds = 0, piece = 0;
+  int shifts_per_group = 0;
+};
+
+// The plan every rank derives from the maxima over ranks of its largest
+// part, its total sent or received and the number of peers it sends to or
+// receives from (self excluded), for `size` ranks and a limit of `limit`
+// bytes per call (1 to INT_MAX).
+AllToAllPlan PlanAllToAll(int64_t largest_part, int64_t largest_total,
+                          int64_t widest_fan, int size, int64_t limit);
+
+}  // namespace internal
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -114,6 +133,24 @@ class MpiCommunicator final : public Communicator {
   // rank passed the same count (InvalidArgument on every rank otherwise,
   // instead of MPI's undefined behaviour). REQUIRES: values != nullptr.
   absl::Status AllReduceMax(std::vector<int64_t>* values) override;
+  // MPI_Alltoall of the uint64 send sizes, so that each receiver checks
+  // what arrives against its receive sizes; one MPI_Allreduce to agree on
+  // errors (then, on error, MPI_Bcast of the message: every rank returns
+  // the same status, see Communicator::AllToAll) and on the rounds; then
+  // MPI_Alltoallv of the bytes in rounds. One round when every rank sends
+  // and receives at most max_bytes_per_call bytes; otherwise each round
+  // moves at most max_bytes_per_call / F bytes of each part, F being the
+  // largest number of peers any rank sends to or receives from (and only
+  // some peers per round when the limit is below F), so no count, nor
+  // count plus displacement, of a call exceeds max_bytes_per_call on
+  // either side (internal::PlanAllToAll).
+  // A round's parts are passed to MPI in place when they lie within
+  // max_bytes_per_call bytes of each other (e.g. packed in one buffer), and
+  // through a staging buffer of at most that size otherwise. Self-sends are
+  // copied with memcpy. Host memory only.
+  absl::Status AllToAll(absl::Span<const SendBuffer> send,
+                        absl::Span<const RecvBuffer> recv,
+                        MemoryKind memory) override;
 
   // The duplicated communicator ckpt's traffic runs on. Owned by this
   // object; valid until it is destroyed.
@@ -129,6 +166,15 @@ class MpiCommunicator final : public Communicator {
   absl::StatusOr<std::vector<std::string>> GatherBytes(absl::string_view mine,
                                                        int root,
                                                        const char* call);
+  // AllToAll's exchange of the sizes and the agreement on errors and on
+  // the plan of its calls.
+  absl::Status AgreeOnAllToAll(absl::Span<const SendBuffer> send,
+                               absl::Span<const RecvBuffer> recv,
+                               MemoryKind memory, internal::AllToAllPlan* plan);
+  // AllToAll's transfer, once agreed: the plan's MPI_Alltoallv calls.
+  absl::Status AllToAllRounds(absl::Span<const SendBuffer> send,
+                              absl::Span<const RecvBuffer> recv,
+                              const internal::AllToAllPlan& plan);
 
   MPI_Comm comm_;
   const int rank_;

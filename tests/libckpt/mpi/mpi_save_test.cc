@@ -20,6 +20,7 @@
 #include <climits>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -82,6 +83,30 @@ extern "C" int MPI_Gatherv(const void* sendbuf, int sendcount,
   }
   return PMPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
                       recvtype, root, comm);
+}
+
+// MPI_Alltoallv of this rank: `largest` is the largest count or
+// count + displacement on either side of one call; `sendbuf` the last
+// send buffer (to tell parts passed in place from staged ones).
+CallLog g_alltoallv;
+const void* g_alltoallv_sendbuf = nullptr;
+
+extern "C" int MPI_Alltoallv(const void* sendbuf, const int sendcounts[],
+                             const int sdispls[], MPI_Datatype sendtype,
+                             void* recvbuf, const int recvcounts[],
+                             const int rdispls[], MPI_Datatype recvtype,
+                             MPI_Comm comm) {
+  int size = 0;
+  PMPI_Comm_size(comm, &size);
+  int64_t largest = 0;
+  for (int r = 0; r < size; ++r) {
+    largest = std::max<int64_t>({largest, int64_t{sendcounts[r]} + sdispls[r],
+                                 int64_t{recvcounts[r]} + rdispls[r]});
+  }
+  g_alltoallv.Record(largest);
+  g_alltoallv_sendbuf = sendbuf;
+  return PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf,
+                        recvcounts, rdispls, recvtype, comm);
 }
 
 extern "C" int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype,
@@ -369,6 +394,154 @@ TEST(MpiCommunicatorTest, AllReduceMaxWithDifferentCountsFailsOnEveryRank) {
   std::vector<int64_t> ok = {comm->rank()};
   CKPT_EXPECT_OK(comm->AllReduceMax(&ok));
   EXPECT_EQ(ok[0], comm->size() - 1);
+}
+
+// What rank `from` sends to rank `to` in the AllToAll tests: `size` bytes
+// naming both ranks and each byte's position.
+std::string PartOf(int from, int to, size_t size) {
+  std::string s(size, '\0');
+  for (size_t i = 0; i < size; ++i)
+    s[i] = static_cast<char>(from * 31 + to * 17 + i * 7);
+  return s;
+}
+
+// Every rank sends PartOf(me, d, sizes(me, d)) to every d, each part in a
+// buffer of its own, and checks what arrives.
+void CheckAllToAll(Communicator& comm,
+                   const std::function<size_t(int, int)>& sizes) {
+  const int n = comm.size(), me = comm.rank();
+  std::vector<std::string> out(n), in(n);
+  std::vector<SendBuffer> send(n);
+  std::vector<RecvBuffer> recv(n);
+  for (int p = 0; p < n; ++p) {
+    out[p] = PartOf(me, p, sizes(me, p));
+    in[p].assign(sizes(p, me), '?');
+    send[p] = {out[p].data(), out[p].size()};
+    recv[p] = {in[p].data(), in[p].size()};
+  }
+  CKPT_ASSERT_OK(comm.AllToAll(send, recv, MemoryKind::kHost));
+  for (int p = 0; p < n; ++p)
+    EXPECT_EQ(in[p], PartOf(p, me, sizes(p, me))) << "part of rank " << p;
+}
+
+// 0 to 3000 bytes a pair, some empty, self-sends included.
+size_t VaryingPart(int from, int to) { return (from * 7 + to * 3) % 5 * 750; }
+
+TEST(MpiCommunicatorTest, AllToAllOfVaryingSizesInOneCall) {
+  auto comm = MakeComm();
+  ASSERT_TRUE(NoRankFailed());
+  g_alltoallv = {};
+  CheckAllToAll(*comm, VaryingPart);
+  EXPECT_EQ(g_alltoallv.calls, 1) << "everything fits in one MPI_Alltoallv";
+}
+
+TEST(MpiCommunicatorTest, AllToAllOfNothingMakesNoAlltoallv) {
+  auto comm = MakeComm();
+  ASSERT_TRUE(NoRankFailed());
+  g_alltoallv = {};
+  CheckAllToAll(*comm, [](int, int) { return size_t{0}; });
+  EXPECT_EQ(g_alltoallv.calls, 0);
+}
+
+TEST(MpiCommunicatorTest, AllToAllAboveATinyLimitTakesRoundsWithinIt) {
+  auto comm = MakeComm(/*max_bytes_per_call=*/7);
+  ASSERT_TRUE(NoRankFailed());
+  g_alltoallv = {};
+  CheckAllToAll(*comm, [](int from, int to) {
+    return static_cast<size_t>((from * 5 + to * 3) % 7 * 4);  // 0 to 24
+  });
+  EXPECT_GT(g_alltoallv.calls, 5);
+  EXPECT_LE(g_alltoallv.largest, 7);
+}
+
+TEST(MpiCommunicatorTest, AllToAllWithALimitOfOneByte) {
+  auto comm = MakeComm(/*max_bytes_per_call=*/1);
+  ASSERT_TRUE(NoRankFailed());
+  g_alltoallv = {};
+  CheckAllToAll(*comm, [](int from, int to) { return size_t(from + to); });
+  EXPECT_LE(g_alltoallv.largest, 1);
+}
+
+// Parts packed in one buffer within the limit go to MPI in place (its send
+// buffer is the caller's), not through a staging copy.
+TEST(MpiCommunicatorTest, AllToAllOfPartsPackedInOneBufferIsInPlace) {
+  auto comm = MakeComm();
+  ASSERT_TRUE(NoRankFailed());
+  const int n = comm->size(), me = comm->rank();
+  std::string out, in(100 * n, '?');
+  std::vector<SendBuffer> send(n);
+  std::vector<RecvBuffer> recv(n);
+  for (int p = 0; p < n; ++p) out += PartOf(me, p, 100);
+  for (int p = 0; p < n; ++p) {
+    send[p] = {out.data() + 100 * p, 100};
+    recv[p] = {in.data() + 100 * p, 100};
+  }
+  g_alltoallv = {};
+  CKPT_ASSERT_OK(comm->AllToAll(send, recv, MemoryKind::kHost));
+  EXPECT_EQ(g_alltoallv.calls, 1);
+  // Rank 0's own part is copied locally: MPI's buffer starts at part 1.
+  EXPECT_EQ(g_alltoallv_sendbuf, me == 0 ? out.data() + 100 : out.data());
+  for (int p = 0; p < n; ++p)
+    EXPECT_EQ(in.substr(100 * p, 100), PartOf(p, me, 100)) << "rank " << p;
+}
+
+TEST(MpiCommunicatorTest, AllToAllPlanKeepsEveryCallWithinTheLimit) {
+  using internal::PlanAllToAll;
+  // Nothing to send: no calls.
+  EXPECT_EQ(PlanAllToAll(0, 0, 0, 4, 100).groups, 0);
+  // Everything fits: one call of whole parts.
+  internal::AllToAllPlan p = PlanAllToAll(60, 100, 3, 4, 100);
+  EXPECT_EQ(p.groups * p.rounds, 1);
+  EXPECT_EQ(p.piece, 60);
+  EXPECT_EQ(p.shifts_per_group, 3);
+  // Above the limit: pieces of limit / fan bytes.
+  p = PlanAllToAll(1000, 2500, 4, 16, 100);
+  EXPECT_EQ(p.piece, 25);
+  EXPECT_EQ(p.groups, 1);
+  EXPECT_EQ(p.rounds, 40);
+  // A limit below the fan: 1-byte pieces to `limit` peers per call.
+  p = PlanAllToAll(5, 50, 10, 11, 3);
+  EXPECT_EQ(p.piece, 1);
+  EXPECT_EQ(p.shifts_per_group, 3);
+  EXPECT_EQ(p.groups, 4);  // distances 1-3, 4-6, 7-9, 10
+  EXPECT_EQ(p.rounds, 5);
+}
+
+// Rank 2 expects 5 bytes from rank 1, which sends 3: every rank returns
+// the receiver's error, and the communicator stays usable.
+TEST(MpiCommunicatorTest, AllToAllSizeMismatchFailsEveryRankWithoutHanging) {
+  auto comm = MakeComm(/*max_bytes_per_call=*/4);
+  ASSERT_TRUE(NoRankFailed());
+  const int n = comm->size();
+  std::string out(3, 'x'), in(8 * n, '?');
+  std::vector<SendBuffer> send(n, SendBuffer{out.data(), 3});
+  std::vector<RecvBuffer> recv;
+  for (int p = 0; p < n; ++p) recv.push_back({&in[8 * p], 3});
+  if (comm->rank() == 2 % n) recv[1 % n].size = 5;
+  g_alltoallv = {};
+  EXPECT_THAT(
+      comm->AllToAll(send, recv, MemoryKind::kHost),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               absl::StrCat("AllToAll: rank ", 1 % n, " sends 3 bytes to rank ",
+                            2 % n, ", which expects 5")));
+  EXPECT_EQ(g_alltoallv.calls, 0) << "no bytes move after a mismatch";
+  ASSERT_TRUE(NoRankFailed());
+  CheckAllToAll(*comm, VaryingPart);
+}
+
+TEST(MpiCommunicatorTest, AllToAllWithBadArgumentsOnOneRankFailsEveryRank) {
+  auto comm = MakeComm();
+  ASSERT_TRUE(NoRankFailed());
+  const int n = comm->size(), bad = n - 1;
+  const size_t count = comm->rank() == bad ? n + 1 : n;
+  std::vector<SendBuffer> send(count);
+  std::vector<RecvBuffer> recv(count);
+  EXPECT_THAT(comm->AllToAll(send, recv, MemoryKind::kHost),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       absl::StrCat("AllToAll on rank ", bad, ": expected ", n,
+                                    " send and receive buffers")));
+  ASSERT_TRUE(NoRankFailed());
+  CheckAllToAll(*comm, VaryingPart);
 }
 
 // A shared temporary directory: created by rank 0, its path broadcast, and
