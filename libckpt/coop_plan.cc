@@ -132,41 +132,43 @@ std::vector<uint64_t> AssignReaders(const RequestGroups& g,
   return load;
 }
 
-// Puts each rank's reads, in plan order, into the first round from its
-// previous read's on where the bytes it sends and those its receivers get
-// stay within `budget` (or go alone); returns the number of rounds.
+// Puts each read of rank s, in plan order, into the first round that is
+// no earlier than s's previous send nor than any of its receivers' previous
+// receipt, and in which the bytes s sends and each receiver gets stay
+// within `budget` (a read that exceeds it alone opens a round). Rounds only
+// grow per rank, on both sides, so that each read costs O(its holders).
+// Returns the number of rounds.
 uint32_t AssignRounds(const RequestGroups& g, uint64_t budget,
                       std::vector<CoopRead>* reads) {
-  std::vector<uint32_t> cur(g.ranks, 0);
-  std::vector<std::vector<uint64_t>> sent, got;  // [round][rank]
+  std::vector<uint32_t> cur(g.ranks, 0), last(g.ranks, 0);
+  std::vector<uint64_t> sent(g.ranks, 0), got(g.ranks, 0), amount(g.ranks, 0);
+  std::vector<uint32_t> to;  // receivers of the current read
   uint32_t rounds = 0;
-  absl::flat_hash_map<uint32_t, uint64_t> to;  // receiver -> bytes
   for (CoopRead& cr : *reads) {
     const uint32_t s = cr.reader;
-    to.clear();
     uint64_t total = 0;
+    to.clear();
     ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy& c) {
       if (h.rank == s) return;
-      to[h.rank] += c.bytes;
+      if (amount[h.rank] == 0) to.push_back(h.rank);
+      amount[h.rank] += c.bytes;
       total += c.bytes;
     });
     uint32_t k = cur[s];
-    auto fits = [&](uint64_t have, uint64_t add) {
-      return have == 0 || have + add <= budget;
-    };
-    for (;; ++k) {
-      if (k >= sent.size()) {
-        sent.emplace_back(g.ranks, 0);
-        got.emplace_back(g.ranks, 0);
-      }
-      if (total == 0) break;
-      bool ok = fits(sent[k][s], total);
-      for (const auto& [d, n] : to) ok = ok && fits(got[k][d], n);
-      if (ok) break;
+    if (sent[s] > 0 && sent[s] + total > budget) k = cur[s] + 1;
+    for (uint32_t d : to) {
+      const bool full = got[d] > 0 && got[d] + amount[d] > budget;
+      k = std::max(k, last[d] + (full ? 1 : 0));
     }
-    sent[k][s] += total;
-    for (const auto& [d, n] : to) got[k][d] += n;
+    if (k != cur[s]) sent[s] = 0;
     cur[s] = k;
+    sent[s] += total;
+    for (uint32_t d : to) {
+      if (k != last[d]) got[d] = 0;
+      last[d] = k;
+      got[d] += amount[d];
+      amount[d] = 0;
+    }
     cr.round = k;
     rounds = std::max(rounds, k + 1);
   }
@@ -205,7 +207,22 @@ absl::StatusOr<RequestGroups> GroupRequests(
   absl::flat_hash_map<absl::string_view, uint32_t> ids;
   std::vector<uint32_t> uid;  // unique id of every request, rank by rank
   std::vector<uint32_t> count_of_rank(encoded.size());
+  // Data-parallel replicas send identical requests: decode each distinct
+  // list once.
+  absl::flat_hash_map<absl::string_view, uint32_t> same;  // bytes -> rank
+  std::vector<uint64_t> begin_of_rank(encoded.size());
   for (uint32_t rank = 0; rank < encoded.size(); ++rank) {
+    begin_of_rank[rank] = uid.size();
+    auto [it, fresh] = same.emplace(encoded[rank], rank);
+    if (!fresh) {
+      const uint32_t twin = it->second;
+      count_of_rank[rank] = count_of_rank[twin];
+      const uint64_t b = begin_of_rank[twin];
+      for (uint64_t k = 0; k < count_of_rank[twin]; ++k) {
+        uid.push_back(uid[b + k]);
+      }
+      continue;
+    }
     format::ByteReader r(encoded[rank]);
     auto wire = [&](const absl::Status& s) {
       return absl::InternalError(absl::StrCat("the requests of rank ", rank,
