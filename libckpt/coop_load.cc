@@ -218,7 +218,9 @@ absl::StatusOr<LoadReport> ReaderImpl::LoadCooperative(
     const std::vector<LoadRequest>& requests, const LoadOptions& options) {
   Communicator* comm = options_.communicator;
   LoadReport report;
-  absl::StatusOr<Prepared> p = Prepare(requests, options, &report);
+  absl::StatusOr<Prepared> p =
+      options.local_error.ok() ? Prepare(requests, options, &report)
+                               : absl::StatusOr<Prepared>(options.local_error);
   CKPT_RETURN_IF_ERROR(Agree(comm, p.status()));
   std::vector<PlanRequest> mine;
   for (size_t i = 0; i < p->reqs.size(); ++i) {

@@ -308,6 +308,7 @@ absl::StatusOr<LoadReport> ReaderImpl::Load(
 
 absl::StatusOr<LoadReport> ReaderImpl::LoadLocal(
     const std::vector<LoadRequest>& requests, const LoadOptions& options) {
+  CKPT_RETURN_IF_ERROR(options.local_error);
   LoadReport report;
   CKPT_ASSIGN_OR_RETURN(Prepared p, Prepare(requests, options, &report));
   const int threads = IoThreads(options);

@@ -345,6 +345,25 @@ TEST(CooperativeLoadFailureTest, BadRequestOnOneRankFailsEveryRank) {
                     "requested");
 }
 
+TEST(CooperativeLoadFailureTest, LocalErrorOfOneRankFailsEveryRank) {
+  TempDir dir;
+  SaveRows(dir.path());
+  ColumnLoad load;
+  InProcessWorld w(kRanks);
+  std::vector<absl::Status> got(kRanks);
+  CKPT_ASSERT_OK(RunRanks(w, [&](Communicator& comm) -> absl::Status {
+    ReaderOptions ro;
+    ro.communicator = &comm;
+    CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+    LoadOptions lo;
+    if (comm.rank() == 3) lo.local_error = absl::InvalidArgumentError("bad");
+    got[comm.rank()] = reader->Load(load.Requests(comm.rank()), lo).status();
+    return absl::OkStatus();
+  }));
+  ExpectSameFailure(got, absl::StatusCode::kInvalidArgument,
+                    "rank 3 of 4: bad");
+}
+
 TEST(CooperativeLoadFailureTest, ReadErrorOnOneRankFailsEveryRank) {
   TempDir dir;
   SaveRows(dir.path());

@@ -99,6 +99,12 @@ struct LoadOptions {
   // about twice this in buffers. A single read larger than this (at most
   // 8 MiB) goes alone into a round. Must be equal on every rank.
   uint64_t exchange_bytes_per_round = 256ull << 20;
+  // Not OK: this rank's Load fails with this status without looking at
+  // its requests. In a cooperative load the rank still takes part, and
+  // every rank fails with it (see "Cooperative loads"): for a binding that
+  // rejects a destination itself (e.g. a buffer of the wrong size) and
+  // must not leave the other ranks waiting.
+  absl::Status local_error;
 };
 
 struct LoadReport {
