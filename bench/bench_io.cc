@@ -21,7 +21,11 @@
 //   reshard the checkpoint of the most ranks (uncompressed) loaded by
 //           --reshard-to ranks that each want a block of columns of every
 //           tensor (rows to columns: every stored row is cut), against the
-//           same-layout load of that checkpoint.
+//           same-layout load of that checkpoint, each rank reading alone
+//           and cooperatively (ReaderOptions::communicator); then as many
+//           ranks as saved it each loading everything (replicas), both
+//           ways. Read amplification: bytes read from storage by all ranks
+//           / stored bytes of the requested data (LoadReport::bytes_read).
 // With --direct, uncompressed ckpt is also measured with O_DIRECT
 // (SaveOptions/ReaderOptions::direct_io; tmpfs has none and falls back to
 // buffered I/O). Every load is checked against the data afterwards (not
