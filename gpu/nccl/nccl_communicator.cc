@@ -75,6 +75,22 @@ absl::StatusOr<std::string> MakeUniqueId() {
   return std::string(id.internal, sizeof(id.internal));
 }
 
+// OK if `data` is memory of `device` (device or managed memory), so that
+// a host pointer passed as kCuda is an error here rather than a fault in
+// NCCL. `what` names the buffer.
+absl::Status CheckOnDevice(const void* data, int device,
+                           const std::string& what) {
+  cudaPointerAttributes attributes;
+  CKPT_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attributes, data));
+  const bool on_device = attributes.type == cudaMemoryTypeDevice ||
+                         attributes.type == cudaMemoryTypeManaged;
+  if (on_device && attributes.device == device) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " is not memory of CUDA device ", device,
+      on_device ? absl::StrCat(" (it is on device ", attributes.device, ")")
+                : std::string(" (it is host memory)")));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
@@ -150,6 +166,7 @@ absl::Status NcclCommunicator::AgreeOnDeviceSizes(
   const int n = size();
   absl::Status verdict =
       CheckAllToAllArguments(send.size(), recv.size(), MemoryKind::kCuda);
+  if (verdict.ok()) verdict = CheckBuffersOnDevice(send, recv);
   std::vector<uint64_t> sent(n, kBadArguments), arriving(n);
   if (verdict.ok()) {
     for (int p = 0; p < n; ++p) sent[p] = send[p].size;
@@ -166,6 +183,25 @@ absl::Status NcclCommunicator::AgreeOnDeviceSizes(
       verdict = AllToAllSizeMismatch(s, arriving[s], rank(), recv[s].size);
   }
   return AgreeOnFirstError(verdict);
+}
+
+absl::Status NcclCommunicator::CheckBuffersOnDevice(
+    absl::Span<const SendBuffer> send, absl::Span<const RecvBuffer> recv) {
+  for (int p = 0; p < size(); ++p) {
+    if (send[p].size > 0) {
+      CKPT_RETURN_IF_ERROR(
+          CheckOnDevice(send[p].data, device_,
+                        absl::StrCat("AllToAll on rank ", rank(),
+                                     ": the send buffer for rank ", p)));
+    }
+    if (recv[p].size > 0) {
+      CKPT_RETURN_IF_ERROR(
+          CheckOnDevice(recv[p].data, device_,
+                        absl::StrCat("AllToAll on rank ", rank(),
+                                     ": the receive buffer from rank ", p)));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status NcclCommunicator::ExchangeOnDevice(

@@ -238,7 +238,8 @@ void BindCommunicatorBase(py::module_& m) {
   py::class_<Communicator>(
       m, "Communicator",
       "A C++ communicator; Python code may pass any object with "
-      "these methods instead.")
+      "these methods instead (gather and all_to_all are optional: "
+      "without them ckpt falls back to all_gather).")
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
       .def("all_gather",

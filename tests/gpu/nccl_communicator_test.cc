@@ -184,6 +184,16 @@ TEST_F(NcclOneRankTest, WrongNumberOfBuffersIsInvalidArgument) {
                        "expected 1 send and receive buffers"));
 }
 
+TEST_F(NcclOneRankTest, HostMemoryPassedAsDeviceMemoryIsInvalidArgument) {
+  std::string out = "host", in(4, '?');
+  std::vector<SendBuffer> send = {{out.data(), 4}};
+  std::vector<RecvBuffer> recv = {{in.data(), 4}};
+  EXPECT_THAT(comm_->AllToAll(send, recv, MemoryKind::kCuda),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "AllToAll on rank 0: the send buffer for rank 0 is not "
+                       "memory of CUDA device 0 (it is host memory)"));
+}
+
 TEST_F(NcclOneRankTest, HostBuffersGoToTheCpuCommunicator) {
   std::string out = "host bytes", in(out.size(), '?');
   std::vector<SendBuffer> send = {{out.data(), out.size()}};

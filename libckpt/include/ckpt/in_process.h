@@ -1,6 +1,9 @@
 // In-process communicator: ranks are threads of one process. The embedded
 // default, used by tests, single-node tools (ckpt-synth, ckpt-reshard) and
 // benchmarks.
+// Its AllToAll moves each byte once: every rank publishes the address of
+// its send buffers, and each receiver copies its parts straight from them
+// (the senders wait until every receiver has copied).
 //
 //   ckpt::InProcessWorld world(4);
 //   ckpt::RunRanks(world, [&](ckpt::Communicator& comm) { ... });

@@ -486,6 +486,35 @@ TEST(MpiCommunicatorTest, AllToAllOfPartsPackedInOneBufferIsInPlace) {
     EXPECT_EQ(in.substr(100 * p, 100), PartOf(p, me, 100)) << "rank " << p;
 }
 
+// Parts farther apart than the limit go through a staging buffer: MPI's
+// send buffer is none of the caller's.
+TEST(MpiCommunicatorTest, AllToAllOfScatteredPartsIsStagedWithinTheLimit) {
+  auto comm = MakeComm(/*max_bytes_per_call=*/1000);
+  ASSERT_TRUE(NoRankFailed());
+  const int n = comm->size(), me = comm->rank();
+  // 100-byte parts at the start of 1 MiB allocations: never within 1000
+  // bytes of each other.
+  std::vector<std::string> out(n, std::string(1 << 20, '\0')),
+      in(n, std::string(1 << 20, '?'));
+  std::vector<SendBuffer> send(n);
+  std::vector<RecvBuffer> recv(n);
+  for (int p = 0; p < n; ++p) {
+    out[p].replace(0, 100, PartOf(me, p, 100));
+    send[p] = {out[p].data(), 100};
+    recv[p] = {in[p].data(), 100};
+  }
+  g_alltoallv = {};
+  CKPT_ASSERT_OK(comm->AllToAll(send, recv, MemoryKind::kHost));
+  EXPECT_EQ(g_alltoallv.calls, 1);
+  EXPECT_LE(g_alltoallv.largest, 1000);
+  for (int p = 0; p < n; ++p) {
+    const char* b = static_cast<const char*>(g_alltoallv_sendbuf);
+    EXPECT_FALSE(b >= out[p].data() && b < out[p].data() + out[p].size())
+        << "MPI was given part " << p << " in place";
+    EXPECT_EQ(in[p].substr(0, 100), PartOf(p, me, 100)) << "rank " << p;
+  }
+}
+
 TEST(MpiCommunicatorTest, AllToAllPlanKeepsEveryCallWithinTheLimit) {
   using internal::PlanAllToAll;
   // Nothing to send: no calls.

@@ -80,9 +80,10 @@ class NcclCommunicator final : public Communicator {
   }
 
   // kHost: the CPU communicator's AllToAll. kCuda (every buffer on this
-  // rank's device): the sizes go first through the CPU communicator's
+  // rank's device; a non-empty buffer elsewhere, host memory included, is
+  // InvalidArgument): the sizes go first through the CPU communicator's
   // AllToAll and errors are agreed there (see Communicator::AllToAll: no
-  // rank enters NCCL when any rank found a mismatch); then one
+  // rank enters NCCL when any rank found a mismatch or a bad buffer); then one
   // ncclGroupStart/ncclGroupEnd of an ncclSend and an ncclRecv per
   // non-empty part on this object's stream, the self-part copied with
   // cudaMemcpyAsync on the same stream; then this rank waits for that
@@ -112,6 +113,10 @@ class NcclCommunicator final : public Communicator {
   // AllToAll of device memory: the size check, then the NCCL exchange.
   absl::Status AgreeOnDeviceSizes(absl::Span<const SendBuffer> send,
                                   absl::Span<const RecvBuffer> recv);
+  // InvalidArgument naming the first non-empty buffer that is not memory
+  // of this rank's device (cudaPointerGetAttributes). Local.
+  absl::Status CheckBuffersOnDevice(absl::Span<const SendBuffer> send,
+                                    absl::Span<const RecvBuffer> recv);
   absl::Status ExchangeOnDevice(absl::Span<const SendBuffer> send,
                                 absl::Span<const RecvBuffer> recv);
 
