@@ -8,6 +8,7 @@
 // which makes every rank return the first failing rank's status.
 #include <algorithm>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -147,40 +148,61 @@ std::pair<std::vector<BlockRead>, std::vector<uint64_t>> RoundReads(
   return {std::move(reads), std::move(off)};
 }
 
-// Bytes this rank receives from each rank in `round`.
-std::vector<uint64_t> RecvSizes(const RequestGroups& g, const CoopPlan& plan,
-                                const Round& round, uint32_t me) {
-  std::vector<uint64_t> from(g.ranks, 0);
+// A read of another rank with bytes for this rank: where they are in the
+// bytes received from its reader.
+struct Incoming {
+  uint32_t sender = 0;
+  uint32_t read = 0;    // plan index
+  uint64_t offset = 0;  // in what `sender` sends this rank
+};
+
+// The reads of `round` that send this rank bytes, and (in `sizes`) how
+// many bytes each rank sends it.
+std::vector<Incoming> IncomingOf(const RequestGroups& g, const CoopPlan& plan,
+                                 const Round& round, uint32_t me,
+                                 std::vector<uint64_t>* sizes) {
+  std::vector<Incoming> out;
+  sizes->assign(g.ranks, 0);
   for (uint32_t s = 0; s < g.ranks; ++s) {
     for (uint32_t i : round.incoming[s]) {
+      out.push_back(Incoming{s, i, (*sizes)[s]});
       ForEachDelivery(g, plan.reads[i].read,
                       [&](const Holder& h, const Copy& c) {
-                        if (h.rank == me) from[s] += c.bytes;
+                        if (h.rank == me) (*sizes)[s] += c.bytes;
                       });
     }
   }
-  return from;
+  return out;
 }
 
-// Writes what rank `s` sent (`bytes`) to this rank's destinations, in the
-// order the sender laid it out.
-absl::Status Unpack(const RequestGroups& g, const CoopPlan& plan,
-                    const std::vector<uint32_t>& incoming, uint32_t me,
+// Writes the bytes of one incoming read (at `bytes`, in the order its
+// reader laid them out) to this rank's destinations.
+absl::Status Unpack(const RequestGroups& g, const BlockRead& read, uint32_t me,
                     const char* bytes, LoadRun* run) {
   absl::Status st;
-  for (uint32_t i : incoming) {
-    ForEachDelivery(g, plan.reads[i].read, [&](const Holder& h, const Copy& c) {
-      if (h.rank != me || !st.ok()) return;
-      st = run->Deliver(h.index, c.dst, bytes, c.bytes);
-      bytes += c.bytes;
-    });
-  }
+  ForEachDelivery(g, read, [&](const Holder& h, const Copy& c) {
+    if (h.rank != me || !st.ok()) return;
+    st = run->Deliver(h.index, c.dst, bytes, c.bytes);
+    bytes += c.bytes;
+  });
   return st;
 }
 
-std::unique_ptr<char[]> Allocate(uint64_t n) {
-  return n == 0 ? nullptr : std::unique_ptr<char[]>(new char[n]);
-}
+// A buffer reused from round to round, grown when a round needs more.
+class Arena {
+ public:
+  char* Get(uint64_t n) {
+    if (n > size_) {
+      data_.reset(new char[n]);
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<char[]> data_;
+  uint64_t size_ = 0;
+};
 
 }  // namespace
 
@@ -281,18 +303,26 @@ absl::StatusOr<LoadReport> ReaderImpl::RunCooperative(
   LoadRun run(ext, options_.device_memory, pool, options.device_ready, threads);
   run.CompleteEmpty();
   absl::Status pending;  // a local failure to report at the next agreement
+  Arena out, in;         // this rank's send and receive buffers, by peer
   for (const Round& round : RoundsOf(groups, plan, me)) {
     auto [reads, sends] = RoundReads(groups, plan, round, me, slots);
-    std::vector<std::unique_ptr<char[]>> out(n), in(n);
+    std::vector<uint64_t> sizes;
+    const std::vector<Incoming> incoming =
+        IncomingOf(groups, plan, round, me, &sizes);
+    char* send_base =
+        out.Get(std::accumulate(sends.begin(), sends.end(), uint64_t{0}));
+    char* recv_base =
+        in.Get(std::accumulate(sizes.begin(), sizes.end(), uint64_t{0}));
     std::vector<SendBuffer> send(n);
     std::vector<RecvBuffer> recv(n);
-    const std::vector<uint64_t> sizes = RecvSizes(groups, plan, round, me);
+    std::vector<char*> from(n);
     for (uint32_t d = 0; d < n; ++d) {
-      out[d] = Allocate(sends[d]);
-      ext.reqs[slots + d].data = out[d].get();
-      send[d] = SendBuffer{out[d].get(), sends[d]};
-      in[d] = Allocate(sizes[d]);
-      recv[d] = RecvBuffer{in[d].get(), sizes[d]};
+      ext.reqs[slots + d].data = send_base;
+      send[d] = SendBuffer{send_base, sends[d]};
+      send_base += sends[d];
+      from[d] = recv_base;
+      recv[d] = RecvBuffer{recv_base, sizes[d]};
+      recv_base += sizes[d];
       report.bytes_received += sizes[d];
     }
     if (pending.ok()) {
@@ -304,8 +334,10 @@ absl::StatusOr<LoadReport> ReaderImpl::RunCooperative(
     }
     CKPT_RETURN_IF_ERROR(Agree(comm, pending));
     CKPT_RETURN_IF_ERROR(comm->AllToAll(send, recv, MemoryKind::kHost));
-    pending = ParallelFor(threads, n, [&](int, size_t s) {
-      return Unpack(groups, plan, round.incoming[s], me, in[s].get(), &run);
+    pending = ParallelFor(threads, incoming.size(), [&](int, size_t k) {
+      const Incoming& in = incoming[k];
+      return Unpack(groups, plan.reads[in.read].read, me,
+                    from[in.sender] + in.offset, &run);
     });
   }
   if (pending.ok()) pending = run.CheckAllWritten();
