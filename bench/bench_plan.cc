@@ -339,8 +339,9 @@ int RunLoadPlan(int ranks, uint64_t tensors, int repeats) {
       std::cerr << "ckpt-bench-plan: " << pieces.status() << "\n";
       return 2;
     }
-    plan = ckpt::internal::PlanCooperativeReads(m, *groups, *pieces, lookup,
-                                                ckpt::internal::CoopOptions{});
+    plan = ckpt::internal::PlanCooperativeReads(
+        m, *groups, *pieces, lookup,
+        ckpt::internal::CoopOptions{});  // the Reader's defaults
     times.push_back(MsSince(t));
     cpu_times.push_back(ThreadCpuMs() - cpu0);
     std::printf("repeat %d: %.0f ms, cpu %.0f ms\n", rep, times.back(),

@@ -96,9 +96,12 @@ struct LoadOptions {
   DeviceEvent* device_ready = nullptr;
   // Cooperative loads (ReaderOptions::communicator): the most bytes a rank
   // sends, and the most it receives, in one exchange round; a rank holds
-  // about twice this in buffers. A single read larger than this (at most
-  // 8 MiB) goes alone into a round. Must be equal on every rank.
-  uint64_t exchange_bytes_per_round = 256ull << 20;
+  // about twice this in buffers, reused from round to round. A read (at
+  // most 8 MiB) whose bytes for other ranks exceed it goes alone into a
+  // round. Must be equal on every rank. Small rounds keep the buffers in
+  // cache and cheap to allocate; 32 MiB was the fastest of 16-256 MiB on
+  // /dev/shm (ckpt-bench-io --reshard-to).
+  uint64_t exchange_bytes_per_round = 32ull << 20;
   // Not OK: this rank's Load fails with this status without looking at
   // its requests. In a cooperative load the rank still takes part, and
   // every rank fails with it (see "Cooperative loads"): for a binding that

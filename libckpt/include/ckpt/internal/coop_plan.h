@@ -77,7 +77,7 @@ struct CoopOptions {
   uint64_t max_read_bytes = 8ull << 20;
   // A rank sends at most this many bytes and receives at most this many in
   // one round (a read larger than that goes alone into a round).
-  uint64_t round_bytes = 256ull << 20;
+  uint64_t round_bytes = 32ull << 20;  // LoadOptions::exchange_bytes_per_round
 };
 
 struct CoopPlan {
