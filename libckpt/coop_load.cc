@@ -305,7 +305,11 @@ absl::StatusOr<LoadReport> ReaderImpl::RunCooperative(
   absl::Status pending;  // a local failure to report at the next agreement
   Arena out, in;         // this rank's send and receive buffers, by peer
   for (const Round& round : RoundsOf(groups, plan, me)) {
-    auto [reads, sends] = RoundReads(groups, plan, round, me, slots);
+    // Not a structured binding: lambdas below use them (C++17).
+    std::pair<std::vector<BlockRead>, std::vector<uint64_t>> planned =
+        RoundReads(groups, plan, round, me, slots);
+    const std::vector<BlockRead>& reads = planned.first;
+    const std::vector<uint64_t>& sends = planned.second;
     std::vector<uint64_t> sizes;
     const std::vector<Incoming> incoming =
         IncomingOf(groups, plan, round, me, &sizes);
