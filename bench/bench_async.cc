@@ -6,11 +6,16 @@
 // The state: G GiB of float32 tensors of 64 MiB, in host memory, or with
 // --device in CUDA device memory (cudaMalloc; needs a build with the CUDA
 // Toolkit and a GPU). One process, one rank. In this order:
-//   snapshot_limit_s  host: one memcpy of every tensor into a (touched)
-//                     buffer of the same size on one thread; device: one
-//                     cudaMemcpyAsync per tensor into pinned memory on one
-//                     stream, then cudaStreamSynchronize;
-//   sync_save_s       Save of the state (everything to the commit);
+//   snapshot_limit_s  host: the same bytes copied by memcpy in pieces of
+//                     4 MiB, by as many threads as the snapshot uses
+//                     (--snapshot-threads, default
+//                     ckpt::DefaultSnapshotThreads()), into memory
+//                     allocated and faulted in as the staging pool's; the
+//                     best of three rounds. device: one cudaMemcpyAsync per
+//                     tensor into pinned memory on one stream, then
+//                     cudaStreamSynchronize (the best of two rounds);
+//   sync_save_s       Save of the state (everything to the commit; the
+//                     second of two saves with the same Writer);
 //   host_sync_save_s  (--device only) Save of the same bytes from host
 //                     memory: the write throughput of a save of device
 //                     tensors relative to host ones;
@@ -19,15 +24,25 @@
 //   async_durable_s   from the SaveAsync call until Wait() returned (the
 //                     checkpoint committed and durable);
 //   peak_staging_bytes, staging_cap_bytes  from the SaveResult;
+//   snapshot_threads  SaveOptions::snapshot_threads of the async saves;
 //   capped            stall_s, async_durable_s, peak_staging_bytes and
 //                     staging_cap_bytes again with Writer::Options::
 //                     staging_bytes a quarter of the state.
+// --device-snapshot (with --device): the async saves snapshot into spare
+// device memory (SaveOptions::snapshot_to_device with device_snapshot_bytes
+// the state's size; JSON "device_snapshot": true).
 // Each async figure is the second of two saves with the same Writer: the
-// first one makes (and, with --device, pins) the staging pool, which every
-// later save reuses. Every checkpoint is loaded and compared afterwards (not
+// first one allocates and faults in (with --device, pins) the staging pool,
+// which every later save reuses. Also printed (not in the JSON): the CPU
+// seconds (user + system, all threads) of the sync save and of the async
+// save. Every checkpoint is loaded and compared afterwards (not
 // timed). Steps go into one root with keep_last = 1. The last line printed
 // is one JSON object.
+#include <sys/mman.h>
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -36,6 +51,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -90,15 +106,25 @@ struct State {
   uint64_t bytes() const { return host.size() * kTensorBytes; }
 };
 
+// CPU seconds (user + system) of every thread of the process so far.
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto sec = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
 struct Async {
-  double stall = 0, durable = 0;
+  double stall = 0, durable = 0, cpu = 0;
   uint64_t peak = 0, cap = 0;
 };
 
 std::unique_ptr<ckpt::Writer> MakeWriter(const State& s, bool on_device,
-                                         ckpt::DeviceMemory* dm, uint64_t cap) {
+                                         ckpt::DeviceMemory* dm, uint64_t cap,
+                                         uint64_t device_snapshot = 0) {
   ckpt::Writer::Options wo;
   wo.device_memory = dm;
+  wo.device_snapshot_bytes = device_snapshot;
   if (cap != 0) wo.staging_bytes = cap;
   auto w = Check(ckpt::Writer::Create(wo), "Writer::Create");
   ckpt::TensorOptions to;
@@ -113,22 +139,30 @@ std::unique_ptr<ckpt::Writer> MakeWriter(const State& s, bool on_device,
   return w;
 }
 
-double SyncSave(ckpt::Writer* w, const std::string& root, uint64_t step,
-                const ckpt::SaveOptions& so) {
-  const double t0 = Now();
-  Check(w->Save(root, step, so), "Save");
-  return Now() - t0;
+// The second of two saves (as the async figures: with --device the first
+// pins the Writer's staging buffers).
+double SyncSave(ckpt::Writer* w, const std::string& root, uint64_t* step,
+                const ckpt::SaveOptions& so, double* cpu = nullptr) {
+  double seconds = 0;
+  for (int round = 0; round < 2; ++round) {
+    const double t0 = Now(), c0 = CpuSeconds();
+    Check(w->Save(root, ++*step, so), "Save");
+    if (cpu != nullptr) *cpu = CpuSeconds() - c0;
+    seconds = Now() - t0;
+  }
+  return seconds;
 }
 
 Async AsyncSave(ckpt::Writer* w, const std::string& root, uint64_t* step,
                 const ckpt::SaveOptions& so) {
   Async a;
   for (int round = 0; round < 2; ++round) {  // the first makes the pool
-    const double t0 = Now();
+    const double t0 = Now(), c0 = CpuSeconds();
     ckpt::SaveHandle h = Check(w->SaveAsync(root, ++*step, so), "SaveAsync");
     a.stall = Now() - t0;
     ckpt::SaveResult r = Check(h.Wait(), "SaveHandle::Wait");
     a.durable = Now() - t0;
+    a.cpu = CpuSeconds() - c0;
     a.peak = r.peak_staging_bytes;
     a.cap = r.staging_cap_bytes;
   }
@@ -157,14 +191,38 @@ void Verify(const State& s, const std::string& root) {
   }
 }
 
-double HostSnapshotLimit(const State& s) {
-  std::unique_ptr<char[]> dst(new char[s.bytes()]);
-  std::memset(dst.get(), 0, s.bytes());  // touched, as a reused staging pool
-  const double t0 = Now();
-  for (size_t i = 0; i < s.host.size(); ++i) {
-    std::memcpy(dst.get() + i * kTensorBytes, s.host[i].get(), kTensorBytes);
+// The copy of the library's snapshot without the library: every tensor
+// copied in pieces of 4 MiB (as the Stager splits them) by `threads`
+// threads taking pieces in turn, into memory allocated and faulted in as the
+// staging pool's (2 MiB aligned, MADV_HUGEPAGE, every page touched). The
+// best of three rounds.
+double HostSnapshotLimit(const State& s, int threads) {
+  constexpr uint64_t kPiece = 4ull << 20, kHuge = 2ull << 20;
+  char* dst = static_cast<char*>(std::aligned_alloc(kHuge, s.bytes()));
+  if (dst == nullptr) Die("cannot allocate the snapshot limit's buffer");
+  (void)madvise(dst, s.bytes(), MADV_HUGEPAGE);
+  for (uint64_t i = 0; i < s.bytes(); i += 4096) dst[i] = 0;
+  const uint64_t pieces = s.bytes() / kPiece;
+  double best = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    std::atomic<uint64_t> next{0};
+    auto copy = [&] {
+      for (uint64_t p; (p = next.fetch_add(1)) < pieces;) {
+        const uint64_t off = p * kPiece;
+        std::memcpy(dst + off,
+                    s.host[off / kTensorBytes].get() + off % kTensorBytes,
+                    kPiece);
+      }
+    };
+    const double t0 = Now();
+    std::vector<std::thread> helpers;
+    for (int t = 1; t < threads; ++t) helpers.emplace_back(copy);
+    copy();
+    for (auto& h : helpers) h.join();
+    best = std::min(best, Now() - t0);
   }
-  return Now() - t0;
+  std::free(dst);
+  return best;
 }
 
 #ifdef CKPT_BENCH_CUDA
@@ -218,12 +276,21 @@ int main(int argc, char** argv) {
   double gib = 2;
   bool device = false;
   int threads = 4;
+  int snapshot_threads = ckpt::DefaultSnapshotThreads();
   app.add_option("--dir", dir,
                  "directory for the checkpoints (e.g. /dev/shm/b)")
       ->required();
   app.add_option("--gib", gib, "size of the state in GiB");
   app.add_flag("--device", device, "tensors in CUDA device memory");
+  bool device_snapshot = false;
+  app.add_flag("--device-snapshot", device_snapshot,
+               "with --device: SaveAsync snapshots into spare device memory "
+               "(SaveOptions::snapshot_to_device, Writer::Options::"
+               "device_snapshot_bytes = the state's size)");
   app.add_option("--threads", threads, "SaveOptions::io_threads");
+  app.add_option("--snapshot-threads", snapshot_threads,
+                 "SaveOptions::snapshot_threads, and the threads of the host "
+                 "snapshot limit (default: ckpt::DefaultSnapshotThreads())");
   CLI11_PARSE(app, argc, argv);
 #ifndef CKPT_BENCH_CUDA
   if (device) Die("--device needs a build with the CUDA Toolkit (gpu/)");
@@ -245,33 +312,39 @@ int main(int argc, char** argv) {
     limit = DeviceSnapshotLimit(s);
 #endif
   } else {
-    limit = HostSnapshotLimit(s);
+    limit = HostSnapshotLimit(s, snapshot_threads);
   }
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   ckpt::SaveOptions so;
   so.io_threads = threads;
+  so.snapshot_threads = snapshot_threads;
+  ckpt::SaveOptions async_so = so;
+  async_so.snapshot_to_device = device && device_snapshot;
+  const uint64_t device_bytes = async_so.snapshot_to_device ? s.bytes() : 0;
   so.keep_last = 1;
   uint64_t step = 0;
 
-  auto w = MakeWriter(s, device, dm.get(), 0);
-  const double sync_save = SyncSave(w.get(), dir + "/sync", ++step, so);
+  auto w = MakeWriter(s, device, dm.get(), 0, device_bytes);
+  double sync_cpu = 0;
+  const double sync_save =
+      SyncSave(w.get(), dir + "/sync", &step, so, &sync_cpu);
   Verify(s, dir + "/sync");
   double host_sync = 0;
   if (device) {
     auto hw = MakeWriter(s, false, nullptr, 0);
-    host_sync = SyncSave(hw.get(), dir + "/host", ++step, so);
+    host_sync = SyncSave(hw.get(), dir + "/host", &step, so);
     std::filesystem::remove_all(dir + "/host");
   }
   std::filesystem::remove_all(dir + "/sync");
-  const Async full = AsyncSave(w.get(), dir + "/async", &step, so);
+  const Async full = AsyncSave(w.get(), dir + "/async", &step, async_so);
   Verify(s, dir + "/async");
   std::filesystem::remove_all(dir + "/async");
   w.reset();  // its pool goes
   const uint64_t quarter = s.bytes() / 4 / (64ull << 20) * (64ull << 20);
-  auto cw =
-      MakeWriter(s, device, dm.get(), std::max<uint64_t>(quarter, 64ull << 20));
-  const Async capped = AsyncSave(cw.get(), dir + "/capped", &step, so);
+  auto cw = MakeWriter(s, device, dm.get(),
+                       std::max<uint64_t>(quarter, 64ull << 20), device_bytes);
+  const Async capped = AsyncSave(cw.get(), dir + "/capped", &step, async_so);
   Verify(s, dir + "/capped");
   cw.reset();
   std::filesystem::remove_all(dir);
@@ -287,6 +360,8 @@ int main(int argc, char** argv) {
         "host sync save   %.3f s  (device/host write throughput %.2f)\n",
         host_sync, host_sync / sync_save);
   }
+  std::printf("cpu (user+sys)   sync save %.3f s, async save %.3f s\n",
+              sync_cpu, full.cpu);
   std::printf("async stall      %.3f s  (%.2fx the snapshot limit)\n",
               full.stall, full.stall / limit);
   std::printf("async durable    %.3f s  (%.2fx the sync save)\n", full.durable,
@@ -302,9 +377,11 @@ int main(int argc, char** argv) {
       "%.4f, "
       "\"async_durable_s\": %.4f, \"snapshot_limit_s\": %.4f, "
       "\"peak_staging_bytes\": %d, "
-      "\"staging_cap_bytes\": %d",
+      "\"staging_cap_bytes\": %d, \"snapshot_threads\": %d, "
+      "\"device_snapshot\": %s",
       s.bytes(), device ? "true" : "false", full.stall, sync_save, full.durable,
-      limit, full.peak, full.cap);
+      limit, full.peak, full.cap, snapshot_threads,
+      async_so.snapshot_to_device ? "true" : "false");
   if (device)
     absl::StrAppendFormat(&json, ", \"host_sync_save_s\": %.4f", host_sync);
   absl::StrAppendFormat(

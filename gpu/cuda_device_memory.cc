@@ -1,6 +1,7 @@
 #include "ckpt/gpu/cuda_device_memory.h"
 
 #include <utility>
+#include <vector>
 
 #include "ckpt/gpu/status_macros.h"
 
@@ -42,8 +43,15 @@ absl::StatusOr<std::unique_ptr<DeviceEvent>> RecordEvent(cudaStream_t stream) {
 }
 
 cudaMemcpyKind ToCuda(CopyKind kind) {
-  return kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
-                                         : cudaMemcpyHostToDevice;
+  switch (kind) {
+    case CopyKind::kDeviceToHost:
+      return cudaMemcpyDeviceToHost;
+    case CopyKind::kHostToDevice:
+      return cudaMemcpyHostToDevice;
+    case CopyKind::kDeviceToDevice:
+      break;
+  }
+  return cudaMemcpyDeviceToDevice;
 }
 
 class CudaStream final : public DeviceStream {
@@ -69,15 +77,23 @@ class CudaStream final : public DeviceStream {
                          absl::Span<const DeviceCopy> copies) override {
     CKPT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     const cudaMemcpyKind k = ToCuda(kind);
-    for (const DeviceCopy& c : copies) {
-      if (c.rows <= 1) {
-        CKPT_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(c.dst, c.src, c.row_bytes, k, stream_));
-      } else {
+    // Runs of contiguous copies go as one batch; a strided copy is one
+    // cudaMemcpy2DAsync. Their order on the stream is kept.
+    size_t i = 0;
+    while (i < copies.size()) {
+      if (copies[i].rows > 1) {
+        const DeviceCopy& c = copies[i++];
         CKPT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(c.dst, c.dst_pitch, c.src,
                                                     c.src_pitch, c.row_bytes,
                                                     c.rows, k, stream_));
+        continue;
       }
+      size_t end = i;
+      while (end < copies.size() && copies[end].rows <= 1) ++end;
+      if (absl::Status s = CopyContiguous(copies.subspan(i, end - i), k);
+          !s.ok())
+        return s;
+      i = end;
     }
     return absl::OkStatus();
   }
@@ -88,6 +104,47 @@ class CudaStream final : public DeviceStream {
   }
 
  private:
+  // Contiguous copies: one cudaMemcpyBatchAsync where the runtime has it
+  // (CUDA 12.8 and later; the copies of one batch are unordered, which the
+  // Stager's and the loader's copies, to and from disjoint ranges, allow),
+  // else one cudaMemcpyAsync each. A batch the driver refuses is retried
+  // copy by copy, so that an error names the copy that fails.
+  absl::Status CopyContiguous(absl::Span<const DeviceCopy> copies,
+                              cudaMemcpyKind kind) {
+#if CUDART_VERSION >= 12080
+    if (copies.size() > 1) {
+      std::vector<void*> dsts;
+      std::vector<const void*> srcs;
+      std::vector<size_t> sizes;
+      for (const DeviceCopy& c : copies) {
+        dsts.push_back(c.dst);
+        srcs.push_back(c.src);
+        sizes.push_back(c.row_bytes);
+      }
+      cudaMemcpyAttributes attr{};
+      attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+      size_t attr_index = 0;
+#if CUDART_VERSION >= 13000
+      const cudaError_t err =
+          cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(),
+                               copies.size(), &attr, &attr_index, 1, stream_);
+#else
+      size_t fail_index = 0;
+      const cudaError_t err = cudaMemcpyBatchAsync(
+          dsts.data(), srcs.data(), sizes.data(), copies.size(), &attr,
+          &attr_index, 1, &fail_index, stream_);
+#endif
+      if (err == cudaSuccess) return absl::OkStatus();
+      (void)cudaGetLastError();  // retried below, copy by copy
+    }
+#endif
+    for (const DeviceCopy& c : copies) {
+      CKPT_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(c.dst, c.src, c.row_bytes, kind, stream_));
+    }
+    return absl::OkStatus();
+  }
+
   int device_;
   cudaStream_t stream_;
 };
@@ -169,6 +226,18 @@ absl::StatusOr<void*> CudaDeviceMemory::AllocateHost(size_t n) {
 }
 
 void CudaDeviceMemory::FreeHost(void* p, size_t n) { (void)cudaFreeHost(p); }
+
+absl::StatusOr<void*> CudaDeviceMemory::AllocateDevice(size_t n, int device) {
+  CKPT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  void* p = nullptr;
+  CKPT_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, n));
+  return p;
+}
+
+void CudaDeviceMemory::FreeDevice(void* p, size_t n, int device) {
+  (void)cudaSetDevice(device);
+  (void)cudaFree(p);
+}
 
 absl::StatusOr<std::unique_ptr<DeviceEvent>> CudaDeviceMemory::RecordOn(
     cudaStream_t stream) {

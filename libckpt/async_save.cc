@@ -1,5 +1,11 @@
 #include "async_save.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <utility>
 
 namespace ckpt {
@@ -14,16 +20,35 @@ bool SaveHandle::Done() const { return save_ == nullptr || save_->Done(); }
 
 namespace internal {
 
-AsyncSave::AsyncSave(std::unique_ptr<Stager> stager, SaveResult partial,
-                     WriteFn write, CommitFn commit, bool commit_in_background)
+namespace {
+
+// Raises the calling thread's nice value by `nice` (Linux: the nice value
+// is a thread's, and threads started from it inherit it). Best effort.
+void LowerPriority(int nice) {
+  if (nice <= 0) return;
+  errno = 0;
+  const int now = getpriority(PRIO_PROCESS, 0);
+  if (errno != 0) return;
+  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)),
+                    std::min(now + nice, 19));
+}
+
+}  // namespace
+
+AsyncSave::AsyncSave(std::unique_ptr<Stager> stager, size_t foreground_items,
+                     SaveResult partial, WriteFn write, CommitFn commit,
+                     bool commit_in_background, int background_nice)
     : stager_(std::move(stager)),
+      foreground_items_(foreground_items),
       partial_(std::move(partial)),
       write_(std::move(write)),
       commit_(std::move(commit)),
-      commit_in_background_(commit_in_background) {}
+      commit_in_background_(commit_in_background),
+      nice_(background_nice) {}
 
 AsyncSave::~AsyncSave() {
   if (thread_.joinable()) thread_.join();
+  if (stage_thread_.joinable()) stage_thread_.join();
 }
 
 void AsyncSave::Start() {
@@ -32,11 +57,17 @@ void AsyncSave::Start() {
   thread_ = std::thread([this, base = partial_] { Background(base); });
   // An error fails the consumers' Acquire, so it reaches the shard report
   // (and Wait() on every rank); nothing to do with it here.
-  (void)stager_->Run();
+  (void)stager_->Run(foreground_items_);
   partial_.peak_staging_bytes = stager_->peak_bytes();
+  // The caller's ready event may go once this returns.
+  stager_->ForgetReadyEvent();
+  if (foreground_items_ < stager_->size()) {
+    stage_thread_ = std::thread([this] { (void)stager_->Run(); });
+  }
 }
 
 void AsyncSave::Background(SaveResult base) {
+  LowerPriority(nice_);
   std::string report = write_();
   // The writer's threads are done with the staged bytes (all of them on
   // success); a Run still waiting for space stops.
@@ -64,6 +95,9 @@ absl::StatusOr<SaveResult> AsyncSave::Wait() {
     background = background_result_;
   }
   if (thread_.joinable()) thread_.join();
+  // The writer is done, so is the staging (Finish stopped what was left).
+  if (stage_thread_.joinable()) stage_thread_.join();
+  partial_.peak_staging_bytes = stager_->peak_bytes();
   // Start() returned before the handle existed, so partial_ is final.
   result_ =
       commit_in_background_ ? std::move(background) : commit_(report, partial_);
@@ -71,6 +105,7 @@ absl::StatusOr<SaveResult> AsyncSave::Wait() {
     result_->stall_seconds = partial_.stall_seconds;
     result_->peak_staging_bytes = partial_.peak_staging_bytes;
     result_->staging_cap_bytes = partial_.staging_cap_bytes;
+    result_->device_snapshot_bytes = partial_.device_snapshot_bytes;
   }
   waited_ = true;
   return result_;

@@ -38,16 +38,23 @@ class AsyncSave {
 
   // `stager` holds the snapshot's items; the functions may keep state
   // alive through their captures. The commit runs in the background when
-  // `commit_in_background`, else in Wait().
-  AsyncSave(std::unique_ptr<Stager> stager, SaveResult partial, WriteFn write,
-            CommitFn commit, bool commit_in_background);
+  // `commit_in_background`, else in Wait(). The background thread (and the
+  // writer's threads it starts) run `background_nice` nice levels below
+  // the caller (Writer::Options::background_nice).
+  // Items [0, foreground_items) of `stager` are staged by Start on the
+  // caller's thread; the rest (copies of a device snapshot, which the
+  // caller may not touch anyway) on a thread of their own afterwards.
+  AsyncSave(std::unique_ptr<Stager> stager, size_t foreground_items,
+            SaveResult partial, WriteFn write, CommitFn commit,
+            bool commit_in_background, int background_nice);
   // Waits for the background thread (a save must have been Wait()ed by the
   // Writer before; this only guards against leaks).
   ~AsyncSave();
 
-  // Starts the background thread and stages the snapshot on the calling
-  // thread; returns once the snapshot is complete (or failed: the error
-  // then reaches Wait() through the shard report). Call once.
+  // Starts the background thread and stages the snapshot's foreground
+  // items on the calling thread; returns once those are staged (or failed:
+  // the error then reaches Wait() through the shard report), starting the
+  // staging of the rest. Call once.
   void Start();
   void set_stall_seconds(double s) { partial_.stall_seconds = s; }
 
@@ -59,11 +66,14 @@ class AsyncSave {
   void Background(SaveResult base);
 
   std::unique_ptr<Stager> stager_;
+  const size_t foreground_items_;
   SaveResult partial_;
   WriteFn write_;
   CommitFn commit_;
   const bool commit_in_background_;
+  const int nice_;
   std::thread thread_;
+  std::thread stage_thread_;  // the rest of the items; joined by Wait
 
   Mutex wait_mu_;  // one Wait at a time
   bool waited_ ABSL_GUARDED_BY(wait_mu_) = false;

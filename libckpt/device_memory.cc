@@ -25,6 +25,10 @@ class SyncStream final : public DeviceStream {
 
   absl::Status CopyAsync(CopyKind kind,
                          absl::Span<const DeviceCopy> copies) override {
+    if (kind == CopyKind::kDeviceToDevice) {
+      return absl::UnimplementedError(
+          "this DeviceMemory has no device-to-device copies");
+    }
     for (const DeviceCopy& c : copies) {
       for (size_t r = 0; r < c.rows; ++r) {
         const char* src = static_cast<const char*>(c.src) + r * c.src_pitch;
@@ -70,5 +74,12 @@ absl::StatusOr<void*> DeviceMemory::AllocateHost(size_t n) {
 }
 
 void DeviceMemory::FreeHost(void* p, size_t n) { std::free(p); }
+
+absl::StatusOr<void*> DeviceMemory::AllocateDevice(size_t n, int device) {
+  return absl::UnimplementedError(
+      "this DeviceMemory does not allocate device memory");
+}
+
+void DeviceMemory::FreeDevice(void* p, size_t n, int device) {}
 
 }  // namespace ckpt

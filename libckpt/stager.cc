@@ -7,11 +7,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/internal/thread_pool.h"
 
 namespace ckpt::internal {
 namespace {
 
 uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+// Host copies are split into pieces of this size among the copy threads.
+constexpr uint64_t kCopyPiece = 4ull << 20;
 
 double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t)
@@ -33,13 +37,14 @@ void StagedBytes::Abort(absl::Status status) {
 }
 
 Stager::Stager(StagingPool* pool, DeviceMemory* dm, DeviceEvent* after,
-               uint64_t segment_bytes, int max_buffers)
+               uint64_t segment_bytes, int max_buffers, int copy_threads)
     : pool_(pool),
       dm_(dm),
       after_(after),
       segment_bytes_(segment_bytes),
       max_buffers_(max_buffers > 0 ? std::min(max_buffers, pool->max_buffers())
-                                   : pool->max_buffers()) {}
+                                   : pool->max_buffers()),
+      copy_threads_(std::max(copy_threads, 1)) {}
 
 Stager::~Stager() { Finish(); }
 
@@ -96,13 +101,14 @@ absl::StatusOr<Stager::Buffer*> Stager::NextBuffer() {
 
 // Fills one buffer with the next segments, in item order. Host bytes are
 // copied now; device copies are queued and complete through `ready`.
-absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset) {
+absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset, size_t end) {
   CKPT_ASSIGN_OR_RETURN(Buffer * b, NextBuffer());
   const uint64_t cap = pool_->buffer_bytes();
   std::vector<std::pair<size_t, Segment>> segments;
   std::vector<std::pair<int, std::vector<DeviceCopy>>> copies;
+  std::vector<HostCopy> host;
   uint64_t cursor = 0, staged = 0;
-  while (*item < items_.size()) {
+  while (*item < end) {
     const StageInput& in = items_[*item].input;
     const uint64_t rest = in.size - *offset;
     cursor = AlignUp(cursor, StagingPool::kAlignment);
@@ -121,7 +127,7 @@ absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset) {
           (*in.source)(*offset, dst, n),
           absl::StrCat("entry '", in.name, "': source at byte ", *offset)));
     } else if (in.memory == MemoryKind::kHost) {
-      std::memcpy(dst, static_cast<const char*>(in.data) + *offset, n);
+      host.push_back({dst, static_cast<const char*>(in.data) + *offset, n});
     } else {
       auto it = std::find_if(copies.begin(), copies.end(), [&](const auto& c) {
         return c.first == in.device;
@@ -138,6 +144,7 @@ absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset) {
     staged += n;
     *offset += n;
   }
+  CopyHost(host);
   std::vector<std::shared_ptr<DeviceEvent>> events;
   for (auto& [device, list] : copies) {
     CKPT_ASSIGN_OR_RETURN(DeviceStream * s, StreamFor(device));
@@ -159,6 +166,20 @@ absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset) {
   return absl::OkStatus();
 }
 
+void Stager::CopyHost(const std::vector<HostCopy>& copies) const {
+  std::vector<HostCopy> pieces;
+  for (const HostCopy& c : copies) {
+    for (uint64_t off = 0; off < c.n; off += kCopyPiece) {
+      pieces.push_back(
+          {c.dst + off, c.src + off, std::min(kCopyPiece, c.n - off)});
+    }
+  }
+  (void)ParallelFor(copy_threads_, pieces.size(), [&](int, size_t i) {
+    std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].n);
+    return absl::OkStatus();
+  });
+}
+
 absl::StatusOr<DeviceStream*> Stager::StreamFor(int device) {
   for (auto& [d, s] : streams_) {
     if (d == device) return s.get();
@@ -174,12 +195,17 @@ absl::StatusOr<DeviceStream*> Stager::StreamFor(int device) {
   return streams_.back().second.get();
 }
 
-absl::Status Stager::Run() {
-  size_t item = 0;
-  uint64_t offset = 0;
+absl::Status Stager::Run(size_t end) {
+  end = std::min(end, items_.size());
   absl::Status status;
-  while (status.ok() && item < items_.size()) {
-    status = StageBuffer(&item, &offset);
+  for (;;) {
+    // Items with nothing left (empty ones) take no buffer.
+    while (next_item_ < end && next_offset_ == items_[next_item_].input.size) {
+      ++next_item_;
+      next_offset_ = 0;
+    }
+    if (!status.ok() || next_item_ >= end) break;
+    status = StageBuffer(&next_item_, &next_offset_, end);
   }
   // Every queued copy completes before Run returns, also on error, so no
   // buffer is written by the device once it may be handed out again.

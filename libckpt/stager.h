@@ -76,19 +76,28 @@ class Stager {
   // the Stager. Device copies are ordered after `after` (may be null; not
   // owned; must stay valid until Run returned). Segments of an item are
   // multiples of `segment_bytes` (<= pool->buffer_bytes()). At most
-  // `max_buffers` buffers are held at once (0: the pool's maximum).
+  // `max_buffers` buffers are held at once (0: the pool's maximum). Host
+  // bytes are copied by `copy_threads` threads (>= 1; Run's thread and
+  // copy_threads - 1 short-lived helpers per buffer).
   Stager(StagingPool* pool, DeviceMemory* dm, DeviceEvent* after,
-         uint64_t segment_bytes, int max_buffers);
+         uint64_t segment_bytes, int max_buffers, int copy_threads = 1);
   // REQUIRES: Finish() was called if Run() was.
   ~Stager();
 
   // Adds an item; the pointer is owned by the Stager. REQUIRES: before Run.
   StagedBytes* Add(StageInput input);
 
-  // Stages every item in order, on the calling thread, and returns once
-  // every byte is in staging memory (device copies complete) or on the
-  // first error, which every Acquire then returns too.
-  absl::Status Run();
+  // Stages the items in order, on the calling thread, up to (not
+  // including) item `end` (at most the number of items), continuing where
+  // the previous Run stopped; returns once those bytes are in staging
+  // memory (device copies complete) or on the first error, which every
+  // Acquire then returns too. Runs never overlap.
+  absl::Status Run(size_t end = static_cast<size_t>(-1));
+  // Later device copies are not ordered after `after` (the caller's event
+  // may be gone; what remains to stage does not depend on it). REQUIRES:
+  // no Run is running.
+  void ForgetReadyEvent() { after_ = nullptr; }
+  size_t size() const { return items_.size(); }
 
   // Called when the consumers are done (all their threads returned),
   // successfully or not: stops a Run still waiting for space and returns
@@ -124,7 +133,14 @@ class Stager {
     std::vector<Segment> segments;  // sorted by begin
   };
 
-  absl::Status StageBuffer(size_t* item, uint64_t* offset);
+  absl::Status StageBuffer(size_t* item, uint64_t* offset, size_t end);
+  // Copies host bytes into a buffer on copy_threads_ threads.
+  struct HostCopy {
+    char* dst;
+    const char* src;
+    uint64_t n;
+  };
+  void CopyHost(const std::vector<HostCopy>& copies) const;
   absl::StatusOr<Buffer*> NextBuffer();
   absl::StatusOr<DeviceStream*> StreamFor(int device);
   void Fail(absl::Status status);
@@ -134,13 +150,16 @@ class Stager {
 
   StagingPool* const pool_;
   DeviceMemory* const dm_;
-  DeviceEvent* const after_;
+  DeviceEvent* after_;  // Run's thread only
   const uint64_t segment_bytes_;
   const int max_buffers_;
+  const int copy_threads_;
   std::vector<Item> items_;
   // One stream per device used, created by Run.
   std::vector<std::pair<int, std::unique_ptr<DeviceStream>>> streams_;
   std::vector<std::shared_ptr<DeviceEvent>> pending_;  // Run's thread only
+  size_t next_item_ = 0;      // where the next Run continues (Run's thread)
+  uint64_t next_offset_ = 0;  // within next_item_
 
   mutable Mutex mu_;
   CondVar changed_;

@@ -1,5 +1,8 @@
 #include "staging_pool.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -17,18 +20,35 @@ void CheckOrDie(bool ok, const char* what) {
   std::abort();
 }
 
+// Plain buffers are aligned to a huge page and asked to be backed by huge
+// pages (fewer faults and TLB misses in the snapshot's copies; ignored
+// where transparent huge pages are off).
+constexpr size_t kHugePage = 2 << 20;
+
+// Every page written once: the faults are paid here, when the pool grows,
+// not by the copies of a save.
+void FaultIn(char* p, uint64_t n) {
+  for (uint64_t i = 0; i < n; i += StagingPool::kAlignment) p[i] = 0;
+}
+
 absl::StatusOr<char*> AllocateBuffer(DeviceMemory* dm, uint64_t n) {
+  char* buffer = nullptr;
   if (dm != nullptr) {
     absl::StatusOr<void*> p = dm->AllocateHost(n);
     if (!p.ok()) return p.status();
-    return static_cast<char*>(*p);
+    buffer = static_cast<char*>(*p);
+  } else {
+    const size_t align = n >= kHugePage ? kHugePage : StagingPool::kAlignment;
+    buffer = static_cast<char*>(
+        std::aligned_alloc(align, (n + align - 1) / align * align));
+    if (buffer == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate a staging buffer of ", n, " bytes"));
+    }
+    if (align == kHugePage) (void)madvise(buffer, n, MADV_HUGEPAGE);
   }
-  void* p = std::aligned_alloc(StagingPool::kAlignment, n);
-  if (p == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate a staging buffer of ", n, " bytes"));
-  }
-  return static_cast<char*>(p);
+  FaultIn(buffer, n);
+  return buffer;
 }
 
 }  // namespace
@@ -94,18 +114,37 @@ StagingPool::~StagingPool() {
   }
 }
 
+absl::StatusOr<bool> StagingPool::GrowLocked() {
+  absl::StatusOr<char*> p = AllocateBuffer(dm_, buffer_bytes_);
+  if (p.ok()) {
+    buffers_.push_back(*p);
+    free_.push_back(static_cast<int>(buffers_.size()) - 1);
+    return true;
+  }
+  if (buffers_.empty()) return p.status();
+  limit_ = static_cast<int>(buffers_.size());  // wait for one instead
+  return false;
+}
+
+absl::Status StagingPool::Reserve(uint64_t bytes) {
+  MutexLock l(&mu_);
+  const uint64_t want = std::min(bytes, cap_bytes_);
+  while (buffers_.size() * buffer_bytes_ < want &&
+         static_cast<int>(buffers_.size()) < limit_) {
+    absl::StatusOr<bool> grown = GrowLocked();
+    if (!grown.ok()) return grown.status();
+    if (!*grown) break;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StagingPool::Lease> StagingPool::Acquire() {
   MutexLock l(&mu_);
   while (free_.empty()) {
     if (static_cast<int>(buffers_.size()) < limit_) {
-      absl::StatusOr<char*> p = AllocateBuffer(dm_, buffer_bytes_);
-      if (p.ok()) {
-        buffers_.push_back(*p);
-        free_.push_back(static_cast<int>(buffers_.size()) - 1);
-        break;
-      }
-      if (buffers_.empty()) return p.status();
-      limit_ = static_cast<int>(buffers_.size());  // wait for one instead
+      absl::StatusOr<bool> grown = GrowLocked();
+      if (!grown.ok()) return grown.status();
+      if (*grown) break;
     }
     returned_.Wait(&mu_);
   }

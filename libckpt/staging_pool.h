@@ -2,11 +2,13 @@
 // (every save and load with device memory) and asynchronous snapshots go
 // through.
 //
-// Buffers are allocated on first need through DeviceMemory::AllocateHost
-// (page-locked for CUDA) and kept until the pool is destroyed: a Writer or
-// Reader keeps one pool for its lifetime, so no save allocates, registers or
-// frees host memory once the pool has grown to what the saves need. The pool
-// never holds more than cap_bytes.
+// Buffers are allocated through DeviceMemory::AllocateHost (page-locked for
+// CUDA) either ahead of need (Reserve) or on first need (Acquire), are
+// faulted in when allocated (every page touched, so no save pays a page
+// fault in its copies), and are kept until the pool is destroyed: a Writer
+// or Reader keeps one pool for its lifetime, so no save allocates, registers
+// or frees host memory once the pool has grown to what the saves need. The
+// pool never holds more than cap_bytes.
 //
 // A buffer belongs to exactly one Lease from Acquire() until the Lease is
 // destroyed; only then can it be handed out again. This is what keeps a
@@ -72,6 +74,12 @@ class StagingPool {
   // already allocated, the pool stops growing and waits instead; with none,
   // the allocation error is returned.
   absl::StatusOr<Lease> Acquire();
+  // Allocates (and faults in) buffers until at least min(bytes, cap_bytes)
+  // are allocated, so that later Acquires up to that amount only take
+  // buffers. An allocation error stops the growth: with buffers already
+  // allocated it is ignored (Acquire waits for those instead), with none it
+  // is returned.
+  absl::Status Reserve(uint64_t bytes);
 
   uint64_t buffer_bytes() const { return buffer_bytes_; }
   uint64_t cap_bytes() const { return cap_bytes_; }
@@ -84,6 +92,9 @@ class StagingPool {
  private:
   StagingPool(DeviceMemory* dm, uint64_t buffer_bytes, uint64_t cap_bytes);
   void Return(int index);
+  // Adds one buffer to the pool; false (with `limit_` lowered) when it
+  // cannot be had and others exist; the error when none exist.
+  absl::StatusOr<bool> GrowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   DeviceMemory* const dm_;
   const uint64_t buffer_bytes_;

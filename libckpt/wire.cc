@@ -77,6 +77,16 @@ absl::StatusOr<RankPlan> DecodeRankPlan(absl::string_view bytes) {
   return plan;
 }
 
+absl::Status AppendRankPlan(absl::string_view bytes, format::Fingerprint* fp,
+                            PlanTable* table) {
+  format::ByteReader r(bytes);
+  absl::Status s = ReadArray(&r, "fingerprint", fp);
+  if (s.ok())
+    s = table->AppendEncoded(bytes.substr(bytes.size() - r.remaining()));
+  if (!s.ok()) return WireError("local plan", s);
+  return absl::OkStatus();
+}
+
 std::string EncodeSavePrep(const SavePrep& prep) {
   std::string out;
   PutArray(&out, prep.id);

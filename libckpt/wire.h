@@ -30,6 +30,11 @@ struct RankPlan {
 };
 std::string EncodeRankPlan(const RankPlan& plan);
 absl::StatusOr<RankPlan> DecodeRankPlan(absl::string_view bytes);
+// Decodes a RankPlan straight into `table` as its next rank (the
+// coordinator's form: no LocalItem is made) and its fingerprint into *fp.
+// On error `table` is unchanged.
+absl::Status AppendRankPlan(absl::string_view bytes, format::Fingerprint* fp,
+                            PlanTable* table);
 
 // Coordinator -> every rank before the shards are written: what only the
 // coordinator decides, so that every shard index carries the manifest's

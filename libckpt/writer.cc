@@ -1,9 +1,8 @@
 #include "ckpt/writer.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -44,6 +43,10 @@ absl::Status ValidateOptions(const SaveOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "alignment ", o.alignment, " must be a power of two <= 2^30"));
   }
+  if (o.snapshot_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("snapshot_threads ", o.snapshot_threads, " must be >= 0"));
+  }
   if (o.io_threads < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("io_threads ", o.io_threads, " must be >= 1"));
@@ -71,6 +74,13 @@ class WriterImpl final : public Writer {
   // A save in flight is waited for (its commit included).
   ~WriterImpl() override {
     if (in_flight_ != nullptr) (void)in_flight_->Wait();
+    in_flight_.reset();
+    for (const auto& [device, arena] : device_arenas_) {
+      if (arena != nullptr) {
+        device_memory_->FreeDevice(arena, options_.device_snapshot_bytes,
+                                   device);
+      }
+    }
   }
 
   absl::Status AddTensor(const std::string& name, DType dtype,
@@ -266,6 +276,20 @@ class WriterImpl final : public Writer {
   // SaveAsync's snapshot: a Stager over copies of everything this rank
   // writes (geometry, sources), and the write items reading from it.
   struct AsyncJob;
+  // Adds registration `r` to the job's stager and writes; its bytes come
+  // from `device_copy` (device memory of the snapshot) when not null.
+  static void AddToJob(AsyncJob* job, const Registered& r,
+                       const void* device_copy);
+  // Device snapshot (SaveOptions::snapshot_to_device): copies the device
+  // tensors of `order` (positions in items_) that fit into the device
+  // snapshot memory there, after options.device_ready, and waits for the
+  // copies. Per position of `order`: the copy, or null where none was made.
+  absl::StatusOr<std::vector<const void*>> SnapshotOnDevice(
+      const std::vector<uint32_t>& order, const SaveOptions& options,
+      uint64_t* bytes);
+  // The device snapshot memory of `device`, allocated on first use; null
+  // where it cannot be had (never asked again).
+  char* DeviceArena(int device);
   // Takes *pending only on success.
   absl::StatusOr<std::shared_ptr<AsyncJob>> MakeAsyncJob(
       PendingSave* pending, const SaveOptions& options);
@@ -305,26 +329,11 @@ class WriterImpl final : public Writer {
   Options options_;
   std::unique_ptr<internal::StagingPool> pool_;
   std::shared_ptr<internal::AsyncSave> in_flight_;
+  absl::flat_hash_map<int, char*> device_arenas_;  // DeviceArena
   std::vector<Registered> items_;
   absl::flat_hash_map<std::string, size_t> index_;
   PlanCache cache_;
 };
-
-format::Fingerprint GlobalFingerprint(const format::PlanRecord& record) {
-  // Hash of the ranks' fingerprints in rank order.
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_128bits_reset(st);
-  for (const auto& r : record.ranks)
-    XXH3_128bits_update(st, r.fingerprint.data(), 16);
-  XXH128_hash_t h = XXH3_128bits_digest(st);
-  XXH3_freeState(st);
-  format::Fingerprint fp;
-  for (int i = 0; i < 8; ++i) {
-    fp[i] = static_cast<uint8_t>(h.low64 >> (8 * i));
-    fp[8 + i] = static_cast<uint8_t>(h.high64 >> (8 * i));
-  }
-  return fp;
-}
 
 bool WriterImpl::AdoptRecord(const format::PlanRecord& record,
                              absl::string_view body,
@@ -343,7 +352,7 @@ bool WriterImpl::AdoptRecord(const format::PlanRecord& record,
   cache_.local_fp = local_fp;
   cache_.writes = mine.writes;
   if (rank == 0) {
-    cache_.global_fp = GlobalFingerprint(record);
+    cache_.global_fp = internal::GlobalFingerprint(record);
     cache_.plan_section = std::string(body);
   }
   return true;
@@ -387,27 +396,6 @@ absl::StatusOr<bool> WriterImpl::TryCachedPlan(const std::string& root,
   return miss[0] == 0;
 }
 
-// The coordinator's half of Replan: decodes every rank's plan, checks the
-// union and assigns writers (internal::PlanSave); returns the encoded
-// PlanRecord that every rank adopts.
-absl::StatusOr<std::string> PlanOnCoordinator(
-    const std::vector<std::string>& plans) {
-  const size_t world = plans.size();
-  std::vector<LocalPlan> all(world);
-  format::PlanRecord record;
-  record.ranks.resize(world);
-  for (size_t r = 0; r < world; ++r) {
-    CKPT_ASSIGN_OR_RETURN(internal::RankPlan p,
-                          internal::DecodeRankPlan(plans[r]));
-    record.ranks[r].fingerprint = p.fingerprint;
-    all[r] = std::move(p.plan);
-  }
-  CKPT_ASSIGN_OR_RETURN(internal::GlobalPlan gp, internal::PlanSave(all));
-  for (size_t r = 0; r < world; ++r)
-    record.ranks[r].writes = std::move(gp.writes[r]);
-  return format::EncodePlanRecord(record);
-}
-
 absl::Status WriterImpl::Replan() {
   cache_.valid = false;
   internal::RankPlan mine;
@@ -418,7 +406,7 @@ absl::Status WriterImpl::Replan() {
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> plans,
                         comm_->Gather(internal::EncodeRankPlan(mine), 0));
   CKPT_ASSIGN_OR_RETURN(std::string body, OnCoordinator([&] {
-                          return PlanOnCoordinator(plans);
+                          return internal::PlanOnCoordinator(std::move(plans));
                         }));
   CKPT_ASSIGN_OR_RETURN(format::PlanRecord record,
                         format::DecodePlanRecord(body));
@@ -598,11 +586,20 @@ absl::StatusOr<internal::StagingPool*> WriterImpl::Pool(
 }
 
 absl::Status WriterImpl::AwaitInFlight(const SaveOptions& options) {
-  if (in_flight_ == nullptr) return absl::OkStatus();
-  if (options.fail_if_busy && !in_flight_->Done()) {
-    return absl::FailedPreconditionError(
-        "a save of this Writer is still in flight (SaveOptions::fail_if_busy)");
+  if (options.fail_if_busy) {
+    // Whether a save is still in flight is local; the decision is every
+    // rank's: one busy rank makes the save fail on all of them (a rank that
+    // went on alone would wait in the commit's collectives for the others).
+    std::vector<int64_t> busy = {
+        in_flight_ != nullptr && !in_flight_->Done() ? 1 : 0};
+    if (comm_->size() > 1) CKPT_RETURN_IF_ERROR(comm_->AllReduceMax(&busy));
+    if (busy[0] != 0) {
+      return absl::FailedPreconditionError(
+          "a save of this Writer is still in flight on some rank "
+          "(SaveOptions::fail_if_busy)");
+    }
   }
+  if (in_flight_ == nullptr) return absl::OkStatus();
   (void)in_flight_->Wait();  // its outcome is its handle's
   in_flight_.reset();
   return absl::OkStatus();
@@ -620,9 +617,14 @@ std::string WriterImpl::WriteShardStaged(const PendingSave& pending,
   if (device && device_memory_ != nullptr) {
     const uint64_t segment = internal::StagingSegmentBytes(options);
     absl::StatusOr<internal::StagingPool*> pool = Pool(segment);
-    if (!pool.ok()) {
+    // Its buffers are made (pinned) before the copies start, once.
+    absl::Status reserved =
+        pool.ok()
+            ? (*pool)->Reserve(kSaveStagingBuffers * (*pool)->buffer_bytes())
+            : pool.status();
+    if (!reserved.ok()) {
       return internal::EncodeStatusOr(
-          Annotate(pool.status(), absl::StrCat("rank ", comm_->rank())));
+          Annotate(reserved, absl::StrCat("rank ", comm_->rank())));
     }
     staging.Start(&snapshot, *pool, device_memory_, options.device_ready,
                   segment, kSaveStagingBuffers);
@@ -641,9 +643,85 @@ struct WriterImpl::AsyncJob {
   std::vector<LocalItem> items;  // copies: registrations may change meanwhile
   std::vector<internal::WriteItem> writes;
   std::unique_ptr<internal::Stager> stager;  // until AsyncSave takes it
+  size_t foreground_items = 0;               // staged before SaveAsync returns
+  uint64_t staged_bytes = 0;                 // what the stager can use at once
+  uint64_t device_snapshot_bytes = 0;
   uint64_t local_stored_bytes = 0;
   double write_seconds = 0;
 };
+
+void WriterImpl::AddToJob(AsyncJob* job, const Registered& r,
+                          const void* device_copy) {
+  job->items.push_back(r.item);
+  const bool object = r.item.kind == format::EntryKind::kObject;
+  internal::StageInput in;
+  in.name = r.item.name;
+  in.size = RegionElements(r.item.region) * DTypeSize(r.item.dtype);
+  // Each item starts at an aligned offset of a buffer.
+  const uint64_t a = internal::StagingPool::kAlignment;
+  job->staged_bytes += (in.size + a - 1) / a * a;
+  in.data = device_copy ? device_copy : object ? r.bytes.data() : r.data;
+  in.memory = object ? MemoryKind::kHost : r.memory;
+  in.device = r.device;
+  in.source = r.source ? &r.source : nullptr;
+  internal::WriteItem w{&job->items.back(), nullptr};
+  w.staged = job->stager->Add(std::move(in));
+  job->writes.push_back(w);
+}
+
+char* WriterImpl::DeviceArena(int device) {
+  auto it = device_arenas_.find(device);
+  if (it != device_arenas_.end()) return it->second;
+  absl::StatusOr<void*> p =
+      device_memory_->AllocateDevice(options_.device_snapshot_bytes, device);
+  char* arena = p.ok() ? static_cast<char*>(*p) : nullptr;
+  device_arenas_[device] = arena;
+  return arena;
+}
+
+absl::StatusOr<std::vector<const void*>> WriterImpl::SnapshotOnDevice(
+    const std::vector<uint32_t>& order, const SaveOptions& options,
+    uint64_t* bytes) {
+  std::vector<const void*> copies(order.size(), nullptr);
+  if (!options.snapshot_to_device || options_.device_snapshot_bytes == 0 ||
+      device_memory_ == nullptr) {
+    return copies;
+  }
+  absl::flat_hash_map<int, uint64_t> used;
+  absl::flat_hash_map<int, std::vector<DeviceCopy>> batches;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const Registered& r = items_[order[k]];
+    const uint64_t n = RegionElements(r.item.region) * DTypeSize(r.item.dtype);
+    if (r.memory != MemoryKind::kCuda || r.source || n == 0) continue;
+    char* arena = DeviceArena(r.device);
+    const uint64_t offset = (used[r.device] + 255) / 256 * 256;
+    if (arena == nullptr || offset + n > options_.device_snapshot_bytes)
+      continue;
+    used[r.device] = offset + n;
+    DeviceCopy c;
+    c.dst = arena + offset;
+    c.src = r.data;
+    c.row_bytes = n;
+    batches[r.device].push_back(c);
+    copies[k] = c.dst;
+    *bytes += n;
+  }
+  for (const auto& [device, batch] : batches) {
+    absl::Status s = [&, device = device, &batch = batch]() -> absl::Status {
+      CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceStream> stream,
+                            device_memory_->CreateStream(device));
+      if (options.device_ready != nullptr)
+        CKPT_RETURN_IF_ERROR(stream->WaitEvent(*options.device_ready));
+      CKPT_RETURN_IF_ERROR(stream->CopyAsync(CopyKind::kDeviceToDevice, batch));
+      CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceEvent> done,
+                            stream->Record());
+      return done->Wait();
+    }();
+    CKPT_RETURN_IF_ERROR(
+        Annotate(s, absl::StrCat("device snapshot on device ", device)));
+  }
+  return copies;
+}
 
 absl::StatusOr<std::shared_ptr<WriterImpl::AsyncJob>> WriterImpl::MakeAsyncJob(
     PendingSave* pending, const SaveOptions& options) {
@@ -654,24 +732,31 @@ absl::StatusOr<std::shared_ptr<WriterImpl::AsyncJob>> WriterImpl::MakeAsyncJob(
   const uint64_t segment = internal::StagingSegmentBytes(options);
   absl::StatusOr<internal::StagingPool*> pool = Pool(segment);
   if (!pool.ok()) return pool.status();
+  CKPT_ASSIGN_OR_RETURN(
+      std::vector<const void*> on_device,
+      SnapshotOnDevice(cache_.writes, options, &job->device_snapshot_bytes));
   job->stager = std::make_unique<internal::Stager>(
-      *pool, device_memory_, options.device_ready, segment, 0);
+      *pool, device_memory_, options.device_ready, segment, 0,
+      options.snapshot_threads > 0 ? options.snapshot_threads
+                                   : DefaultSnapshotThreads());
   job->items.reserve(cache_.writes.size());  // WriteItems point into it
-  for (uint32_t i : cache_.writes) {
-    const Registered& r = items_[i];
-    job->items.push_back(r.item);
-    const bool object = r.item.kind == format::EntryKind::kObject;
-    internal::StageInput in;
-    in.name = r.item.name;
-    in.size = RegionElements(r.item.region) * DTypeSize(r.item.dtype);
-    in.data = object ? r.bytes.data() : r.data;
-    in.memory = object ? MemoryKind::kHost : r.memory;
-    in.device = r.device;
-    in.source = r.source ? &r.source : nullptr;
-    internal::WriteItem w{&job->items.back(), nullptr};
-    w.staged = job->stager->Add(std::move(in));
-    job->writes.push_back(w);
+  // What SaveAsync stages before it returns comes first, in the stager and
+  // in the shard, then the device snapshot's items (staged in the
+  // background): the writer never waits for them while earlier items
+  // still hold staging buffers.
+  for (const bool deferred : {false, true}) {
+    for (size_t k = 0; k < cache_.writes.size(); ++k) {
+      if ((on_device[k] != nullptr) == deferred)
+        AddToJob(job.get(), items_[cache_.writes[k]], on_device[k]);
+    }
+    if (!deferred) job->foreground_items = job->writes.size();
   }
+  // The pool grows to what this save can use (within the cap, with one
+  // buffer's worth of slack for the packing) before the copies start, not
+  // copy by copy: the first SaveAsync pays the allocation and faults,
+  // later ones find the memory ready.
+  CKPT_RETURN_IF_ERROR(
+      (*pool)->Reserve(job->staged_bytes + (*pool)->buffer_bytes()));
   job->pending = std::move(*pending);
   return job;
 }
@@ -705,6 +790,7 @@ absl::StatusOr<SaveHandle> WriterImpl::SaveAsync(const std::string& root,
   }
   std::shared_ptr<AsyncJob> job = *std::move(made);
   partial.staging_cap_bytes = pool_->cap_bytes();
+  partial.device_snapshot_bytes = job->device_snapshot_bytes;
   auto write = [this, job] {
     const auto t = std::chrono::steady_clock::now();
     std::string report = WriteShard(job->pending, job->writes, job->options,
@@ -729,13 +815,19 @@ absl::StatusOr<SaveHandle> WriterImpl::SaveAsync(const std::string& root,
     return r;
   };
   in_flight_ = std::make_shared<internal::AsyncSave>(
-      std::move(job->stager), partial, write, commit, in_background);
+      std::move(job->stager), job->foreground_items, partial, write, commit,
+      in_background, options_.background_nice);
   in_flight_->Start();
   in_flight_->set_stall_seconds(Seconds(t0));
   return SaveHandle(in_flight_);
 }
 
 }  // namespace
+
+int DefaultSnapshotThreads() {
+  const int hw = static_cast<int>(std::thread::hardware_concurrency());
+  return std::clamp(hw / 2, 1, 4);
+}
 
 absl::StatusOr<std::unique_ptr<Writer>> Writer::Create(const Options& options) {
   return std::unique_ptr<Writer>(new WriterImpl(options));

@@ -6,6 +6,9 @@
              "rng": ckpt.torch.PerRank(torch.get_rng_state()),
              "step": step}
     ckpt.torch.save(state, "/ckpt/run1", step)          # every rank calls it
+    handle = ckpt.torch.save_async(state, "/ckpt/run1", step)  # or: in the
+    ...                                      # background; train on at once
+    handle.wait()                            # durable (or raises its error)
     ...
     report = ckpt.torch.load(state, "/ckpt/run1")       # in place, `latest`
     ckpt.torch.set_optimizer_state_dict(model, optimizer, state["optim"])
@@ -163,7 +166,8 @@ def _is_tensor_leaf(v) -> bool:
 
 
 def _tensor_spec(name: str, v):
-    """(ckpt dtype, global shape, region, contiguous CPU tensor to borrow)."""
+    """(ckpt dtype, global shape, region, contiguous CPU or CUDA tensor to
+    borrow)."""
     t = v.local if isinstance(v, Shard) else v
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"entry '{name}': Shard.local must be a torch.Tensor, "
@@ -174,10 +178,14 @@ def _tensor_spec(name: str, v):
         raise InvalidArgumentError(
             f"entry '{name}': the tensor is not contiguous (strides {t.stride()} for shape "
             f"{tuple(t.shape)}); ckpt never copies silently: pass tensor.contiguous()")
-    if t.device.type != "cpu":
+    if t.device.type == "cuda" and not _ckpt.has_cuda:
         raise InvalidArgumentError(
-            f"entry '{name}': a {t.device.type} tensor; this package loads and saves CPU "
-            "tensors (ckpt's gpu/ is not bound yet)")
+            f"entry '{name}': a CUDA tensor, but this ckpt package was built without CUDA "
+            "support (ckpt_gpu: the CUDA Toolkit was not found); pass tensor.cpu()")
+    if t.device.type not in ("cpu", "cuda"):
+        raise InvalidArgumentError(
+            f"entry '{name}': a {t.device.type} tensor; ckpt saves and loads CPU and CUDA "
+            "tensors")
     if isinstance(v, Shard):
         shape, region = tuple(int(d) for d in v.global_shape), v.region(name)
     else:
@@ -190,8 +198,9 @@ def _tensor_spec(name: str, v):
 
 
 def _digest(t: torch.Tensor) -> str:
-    """Checksum of a contiguous CPU tensor's bytes."""
-    raw = t.reshape(-1).view(_RAW_VIEW[t.element_size()]).numpy()
+    """Checksum of a contiguous tensor's bytes (a CUDA tensor is copied to
+    the host for it: verify_replicas only)."""
+    raw = t.reshape(-1).cpu().view(_RAW_VIEW[t.element_size()]).numpy()
     return hashlib.blake2b(memoryview(raw), digest_size=16).hexdigest()
 
 
@@ -374,6 +383,19 @@ def _check_equal_across_ranks(gathered: List[Dict], key: str, what: str, hint: s
                 f"{groups}){hint}")
 
 
+def _sync_cuda_streams(leaves: List[_Leaf]) -> None:
+    """ckpt copies device memory on its own CUDA streams: the kernels that
+    produce (or, for a load, last use) the tensors, queued on torch's
+    current stream of each device, must have completed first."""
+    devices = set()
+    for leaf in leaves:
+        t = leaf.value.local if isinstance(leaf.value, Shard) else leaf.value
+        if isinstance(t, torch.Tensor) and t.device.type == "cuda":
+            devices.add(t.device)
+    for d in devices:
+        torch.cuda.current_stream(d).synchronize()
+
+
 def _plan_save(state_dict: Dict, root: str, step: int, comm, verify_replicas: bool,
                options: Dict) -> _SavePlan:
     """Registers everything and agrees with the other ranks (one collective):
@@ -384,6 +406,7 @@ def _plan_save(state_dict: Dict, root: str, step: int, comm, verify_replicas: bo
     info, error, values = {"error": None}, None, {}
     try:
         leaves = _flatten(state_dict)
+        _sync_cuda_streams(leaves)
         values, digests, replicas, per_rank = _register(writer, leaves, rank)
         info.update(values=digests, per_rank=per_rank,
                     replicas={n: _digest(t) for n, t in replicas.items()}
@@ -408,6 +431,23 @@ def _plan_save(state_dict: Dict, root: str, step: int, comm, verify_replicas: bo
     return _SavePlan(writer, save_options(metadata=metadata, **opts), root, step)
 
 
+# The handle of the last save_async of each process group (the group object
+# is kept with it), until it was waited for: the next save of that group
+# (sync or async) waits for it first, on every rank, so that at most one
+# save is in flight and its commit (which may run the group's collectives
+# inside wait()) is never overtaken by the next one.
+_in_flight: Dict[int, Tuple[Any, "SaveHandle"]] = {}
+
+
+def _await_in_flight(process_group) -> None:
+    _, previous = _in_flight.pop(id(process_group), (None, None))
+    if previous is not None:
+        try:
+            previous.wait()
+        except Error:
+            pass  # its outcome is reported by its own handle's wait()
+
+
 def save(state_dict: Dict, root: str, step: int, *, process_group=None,
          verify_replicas: bool = False, **options) -> _ckpt.SaveResult:
     """Saves `state_dict` as checkpoint `step` under `root` (atomically;
@@ -417,17 +457,64 @@ def save(state_dict: Dict, root: str, step: int, *, process_group=None,
 
     options are ckpt.SaveOptions fields: codec ("none", "zstd"), zstd_level,
     io_threads, block_size, alignment, direct_io, overwrite, keep_last,
-    reuse_recorded_plan, metadata (a dict of str). verify_replicas=True
-    compares the checksums of the copies of replicated tensors and raises
-    naming the ranks whose copies differ.
+    reuse_recorded_plan, snapshot_threads, metadata (a dict of str).
+    verify_replicas=True compares the checksums of the copies of replicated
+    tensors and raises naming the ranks whose copies differ.
 
     The tensors are read during the call and may change once it returns.
-    Raises ckpt.InvalidArgumentError (a ValueError) for bad input, naming the
+    A save_async still in flight is waited for first. Raises
+    ckpt.InvalidArgumentError (a ValueError) for bad input, naming the
     entry; TypeError for an unsupported value type.
     """
+    _await_in_flight(process_group)
     comm = _communicator(process_group)
     plan = _plan_save(state_dict, root, step, comm, verify_replicas, options)
     return plan.writer.save(plan.root, plan.step, plan.options)
+
+
+class SaveHandle:
+    """What save_async returns: the save goes on in the background.
+
+    wait() blocks until the checkpoint is committed and durable and returns
+    its ckpt.SaveResult (stall_seconds: how long save_async blocked;
+    peak_staging_bytes), or raises the error of the background (a storage
+    error, a failing rank: the same on every rank; nothing is committed).
+    Later calls return (or raise) the same. done() never blocks: True once
+    wait() would not wait for I/O. With several ranks and no dedicated
+    background communicator the commit's collectives run inside wait(), so
+    every rank calls it (or the next save, which calls it)."""
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    def wait(self) -> _ckpt.SaveResult:
+        return self._handle.wait()
+
+    def done(self) -> bool:
+        return self._handle.done()
+
+
+def save_async(state_dict: Dict, root: str, step: int, *, process_group=None,
+               verify_replicas: bool = False, **options) -> SaveHandle:
+    """As save, but returns a SaveHandle as soon as every tensor and value
+    of `state_dict` has been snapshotted into ckpt's staging memory: from
+    then on the trainer may modify its tensors (the optimizer step may run)
+    and the checkpoint still holds the values at the call. Writing, fsyncs
+    and the commit continue in the background with save's atomicity: until
+    wait() succeeds, nothing of this step is visible.
+
+    Every rank calls it. A save still in flight is waited for first. CUDA
+    tensors are copied to pinned host memory before it returns (when the
+    package was built with CUDA support). Errors before the snapshot (bad
+    input, an existing step) are raised here; later ones by wait(). The GIL
+    is released while the snapshot is taken and while wait() blocks.
+    """
+    _await_in_flight(process_group)
+    comm = _communicator(process_group)
+    plan = _plan_save(state_dict, root, step, comm, verify_replicas, options)
+    handle = SaveHandle(plan.writer.save_async(plan.root, plan.step, plan.options))
+    _in_flight[id(process_group)] = (process_group, handle)
+    return handle
 
 
 # ----------------------------------------------------------------------------
@@ -563,6 +650,7 @@ def load(state_dict: Dict, root: str, *, step: Optional[int] = None, process_gro
     gathered = _exchange(comm, info)
     _raise_if_any_rank_failed(gathered, error, "load")
     report_extra = _check_union(gathered, reader, strict, filter)
+    _sync_cuda_streams([leaf for leaf, _ in plan.requests])
     report = reader.load([req for _, req in plan.requests], allow_unrequested=True)
     for leaf, req in plan.requests:
         _place(state_dict, leaf, req)

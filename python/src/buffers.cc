@@ -4,9 +4,14 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "errors.h"
+#ifdef CKPT_PYTHON_CUDA
+#include "ckpt/gpu/cuda_device_memory.h"
+#include "ckpt/gpu/device.h"
+#endif
 
 namespace ckpt::python {
 namespace py = pybind11;
@@ -173,9 +178,16 @@ BorrowedBuffer BorrowDlpack(py::handle obj, const std::string& what) {
       b.memory = MemoryKind::kHost;
       break;
     case kDLCUDA:
-      Refuse(what,
-             "CUDA tensors need ckpt's gpu/ DeviceMemory, which this "
-             "Python package does not bind yet; pass tensor.cpu()");
+      if (!PythonBuiltWithCuda()) {
+        Refuse(what,
+               "a CUDA tensor, but this ckpt Python package was built without "
+               "CUDA support (ckpt_gpu: the CUDA Toolkit was not found); pass "
+               "tensor.cpu()");
+      }
+      if (PythonDeviceMemory() == nullptr)
+        Refuse(what, "a CUDA tensor, but the CUDA runtime sees no device");
+      b.memory = MemoryKind::kCuda;
+      break;
     default:
       Refuse(what, absl::StrCat("DLPack device type ", t.device.device_type,
                                 " is not supported"));
@@ -237,6 +249,30 @@ void CheckFits(const BorrowedBuffer& buf, DType dtype, uint64_t elements,
            absl::StrCat("the buffer holds ", buf.nbytes / DTypeSize(dtype),
                         " elements, the region has ", elements));
   }
+}
+
+bool PythonBuiltWithCuda() {
+#ifdef CKPT_PYTHON_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+DeviceMemory* PythonDeviceMemory() {
+#ifdef CKPT_PYTHON_CUDA
+  // Never destroyed: Writers and Readers use it until the interpreter
+  // exits. Only where a device is visible: without one, the staging pool
+  // must not ask CUDA for pinned memory.
+  static DeviceMemory* const cuda = []() -> DeviceMemory* {
+    absl::StatusOr<std::vector<gpu::DeviceInfo>> devices = gpu::QueryDevices();
+    if (!devices.ok() || devices->empty()) return nullptr;
+    return new gpu::CudaDeviceMemory();
+  }();
+  return cuda;
+#else
+  return nullptr;
+#endif
 }
 
 }  // namespace ckpt::python

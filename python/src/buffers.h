@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "ckpt/device_memory.h"
 #include "ckpt/types.h"
 
 namespace ckpt::python {
@@ -44,6 +45,14 @@ BorrowedBuffer Borrow(pybind11::handle obj, bool writable,
 // (InvalidArgument) naming `what`, both types or both sizes otherwise.
 void CheckFits(const BorrowedBuffer& buf, DType dtype, uint64_t elements,
                const std::string& what);
+
+// Whether the package was built with ckpt_gpu (CKPT_PYTHON_CUDA): CUDA
+// tensors are accepted. Without it Borrow refuses them, saying so.
+bool PythonBuiltWithCuda();
+// The DeviceMemory of CUDA tensors (kCuda views) for Writers and Readers:
+// one process-wide ckpt::gpu::CudaDeviceMemory when built with ckpt_gpu and
+// the CUDA runtime sees a device (asked once, at the first call), else null.
+DeviceMemory* PythonDeviceMemory();
 
 }  // namespace ckpt::python
 

@@ -100,6 +100,7 @@ class PyReader {
            py::object comm)
       : comm_obj_(std::move(comm)) {
     ReaderOptions o;
+    o.device_memory = PythonDeviceMemory();
     o.io_threads = io_threads;
     o.direct_io = direct_io;
     o.communicator = ResolveCommunicator(comm_obj_, &owned_comm_);

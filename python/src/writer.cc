@@ -22,18 +22,43 @@ namespace ckpt::python {
 namespace py = pybind11;
 namespace {
 
+// The handle of one Writer.save_async. Keeps its Writer (and so the
+// borrowed views and the communicator) alive until the save is waited for.
+class PySaveHandle {
+ public:
+  PySaveHandle(SaveHandle handle, py::object writer)
+      : handle_(std::move(handle)), writer_(std::move(writer)) {}
+
+  SaveResult Wait() {
+    absl::StatusOr<SaveResult> r;
+    {
+      py::gil_scoped_release nogil;
+      r = handle_.Wait();
+    }
+    return ValueOrThrow(std::move(r));
+  }
+  bool Done() const { return handle_.Done(); }
+
+ private:
+  SaveHandle handle_;
+  py::object writer_;
+};
+
 class PyWriter {
  public:
   explicit PyWriter(py::object comm) : comm_obj_(std::move(comm)) {
     Writer::Options o;
     o.comm = ResolveCommunicator(comm_obj_, &owned_comm_);
+    o.device_memory = PythonDeviceMemory();
     writer_ = ValueOrThrow(Writer::Create(o));
   }
   ~PyWriter() {
     // The C++ writer may hold the communicator adapter's pointer: it goes
-    // first, then the adapter (which takes the GIL), then the views.
-    writer_.reset();
+    // first (waiting for a save in flight, whose commit may call the
+    // adapter: without the GIL), then the adapter (which takes the GIL),
+    // then the views.
     py::gil_scoped_release nogil;
+    writer_.reset();
     owned_comm_.reset();
   }
 
@@ -78,6 +103,18 @@ class PyWriter {
     return ValueOrThrow(writer_->Save(root, step, options));
   }
 
+  // The snapshot is taken before this returns (the GIL released meanwhile);
+  // the handle keeps `self` alive.
+  PySaveHandle SaveAsync(py::object self, const std::string& root,
+                         uint64_t step, const SaveOptions& options) {
+    absl::StatusOr<SaveHandle> h;
+    {
+      py::gil_scoped_release nogil;
+      h = writer_->SaveAsync(root, step, options);
+    }
+    return PySaveHandle(ValueOrThrow(std::move(h)), std::move(self));
+  }
+
  private:
   py::object comm_obj_;
   std::unique_ptr<Communicator> owned_comm_;
@@ -88,6 +125,8 @@ class PyWriter {
 }  // namespace
 
 void BindWriter(py::module_& m) {
+  // Whether CUDA tensors can be saved and loaded (built with ckpt_gpu).
+  m.attr("has_cuda") = PythonBuiltWithCuda();
   py::class_<SaveOptions>(m, "SaveOptions",
                           "Options of Writer.save (ckpt/writer.h).")
       .def(py::init<>())
@@ -100,7 +139,8 @@ void BindWriter(py::module_& m) {
       .def_readwrite("overwrite", &SaveOptions::overwrite)
       .def_readwrite("keep_last", &SaveOptions::keep_last)
       .def_readwrite("reuse_recorded_plan", &SaveOptions::reuse_recorded_plan)
-      .def_readwrite("metadata", &SaveOptions::metadata);
+      .def_readwrite("metadata", &SaveOptions::metadata)
+      .def_readwrite("snapshot_threads", &SaveOptions::snapshot_threads);
 
   py::class_<SaveResult>(m, "SaveResult",
                          "What Writer.save did (ckpt/writer.h).")
@@ -112,11 +152,22 @@ void BindWriter(py::module_& m) {
       .def_readonly("plan_seconds", &SaveResult::plan_seconds)
       .def_readonly("write_seconds", &SaveResult::write_seconds)
       .def_readonly("commit_seconds", &SaveResult::commit_seconds)
+      .def_readonly("stall_seconds", &SaveResult::stall_seconds)
+      .def_readonly("peak_staging_bytes", &SaveResult::peak_staging_bytes)
+      .def_readonly("staging_cap_bytes", &SaveResult::staging_cap_bytes)
       .def("__repr__", [](const SaveResult& r) {
         return absl::StrCat("SaveResult(path='", r.path,
                             "', logical_bytes=", r.logical_bytes,
                             ", stored_bytes=", r.stored_bytes, ")");
       });
+
+  py::class_<PySaveHandle>(
+      m, "SaveHandle",
+      "The handle of Writer.save_async (ckpt::SaveHandle): wait() blocks "
+      "(without the GIL) until the checkpoint is durable and returns its "
+      "SaveResult, or raises the background's error; done() never blocks.")
+      .def("wait", &PySaveHandle::Wait)
+      .def("done", &PySaveHandle::Done);
 
   py::class_<PyWriter>(
       m, "Writer",
@@ -132,7 +183,17 @@ void BindWriter(py::module_& m) {
       .def("remove", &PyWriter::Remove, py::arg("name"))
       .def("clear", &PyWriter::Clear)
       .def("save", &PyWriter::Save, py::arg("root"), py::arg("step"),
-           py::arg("options") = SaveOptions());
+           py::arg("options") = SaveOptions())
+      .def(
+          "save_async",
+          [](py::object self, const std::string& root, uint64_t step,
+             const SaveOptions& options) {
+            return self.cast<PyWriter&>().SaveAsync(self, root, step, options);
+          },
+          py::arg("root"), py::arg("step"), py::arg("options") = SaveOptions(),
+          "As save, but returns a SaveHandle once every registered array is "
+          "snapshotted: the arrays may change afterwards; writing and the "
+          "commit go on in the background (ckpt/writer.h, SaveAsync).");
 }
 
 }  // namespace ckpt::python

@@ -261,3 +261,72 @@ def test_completion_callback_refreshes_the_low_precision_copy(tmp_path):
     control = MasterAndCopy(seed=2)
     ct.load(control.state(), str(tmp_path))  # no callback: stale copy
     assert control.step(3) != expected
+
+
+def test_save_async_keeps_the_values_at_the_call_while_tensors_change(tmp_path):
+    root = str(tmp_path / "root")
+    w = torch.arange(100000, dtype=torch.float32)
+    b = torch.arange(10, dtype=torch.int64)
+    state = {"w": w, "b": b, "step": 7}
+    saved = {"w": w.clone(), "b": b.clone()}
+    handle = ct.save_async(state, root, 7)
+    # The trainer goes on at once, in place.
+    w.mul_(-1)
+    b.fill_(3)
+    state["step"] = 8
+    result = handle.wait()
+    assert handle.done()
+    assert result.path.endswith("step-00000007")
+    assert result.stall_seconds > 0 and result.peak_staging_bytes > 0
+    assert handle.wait().path == result.path  # idempotent
+    out = {"w": torch.zeros_like(w), "b": torch.zeros_like(b), "step": None}
+    ct.load(out, root)
+    assert torch.equal(out["w"], saved["w"]) and torch.equal(out["b"], saved["b"])
+    assert out["step"] == 7
+
+
+def test_save_async_background_error_is_raised_by_wait_and_commits_nothing(tmp_path):
+    root = str(tmp_path / "root")
+    raw = torch.zeros(1000, dtype=torch.uint8)
+    raw[17] = 2  # not a bool: found by the background writer, after the snapshot
+    handle = ct.save_async({"mask": raw.view(torch.bool)}, root, 1)
+    for _ in range(2):  # every wait() raises the same
+        with pytest.raises(ckpt.InvalidArgumentError, match="element 17.*0x02"):
+            handle.wait()
+    assert handle.done()
+    with pytest.raises(ckpt.NotFoundError):
+        ckpt.Reader(root)
+    # The next save is not affected.
+    ct.save({"w": torch.ones(3)}, root, 2)
+    assert ckpt.Reader(root).step == 2
+
+
+def test_a_new_save_waits_for_the_save_async_in_flight(tmp_path):
+    root = str(tmp_path / "root")
+    first = ct.save_async({"w": torch.ones(50000)}, root, 1)
+    ct.save({"w": torch.zeros(50000)}, root, 2)
+    assert first.done()
+    assert first.wait().path.endswith("step-00000001")
+    second = ct.save_async({"w": torch.full((10,), 2.0)}, root, 3)
+    third = ct.save_async({"w": torch.full((10,), 3.0)}, root, 4)
+    assert second.done()
+    third.wait()
+    assert [ckpt.Reader(ckpt.step_path(root, s)).step for s in (1, 2, 3, 4)] == [1, 2, 3, 4]
+
+
+def test_save_async_on_several_ranks_commits_in_wait(tmp_path):
+    root = str(tmp_path / "root")
+
+    def rank_fn(comm):
+        rank = comm.rank
+        t = torch.full((1000,), float(rank))
+        handle = ct.save_async({"t": ct.Shard(t, (2000,), flat_start=rank * 1000)}, root, 1,
+                               process_group=comm)
+        t.fill_(-1)
+        handle.wait()
+        out = torch.zeros(2000)
+        ct.load({"t": out}, root, process_group=comm)
+        assert torch.equal(out[:1000], torch.zeros(1000))
+        assert torch.equal(out[1000:], torch.ones(1000))
+
+    run_ranks(2, rank_fn)

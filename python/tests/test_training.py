@@ -55,6 +55,19 @@ def test_ddp_adam_resume_is_bit_identical_and_tools_read_it(tmp_path, dirs):
     assert diff.returncode == 0 and "equal" in diff.stdout, diff.stdout + diff.stderr
 
 
+def test_async_saves_every_few_steps_resume_bit_identically(tmp_path, dirs):
+    import training
+    root, out = dirs
+    k, every = 3 * 2, 2  # saves at steps 2, 4, 6; the last is in flight for M steps
+    spawn(training.async_uninterrupted, 2, tmp_path, root, out, k, every, M)
+    for rank in range(2):
+        assert read(tmp_path, "committed", rank) == [2, 4, 6]
+    assert ckpt.Reader(root).step == k
+    spawn(training.resume, 2, tmp_path, root, out, False, M)
+    for rank in range(2):
+        assert read(tmp_path, "resumed", rank) == read(tmp_path, "losses", rank)
+
+
 def test_zero_redundancy_optimizer_resumes_and_reshards(tmp_path, dirs):
     import training
     root, out = dirs

@@ -116,6 +116,26 @@ def uninterrupted(rank, world, store, root, out, zero, k, m):
     _finish()
 
 
+def async_uninterrupted(rank, world, store, root, out, k, every, m):
+    """Trains k steps with ct.save_async after every `every`-th (the
+    optimizer step right after each call modifies the parameters while the
+    save is written), trains m more steps with the last save still in
+    flight, waits for it; dumps the losses of steps k+1..k+m and the steps
+    each wait() committed."""
+    _init(rank, world, store)
+    job = Job(rank, world, zero=False)
+    handles = []
+    for step in range(1, k + 1):
+        job.step()
+        if step % every == 0:
+            handles.append(ct.save_async(job.state(), root, step, keep_last=2))
+    losses = [job.step() for _ in range(m)]
+    committed = [int(h.wait().path[-8:]) for h in handles]
+    _dump(out, rank, "losses", losses)
+    _dump(out, rank, "committed", committed)
+    _finish()
+
+
 def resume(rank, world, store, root, out, zero, m):
     """Fresh processes: loads `latest`, trains m steps, dumps the losses."""
     _init(rank, world, store)

@@ -203,5 +203,78 @@ TEST(CudaPipelineTest, SaveAsyncKeepsTheSnapshotWhileTheTrainerKeepsWriting) {
   cudaStreamDestroy(train);
 }
 
+TEST(CudaDeviceMemoryTest, BatchOfContiguousCopiesAroundAStridedOneIsExact) {
+  SKIP_WITHOUT_GPU();
+  CudaDeviceMemory cuda;
+  std::string bytes = ReferenceBytes(DType::kUInt8, {1 << 20}, 3);
+  DeviceBuffer dev(bytes);
+  char* host = static_cast<char*>(cuda.AllocateHost(bytes.size()).value());
+  std::vector<DeviceCopy> copies;
+  for (size_t off : {0, 4096, 65536, 200000}) {  // a batch of four
+    DeviceCopy c;
+    c.dst = host + off;
+    c.src = static_cast<const char*>(dev.get()) + off;
+    c.row_bytes = 1000;
+    copies.push_back(c);
+  }
+  DeviceCopy strided;  // then one strided copy, then one more contiguous
+  strided.dst = host + 300000;
+  strided.src = static_cast<const char*>(dev.get()) + 300000;
+  strided.row_bytes = 100;
+  strided.rows = 10;
+  strided.dst_pitch = strided.src_pitch = 1000;
+  copies.push_back(strided);
+  copies.push_back(copies[0]);
+  copies.back().dst = host + 900000;
+  copies.back().src = static_cast<const char*>(dev.get()) + 900000;
+  auto stream = cuda.CreateStream(0).value();
+  CKPT_ASSERT_OK(stream->CopyAsync(CopyKind::kDeviceToHost, copies));
+  CKPT_ASSERT_OK(stream->Record().value()->Wait());
+  for (const DeviceCopy& c : copies) {
+    const size_t off = static_cast<const char*>(c.dst) - host;
+    for (size_t r = 0; r < c.rows; ++r) {
+      const size_t at = off + r * (c.rows > 1 ? c.dst_pitch : 0);
+      EXPECT_EQ(std::string(host + at, c.row_bytes),
+                bytes.substr(at, c.row_bytes))
+          << at;
+    }
+  }
+  cuda.FreeHost(host, bytes.size());
+}
+
+TEST(CudaPipelineTest, SaveAsyncSnapshotsIntoSpareDeviceMemory) {
+  SKIP_WITHOUT_GPU();
+  TempDir dir;
+  CudaDeviceMemory cuda;
+  const size_t n = 32 << 20;
+  DeviceBuffer t(n);
+  DeviceBuffer u(n);  // beyond the device cap: staged to the host at once
+  Writer::Options wo;
+  wo.device_memory = &cuda;
+  wo.device_snapshot_bytes = n;
+  auto writer = Writer::Create(wo).value();
+  CKPT_ASSERT_OK(writer->AddTensor("t", DType::kUInt8, {n}, FlatRange{0, n},
+                                   t.get(), OnDevice()));
+  CKPT_ASSERT_OK(writer->AddTensor("u", DType::kUInt8, {n}, FlatRange{0, n},
+                                   u.get(), OnDevice()));
+  ASSERT_EQ(cudaMemset(t.get(), 7, n), cudaSuccess);
+  ASSERT_EQ(cudaMemset(u.get(), 8, n), cudaSuccess);
+  SaveOptions so;
+  so.snapshot_to_device = true;
+  SaveHandle h = writer->SaveAsync(dir.path(), 1, so).value();
+  ASSERT_EQ(cudaMemset(t.get(), 9, n), cudaSuccess);
+  ASSERT_EQ(cudaMemset(u.get(), 9, n), cudaSuccess);
+  CKPT_ASSERT_OK_AND_ASSIGN(SaveResult r, h.Wait());
+  EXPECT_EQ(r.device_snapshot_bytes, n);
+  auto reader = Reader::Open(dir.path()).value();
+  std::string out(n, 0);
+  CKPT_ASSERT_OK(
+      reader->Load({{"t", DType::kUInt8, {n}, FlatRange{0, n}, out.data()}}));
+  EXPECT_EQ(out, std::string(n, 7));
+  CKPT_ASSERT_OK(
+      reader->Load({{"u", DType::kUInt8, {n}, FlatRange{0, n}, out.data()}}));
+  EXPECT_EQ(out, std::string(n, 8));
+}
+
 }  // namespace
 }  // namespace ckpt::gpu

@@ -5,9 +5,12 @@
 // memory, errors lost in the background, collectives on a shared
 // communicator, partial checkpoints.
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ckpt/fault_injection.h"
@@ -315,6 +318,264 @@ TEST(SaveAsyncMultiRankTest, FailingRankFailsWaitOnEveryRank) {
 TEST(SaveAsyncMultiRankTest,
      FailingRankFailsWaitOnEveryRankWithDedicatedCommunicator) {
   MultiRank(true, 2);
+}
+
+// A storage whose shard files' fsync waits until the test opens the gate:
+// a rank whose save stays in flight for as long as the test wants.
+class GatedStorage final : public Storage {
+ public:
+  void Open() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  absl::StatusOr<std::unique_ptr<File>> Open(
+      const std::string& path, OpenMode mode,
+      const OpenOptions& options) override {
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> f,
+                          base_->Open(path, mode, options));
+    return std::unique_ptr<File>(new GatedFile(std::move(f), this));
+  }
+  absl::Status CreateDir(const std::string& p) override {
+    return base_->CreateDir(p);
+  }
+  absl::Status SyncDir(const std::string& p) override {
+    return base_->SyncDir(p);
+  }
+  absl::Status Rename(const std::string& a, const std::string& b) override {
+    return base_->Rename(a, b);
+  }
+  absl::Status RenameNoReplace(const std::string& a,
+                               const std::string& b) override {
+    return base_->RenameNoReplace(a, b);
+  }
+  absl::StatusOr<std::vector<std::string>> List(const std::string& p) override {
+    return base_->List(p);
+  }
+  absl::StatusOr<FileInfo> Stat(const std::string& p) override {
+    return base_->Stat(p);
+  }
+  absl::Status RemoveFile(const std::string& p) override {
+    return base_->RemoveFile(p);
+  }
+  absl::Status RemoveAll(const std::string& p) override {
+    return base_->RemoveAll(p);
+  }
+
+ private:
+  class GatedFile final : public File {
+   public:
+    GatedFile(std::unique_ptr<File> f, GatedStorage* s)
+        : f_(std::move(f)), s_(s) {}
+    absl::StatusOr<size_t> PRead(uint64_t o, size_t n, char* d) override {
+      return f_->PRead(o, n, d);
+    }
+    absl::Status PWrite(uint64_t o, absl::string_view d) override {
+      return f_->PWrite(o, d);
+    }
+    absl::Status Sync() override {
+      std::unique_lock<std::mutex> l(s_->mu_);
+      s_->cv_.wait(l, [&] { return s_->open_; });
+      return f_->Sync();
+    }
+    absl::StatusOr<uint64_t> Size() override { return f_->Size(); }
+    absl::Status Close() override { return f_->Close(); }
+    const std::string& path() const override { return f_->path(); }
+
+   private:
+    std::unique_ptr<File> f_;
+    GatedStorage* s_;
+  };
+
+  Storage* base_ = DefaultStorage();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// fail_if_busy is decided by all ranks: rank 0's save is done, rank 1's is
+// still writing; the next save fails fast on both, not only on rank 1 (rank
+// 0 would otherwise start a save whose collectives rank 1 never joins).
+TEST(SaveAsyncMultiRankTest, FailIfBusyFailsOnEveryRankWhenOneRankIsBusy) {
+  TempDir dir;
+  InProcessWorld world(2);
+  GatedStorage gated;
+  std::string global = ReferenceBytes(DType::kUInt8, {2 * kBuf}, 11);
+  CKPT_ASSERT_OK(RunRanks(world, [&](Communicator& comm) -> absl::Status {
+    const int rank = comm.rank();
+    Writer::Options wo = SmallStaging(nullptr, 4 * kBuf);
+    wo.comm = &comm;
+    if (rank == 1) wo.storage = &gated;
+    CKPT_ASSIGN_OR_RETURN(auto writer, Writer::Create(wo));
+    std::string mine = global.substr(rank * kBuf, kBuf);
+    CKPT_RETURN_IF_ERROR(writer->AddTensor("t", DType::kUInt8, {global.size()},
+                                           FlatRange{rank * kBuf, kBuf},
+                                           mine.data()));
+    CKPT_ASSIGN_OR_RETURN(SaveHandle first,
+                          writer->SaveAsync(dir.path(), 1, SmallBlocks()));
+    if (rank == 0) {
+      while (!first.Done()) std::this_thread::yield();
+    }
+    SaveOptions busy = SmallBlocks();
+    busy.fail_if_busy = true;
+    EXPECT_THAT(writer->SaveAsync(dir.path(), 2, busy).status(),
+                StatusIs(absl::StatusCode::kFailedPrecondition, "in flight"))
+        << "rank " << rank;
+    if (rank == 1) gated.Open();
+    CKPT_RETURN_IF_ERROR(first.Wait().status());
+    // Nothing is in flight anywhere now: the same call goes ahead.
+    CKPT_ASSIGN_OR_RETURN(SaveHandle second,
+                          writer->SaveAsync(dir.path(), 2, busy));
+    return second.Wait().status();
+  }));
+  EXPECT_EQ(Reader::Open(dir.path()).value()->manifest().info.step, 2u);
+  EXPECT_EQ(LoadBytes(dir.path(), "t", global.size()), global);
+}
+
+TEST(SaveAsyncTest, FirstSaveAsyncCommitsTheStagingMemoryLaterOnesReuseIt) {
+  TempDir dir;
+  FakeDevice dev;
+  std::string a = ReferenceBytes(DType::kUInt8, {5 * kBuf}, 12);
+  auto writer = Writer::Create(SmallStaging(&dev, 64 * kBuf)).value();
+  CKPT_ASSERT_OK(writer->AddTensor("a", DType::kUInt8, {a.size()},
+                                   FlatRange{0, a.size()}, a.data()));
+  SaveHandle h = writer->SaveAsync(dir.path(), 1, SmallBlocks()).value();
+  // Every buffer the snapshot can use was allocated before its copies (the
+  // state and one buffer of slack), not one by one as they were needed.
+  const int64_t allocated = dev.allocations;
+  EXPECT_EQ(allocated, 6);
+  CKPT_ASSERT_OK(h.Wait());
+  for (uint64_t step = 2; step <= 3; ++step) {
+    CKPT_ASSERT_OK(
+        writer->SaveAsync(dir.path(), step, SmallBlocks()).value().Wait());
+  }
+  EXPECT_EQ(dev.allocations, allocated);
+  EXPECT_EQ(LoadBytes(dir.path(), "a", a.size()), a);
+}
+
+Writer::Options DeviceSnapshot(FakeDevice* dev, uint64_t device_bytes) {
+  Writer::Options wo = SmallStaging(dev, 64 * kBuf);
+  wo.device_snapshot_bytes = device_bytes;
+  return wo;
+}
+
+SaveOptions ToDevice() {
+  SaveOptions so = SmallBlocks();
+  so.snapshot_to_device = true;
+  return so;
+}
+
+// The stall is the device-to-device copy: the copies to host staging
+// memory are held back by the device until after SaveAsync returned, and
+// the device tensor is overwritten meanwhile; the checkpoint has the
+// values at the call.
+TEST(DeviceSnapshotTest, SaveAsyncReturnsAfterTheDeviceCopyAndStagesLater) {
+  TempDir dir;
+  FakeDevice dev;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  std::atomic<int> copies{0};
+  dev.OnCopy([&] {
+    if (++copies == 1) return;  // the device-to-device copy
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return open; });
+  });
+  std::string d = ReferenceBytes(DType::kUInt8, {3 * kBuf + 100}, 13);
+  std::string h = ReferenceBytes(DType::kUInt8, {kBuf}, 14);
+  const std::string d0 = d, h0 = h;
+  auto writer = Writer::Create(DeviceSnapshot(&dev, 8 * kBuf)).value();
+  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()},
+                                   FlatRange{0, d.size()}, d.data(),
+                                   OnDevice()));
+  CKPT_ASSERT_OK(writer->AddTensor("h", DType::kUInt8, {h.size()},
+                                   FlatRange{0, h.size()}, h.data()));
+  SaveHandle handle = writer->SaveAsync(dir.path(), 1, ToDevice()).value();
+  EXPECT_EQ(dev.d2d_calls, 1);
+  EXPECT_FALSE(handle.Done());  // its device-to-host copies are held back
+  std::fill(d.begin(), d.end(), 'x');
+  std::fill(h.begin(), h.end(), 'y');
+  {
+    std::lock_guard<std::mutex> l(mu);
+    open = true;
+  }
+  cv.notify_all();
+  CKPT_ASSERT_OK_AND_ASSIGN(SaveResult r, handle.Wait());
+  EXPECT_EQ(r.device_snapshot_bytes, d0.size());
+  EXPECT_EQ(LoadBytes(dir.path(), "d", d0.size()), d0);
+  EXPECT_EQ(LoadBytes(dir.path(), "h", h0.size()), h0);
+  // The device memory was allocated once and is reused.
+  CKPT_ASSERT_OK(writer->SaveAsync(dir.path(), 2, ToDevice()).value().Wait());
+  EXPECT_EQ(dev.device_allocations, 1);
+  EXPECT_EQ(dev.device_allocated_bytes, static_cast<int64_t>(8 * kBuf));
+  writer.reset();
+  EXPECT_EQ(dev.device_allocated_bytes, 0);  // freed with the Writer
+}
+
+TEST(DeviceSnapshotTest, TensorsBeyondTheDeviceCapGoToHostStagingAtOnce) {
+  TempDir dir;
+  FakeDevice dev;
+  std::string a = ReferenceBytes(DType::kUInt8, {2 * kBuf}, 15);
+  std::string b = ReferenceBytes(DType::kUInt8, {2 * kBuf}, 16);
+  auto writer = Writer::Create(DeviceSnapshot(&dev, 3 * kBuf)).value();
+  CKPT_ASSERT_OK(writer->AddTensor("a", DType::kUInt8, {a.size()},
+                                   FlatRange{0, a.size()}, a.data(),
+                                   OnDevice()));
+  CKPT_ASSERT_OK(writer->AddTensor("b", DType::kUInt8, {b.size()},
+                                   FlatRange{0, b.size()}, b.data(),
+                                   OnDevice()));
+  SaveHandle handle = writer->SaveAsync(dir.path(), 1, ToDevice()).value();
+  std::fill(a.begin(), a.end(), 'x');
+  std::fill(b.begin(), b.end(), 'y');
+  CKPT_ASSERT_OK_AND_ASSIGN(SaveResult r, handle.Wait());
+  EXPECT_EQ(r.device_snapshot_bytes, 2 * kBuf);  // "a" only
+  EXPECT_EQ(LoadBytes(dir.path(), "a", 2 * kBuf),
+            ReferenceBytes(DType::kUInt8, {2 * kBuf}, 15));
+  EXPECT_EQ(LoadBytes(dir.path(), "b", 2 * kBuf),
+            ReferenceBytes(DType::kUInt8, {2 * kBuf}, 16));
+}
+
+TEST(DeviceSnapshotTest, WithoutDeviceMemoryTheSnapshotGoesToHostStaging) {
+  TempDir dir;
+  FakeDevice dev;
+  dev.device_memory_enabled = false;
+  std::string d = ReferenceBytes(DType::kUInt8, {kBuf}, 17);
+  const std::string d0 = d;
+  auto writer = Writer::Create(DeviceSnapshot(&dev, 8 * kBuf)).value();
+  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()},
+                                   FlatRange{0, d.size()}, d.data(),
+                                   OnDevice()));
+  SaveHandle handle = writer->SaveAsync(dir.path(), 1, ToDevice()).value();
+  std::fill(d.begin(), d.end(), 'x');
+  CKPT_ASSERT_OK_AND_ASSIGN(SaveResult r, handle.Wait());
+  EXPECT_EQ(r.device_snapshot_bytes, 0u);
+  EXPECT_EQ(dev.d2d_calls, 0);
+  EXPECT_EQ(LoadBytes(dir.path(), "d", d0.size()), d0);
+}
+
+TEST(DeviceSnapshotTest, DeviceCopyErrorFailsSaveAsyncAndCommitsNothing) {
+  TempDir dir;
+  FakeDevice dev;
+  dev.FailAfterBytes(0, absl::InternalError("illegal address"));
+  std::string d(kBuf, 'd');
+  auto writer = Writer::Create(DeviceSnapshot(&dev, 8 * kBuf)).value();
+  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()},
+                                   FlatRange{0, d.size()}, d.data(),
+                                   OnDevice()));
+  EXPECT_THAT(writer->SaveAsync(dir.path(), 1, ToDevice()).status(),
+              StatusIs(absl::StatusCode::kInternal, "device snapshot"));
+  EXPECT_FALSE(Reader::Open(dir.path()).ok());
+}
+
+TEST(SaveAsyncTest, NegativeSnapshotThreadsAreRefused) {
+  TempDir dir;
+  auto writer = Writer::Create(Writer::Options{}).value();
+  SaveOptions so;
+  so.snapshot_threads = -1;
+  EXPECT_THAT(writer->SaveAsync(dir.path(), 1, so).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "snapshot_threads"));
 }
 
 }  // namespace

@@ -6,8 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/format/plan_record.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
+#include "wire.h"
 
 namespace ckpt::internal {
 namespace {
@@ -228,6 +230,60 @@ TEST(SavePlanTest, CombinedFingerprintDependsOnOrderAndCount) {
   EXPECT_NE(combine(fps), combine({fps[1], fps[0]}));
   EXPECT_NE(combine(fps), combine({fps[0]}));
   EXPECT_EQ(combine(fps), combine(fps));
+}
+
+// Tensor parallel 2 x data parallel 4: every distinct piece is written once,
+// and the 8 replicated pieces spread one per rank.
+TEST(SavePlanTest, ReplicatedTensorParallelPiecesAreWrittenOncePerRank) {
+  std::vector<LocalPlan> ranks(8);
+  for (uint64_t r = 0; r < 8; ++r) {
+    const uint64_t tp = r % 2;
+    ranks[r] = {Tensor("a", {4, 2}, Box{{2 * tp, 0}, {2, 2}}, true),
+                Tensor("b", {4, 2}, Box{{0, tp}, {4, 1}}, true),
+                Tensor("c", {4, 4}, Box{{2 * tp, 0}, {2, 4}}, true),
+                Tensor("d", {8}, FlatRange{4 * tp, 4}, true)};
+  }
+  auto plan = PlanSave(ranks);
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_EQ(plan->unique_bytes, (8 + 8 + 16 + 8) * 4u);
+  std::vector<int> writes_of_piece(8, 0);
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_EQ(plan->writes[r].size(), 1u) << "rank " << r;
+    for (uint32_t i : plan->writes[r]) ++writes_of_piece[2 * i + r % 2];
+  }
+  EXPECT_THAT(writes_of_piece, ::testing::Each(1));
+}
+
+TEST(SavePlanTest, CoordinatorRecordsEveryRanksFingerprintAndWrites) {
+  std::vector<std::string> messages;
+  std::vector<LocalPlan> plans = {
+      {Tensor("w", {4}, FlatRange{0, 2}), Object("rng.0", 8)},
+      {Object("rng.1", 8), Tensor("w", {4}, FlatRange{2, 2})}};
+  for (int r = 0; r < 2; ++r) {
+    RankPlan rp;
+    rp.fingerprint[0] = static_cast<uint8_t>(10 + r);
+    rp.plan = plans[r];
+    messages.push_back(EncodeRankPlan(rp));
+  }
+  auto body = PlanOnCoordinator(std::move(messages));
+  ASSERT_THAT(body, IsOk());
+  auto record = format::DecodePlanRecord(*body);
+  ASSERT_THAT(record, IsOk());
+  ASSERT_EQ(record->ranks.size(), 2u);
+  EXPECT_EQ(record->ranks[0].fingerprint[0], 10);
+  EXPECT_EQ(record->ranks[1].fingerprint[0], 11);
+  EXPECT_THAT(record->ranks[0].writes, ElementsAre(0u, 1u));
+  EXPECT_THAT(record->ranks[1].writes, ElementsAre(0u, 1u));
+}
+
+TEST(SavePlanTest, CoordinatorReportsAMalformedRankPlanAsInternal) {
+  RankPlan rp;
+  rp.plan = {Tensor("w", {4}, FullBox({4}))};
+  std::string good = EncodeRankPlan(rp);
+  std::string bad = good.substr(0, good.size() - 1);
+  EXPECT_THAT(PlanOnCoordinator({good, bad}),
+              StatusIs(absl::StatusCode::kInternal,
+                       "malformed local plan from another rank"));
 }
 
 }  // namespace

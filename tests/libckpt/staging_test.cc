@@ -92,6 +92,31 @@ TEST(StagingPoolTest, LaterAllocationErrorStopsGrowthInsteadOfFailing) {
   EXPECT_EQ(pool->allocated_bytes(), kBuf);
 }
 
+TEST(StagingPoolTest, ReserveAllocatesAheadUpToTheCapAndAcquireReusesIt) {
+  FakeDevice dev;
+  auto pool = StagingPool::Create(&dev, kBuf, 3 * kBuf).value();
+  CKPT_ASSERT_OK(pool->Reserve(2 * kBuf - 1));  // rounded up to buffers
+  EXPECT_EQ(dev.allocations, 2);
+  CKPT_ASSERT_OK(pool->Reserve(100 * kBuf));  // never past the cap
+  EXPECT_EQ(dev.allocations, 3);
+  EXPECT_EQ(pool->allocated_bytes(), 3 * kBuf);
+  std::vector<StagingPool::Lease> leases;
+  for (int i = 0; i < 3; ++i) leases.push_back(pool->Acquire().value());
+  EXPECT_EQ(dev.allocations, 3);  // taken, not allocated
+}
+
+TEST(StagingPoolTest, ReserveReturnsTheFirstAllocationErrorOnly) {
+  FailingAllocDevice none;
+  auto empty = StagingPool::Create(&none, kBuf, 4 * kBuf).value();
+  EXPECT_THAT(empty->Reserve(4 * kBuf),
+              StatusIs(absl::StatusCode::kResourceExhausted, "cannot pin"));
+  FailingAllocDevice one;
+  one.ok_allocations = 1;
+  auto pool = StagingPool::Create(&one, kBuf, 4 * kBuf).value();
+  CKPT_ASSERT_OK(pool->Reserve(4 * kBuf));  // stops growing at one buffer
+  EXPECT_EQ(pool->allocated_bytes(), kBuf);
+}
+
 // Consumes every item as the shard writer does (segment-sized ranges), on
 // `threads` threads, and returns the concatenated bytes of each item.
 std::vector<std::string> Consume(const std::vector<StagedBytes*>& views,
@@ -148,6 +173,59 @@ TEST(StagerTest, HostDeviceAndSourceItemsAreStagedByteExact) {
   EXPECT_LE(stager.peak_bytes(), 2 * kBuf);  // 400 KB through 128 KiB
   EXPECT_GE(dev.copy_calls, 1);
   EXPECT_LT(dev.batches, dev.copy_calls + 1);
+}
+
+TEST(StagerTest, HostBytesCopiedBySeveralThreadsAreByteExact) {
+  // Items of odd sizes, packed into buffers, each split among 3 threads.
+  auto pool = StagingPool::Create(nullptr, 8 << 20, 16 << 20).value();
+  const uint64_t seg = 64 << 10;
+  std::vector<std::string> data = {
+      ReferenceBytes(DType::kUInt8, {(9 << 20) + 123}, 7),
+      ReferenceBytes(DType::kUInt8, {77777}, 8),
+      ReferenceBytes(DType::kUInt8, {(5 << 20) + 5}, 9)};
+  Stager stager(pool.get(), nullptr, nullptr, seg, 0, /*copy_threads=*/3);
+  std::vector<StagedBytes*> views;
+  std::vector<uint64_t> sizes;
+  for (const std::string& d : data) {
+    views.push_back(
+        stager.Add({"h", d.size(), d.data(), MemoryKind::kHost, 0, nullptr}));
+    sizes.push_back(d.size());
+  }
+  absl::Status run;
+  std::thread t([&] { run = stager.Run(); });
+  absl::Status consumed;
+  auto out = Consume(views, sizes, seg, &consumed);
+  t.join();
+  stager.Finish();
+  CKPT_ASSERT_OK(run);
+  CKPT_ASSERT_OK(consumed);
+  for (size_t i = 0; i < data.size(); ++i) EXPECT_EQ(out[i], data[i]) << i;
+}
+
+TEST(StagerTest, RunStopsBeforeTheGivenItemAndTheNextRunGoesOnFromThere) {
+  FakeDevice dev;
+  auto pool = StagingPool::Create(&dev, kBuf, 8 * kBuf).value();
+  std::string a = ReferenceBytes(DType::kUInt8, {kBuf + 10}, 21);
+  std::string empty;
+  std::string b = ReferenceBytes(DType::kUInt8, {3000}, 22);
+  Stager stager(pool.get(), &dev, nullptr, 4096, 0);
+  StagedBytes* va =
+      stager.Add({"a", a.size(), a.data(), MemoryKind::kHost, 0, nullptr});
+  stager.Add({"empty", 0, nullptr, MemoryKind::kHost, 0, nullptr});
+  StagedBytes* vb =
+      stager.Add({"b", b.size(), b.data(), MemoryKind::kCuda, 0, nullptr});
+  CKPT_ASSERT_OK(stager.Run(2));  // "a" and the empty item
+  EXPECT_EQ(dev.copy_calls, 0);   // "b" not yet
+  const std::string a0 = a;
+  std::fill(a.begin(), a.end(), 'x');  // "a" was staged already
+  stager.ForgetReadyEvent();
+  CKPT_ASSERT_OK(stager.Run());
+  absl::Status consumed;
+  auto out = Consume({va, vb}, {a.size(), b.size()}, 4096, &consumed);
+  stager.Finish();
+  CKPT_ASSERT_OK(consumed);
+  EXPECT_EQ(out[0], a0);
+  EXPECT_EQ(out[1], b);
 }
 
 TEST(StagerTest, DeviceCopiesWaitForTheCallersEvent) {

@@ -145,6 +145,17 @@ class FakeDevice : public DeviceMemory {
     allocated_bytes -= n;
     DeviceMemory::FreeHost(p, n);
   }
+  // "Device memory" is host memory; counted apart from staging memory.
+  absl::StatusOr<void*> AllocateDevice(size_t n, int device) override {
+    if (!device_memory_enabled) return DeviceMemory::AllocateDevice(n, device);
+    device_allocations += 1;
+    device_allocated_bytes += n;
+    return DeviceMemory::AllocateHost(n);
+  }
+  void FreeDevice(void* p, size_t n, int device) override {
+    device_allocated_bytes -= n;
+    DeviceMemory::FreeHost(p, n);
+  }
 
   // The copy that would take the total past `bytes` fails with `error`.
   void FailAfterBytes(uint64_t bytes, absl::Status error) {
@@ -178,6 +189,10 @@ class FakeDevice : public DeviceMemory {
   std::atomic<int64_t> streams_created{0};
   std::atomic<int64_t> allocations{0};
   std::atomic<int64_t> allocated_bytes{0};  // staging memory held now
+  std::atomic<int64_t> d2d_calls{0};        // kDeviceToDevice copies
+  std::atomic<int64_t> device_allocations{0};
+  std::atomic<int64_t> device_allocated_bytes{0};  // AllocateDevice, held now
+  bool device_memory_enabled = true;  // false: AllocateDevice Unimplemented
 
  private:
   absl::Status Copy(void* dst, const void* src, size_t n) {
@@ -219,6 +234,7 @@ inline absl::Status FakeStream::WaitEvent(DeviceEvent& event) {
 inline absl::Status FakeStream::CopyAsync(CopyKind kind,
                                           absl::Span<const DeviceCopy> copies) {
   dev_->batches += 1;
+  if (kind == CopyKind::kDeviceToDevice) dev_->d2d_calls += copies.size();
   std::vector<DeviceCopy> list(copies.begin(), copies.end());
   Enqueue([this, list = std::move(list)] {
     for (const DeviceCopy& c : list) {

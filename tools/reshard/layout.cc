@@ -130,6 +130,14 @@ Region PieceOf(const Split& split, const Shape& shape, int rank, int n) {
   return FullBox(shape);
 }
 
+std::optional<Region> EntryLayout::Piece(int r) const {
+  if (object || partial) {
+    if (static_cast<size_t>(r) < kept.size()) return kept[r];
+    return std::nullopt;
+  }
+  return PieceOf(split, shape, r, ranks);
+}
+
 std::string EntryLayout::LayoutName() const {
   if (object) return "object";
   if (partial) return "partial";
@@ -140,7 +148,8 @@ absl::StatusOr<EntryLayout> PlanEntry(const EntryRecord& e, int n,
                                       const OverrideRule* rule) {
   EntryLayout out;
   out.name = e.name;
-  out.pieces.resize(n);
+  out.ranks = n;
+  out.shape = e.shape;
   auto bad_rule = [&](absl::string_view why) {
     return absl::InvalidArgumentError(
         absl::StrCat("override ", rule->pattern, " -> ", rule->split.ToString(),
@@ -151,7 +160,7 @@ absl::StatusOr<EntryLayout> PlanEntry(const EntryRecord& e, int n,
       return bad_rule("it is an object (objects are copied as they are)");
     out.object = true;
     out.source = "object";
-    out.pieces[0] = FlatRange{0, e.shape[0]};
+    out.kept = {FlatRange{0, e.shape[0]}};
     return out;
   }
   if (IsPartial(e)) {
@@ -169,8 +178,7 @@ absl::StatusOr<EntryLayout> PlanEntry(const EntryRecord& e, int n,
     }
     out.partial = true;
     out.source = absl::StrCat(e.chunks.size(), " chunks (partial)");
-    for (size_t i = 0; i < e.chunks.size(); ++i)
-      out.pieces[i] = e.chunks[i].region;
+    for (const auto& c : e.chunks) out.kept.push_back(c.region);
     return out;
   }
   if (rule != nullptr) {
@@ -191,7 +199,6 @@ absl::StatusOr<EntryLayout> PlanEntry(const EntryRecord& e, int n,
     out.split = *inferred;
   }
   out.replica = out.split.kind == Split::Kind::kReplicated;
-  for (int r = 0; r < n; ++r) out.pieces[r] = PieceOf(out.split, e.shape, r, n);
   return out;
 }
 

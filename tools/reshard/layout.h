@@ -46,10 +46,15 @@ struct EntryLayout {
   Split split;           // tensors that are not partial
   bool from_override = false;
   std::string source;  // the stored layout, described
-  // pieces[r]: what rank r registers (nullopt: nothing). Replicated tensors
-  // hold the whole tensor on every rank, as replicas written once.
-  std::vector<std::optional<Region>> pieces;
   bool replica = false;
+  // What rank r of `ranks` registers (nullopt: nothing), computed on demand
+  // so that a plan for N ranks does not hold N regions per entry.
+  // Replicated tensors hold the whole tensor on every rank, as replicas
+  // written once. REQUIRES: 0 <= r < ranks.
+  std::optional<Region> Piece(int r) const;
+  int ranks = 0;
+  Shape shape;
+  std::vector<Region> kept;  // objects and partial entries: piece r = kept[r]
   // "dim0", "flat", "replicated", "partial", "object".
   std::string LayoutName() const;
 };

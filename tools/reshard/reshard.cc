@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/format/status_macros.h"
-#include "ckpt/in_process.h"
+#include "ckpt/internal/batch_save.h"
 #include "ckpt/mutex.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
@@ -190,7 +190,6 @@ SaveOptions SaveOptionsFor(const format::Manifest& m, const ReshardOptions& o) {
     }
   }
   if (o.codec) so.codec = *o.codec;
-  so.io_threads = std::max(1, o.threads / o.to);
   so.metadata = m.metadata;
   return so;
 }
@@ -229,67 +228,51 @@ absl::Status DescribeAndReadObjects(const std::vector<EntryLayout>& plans,
   return absl::OkStatus();
 }
 
-// Registers with `writer` what rank `rank` of DST holds: its piece of every
-// tensor (read from SRC through `sources` during the save) and, on rank 0,
-// the objects (moved out of `objects`).
-absl::Status RegisterRank(Writer& writer, int rank,
+// Registers what rank `rank` of DST holds: its piece of every tensor (read
+// from SRC through `sources` while its shard is written) and, on rank 0,
+// a copy of every object.
+absl::Status RegisterRank(internal::RankContents& contents, int rank,
                           const std::vector<EntryLayout>& plans,
                           const EntriesByName& by_name, SourceContext& sources,
-                          Objects& objects) {
+                          const Objects& objects) {
   for (const EntryLayout& p : plans) {
-    if (p.object || !p.pieces[rank]) continue;
+    if (p.object) continue;
+    std::optional<Region> piece = p.Piece(rank);
+    if (!piece) continue;
     TensorOptions to;
     to.replica = p.replica;
     to.partial = p.partial;
     const EntryRecord* e = by_name.at(p.name);
-    CKPT_RETURN_IF_ERROR(
-        writer.AddTensorSource(p.name, e->dtype, e->shape, *p.pieces[rank],
-                               sources.Make(e, *p.pieces[rank]), to));
+    CKPT_RETURN_IF_ERROR(contents.AddTensorSource(
+        p.name, e->dtype, e->shape, *piece, sources.Make(e, *piece), to));
   }
   if (rank != 0) return absl::OkStatus();
-  for (auto& [name, bytes] : objects) {
-    CKPT_RETURN_IF_ERROR(writer.SetObject(name, std::move(bytes)));
+  for (const auto& [name, bytes] : objects) {
+    CKPT_RETURN_IF_ERROR(contents.SetObject(name, bytes));
   }
   return absl::OkStatus();
 }
 
-// Saves DST as `report.to` in-process ranks. Every rank registers its
-// pieces; all reach Writer::Save or none does (a registration error on any
-// rank is returned as it is). Returns rank 0's SaveResult.
+// Saves DST as `o.to` ranks, min(--threads, N) of them written at a time
+// (internal::SaveInBatches: no thread per output rank, memory bounded by
+// the ranks in flight). Returns the save's result.
 absl::StatusOr<SaveResult> WriteRanks(const ReshardOptions& o, Storage* storage,
                                       const std::vector<EntryLayout>& plans,
                                       const EntriesByName& by_name,
-                                      SourceContext& sources, Objects& objects,
-                                      const SaveOptions& so, uint64_t step) {
-  InProcessWorld world(o.to);
-  std::vector<absl::Status> registration(o.to);
-  SaveResult saved;
-  absl::Status status =
-      RunRanks(world, [&](Communicator& comm) -> absl::Status {
-        const int rank = comm.rank();
-        Writer::Options wo;
-        wo.comm = &comm;
-        wo.storage = storage;
-        auto writer = Writer::Create(wo);
-        absl::Status reg = writer.status();
-        if (reg.ok())
-          reg = RegisterRank(**writer, rank, plans, by_name, sources, objects);
-        // Every rank must reach Save, or none: agree on registration first.
-        std::vector<int64_t> failed = {reg.ok() ? 0 : 1};
-        CKPT_RETURN_IF_ERROR(comm.AllReduceMax(&failed));
-        if (failed[0] != 0) {
-          registration[rank] = reg;
-          return absl::AbortedError("registration failed on some rank");
-        }
-        CKPT_ASSIGN_OR_RETURN(SaveResult r, (*writer)->Save(o.dst, step, so));
-        if (rank == 0) saved = r;
-        return absl::OkStatus();
-      });
-  for (const absl::Status& s : registration) {
-    if (!s.ok()) return s;
-  }
-  CKPT_RETURN_IF_ERROR(status);
-  return saved;
+                                      SourceContext& sources,
+                                      const Objects& objects, SaveOptions so,
+                                      uint64_t step) {
+  internal::BatchSaveOptions bo;
+  bo.parallel_ranks = std::min(o.threads, o.to);
+  so.io_threads = std::max(1, o.threads / bo.parallel_ranks);
+  bo.save = std::move(so);
+  bo.storage = storage;
+  return internal::SaveInBatches(
+      o.dst, step, o.to,
+      [&](int rank, internal::RankContents& contents, std::shared_ptr<void>&) {
+        return RegisterRank(contents, rank, plans, by_name, sources, objects);
+      },
+      bo);
 }
 
 // --verify: ckpt-diff of SRC against the output, into `report.verify`.

@@ -7,13 +7,14 @@
 //   o.to = 8;
 //   auto report = ckpt::tools::Reshard(o);
 //
-// The output is written by N in-process ranks (ckpt::InProcessWorld) with
-// the ordinary ckpt::Writer, so it is committed atomically (manifest last,
-// rename, then DST/latest) and is an ordinary checkpoint. Tensors are
-// registered with Writer::AddTensorSource: their bytes are read from SRC on
-// demand, a few MiB at a time, by ckpt::Reader (which verifies every block
-// against its checksum), so memory stays bounded whatever the size of SRC.
-// Objects are read whole and held in memory during the save.
+// The output is written as N ranks by internal::SaveInBatches (the Writer's
+// planner, shard writer and commit protocol, min(threads, N) ranks at a
+// time: no thread per output rank), so it is committed atomically
+// (manifest last, rename, then DST/latest) and is an ordinary checkpoint.
+// Tensors are registered with Writer::AddTensorSource: their bytes are read
+// from SRC on demand, a few MiB at a time, by ckpt::Reader (which verifies
+// every block against its checksum), so memory stays bounded whatever the size
+// of SRC. Objects are read whole and held in memory during the save.
 //
 // Layouts are inferred from SRC's chunks or taken from an override file
 // (tools/reshard/layout.h, overrides.h). Each split tensor's part for rank
@@ -36,8 +37,10 @@
 
 namespace ckpt::tools {
 
-// The largest --to: the output ranks are threads of this process.
-inline constexpr int kMaxReshardRanks = 1024;
+// The largest --to (the format's limit of shards per checkpoint is
+// higher): output ranks are written a few at a time, so memory does not
+// grow with N beyond the manifest.
+inline constexpr int kMaxReshardRanks = 65536;
 
 struct ReshardOptions {
   std::string src;  // checkpoint root or directory

@@ -1,5 +1,6 @@
 // ckpt-synth: writes a synthetic transformer-shaped checkpoint from N
-// in-process ranks, and verifies one as any number of ranks. See README.md.
+// ranks (written a few at a time), and verifies one as any number of ranks. See
+// README.md.
 #include <iostream>
 
 #include "CLI/CLI.hpp"
@@ -15,12 +16,12 @@ int main(int argc, char** argv) {
   ckpt::synth::WriteArgs w;
   CLI::App* write = app.add_subcommand("write",
                                        "Write a synthetic checkpoint from N "
-                                       "in-process ranks through the library");
+                                       "ranks through the library");
   write->add_option("dir", w.dir, "Checkpoint root (created if missing)")
       ->required();
   write->add_option("--ranks", w.ranks, "Writing ranks")
       ->required()
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, 65536));
   write
       ->add_option("--layout", w.layout,
                    "Sharding: tp, fsdp, replicated or mixed")
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
   verify
       ->add_option("--ranks", v.ranks,
                    "Loading ranks (default: as many as wrote it)")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, 65536));
   verify
       ->add_option("--layout", v.layout,
                    "Loading layout (default: the one recorded)")

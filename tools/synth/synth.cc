@@ -14,10 +14,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/format/status_macros.h"
-#include "ckpt/in_process.h"
+#include "ckpt/internal/batch_save.h"
+#include "ckpt/internal/thread_pool.h"
 #include "ckpt/mutex.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
+#include "diff/local_range.h"
 
 namespace ckpt::synth {
 namespace {
@@ -36,33 +38,6 @@ absl::Status ValidateConfig(const ModelConfig& c) {
         c.ffn, ", vocab ", c.vocab, " (each must be >= 1)"));
   }
   return absl::OkStatus();
-}
-
-// Runs fn on `world` in-process ranks. A rank that fails must not leave the
-// others blocked in a collective, so fn is split in two: `prepare` (local
-// work), after which the ranks agree on whether any failed, and `collective`.
-// Returns the first real error in rank order, not the "another rank failed"
-// of the ranks that merely stopped.
-absl::Status RunAgreeing(
-    int world_size, const std::function<absl::Status(Communicator&)>& prepare,
-    const std::function<absl::Status(Communicator&)>& collective) {
-  InProcessWorld world(world_size);
-  std::vector<absl::Status> status(world_size);
-  absl::Status run = RunRanks(world, [&](Communicator& comm) {
-    const int r = comm.rank();
-    absl::Status s = prepare(comm);
-    std::vector<int64_t> failed = {s.ok() ? 0 : 1};
-    absl::Status agree = comm.AllReduceMax(&failed);
-    if (!agree.ok()) return status[r] = agree;
-    if (!s.ok()) return status[r] = s;
-    if (failed[0] != 0)
-      return status[r] = absl::CancelledError("another rank failed");
-    return status[r] = collective(comm);
-  });
-  for (const absl::Status& s : status) {
-    if (!s.ok() && !absl::IsCancelled(s)) return s;
-  }
-  return run;
 }
 
 std::string Coords(const Shape& shape, uint64_t index) {
@@ -295,34 +270,54 @@ SaveOptions SynthSaveOptions(const SynthOptions& o, const ModelConfig& config,
   return so;
 }
 
-// Generates rank `r`'s piece of every tensor into `buffers` (which must
-// outlive the save) and registers it, its RNG object and, on rank 0, the
-// step object with `writer`.
-absl::Status RegisterSynthRank(Writer& writer, const Model& model,
-                               const SynthOptions& o, int r,
-                               std::vector<std::unique_ptr<char[]>>& buffers) {
+// Rank r's piece `piece` of tensor `t`, generated as the shard writer asks
+// for byte ranges of it (nothing is generated ahead or held).
+TensorSource GeneratedPiece(uint64_t seed, const SynthTensor* t, Region piece,
+                            const ProgressFn* progress) {
+  return [seed, t, piece = std::move(piece), progress](
+             uint64_t offset, void* dst, uint64_t n) -> absl::Status {
+    const uint64_t es = DTypeSize(t->dtype);
+    if (offset % es != 0 || n % es != 0) {
+      return absl::InternalError(
+          absl::StrCat("entry '", t->name, "': byte range [", offset, ", ",
+                       offset + n, ") is not a whole number of elements"));
+    }
+    char* out = static_cast<char*>(dst);
+    for (const Region& sub :
+         tools::LocalRangeToRegions(piece, offset / es, (offset + n) / es)) {
+      FillRegion(seed, *t, sub, out);
+      out += RegionElements(sub) * es;
+    }
+    if (*progress) (*progress)(n);
+    return absl::OkStatus();
+  };
+}
+
+// Registers rank `r`'s piece of every tensor (generated while its shard is
+// written), its RNG object and, on rank 0, the step object.
+absl::Status RegisterSynthRank(internal::RankContents& contents,
+                               const Model& model, const SynthOptions& o,
+                               int r) {
   for (const SynthTensor& t : model.tensors) {
     const SynthPiece p = PieceOf(model, t, o.layout, r, o.ranks);
-    const uint64_t bytes = RegionElements(p.region) * DTypeSize(t.dtype);
-    std::unique_ptr<char[]> buf(bytes ? new char[bytes] : nullptr);
-    if (bytes != 0) {
-      FillRegion(o.seed, t, p.region, buf.get());
-      if (o.progress) o.progress(bytes);
-    }
     TensorOptions to;
     to.replica = p.replica;
-    CKPT_RETURN_IF_ERROR(
-        writer.AddTensor(t.name, t.dtype, t.shape, p.region, buf.get(), to));
-    buffers.push_back(std::move(buf));
+    CKPT_RETURN_IF_ERROR(contents.AddTensorSource(
+        t.name, t.dtype, t.shape, p.region,
+        GeneratedPiece(o.seed, &t, p.region, &o.progress), to));
   }
   const std::string rng = RngObjectName(r);
   CKPT_RETURN_IF_ERROR(
-      writer.SetObject(rng, ObjectBytes(o.seed, rng, kRngStateSize)));
+      contents.SetObject(rng, ObjectBytes(o.seed, rng, kRngStateSize)));
   if (r == 0) {
-    CKPT_RETURN_IF_ERROR(writer.SetObject(kStepObject, absl::StrCat(o.step)));
+    CKPT_RETURN_IF_ERROR(contents.SetObject(kStepObject, absl::StrCat(o.step)));
   }
   return absl::OkStatus();
 }
+
+// Ranks written at once: enough to keep a few writers busy, few enough that
+// memory does not depend on the number of ranks.
+constexpr int kParallelRanks = 8;
 
 }  // namespace
 
@@ -345,35 +340,21 @@ absl::StatusOr<SynthResult> WriteSynth(const SynthOptions& o) {
   }
   const SaveOptions so = SynthSaveOptions(o, config, model);
 
-  std::vector<std::unique_ptr<Writer>> writers(o.ranks);
-  std::vector<std::vector<std::unique_ptr<char[]>>> buffers(o.ranks);
-  std::vector<SaveResult> saved(o.ranks);
-  std::vector<double> generate(o.ranks), save(o.ranks);
-  auto prepare = [&](Communicator& comm) -> absl::Status {
-    const int r = comm.rank();
-    const auto t0 = Clock::now();
-    Writer::Options wo;
-    wo.comm = &comm;
-    wo.storage = o.storage;
-    CKPT_ASSIGN_OR_RETURN(writers[r], Writer::Create(wo));
-    CKPT_RETURN_IF_ERROR(
-        RegisterSynthRank(*writers[r], model, o, r, buffers[r]));
-    generate[r] = Since(t0);
-    return absl::OkStatus();
-  };
-  auto collective = [&](Communicator& comm) -> absl::Status {
-    const int r = comm.rank();
-    const auto t0 = Clock::now();
-    CKPT_ASSIGN_OR_RETURN(saved[r], writers[r]->Save(o.dir, o.step, so));
-    save[r] = Since(t0);
-    writers[r].reset();
-    buffers[r].clear();
-    return absl::OkStatus();
-  };
-  CKPT_RETURN_IF_ERROR(RunAgreeing(o.ranks, prepare, collective));
+  internal::BatchSaveOptions bo;
+  bo.save = so;
+  bo.storage = o.storage;
+  bo.parallel_ranks = std::min(o.ranks, kParallelRanks);
+  CKPT_ASSIGN_OR_RETURN(
+      SaveResult saved,
+      internal::SaveInBatches(
+          o.dir, o.step, o.ranks,
+          [&](int r, internal::RankContents& c, std::shared_ptr<void>&) {
+            return RegisterSynthRank(c, model, o, r);
+          },
+          bo));
 
   SynthResult res;
-  res.path = saved[0].path;
+  res.path = saved.path;
   res.step = o.step;
   res.ranks = o.ranks;
   res.layout = o.layout;
@@ -383,10 +364,11 @@ absl::StatusOr<SynthResult> WriteSynth(const SynthOptions& o) {
   res.tensors = model.tensors.size();
   res.objects = 1 + o.ranks;
   for (const SynthTensor& t : model.tensors) res.elements += t.numel;
-  res.logical_bytes = saved[0].logical_bytes;
-  res.stored_bytes = saved[0].stored_bytes;
-  res.generate_seconds = *std::max_element(generate.begin(), generate.end());
-  res.save_seconds = *std::max_element(save.begin(), save.end());
+  res.logical_bytes = saved.logical_bytes;
+  res.stored_bytes = saved.stored_bytes;
+  res.generate_seconds = 0;  // values are generated while writing
+  res.save_seconds =
+      saved.plan_seconds + saved.write_seconds + saved.commit_seconds;
   return res;
 }
 
@@ -585,20 +567,27 @@ std::vector<std::vector<Work>> PlanWork(
   return work;
 }
 
-// Loads and checks `work` as `work.size()` in-process ranks, each opening
-// the checkpoint `dir` itself (as a separate process would) and loading its
-// destinations in batches of about `o.batch_bytes`. What each rank finds
-// goes to its RankOutcome; an error of any rank is returned.
+constexpr int kRanksPerReader = 64;
+
+// Loads and checks `work` as `work.size()` ranks, up to kParallelRanks at
+// a time: each thread opens the checkpoint `dir` itself (as a separate
+// process would; again every kRanksPerReader ranks) and loads each of its
+// ranks' destinations in batches of about `o.batch_bytes`. What each rank finds
+// goes to its RankOutcome; the first error is returned.
 absl::Status LoadAllRanks(const std::string& dir, const ReaderOptions& ro,
                           const std::vector<std::vector<Work>>& work,
                           uint64_t seed, const VerifyOptions& o,
                           std::vector<std::unique_ptr<RankOutcome>>& outcomes) {
-  return RunAgreeing(
-      static_cast<int>(work.size()),
-      [&](Communicator& comm) -> absl::Status {
-        const int r = comm.rank();
-        CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> mine,
-                              Reader::Open(dir, ro));
+  std::vector<std::unique_ptr<Reader>> readers(kParallelRanks);
+  std::vector<int> uses(kParallelRanks, 0);
+  return internal::ParallelFor(
+      kParallelRanks, work.size(), [&](int t, size_t r) -> absl::Status {
+        // A Reader keeps open every shard it has read: reopened every
+        // kRanksPerReader ranks, so that open files stay bounded.
+        if (uses[t]++ % kRanksPerReader == 0) {
+          readers[t].reset();
+          CKPT_ASSIGN_OR_RETURN(readers[t], Reader::Open(dir, ro));
+        }
         std::vector<const Work*> batch;
         uint64_t batch_bytes = 0;
         for (size_t i = 0; i < work[r].size(); ++i) {
@@ -606,14 +595,13 @@ absl::Status LoadAllRanks(const std::string& dir, const ReaderOptions& ro,
           batch_bytes += work[r][i].bytes;
           if (batch_bytes >= o.batch_bytes || i + 1 == work[r].size()) {
             CKPT_RETURN_IF_ERROR(
-                LoadAndCheck(*mine, seed, batch, o, *outcomes[r]));
+                LoadAndCheck(*readers[t], seed, batch, o, *outcomes[r]));
             batch.clear();
             batch_bytes = 0;
           }
         }
         return absl::OkStatus();
-      },
-      [](Communicator&) { return absl::OkStatus(); });
+      });
 }
 
 // Merges what the ranks found into `res` and `found`: the lowest differing

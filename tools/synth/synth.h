@@ -1,5 +1,7 @@
 // ckpt-synth's library: writes a synthetic transformer-shaped checkpoint
-// from N in-process ranks through the real Writer, and verifies one by
+// of N ranks through the library's planner, shard writer and commit (a
+// batch save, ckpt/internal/batch_save.h: 8 ranks written at a time, values
+// generated as the shards are written), and verifies one by
 // loading it as any number of ranks (resharding as needed) and checking
 // every element against the generator.
 //
@@ -21,7 +23,7 @@
 //   SynthLayout::kMixed);
 //
 // Thread safety: the functions may run concurrently on different
-// directories; each starts its own in-process ranks (threads).
+// directories; each starts its own threads (at most 8 ranks at a time).
 #ifndef CKPT_TOOLS_SYNTH_SYNTH_H_
 #define CKPT_TOOLS_SYNTH_SYNTH_H_
 
@@ -47,7 +49,7 @@ using ProgressFn = std::function<void(uint64_t bytes)>;
 struct SynthOptions {
   std::string
       dir;        // checkpoint root; created if missing (its parent must exist)
-  int ranks = 1;  // in-process writing ranks, >= 1
+  int ranks = 1;  // writing ranks, >= 1
   SynthLayout layout = SynthLayout::kTp;
   uint64_t seed = 0;
   double size_mb = 16;  // MiB of parameters + optimizer states, about
@@ -73,11 +75,11 @@ struct SynthResult {
   ModelConfig config;
   size_t tensors = 0;
   size_t objects = 0;
-  uint64_t elements = 0;       // tensor elements (global, not per rank)
-  uint64_t logical_bytes = 0;  // unique tensor and object bytes saved
-  uint64_t stored_bytes = 0;   // payload bytes written (after compression)
-  double generate_seconds = 0;
-  double save_seconds = 0;  // Writer::Save on the slowest rank
+  uint64_t elements = 0;        // tensor elements (global, not per rank)
+  uint64_t logical_bytes = 0;   // unique tensor and object bytes saved
+  uint64_t stored_bytes = 0;    // payload bytes written (after compression)
+  double generate_seconds = 0;  // 0: values are generated while writing
+  double save_seconds = 0;      // the save: plan, write and commit
 };
 
 // Writes the synthetic checkpoint of `options.step` under `options.dir`.
@@ -150,9 +152,9 @@ struct VerifyResult {
   bool ok() const { return mismatches.empty(); }
 };
 
-// Loads the checkpoint at `options.path` as `options.ranks` in-process ranks,
-// each requesting its piece of every tensor under the layout for that world
-// size, and compares every element with the generator. Differences are
+// Loads the checkpoint at `options.path` as `options.ranks` ranks (8 at a
+// time), each requesting its piece of every tensor under the layout for that
+// world size, and compares every element with the generator. Differences are
 // findings in the result, not errors. Errors: NotFound / DataLoss /
 // FailedPrecondition from opening the checkpoint; FailedPrecondition when it
 // has no synth.* metadata (not written by ckpt-synth) or a newer

@@ -41,6 +41,9 @@ class DeviceEvent {
 enum class CopyKind : uint8_t {
   kDeviceToHost = 0,
   kHostToDevice = 1,
+  // Within the stream's device (the device snapshot of SaveAsync, into
+  // memory from AllocateDevice).
+  kDeviceToDevice = 2,
 };
 
 // One copy of `rows` rows of `row_bytes` bytes each: row i goes from
@@ -108,6 +111,16 @@ class DeviceMemory {
   [[nodiscard]] virtual absl::StatusOr<void*> AllocateHost(size_t n);
   // Frees what AllocateHost returned (n as passed to it).
   virtual void FreeHost(void* p, size_t n);
+
+  // Device memory on `device` for snapshots (Writer::Options::
+  // device_snapshot_bytes), aligned to 256 bytes; the library allocates it
+  // once and keeps it for a Writer's lifetime. An implementation that has
+  // it also runs CopyKind::kDeviceToDevice on its streams. The default:
+  // Unimplemented (the library then snapshots to host memory instead).
+  [[nodiscard]] virtual absl::StatusOr<void*> AllocateDevice(size_t n,
+                                                             int device);
+  // Frees what AllocateDevice returned (n and device as passed to it).
+  virtual void FreeDevice(void* p, size_t n, int device);
 };
 
 }  // namespace ckpt

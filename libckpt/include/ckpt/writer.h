@@ -22,7 +22,9 @@
 //
 // Device tensors (TensorOptions::memory = kCuda) are copied into a bounded
 // pool of pinned staging buffers while earlier pieces are hashed and
-// written; SaveAsync (below) snapshots every tensor through that pool.
+// written; SaveAsync (below) snapshots every tensor through that pool (or
+// device tensors into spare device memory, SaveOptions::snapshot_to_device)
+// and returns while the save goes on in the background.
 //
 // Thread safety: a Writer is used by one thread at a time.
 #ifndef CKPT_WRITER_H_
@@ -86,12 +88,32 @@ struct SaveOptions {
   DeviceEvent* device_ready = nullptr;
   // SaveAsync (and Save) with a save still in flight (not yet Done()):
   // false waits for it (its Wait()), true fails fast with
-  // FailedPrecondition. Whether a save is done is local to a rank: in a
-  // multi-rank job ranks may decide differently, so there the trainer
-  // agrees on SaveHandle::Done() itself (e.g. an all-reduce) and uses
-  // fail_if_busy only where every rank does the same.
+  // FailedPrecondition. With several ranks the decision is collective
+  // (one small all-reduce on Options::comm when fail_if_busy is set): if
+  // the save is still in flight on any rank, the call fails on every rank,
+  // and the save in flight goes on (its handle's Wait() as before). Every
+  // rank passes the same value.
   bool fail_if_busy = false;
+  // SaveAsync snapshots device tensors into spare device memory
+  // (Writer::Options::device_snapshot_bytes per device; a device-to-device
+  // copy, ordered after device_ready) and returns once those copies are
+  // complete; their copies to host staging memory and their writes follow
+  // in the background. Tensors that do not fit, and every tensor where the
+  // DeviceMemory has no device memory to give (DeviceMemory::
+  // AllocateDevice), are copied to host staging memory before SaveAsync
+  // returns, as without this option. Ignored by Save.
+  bool snapshot_to_device = false;
+  // Threads that copy host bytes into staging memory for SaveAsync's
+  // snapshot (the caller's thread and short-lived helpers); 0:
+  // DefaultSnapshotThreads().
+  int snapshot_threads = 0;
 };
+
+// Half the cores (std::thread::hardware_concurrency), at least 1 and at
+// most 4: the snapshot's copies are bound by memory bandwidth, which a few
+// threads saturate, and the other cores are left to the writes that
+// overlap the snapshot.
+int DefaultSnapshotThreads();
 
 struct SaveResult {
   std::string path;                 // the committed checkpoint directory
@@ -105,6 +127,9 @@ struct SaveResult {
   double stall_seconds = 0;
   uint64_t peak_staging_bytes = 0;
   uint64_t staging_cap_bytes = 0;
+  // SaveAsync with snapshot_to_device: bytes this rank's snapshot copied
+  // into device memory (the rest went to host staging memory at once).
+  uint64_t device_snapshot_bytes = 0;
 
   bool plan_cache_hit =
       false;                  // the save reused a plan (see Writer: plan cache)
@@ -155,14 +180,33 @@ class Writer {
     // on the trainer's thread inside SaveHandle::Wait(), so that `comm` is
     // never used by two threads at once. The background never calls `comm`.
     Communicator* background_comm = nullptr;
-    // Cap of the staging memory (pinned when device_memory is set; made on
-    // first need in buffers of staging_buffer_bytes and kept for the
-    // Writer's lifetime, reused by every save). A SaveAsync of more than
-    // the cap blocks until the rest is staged as written buffers free up.
-    // The cap is at least one buffer; a buffer is at least one write
-    // granule (2 MiB or a block, whichever is larger).
+    // Cap of the staging memory (pinned when device_memory is set), in
+    // buffers of staging_buffer_bytes. When memory is committed: the first
+    // SaveAsync allocates and faults in min(cap, the bytes this rank
+    // writes) before its copies start (so that first call's stall includes
+    // the allocation; later ones find the memory ready); a synchronous Save
+    // of device tensors takes a few buffers. Buffers are kept for the
+    // Writer's lifetime and reused by every save (the pool grows if a later
+    // save writes more, never past the cap), and freed only when the Writer
+    // is destroyed. A SaveAsync of more than the cap blocks until the rest
+    // is staged as written buffers free up. The cap is at least one buffer;
+    // a buffer is at least one write granule (2 MiB or a block, whichever
+    // is larger).
     uint64_t staging_bytes = 4ull << 30;
     uint64_t staging_buffer_bytes = 64ull << 20;  // rounded up to 4096
+    // Device memory, per device, that SaveAsync may snapshot device tensors
+    // into (SaveOptions::snapshot_to_device): allocated through
+    // device_memory->AllocateDevice at the first such save, kept for the
+    // Writer's lifetime and reused (one save in flight), freed when the
+    // Writer is destroyed. 0: none.
+    uint64_t device_snapshot_bytes = 0;
+    // The background of SaveAsync (its writing threads, and the commit when
+    // it runs there) runs this many nice levels below the trainer's thread
+    // (Linux setpriority of those threads; best effort, at most 19): while
+    // the snapshot is taken, and while the trainer computes afterwards, the
+    // trainer's threads win the CPU. Where the CPU is otherwise idle it
+    // changes nothing. 0: the background runs at the trainer's priority.
+    int background_nice = 10;
   };
 
   // Pointers in `options` must outlive the Writer.
@@ -205,16 +249,20 @@ class Writer {
 
   // As Save, but returns as soon as a consistent snapshot of everything
   // this rank writes (host and device tensors, sources, objects) is in
-  // staging memory: afterwards the caller may modify, free or re-register
-  // its buffers, and the checkpoint still holds the values at the call.
-  // Writing, fsyncs and the commit continue in the background with Save's
-  // atomicity: until SaveHandle::Wait() reports success nothing of this
-  // step is visible, and a crash leaves earlier checkpoints intact.
+  // staging memory (or, with SaveOptions::snapshot_to_device, device
+  // tensors in the Writer's device snapshot memory): afterwards the caller
+  // may modify, free or re-register its buffers, and the checkpoint still
+  // holds the values at the call. Writing, fsyncs and the commit continue
+  // in the background (Options::background_nice) with Save's atomicity:
+  // until SaveHandle::Wait() reports success nothing of this step is
+  // visible, and a crash leaves earlier checkpoints intact.
   //
   // Collective like Save (plan and prepare run on the caller's thread with
   // Options::comm). Memory: the snapshot goes into the staging pool
-  // (Options::staging_bytes); a larger state keeps this call blocked until
-  // the rest has been staged as written buffers free up
+  // (Options::staging_bytes; the first call commits the pool's memory, see
+  // there), copied by SaveOptions::snapshot_threads threads while the
+  // shard's first pieces are already written; a larger state keeps this
+  // call blocked until the rest has been staged as written buffers free up
   // (SaveResult::stall_seconds, peak_staging_bytes). One save is in flight
   // per Writer: a new Save or SaveAsync first waits for the previous one
   // (or fails fast, SaveOptions::fail_if_busy); destroying the Writer waits

@@ -157,8 +157,8 @@ TEST(PlanEntry, OverrideWins) {
   EXPECT_TRUE(l.from_override);
   EXPECT_EQ(l.LayoutName(), "dim1");
   EXPECT_EQ(l.source, "2 parts along dim0");
-  ASSERT_EQ(l.pieces.size(), 3u);
-  EXPECT_EQ(std::get<Box>(*l.pieces[2]), (Box{{0, 4}, {4, 2}}));
+  ASSERT_EQ(l.ranks, 3);
+  EXPECT_EQ(std::get<Box>(*l.Piece(2)), (Box{{0, 4}, {4, 2}}));
   EXPECT_FALSE(l.replica);
 }
 
@@ -185,7 +185,8 @@ TEST(PlanEntry, ReplicatedIsHeldByEveryRankAsAReplica) {
   CKPT_ASSERT_OK_AND_ASSIGN(EntryLayout l,
                             PlanEntry(Entry({3}, {FullBox({3})}), 3, nullptr));
   EXPECT_TRUE(l.replica);
-  for (const auto& p : l.pieces) EXPECT_EQ(std::get<Box>(*p), FullBox({3}));
+  for (int r = 0; r < 3; ++r)
+    EXPECT_EQ(std::get<Box>(*l.Piece(r)), FullBox({3}));
 }
 
 TEST(PlanEntry, PartialKeepsChunksOnePerRank) {
@@ -193,8 +194,8 @@ TEST(PlanEntry, PartialKeepsChunksOnePerRank) {
                         format::kEntryFlagPartial);
   CKPT_ASSERT_OK_AND_ASSIGN(EntryLayout l, PlanEntry(e, 3, nullptr));
   EXPECT_EQ(l.LayoutName(), "partial");
-  EXPECT_EQ(std::get<Box>(*l.pieces[1]), (Box{{5, 0}, {1, 2}}));
-  EXPECT_FALSE(l.pieces[2].has_value());
+  EXPECT_EQ(std::get<Box>(*l.Piece(1)), (Box{{5, 0}, {1, 2}}));
+  EXPECT_FALSE(l.Piece(2).has_value());
   EXPECT_THAT(PlanEntry(e, 1, nullptr),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "entry 't' is partial with 2 chunks: its chunks are "

@@ -353,7 +353,21 @@ TEST_F(ReshardTest, MissingSourceIsNotFound) {
 
 TEST_F(ReshardTest, BadWorldSizeIsInvalid) {
   EXPECT_THAT(Reshard(Opts(0)), StatusIs(absl::StatusCode::kInvalidArgument,
-                                         "--to must be in [1, 1024], got 0"));
+                                         "--to must be in [1, 65536], got 0"));
+  EXPECT_THAT(Reshard(Opts(65537)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "--to must be in [1, 65536], got 65537"));
+}
+
+// A job of thousands of ranks: the output ranks are written a few at a
+// time (no thread each); every rank still finds its part in its shard.
+TEST_F(ReshardTest, ReshardsToFourThousandRanks) {
+  CKPT_ASSERT_OK(WriteFixture(Src(), 7, 2, Model(), Objects()));
+  CKPT_ASSERT_OK_AND_ASSIGN(ReshardReport report, Reshard(Opts(4096)));
+  EXPECT_EQ(report.to, 4096u);
+  ExpectLoadsFully(Dst());
+  ExpectEqual(Src(), Dst());
+  ExpectRankLocal(report);
 }
 
 TEST_F(ReshardTest, KeepsCodecMetadataAndStepUnlessOverridden) {

@@ -490,6 +490,21 @@ TEST(Synth, TestCheckpointHelper) {
   EXPECT_TRUE(r.ok()) << Describe(r);
 }
 
+// A job of thousands of ranks is written a few ranks at a time (no thread
+// per rank) and verified the same way: every value and all 4096 RNG states.
+TEST(Synth, WritesAndVerifiesFourThousandRanks) {
+  TempDir dir;
+  SynthOptions o = Small(dir.path(), 4096, SynthLayout::kMixed);
+  o.config = ConfigFor(1, 8);
+  CKPT_ASSERT_OK_AND_ASSIGN(SynthResult w, WriteSynth(o));
+  EXPECT_EQ(w.objects, 4097u);
+  CKPT_ASSERT_OK_AND_ASSIGN(VerifyResult r, VerifySynth(Verify(w.path, 0)));
+  EXPECT_EQ(r.written_ranks, 4096);
+  EXPECT_EQ(r.ranks, 4096);
+  EXPECT_EQ(r.entries_checked, r.entries);
+  EXPECT_TRUE(r.ok()) << Describe(r);
+}
+
 TEST(Synth, ProgressCountsEveryByte) {
   TempDir dir;
   SynthOptions o = Small(dir.path(), 3, SynthLayout::kFsdp);

@@ -48,16 +48,21 @@ class CudaDeviceMemory final : public DeviceMemory {
   absl::Status CopyFromHost(void* dst, const void* src, size_t n,
                             int device) override;
 
-  // A non-blocking stream on `device`. Its CopyAsync issues one
-  // cudaMemcpyAsync per contiguous copy and one cudaMemcpy2DAsync per
-  // strided copy. WaitEvent takes events of this class (RecordOn, WrapEvent,
-  // Record) with cudaStreamWaitEvent; any other DeviceEvent is waited for on
-  // the calling thread.
+  // A non-blocking stream on `device`. Its CopyAsync issues each run of
+  // contiguous copies as one cudaMemcpyBatchAsync (CUDA 12.8 and later;
+  // one cudaMemcpyAsync each before, or where the driver refuses the batch)
+  // and one cudaMemcpy2DAsync per strided copy; kDeviceToDevice copies
+  // within the device. WaitEvent takes events of this class (RecordOn,
+  // WrapEvent, Record) with cudaStreamWaitEvent; any other DeviceEvent is
+  // waited for on the calling thread.
   absl::StatusOr<std::unique_ptr<DeviceStream>> CreateStream(
       int device) override;
   // Pinned with cudaHostAlloc(cudaHostAllocPortable).
   absl::StatusOr<void*> AllocateHost(size_t n) override;
   void FreeHost(void* p, size_t n) override;
+  // cudaMalloc / cudaFree on `device` (the device snapshot of SaveAsync).
+  absl::StatusOr<void*> AllocateDevice(size_t n, int device) override;
+  void FreeDevice(void* p, size_t n, int device) override;
 
   // An event recorded now on the caller's `stream` (owned by the caller):
   // it completes when the work queued there so far completes.
