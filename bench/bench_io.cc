@@ -21,7 +21,11 @@
 //   reshard the checkpoint of the most ranks (uncompressed) loaded by
 //           --reshard-to ranks that each want a block of columns of every
 //           tensor (rows to columns: every stored row is cut), against the
-//           same-layout load of that checkpoint.
+//           same-layout load of that checkpoint, each rank reading alone
+//           and cooperatively (ReaderOptions::communicator); then as many
+//           ranks as saved it each loading everything (replicas), both
+//           ways. Read amplification: bytes read from storage by all ranks
+//           / stored bytes of the requested data (LoadReport::bytes_read).
 // With --direct, uncompressed ckpt is also measured with O_DIRECT
 // (SaveOptions/ReaderOptions::direct_io; tmpfs has none and falls back to
 // buffered I/O). Every load is checked against the data afterwards (not
@@ -206,6 +210,8 @@ class Buffer {
 struct Data {
   std::vector<Buffer> src;  // the tensors
   std::vector<Buffer> dst;  // destinations of every load
+  // Destinations of ranks 1.. of a replicated load.
+  std::vector<std::vector<Buffer>> replicas;
   uint64_t bytes() const { return src.size() * kTensorBytes; }
   // Overwrites the destinations so that a load that skips bytes is caught.
   void Poison() {
@@ -333,36 +339,61 @@ SaveOutcome Save(const std::string& root, const Data& d, const Config& c,
   return out;
 }
 
-// `world` ranks each load one piece of every tensor with one Load: rank r
-// the rows [Lo(r), Lo(r + 1)) (`by_columns` false: the saved layout, into
-// their place in dst[i]), or the columns [Lo(r), Lo(r + 1)) (box-local,
-// row-major, in dst[i] at the offset where the pieces of ranks < r end).
+// What each rank of a load wants of every tensor.
+enum class Want {
+  kRows,        // rows [Lo(r), Lo(r + 1)): the saved layout
+  kColumns,     // columns [Lo(r), Lo(r + 1)): every stored row is cut
+  kEverything,  // the whole tensor, as data-parallel replicas do
+};
+
+struct LoadOutcome {
+  Timing time;
+  uint64_t bytes_read = 0;  // stored bytes read, summed over ranks
+};
+
+// `world` ranks each load one piece of every tensor with one Load
+// (`coop`: one cooperative Load over the ranks' communicator). Rows go to
+// their place in dst[i]; columns box-local, row-major, in dst[i] at the
+// offset where the pieces of ranks < r end; everything to dst[i] on rank 0
+// and replicas[r - 1][i] on rank r.
 absl::Status LoadPieces(const std::string& root, Data& d, int world,
-                        int threads, bool direct, bool by_columns) {
+                        int threads, bool direct, Want want, bool coop,
+                        uint64_t* bytes_read) {
   ckpt::InProcessWorld w(world);
-  return ckpt::RunRanks(w, [&](ckpt::Communicator& comm) -> absl::Status {
-    const int r = comm.rank();
-    ckpt::ReaderOptions ro;
-    ro.io_threads = threads;
-    ro.direct_io = direct;
-    auto reader = ckpt::Reader::Open(root, ro);
-    if (!reader.ok()) return reader.status();
-    const uint64_t n = by_columns ? kCols : kRows;
-    const uint64_t b = Lo(r, world, n), e = Lo(r + 1, world, n);
-    const ckpt::Box box = by_columns ? ckpt::Box{{0, b}, {kRows, e - b}}
-                                     : ckpt::Box{{b, 0}, {e - b, kCols}};
-    std::vector<ckpt::LoadRequest> reqs;
-    for (size_t i = 0; i < d.src.size(); ++i) {
-      // Both layouts put rank r's piece after b rows' or b columns' worth
-      // of elements: b * kCols or kRows * b.
-      reqs.push_back({Name(i),
-                      ckpt::DType::kFloat32,
-                      {kRows, kCols},
-                      box,
-                      d.dst[i].data() + b * (by_columns ? kRows : kCols) * 4});
-    }
-    return (*reader)->Load(reqs).status();
-  });
+  std::atomic<uint64_t> read{0};
+  absl::Status st =
+      ckpt::RunRanks(w, [&](ckpt::Communicator& comm) -> absl::Status {
+        const int r = comm.rank();
+        ckpt::ReaderOptions ro;
+        ro.io_threads = threads;
+        ro.direct_io = direct;
+        if (coop) ro.communicator = &comm;
+        auto reader = ckpt::Reader::Open(root, ro);
+        if (!reader.ok()) return reader.status();
+        const bool by_columns = want == Want::kColumns;
+        const uint64_t n = by_columns ? kCols : kRows;
+        const uint64_t b = Lo(r, world, n), e = Lo(r + 1, world, n);
+        ckpt::Box box = by_columns ? ckpt::Box{{0, b}, {kRows, e - b}}
+                                   : ckpt::Box{{b, 0}, {e - b, kCols}};
+        if (want == Want::kEverything) box = ckpt::FullBox({kRows, kCols});
+        std::vector<ckpt::LoadRequest> reqs;
+        for (size_t i = 0; i < d.src.size(); ++i) {
+          // Rows and columns put rank r's piece after b rows' or b
+          // columns' worth of elements: b * kCols or kRows * b.
+          char* out =
+              want == Want::kEverything
+                  ? (r == 0 ? d.dst[i].data() : d.replicas[r - 1][i].data())
+                  : d.dst[i].data() + b * (by_columns ? kRows : kCols) * 4;
+          reqs.push_back(
+              {Name(i), ckpt::DType::kFloat32, {kRows, kCols}, box, out});
+        }
+        auto report = (*reader)->Load(reqs);
+        if (!report.ok()) return report.status();
+        read += report->bytes_read;
+        return absl::OkStatus();
+      });
+  *bytes_read = read;
+  return st;
 }
 
 Timing LoadSameLayout(const std::string& root, Data& d, int world, int threads,
@@ -370,22 +401,24 @@ Timing LoadSameLayout(const std::string& root, Data& d, int world, int threads,
   if (evict) Evict(root);
   d.Poison();
   Stopwatch sw;
-  absl::Status s =
-      LoadPieces(root, d, world, threads, direct, /*by_columns=*/false);
+  uint64_t read = 0;
+  absl::Status s = LoadPieces(root, d, world, threads, direct, Want::kRows,
+                              /*coop=*/false, &read);
   const Timing sec = sw.Stop();
   Check(s, "load " + root);
   d.VerifySameLayout("load of " + root);
   return sec;
 }
 
-Timing LoadColumns(const std::string& root, Data& d, int world, int threads,
-                   bool evict) {
+LoadOutcome LoadColumns(const std::string& root, Data& d, int world,
+                        int threads, bool evict, bool coop) {
   if (evict) Evict(root);
   d.Poison();
+  LoadOutcome out;
   Stopwatch sw;
   absl::Status s = LoadPieces(root, d, world, threads, /*direct=*/false,
-                              /*by_columns=*/true);
-  const Timing sec = sw.Stop();
+                              Want::kColumns, coop, &out.bytes_read);
+  out.time = sw.Stop();
   Check(s, "resharded load of " + root);
   for (int r = 0; r < world; ++r) {
     const uint64_t b = Lo(r, world, kCols), e = Lo(r + 1, world, kCols);
@@ -401,7 +434,75 @@ Timing LoadColumns(const std::string& root, Data& d, int world, int threads,
       }
     }
   }
-  return sec;
+  return out;
+}
+
+// Every rank of `world` loads every tensor (replicas: d.replicas must
+// hold world - 1 sets of destinations).
+LoadOutcome LoadEverything(const std::string& root, Data& d, int world,
+                           int threads, bool evict, bool coop) {
+  if (evict) Evict(root);
+  d.Poison();
+  for (auto& set : d.replicas) {
+    for (Buffer& b : set) std::memset(b.data(), 0xa5, b.size());
+  }
+  LoadOutcome out;
+  Stopwatch sw;
+  absl::Status s = LoadPieces(root, d, world, threads, /*direct=*/false,
+                              Want::kEverything, coop, &out.bytes_read);
+  out.time = sw.Stop();
+  Check(s, "replicated load of " + root);
+  d.VerifySameLayout("replicated load of " + root);
+  for (const auto& set : d.replicas) {
+    for (size_t i = 0; i < d.src.size(); ++i) {
+      if (set[i] != d.src[i]) {
+        Die(absl::StrCat("replicated load: tensor ", i, " differs"));
+      }
+    }
+  }
+  return out;
+}
+
+// The figures of the `reshard` JSON object, one per run.
+struct ReshardFigures {
+  std::vector<double> load, vs_same, amp_indep;      // independent, columns
+  std::vector<double> coop_load, coop_vs_same, amp;  // cooperative, columns
+  std::vector<double> rep_s_indep, rep_s, rep_amp_indep, rep_amp;  // replicas
+};
+
+// Rows to columns from `from` to `to` ranks, independent and cooperative,
+// and `from` replicas loading everything, both ways. Amplification: bytes
+// read by all ranks / `stored` (the stored bytes of the whole checkpoint,
+// all of which every load requests).
+void MeasureReshard(const std::string& root, Data& d, int from, int to,
+                    int threads, bool evict, uint64_t stored, double same_wall,
+                    ReshardFigures* f, std::string* line) {
+  const double gb = d.bytes() / 1e9;
+  const LoadOutcome ri = LoadColumns(root, d, to, threads, evict, false);
+  const LoadOutcome rc = LoadColumns(root, d, to, threads, evict, true);
+  f->load.push_back(gb / ri.time.wall);
+  f->vs_same.push_back(ri.time.wall / same_wall);
+  f->amp_indep.push_back(double(ri.bytes_read) / stored);
+  f->coop_load.push_back(gb / rc.time.wall);
+  f->coop_vs_same.push_back(rc.time.wall / same_wall);
+  f->amp.push_back(double(rc.bytes_read) / stored);
+  if (d.replicas.empty()) {
+    d.replicas.resize(from - 1);
+    for (auto& set : d.replicas) set.resize(d.src.size());
+  }
+  const LoadOutcome pi = LoadEverything(root, d, from, threads, evict, false);
+  const LoadOutcome pc = LoadEverything(root, d, from, threads, evict, true);
+  f->rep_s_indep.push_back(pi.time.wall);
+  f->rep_s.push_back(pc.time.wall);
+  f->rep_amp_indep.push_back(double(pi.bytes_read) / stored);
+  f->rep_amp.push_back(double(pc.bytes_read) / stored);
+  absl::StrAppendFormat(
+      line,
+      " reshard %d->%d %.2f (coop %.2f, amplification %.2f vs %.2f);"
+      " %d replicas %.2f s (coop %.2f s, amplification %.2f vs %.2f)",
+      from, to, f->load.back(), f->coop_load.back(), f->amp.back(),
+      f->amp_indep.back(), from, pi.time.wall, pc.time.wall, f->rep_amp.back(),
+      f->rep_amp_indep.back());
 }
 
 // ---- output -------------------------------------------------------------
@@ -547,7 +648,8 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir);
   const int hw = std::max(1u, std::thread::hardware_concurrency());
   std::vector<double> v_write, v_read, v_write_cpu, v_read_cpu, v_memcpy1,
-      v_memcpyn, v_reshard, v_reshard_vs_same;
+      v_memcpyn;
+  ReshardFigures rf;
   const double gb = d.bytes() / 1e9;
   for (int rep = 0; rep < repeats; ++rep) {
     // The limit is measured next to each ckpt run so that both see the
@@ -581,11 +683,8 @@ int main(int argc, char** argv) {
                             c.ranks, c.save.back(), c.load.back());
       if (reshard && c.ranks == reshard_from &&
           c.codec == format::Codec::kNone && !c.direct) {
-        const Timing rl = LoadColumns(root, d, reshard_to, threads, evict);
-        v_reshard.push_back(gb / rl.wall);
-        v_reshard_vs_same.push_back(rl.wall / lt.wall);
-        absl::StrAppendFormat(&line, " reshard %d->%d %.2f", reshard_from,
-                              reshard_to, v_reshard.back());
+        MeasureReshard(root, d, reshard_from, reshard_to, threads, evict,
+                       so.stored, lt.wall, &rf, &line);
       }
       std::filesystem::remove_all(root);
     }
@@ -617,8 +716,16 @@ int main(int argc, char** argv) {
   if (reshard) {
     std::printf(
         "resharded load %d -> %d ranks (rows to columns): %.2f GB/s (%.2fx the "
-        "same-layout time)\n",
-        reshard_from, reshard_to, Median(v_reshard), Median(v_reshard_vs_same));
+        "same-layout time, read amplification %.3f); cooperative %.2f GB/s "
+        "(%.2fx, read amplification %.3f)\n",
+        reshard_from, reshard_to, Median(rf.load), Median(rf.vs_same),
+        Median(rf.amp_indep), Median(rf.coop_load), Median(rf.coop_vs_same),
+        Median(rf.amp));
+    std::printf(
+        "replicated load on %d ranks (each loads everything): %.3f s (read "
+        "amplification %.3f); cooperative %.3f s (read amplification %.3f)\n",
+        reshard_from, Median(rf.rep_s_indep), Median(rf.rep_amp_indep),
+        Median(rf.rep_s), Median(rf.rep_amp));
   }
 
   std::string json = absl::StrFormat(
@@ -653,8 +760,16 @@ int main(int argc, char** argv) {
     absl::StrAppendFormat(
         &json,
         ", \"reshard\": {\"from\": %d, \"to\": %d, \"load_GBps\": %s, "
-        "\"time_vs_same_layout\": %s}",
-        reshard_from, reshard_to, Json(v_reshard), Json(v_reshard_vs_same));
+        "\"time_vs_same_layout\": %s, \"read_amplification\": %s, "
+        "\"read_amplification_independent\": %s, \"coop_load_GBps\": %s, "
+        "\"coop_time_vs_same_layout\": %s, \"replicated\": {\"ranks\": %d, "
+        "\"seconds\": %s, \"seconds_independent\": %s, "
+        "\"read_amplification\": %s, \"read_amplification_independent\": "
+        "%s}}",
+        reshard_from, reshard_to, Json(rf.load), Json(rf.vs_same), Json(rf.amp),
+        Json(rf.amp_indep), Json(rf.coop_load), Json(rf.coop_vs_same),
+        reshard_from, Json(rf.rep_s), Json(rf.rep_s_indep), Json(rf.rep_amp),
+        Json(rf.rep_amp_indep));
   }
   json += "}";
   std::printf("%s\n", json.c_str());

@@ -16,6 +16,10 @@
 //     The job is tensor parallel x data parallel (TP 8; the rest replicas)
 //     with per-rank RNG objects.
 //
+//   ckpt-bench-plan --synthetic-ranks 16384 --tensors 1000 --load
+//     Times the plan of a cooperative load of such a job, as every rank
+//     computes it (see RunLoadPlan), and reports the bytes read per rank.
+//
 // The last line printed is one JSON object.
 #include <algorithm>
 #include <chrono>
@@ -23,6 +27,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +35,7 @@
 #include "absl/strings/str_format.h"
 #include "ckpt/format/plan_record.h"
 #include "ckpt/in_process.h"
+#include "ckpt/internal/coop_plan.h"
 #include "ckpt/writer.h"
 #include "save_plan.h"
 #include "wire.h"
@@ -264,6 +270,117 @@ int RunSynthetic(int ranks, uint64_t tensors, int repeats) {
   return 0;
 }
 
+// --load: the plan of a cooperative load (ckpt/internal/coop_plan.h) of a
+// synthetic job as every rank computes it: `ranks` ranks, tensor parallel
+// (TP 8) x data parallel, load the checkpoint that such a job saved, each
+// rank its own TP piece of every tensor (so each piece is wanted by
+// ranks / 8 replicas). Tensors are 8192 x 4096 bfloat16 (64 MiB),
+// alternating row and column splits, stored in 1 MiB blocks, piece p of
+// tensor i in shard (8 i + p) % ranks. Timed: decoding and grouping every
+// rank's requests, pairing them with the chunks, planning and assigning
+// the reads; reported with the bytes each rank reads.
+int RunLoadPlan(int ranks, uint64_t tensors, int repeats) {
+  namespace fmt = ckpt::format;
+  using ckpt::internal::PlanRequest;
+  constexpr int kTp = 8;
+  constexpr uint64_t kR = 8192, kC = 4096, kBlock = 1 << 20;
+  if (ranks % kTp != 0) {
+    std::cerr << "ckpt-bench-plan: --synthetic-ranks must be a multiple of 8\n";
+    return 2;
+  }
+  auto piece = [&](uint64_t i, int tp) -> ckpt::Box {
+    if (i % 2 == 0) return ckpt::Box{{tp * kR / kTp, 0}, {kR / kTp, kC}};
+    return ckpt::Box{{0, tp * kC / kTp}, {kR, kC / kTp}};
+  };
+  fmt::Manifest m;
+  std::map<std::pair<uint32_t, uint32_t>, fmt::ChunkRecord> indexed;
+  std::vector<uint64_t> end(ranks, 0);
+  for (uint64_t i = 0; i < tensors; ++i) {
+    fmt::EntryRecord e;
+    e.name = absl::StrFormat("model.layers.%d.param%d", i / 10, i % 10);
+    e.dtype = ckpt::DType::kBFloat16;
+    e.shape = {kR, kC};
+    for (int tp = 0; tp < kTp; ++tp) {
+      fmt::ChunkRecord c;
+      c.region = piece(i, tp);
+      c.shard = static_cast<uint32_t>((kTp * i + tp) % ranks);
+      c.block_size = kBlock;
+      c.data_offset = 64 + end[c.shard];
+      c.stored_length = kR * kC * 2 / kTp;
+      end[c.shard] += c.stored_length;
+      fmt::ChunkRecord with = c;
+      for (uint64_t b = 0; b * kBlock < c.stored_length; ++b) {
+        with.blocks.push_back(fmt::BlockRecord{kBlock, 0});
+      }
+      indexed[{static_cast<uint32_t>(i), static_cast<uint32_t>(tp)}] = with;
+      e.chunks.push_back(c);
+    }
+    m.entries.push_back(std::move(e));
+  }
+  std::vector<std::string> encoded(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<PlanRequest> reqs;
+    for (uint64_t i = 0; i < tensors; ++i) {
+      reqs.push_back({static_cast<uint32_t>(i), piece(i, r % kTp)});
+    }
+    encoded[r] = ckpt::internal::EncodeRankRequests(reqs);
+  }
+  auto lookup = [&](uint32_t e, uint32_t c) { return &indexed.at({e, c}); };
+  std::vector<double> times, cpu_times;
+  ckpt::internal::CoopPlan plan;
+  for (int rep = 0; rep < repeats; ++rep) {
+    auto t = Clock::now();
+    double cpu0 = ThreadCpuMs();
+    auto groups = ckpt::internal::GroupRequests(m, encoded);
+    if (!groups.ok()) {
+      std::cerr << "ckpt-bench-plan: " << groups.status() << "\n";
+      return 2;
+    }
+    auto pieces = ckpt::internal::PairRequests(m, groups->unique);
+    if (!pieces.ok()) {
+      std::cerr << "ckpt-bench-plan: " << pieces.status() << "\n";
+      return 2;
+    }
+    plan = ckpt::internal::PlanCooperativeReads(
+        m, *groups, *pieces, lookup,
+        ckpt::internal::CoopOptions{});  // the Reader's defaults
+    times.push_back(MsSince(t));
+    cpu_times.push_back(ThreadCpuMs() - cpu0);
+    std::printf("repeat %d: %.0f ms, cpu %.0f ms\n", rep, times.back(),
+                cpu_times.back());
+  }
+  // Each stored byte is read once.
+  if (plan.stored_bytes != tensors * kR * kC * 2) {
+    std::cerr << "ckpt-bench-plan: the plan reads " << plan.stored_bytes
+              << " bytes, the checkpoint stores " << tensors * kR * kC * 2
+              << "\n";
+    return 2;
+  }
+  const auto [lo, hi] =
+      std::minmax_element(plan.bytes_read.begin(), plan.bytes_read.end());
+  const double mean = double(plan.stored_bytes) / ranks;
+  const double ms = Median(times), cpu_ms = Median(cpu_times);
+  std::printf(
+      "cooperative load plan, %d ranks x %llu tensors (%llu requests, %.1f "
+      "GiB stored, %zu reads, %u rounds): %.0f ms; bytes read per rank min "
+      "%.1f / mean %.1f / max %.1f MiB, max/mean %.3f\n",
+      ranks, static_cast<unsigned long long>(tensors),
+      static_cast<unsigned long long>(uint64_t(ranks) * tensors),
+      plan.stored_bytes / double(1ull << 30), plan.reads.size(), plan.rounds,
+      ms, *lo / 1048576.0, mean / 1048576.0, *hi / 1048576.0, *hi / mean);
+  std::printf(
+      "{\"load\": true, \"synthetic_ranks\": %d, \"tensors\": %llu, "
+      "\"repeats\": %d, \"plan_ms\": %.3f, \"plan_cpu_ms\": %.3f, "
+      "\"stored_bytes\": %llu, \"reads\": %zu, \"rounds\": %u, "
+      "\"bytes_read_per_rank\": {\"min\": %llu, \"mean\": %.1f, \"max\": "
+      "%llu}, \"max_over_mean\": %.4f}\n",
+      ranks, static_cast<unsigned long long>(tensors), repeats, ms, cpu_ms,
+      static_cast<unsigned long long>(plan.stored_bytes), plan.reads.size(),
+      plan.rounds, static_cast<unsigned long long>(*lo), mean,
+      static_cast<unsigned long long>(*hi), *hi / mean);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -286,7 +403,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100));
   app.add_option("--dir", dir,
                  "where the in-process saves go (default /dev/shm)");
+  bool load = false;
+  app.add_flag("--load", load,
+               "with --synthetic-ranks: time the plan of a cooperative load "
+               "instead of a save");
   CLI11_PARSE(app, argc, argv);
+  if (load && synthetic > 0) return RunLoadPlan(synthetic, tensors, repeats);
   return synthetic > 0 ? RunSynthetic(synthetic, tensors, repeats)
                        : RunInProcess(ranks, tensors, repeats, dir);
 }

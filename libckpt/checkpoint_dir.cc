@@ -103,8 +103,15 @@ absl::StatusOr<format::Manifest> ReadManifest(Storage* storage,
                                               const std::string& dir) {
   const std::string path = JoinPath(dir, format::kManifestFileName);
   CKPT_ASSIGN_OR_RETURN(std::string bytes, storage->ReadFile(path));
+  return DecodeManifestFile(dir, bytes);
+}
+
+absl::StatusOr<format::Manifest> DecodeManifestFile(const std::string& dir,
+                                                    absl::string_view bytes) {
   auto m = format::DecodeManifest(bytes);
-  if (!m.ok()) return Annotate(m.status(), path);
+  if (!m.ok()) {
+    return Annotate(m.status(), JoinPath(dir, format::kManifestFileName));
+  }
   return m;
 }
 

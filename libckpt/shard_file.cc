@@ -115,36 +115,63 @@ absl::Status CheckHeaderAgainstManifest(const format::ShardHeader& header,
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<File>> OpenShardHandle(
+    Storage* storage, const std::string& path, const format::ShardInfo& info,
+    const OpenOptions& options) {
+  auto file = storage->Open(path, OpenMode::kRead, options);
+  if (!file.ok() && absl::IsNotFound(file.status())) {
+    return absl::DataLossError(absl::StrCat(
+        "shard file is missing (shard ", info.shard_id, " in the manifest)"));
+  }
+  return file;
+}
+
 absl::StatusOr<ShardFile> OpenShardFile(Storage* storage,
                                         const std::string& path,
                                         const format::ShardInfo& info,
                                         const format::CheckpointId& id,
                                         const OpenOptions& options) {
   ShardFile s;
-  auto file = storage->Open(path, OpenMode::kRead, options);
-  if (!file.ok()) {
-    if (!absl::IsNotFound(file.status())) return file.status();
-    return absl::DataLossError(absl::StrCat(
-        "shard file is missing (shard ", info.shard_id, " in the manifest)"));
-  }
-  s.file = *std::move(file);
-  CKPT_ASSIGN_OR_RETURN(uint64_t size, s.file->Size());
+  CKPT_ASSIGN_OR_RETURN(s.file, OpenShardHandle(storage, path, info, options));
+  ShardMetaBytes& m = s.meta;
+  CKPT_ASSIGN_OR_RETURN(m.file_size, s.file->Size());
   CKPT_ASSIGN_OR_RETURN(
-      std::string head,
-      ReadUpTo(*s.file, 0, std::min<uint64_t>(size, format::kShardHeaderSize)));
-  CKPT_ASSIGN_OR_RETURN(s.header, format::DecodeShardHeader(head));
-  CKPT_RETURN_IF_ERROR(CheckHeaderAgainstManifest(s.header, size, info, id));
+      m.head,
+      ReadUpTo(*s.file, 0,
+               std::min<uint64_t>(m.file_size, format::kShardHeaderSize)));
+  CKPT_ASSIGN_OR_RETURN(s.header, format::DecodeShardHeader(m.head));
+  CKPT_RETURN_IF_ERROR(
+      CheckHeaderAgainstManifest(s.header, m.file_size, info, id));
   // file_size >= 96 (DecodeManifest checks it), so the tail is in the file.
-  CKPT_ASSIGN_OR_RETURN(
-      std::string tail_bytes,
-      ReadUpTo(*s.file, size - format::kShardTailSize, format::kShardTailSize));
+  CKPT_ASSIGN_OR_RETURN(m.tail,
+                        ReadUpTo(*s.file, m.file_size - format::kShardTailSize,
+                                 format::kShardTailSize));
   CKPT_ASSIGN_OR_RETURN(format::ShardTail tail,
-                        format::DecodeShardTail(tail_bytes, size));
+                        format::DecodeShardTail(m.tail, m.file_size));
   CKPT_ASSIGN_OR_RETURN(
-      std::string index_bytes,
-      ReadUpTo(*s.file, tail.index_offset, tail.index_length));
+      m.index, ReadUpTo(*s.file, tail.index_offset, tail.index_length));
   CKPT_ASSIGN_OR_RETURN(s.index,
-                        format::DecodeShardIndex(index_bytes, s.header, tail));
+                        format::DecodeShardIndex(m.index, s.header, tail));
+  return s;
+}
+
+absl::StatusOr<ShardFile> DecodeShardMeta(ShardMetaBytes meta,
+                                          const format::ShardInfo& info,
+                                          const format::CheckpointId& id) {
+  ShardFile s;
+  CKPT_ASSIGN_OR_RETURN(s.header, format::DecodeShardHeader(meta.head));
+  CKPT_RETURN_IF_ERROR(
+      CheckHeaderAgainstManifest(s.header, meta.file_size, info, id));
+  CKPT_ASSIGN_OR_RETURN(format::ShardTail tail,
+                        format::DecodeShardTail(meta.tail, meta.file_size));
+  if (meta.index.size() != tail.index_length) {
+    return absl::DataLossError(absl::StrCat("index is ", meta.index.size(),
+                                            " bytes, the tail says ",
+                                            tail.index_length));
+  }
+  CKPT_ASSIGN_OR_RETURN(s.index,
+                        format::DecodeShardIndex(meta.index, s.header, tail));
+  s.meta = std::move(meta);
   return s;
 }
 

@@ -666,13 +666,23 @@ def load(state_dict: Dict, root: str, *, step: Optional[int] = None, process_gro
     destination and entry that was not loaded, with the reason.
     Shape or dtype mismatches raise ckpt.InvalidArgumentError naming the
     entry and both values; corrupt data ckpt.DataLossError.
+
+    With several ranks the load is cooperative (ckpt/reader.h): rank 0
+    alone reads the manifest, each shard index and each stored block is
+    read by one rank, and the bytes other ranks need travel through the
+    group (its all_to_all), so that data-parallel replicas and resharded
+    layouts read the checkpoint once. The report's bytes_read counts this
+    rank's reads, bytes_received what it got from other ranks. An error on
+    any rank raises the same error on every rank.
     """
     comm = _communicator(process_group)
     rank = comm.rank if comm is not None else 0
     path = root if step is None else _step_path(root, step)
     info, error, reader, plan = {"error": None}, None, None, None
     try:
-        reader = _ckpt.Reader(path)
+        # With several ranks the load is cooperative: rank 0 reads the
+        # manifest, each stored block is read once by one rank.
+        reader = _ckpt.Reader(path, comm=comm if comm is not None and comm.size > 1 else None)
         plan, unrequested = _plan_load(reader, state_dict, rank, strict, filter, on_complete)
         info.update(unrequested=unrequested,
                     requested_per_rank=[n for n in plan.requested if "@rank" in n])

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "bind.h"
 #include "buffers.h"
+#include "communicator.h"
 #include "errors.h"
 
 namespace ckpt::python {
@@ -93,13 +94,25 @@ class CallbackErrors {
 
 class PyReader {
  public:
-  PyReader(const std::string& path, int io_threads, bool direct_io) {
+  // With `comm` (a communicator, see ResolveCommunicator), the Reader is
+  // cooperative: construction and every load() are collective.
+  PyReader(const std::string& path, int io_threads, bool direct_io,
+           py::object comm)
+      : comm_obj_(std::move(comm)) {
     ReaderOptions o;
     o.device_memory = PythonDeviceMemory();
     o.io_threads = io_threads;
     o.direct_io = direct_io;
+    o.communicator = ResolveCommunicator(comm_obj_, &owned_comm_);
     py::gil_scoped_release nogil;
     reader_ = ValueOrThrow(Reader::Open(path, o));
+  }
+  ~PyReader() {
+    // The reader holds the adapter's pointer: it goes first, then the
+    // adapter (which takes the GIL).
+    reader_.reset();
+    py::gil_scoped_release nogil;
+    owned_comm_.reset();
   }
 
   const std::string& path() const { return reader_->path(); }
@@ -118,13 +131,25 @@ class PyReader {
   }
 
   LoadReport Load(std::vector<PyLoadRequest*> requests, py::object filter,
-                  bool allow_unrequested, int io_threads) {
+                  bool allow_unrequested, int io_threads,
+                  uint64_t exchange_bytes_per_round) {
     CallbackErrors errors;
     std::vector<BorrowedBuffer> views;  // released with the GIL held
-    std::vector<LoadRequest> reqs = Prepare(requests, &errors, &views);
+    std::vector<LoadRequest> reqs;
     LoadOptions lo;
+    try {
+      reqs = Prepare(requests, &errors, &views);
+    } catch (const StatusError& e) {
+      // A cooperative load must still take part, failing every rank.
+      if (owned_comm_ == nullptr && comm_obj_.is_none()) throw;
+      reqs.clear();
+      lo.local_error = e.status();
+    }
     lo.allow_unrequested = allow_unrequested;
     lo.io_threads = io_threads;
+    if (exchange_bytes_per_round > 0) {
+      lo.exchange_bytes_per_round = exchange_bytes_per_round;
+    }
     if (!filter.is_none()) {
       lo.filter = [&errors, &filter](const std::string& name) {
         bool keep = true;
@@ -185,6 +210,8 @@ class PyReader {
     return reqs;
   }
 
+  py::object comm_obj_;  // keeps a Python communicator alive
+  std::unique_ptr<Communicator> owned_comm_;
   std::unique_ptr<Reader> reader_;
 };
 
@@ -266,6 +293,9 @@ void BindReader(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("bytes_read", &LoadReport::bytes_read)
       .def_readwrite("bytes_loaded", &LoadReport::bytes_loaded)
+      .def_readwrite("bytes_received", &LoadReport::bytes_received,
+                     "Bytes of destinations received from other ranks (a "
+                     "cooperative load).")
       .def_readwrite("blocks_verified", &LoadReport::blocks_verified)
       .def_readwrite("loaded", &LoadReport::loaded)
       .def_readwrite("not_loaded", &LoadReport::not_loaded,
@@ -281,8 +311,14 @@ void BindReader(py::module_& m) {
       "Opens a committed checkpoint (a directory holding MANIFEST, or a root "
       "whose `latest` is followed) and loads any region of any entry "
       "(ckpt/reader.h).")
-      .def(py::init<const std::string&, int, bool>(), py::arg("path"),
-           py::arg("io_threads") = 4, py::arg("direct_io") = false)
+      .def(py::init<const std::string&, int, bool, py::object>(),
+           py::arg("path"), py::arg("io_threads") = 4,
+           py::arg("direct_io") = false, py::arg("comm") = py::none(),
+           "With comm (a ckpt.Communicator, or an object with its methods), "
+           "every rank of it must construct the Reader and then call each "
+           "load() together: rank 0 alone reads the manifest, and each "
+           "stored block is read once by one rank and sent to the ranks "
+           "that need it (ckpt/reader.h, \"Cooperative loads\").")
       .def_property_readonly("path", &PyReader::path)
       .def_property_readonly(
           "step", [](const PyReader& r) { return r.description().step; })
@@ -306,7 +342,9 @@ void BindReader(py::module_& m) {
       .def("find", &PyReader::Find, py::arg("name"))
       .def("load", &PyReader::Load, py::arg("requests"),
            py::arg("filter") = py::none(), py::arg("allow_unrequested") = false,
-           py::arg("io_threads") = 0)
+           py::arg("io_threads") = 0, py::arg("exchange_bytes_per_round") = 0,
+           "exchange_bytes_per_round: cooperative loads only; 0 = the "
+           "default (LoadOptions::exchange_bytes_per_round).")
       .def("read_object", &PyReader::ReadObject, py::arg("name"));
 }
 

@@ -1,6 +1,7 @@
 // The resharding matrix: save under one layout on M ranks, load under
 // another on N ranks, compare element-wise with the global reference.
 #include <map>
+#include <set>
 
 #include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
@@ -128,6 +129,125 @@ TEST_P(ReshardMatrixTest, SaveOnThreeLoadUnderEveryLayoutOnTwoAndFour) {
   auto obj = (*reader)->ReadObject("rng.rank2");
   CKPT_ASSERT_OK(obj);
   EXPECT_EQ(*obj, "state-of-rank-2");
+}
+
+// Stored bytes of the blocks that `regions` (every rank's requests) need,
+// by brute force over every chunk of every requested entry. Codec none:
+// a block's stored size is its raw size.
+uint64_t NeededBlockBytes(
+    const Reader& reader,
+    const std::vector<std::pair<std::string, Region>>& regions) {
+  std::map<std::pair<std::string, size_t>, std::set<uint64_t>> blocks;
+  for (const auto& [name, region] : regions) {
+    const format::EntryRecord& e = *reader.Find(name);
+    const uint64_t es = DTypeSize(e.dtype);
+    for (size_t c = 0; c < e.chunks.size(); ++c) {
+      const uint64_t bs = e.chunks[c].block_size;
+      ForEachRun(e.shape, e.chunks[c].region, region,
+                 [&](uint64_t s, uint64_t, uint64_t k) {
+                   for (uint64_t b = s * es / bs; b * bs < (s + k) * es; ++b) {
+                     blocks[{name, c}].insert(b);
+                   }
+                 });
+    }
+  }
+  uint64_t total = 0;
+  for (const auto& [key, set] : blocks) {
+    const format::EntryRecord& e = *reader.Find(key.first);
+    const format::ChunkRecord& c = e.chunks[key.second];
+    const uint64_t raw = RegionElements(c.region) * DTypeSize(e.dtype);
+    for (uint64_t b : set)
+      total += std::min(c.block_size, raw - b * c.block_size);
+  }
+  return total;
+}
+
+// Every rank of `world` loads its pieces under `layout` with one
+// cooperative Load; compares with the reference, and checks that the ranks
+// read between them exactly the stored bytes of the blocks needed (with
+// `codec` none, by brute force; always, the bytes one single-rank Load of
+// all ranks' requests reads).
+void CooperativeLoadAndCompare(const std::string& root,
+                               const std::vector<Tensor>& tensors,
+                               Layout layout, int world, format::Codec codec,
+                               const std::string& label) {
+  InProcessWorld w(world);
+  std::vector<std::vector<std::string>> bufs(
+      world, std::vector<std::string>(tensors.size()));
+  std::vector<LoadReport> reports(world);
+  absl::Status st = RunRanks(w, [&](Communicator& comm) -> absl::Status {
+    const int rank = comm.rank();
+    ReaderOptions ro;
+    ro.communicator = &comm;
+    CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(root, ro));
+    std::vector<LoadRequest> reqs;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const Tensor& t = tensors[i];
+      auto piece = PieceOf(layout, t.shape, rank, world);
+      bufs[rank][i].assign(RegionElements(piece.region) * DTypeSize(t.dtype),
+                           '\xEE');
+      reqs.push_back(
+          {t.name, t.dtype, t.shape, piece.region, bufs[rank][i].data()});
+    }
+    LoadOptions lo;
+    lo.filter = [](const std::string& n) { return n.rfind("rng.", 0) != 0; };
+    CKPT_ASSIGN_OR_RETURN(reports[rank], reader->Load(reqs, lo));
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(st.ok()) << label << ": " << st;
+  std::vector<std::pair<std::string, Region>> regions;
+  std::vector<LoadRequest> all;
+  std::vector<std::string> scratch;
+  scratch.reserve(world * tensors.size());
+  uint64_t read = 0, received = 0;
+  for (int rank = 0; rank < world; ++rank) {
+    read += reports[rank].bytes_read;
+    received += reports[rank].bytes_received;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const Tensor& t = tensors[i];
+      auto piece = PieceOf(layout, t.shape, rank, world);
+      ASSERT_EQ(bufs[rank][i],
+                Extract(t.global, t.dtype, t.shape, piece.region))
+          << label << " rank " << rank << " tensor " << t.name;
+      regions.emplace_back(t.name, piece.region);
+      scratch.emplace_back(bufs[rank][i].size(), '\0');
+      all.push_back(
+          {t.name, t.dtype, t.shape, piece.region, scratch.back().data()});
+    }
+  }
+  auto reader = Reader::Open(root);
+  CKPT_ASSERT_OK(reader);
+  LoadOptions lo;
+  lo.allow_unrequested = true;
+  auto single = (*reader)->Load(all, lo);
+  CKPT_ASSERT_OK(single);
+  EXPECT_EQ(read, single->bytes_read) << label;
+  // Replicas: every rank wants every byte, and reads only its share.
+  if (layout == Layout::kReplicated) {
+    EXPECT_EQ(received, (world - 1) * single->bytes_loaded / world) << label;
+  }
+  if (codec == format::Codec::kNone) {
+    EXPECT_EQ(read, NeededBlockBytes(**reader, regions)) << label;
+  }
+}
+
+TEST_P(ReshardMatrixTest, CooperativeLoadsUnderEveryLayoutReadEachBlockOnce) {
+  auto [save_layout, codec] = GetParam();
+  std::vector<Tensor> tensors = MatrixTensors();
+  TempDir dir;
+  SaveOptions so;
+  so.codec = codec;
+  so.block_size = 4096;
+  so.io_threads = 3;
+  CKPT_ASSERT_OK(SaveAll(dir.path(), 1, tensors, save_layout, 3, so));
+  for (Layout load_layout : testing::kAllLayouts) {
+    for (int world : {2, 4}) {
+      CooperativeLoadAndCompare(dir.path(), tensors, load_layout, world, codec,
+                                std::string(LayoutName(save_layout)) + "->" +
+                                    LayoutName(load_layout) + " x" +
+                                    std::to_string(world) + " cooperative");
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -13,7 +13,35 @@
 // checksum. On error the contents of destinations are unspecified.
 //
 // Thread safety: Load may be called from several threads at once; the
-// Reader must outlive all calls.
+// Reader must outlive all calls. With ReaderOptions::communicator, Open and
+// Load are collective (see there) and one Load runs at a time per rank.
+//
+// Cooperative loads. With a communicator, the ranks of a job read the
+// checkpoint between them instead of each reading what it needs:
+//  * Open: rank 0 alone resolves `latest` and reads MANIFEST, and
+//    broadcasts the bytes (or its error); every rank decodes and checks
+//    them as a single-rank Open does, with the same errors.
+//  * Load: the ranks exchange their requests (entry and region; every rank
+//    first checks its own as a single-rank Load does), and every rank
+//    computes the same plan (ckpt/internal/coop_plan.h): each shard index
+//    the job needs is read by one rank and sent to all (each receiver
+//    checks it as if it had read it); each needed stored block is read
+//    once per job, by one rank (one that needs it, unless that would
+//    unbalance the bytes read per rank), which verifies it and sends the
+//    raw bytes each other rank needs through Communicator::AllToAll, in
+//    rounds of at most LoadOptions::exchange_bytes_per_round bytes sent
+//    and received per rank. Exchanged bytes always travel in host memory;
+//    a rank with device destinations copies what it receives to the
+//    device (ReaderOptions::device_memory), as it does for what it reads.
+//    The communicator knows no nodes, so reads are spread over ranks only.
+//  * Per rank, the guarantees of a single-rank Load hold: strictness
+//    (LoadOptions), completeness, verification (by the rank that read the
+//    block), on_complete once per destination.
+//  * A failure on any rank (a bad request, a missing or corrupt shard, a
+//    read error, a checksum mismatch) fails the Load on every rank with
+//    the same code and message, "rank R of N: " followed by the failing
+//    rank's message (the lowest failing rank's); every rank goes through
+//    the same collectives, so none is left waiting.
 #ifndef CKPT_READER_H_
 #define CKPT_READER_H_
 
@@ -26,6 +54,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/communicator.h"
 #include "ckpt/format/records.h"
 #include "ckpt/storage.h"
 #include "ckpt/types.h"
@@ -65,11 +94,28 @@ struct LoadOptions {
   // e.g. by ckpt::gpu::CudaDeviceMemory::RecordOn). Not owned; must stay
   // valid until Load returns. Null: no ordering.
   DeviceEvent* device_ready = nullptr;
+  // Cooperative loads (ReaderOptions::communicator): the most bytes a rank
+  // sends, and the most it receives, in one exchange round; a rank holds
+  // about twice this in buffers, reused from round to round. A read (at
+  // most 8 MiB) whose bytes for other ranks exceed it goes alone into a
+  // round. Must be equal on every rank. Small rounds keep the buffers in
+  // cache and cheap to allocate; 32 MiB was the fastest of 16-256 MiB on
+  // /dev/shm (ckpt-bench-io --reshard-to).
+  uint64_t exchange_bytes_per_round = 32ull << 20;
+  // Not OK: this rank's Load fails with this status without looking at
+  // its requests. In a cooperative load the rank still takes part, and
+  // every rank fails with it (see "Cooperative loads"): for a binding that
+  // rejects a destination itself (e.g. a buffer of the wrong size) and
+  // must not leave the other ranks waiting.
+  absl::Status local_error;
 };
 
 struct LoadReport {
-  uint64_t bytes_read = 0;    // stored bytes read from files
+  uint64_t bytes_read = 0;    // stored bytes this rank read from files
   uint64_t bytes_loaded = 0;  // bytes written to destinations
+  // Raw bytes of destinations received from other ranks (cooperative
+  // loads; 0 otherwise).
+  uint64_t bytes_received = 0;
   uint64_t blocks_verified = 0;
   std::vector<std::string> loaded;  // entry names, sorted, unique
   std::vector<std::pair<std::string, std::string>> not_loaded;  // name, why
@@ -84,6 +130,11 @@ struct ReaderOptions {
   DeviceMemory* device_memory = nullptr;
   int io_threads = 4;
   bool direct_io = false;
+  // Not owned; must outlive the Reader. Null: every rank reads alone.
+  // Otherwise every rank of it must call Open (with the same path) and
+  // then each Load collectively, in the same order (see "Cooperative
+  // loads" above); ReadObject stays local to the calling rank.
+  Communicator* communicator = nullptr;
 };
 
 // Why views: the public Reader describes a checkpoint with the types below,
@@ -167,7 +218,8 @@ class Reader {
       const std::vector<LoadRequest>& requests,
       const LoadOptions& options = {}) = 0;
 
-  // Convenience: the bytes of object `name`.
+  // Convenience: the bytes of object `name`. Never collective: this rank
+  // reads it alone, with or without a communicator.
   [[nodiscard]] virtual absl::StatusOr<std::string> ReadObject(
       const std::string& name) = 0;
 };

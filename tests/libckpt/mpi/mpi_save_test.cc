@@ -120,6 +120,7 @@ namespace {
 
 using ::ckpt::testing::Extract;
 using ::ckpt::testing::Layout;
+using ::ckpt::testing::LayoutName;
 using ::ckpt::testing::PieceOf;
 using ::ckpt::testing::ReferenceBytes;
 using ::ckpt::testing::StatusIs;
@@ -763,6 +764,83 @@ TEST_F(MpiSaveTest, SaveOnEveryRankThenLoadReshardedOnEveryRank) {
         << RegionToString(piece.region);
   }
   EXPECT_EQ(object, ObjectBytes());
+}
+
+// Cooperative loads over MpiCommunicator (ReaderOptions::communicator):
+// every layout of the resharding matrix, compared with the reference; the
+// ranks read between them exactly what one rank reading all their requests
+// reads (each block once); a bad request on one rank fails every rank with
+// the same status.
+TEST_F(MpiSaveTest, SaveThenLoadCooperativelyUnderEveryLayout) {
+  RegisterAll();
+  ASSERT_TRUE(NoRankFailed());
+  CKPT_ASSERT_OK(writer_->Save(root_, 1, SaveOptions()));
+  ASSERT_TRUE(NoRankFailed());
+  ReaderOptions ro;
+  ro.communicator = comm_.get();
+  auto reader = Reader::Open(root_, ro);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  auto alone = Reader::Open(root_);  // the reference for the bytes read
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  LoadOptions lo;
+  lo.filter = [](const std::string& n) { return n != kObjectName; };
+  const int size = comm_->size();
+  for (Layout layout : ::ckpt::testing::kAllLayouts) {
+    std::vector<std::string> bufs(tensors_.size());
+    std::vector<LoadRequest> reqs;
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      const TestTensor& t = tensors_[i];
+      auto piece = PieceOf(layout, t.shape, comm_->rank(), size);
+      bufs[i].assign(RegionElements(piece.region) * DTypeSize(t.dtype), '\xEE');
+      reqs.push_back({t.name, t.dtype, t.shape, piece.region, bufs[i].data()});
+    }
+    auto report = (*reader)->Load(reqs, lo);
+    ASSERT_TRUE(report.ok())
+        << "rank " << comm_->rank() << ": " << report.status();
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      const TestTensor& t = tensors_[i];
+      auto piece = PieceOf(layout, t.shape, comm_->rank(), size);
+      EXPECT_EQ(bufs[i], Extract(t.global, t.dtype, t.shape, piece.region))
+          << "rank " << comm_->rank() << " layout " << LayoutName(layout)
+          << " tensor " << t.name;
+    }
+    // Every rank's requests, read by one rank alone.
+    std::vector<std::string> scratch;
+    scratch.reserve(size * tensors_.size());
+    std::vector<LoadRequest> all;
+    for (int r = 0; r < size; ++r) {
+      for (const TestTensor& t : tensors_) {
+        auto piece = PieceOf(layout, t.shape, r, size);
+        scratch.emplace_back(RegionElements(piece.region) * DTypeSize(t.dtype),
+                             '\0');
+        all.push_back(
+            {t.name, t.dtype, t.shape, piece.region, scratch.back().data()});
+      }
+    }
+    auto single = (*alone)->Load(all, lo);
+    ASSERT_TRUE(single.ok()) << single.status();
+    int64_t read = static_cast<int64_t>(report->bytes_read);
+    MPI_Allreduce(MPI_IN_PLACE, &read, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(static_cast<uint64_t>(read), single->bytes_read)
+        << LayoutName(layout);
+    ASSERT_TRUE(NoRankFailed());
+  }
+  // A dtype mismatch on rank 1 only.
+  std::vector<std::string> bufs(tensors_.size());
+  std::vector<LoadRequest> reqs;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const TestTensor& t = tensors_[i];
+    bufs[i].assign(t.global.size(), '\0');
+    reqs.push_back(
+        {t.name, t.dtype, t.shape, FullBox(t.shape), bufs[i].data()});
+  }
+  if (comm_->rank() == 1) reqs[0].dtype = DType::kInt32;
+  auto failed = (*reader)->Load(reqs, lo);
+  EXPECT_THAT(failed.status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "rank 1 of " + std::to_string(size) +
+                           ": layers.0.w: dtype float32 in checkpoint, int32 "
+                           "requested"));
 }
 
 TEST_F(MpiSaveTest, InconsistentShapeOnOneRankFailsEveryRankAndCommitsNothing) {

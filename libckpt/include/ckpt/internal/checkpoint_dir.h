@@ -64,6 +64,11 @@ absl::Status EntryNotInCheckpoint(absl::string_view name,
 absl::StatusOr<format::Manifest> ReadManifest(Storage* storage,
                                               const std::string& dir);
 
+// The decoding half of ReadManifest, on bytes read elsewhere (rank 0 of a
+// cooperative open): the same errors.
+absl::StatusOr<format::Manifest> DecodeManifestFile(const std::string& dir,
+                                                    absl::string_view bytes);
+
 }  // namespace ckpt::internal
 
 #endif  // CKPT_INTERNAL_CHECKPOINT_DIR_H_

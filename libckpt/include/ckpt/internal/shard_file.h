@@ -63,13 +63,29 @@ class ManifestIndex {
   std::vector<std::vector<ChunkRef>> by_shard_;
 };
 
+// The bytes of a shard file that OpenShardFile reads to decode it (its
+// size, header, tail and index), so that a rank that read them can share
+// them with the ranks of a cooperative load instead of each reading them.
+struct ShardMetaBytes {
+  uint64_t file_size = 0;
+  std::string head, tail, index;
+};
+
 // A shard file whose header, tail and index decoded and whose ids and size
 // match the manifest (§5.6 steps 1-4 and the first two checks of step 5).
 struct ShardFile {
-  std::unique_ptr<File> file;
+  std::unique_ptr<File> file;  // null when made by DecodeShardMeta
   format::ShardHeader header;
   format::ShardIndex index;
+  ShardMetaBytes meta;  // what was read
 };
+
+// Opens the shard file at `path` for reading, nothing more: DataLoss
+// "shard file is missing (shard N in the manifest)" when absent, other
+// storage errors as they are.
+absl::StatusOr<std::unique_ptr<File>> OpenShardHandle(
+    Storage* storage, const std::string& path, const format::ShardInfo& info,
+    const OpenOptions& options = {});
 
 // Opens the shard at `path` that the manifest's SHARDS record `info`
 // describes, in a checkpoint of id `id`. Checks, in this order: presence
@@ -83,6 +99,14 @@ absl::StatusOr<ShardFile> OpenShardFile(Storage* storage,
                                         const format::ShardInfo& info,
                                         const format::CheckpointId& id,
                                         const OpenOptions& options = {});
+
+// The checks of OpenShardFile after its reads, on bytes another rank read
+// (ShardFile::meta of its OpenShardFile): the same checks in the same
+// order with the same messages, and DataLoss "index is N bytes, the tail
+// says M" for bytes of inconsistent size. The result has no file.
+absl::StatusOr<ShardFile> DecodeShardMeta(ShardMetaBytes meta,
+                                          const format::ShardInfo& info,
+                                          const format::CheckpointId& id);
 
 // §5.6 step 5: the index's CHECKPOINT_INFO equals the manifest's. DataLoss
 // "CHECKPOINT_INFO differs from the manifest's: step 5 != 7, ... (index !=

@@ -1,0 +1,359 @@
+// Cooperative loads (ckpt/reader.h, "Cooperative loads"): the ranks of
+// ReaderOptions::communicator exchange their requests, share the shard
+// indexes, compute the same plan (ckpt/internal/coop_plan.h) and read every
+// needed block once between them, exchanging the bytes with AllToAll.
+//
+// Every rank goes through the same collectives in the same order whatever
+// happens locally: a step that can fail on one rank is followed by Agree,
+// which makes every rank return the first failing rank's status.
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/status_macros.h"
+#include "ckpt/internal/thread_pool.h"
+#include "reader_impl.h"
+#include "wire.h"
+
+namespace ckpt::internal {
+namespace {
+
+// Collective: OK on every rank if `local` is OK on every rank; otherwise,
+// on every rank, the status of the lowest failing rank R, its message
+// prefixed with "rank R of N: ".
+absl::Status Agree(Communicator* comm, const absl::Status& local) {
+  const int n = comm->size(), me = comm->rank();
+  std::vector<int64_t> flag = {local.ok() ? 0 : n - me};
+  CKPT_RETURN_IF_ERROR(comm->AllReduceMax(&flag));
+  if (flag[0] == 0) return absl::OkStatus();
+  const int root = n - static_cast<int>(flag[0]);
+  std::string msg;
+  if (me == root) msg = EncodeStatusOr(absl::StatusOr<std::string>(local));
+  CKPT_RETURN_IF_ERROR(comm->Broadcast(&msg, root));
+  absl::Status s = DecodeStatusOr(msg).status();
+  if (s.ok()) return absl::InternalError("a failing rank sent no error");
+  return absl::Status(
+      s.code(), absl::StrCat("rank ", root, " of ", n, ": ", s.message()));
+}
+
+// [u32 shard][u64 file size][string head][string tail][string index]...
+void PutShardMeta(std::string* out, uint32_t id, const ShardMetaBytes& m) {
+  format::PutFixed32(out, id);
+  format::PutFixed64(out, m.file_size);
+  format::PutString(out, m.head);
+  format::PutString(out, m.tail);
+  format::PutString(out, m.index);
+}
+
+absl::StatusOr<std::vector<std::pair<uint32_t, ShardMetaBytes>>>
+DecodeShardMetas(absl::string_view bytes) {
+  std::vector<std::pair<uint32_t, ShardMetaBytes>> out;
+  format::ByteReader r(bytes);
+  while (!r.empty()) {
+    ShardMetaBytes m;
+    CKPT_ASSIGN_OR_RETURN(uint32_t id, r.Read32("shard"));
+    CKPT_ASSIGN_OR_RETURN(m.file_size, r.Read64("file size"));
+    for (std::string* s : {&m.head, &m.tail, &m.index}) {
+      CKPT_ASSIGN_OR_RETURN(absl::string_view v,
+                            r.ReadString("bytes", bytes.size()));
+      s->assign(v.data(), v.size());
+    }
+    out.emplace_back(id, std::move(m));
+  }
+  return out;
+}
+
+// The shards whose indexes the plan needs: those of the pieces, and all
+// when a requested entry has no chunk (CheckChunkless reads them all).
+std::vector<uint32_t> NeededShards(const format::Manifest& m,
+                                   const RequestGroups& g,
+                                   const std::vector<ChunkPiece>& pieces) {
+  for (const PlanRequest& p : g.unique) {
+    if (!m.entries[p.entry].chunks.empty()) continue;
+    std::vector<uint32_t> all;
+    for (const format::ShardInfo& s : m.shards) all.push_back(s.shard_id);
+    return all;
+  }
+  return ShardsOf(m, pieces);
+}
+
+// This rank's part of one exchange round: its reads, and the reads of
+// other ranks that send it bytes, by sending rank; plan indexes in plan
+// order (the order in which the sender lays out the bytes).
+struct Round {
+  std::vector<uint32_t> reads;
+  std::vector<std::vector<uint32_t>> incoming;  // [sender]
+};
+
+std::vector<Round> RoundsOf(const RequestGroups& g, const CoopPlan& plan,
+                            uint32_t me) {
+  std::vector<Round> rounds(plan.rounds);
+  for (Round& r : rounds) r.incoming.resize(g.ranks);
+  for (uint32_t i = 0; i < plan.reads.size(); ++i) {
+    const CoopRead& cr = plan.reads[i];
+    if (cr.reader == me) {
+      rounds[cr.round].reads.push_back(i);
+      continue;
+    }
+    bool for_me = false;
+    ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy&) {
+      for_me = for_me || h.rank == me;
+    });
+    if (for_me) rounds[cr.round].incoming[cr.reader].push_back(i);
+  }
+  return rounds;
+}
+
+// Bytes this rank sends to each rank over the whole load.
+std::vector<uint64_t> TotalSends(const RequestGroups& g, const CoopPlan& plan,
+                                 uint32_t me) {
+  std::vector<uint64_t> to(g.ranks, 0);
+  for (const CoopRead& cr : plan.reads) {
+    if (cr.reader != me) continue;
+    ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy& c) {
+      if (h.rank != me) to[h.rank] += c.bytes;
+    });
+  }
+  return to;
+}
+
+// The reads of one round as LoadRun executes them: copies to this rank's
+// own requests keep their destination (Holder::index); copies for rank d
+// go to request `slots + d`, the send buffer for d, at consecutive
+// offsets. Returns the reads and the bytes for each rank.
+std::pair<std::vector<BlockRead>, std::vector<uint64_t>> RoundReads(
+    const RequestGroups& g, const CoopPlan& plan, const Round& round,
+    uint32_t me, uint32_t slots) {
+  std::vector<BlockRead> reads;
+  std::vector<uint64_t> off(g.ranks, 0);
+  for (uint32_t i : round.reads) {
+    const BlockRead& src = plan.reads[i].read;
+    BlockRead r = src;
+    r.copies.clear();
+    ForEachDelivery(g, src, [&](const Holder& h, const Copy& c) {
+      if (h.rank == me) {
+        r.copies.push_back(Copy{h.index, c.src, c.dst, c.bytes});
+      } else {
+        r.copies.push_back(Copy{slots + h.rank, c.src, off[h.rank], c.bytes});
+        off[h.rank] += c.bytes;
+      }
+    });
+    reads.push_back(std::move(r));
+  }
+  return {std::move(reads), std::move(off)};
+}
+
+// A read of another rank with bytes for this rank: where they are in the
+// bytes received from its reader.
+struct Incoming {
+  uint32_t sender = 0;
+  uint32_t read = 0;    // plan index
+  uint64_t offset = 0;  // in what `sender` sends this rank
+};
+
+// The reads of `round` that send this rank bytes, and (in `sizes`) how
+// many bytes each rank sends it.
+std::vector<Incoming> IncomingOf(const RequestGroups& g, const CoopPlan& plan,
+                                 const Round& round, uint32_t me,
+                                 std::vector<uint64_t>* sizes) {
+  std::vector<Incoming> out;
+  sizes->assign(g.ranks, 0);
+  for (uint32_t s = 0; s < g.ranks; ++s) {
+    for (uint32_t i : round.incoming[s]) {
+      out.push_back(Incoming{s, i, (*sizes)[s]});
+      ForEachDelivery(g, plan.reads[i].read,
+                      [&](const Holder& h, const Copy& c) {
+                        if (h.rank == me) (*sizes)[s] += c.bytes;
+                      });
+    }
+  }
+  return out;
+}
+
+// Writes the bytes of one incoming read (at `bytes`, in the order its
+// reader laid them out) to this rank's destinations.
+absl::Status Unpack(const RequestGroups& g, const BlockRead& read, uint32_t me,
+                    const char* bytes, LoadRun* run) {
+  absl::Status st;
+  ForEachDelivery(g, read, [&](const Holder& h, const Copy& c) {
+    if (h.rank != me || !st.ok()) return;
+    st = run->Deliver(h.index, c.dst, bytes, c.bytes);
+    bytes += c.bytes;
+  });
+  return st;
+}
+
+// A buffer reused from round to round, grown when a round needs more.
+class Arena {
+ public:
+  char* Get(uint64_t n) {
+    if (n > size_) {
+      data_.reset(new char[n]);
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<char[]> data_;
+  uint64_t size_ = 0;
+};
+
+}  // namespace
+
+absl::Status ReaderImpl::ShareShards(const std::vector<uint32_t>& ids,
+                                     int threads) {
+  Communicator* comm = options_.communicator;
+  const size_t n = comm->size(), me = comm->rank();
+  std::vector<uint32_t> own;  // spread over ranks: shard ids[i] on rank i % n
+  for (size_t i = me; i < ids.size(); i += n) own.push_back(ids[i]);
+  CKPT_RETURN_IF_ERROR(Agree(comm, OpenShards(own, threads)));
+  std::string mine;
+  for (uint32_t id : own) {
+    CKPT_ASSIGN_OR_RETURN(const OpenShard* s, GetShard(id));
+    PutShardMeta(&mine, id, s->file.meta);
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all, comm->AllGather(mine));
+  absl::Status adopted;
+  for (size_t r = 0; r < n && adopted.ok(); ++r) {
+    if (r == me) continue;
+    auto metas = DecodeShardMetas(all[r]);
+    if (!metas.ok()) {
+      adopted = absl::InternalError(
+          absl::StrCat("the shard indexes sent by rank ", r,
+                       " do not decode: ", metas.status().message()));
+      break;
+    }
+    for (auto& [id, meta] : *metas) {
+      adopted.Update(AdoptShard(id, std::move(meta)));
+    }
+  }
+  return Agree(comm, adopted);
+}
+
+absl::StatusOr<LoadReport> ReaderImpl::LoadCooperative(
+    const std::vector<LoadRequest>& requests, const LoadOptions& options) {
+  Communicator* comm = options_.communicator;
+  LoadReport report;
+  absl::StatusOr<Prepared> p =
+      options.local_error.ok() ? Prepare(requests, options, &report)
+                               : absl::StatusOr<Prepared>(options.local_error);
+  CKPT_RETURN_IF_ERROR(Agree(comm, p.status()));
+  std::vector<PlanRequest> mine;
+  for (size_t i = 0; i < p->reqs.size(); ++i) {
+    mine.push_back(PlanRequest{p->entry[i], p->reqs[i].region});
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                        comm->AllGather(EncodeRankRequests(mine)));
+  // From here every rank computes the same from the same inputs: an error
+  // is the same on every rank.
+  CKPT_ASSIGN_OR_RETURN(RequestGroups groups, GroupRequests(manifest_, all));
+  all = {};
+  CKPT_ASSIGN_OR_RETURN(std::vector<ChunkPiece> pieces,
+                        PairRequests(manifest_, groups.unique));
+  const int threads = IoThreads(options);
+  CKPT_RETURN_IF_ERROR(
+      ShareShards(NeededShards(manifest_, groups, pieces), threads));
+  CKPT_RETURN_IF_ERROR(Agree(comm, CheckChunkless(*p, threads)));
+  auto lookup = [&](uint32_t entry, uint32_t chunk) {
+    const uint32_t shard = manifest_.entries[entry].chunks[chunk].shard;
+    const OpenShard* s = *GetShard(shard);  // adopted by ShareShards
+    return s->indexed.at(ChunkKey(entry, chunk));
+  };
+  CoopOptions co;
+  co.max_read_bytes = kTaskBytes;
+  co.round_bytes = std::max<uint64_t>(1, options.exchange_bytes_per_round);
+  const CoopPlan plan =
+      PlanCooperativeReads(manifest_, groups, pieces, lookup, co);
+  return RunCooperative(*p, groups, plan, options, threads, std::move(report));
+}
+
+absl::StatusOr<LoadReport> ReaderImpl::RunCooperative(
+    const Prepared& p, const RequestGroups& groups, const CoopPlan& plan,
+    const LoadOptions& options, int threads, LoadReport report) {
+  Communicator* comm = options_.communicator;
+  const uint32_t me = comm->rank(), n = comm->size();
+  const uint32_t slots = static_cast<uint32_t>(p.reqs.size());
+  // This rank's requests, then one host "request" per rank: the bytes it
+  // sends that rank, in the current round's send buffer.
+  Prepared ext = p;
+  const std::vector<uint64_t> total = TotalSends(groups, plan, me);
+  for (uint32_t d = 0; d < n; ++d) {
+    LoadRequest slot;
+    slot.name = absl::StrCat("(bytes for rank ", d, ")");
+    slot.dtype = DType::kUInt8;
+    slot.region = FlatRange{0, total[d]};
+    ext.reqs.push_back(std::move(slot));
+  }
+  StagingPool* pool = nullptr;
+  if (std::any_of(p.reqs.begin(), p.reqs.end(), [](const LoadRequest& r) {
+        return r.memory == MemoryKind::kCuda;
+      })) {
+    auto got = UploadPool();
+    CKPT_RETURN_IF_ERROR(Agree(comm, got.status()));
+    pool = *got;
+  } else {
+    CKPT_RETURN_IF_ERROR(Agree(comm, absl::OkStatus()));
+  }
+  LoadRun run(ext, options_.device_memory, pool, options.device_ready, threads);
+  run.CompleteEmpty();
+  absl::Status pending;  // a local failure to report at the next agreement
+  Arena out, in;         // this rank's send and receive buffers, by peer
+  for (const Round& round : RoundsOf(groups, plan, me)) {
+    // Not a structured binding: lambdas below use them (C++17).
+    std::pair<std::vector<BlockRead>, std::vector<uint64_t>> planned =
+        RoundReads(groups, plan, round, me, slots);
+    const std::vector<BlockRead>& reads = planned.first;
+    const std::vector<uint64_t>& sends = planned.second;
+    std::vector<uint64_t> sizes;
+    const std::vector<Incoming> incoming =
+        IncomingOf(groups, plan, round, me, &sizes);
+    char* send_base =
+        out.Get(std::accumulate(sends.begin(), sends.end(), uint64_t{0}));
+    char* recv_base =
+        in.Get(std::accumulate(sizes.begin(), sizes.end(), uint64_t{0}));
+    std::vector<SendBuffer> send(n);
+    std::vector<RecvBuffer> recv(n);
+    std::vector<char*> from(n);
+    for (uint32_t d = 0; d < n; ++d) {
+      ext.reqs[slots + d].data = send_base;
+      send[d] = SendBuffer{send_base, sends[d]};
+      send_base += sends[d];
+      from[d] = recv_base;
+      recv[d] = RecvBuffer{recv_base, sizes[d]};
+      recv_base += sizes[d];
+      report.bytes_received += sizes[d];
+    }
+    if (pending.ok()) {
+      pending = ParallelFor(threads, reads.size(), [&](int t, size_t i) {
+        const uint32_t shard = plan.reads[round.reads[i]].shard;
+        CKPT_ASSIGN_OR_RETURN(const OpenShard* s, GetShardForReading(shard));
+        return run.Run(t, *s, manifest_.entries[reads[i].entry], reads[i]);
+      });
+    }
+    CKPT_RETURN_IF_ERROR(Agree(comm, pending));
+    CKPT_RETURN_IF_ERROR(comm->AllToAll(send, recv, MemoryKind::kHost));
+    pending = ParallelFor(threads, incoming.size(), [&](int, size_t k) {
+      const Incoming& in = incoming[k];
+      return Unpack(groups, plan.reads[in.read].read, me,
+                    from[in.sender] + in.offset, &run);
+    });
+  }
+  if (pending.ok()) pending = run.CheckAllWritten();
+  CKPT_RETURN_IF_ERROR(Agree(comm, pending));
+  for (const LoadRequest& r : p.reqs) {
+    report.bytes_loaded += RegionElements(r.region) * DTypeSize(r.dtype);
+  }
+  report.bytes_read = run.bytes_read();
+  report.blocks_verified = run.blocks_verified();
+  std::sort(report.loaded.begin(), report.loaded.end());
+  std::sort(report.not_loaded.begin(), report.not_loaded.end());
+  return report;
+}
+
+}  // namespace ckpt::internal

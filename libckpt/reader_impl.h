@@ -1,0 +1,142 @@
+// Internal to libckpt: the Reader's implementation, shared by reader.cc
+// (opening, checks, single-rank loads) and coop_load.cc (cooperative
+// loads over ReaderOptions::communicator).
+#ifndef CKPT_LIBCKPT_READER_IMPL_H_
+#define CKPT_LIBCKPT_READER_IMPL_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "ckpt/format/manifest.h"
+#include "ckpt/format/status_macros.h"
+#include "ckpt/internal/coop_plan.h"
+#include "ckpt/internal/read_plan.h"
+#include "ckpt/internal/shard_file.h"
+#include "ckpt/mutex.h"
+#include "ckpt/reader.h"
+#include "load_run.h"
+#include "staging_pool.h"
+
+namespace ckpt::internal {
+
+using format::EntryRecord;
+
+class ReaderImpl final : public Reader {
+ public:
+  ReaderImpl(Storage* storage, std::string dir, format::Manifest m,
+             const ReaderOptions& o)
+      : storage_(storage),
+        dir_(std::move(dir)),
+        manifest_(std::move(m)),
+        options_(o),
+        index_(manifest_) {
+    for (const auto& s : manifest_.shards) shard_info_[s.shard_id] = &s;
+    description_.step = manifest_.info.step;
+    description_.world_size = manifest_.info.world_size;
+    description_.id = format::IdToHex(manifest_.info.id);
+    description_.created_unix_ns = manifest_.info.created_unix_ns;
+    description_.writer = manifest_.info.writer;
+    description_.format_version =
+        absl::StrCat(format::kFormatMajor, ".", manifest_.minor_version);
+    description_.metadata = manifest_.metadata;
+  }
+
+  const std::string& path() const override { return dir_; }
+  const CheckpointDescription& description() const override {
+    return description_;
+  }
+  std::vector<EntryView> entries() const override {
+    std::vector<EntryView> out;
+    out.reserve(manifest_.entries.size());
+    for (const EntryRecord& e : manifest_.entries) out.emplace_back(e);
+    return out;
+  }
+  std::optional<EntryView> FindEntry(const std::string& name) const override {
+    const EntryRecord* e = Find(name);
+    if (e == nullptr) return std::nullopt;
+    return EntryView(*e);
+  }
+  const format::Manifest& manifest() const override { return manifest_; }
+  const EntryRecord* Find(const std::string& name) const override {
+    const int64_t e = index_.Find(name);
+    return e < 0 ? nullptr : &manifest_.entries[e];
+  }
+
+  // With ReaderOptions::communicator, LoadCooperative; else LoadLocal.
+  absl::StatusOr<LoadReport> Load(const std::vector<LoadRequest>& requests,
+                                  const LoadOptions& options) override;
+
+  absl::StatusOr<std::string> ReadObject(const std::string& name) override {
+    std::string out;
+    LoadRequest r;
+    r.name = name;
+    r.object = &out;
+    LoadOptions o;
+    o.allow_unrequested = true;
+    CKPT_RETURN_IF_ERROR(LoadLocal({r}, o).status());
+    return out;
+  }
+
+ private:
+  // This rank alone reads what it needs (the Reader without communicator).
+  absl::StatusOr<LoadReport> LoadLocal(const std::vector<LoadRequest>& requests,
+                                       const LoadOptions& options);
+  // The ranks of options_.communicator read between them (coop_load.cc).
+  absl::StatusOr<LoadReport> LoadCooperative(
+      const std::vector<LoadRequest>& requests, const LoadOptions& options);
+
+  // Shard `id`, opened and checked (OpenAndCheck) on first use, or adopted
+  // from another rank's bytes (AdoptShard), in which case it has no file.
+  absl::StatusOr<const OpenShard*> GetShard(uint32_t id);
+  // GetShard, with the file opened if it was adopted.
+  absl::StatusOr<const OpenShard*> GetShardForReading(uint32_t id);
+  absl::StatusOr<std::unique_ptr<OpenShard>> OpenAndCheck(uint32_t id) const;
+  // The checks of OpenAndCheck after the shard file decoded: its index
+  // against the manifest; fills s->indexed.
+  absl::Status CheckIndex(uint32_t id, OpenShard* s) const;
+  // Decodes and checks shard `id` from the bytes another rank read
+  // (internal::DecodeShardMeta, CheckIndex), unless it is open already.
+  absl::Status AdoptShard(uint32_t id, internal::ShardMetaBytes meta);
+  // Cooperative load steps (coop_load.cc).
+  absl::Status ShareShards(const std::vector<uint32_t>& ids, int threads);
+  absl::StatusOr<LoadReport> RunCooperative(
+      const Prepared& p, const internal::RequestGroups& groups,
+      const internal::CoopPlan& plan, const LoadOptions& options, int threads,
+      LoadReport report);
+  absl::Status OpenShards(const std::vector<uint32_t>& ids, int threads);
+  absl::Status CheckRequest(const LoadRequest& r, const LoadOptions& o,
+                            const EntryRecord** e);
+  absl::StatusOr<Prepared> Prepare(const std::vector<LoadRequest>& requests,
+                                   const LoadOptions& options,
+                                   LoadReport* report);
+  absl::Status CheckChunkless(const Prepared& p, int threads);
+  int IoThreads(const LoadOptions& options) const;
+  absl::StatusOr<internal::ReadPlan> Plan(const Prepared& p, int threads);
+  absl::Status Execute(const internal::ReadPlan& plan, LoadRun* run,
+                       int threads);
+  // The pinned buffers of loads into device memory: made on first need and
+  // kept for the Reader's lifetime.
+  absl::StatusOr<internal::StagingPool*> UploadPool();
+
+  Storage* storage_;
+  std::string dir_;
+  format::Manifest manifest_;
+  ReaderOptions options_;
+  internal::ManifestIndex index_;  // over manifest_
+  CheckpointDescription description_;
+  absl::flat_hash_map<uint32_t, const format::ShardInfo*> shard_info_;
+  Mutex mu_;
+  std::map<uint32_t, std::unique_ptr<OpenShard>> shards_ ABSL_GUARDED_BY(mu_);
+  std::mutex pool_mu_;
+  std::unique_ptr<internal::StagingPool> pool_;  // guarded by pool_mu_
+};
+
+}  // namespace ckpt::internal
+
+#endif  // CKPT_LIBCKPT_READER_IMPL_H_

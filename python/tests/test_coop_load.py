@@ -1,0 +1,115 @@
+"""Cooperative loads from Python: ckpt.Reader(comm=...) and
+ckpt.torch.load(process_group=...) read each stored block once between the
+ranks (ckpt/reader.h, "Cooperative loads"); LoadReport.bytes_received."""
+import numpy as np
+import pytest
+
+import ckpt
+from conftest import RanksFailed, require, run_ranks
+
+ROWS, COLS = 64, 48
+
+
+def global_array(i):
+    return (np.arange(ROWS * COLS, dtype=np.float32) * (i + 1)).reshape(ROWS, COLS)
+
+
+def save_rows(root, world=4):
+    """`world` ranks save row bands of two tensors."""
+    def rank(comm):
+        w = ckpt.Writer(comm)
+        band = ROWS // world
+        keep = []
+        for i in range(2):
+            piece = np.ascontiguousarray(global_array(i)[comm.rank * band:(comm.rank + 1) * band])
+            keep.append(piece)
+            w.add_tensor(f"t{i}", ckpt.float32, (ROWS, COLS),
+                         ckpt.Box((comm.rank * band, 0), (band, COLS)), piece)
+        return w.save(root, 1, ckpt.save_options(block_size=4096)).stored_bytes
+    return run_ranks(world, rank)[0]
+
+
+def test_reader_with_a_communicator_reads_each_block_once(tmp_path):
+    root = str(tmp_path)
+    stored = save_rows(root)
+
+    def rank(comm):  # 2 ranks, columns: every stored block feeds both
+        r = ckpt.Reader(root, comm=comm)
+        c = COLS // 2
+        outs = [np.zeros((ROWS, c), np.float32) for _ in range(2)]
+        reqs = [ckpt.LoadRequest(f"t{i}", ckpt.float32, (ROWS, COLS),
+                                 ckpt.Box((0, comm.rank * c), (ROWS, c)), outs[i])
+                for i in range(2)]
+        report = r.load(reqs, exchange_bytes_per_round=4096)
+        for i in range(2):
+            assert np.array_equal(outs[i], global_array(i)[:, comm.rank * c:(comm.rank + 1) * c])
+        return report.bytes_read, report.bytes_received
+    got = run_ranks(2, rank)
+    assert sum(read for read, _ in got) == stored  # every block once
+    assert all(0 < received < stored for _, received in got)
+
+
+def test_a_bad_request_on_one_rank_fails_every_rank(tmp_path):
+    root = str(tmp_path)
+    save_rows(root)
+
+    def rank(comm):
+        r = ckpt.Reader(root, comm=comm)
+        dtype = ckpt.int32 if comm.rank == 1 else ckpt.float32
+        out = np.zeros((ROWS, COLS), np.int32 if comm.rank == 1 else np.float32)
+        r.load([ckpt.LoadRequest("t0", dtype, (ROWS, COLS), None, out)],
+               allow_unrequested=True)
+    with pytest.raises(RanksFailed) as e:
+        run_ranks(2, rank)
+    messages = {str(err) for err in e.value.errors}
+    assert len(messages) == 1, messages
+    assert "rank 1 of 2: t0: dtype float32 in checkpoint, int32 requested" in messages.pop()
+    assert all(isinstance(err, ckpt.InvalidArgumentError) for err in e.value.errors)
+
+
+def test_a_buffer_the_binding_refuses_on_one_rank_fails_every_rank(tmp_path):
+    root = str(tmp_path)
+    save_rows(root)
+
+    def rank(comm):
+        r = ckpt.Reader(root, comm=comm)
+        rows = ROWS - 1 if comm.rank == 0 else ROWS  # too small on rank 0
+        out = np.zeros((rows, COLS), np.float32)
+        r.load([ckpt.LoadRequest("t0", ckpt.float32, (ROWS, COLS), None, out)],
+               allow_unrequested=True)
+    with pytest.raises(RanksFailed) as e:
+        run_ranks(2, rank)
+    messages = {str(err) for err in e.value.errors}
+    assert len(messages) == 1, messages
+    assert "rank 0 of 2: entry 't0': the buffer holds" in messages.pop()
+
+
+def gloo_load(rank, world, store, root, stored, out):
+    import torch
+    import torch.distributed as dist
+    import ckpt.torch as ct
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world)
+    # Replicas: every rank wants both whole tensors.
+    state = {f"t{i}": torch.zeros(ROWS, COLS) for i in range(2)}
+    report = ct.load(state, root)
+    for i in range(2):
+        assert torch.equal(state[f"t{i}"], torch.from_numpy(global_array(i)))
+    reads = torch.tensor([report.bytes_read, report.bytes_received], dtype=torch.int64)
+    dist.all_reduce(reads)
+    if rank == 0:
+        with open(out, "w") as f:
+            f.write(f"{int(reads[0])} {int(reads[1])}")
+    dist.barrier()
+
+
+def test_torch_load_over_gloo_is_cooperative(tmp_path):
+    torch = require("torch")
+    root = str(tmp_path / "ckpt")
+    stored = save_rows(root)
+    out = str(tmp_path / "reads")
+    torch.multiprocessing.spawn(gloo_load, args=(2, str(tmp_path / "store"), root, stored, out),
+                                nprocs=2, join=True)
+    read, received = map(int, open(out).read().split())
+    assert read == stored  # the replicas read the checkpoint once between them
+    assert received == stored  # each rank got the half the other read

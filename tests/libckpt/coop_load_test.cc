@@ -1,0 +1,427 @@
+// Cooperative loads (ReaderOptions::communicator, ckpt/reader.h) on
+// in-process ranks: metadata read once, per-rank guarantees, and a failure
+// on one rank failing the load on every rank with the same status. The
+// resharding matrix of cooperative loads is in reshard_test.cc.
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckpt/fault_injection.h"
+#include "ckpt/format/status_macros.h"
+#include "ckpt/in_process.h"
+#include "ckpt/mutex.h"
+#include "ckpt/reader.h"
+#include "ckpt/writer.h"
+#include "gtest/gtest.h"
+#include "libckpt/test_util.h"
+#include "testing/status_matchers.h"
+
+namespace ckpt {
+namespace {
+
+using ::ckpt::testing::ReferenceBytes;
+using ::ckpt::testing::StatusIs;
+using ::ckpt::testing::TempDir;
+using ::testing::HasSubstr;
+
+constexpr int kRanks = 4;
+constexpr uint64_t kRows = 64, kCols = 48;  // float32, 4 KiB blocks
+
+std::string Name(int i) { return "t" + std::to_string(i); }
+
+// Saves three float32 tensors of kRows x kCols, rank r holding rows
+// [16 r, 16 r + 16) of each; returns the global bytes.
+std::vector<std::string> SaveRows(const std::string& root) {
+  std::vector<std::string> global;
+  for (int i = 0; i < 3; ++i) {
+    global.push_back(ReferenceBytes(DType::kFloat32, {kRows, kCols}, 10 + i));
+  }
+  InProcessWorld w(kRanks);
+  absl::Status st = RunRanks(w, [&](Communicator& comm) -> absl::Status {
+    Writer::Options wo;
+    wo.comm = &comm;
+    CKPT_ASSIGN_OR_RETURN(auto writer, Writer::Create(wo));
+    const uint64_t r0 = comm.rank() * kRows / kRanks;
+    for (int i = 0; i < 3; ++i) {
+      CKPT_RETURN_IF_ERROR(
+          writer->AddTensor(Name(i), DType::kFloat32, {kRows, kCols},
+                            Box{{r0, 0}, {kRows / kRanks, kCols}},
+                            global[i].data() + r0 * kCols * 4));
+    }
+    SaveOptions so;
+    so.block_size = 4096;
+    return writer->Save(root, 1, so).status();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+  return global;
+}
+
+// Storage calls one rank made, by kind; shard header reads (PRead at
+// offset 0 of a shard file) are counted per file.
+class CountingStorage final : public Storage {
+ public:
+  absl::StatusOr<std::unique_ptr<File>> Open(
+      const std::string& path, OpenMode mode,
+      const OpenOptions& options) override {
+    ++calls;
+    CKPT_ASSIGN_OR_RETURN(auto f, base_->Open(path, mode, options));
+    return std::unique_ptr<File>(new CountingFile(std::move(f), this));
+  }
+  absl::Status CreateDir(const std::string& p) override {
+    ++calls;
+    return base_->CreateDir(p);
+  }
+  absl::Status SyncDir(const std::string& p) override {
+    ++calls;
+    return base_->SyncDir(p);
+  }
+  absl::Status Rename(const std::string& a, const std::string& b) override {
+    ++calls;
+    return base_->Rename(a, b);
+  }
+  absl::Status RenameNoReplace(const std::string& a,
+                               const std::string& b) override {
+    ++calls;
+    return base_->RenameNoReplace(a, b);
+  }
+  absl::StatusOr<std::vector<std::string>> List(const std::string& p) override {
+    ++calls;
+    return base_->List(p);
+  }
+  absl::StatusOr<FileInfo> Stat(const std::string& p) override {
+    ++calls;
+    return base_->Stat(p);
+  }
+  absl::Status RemoveFile(const std::string& p) override {
+    ++calls;
+    return base_->RemoveFile(p);
+  }
+  absl::Status RemoveAll(const std::string& p) override {
+    ++calls;
+    return base_->RemoveAll(p);
+  }
+
+  std::map<std::string, int> HeaderReads() {
+    MutexLock l(&mu_);
+    return header_reads_;
+  }
+  std::atomic<int> calls{0};
+
+ private:
+  class CountingFile final : public File {
+   public:
+    CountingFile(std::unique_ptr<File> f, CountingStorage* s)
+        : f_(std::move(f)), s_(s) {}
+    absl::StatusOr<size_t> PRead(uint64_t offset, size_t n,
+                                 char* dst) override {
+      ++s_->calls;
+      if (offset == 0 && path().find("shard") != std::string::npos) {
+        MutexLock l(&s_->mu_);
+        ++s_->header_reads_[std::filesystem::path(path()).filename()];
+      }
+      return f_->PRead(offset, n, dst);
+    }
+    absl::Status PWrite(uint64_t o, absl::string_view d) override {
+      return f_->PWrite(o, d);
+    }
+    absl::Status Sync() override { return f_->Sync(); }
+    absl::StatusOr<uint64_t> Size() override { return f_->Size(); }
+    absl::Status Close() override { return f_->Close(); }
+    const std::string& path() const override { return f_->path(); }
+
+   private:
+    std::unique_ptr<File> f_;
+    CountingStorage* s_;
+  };
+
+  Storage* base_ = DefaultStorage();
+  Mutex mu_;
+  std::map<std::string, int> header_reads_ ABSL_GUARDED_BY(mu_);
+};
+
+// Each rank loads columns [12 r, 12 r + 12) of every tensor (rows to
+// columns: every stored block feeds every rank).
+struct ColumnLoad {
+  std::vector<std::vector<std::string>> bufs =
+      std::vector<std::vector<std::string>>(kRanks,
+                                            std::vector<std::string>(3));
+  std::vector<LoadRequest> Requests(int rank) {
+    std::vector<LoadRequest> reqs;
+    for (int i = 0; i < 3; ++i) {
+      Box b{{0, rank * kCols / kRanks}, {kRows, kCols / kRanks}};
+      bufs[rank][i].assign(RegionElements(b) * 4, '\xEE');
+      reqs.push_back(
+          {Name(i), DType::kFloat32, {kRows, kCols}, b, bufs[rank][i].data()});
+    }
+    return reqs;
+  }
+  void Check(const std::vector<std::string>& global) {
+    for (int r = 0; r < kRanks; ++r) {
+      for (int i = 0; i < 3; ++i) {
+        Box b{{0, r * kCols / kRanks}, {kRows, kCols / kRanks}};
+        EXPECT_EQ(bufs[r][i], testing::Extract(global[i], DType::kFloat32,
+                                               {kRows, kCols}, b))
+            << "rank " << r << " tensor " << i;
+      }
+    }
+  }
+};
+
+TEST(CooperativeOpenTest, OnlyRankZeroTouchesStorage) {
+  TempDir dir;
+  SaveRows(dir.path());
+  std::vector<CountingStorage> storage(kRanks);
+  InProcessWorld w(kRanks);
+  std::vector<uint64_t> steps(kRanks);
+  CKPT_ASSERT_OK(RunRanks(w, [&](Communicator& comm) -> absl::Status {
+    ReaderOptions ro;
+    ro.communicator = &comm;
+    ro.storage = &storage[comm.rank()];
+    CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+    steps[comm.rank()] = reader->description().step;
+    return absl::OkStatus();
+  }));
+  EXPECT_GT(storage[0].calls, 0);
+  for (int r = 1; r < kRanks; ++r) {
+    EXPECT_EQ(storage[r].calls, 0) << "rank " << r;
+    EXPECT_EQ(steps[r], 1u);
+  }
+}
+
+TEST(CooperativeLoadTest, EachShardIndexIsReadByOneRank) {
+  TempDir dir;
+  const auto global = SaveRows(dir.path());
+  std::vector<CountingStorage> storage(kRanks);
+  InProcessWorld w(kRanks);
+  ColumnLoad load;
+  std::vector<LoadReport> reports(kRanks);
+  CKPT_ASSERT_OK(RunRanks(w, [&](Communicator& comm) -> absl::Status {
+    ReaderOptions ro;
+    ro.communicator = &comm;
+    ro.storage = &storage[comm.rank()];
+    CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+    CKPT_ASSIGN_OR_RETURN(reports[comm.rank()],
+                          reader->Load(load.Requests(comm.rank())));
+    return absl::OkStatus();
+  }));
+  load.Check(global);
+  std::map<std::string, int> headers;
+  uint64_t read = 0, received = 0;
+  for (int r = 0; r < kRanks; ++r) {
+    for (const auto& [file, n] : storage[r].HeaderReads()) headers[file] += n;
+    read += reports[r].bytes_read;
+    received += reports[r].bytes_received;
+    EXPECT_GT(reports[r].bytes_read, 0u) << "rank " << r;
+  }
+  EXPECT_EQ(headers.size(), static_cast<size_t>(kRanks));
+  for (const auto& [file, n] : headers) EXPECT_EQ(n, 1) << file;
+  EXPECT_EQ(read, 3 * kRows * kCols * 4);  // every block once, uncompressed
+  EXPECT_EQ(received, read * (kRanks - 1) / kRanks);
+}
+
+TEST(CooperativeLoadTest, ManySmallRoundsLoadTheSameBytes) {
+  TempDir dir;
+  const auto global = SaveRows(dir.path());
+  InProcessWorld w(kRanks);
+  ColumnLoad load;
+  CKPT_ASSERT_OK(RunRanks(w, [&](Communicator& comm) -> absl::Status {
+    ReaderOptions ro;
+    ro.communicator = &comm;
+    CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+    LoadOptions lo;
+    lo.exchange_bytes_per_round = 1000;  // below one read: a read per round
+    return reader->Load(load.Requests(comm.rank()), lo).status();
+  }));
+  load.Check(global);
+}
+
+TEST(CooperativeLoadTest, CallsEachOnCompleteOnceAndHonoursStrictness) {
+  TempDir dir;
+  const auto global = SaveRows(dir.path());
+  InProcessWorld w(kRanks);
+  ColumnLoad load, other;
+  std::vector<std::atomic<int>> calls(kRanks * 3);
+  std::vector<absl::Status> strict(kRanks);
+  CKPT_ASSERT_OK(RunRanks(w, [&](Communicator& comm) -> absl::Status {
+    const int rank = comm.rank();
+    ReaderOptions ro;
+    ro.communicator = &comm;
+    CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+    std::vector<LoadRequest> reqs = load.Requests(rank);
+    for (int i = 0; i < 3; ++i) {
+      reqs[i].on_complete = [&calls, rank, i] { ++calls[rank * 3 + i]; };
+    }
+    CKPT_RETURN_IF_ERROR(reader->Load(reqs).status());
+    // Rank 3 leaves t2 unrequested without a filter: the load fails on
+    // every rank.
+    std::vector<LoadRequest> fewer = other.Requests(rank);
+    if (rank == 3) fewer.pop_back();
+    strict[rank] = reader->Load(fewer).status();
+    return absl::OkStatus();
+  }));
+  load.Check(global);
+  for (int k = 0; k < kRanks * 3; ++k) EXPECT_EQ(calls[k], 1) << k;
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_THAT(strict[r], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                    "rank 3 of 4: 1 entries in the checkpoint "
+                                    "were not requested: t2"));
+    EXPECT_EQ(strict[r], strict[0]);
+  }
+}
+
+// Runs a cooperative column load on kRanks ranks, rank r with storage
+// `storage(r)` (null: POSIX) and requests `requests(r)`; returns every
+// rank's status of Open (if it failed) or Load.
+std::vector<absl::Status> LoadOnAll(
+    const std::string& root, const std::function<Storage*(int)>& storage,
+    const std::function<std::vector<LoadRequest>(int)>& requests) {
+  InProcessWorld w(kRanks);
+  std::vector<absl::Status> out(kRanks);
+  absl::Status st = RunRanks(w, [&](Communicator& comm) -> absl::Status {
+    const int rank = comm.rank();
+    ReaderOptions ro;
+    ro.communicator = &comm;
+    ro.storage = storage(rank);
+    auto reader = Reader::Open(root, ro);
+    out[rank] = reader.status();
+    if (reader.ok()) out[rank] = (*reader)->Load(requests(rank)).status();
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
+void ExpectSameFailure(const std::vector<absl::Status>& got,
+                       absl::StatusCode code, const std::string& part) {
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_THAT(got[r], StatusIs(code, part)) << "rank " << r;
+    EXPECT_EQ(got[r], got[0]) << "rank " << r;
+  }
+}
+
+TEST(CooperativeLoadFailureTest, OpenErrorsAreThoseOfASingleRankOpen) {
+  TempDir dir;
+  SaveRows(dir.path());
+  ColumnLoad load;
+  auto none = [](int) -> Storage* { return nullptr; };
+  auto reqs = [&](int r) { return load.Requests(r); };
+  const std::string missing = dir / "nope";
+  auto got = LoadOnAll(missing, none, reqs);
+  ExpectSameFailure(got, absl::StatusCode::kNotFound, "nope");
+  EXPECT_EQ(got[0], Reader::Open(missing).status());
+  // A corrupt manifest: the decoder's DataLoss, as for one rank.
+  auto dir1 = std::filesystem::path(dir.path()) / "step-00000001";
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    if (std::filesystem::exists(e.path() / "MANIFEST")) dir1 = e.path();
+  }
+  {
+    std::fstream f(dir1 / "MANIFEST",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(20);
+    f.put('\x5A');
+  }
+  got = LoadOnAll(dir.path(), none, reqs);
+  ExpectSameFailure(got, absl::StatusCode::kDataLoss, "MANIFEST");
+  EXPECT_EQ(got[0], Reader::Open(dir.path()).status());
+}
+
+TEST(CooperativeLoadFailureTest, BadRequestOnOneRankFailsEveryRank) {
+  TempDir dir;
+  SaveRows(dir.path());
+  ColumnLoad load;
+  auto got = LoadOnAll(
+      dir.path(), [](int) -> Storage* { return nullptr; },
+      [&](int r) {
+        auto reqs = load.Requests(r);
+        if (r == 2) reqs[1].dtype = DType::kInt32;
+        return reqs;
+      });
+  ExpectSameFailure(got, absl::StatusCode::kInvalidArgument,
+                    "rank 2 of 4: t1: dtype float32 in checkpoint, int32 "
+                    "requested");
+}
+
+TEST(CooperativeLoadFailureTest, LocalErrorOfOneRankFailsEveryRank) {
+  TempDir dir;
+  SaveRows(dir.path());
+  ColumnLoad load;
+  InProcessWorld w(kRanks);
+  std::vector<absl::Status> got(kRanks);
+  CKPT_ASSERT_OK(RunRanks(w, [&](Communicator& comm) -> absl::Status {
+    ReaderOptions ro;
+    ro.communicator = &comm;
+    CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+    LoadOptions lo;
+    if (comm.rank() == 3) lo.local_error = absl::InvalidArgumentError("bad");
+    got[comm.rank()] = reader->Load(load.Requests(comm.rank()), lo).status();
+    return absl::OkStatus();
+  }));
+  ExpectSameFailure(got, absl::StatusCode::kInvalidArgument,
+                    "rank 3 of 4: bad");
+}
+
+TEST(CooperativeLoadFailureTest, ReadErrorOnOneRankFailsEveryRank) {
+  TempDir dir;
+  SaveRows(dir.path());
+  ColumnLoad load;
+  std::vector<std::unique_ptr<FaultInjectingStorage>> fs;
+  for (int r = 0; r < kRanks; ++r) {
+    fs.push_back(std::make_unique<FaultInjectingStorage>(DefaultStorage()));
+  }
+  // Rank 1's third read of a shard file fails: after its index reads (the
+  // header, tail and index of the one shard it opens), its first block.
+  fs[1]->OnlyPathsContaining("shard");
+  fs[1]->FailAt(StorageOp::kRead, 4, absl::UnavailableError("disk gone"));
+  auto got = LoadOnAll(
+      dir.path(), [&](int r) -> Storage* { return fs[r].get(); },
+      [&](int r) { return load.Requests(r); });
+  ExpectSameFailure(got, absl::StatusCode::kUnavailable, "rank 1 of 4: ");
+  EXPECT_THAT(got[0].message(), HasSubstr("disk gone"));
+  EXPECT_EQ(fs[1]->injected(), 1);
+}
+
+TEST(CooperativeLoadFailureTest, ChecksumMismatchOnOneRankFailsEveryRank) {
+  TempDir dir;
+  SaveRows(dir.path());
+  auto reader = Reader::Open(dir.path());
+  CKPT_ASSERT_OK(reader);
+  const format::ChunkRecord& c = (*reader)->Find("t1")->chunks[0];
+  const std::string shard =
+      (*reader)->path() + "/" + (*reader)->manifest().shards[c.shard].file_name;
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(c.data_offset + 100);
+    const char old = static_cast<char>(f.get());
+    f.seekp(c.data_offset + 100);
+    f.put(static_cast<char>(old ^ 1));
+  }
+  ColumnLoad load;
+  auto got = LoadOnAll(
+      dir.path(), [](int) -> Storage* { return nullptr; },
+      [&](int r) { return load.Requests(r); });
+  ExpectSameFailure(got, absl::StatusCode::kDataLoss, "checksum");
+  EXPECT_THAT(got[0].message(), HasSubstr("'t1'"));
+}
+
+TEST(CooperativeLoadFailureTest, MissingShardFileFailsEveryRank) {
+  TempDir dir;
+  SaveRows(dir.path());
+  auto reader = Reader::Open(dir.path());
+  CKPT_ASSERT_OK(reader);
+  const std::string shard =
+      (*reader)->path() + "/" + (*reader)->manifest().shards[2].file_name;
+  std::filesystem::remove(shard);
+  ColumnLoad load;
+  auto got = LoadOnAll(
+      dir.path(), [](int) -> Storage* { return nullptr; },
+      [&](int r) { return load.Requests(r); });
+  ExpectSameFailure(got, absl::StatusCode::kDataLoss,
+                    "shard file is missing (shard 2 in the manifest)");
+}
+
+}  // namespace
+}  // namespace ckpt
