@@ -6,9 +6,12 @@
 // Every rank goes through the same collectives in the same order whatever
 // happens locally: a step that can fail on one rank is followed by Agree,
 // which makes every rank return the first failing rank's status.
+#include "coop_load.h"
+
 #include <algorithm>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,11 +24,7 @@
 #include "wire.h"
 
 namespace ckpt::internal {
-namespace {
 
-// Collective: OK on every rank if `local` is OK on every rank; otherwise,
-// on every rank, the status of the lowest failing rank R, its message
-// prefixed with "rank R of N: ".
 absl::Status Agree(Communicator* comm, const absl::Status& local) {
   const int n = comm->size(), me = comm->rank();
   std::vector<int64_t> flag = {local.ok() ? 0 : n - me};
@@ -40,6 +39,18 @@ absl::Status Agree(Communicator* comm, const absl::Status& local) {
   return absl::Status(
       s.code(), absl::StrCat("rank ", root, " of ", n, ": ", s.message()));
 }
+
+void FinishReport(const Prepared& p, const LoadRun& run, LoadReport* report) {
+  for (const LoadRequest& r : p.reqs) {
+    report->bytes_loaded += RegionElements(r.region) * DTypeSize(r.dtype);
+  }
+  report->bytes_read = run.bytes_read();
+  report->blocks_verified = run.blocks_verified();
+  std::sort(report->loaded.begin(), report->loaded.end());
+  std::sort(report->not_loaded.begin(), report->not_loaded.end());
+}
+
+namespace {
 
 // [u32 shard][u64 file size][string head][string tail][string index]...
 void PutShardMeta(std::string* out, uint32_t id, const ShardMetaBytes& m) {
@@ -270,6 +281,13 @@ absl::StatusOr<LoadReport> ReaderImpl::LoadCooperative(
   co.round_bytes = std::max<uint64_t>(1, options.exchange_bytes_per_round);
   const CoopPlan plan =
       PlanCooperativeReads(manifest_, groups, pieces, lookup, co);
+  if (comm->SharesAddressSpace()) {
+    CKPT_ASSIGN_OR_RETURN(std::optional<AllDestinations> all,
+                          ShareDestinations(*p));
+    if (all.has_value()) {
+      return RunDirect(*p, *all, groups, plan, threads, std::move(report));
+    }
+  }
   return RunCooperative(*p, groups, plan, options, threads, std::move(report));
 }
 
@@ -346,13 +364,7 @@ absl::StatusOr<LoadReport> ReaderImpl::RunCooperative(
   }
   if (pending.ok()) pending = run.CheckAllWritten();
   CKPT_RETURN_IF_ERROR(Agree(comm, pending));
-  for (const LoadRequest& r : p.reqs) {
-    report.bytes_loaded += RegionElements(r.region) * DTypeSize(r.dtype);
-  }
-  report.bytes_read = run.bytes_read();
-  report.blocks_verified = run.blocks_verified();
-  std::sort(report.loaded.begin(), report.loaded.end());
-  std::sort(report.not_loaded.begin(), report.not_loaded.end());
+  FinishReport(p, run, &report);
   return report;
 }
 

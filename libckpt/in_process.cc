@@ -36,6 +36,7 @@ class InProcessCommunicator final : public Communicator {
   absl::Status AllToAll(absl::Span<const SendBuffer> send,
                         absl::Span<const RecvBuffer> recv,
                         MemoryKind memory) override;
+  bool SharesAddressSpace() const override { return true; }
   absl::Status AllReduceMax(std::vector<int64_t>* values) override {
     std::string mine;
     for (int64_t v : *values)

@@ -20,6 +20,7 @@
 #include "ckpt/internal/shard_file.h"
 #include "ckpt/mutex.h"
 #include "ckpt/reader.h"
+#include "coop_load.h"
 #include "load_run.h"
 #include "staging_pool.h"
 
@@ -109,6 +110,19 @@ class ReaderImpl final : public Reader {
       const Prepared& p, const internal::RequestGroups& groups,
       const internal::CoopPlan& plan, const LoadOptions& options, int threads,
       LoadReport report);
+  // With a communicator that SharesAddressSpace (coop_direct.cc):
+  // every rank's destinations as one list, or nullopt on every rank if some
+  // rank has a destination that is not host memory. Collective (one AllGather).
+  absl::StatusOr<std::optional<internal::AllDestinations>> ShareDestinations(
+      const Prepared& p);
+  // The cooperative load without exchange: each rank runs its reads of
+  // `plan` with the copies going straight to `all`'s destinations, then
+  // the ranks agree, and each calls its own requests' on_complete.
+  absl::StatusOr<LoadReport> RunDirect(const Prepared& p,
+                                       const internal::AllDestinations& all,
+                                       const internal::RequestGroups& groups,
+                                       const internal::CoopPlan& plan,
+                                       int threads, LoadReport report);
   absl::Status OpenShards(const std::vector<uint32_t>& ids, int threads);
   absl::Status CheckRequest(const LoadRequest& r, const LoadOptions& o,
                             const EntryRecord** e);

@@ -17,13 +17,17 @@
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
 #include "gtest/gtest.h"
+#include "libckpt/forwarding_communicator.h"
 #include "libckpt/test_util.h"
+#include "testing/fake_device.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt {
 namespace {
 
+using ::ckpt::testing::Delivery;
 using ::ckpt::testing::ReferenceBytes;
+using ::ckpt::testing::RunRanksWith;
 using ::ckpt::testing::StatusIs;
 using ::ckpt::testing::TempDir;
 using ::testing::HasSubstr;
@@ -192,22 +196,27 @@ TEST(CooperativeOpenTest, OnlyRankZeroTouchesStorage) {
   }
 }
 
-TEST(CooperativeLoadTest, EachShardIndexIsReadByOneRank) {
+// The cooperative load tests run with both delivery paths.
+class CooperativeLoadTest : public ::testing::TestWithParam<Delivery> {};
+class CooperativeLoadFailureTest : public ::testing::TestWithParam<Delivery> {};
+
+TEST_P(CooperativeLoadTest, EachShardIndexIsReadByOneRank) {
   TempDir dir;
   const auto global = SaveRows(dir.path());
   std::vector<CountingStorage> storage(kRanks);
   InProcessWorld w(kRanks);
   ColumnLoad load;
   std::vector<LoadReport> reports(kRanks);
-  CKPT_ASSERT_OK(RunRanks(w, [&](Communicator& comm) -> absl::Status {
-    ReaderOptions ro;
-    ro.communicator = &comm;
-    ro.storage = &storage[comm.rank()];
-    CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
-    CKPT_ASSIGN_OR_RETURN(reports[comm.rank()],
-                          reader->Load(load.Requests(comm.rank())));
-    return absl::OkStatus();
-  }));
+  CKPT_ASSERT_OK(
+      RunRanksWith(w, GetParam(), [&](Communicator& comm) -> absl::Status {
+        ReaderOptions ro;
+        ro.communicator = &comm;
+        ro.storage = &storage[comm.rank()];
+        CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+        CKPT_ASSIGN_OR_RETURN(reports[comm.rank()],
+                              reader->Load(load.Requests(comm.rank())));
+        return absl::OkStatus();
+      }));
   load.Check(global);
   std::map<std::string, int> headers;
   uint64_t read = 0, received = 0;
@@ -223,46 +232,48 @@ TEST(CooperativeLoadTest, EachShardIndexIsReadByOneRank) {
   EXPECT_EQ(received, read * (kRanks - 1) / kRanks);
 }
 
-TEST(CooperativeLoadTest, ManySmallRoundsLoadTheSameBytes) {
+TEST_P(CooperativeLoadTest, ManySmallRoundsLoadTheSameBytes) {
   TempDir dir;
   const auto global = SaveRows(dir.path());
   InProcessWorld w(kRanks);
   ColumnLoad load;
-  CKPT_ASSERT_OK(RunRanks(w, [&](Communicator& comm) -> absl::Status {
-    ReaderOptions ro;
-    ro.communicator = &comm;
-    CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
-    LoadOptions lo;
-    lo.exchange_bytes_per_round = 1000;  // below one read: a read per round
-    return reader->Load(load.Requests(comm.rank()), lo).status();
-  }));
+  CKPT_ASSERT_OK(
+      RunRanksWith(w, GetParam(), [&](Communicator& comm) -> absl::Status {
+        ReaderOptions ro;
+        ro.communicator = &comm;
+        CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+        LoadOptions lo;
+        lo.exchange_bytes_per_round = 1000;  // below one read: a read per round
+        return reader->Load(load.Requests(comm.rank()), lo).status();
+      }));
   load.Check(global);
 }
 
-TEST(CooperativeLoadTest, CallsEachOnCompleteOnceAndHonoursStrictness) {
+TEST_P(CooperativeLoadTest, CallsEachOnCompleteOnceAndHonoursStrictness) {
   TempDir dir;
   const auto global = SaveRows(dir.path());
   InProcessWorld w(kRanks);
   ColumnLoad load, other;
   std::vector<std::atomic<int>> calls(kRanks * 3);
   std::vector<absl::Status> strict(kRanks);
-  CKPT_ASSERT_OK(RunRanks(w, [&](Communicator& comm) -> absl::Status {
-    const int rank = comm.rank();
-    ReaderOptions ro;
-    ro.communicator = &comm;
-    CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
-    std::vector<LoadRequest> reqs = load.Requests(rank);
-    for (int i = 0; i < 3; ++i) {
-      reqs[i].on_complete = [&calls, rank, i] { ++calls[rank * 3 + i]; };
-    }
-    CKPT_RETURN_IF_ERROR(reader->Load(reqs).status());
-    // Rank 3 leaves t2 unrequested without a filter: the load fails on
-    // every rank.
-    std::vector<LoadRequest> fewer = other.Requests(rank);
-    if (rank == 3) fewer.pop_back();
-    strict[rank] = reader->Load(fewer).status();
-    return absl::OkStatus();
-  }));
+  CKPT_ASSERT_OK(
+      RunRanksWith(w, GetParam(), [&](Communicator& comm) -> absl::Status {
+        const int rank = comm.rank();
+        ReaderOptions ro;
+        ro.communicator = &comm;
+        CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+        std::vector<LoadRequest> reqs = load.Requests(rank);
+        for (int i = 0; i < 3; ++i) {
+          reqs[i].on_complete = [&calls, rank, i] { ++calls[rank * 3 + i]; };
+        }
+        CKPT_RETURN_IF_ERROR(reader->Load(reqs).status());
+        // Rank 3 leaves t2 unrequested without a filter: the load fails on
+        // every rank.
+        std::vector<LoadRequest> fewer = other.Requests(rank);
+        if (rank == 3) fewer.pop_back();
+        strict[rank] = reader->Load(fewer).status();
+        return absl::OkStatus();
+      }));
   load.Check(global);
   for (int k = 0; k < kRanks * 3; ++k) EXPECT_EQ(calls[k], 1) << k;
   for (int r = 0; r < kRanks; ++r) {
@@ -273,15 +284,16 @@ TEST(CooperativeLoadTest, CallsEachOnCompleteOnceAndHonoursStrictness) {
   }
 }
 
-// Runs a cooperative column load on kRanks ranks, rank r with storage
-// `storage(r)` (null: POSIX) and requests `requests(r)`; returns every
-// rank's status of Open (if it failed) or Load.
+// Runs a cooperative column load on kRanks ranks delivering by `delivery`, rank
+// r with storage `storage(r)` (null: POSIX) and requests `requests(r)`; returns
+// every rank's status of Open (if it failed) or Load.
 std::vector<absl::Status> LoadOnAll(
-    const std::string& root, const std::function<Storage*(int)>& storage,
+    Delivery delivery, const std::string& root,
+    const std::function<Storage*(int)>& storage,
     const std::function<std::vector<LoadRequest>(int)>& requests) {
   InProcessWorld w(kRanks);
   std::vector<absl::Status> out(kRanks);
-  absl::Status st = RunRanks(w, [&](Communicator& comm) -> absl::Status {
+  absl::Status st = RunRanksWith(w, delivery, [&](Communicator& comm) {
     const int rank = comm.rank();
     ReaderOptions ro;
     ro.communicator = &comm;
@@ -303,14 +315,14 @@ void ExpectSameFailure(const std::vector<absl::Status>& got,
   }
 }
 
-TEST(CooperativeLoadFailureTest, OpenErrorsAreThoseOfASingleRankOpen) {
+TEST_P(CooperativeLoadFailureTest, OpenErrorsAreThoseOfASingleRankOpen) {
   TempDir dir;
   SaveRows(dir.path());
   ColumnLoad load;
   auto none = [](int) -> Storage* { return nullptr; };
   auto reqs = [&](int r) { return load.Requests(r); };
   const std::string missing = dir / "nope";
-  auto got = LoadOnAll(missing, none, reqs);
+  auto got = LoadOnAll(GetParam(), missing, none, reqs);
   ExpectSameFailure(got, absl::StatusCode::kNotFound, "nope");
   EXPECT_EQ(got[0], Reader::Open(missing).status());
   // A corrupt manifest: the decoder's DataLoss, as for one rank.
@@ -324,17 +336,17 @@ TEST(CooperativeLoadFailureTest, OpenErrorsAreThoseOfASingleRankOpen) {
     f.seekp(20);
     f.put('\x5A');
   }
-  got = LoadOnAll(dir.path(), none, reqs);
+  got = LoadOnAll(GetParam(), dir.path(), none, reqs);
   ExpectSameFailure(got, absl::StatusCode::kDataLoss, "MANIFEST");
   EXPECT_EQ(got[0], Reader::Open(dir.path()).status());
 }
 
-TEST(CooperativeLoadFailureTest, BadRequestOnOneRankFailsEveryRank) {
+TEST_P(CooperativeLoadFailureTest, BadRequestOnOneRankFailsEveryRank) {
   TempDir dir;
   SaveRows(dir.path());
   ColumnLoad load;
   auto got = LoadOnAll(
-      dir.path(), [](int) -> Storage* { return nullptr; },
+      GetParam(), dir.path(), [](int) -> Storage* { return nullptr; },
       [&](int r) {
         auto reqs = load.Requests(r);
         if (r == 2) reqs[1].dtype = DType::kInt32;
@@ -345,26 +357,29 @@ TEST(CooperativeLoadFailureTest, BadRequestOnOneRankFailsEveryRank) {
                     "requested");
 }
 
-TEST(CooperativeLoadFailureTest, LocalErrorOfOneRankFailsEveryRank) {
+TEST_P(CooperativeLoadFailureTest, LocalErrorOfOneRankFailsEveryRank) {
   TempDir dir;
   SaveRows(dir.path());
   ColumnLoad load;
   InProcessWorld w(kRanks);
   std::vector<absl::Status> got(kRanks);
-  CKPT_ASSERT_OK(RunRanks(w, [&](Communicator& comm) -> absl::Status {
-    ReaderOptions ro;
-    ro.communicator = &comm;
-    CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
-    LoadOptions lo;
-    if (comm.rank() == 3) lo.local_error = absl::InvalidArgumentError("bad");
-    got[comm.rank()] = reader->Load(load.Requests(comm.rank()), lo).status();
-    return absl::OkStatus();
-  }));
+  CKPT_ASSERT_OK(
+      RunRanksWith(w, GetParam(), [&](Communicator& comm) -> absl::Status {
+        ReaderOptions ro;
+        ro.communicator = &comm;
+        CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+        LoadOptions lo;
+        if (comm.rank() == 3)
+          lo.local_error = absl::InvalidArgumentError("bad");
+        got[comm.rank()] =
+            reader->Load(load.Requests(comm.rank()), lo).status();
+        return absl::OkStatus();
+      }));
   ExpectSameFailure(got, absl::StatusCode::kInvalidArgument,
                     "rank 3 of 4: bad");
 }
 
-TEST(CooperativeLoadFailureTest, ReadErrorOnOneRankFailsEveryRank) {
+TEST_P(CooperativeLoadFailureTest, ReadErrorOnOneRankFailsEveryRank) {
   TempDir dir;
   SaveRows(dir.path());
   ColumnLoad load;
@@ -377,14 +392,14 @@ TEST(CooperativeLoadFailureTest, ReadErrorOnOneRankFailsEveryRank) {
   fs[1]->OnlyPathsContaining("shard");
   fs[1]->FailAt(StorageOp::kRead, 4, absl::UnavailableError("disk gone"));
   auto got = LoadOnAll(
-      dir.path(), [&](int r) -> Storage* { return fs[r].get(); },
+      GetParam(), dir.path(), [&](int r) -> Storage* { return fs[r].get(); },
       [&](int r) { return load.Requests(r); });
   ExpectSameFailure(got, absl::StatusCode::kUnavailable, "rank 1 of 4: ");
   EXPECT_THAT(got[0].message(), HasSubstr("disk gone"));
   EXPECT_EQ(fs[1]->injected(), 1);
 }
 
-TEST(CooperativeLoadFailureTest, ChecksumMismatchOnOneRankFailsEveryRank) {
+TEST_P(CooperativeLoadFailureTest, ChecksumMismatchOnOneRankFailsEveryRank) {
   TempDir dir;
   SaveRows(dir.path());
   auto reader = Reader::Open(dir.path());
@@ -401,13 +416,13 @@ TEST(CooperativeLoadFailureTest, ChecksumMismatchOnOneRankFailsEveryRank) {
   }
   ColumnLoad load;
   auto got = LoadOnAll(
-      dir.path(), [](int) -> Storage* { return nullptr; },
+      GetParam(), dir.path(), [](int) -> Storage* { return nullptr; },
       [&](int r) { return load.Requests(r); });
   ExpectSameFailure(got, absl::StatusCode::kDataLoss, "checksum");
   EXPECT_THAT(got[0].message(), HasSubstr("'t1'"));
 }
 
-TEST(CooperativeLoadFailureTest, MissingShardFileFailsEveryRank) {
+TEST_P(CooperativeLoadFailureTest, MissingShardFileFailsEveryRank) {
   TempDir dir;
   SaveRows(dir.path());
   auto reader = Reader::Open(dir.path());
@@ -417,11 +432,77 @@ TEST(CooperativeLoadFailureTest, MissingShardFileFailsEveryRank) {
   std::filesystem::remove(shard);
   ColumnLoad load;
   auto got = LoadOnAll(
-      dir.path(), [](int) -> Storage* { return nullptr; },
+      GetParam(), dir.path(), [](int) -> Storage* { return nullptr; },
       [&](int r) { return load.Requests(r); });
   ExpectSameFailure(got, absl::StatusCode::kDataLoss,
                     "shard file is missing (shard 2 in the manifest)");
 }
+
+// Ranks of one address space deliver without AllToAll; hiding that, the
+// same load exchanges the bytes with it.
+TEST(CooperativeLoadDeliveryTest, DirectDeliveryMakesNoAllToAllCall) {
+  TempDir dir;
+  const auto global = SaveRows(dir.path());
+  for (Delivery d : {Delivery::kDirect, Delivery::kAllToAll}) {
+    InProcessWorld w(kRanks);
+    ColumnLoad load;
+    std::vector<int> calls;
+    CKPT_ASSERT_OK(RunRanksWith(
+        w, d,
+        [&](Communicator& comm) -> absl::Status {
+          ReaderOptions ro;
+          ro.communicator = &comm;
+          CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+          return reader->Load(load.Requests(comm.rank())).status();
+        },
+        &calls));
+    load.Check(global);
+    for (int r = 0; r < kRanks; ++r) {
+      if (d == Delivery::kDirect) {
+        EXPECT_EQ(calls[r], 0) << "rank " << r;
+      } else {
+        EXPECT_GT(calls[r], 0) << "rank " << r;
+      }
+    }
+  }
+}
+
+// A device destination on one rank: no rank writes into another's
+// memory; every rank takes the AllToAll path, and the bytes arrive.
+TEST(CooperativeLoadDeliveryTest, DeviceDestinationOnOneRankUsesAllToAll) {
+  TempDir dir;
+  const auto global = SaveRows(dir.path());
+  InProcessWorld w(kRanks);
+  ColumnLoad load;
+  testing::FakeDevice dev;
+  std::vector<int> calls;
+  CKPT_ASSERT_OK(RunRanksWith(
+      w, Delivery::kDirect,
+      [&](Communicator& comm) -> absl::Status {
+        ReaderOptions ro;
+        ro.communicator = &comm;
+        ro.device_memory = &dev;
+        CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+        std::vector<LoadRequest> reqs = load.Requests(comm.rank());
+        if (comm.rank() == 2) reqs[1].memory = MemoryKind::kCuda;
+        return reader->Load(reqs).status();
+      },
+      &calls));
+  load.Check(global);
+  for (int r = 0; r < kRanks; ++r) EXPECT_GT(calls[r], 0) << "rank " << r;
+}
+
+auto DeliveryParamName = [](const ::testing::TestParamInfo<Delivery>& info) {
+  return std::string(testing::DeliveryName(info.param));
+};
+INSTANTIATE_TEST_SUITE_P(BothPaths, CooperativeLoadTest,
+                         ::testing::Values(Delivery::kDirect,
+                                           Delivery::kAllToAll),
+                         DeliveryParamName);
+INSTANTIATE_TEST_SUITE_P(BothPaths, CooperativeLoadFailureTest,
+                         ::testing::Values(Delivery::kDirect,
+                                           Delivery::kAllToAll),
+                         DeliveryParamName);
 
 }  // namespace
 }  // namespace ckpt

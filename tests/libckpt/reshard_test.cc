@@ -8,17 +8,20 @@
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
 #include "gtest/gtest.h"
+#include "libckpt/forwarding_communicator.h"
 #include "libckpt/test_util.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt {
 namespace {
 
+using ::ckpt::testing::Delivery;
 using ::ckpt::testing::Extract;
 using ::ckpt::testing::Layout;
 using ::ckpt::testing::LayoutName;
 using ::ckpt::testing::PieceOf;
 using ::ckpt::testing::ReferenceBytes;
+using ::ckpt::testing::RunRanksWith;
 using ::ckpt::testing::TempDir;
 
 struct Tensor {
@@ -170,31 +173,42 @@ uint64_t NeededBlockBytes(
 void CooperativeLoadAndCompare(const std::string& root,
                                const std::vector<Tensor>& tensors,
                                Layout layout, int world, format::Codec codec,
-                               const std::string& label) {
+                               Delivery delivery, const std::string& label) {
   InProcessWorld w(world);
   std::vector<std::vector<std::string>> bufs(
       world, std::vector<std::string>(tensors.size()));
   std::vector<LoadReport> reports(world);
-  absl::Status st = RunRanks(w, [&](Communicator& comm) -> absl::Status {
-    const int rank = comm.rank();
-    ReaderOptions ro;
-    ro.communicator = &comm;
-    CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(root, ro));
-    std::vector<LoadRequest> reqs;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const Tensor& t = tensors[i];
-      auto piece = PieceOf(layout, t.shape, rank, world);
-      bufs[rank][i].assign(RegionElements(piece.region) * DTypeSize(t.dtype),
-                           '\xEE');
-      reqs.push_back(
-          {t.name, t.dtype, t.shape, piece.region, bufs[rank][i].data()});
-    }
-    LoadOptions lo;
-    lo.filter = [](const std::string& n) { return n.rfind("rng.", 0) != 0; };
-    CKPT_ASSIGN_OR_RETURN(reports[rank], reader->Load(reqs, lo));
-    return absl::OkStatus();
-  });
+  std::vector<int> all_to_all_calls;
+  absl::Status st = RunRanksWith(
+      w, delivery,
+      [&](Communicator& comm) -> absl::Status {
+        const int rank = comm.rank();
+        ReaderOptions ro;
+        ro.communicator = &comm;
+        CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(root, ro));
+        std::vector<LoadRequest> reqs;
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          const Tensor& t = tensors[i];
+          auto piece = PieceOf(layout, t.shape, rank, world);
+          bufs[rank][i].assign(
+              RegionElements(piece.region) * DTypeSize(t.dtype), '\xEE');
+          reqs.push_back(
+              {t.name, t.dtype, t.shape, piece.region, bufs[rank][i].data()});
+        }
+        LoadOptions lo;
+        lo.filter = [](const std::string& n) {
+          return n.rfind("rng.", 0) != 0;
+        };
+        CKPT_ASSIGN_OR_RETURN(reports[rank], reader->Load(reqs, lo));
+        return absl::OkStatus();
+      },
+      &all_to_all_calls);
   ASSERT_TRUE(st.ok()) << label << ": " << st;
+  if (delivery == Delivery::kDirect) {
+    for (int rank = 0; rank < world; ++rank) {
+      EXPECT_EQ(all_to_all_calls[rank], 0) << label << " rank " << rank;
+    }
+  }
   std::vector<std::pair<std::string, Region>> regions;
   std::vector<LoadRequest> all;
   std::vector<std::string> scratch;
@@ -242,10 +256,13 @@ TEST_P(ReshardMatrixTest, CooperativeLoadsUnderEveryLayoutReadEachBlockOnce) {
   CKPT_ASSERT_OK(SaveAll(dir.path(), 1, tensors, save_layout, 3, so));
   for (Layout load_layout : testing::kAllLayouts) {
     for (int world : {2, 4}) {
-      CooperativeLoadAndCompare(dir.path(), tensors, load_layout, world, codec,
-                                std::string(LayoutName(save_layout)) + "->" +
-                                    LayoutName(load_layout) + " x" +
-                                    std::to_string(world) + " cooperative");
+      for (Delivery d : {Delivery::kDirect, Delivery::kAllToAll}) {
+        CooperativeLoadAndCompare(
+            dir.path(), tensors, load_layout, world, codec, d,
+            std::string(LayoutName(save_layout)) + "->" +
+                LayoutName(load_layout) + " x" + std::to_string(world) +
+                " cooperative " + testing::DeliveryName(d));
+      }
     }
   }
 }

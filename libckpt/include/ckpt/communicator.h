@@ -111,6 +111,14 @@ class Communicator {
                                               MemoryKind memory);
   // Whether AllToAll accepts MemoryKind::kCuda buffers.
   virtual bool SupportsDeviceMemory() const { return false; }
+  // Whether all ranks run in one address space: a host pointer of any rank
+  // is valid, and its memory readable and writable, in every rank (ranks
+  // are threads of one process). Must be the same on every rank. A
+  // cooperative load then writes the bytes each rank reads straight into
+  // the other ranks' host destinations instead of exchanging them with
+  // AllToAll. True for InProcessCommunicator; false by default (processes,
+  // MPI, Python adapters).
+  virtual bool SharesAddressSpace() const { return false; }
 
  protected:
   // Building blocks of AllToAll implementations, so that every one checks

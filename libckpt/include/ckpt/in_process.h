@@ -3,7 +3,8 @@
 // benchmarks.
 // Its AllToAll moves each byte once: every rank publishes the address of
 // its send buffers, and each receiver copies its parts straight from them
-// (the senders wait until every receiver has copied).
+// (the senders wait until every receiver has copied). Its ranks share one
+// address space (Communicator::SharesAddressSpace).
 //
 //   ckpt::InProcessWorld world(4);
 //   ckpt::RunRanks(world, [&](ckpt::Communicator& comm) { ... });

@@ -33,6 +33,13 @@
 //    and received per rank. Exchanged bytes always travel in host memory;
 //    a rank with device destinations copies what it receives to the
 //    device (ReaderOptions::device_memory), as it does for what it reads.
+//    When the ranks share one address space (Communicator::
+//    SharesAddressSpace, e.g. in-process ranks) and every rank's
+//    destinations are host memory, there is no exchange: the ranks share
+//    their destination addresses and each writes the verified bytes of its
+//    reads straight into the destinations of every rank that needs them;
+//    each rank's on_complete callbacks then run on the thread that called
+//    Load, once every rank's reads succeeded.
 //    The communicator knows no nodes, so reads are spread over ranks only.
 //  * Per rank, the guarantees of a single-rank Load hold: strictness
 //    (LoadOptions), completeness, verification (by the rank that read the
@@ -74,7 +81,9 @@ struct LoadRequest {
   // receives the bytes. Not owned.
   std::string* object = nullptr;
   // Called once, from an I/O thread, as soon as this destination is
-  // completely written and verified (before Load returns), so a trainer can
+  // completely written and verified (before Load returns; in a cooperative
+  // load without exchange, see "Cooperative loads", from the calling thread
+  // once all ranks' reads succeeded), so a trainer can
   // refresh derived copies (docs/FAILURE-MODES.md §1, §2). Not called on
   // failure.
   std::function<void()> on_complete;

@@ -1,0 +1,89 @@
+// Test helper: a communicator that forwards every call to another, counts
+// the AllToAll calls and can hide the other's SharesAddressSpace, so that
+// the cooperative load's two delivery paths (direct writes between ranks
+// of one address space, and the AllToAll exchange) can both be tested on
+// in-process ranks.
+#ifndef CKPT_TESTS_LIBCKPT_FORWARDING_COMMUNICATOR_H_
+#define CKPT_TESTS_LIBCKPT_FORWARDING_COMMUNICATOR_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ckpt/communicator.h"
+#include "ckpt/in_process.h"
+
+namespace ckpt::testing {
+
+// How a cooperative load on in-process ranks delivers bytes.
+enum class Delivery { kDirect, kAllToAll };
+
+inline const char* DeliveryName(Delivery d) {
+  return d == Delivery::kDirect ? "Direct" : "AllToAll";
+}
+
+class ForwardingCommunicator final : public Communicator {
+ public:
+  // kAllToAll: SharesAddressSpace() is false whatever `base` says.
+  ForwardingCommunicator(Communicator* base, Delivery delivery)
+      : base_(base), delivery_(delivery) {}
+
+  int rank() const override { return base_->rank(); }
+  int size() const override { return base_->size(); }
+  absl::StatusOr<std::vector<std::string>> AllGather(
+      absl::string_view mine) override {
+    return base_->AllGather(mine);
+  }
+  absl::StatusOr<std::vector<std::string>> Gather(absl::string_view mine,
+                                                  int root) override {
+    return base_->Gather(mine, root);
+  }
+  absl::Status Broadcast(std::string* data, int root) override {
+    return base_->Broadcast(data, root);
+  }
+  absl::Status Barrier() override { return base_->Barrier(); }
+  absl::Status AllReduceMax(std::vector<int64_t>* values) override {
+    return base_->AllReduceMax(values);
+  }
+  absl::Status AllToAll(absl::Span<const SendBuffer> send,
+                        absl::Span<const RecvBuffer> recv,
+                        MemoryKind memory) override {
+    ++all_to_all_calls_;
+    return base_->AllToAll(send, recv, memory);
+  }
+  bool SupportsDeviceMemory() const override {
+    return base_->SupportsDeviceMemory();
+  }
+  bool SharesAddressSpace() const override {
+    return delivery_ == Delivery::kDirect && base_->SharesAddressSpace();
+  }
+
+  int all_to_all_calls() const { return all_to_all_calls_; }
+
+ private:
+  Communicator* base_;
+  Delivery delivery_;
+  int all_to_all_calls_ = 0;  // used by one thread, the rank's
+};
+
+// RunRanks(world, fn) with each rank's communicator wrapped for `delivery`;
+// `all_to_all_calls` (null, or world.size() counters) receives each rank's
+// count of AllToAll calls.
+inline absl::Status RunRanksWith(
+    InProcessWorld& world, Delivery delivery,
+    const std::function<absl::Status(Communicator&)>& fn,
+    std::vector<int>* all_to_all_calls = nullptr) {
+  if (all_to_all_calls != nullptr) all_to_all_calls->assign(world.size(), 0);
+  return RunRanks(world, [&](Communicator& comm) -> absl::Status {
+    ForwardingCommunicator wrapped(&comm, delivery);
+    absl::Status st = fn(wrapped);
+    if (all_to_all_calls != nullptr) {
+      (*all_to_all_calls)[comm.rank()] = wrapped.all_to_all_calls();
+    }
+    return st;
+  });
+}
+
+}  // namespace ckpt::testing
+
+#endif  // CKPT_TESTS_LIBCKPT_FORWARDING_COMMUNICATOR_H_
