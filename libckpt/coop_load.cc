@@ -1,7 +1,9 @@
 // Cooperative loads (ckpt/reader.h, "Cooperative loads"): the ranks of
 // ReaderOptions::communicator exchange their requests, share the shard
 // indexes, compute the same plan (ckpt/internal/coop_plan.h) and read every
-// needed block once between them, exchanging the bytes with AllToAll.
+// needed block once between them, exchanging the bytes with AllToAll
+// (or, for ranks of one address space loading into host memory, writing
+// them straight into each other's destinations: coop_direct.cc).
 //
 // Every rank goes through the same collectives in the same order whatever
 // happens locally: a step that can fail on one rank is followed by Agree,
