@@ -26,12 +26,13 @@ namespace ckpt::internal {
 // One rank's device data plane for one cooperative load. Not thread-safe.
 class DeviceExchange {
  public:
-  // Collective (one AllGather) when comm->SupportsDeviceMemory(); local and
-  // null otherwise. Null too (on every rank) unless every rank has a
-  // DeviceMemory (`dm`) and kCuda destinations, all on one device: the
-  // device buffers of a rank live on the device of its destinations, the
-  // one its communicator uses. `after` (may be null, not owned) is the
-  // caller's LoadOptions::device_ready: device copies run after it.
+  // Collective (one AllGather) when comm->SupportsDeviceMemory(), which
+  // must answer alike on every rank; local and null otherwise. Null too (on
+  // every rank) unless every rank has a DeviceMemory (`dm`) and kCuda
+  // destinations, all on one device: the device buffers of a rank live on the
+  // device of its destinations, the one its communicator uses. `after` (may be
+  // null, not owned) is the caller's LoadOptions::device_ready: device copies
+  // run after it.
   static absl::StatusOr<std::unique_ptr<DeviceExchange>> Create(
       Communicator* comm, DeviceMemory* dm, DeviceEvent* after,
       const std::vector<LoadRequest>& reqs);

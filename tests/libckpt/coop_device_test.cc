@@ -290,5 +290,22 @@ TEST(CooperativeDeviceLoadTest, ADeviceCopyErrorFailsEveryRankAlike) {
               HasSubstr("fake ECC error"));
 }
 
+TEST(CooperativeDeviceLoadTest, NoDeviceBufferFailsEveryRankAlike) {
+  TempDir dir;
+  SaveRows(dir.path());
+  DeviceLoad load;
+  load.devices[1]->device_memory_enabled = false;  // AllocateDevice fails
+  EXPECT_FALSE(load.Run(dir.path()).ok());
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(load.status[r], load.status[0]) << "rank " << r;
+    EXPECT_EQ(load.devices[r]->device_allocated_bytes, 0) << "rank " << r;
+  }
+  EXPECT_EQ(load.status[0].code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(load.status[0].message()),
+              HasSubstr("rank 1 of 4: "));
+  EXPECT_THAT(std::string(load.status[0].message()),
+              HasSubstr("device exchange buffer"));
+}
+
 }  // namespace
 }  // namespace ckpt
