@@ -22,6 +22,7 @@
 #include "ckpt/format/coding.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/internal/thread_pool.h"
+#include "coop_device.h"
 #include "reader_impl.h"
 #include "wire.h"
 
@@ -122,14 +123,26 @@ std::vector<Round> RoundsOf(const RequestGroups& g, const CoopPlan& plan,
   return rounds;
 }
 
-// Bytes this rank sends to each rank over the whole load.
+// Device data plane (coop_device.h): the bytes for holder `h` travel in
+// device memory. Exchanged bytes are counted by "lane": lane d for rank
+// d's bytes through host memory, lane ranks + d for those through device
+// memory (none without `dx`).
+bool ViaDevice(const DeviceExchange* dx, const Holder& h) {
+  return dx != nullptr && dx->OnDevice(h);
+}
+uint32_t Lane(const RequestGroups& g, const DeviceExchange* dx, uint32_t rank,
+              const Holder& h) {
+  return (ViaDevice(dx, h) ? g.ranks : 0) + rank;
+}
+
+// Bytes this rank sends to each rank over the whole load, by lane.
 std::vector<uint64_t> TotalSends(const RequestGroups& g, const CoopPlan& plan,
-                                 uint32_t me) {
-  std::vector<uint64_t> to(g.ranks, 0);
+                                 uint32_t me, const DeviceExchange* dx) {
+  std::vector<uint64_t> to(2 * g.ranks, 0);
   for (const CoopRead& cr : plan.reads) {
     if (cr.reader != me) continue;
     ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy& c) {
-      if (h.rank != me) to[h.rank] += c.bytes;
+      if (h.rank != me) to[Lane(g, dx, h.rank, h)] += c.bytes;
     });
   }
   return to;
@@ -137,13 +150,13 @@ std::vector<uint64_t> TotalSends(const RequestGroups& g, const CoopPlan& plan,
 
 // The reads of one round as LoadRun executes them: copies to this rank's
 // own requests keep their destination (Holder::index); copies for rank d
-// go to request `slots + d`, the send buffer for d, at consecutive
-// offsets. Returns the reads and the bytes for each rank.
+// go to request `slots + lane`, the send buffer of that lane, at
+// consecutive offsets. Returns the reads and the bytes for each lane.
 std::pair<std::vector<BlockRead>, std::vector<uint64_t>> RoundReads(
     const RequestGroups& g, const CoopPlan& plan, const Round& round,
-    uint32_t me, uint32_t slots) {
+    uint32_t me, uint32_t slots, const DeviceExchange* dx) {
   std::vector<BlockRead> reads;
-  std::vector<uint64_t> off(g.ranks, 0);
+  std::vector<uint64_t> off(2 * g.ranks, 0);
   for (uint32_t i : round.reads) {
     const BlockRead& src = plan.reads[i].read;
     BlockRead r = src;
@@ -152,8 +165,9 @@ std::pair<std::vector<BlockRead>, std::vector<uint64_t>> RoundReads(
       if (h.rank == me) {
         r.copies.push_back(Copy{h.index, c.src, c.dst, c.bytes});
       } else {
-        r.copies.push_back(Copy{slots + h.rank, c.src, off[h.rank], c.bytes});
-        off[h.rank] += c.bytes;
+        const uint32_t lane = Lane(g, dx, h.rank, h);
+        r.copies.push_back(Copy{slots + lane, c.src, off[lane], c.bytes});
+        off[lane] += c.bytes;
       }
     });
     reads.push_back(std::move(r));
@@ -170,18 +184,20 @@ struct Incoming {
 };
 
 // The reads of `round` that send this rank bytes, and (in `sizes`) how
-// many bytes each rank sends it.
+// many bytes each rank sends it, by lane (offsets: in host memory).
 std::vector<Incoming> IncomingOf(const RequestGroups& g, const CoopPlan& plan,
                                  const Round& round, uint32_t me,
+                                 const DeviceExchange* dx,
                                  std::vector<uint64_t>* sizes) {
   std::vector<Incoming> out;
-  sizes->assign(g.ranks, 0);
+  sizes->assign(2 * g.ranks, 0);
   for (uint32_t s = 0; s < g.ranks; ++s) {
     for (uint32_t i : round.incoming[s]) {
       out.push_back(Incoming{s, i, (*sizes)[s]});
       ForEachDelivery(g, plan.reads[i].read,
                       [&](const Holder& h, const Copy& c) {
-                        if (h.rank == me) (*sizes)[s] += c.bytes;
+                        if (h.rank == me)
+                          (*sizes)[Lane(g, dx, s, h)] += c.bytes;
                       });
     }
   }
@@ -189,12 +205,13 @@ std::vector<Incoming> IncomingOf(const RequestGroups& g, const CoopPlan& plan,
 }
 
 // Writes the bytes of one incoming read (at `bytes`, in the order its
-// reader laid them out) to this rank's destinations.
+// reader laid them out) to this rank's destinations; those that travel in
+// device memory are DeviceExchange::Deliver's.
 absl::Status Unpack(const RequestGroups& g, const BlockRead& read, uint32_t me,
-                    const char* bytes, LoadRun* run) {
+                    const char* bytes, LoadRun* run, const DeviceExchange* dx) {
   absl::Status st;
   ForEachDelivery(g, read, [&](const Holder& h, const Copy& c) {
-    if (h.rank != me || !st.ok()) return;
+    if (h.rank != me || ViaDevice(dx, h) || !st.ok()) return;
     st = run->Deliver(h.index, c.dst, bytes, c.bytes);
     bytes += c.bytes;
   });
@@ -299,13 +316,19 @@ absl::StatusOr<LoadReport> ReaderImpl::RunCooperative(
   Communicator* comm = options_.communicator;
   const uint32_t me = comm->rank(), n = comm->size();
   const uint32_t slots = static_cast<uint32_t>(p.reqs.size());
-  // This rank's requests, then one host "request" per rank: the bytes it
-  // sends that rank, in the current round's send buffer.
+  // Device data plane: null unless the communicator and every rank can.
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceExchange> dx,
+                        DeviceExchange::Create(comm, options_.device_memory,
+                                               options.device_ready, p.reqs));
+  // This rank's requests, then one host "request" per lane: the bytes it
+  // sends a rank, in the current round's send buffer (lanes n.. : staged
+  // for the device send buffer).
   Prepared ext = p;
-  const std::vector<uint64_t> total = TotalSends(groups, plan, me);
-  for (uint32_t d = 0; d < n; ++d) {
+  const std::vector<uint64_t> total = TotalSends(groups, plan, me, dx.get());
+  for (uint32_t d = 0; d < (dx ? 2 * n : n); ++d) {
     LoadRequest slot;
-    slot.name = absl::StrCat("(bytes for rank ", d, ")");
+    slot.name = absl::StrCat(
+        d < n ? "(bytes for rank " : "(device bytes for rank ", d % n, ")");
     slot.dtype = DType::kUInt8;
     slot.region = FlatRange{0, total[d]};
     ext.reqs.push_back(std::move(slot));
@@ -327,16 +350,16 @@ absl::StatusOr<LoadReport> ReaderImpl::RunCooperative(
   for (const Round& round : RoundsOf(groups, plan, me)) {
     // Not a structured binding: lambdas below use them (C++17).
     std::pair<std::vector<BlockRead>, std::vector<uint64_t>> planned =
-        RoundReads(groups, plan, round, me, slots);
+        RoundReads(groups, plan, round, me, slots, dx.get());
     const std::vector<BlockRead>& reads = planned.first;
     const std::vector<uint64_t>& sends = planned.second;
     std::vector<uint64_t> sizes;
     const std::vector<Incoming> incoming =
-        IncomingOf(groups, plan, round, me, &sizes);
+        IncomingOf(groups, plan, round, me, dx.get(), &sizes);
     char* send_base =
-        out.Get(std::accumulate(sends.begin(), sends.end(), uint64_t{0}));
+        out.Get(std::accumulate(sends.begin(), sends.begin() + n, uint64_t{0}));
     char* recv_base =
-        in.Get(std::accumulate(sizes.begin(), sizes.end(), uint64_t{0}));
+        in.Get(std::accumulate(sizes.begin(), sizes.begin() + n, uint64_t{0}));
     std::vector<SendBuffer> send(n);
     std::vector<RecvBuffer> recv(n);
     std::vector<char*> from(n);
@@ -347,7 +370,19 @@ absl::StatusOr<LoadReport> ReaderImpl::RunCooperative(
       from[d] = recv_base;
       recv[d] = RecvBuffer{recv_base, sizes[d]};
       recv_base += sizes[d];
-      report.bytes_received += sizes[d];
+      report.bytes_received += sizes[d] + sizes[n + d];
+    }
+    const std::vector<uint64_t> dsends(sends.begin() + n, sends.end());
+    const std::vector<uint64_t> dsizes(sizes.begin() + n, sizes.end());
+    if (dx != nullptr && pending.ok()) {  // device send and receive buffers
+      absl::StatusOr<char*> staged = dx->Prepare(
+          std::accumulate(dsends.begin(), dsends.end(), uint64_t{0}),
+          std::accumulate(dsizes.begin(), dsizes.end(), uint64_t{0}));
+      pending = staged.status();
+      for (uint32_t d = 0; d < n && staged.ok(); ++d) {
+        ext.reqs[slots + n + d].data = *staged;
+        *staged += dsends[d];
+      }
     }
     if (pending.ok()) {
       pending = ParallelFor(threads, reads.size(), [&](int t, size_t i) {
@@ -356,13 +391,18 @@ absl::StatusOr<LoadReport> ReaderImpl::RunCooperative(
         return run.Run(t, *s, manifest_.entries[reads[i].entry], reads[i]);
       });
     }
+    if (dx != nullptr && pending.ok()) pending = dx->Upload();
     CKPT_RETURN_IF_ERROR(Agree(comm, pending));
     CKPT_RETURN_IF_ERROR(comm->AllToAll(send, recv, MemoryKind::kHost));
+    if (dx != nullptr) CKPT_RETURN_IF_ERROR(dx->Exchange(comm, dsends, dsizes));
     pending = ParallelFor(threads, incoming.size(), [&](int, size_t k) {
       const Incoming& in = incoming[k];
       return Unpack(groups, plan.reads[in.read].read, me,
-                    from[in.sender] + in.offset, &run);
+                    from[in.sender] + in.offset, &run, dx.get());
     });
+    if (dx != nullptr && pending.ok()) {
+      pending = dx->Deliver(groups, plan, round.incoming, ext.reqs, &run);
+    }
   }
   if (pending.ok()) pending = run.CheckAllWritten();
   CKPT_RETURN_IF_ERROR(Agree(comm, pending));

@@ -85,6 +85,11 @@ class LoadRun {
   absl::Status Deliver(uint32_t request, uint64_t dst, const char* bytes,
                        uint64_t n);
 
+  // Counts `n` bytes that the caller wrote to request `request`'s
+  // destination itself (a cooperative load's device-to-device copies,
+  // coop_device.h) towards its completion, once they landed.
+  void Delivered(uint32_t request, uint64_t n) { Finish(request, n); }
+
   // InternalError naming a request that was not completely written.
   absl::Status CheckAllWritten() const;
   uint64_t bytes_read() const { return bytes_read_; }

@@ -30,9 +30,21 @@
 //    unbalance the bytes read per rank), which verifies it and sends the
 //    raw bytes each other rank needs through Communicator::AllToAll, in
 //    rounds of at most LoadOptions::exchange_bytes_per_round bytes sent
-//    and received per rank. Exchanged bytes always travel in host memory;
-//    a rank with device destinations copies what it receives to the
-//    device (ReaderOptions::device_memory), as it does for what it reads.
+//    and received per rank. Bytes for host destinations travel in host
+//    memory (AllToAll kHost). Bytes for device (kCuda) destinations travel
+//    in device memory when the communicator SupportsDeviceMemory() (e.g.
+//    ckpt::gpu::NcclCommunicator) and every rank has a
+//    ReaderOptions::device_memory and kCuda destinations, all on one
+//    device: the reading rank uploads what it sends them into a device
+//    buffer (one host-to-device copy per round, on the library's stream),
+//    AllToAll(kCuda) moves them into a device buffer of the receiver, and
+//    the receiver copies them device-to-device (strided pieces as one 2-D
+//    copy) into its destinations. These buffers are allocated with
+//    DeviceMemory::AllocateDevice, within the round's bytes, reused across
+//    rounds and freed when the Load returns. Otherwise (one AllGather
+//    decides it, the same way on every rank) they travel in host memory
+//    and the receiver copies them to the device, as it does for what it
+//    reads.
 //    When the ranks share one address space (Communicator::
 //    SharesAddressSpace, e.g. in-process ranks) and every rank's
 //    destinations are host memory, there is no exchange: the ranks share
