@@ -42,15 +42,7 @@ absl::Status RankContents::AddTensor(const std::string& name, DType dtype,
                                      const Shape& shape, const Region& local,
                                      const void* data,
                                      const TensorOptions& options) {
-  CKPT_RETURN_IF_ERROR(format::ValidateEntryName(name));
-  CKPT_RETURN_IF_ERROR(Annotate(ValidateShape(shape, DTypeSize(dtype)),
-                                absl::StrCat("entry '", name, "'")));
-  CKPT_RETURN_IF_ERROR(Annotate(ValidateRegion(local, shape),
-                                absl::StrCat("entry '", name, "'")));
-  if (data == nullptr && RegionElements(local) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("entry '", name, "': data is null"));
-  }
+  CKPT_RETURN_IF_ERROR(CheckTensorArguments(name, dtype, shape, local, data));
   if (options.memory != MemoryKind::kHost) {
     return absl::InvalidArgumentError(
         absl::StrCat("entry '", name, "': a batch save takes host memory"));

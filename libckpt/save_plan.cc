@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/format/coding.h"
+#include "ckpt/format/geometry.h"
 #include "ckpt/format/names.h"
 #include "ckpt/format/plan_record.h"
 #include "ckpt/format/status_macros.h"
@@ -87,6 +88,21 @@ format::Fingerprint ToFingerprint(XXH128_hash_t h) {
   return fp;
 }
 }  // namespace
+
+absl::Status CheckTensorArguments(const std::string& name, DType dtype,
+                                  const Shape& shape, const Region& local,
+                                  const void* data) {
+  CKPT_RETURN_IF_ERROR(format::ValidateEntryName(name));
+  CKPT_RETURN_IF_ERROR(Annotate(ValidateShape(shape, DTypeSize(dtype)),
+                                absl::StrCat("entry '", name, "'")));
+  CKPT_RETURN_IF_ERROR(Annotate(ValidateRegion(local, shape),
+                                absl::StrCat("entry '", name, "'")));
+  if (data == nullptr && RegionElements(local) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("entry '", name, "': data is null"));
+  }
+  return absl::OkStatus();
+}
 
 format::Fingerprint ItemFingerprint(const LocalItem& item) {
   std::string buf;

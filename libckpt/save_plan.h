@@ -40,6 +40,13 @@ using LocalPlan = std::vector<LocalItem>;
 std::string EncodeLocalPlan(const LocalPlan& plan);
 absl::StatusOr<LocalPlan> DecodeLocalPlan(absl::string_view bytes);
 
+// The checks of a tensor's registration that every writer makes (Writer,
+// batch save): a valid entry name, shape and region, and data unless the
+// region is empty. InvalidArgument naming the entry.
+absl::Status CheckTensorArguments(const std::string& name, DType dtype,
+                                  const Shape& shape, const Region& local,
+                                  const void* data);
+
 // The structure fingerprint of a local plan is CombineFingerprints(n, i ->
 // ItemFingerprint(plan[i])): names, kinds, dtypes, shapes, regions, replica
 // and partial flags; not values. Object sizes are excluded (they change

@@ -87,15 +87,8 @@ class WriterImpl final : public Writer {
                          const Shape& shape, const Region& local,
                          const void* data,
                          const TensorOptions& options) override {
-    CKPT_RETURN_IF_ERROR(format::ValidateEntryName(name));
-    CKPT_RETURN_IF_ERROR(Annotate(ValidateShape(shape, DTypeSize(dtype)),
-                                  absl::StrCat("entry '", name, "'")));
-    CKPT_RETURN_IF_ERROR(Annotate(ValidateRegion(local, shape),
-                                  absl::StrCat("entry '", name, "'")));
-    if (data == nullptr && RegionElements(local) != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("entry '", name, "': data is null"));
-    }
+    CKPT_RETURN_IF_ERROR(
+        internal::CheckTensorArguments(name, dtype, shape, local, data));
     if (options.memory == MemoryKind::kCuda && device_memory_ == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "entry '", name,
