@@ -387,8 +387,11 @@ absl::StatusOr<LoadReport> ReaderImpl::RunCooperative(
     if (pending.ok()) {
       pending = ParallelFor(threads, reads.size(), [&](int t, size_t i) {
         const uint32_t shard = plan.reads[round.reads[i]].shard;
-        CKPT_ASSIGN_OR_RETURN(const OpenShard* s, GetShardForReading(shard));
-        return run.Run(t, *s, manifest_.entries[reads[i].entry], reads[i]);
+        CKPT_ASSIGN_OR_RETURN(ShardHandles::Lease file,
+                              GetShardForReading(shard));
+        const OpenShard* s = *GetShard(shard);  // opened or adopted
+        return run.Run(t, *s, file.file(), manifest_.entries[reads[i].entry],
+                       reads[i]);
       });
     }
     if (dx != nullptr && pending.ok()) pending = dx->Upload();

@@ -38,8 +38,8 @@ bool LoadRun::IsDirect(const BlockRead& read) const {
 
 // Reads a direct read into its destination a granule at a time and
 // verifies each granule while it is still in cache.
-absl::Status LoadRun::ReadDirect(const OpenShard& shard, const EntryRecord& e,
-                                 const BlockRead& read) {
+absl::Status LoadRun::ReadDirect(const OpenShard& shard, File& file,
+                                 const EntryRecord& e, const BlockRead& read) {
   const ChunkRecord& c = *read.indexed;
   const uint64_t bs = c.block_size;
   const Copy& copy = read.copies[0];
@@ -50,7 +50,7 @@ absl::Status LoadRun::ReadDirect(const OpenShard& shard, const EntryRecord& e,
     const uint64_t lo = g0 * bs - read.raw_begin;
     const uint64_t n = std::min(g1 * bs, read.raw_end) - g0 * bs;
     absl::Status st =
-        internal::ReadExactly(*shard.file.file, read.offset + lo, n, out + lo);
+        internal::ReadExactly(file, read.offset + lo, n, out + lo);
     if (!st.ok()) return Annotate(st, Where(shard, e, read, g0));
     for (uint64_t b = g0; b < g1; ++b) {
       absl::string_view stored(out + (b * bs - read.raw_begin),
@@ -72,16 +72,16 @@ bool LoadRun::ToDevice(const BlockRead& read) const {
   return false;
 }
 
-absl::Status LoadRun::Run(int t, const OpenShard& shard, const EntryRecord& e,
-                          const BlockRead& read) {
-  if (IsDirect(read)) return ReadDirect(shard, e, read);
+absl::Status LoadRun::Run(int t, const OpenShard& shard, File& file,
+                          const EntryRecord& e, const BlockRead& read) {
+  if (IsDirect(read)) return ReadDirect(shard, file, e, read);
   // A granule of blocks at a time, so that the bytes stay in cache from
   // read through verification to the copies out.
   const uint64_t per_granule =
       std::max<uint64_t>(1, kGranuleBytes / read.indexed->block_size);
   size_t cursor = 0;  // first copy not yet done with
   for (uint64_t b0 = read.b0; b0 < read.b1; b0 += per_granule) {
-    CKPT_RETURN_IF_ERROR(ReadGranule(scratch_[t], shard, e, read, b0,
+    CKPT_RETURN_IF_ERROR(ReadGranule(scratch_[t], shard, file, e, read, b0,
                                      std::min(read.b1, b0 + per_granule),
                                      &cursor));
   }
@@ -93,8 +93,9 @@ absl::Status LoadRun::Run(int t, const OpenShard& shard, const EntryRecord& e,
 // Blocks [b0, b1) of `read`: read, verify (and decode), copy out.
 // `cursor` carries CopyOut's position from one granule to the next.
 absl::Status LoadRun::ReadGranule(Scratch& s, const OpenShard& shard,
-                                  const EntryRecord& e, const BlockRead& read,
-                                  uint64_t b0, uint64_t b1, size_t* cursor) {
+                                  File& file, const EntryRecord& e,
+                                  const BlockRead& read, uint64_t b0,
+                                  uint64_t b1, size_t* cursor) {
   const ChunkRecord& c = *read.indexed;
   const uint64_t bs = c.block_size;
   const uint64_t lo = b0 * bs, hi = std::min(b1 * bs, read.raw_end);
@@ -113,8 +114,7 @@ absl::Status LoadRun::ReadGranule(Scratch& s, const OpenShard& shard,
     s.stored.resize(stored_size);
     stored = s.stored.data();
   }
-  absl::Status st =
-      internal::ReadExactly(*shard.file.file, first, stored_size, stored);
+  absl::Status st = internal::ReadExactly(file, first, stored_size, stored);
   if (!st.ok()) return Annotate(st, Where(shard, e, read, b0));
   char* bytes = decode ? pinned : stored;  // the raw bytes, once decoded
   if (decode && bytes == nullptr) {

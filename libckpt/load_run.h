@@ -26,7 +26,8 @@ namespace ckpt::internal {
 constexpr uint64_t kTaskBytes = 8ull << 20;     // largest read of one task
 constexpr uint64_t kGranuleBytes = 1ull << 20;  // read-then-verify granule
 
-// A shard file opened for reading and checked against the manifest.
+// A shard file opened and checked against the manifest. Its file handle
+// (file.file) is null: the Reader's ShardHandles hold the open files.
 struct OpenShard {
   std::string path;
   internal::ShardFile file;
@@ -74,9 +75,10 @@ class LoadRun {
     }
   }
 
-  // Reads, verifies and copies out one read of the plan; thread `t`.
-  absl::Status Run(int t, const OpenShard& shard, const format::EntryRecord& e,
-                   const BlockRead& read);
+  // Reads, verifies and copies out one read of the plan from `file`,
+  // shard's open file; thread `t`.
+  absl::Status Run(int t, const OpenShard& shard, File& file,
+                   const format::EntryRecord& e, const BlockRead& read);
 
   // Writes `n` bytes that another rank read (a cooperative load) to bytes
   // [dst, dst + n) of request `request`'s destination (memcpy, or a
@@ -103,9 +105,9 @@ class LoadRun {
   };
   bool IsDirect(const BlockRead& read) const;
   bool ToDevice(const BlockRead& read) const;
-  absl::Status ReadDirect(const OpenShard& shard, const format::EntryRecord& e,
-                          const BlockRead& read);
-  absl::Status ReadGranule(Scratch& s, const OpenShard& shard,
+  absl::Status ReadDirect(const OpenShard& shard, File& file,
+                          const format::EntryRecord& e, const BlockRead& read);
+  absl::Status ReadGranule(Scratch& s, const OpenShard& shard, File& file,
                            const format::EntryRecord& e, const BlockRead& read,
                            uint64_t b0, uint64_t b1, size_t* cursor);
   // `uploader`: copies to device destinations go through it (raw is in

@@ -32,16 +32,18 @@ using format::ChunkRecord;
 // the first problem: DataLoss naming the file (and the entry and chunk
 // where one is concerned).
 absl::StatusOr<std::unique_ptr<OpenShard>> ReaderImpl::OpenAndCheck(
-    uint32_t id) const {
+    uint32_t id) {
   const format::ShardInfo& info = *shard_info_.at(id);
   auto s = std::make_unique<OpenShard>();
   s->path = JoinPath(dir_, info.file_name);
   OpenOptions oo;
   oo.direct = options_.direct_io;
+  ShardHandles::Slot slot = handles_.Reserve();
   auto file =
       internal::OpenShardFile(storage_, s->path, info, manifest_.info.id, oo);
   if (!file.ok()) return Annotate(file.status(), s->path);
   s->file = *std::move(file);
+  slot.Fill(id, std::move(s->file.file));
   CKPT_RETURN_IF_ERROR(CheckIndex(id, s.get()));
   return s;
 }
@@ -88,18 +90,17 @@ absl::Status ReaderImpl::AdoptShard(uint32_t id,
   return absl::OkStatus();
 }
 
-absl::StatusOr<const OpenShard*> ReaderImpl::GetShardForReading(uint32_t id) {
+absl::StatusOr<ShardHandles::Lease> ReaderImpl::GetShardForReading(
+    uint32_t id) {
   CKPT_ASSIGN_OR_RETURN(const OpenShard* s, GetShard(id));
-  MutexLock l(&mu_);
-  OpenShard& shard = *shards_.at(id);
-  if (shard.file.file != nullptr) return s;
-  OpenOptions oo;
-  oo.direct = options_.direct_io;
-  auto file =
-      internal::OpenShardHandle(storage_, shard.path, *shard_info_.at(id), oo);
-  if (!file.ok()) return Annotate(file.status(), shard.path);
-  shard.file.file = *std::move(file);
-  return s;
+  return handles_.Get(id, [&]() -> absl::StatusOr<std::unique_ptr<File>> {
+    OpenOptions oo;
+    oo.direct = options_.direct_io;
+    auto file =
+        internal::OpenShardHandle(storage_, s->path, *shard_info_.at(id), oo);
+    if (!file.ok()) return Annotate(file.status(), s->path);
+    return file;
+  });
 }
 
 absl::StatusOr<const OpenShard*> ReaderImpl::GetShard(uint32_t id) {
@@ -262,19 +263,23 @@ absl::StatusOr<internal::ReadPlan> ReaderImpl::Plan(const Prepared& p,
 absl::Status ReaderImpl::Execute(const internal::ReadPlan& plan, LoadRun* run,
                                  int threads) {
   struct Task {
+    uint32_t id;
     const OpenShard* shard;
     const BlockRead* read;
   };
   std::vector<Task> tasks;
   for (const internal::ShardReads& sr : plan.shards) {
-    CKPT_ASSIGN_OR_RETURN(const OpenShard* shard, GetShardForReading(sr.shard));
-    for (const BlockRead& r : sr.reads) tasks.push_back(Task{shard, &r});
+    CKPT_ASSIGN_OR_RETURN(const OpenShard* shard, GetShard(sr.shard));
+    for (const BlockRead& r : sr.reads)
+      tasks.push_back(Task{sr.shard, shard, &r});
   }
   run->CompleteEmpty();
   return internal::ParallelFor(threads, tasks.size(), [&](int t, size_t i) {
     const Task& task = tasks[i];
-    return run->Run(t, *task.shard, manifest_.entries[task.read->entry],
-                    *task.read);
+    CKPT_ASSIGN_OR_RETURN(ShardHandles::Lease file,
+                          GetShardForReading(task.id));
+    return run->Run(t, *task.shard, file.file(),
+                    manifest_.entries[task.read->entry], *task.read);
   });
 }
 
@@ -377,6 +382,11 @@ absl::StatusOr<std::pair<std::string, std::string>> ReadManifestBytes(
 
 absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(
     const std::string& path, const ReaderOptions& options) {
+  if (options.max_open_files < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReaderOptions::max_open_files is ",
+                     options.max_open_files, ", must be at least 1"));
+  }
   Storage* storage = options.storage ? options.storage : DefaultStorage();
   CKPT_ASSIGN_OR_RETURN(auto dir_and_bytes,
                         ReadManifestBytes(storage, path, options.communicator));

@@ -22,6 +22,7 @@
 #include "ckpt/reader.h"
 #include "coop_load.h"
 #include "load_run.h"
+#include "shard_handles.h"
 #include "staging_pool.h"
 
 namespace ckpt::internal {
@@ -36,7 +37,8 @@ class ReaderImpl final : public Reader {
         dir_(std::move(dir)),
         manifest_(std::move(m)),
         options_(o),
-        index_(manifest_) {
+        index_(manifest_),
+        handles_(o.max_open_files) {
     for (const auto& s : manifest_.shards) shard_info_[s.shard_id] = &s;
     description_.step = manifest_.info.step;
     description_.world_size = manifest_.info.world_size;
@@ -95,9 +97,11 @@ class ReaderImpl final : public Reader {
   // Shard `id`, opened and checked (OpenAndCheck) on first use, or adopted
   // from another rank's bytes (AdoptShard), in which case it has no file.
   absl::StatusOr<const OpenShard*> GetShard(uint32_t id);
-  // GetShard, with the file opened if it was adopted.
-  absl::StatusOr<const OpenShard*> GetShardForReading(uint32_t id);
-  absl::StatusOr<std::unique_ptr<OpenShard>> OpenAndCheck(uint32_t id) const;
+  // The use of shard `id`'s file (opened, as GetShard does, if need be),
+  // from handles_: hold it for the reads only.
+  absl::StatusOr<ShardHandles::Lease> GetShardForReading(uint32_t id);
+  // Opens the file in a slot of handles_, where it stays when it checks.
+  absl::StatusOr<std::unique_ptr<OpenShard>> OpenAndCheck(uint32_t id);
   // The checks of OpenAndCheck after the shard file decoded: its index
   // against the manifest; fills s->indexed.
   absl::Status CheckIndex(uint32_t id, OpenShard* s) const;
@@ -146,7 +150,10 @@ class ReaderImpl final : public Reader {
   CheckpointDescription description_;
   absl::flat_hash_map<uint32_t, const format::ShardInfo*> shard_info_;
   Mutex mu_;
+  // Every shard opened or adopted, with its index, for the Reader's
+  // lifetime; their open files are in handles_ (max_open_files at most).
   std::map<uint32_t, std::unique_ptr<OpenShard>> shards_ ABSL_GUARDED_BY(mu_);
+  ShardHandles handles_;
   std::mutex pool_mu_;
   std::unique_ptr<internal::StagingPool> pool_;  // guarded by pool_mu_
 };

@@ -97,12 +97,13 @@ class PyReader {
   // With `comm` (a communicator, see ResolveCommunicator), the Reader is
   // cooperative: construction and every load() are collective.
   PyReader(const std::string& path, int io_threads, bool direct_io,
-           py::object comm)
+           py::object comm, int max_open_files)
       : comm_obj_(std::move(comm)) {
     ReaderOptions o;
     o.device_memory = PythonDeviceMemory();
     o.io_threads = io_threads;
     o.direct_io = direct_io;
+    o.max_open_files = max_open_files;
     o.communicator = ResolveCommunicator(comm_obj_, &owned_comm_);
     py::gil_scoped_release nogil;
     reader_ = ValueOrThrow(Reader::Open(path, o));
@@ -311,14 +312,16 @@ void BindReader(py::module_& m) {
       "Opens a committed checkpoint (a directory holding MANIFEST, or a root "
       "whose `latest` is followed) and loads any region of any entry "
       "(ckpt/reader.h).")
-      .def(py::init<const std::string&, int, bool, py::object>(),
+      .def(py::init<const std::string&, int, bool, py::object, int>(),
            py::arg("path"), py::arg("io_threads") = 4,
            py::arg("direct_io") = false, py::arg("comm") = py::none(),
+           py::arg("max_open_files") = ReaderOptions().max_open_files,
            "With comm (a ckpt.Communicator, or an object with its methods), "
            "every rank of it must construct the Reader and then call each "
            "load() together: rank 0 alone reads the manifest, and each "
            "stored block is read once by one rank and sent to the ranks "
-           "that need it (ckpt/reader.h, \"Cooperative loads\").")
+           "that need it (ckpt/reader.h, \"Cooperative loads\"). At most "
+           "max_open_files shard files are kept open at once (>= 1).")
       .def_property_readonly("path", &PyReader::path)
       .def_property_readonly(
           "step", [](const PyReader& r) { return r.description().step; })

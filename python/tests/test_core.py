@@ -218,3 +218,17 @@ def test_communicator_without_a_method_is_refused():
         rank, size = 0, 1
     with pytest.raises(ckpt.InvalidArgumentError, match="no 'all_gather'"):
         ckpt.Writer(Half())
+
+
+def test_reader_max_open_files_bounds_open_shards_and_must_be_positive(tmp_path):
+    a = np.arange(12, dtype=np.int32)
+    w = ckpt.Writer()
+    w.add_tensor("a", ckpt.int32, a.shape, ckpt.Box.full(a.shape), a)
+    res = w.save(str(tmp_path), 1)
+    out = np.zeros(12, np.int32)
+    ckpt.Reader(res.path, max_open_files=1).load(
+        [ckpt.LoadRequest("a", ckpt.int32, (12,), None, out)])
+    np.testing.assert_array_equal(out, a)
+    with pytest.raises(ckpt.InvalidArgumentError,
+                       match="ReaderOptions::max_open_files is 0, must be at least 1"):
+        ckpt.Reader(res.path, max_open_files=0)

@@ -156,6 +156,12 @@ struct ReaderOptions {
   // then each Load collectively, in the same order (see "Cooperative
   // loads" above); ReadObject stays local to the calling rank.
   Communicator* communicator = nullptr;
+  // Shard files kept open at once (at least 1): a shard's index is kept
+  // once read, but its file is closed when this many others are open and
+  // it is the least recently used idle one, and reopened when needed
+  // again. Loads wait for a file to become idle when every one is in use
+  // by an I/O thread. Opening fails with InvalidArgument for less than 1.
+  int max_open_files = 64;
 };
 
 // Why views: the public Reader describes a checkpoint with the types below,
