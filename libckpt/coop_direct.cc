@@ -143,9 +143,11 @@ absl::StatusOr<LoadReport> ReaderImpl::RunDirect(
       DirectReads(groups, plan, all, me, &shards);
   absl::Status pending =
       ParallelFor(threads, reads.size(), [&](int t, size_t i) {
-        CKPT_ASSIGN_OR_RETURN(const OpenShard* s,
+        CKPT_ASSIGN_OR_RETURN(ShardHandles::Lease file,
                               GetShardForReading(shards[i]));
-        return run.Run(t, *s, manifest_.entries[reads[i].entry], reads[i]);
+        const OpenShard* s = *GetShard(shards[i]);  // opened or adopted
+        return run.Run(t, *s, file.file(), manifest_.entries[reads[i].entry],
+                       reads[i]);
       });
   if (pending.ok()) {
     pending = CheckDelivered(groups, plan, p, me, &report.bytes_received);
