@@ -284,7 +284,7 @@ absl::Status ReaderImpl::Execute(const internal::ReadPlan& plan, LoadRun* run,
 }
 
 absl::StatusOr<internal::StagingPool*> ReaderImpl::UploadPool() {
-  std::lock_guard<std::mutex> l(pool_mu_);
+  MutexLock l(&pool_mu_);
   if (pool_ == nullptr) {
     // Two buffers per I/O thread; 64 threads' worth at most, allocated only
     // as threads need them.

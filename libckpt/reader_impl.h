@@ -6,7 +6,6 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -154,8 +153,8 @@ class ReaderImpl final : public Reader {
   // lifetime; their open files are in handles_ (max_open_files at most).
   std::map<uint32_t, std::unique_ptr<OpenShard>> shards_ ABSL_GUARDED_BY(mu_);
   ShardHandles handles_;
-  std::mutex pool_mu_;
-  std::unique_ptr<internal::StagingPool> pool_;  // guarded by pool_mu_
+  Mutex pool_mu_;
+  std::unique_ptr<internal::StagingPool> pool_ ABSL_GUARDED_BY(pool_mu_);
 };
 
 }  // namespace ckpt::internal
