@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ckpt/format/plan_record.h"
 #include "ckpt/in_process.h"
@@ -278,8 +279,9 @@ int RunSynthetic(int ranks, uint64_t tensors, int repeats) {
 // alternating row and column splits, stored in 1 MiB blocks, piece p of
 // tensor i in shard (8 i + p) % ranks. Timed: decoding and grouping every
 // rank's requests, pairing them with the chunks, planning and assigning
-// the reads; reported with the bytes each rank reads.
-int RunLoadPlan(int ranks, uint64_t tensors, int repeats) {
+// the reads; reported with the bytes each rank and each node reads (ranks
+// r / per_node share a node; per_node 0: nodes unknown).
+int RunLoadPlan(int ranks, uint64_t tensors, int repeats, int per_node) {
   namespace fmt = ckpt::format;
   using ckpt::internal::PlanRequest;
   constexpr int kTp = 8;
@@ -323,7 +325,9 @@ int RunLoadPlan(int ranks, uint64_t tensors, int repeats) {
     for (uint64_t i = 0; i < tensors; ++i) {
       reqs.push_back({static_cast<uint32_t>(i), piece(i, r % kTp)});
     }
-    encoded[r] = ckpt::internal::EncodeRankRequests(reqs);
+    const std::string node =
+        per_node > 0 ? absl::StrCat("node", r / per_node) : "";
+    encoded[r] = ckpt::internal::EncodeRankRequests(node, reqs);
   }
   auto lookup = [&](uint32_t e, uint32_t c) { return &indexed.at({e, c}); };
   std::vector<double> times, cpu_times;
@@ -359,25 +363,35 @@ int RunLoadPlan(int ranks, uint64_t tensors, int repeats) {
   const auto [lo, hi] =
       std::minmax_element(plan.bytes_read.begin(), plan.bytes_read.end());
   const double mean = double(plan.stored_bytes) / ranks;
+  const auto [nlo, nhi] = std::minmax_element(plan.node_bytes_read.begin(),
+                                              plan.node_bytes_read.end());
+  const size_t nodes = plan.node_bytes_read.size();
+  const double nmean = double(plan.stored_bytes) / nodes;
   const double ms = Median(times), cpu_ms = Median(cpu_times);
   std::printf(
       "cooperative load plan, %d ranks x %llu tensors (%llu requests, %.1f "
       "GiB stored, %zu reads, %u rounds): %.0f ms; bytes read per rank min "
+      "%.1f / mean %.1f / max %.1f MiB, max/mean %.3f; per node (%zu) min "
       "%.1f / mean %.1f / max %.1f MiB, max/mean %.3f\n",
       ranks, static_cast<unsigned long long>(tensors),
       static_cast<unsigned long long>(uint64_t(ranks) * tensors),
       plan.stored_bytes / double(1ull << 30), plan.reads.size(), plan.rounds,
-      ms, *lo / 1048576.0, mean / 1048576.0, *hi / 1048576.0, *hi / mean);
+      ms, *lo / 1048576.0, mean / 1048576.0, *hi / 1048576.0, *hi / mean, nodes,
+      *nlo / 1048576.0, nmean / 1048576.0, *nhi / 1048576.0, *nhi / nmean);
   std::printf(
       "{\"load\": true, \"synthetic_ranks\": %d, \"tensors\": %llu, "
       "\"repeats\": %d, \"plan_ms\": %.3f, \"plan_cpu_ms\": %.3f, "
       "\"stored_bytes\": %llu, \"reads\": %zu, \"rounds\": %u, "
       "\"bytes_read_per_rank\": {\"min\": %llu, \"mean\": %.1f, \"max\": "
-      "%llu}, \"max_over_mean\": %.4f}\n",
+      "%llu}, \"max_over_mean\": %.4f, \"ranks_per_node\": %d, "
+      "\"nodes\": %zu, \"bytes_read_per_node\": {\"min\": %llu, "
+      "\"mean\": %.1f, \"max\": %llu}, \"node_max_over_mean\": %.4f}\n",
       ranks, static_cast<unsigned long long>(tensors), repeats, ms, cpu_ms,
       static_cast<unsigned long long>(plan.stored_bytes), plan.reads.size(),
       plan.rounds, static_cast<unsigned long long>(*lo), mean,
-      static_cast<unsigned long long>(*hi), *hi / mean);
+      static_cast<unsigned long long>(*hi), *hi / mean, per_node, nodes,
+      static_cast<unsigned long long>(*nlo), nmean,
+      static_cast<unsigned long long>(*nhi), *nhi / nmean);
   return 0;
 }
 
@@ -407,8 +421,15 @@ int main(int argc, char** argv) {
   app.add_flag("--load", load,
                "with --synthetic-ranks: time the plan of a cooperative load "
                "instead of a save");
+  int per_node = 8;
+  app.add_option("--ranks-per-node", per_node,
+                 "with --load: ranks r / N share node N (0: nodes unknown, "
+                 "every rank its own)")
+      ->check(CLI::Range(0, 1 << 20));
   CLI11_PARSE(app, argc, argv);
-  if (load && synthetic > 0) return RunLoadPlan(synthetic, tensors, repeats);
+  if (load && synthetic > 0) {
+    return RunLoadPlan(synthetic, tensors, repeats, per_node);
+  }
   return synthetic > 0 ? RunSynthetic(synthetic, tensors, repeats)
                        : RunInProcess(ranks, tensors, repeats, dir);
 }

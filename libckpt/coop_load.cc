@@ -278,8 +278,9 @@ absl::StatusOr<LoadReport> ReaderImpl::LoadCooperative(
   for (size_t i = 0; i < p->reqs.size(); ++i) {
     mine.push_back(PlanRequest{p->entry[i], p->reqs[i].region});
   }
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
-                        comm->AllGather(EncodeRankRequests(mine)));
+  CKPT_ASSIGN_OR_RETURN(
+      std::vector<std::string> all,
+      comm->AllGather(EncodeRankRequests(comm->NodeName(), mine)));
   // From here every rank computes the same from the same inputs: an error
   // is the same on every rank.
   CKPT_ASSIGN_OR_RETURN(RequestGroups groups, GroupRequests(manifest_, all));

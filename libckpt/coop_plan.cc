@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -75,61 +76,116 @@ absl::Status CheckRequest(const format::Manifest& m, const PlanRequest& p,
                    m.entries[p.entry].name, "': ", s.message()));
 }
 
-// Moves reads of ranks that read more than `limit` bytes (their smallest
-// reads first) to the least loaded rank while that lowers the maximum:
-// when few ranks need the data (one rank loading everything), the others
-// read for them.
-void Rebalance(uint64_t limit, std::vector<uint64_t>* load,
-               std::vector<std::vector<uint32_t>>* mine,
-               std::vector<CoopRead>* reads) {
+// Bytes read per bin (a node or a rank) and the reads of each bin, the
+// most recently given last.
+struct Bins {
+  std::vector<uint64_t> load;
+  std::vector<std::vector<uint32_t>> reads;
+};
+
+// Moves reads out of the bins of `members` that read more than `limit`
+// bytes (the last of theirs first) to the least loaded bin of `members`
+// while that lowers the giver's load; moved(read, to) is told each move.
+template <typename Moved>
+void Rebalance(uint64_t limit, const std::vector<uint32_t>& members,
+               const std::vector<CoopRead>& reads, Bins* bins, Moved&& moved) {
   std::set<std::pair<uint64_t, uint32_t>> by_load;
-  for (uint32_t r = 0; r < load->size(); ++r) by_load.insert({(*load)[r], r});
-  for (uint32_t r = 0; r < load->size(); ++r) {
-    while ((*load)[r] > limit && !(*mine)[r].empty()) {
-      const uint32_t i = (*mine)[r].back();
-      const uint64_t n = (*reads)[i].read.length;
-      const auto [least, g] = *by_load.begin();
-      if (least + n >= (*load)[r]) break;
-      by_load.erase({(*load)[r], r});
-      by_load.erase({least, g});
-      (*load)[r] -= n;
-      (*load)[g] += n;
-      by_load.insert({(*load)[r], r});
-      by_load.insert({(*load)[g], g});
-      (*mine)[r].pop_back();
-      (*mine)[g].push_back(i);
-      (*reads)[i].reader = g;
+  for (uint32_t b : members) by_load.insert({bins->load[b], b});
+  for (uint32_t b : members) {
+    std::vector<uint32_t>& mine = bins->reads[b];
+    while (bins->load[b] > limit && !mine.empty()) {
+      const uint32_t i = mine.back();
+      const uint64_t n = reads[i].read.length;
+      const auto [least, to] = *by_load.begin();
+      if (least + n >= bins->load[b]) break;
+      by_load.erase({bins->load[b], b});
+      by_load.erase({least, to});
+      bins->load[b] -= n;
+      bins->load[to] += n;
+      by_load.insert({bins->load[b], b});
+      by_load.insert({bins->load[to], to});
+      mine.pop_back();
+      bins->reads[to].push_back(i);
+      moved(i, to);
     }
   }
 }
 
-// Assigns each read to a rank (CoopRead::reader) as the contract of
-// PlanCooperativeReads says; returns the bytes per rank.
-std::vector<uint64_t> AssignReaders(const RequestGroups& g,
-                                    std::vector<CoopRead>* reads) {
-  std::vector<uint64_t> load(g.ranks, 0);
-  std::vector<std::vector<uint32_t>> mine(g.ranks);
-  std::vector<uint32_t> order(reads->size());
+// The rank of `members` that reads the fewest bytes (the lowest on ties).
+uint32_t LeastLoaded(const std::vector<uint32_t>& members,
+                     const std::vector<uint64_t>& load) {
+  return *std::min_element(
+      members.begin(), members.end(), [&](uint32_t a, uint32_t b) {
+        return std::make_pair(load[a], a) < std::make_pair(load[b], b);
+      });
+}
+
+// Indexes of `reads`, the largest read first (stable).
+std::vector<uint32_t> LargestFirst(const std::vector<CoopRead>& reads) {
+  std::vector<uint32_t> order(reads.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return (*reads)[a].read.length > (*reads)[b].read.length;
+    return reads[a].read.length > reads[b].read.length;
   });
-  uint64_t total = 0, largest = 0;
-  for (uint32_t i : order) {  // largest first, to the least loaded needer
+  return order;
+}
+
+// Step 1 of PlanCooperativeReads' contract: each read, largest first, to a
+// holder on the least loaded node, the least loaded rank there. Fills the
+// nodes' bins and the ranks' loads; returns the largest read.
+uint64_t AssignToHolders(const RequestGroups& g, std::vector<CoopRead>* reads,
+                         Bins* nodes, Bins* ranks) {
+  uint64_t largest = 0;
+  for (uint32_t i : LargestFirst(*reads)) {
     CoopRead& cr = (*reads)[i];
-    std::pair<uint64_t, uint32_t> best{UINT64_MAX, 0};
+    std::tuple<uint64_t, uint64_t, uint32_t> best{UINT64_MAX, UINT64_MAX, 0};
     ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy&) {
-      best = std::min(best, std::make_pair(load[h.rank], h.rank));
+      best = std::min(best, std::make_tuple(nodes->load[g.node[h.rank]],
+                                            ranks->load[h.rank], h.rank));
     });
-    cr.reader = best.second;
-    load[best.second] += cr.read.length;
-    mine[best.second].push_back(i);
-    total += cr.read.length;
+    cr.reader = std::get<2>(best);
+    const uint32_t node = g.node[cr.reader];
+    nodes->load[node] += cr.read.length;
+    nodes->reads[node].push_back(i);
+    ranks->load[cr.reader] += cr.read.length;
     largest = std::max(largest, cr.read.length);
   }
-  Rebalance(total / std::max<uint32_t>(1, g.ranks) + largest, &load, &mine,
-            reads);
-  return load;
+  return largest;
+}
+
+// Assigns each read to a rank (CoopRead::reader) as the contract of
+// PlanCooperativeReads says; returns the bytes per node and per rank.
+std::pair<std::vector<uint64_t>, std::vector<uint64_t>> AssignReaders(
+    const RequestGroups& g, std::vector<CoopRead>* reads) {
+  Bins nodes{std::vector<uint64_t>(g.nodes, 0),
+             std::vector<std::vector<uint32_t>>(g.nodes)};
+  Bins ranks{std::vector<uint64_t>(g.ranks, 0),
+             std::vector<std::vector<uint32_t>>(g.ranks)};
+  std::vector<std::vector<uint32_t>> ranks_of(g.nodes);
+  for (uint32_t r = 0; r < g.ranks; ++r) ranks_of[g.node[r]].push_back(r);
+  std::vector<uint32_t> all_nodes(g.nodes);
+  std::iota(all_nodes.begin(), all_nodes.end(), 0);
+  const uint64_t largest = AssignToHolders(g, reads, &nodes, &ranks);
+  uint64_t total = 0;
+  for (uint64_t n : nodes.load) total += n;
+  Rebalance(total / std::max<uint32_t>(1, g.nodes) + largest, all_nodes, *reads,
+            &nodes, [&](uint32_t i, uint32_t to) {
+              CoopRead& cr = (*reads)[i];
+              const uint32_t r = LeastLoaded(ranks_of[to], ranks.load);
+              ranks.load[cr.reader] -= cr.read.length;
+              ranks.load[r] += cr.read.length;
+              cr.reader = r;
+            });
+  if (g.nodes == g.ranks) return {nodes.load, ranks.load};  // one rank each
+  for (uint32_t i : LargestFirst(*reads)) {                 // smallest last
+    ranks.reads[(*reads)[i].reader].push_back(i);
+  }
+  for (uint32_t n = 0; n < g.nodes; ++n) {
+    const uint64_t mean = nodes.load[n] / ranks_of[n].size();
+    Rebalance(mean + largest, ranks_of[n], *reads, &ranks,
+              [&](uint32_t i, uint32_t to) { (*reads)[i].reader = to; });
+  }
+  return {nodes.load, ranks.load};
 }
 
 // Puts each read of rank s, in plan order, into the first round that is
@@ -188,10 +244,50 @@ std::vector<CoopRead> Flatten(ReadPlan plan) {
   return out;
 }
 
+// The node of a rank that sent `name`: a new one for "" or a new name.
+uint32_t NodeId(absl::string_view name,
+                absl::flat_hash_map<absl::string_view, uint32_t>* ids,
+                uint32_t* nodes) {
+  if (!name.empty()) {
+    auto [it, fresh] = ids->emplace(name, *nodes);
+    if (!fresh) return it->second;
+  }
+  return (*nodes)++;
+}
+
+// Decodes one rank's requests (the rest of `bytes`, which `r` reads):
+// appends the unique id of each to `uid` and each request not seen before
+// (`ids`: its encoding -> unique id) to g->unique. Returns the count;
+// InvalidArgument for a request that does not fit `manifest`, DataLoss for
+// bytes that do not decode.
+absl::StatusOr<uint32_t> DecodeRequests(
+    const format::Manifest& manifest, uint32_t rank, absl::string_view bytes,
+    format::ByteReader* r,
+    absl::flat_hash_map<absl::string_view, uint32_t>* ids, RequestGroups* g,
+    std::vector<uint32_t>* uid) {
+  CKPT_ASSIGN_OR_RETURN(uint64_t n, r->ReadVarintAtMost("count", bytes.size()));
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t begin = r->offset();
+    CKPT_ASSIGN_OR_RETURN(PlanRequest p, ReadRequest(r));
+    const absl::string_view key(bytes.data() + begin, r->offset() - begin);
+    auto [it, inserted] =
+        ids->emplace(key, static_cast<uint32_t>(g->unique.size()));
+    if (inserted) {
+      CKPT_RETURN_IF_ERROR(CheckRequest(manifest, p, rank, i));
+      g->unique.push_back(std::move(p));
+    }
+    uid->push_back(it->second);
+  }
+  if (!r->empty()) return absl::DataLossError("trailing bytes");
+  return static_cast<uint32_t>(n);
+}
+
 }  // namespace
 
-std::string EncodeRankRequests(const std::vector<PlanRequest>& requests) {
+std::string EncodeRankRequests(absl::string_view node_name,
+                               const std::vector<PlanRequest>& requests) {
   std::string out;
+  format::PutString(&out, node_name);
   format::PutVarint(&out, requests.size());
   for (const PlanRequest& p : requests) {
     format::PutVarint(&out, p.entry);
@@ -210,10 +306,21 @@ absl::StatusOr<RequestGroups> GroupRequests(
   // Data-parallel replicas send identical requests: decode each distinct
   // list once.
   absl::flat_hash_map<absl::string_view, uint32_t> same;  // bytes -> rank
+  absl::flat_hash_map<absl::string_view, uint32_t> node_ids;
   std::vector<uint64_t> begin_of_rank(encoded.size());
   for (uint32_t rank = 0; rank < encoded.size(); ++rank) {
+    auto wire = [&](const absl::Status& s) {
+      return absl::InternalError(absl::StrCat("the requests of rank ", rank,
+                                              " do not decode: ", s.message()));
+    };
+    format::ByteReader r(encoded[rank]);
+    auto node = r.ReadString("node name", encoded[rank].size());
+    if (!node.ok()) return wire(node.status());
+    g.node.push_back(NodeId(*node, &node_ids, &g.nodes));
+    const absl::string_view bytes =
+        absl::string_view(encoded[rank]).substr(r.offset());
     begin_of_rank[rank] = uid.size();
-    auto [it, fresh] = same.emplace(encoded[rank], rank);
+    auto [it, fresh] = same.emplace(bytes, rank);
     if (!fresh) {
       const uint32_t twin = it->second;
       count_of_rank[rank] = count_of_rank[twin];
@@ -223,28 +330,13 @@ absl::StatusOr<RequestGroups> GroupRequests(
       }
       continue;
     }
-    format::ByteReader r(encoded[rank]);
-    auto wire = [&](const absl::Status& s) {
-      return absl::InternalError(absl::StrCat("the requests of rank ", rank,
-                                              " do not decode: ", s.message()));
-    };
-    auto n = r.ReadVarintAtMost("count", encoded[rank].size());
-    if (!n.ok()) return wire(n.status());
-    count_of_rank[rank] = static_cast<uint32_t>(*n);
-    for (uint64_t i = 0; i < *n; ++i) {
-      const uint64_t begin = r.offset();
-      auto p = ReadRequest(&r);
-      if (!p.ok()) return wire(p.status());
-      absl::string_view key(encoded[rank].data() + begin, r.offset() - begin);
-      auto [it, inserted] =
-          ids.emplace(key, static_cast<uint32_t>(g.unique.size()));
-      if (inserted) {
-        CKPT_RETURN_IF_ERROR(CheckRequest(manifest, *p, rank, i));
-        g.unique.push_back(*std::move(p));
-      }
-      uid.push_back(it->second);
+    absl::StatusOr<uint32_t> n =
+        DecodeRequests(manifest, rank, encoded[rank], &r, &ids, &g, &uid);
+    if (!n.ok()) {
+      return absl::IsInvalidArgument(n.status()) ? n.status()
+                                                 : wire(n.status());
     }
-    if (!r.empty()) return wire(absl::DataLossError("trailing bytes"));
+    count_of_rank[rank] = *n;
   }
   g.first.assign(g.unique.size() + 1, 0);
   for (uint32_t u : uid) ++g.first[u + 1];
@@ -277,7 +369,8 @@ CoopPlan PlanCooperativeReads(const format::Manifest& manifest,
   }
   plan.stored_bytes = reads.stored_bytes;
   plan.reads = Flatten(std::move(reads));
-  plan.bytes_read = AssignReaders(groups, &plan.reads);
+  std::tie(plan.node_bytes_read, plan.bytes_read) =
+      AssignReaders(groups, &plan.reads);
   plan.rounds = AssignRounds(groups, options.round_bytes, &plan.reads);
   return plan;
 }

@@ -1,7 +1,10 @@
 #include "ckpt/in_process.h"
 
 #include <cstring>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/coding.h"
@@ -37,6 +40,10 @@ class InProcessCommunicator final : public Communicator {
                         absl::Span<const RecvBuffer> recv,
                         MemoryKind memory) override;
   bool SharesAddressSpace() const override { return true; }
+  std::string NodeName() const override {
+    const auto& names = world_->node_names_;
+    return static_cast<size_t>(rank_) < names.size() ? names[rank_] : "";
+  }
   absl::Status AllReduceMax(std::vector<int64_t>* values) override {
     std::string mine;
     for (int64_t v : *values)
@@ -108,7 +115,11 @@ absl::Status InProcessCommunicator::AllToAll(absl::Span<const SendBuffer> send,
   return AgreeOnFirstError(verdict);
 }
 
-InProcessWorld::InProcessWorld(int size) : size_(size) {
+InProcessWorld::InProcessWorld(int size)
+    : InProcessWorld(size, std::vector<std::string>(size)) {}
+
+InProcessWorld::InProcessWorld(int size, std::vector<std::string> node_names)
+    : size_(size), node_names_(std::move(node_names)) {
   {
     MutexLock l(&mu_);
     slots_.resize(size);

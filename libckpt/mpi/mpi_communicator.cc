@@ -255,12 +255,17 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
   if (status.ok())
     status =
         MpiStatus(MPI_Comm_set_name(dup, "ckpt"), "Create: MPI_Comm_set_name");
+  char node[MPI_MAX_PROCESSOR_NAME] = {};
+  int node_length = 0;
+  if (status.ok())
+    status = MpiStatus(MPI_Get_processor_name(node, &node_length),
+                       "Create: MPI_Get_processor_name");
   if (!status.ok()) {
     (void)MPI_Comm_free(&dup);  // the first error is the one worth reporting
     return status;
   }
-  return std::unique_ptr<MpiCommunicator>(
-      new MpiCommunicator(dup, rank, size, options));
+  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(
+      dup, rank, size, std::string(node, node_length), options));
 }
 
 MpiCommunicator::~MpiCommunicator() {

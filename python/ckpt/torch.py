@@ -36,6 +36,7 @@ communicator (ckpt.MpiCommunicator, or an object with its methods).
 
 import hashlib
 import json
+import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -221,7 +222,7 @@ class ProcessGroupCommunicator:
     all_to_all_single on CPU tensors). Bytes travel as uint8 tensors, so
     dtypes a backend rejects (gloo: bfloat16) never reach it; unequal
     all-gathers are padded to the longest contribution; all_to_all moves
-    each byte once. Ranks are ranks of `group`.
+    each byte once. Ranks are ranks of `group`; node_name is the host name.
     """
 
     def __init__(self, group=None):
@@ -231,6 +232,9 @@ class ProcessGroupCommunicator:
         self.group = group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
+        # Ranks on one machine share its storage and network bandwidth: a
+        # cooperative load spreads its reads over machines first.
+        self.node_name = socket.gethostname()
 
     def _lengths(self, n: int) -> List[int]:
         mine = torch.tensor([n], dtype=torch.int64)

@@ -24,8 +24,11 @@ namespace {
 // Python exception becomes an Internal status carrying its message.
 class PyCommunicator final : public Communicator {
  public:
-  PyCommunicator(py::object obj, int rank, int size)
-      : obj_(std::move(obj)), rank_(rank), size_(size) {}
+  PyCommunicator(py::object obj, int rank, int size, std::string node_name)
+      : obj_(std::move(obj)),
+        rank_(rank),
+        size_(size),
+        node_name_(std::move(node_name)) {}
   ~PyCommunicator() override {
     py::gil_scoped_acquire gil;
     obj_ = py::object();
@@ -33,6 +36,7 @@ class PyCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  std::string NodeName() const override { return node_name_; }
 
   absl::StatusOr<std::vector<std::string>> AllGather(
       absl::string_view mine) override {
@@ -156,12 +160,30 @@ class PyCommunicator final : public Communicator {
   py::object obj_;
   const int rank_;
   const int size_;
+  const std::string node_name_;
 };
 
-int IntAttribute(py::handle obj, const char* name) {
+// obj.name, or obj.name() when it is a method.
+py::object Attribute(py::handle obj, const char* name) {
   py::object v = obj.attr(name);
   if (PyCallable_Check(v.ptr())) v = v();
-  return v.cast<int>();
+  return v;
+}
+
+int IntAttribute(py::handle obj, const char* name) {
+  return Attribute(obj, name).cast<int>();
+}
+
+// The optional node_name (a str): "" when the object has none.
+std::string NodeNameOf(py::handle obj) {
+  if (!py::hasattr(obj, "node_name")) return "";
+  py::object v = Attribute(obj, "node_name");
+  if (!py::isinstance<py::str>(v)) {
+    throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+        "communicator: node_name of a ", Py_TYPE(obj.ptr())->tp_name, " is a ",
+        Py_TYPE(v.ptr())->tp_name, ", expected a str")));
+  }
+  return v.cast<std::string>();
 }
 
 py::list ToList(const std::vector<std::string>& parts) {
@@ -191,7 +213,7 @@ Communicator* ResolveCommunicator(py::handle comm,
         absl::StrCat("communicator: rank ", rank, " of size ", size)));
   }
   *owned = std::make_unique<PyCommunicator>(
-      py::reinterpret_borrow<py::object>(comm), rank, size);
+      py::reinterpret_borrow<py::object>(comm), rank, size, NodeNameOf(comm));
   return owned->get();
 }
 
@@ -238,10 +260,15 @@ void BindCommunicatorBase(py::module_& m) {
   py::class_<Communicator>(
       m, "Communicator",
       "A C++ communicator; Python code may pass any object with "
-      "these methods instead (gather and all_to_all are optional: "
-      "without them ckpt falls back to all_gather).")
+      "these methods instead (gather, all_to_all and node_name are "
+      "optional: without the first two ckpt falls back to all_gather, "
+      "without node_name each rank counts as a node of its own).")
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
+      .def_property_readonly(
+          "node_name", &Communicator::NodeName,
+          "The node (machine) this rank runs on; '' when unknown. A "
+          "cooperative load spreads its reads over nodes, then over ranks.")
       .def("all_gather",
            [](Communicator& c, py::bytes mine) {
              std::string s = mine;

@@ -49,6 +49,52 @@ def test_reader_with_a_communicator_reads_each_block_once(tmp_path):
     assert all(0 < received < stored for _, received in got)
 
 
+class NamedNodeRanks:
+    """A ThreadRanks that reports a node name (here a method; an attribute
+    works as well)."""
+
+    def __init__(self, comm, node):
+        self._comm, self._node = comm, node
+        self.rank, self.size = comm.rank, comm.size
+        for m in ("all_gather", "broadcast", "barrier", "all_reduce_max"):
+            setattr(self, m, getattr(comm, m))
+
+    def node_name(self):
+        return self._node
+
+
+def test_reads_spread_over_the_nodes_python_communicators_name(tmp_path):
+    root = str(tmp_path)
+    stored = save_rows(root)
+
+    def rank(comm):  # ranks 0-2 on node "a", rank 3 on "b"; all want all
+        named = NamedNodeRanks(comm, "b" if comm.rank == 3 else "a")
+        r = ckpt.Reader(root, comm=named)
+        outs = [np.zeros((ROWS, COLS), np.float32) for _ in range(2)]
+        report = r.load([ckpt.LoadRequest(f"t{i}", ckpt.float32, (ROWS, COLS), None, outs[i])
+                         for i in range(2)])
+        for i in range(2):
+            assert np.array_equal(outs[i], global_array(i))
+        return report.bytes_read
+    got = run_ranks(4, rank)
+    assert sum(got) == stored
+    assert abs(got[3] - stored / 2) <= 4096  # node "b" reads half, within a block
+
+
+def test_a_node_name_that_is_not_a_str_is_refused(tmp_path):
+    root = str(tmp_path)
+    save_rows(root, world=1)
+
+    class BadNode(NamedNodeRanks):
+        def node_name(self):
+            return 7
+    def rank(comm):
+        with pytest.raises(ckpt.InvalidArgumentError, match="node_name of a BadNode is a int"):
+            ckpt.Reader(root, comm=BadNode(comm, ""))
+    run_ranks(1, rank)
+    assert ckpt.SingleProcessCommunicator().node_name == ""
+
+
 def test_a_bad_request_on_one_rank_fails_every_rank(tmp_path):
     root = str(tmp_path)
     save_rows(root)
@@ -95,6 +141,8 @@ def gloo_load(rank, world, store, root, stored, out):
     report = ct.load(state, root)
     for i in range(2):
         assert torch.equal(state[f"t{i}"], torch.from_numpy(global_array(i)))
+    import socket
+    assert ct.ProcessGroupCommunicator().node_name == socket.gethostname()
     reads = torch.tensor([report.bytes_read, report.bytes_received], dtype=torch.int64)
     dist.all_reduce(reads)
     if rank == 0:

@@ -232,6 +232,33 @@ TEST_P(CooperativeLoadTest, EachShardIndexIsReadByOneRank) {
   EXPECT_EQ(received, read * (kRanks - 1) / kRanks);
 }
 
+// Ranks 0-2 run on node "a", rank 3 on node "b": rank 3 reads half of the
+// bytes (within one read), not a quarter as it would with unnamed nodes.
+TEST_P(CooperativeLoadTest, ReadsSpreadOverTheNodesTheCommunicatorNames) {
+  TempDir dir;
+  const auto global = SaveRows(dir.path());
+  InProcessWorld w(kRanks, {"a", "a", "a", "b"});
+  ColumnLoad load;
+  std::vector<LoadReport> reports(kRanks);
+  CKPT_ASSERT_OK(
+      RunRanksWith(w, GetParam(), [&](Communicator& comm) -> absl::Status {
+        EXPECT_EQ(comm.NodeName(), comm.rank() == 3 ? "b" : "a");
+        ReaderOptions ro;
+        ro.communicator = &comm;
+        CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+        CKPT_ASSIGN_OR_RETURN(reports[comm.rank()],
+                              reader->Load(load.Requests(comm.rank())));
+        return absl::OkStatus();
+      }));
+  load.Check(global);
+  const uint64_t total = 3 * kRows * kCols * 4, block = 4096;
+  uint64_t node_a = 0;
+  for (int r = 0; r < 3; ++r) node_a += reports[r].bytes_read;
+  EXPECT_EQ(node_a + reports[3].bytes_read, total);
+  EXPECT_LE(reports[3].bytes_read, total / 2 + block);
+  EXPECT_GE(reports[3].bytes_read, total / 2 - block);
+}
+
 TEST_P(CooperativeLoadTest, ManySmallRoundsLoadTheSameBytes) {
   TempDir dir;
   const auto global = SaveRows(dir.path());

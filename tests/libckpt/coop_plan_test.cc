@@ -81,11 +81,16 @@ struct Planned {
   CoopPlan plan;
 };
 
+// Rank r runs on node nodes[r] ("" or missing: unknown).
 Planned Plan(const Fixture& f,
              const std::vector<std::vector<PlanRequest>>& per_rank,
-             const CoopOptions& o = {}) {
+             const CoopOptions& o = {},
+             const std::vector<std::string>& nodes = {}) {
   std::vector<std::string> encoded;
-  for (const auto& r : per_rank) encoded.push_back(EncodeRankRequests(r));
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    encoded.push_back(
+        EncodeRankRequests(r < nodes.size() ? nodes[r] : "", per_rank[r]));
+  }
   auto g = GroupRequests(f.manifest, encoded);
   EXPECT_TRUE(g.ok()) << g.status();
   auto pieces = PairRequests(f.manifest, g->unique);
@@ -99,9 +104,9 @@ TEST(GroupRequestsTest, MergesIdenticalRequestsAndListsHolders) {
   std::mt19937_64 rng(1);
   Fixture f(2, 8, 4, 16, rng);
   const PlanRequest a{0, Box{{0, 0}, {8, 4}}}, b{1, FlatRange{3, 9}};
-  auto g = GroupRequests(f.manifest,
-                         {EncodeRankRequests({a, b}), EncodeRankRequests({b}),
-                          EncodeRankRequests({a, a})});
+  auto g = GroupRequests(
+      f.manifest, {EncodeRankRequests("", {a, b}), EncodeRankRequests("", {b}),
+                   EncodeRankRequests("", {a, a})});
   CKPT_ASSERT_OK(g);
   ASSERT_EQ(g->unique.size(), 2u);
   EXPECT_EQ(g->unique[0].region, a.region);
@@ -113,22 +118,40 @@ TEST(GroupRequestsTest, MergesIdenticalRequestsAndListsHolders) {
                    {0, 0}, {2, 0}, {2, 1}, {0, 1}, {1, 0}}));
 }
 
+TEST(GroupRequestsTest,
+     RanksOfOneNodeShareItAndUnnamedRanksAreNodesOfTheirOwn) {
+  std::mt19937_64 rng(1);
+  Fixture f(1, 8, 4, 16, rng);
+  const PlanRequest a{0, Box{{0, 0}, {8, 4}}};
+  std::vector<std::string> encoded;
+  for (const char* node : {"n1", "", "n2", "n1", "", "n2"}) {
+    encoded.push_back(EncodeRankRequests(node, {a}));
+  }
+  auto g = GroupRequests(f.manifest, encoded);
+  CKPT_ASSERT_OK(g);
+  EXPECT_EQ(g->node, (std::vector<uint32_t>{0, 1, 2, 0, 3, 2}));
+  EXPECT_EQ(g->nodes, 4u);
+  // Replicas on different nodes still plan their requests once.
+  EXPECT_EQ(g->unique.size(), 1u);
+  EXPECT_EQ(g->holders.size(), 6u);
+}
+
 TEST(GroupRequestsTest, RejectsAnEntryOutsideTheManifest) {
   std::mt19937_64 rng(1);
   Fixture f(1, 8, 4, 16, rng);
-  EXPECT_THAT(
-      GroupRequests(f.manifest, {EncodeRankRequests({}),
-                                 EncodeRankRequests({{5, FlatRange{0, 1}}})}),
-      StatusIs(absl::StatusCode::kInvalidArgument,
-               "rank 1: request 0: entry 5 is not in the "
-               "manifest (1 entries)"));
+  EXPECT_THAT(GroupRequests(f.manifest,
+                            {EncodeRankRequests("", {}),
+                             EncodeRankRequests("", {{5, FlatRange{0, 1}}})}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "rank 1: request 0: entry 5 is not in the "
+                       "manifest (1 entries)"));
 }
 
 TEST(GroupRequestsTest, RejectsARegionOutsideTheTensor) {
   std::mt19937_64 rng(1);
   Fixture f(1, 8, 4, 16, rng);
-  EXPECT_THAT(GroupRequests(f.manifest,
-                            {EncodeRankRequests({{0, Box{{7, 0}, {2, 4}}}})}),
+  EXPECT_THAT(GroupRequests(f.manifest, {EncodeRankRequests(
+                                            "", {{0, Box{{7, 0}, {2, 4}}}})}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "rank 0: request 0: entry 'w0'"));
 }
@@ -136,7 +159,7 @@ TEST(GroupRequestsTest, RejectsARegionOutsideTheTensor) {
 TEST(GroupRequestsTest, TornBytesAreInternal) {
   std::mt19937_64 rng(1);
   Fixture f(1, 8, 4, 16, rng);
-  std::string bytes = EncodeRankRequests({{0, Box{{0, 0}, {8, 4}}}});
+  std::string bytes = EncodeRankRequests("", {{0, Box{{0, 0}, {8, 4}}}});
   bytes.pop_back();
   EXPECT_THAT(GroupRequests(f.manifest, {bytes}),
               StatusIs(absl::StatusCode::kInternal,
@@ -162,7 +185,13 @@ TEST(PlanCooperativeReadsTest, RandomJobsReadEachNeededBlockOnceAndDeliverAll) {
     CoopOptions o;
     o.max_read_bytes = 4 * (1 + rng() % 40);
     o.round_bytes = 1 + rng() % 200;
-    Planned p = Plan(f, per_rank, o);
+    std::vector<std::string> nodes;  // none, or ranks on 1-3 named nodes
+    if (trial % 2 == 1) {
+      for (int r = 0; r < ranks; ++r) {
+        nodes.push_back(rng() % 4 == 0 ? "" : "n" + std::to_string(rng() % 3));
+      }
+    }
+    Planned p = Plan(f, per_rank, o, nodes);
     // Brute force: the needed blocks, as (entry, chunk, block).
     std::set<std::tuple<uint32_t, uint32_t, uint64_t>> needed, read;
     for (const auto& reqs : per_rank) {
@@ -208,6 +237,9 @@ TEST(PlanCooperativeReadsTest, RandomJobsReadEachNeededBlockOnceAndDeliverAll) {
     }
     EXPECT_EQ(read, needed) << "trial " << trial;
     EXPECT_EQ(by_rank, p.plan.bytes_read);
+    std::vector<uint64_t> by_node(p.groups.nodes, 0);
+    for (int r = 0; r < ranks; ++r) by_node[p.groups.node[r]] += by_rank[r];
+    EXPECT_EQ(by_node, p.plan.node_bytes_read) << "trial " << trial;
     for (int r = 0; r < ranks; ++r) {
       for (uint32_t i = 0; i < per_rank[r].size(); ++i) {
         const PlanRequest& q = per_rank[r][i];
@@ -248,6 +280,81 @@ TEST(PlanCooperativeReadsTest, ReplicasSpreadTheReadsEvenly) {
   EXPECT_EQ(p.plan.stored_bytes, 4u * 64 * 64 * 4);
   EXPECT_LE(*hi - *lo, largest);
   EXPECT_GT(*lo, 0u);
+}
+
+uint64_t LargestRead(const CoopPlan& plan) {
+  uint64_t largest = 0;
+  for (const CoopRead& cr : plan.reads) {
+    largest = std::max(largest, cr.read.length);
+  }
+  return largest;
+}
+
+// The bytes read by the ranks of `node`.
+std::vector<uint64_t> RanksOfNode(const Planned& p, uint32_t node) {
+  std::vector<uint64_t> out;
+  for (uint32_t r = 0; r < p.groups.ranks; ++r) {
+    if (p.groups.node[r] == node) out.push_back(p.plan.bytes_read[r]);
+  }
+  return out;
+}
+
+// max - min of `v`.
+uint64_t Spread(const std::vector<uint64_t>& v) {
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  return *hi - *lo;
+}
+
+// Replicas on two nodes of 6 and 2 ranks: each node reads half of the
+// bytes (a node's storage and network link are what a load is bound by),
+// then its ranks share its half evenly. Without node names the node of 6
+// ranks would read three quarters.
+TEST(PlanCooperativeReadsTest, ReplicasSpreadTheReadsOverNodesThenRanks) {
+  std::mt19937_64 rng(3);
+  Fixture f(4, 64, 64, 1024, rng);
+  std::vector<std::vector<PlanRequest>> per_rank(8);
+  for (auto& reqs : per_rank) {
+    for (uint32_t e = 0; e < 4; ++e) reqs.push_back({e, Box{{0, 0}, {64, 64}}});
+  }
+  const std::vector<std::string> nodes = {"a", "a", "a", "b",
+                                          "a", "a", "b", "a"};
+  Planned p = Plan(f, per_rank, {}, nodes);
+  const uint64_t largest = LargestRead(p.plan);
+  ASSERT_EQ(p.groups.nodes, 2u);
+  ASSERT_EQ(p.plan.node_bytes_read.size(), 2u);
+  EXPECT_EQ(p.plan.node_bytes_read[0] + p.plan.node_bytes_read[1],
+            p.plan.stored_bytes);
+  EXPECT_LE(Spread(p.plan.node_bytes_read), largest);
+  EXPECT_LE(Spread(RanksOfNode(p, 0)), largest);
+  EXPECT_LE(Spread(RanksOfNode(p, 1)), largest);
+  EXPECT_GT(
+      *std::min_element(p.plan.bytes_read.begin(), p.plan.bytes_read.end()),
+      0u);
+
+  Planned unnamed = Plan(f, per_rank);  // control: ranks only
+  uint64_t node_a = 0;
+  for (uint32_t r = 0; r < 8; ++r) {
+    if (nodes[r] == "a") node_a += unnamed.plan.bytes_read[r];
+  }
+  EXPECT_GT(node_a, p.plan.stored_bytes * 2 / 3);
+}
+
+// The ranks of one node need everything, those of another nothing: the
+// other node reads half for them.
+TEST(PlanCooperativeReadsTest, NodesThatNeedNothingReadForTheOthers) {
+  std::mt19937_64 rng(4);
+  Fixture f(2, 64, 64, 1024, rng);
+  std::vector<std::vector<PlanRequest>> per_rank(4);
+  for (int r : {0, 1}) {
+    for (uint32_t e = 0; e < 2; ++e) {
+      per_rank[r].push_back({e, Box{{0, 0}, {64, 64}}});
+    }
+  }
+  Planned p = Plan(f, per_rank, {}, {"a", "a", "b", "b"});
+  const uint64_t largest = LargestRead(p.plan);
+  EXPECT_LE(Spread(p.plan.node_bytes_read), 2 * largest);
+  EXPECT_LE(Spread(p.plan.bytes_read), 2 * largest);
+  EXPECT_GT(p.plan.node_bytes_read[1], 0u);
 }
 
 // One rank needs everything: the other ranks read for it.

@@ -57,6 +57,7 @@ class ForwardingCommunicator final : public Communicator {
   bool SharesAddressSpace() const override {
     return delivery_ == Delivery::kDirect && base_->SharesAddressSpace();
   }
+  std::string NodeName() const override { return base_->NodeName(); }
 
   int all_to_all_calls() const { return all_to_all_calls_; }
 

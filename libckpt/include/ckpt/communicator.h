@@ -119,6 +119,14 @@ class Communicator {
   // AllToAll. True for InProcessCommunicator; false by default (processes,
   // MPI, Python adapters).
   virtual bool SharesAddressSpace() const { return false; }
+  // The name of the node (machine) this rank runs on, e.g. its host name:
+  // ranks that report the same non-empty name share that node's storage
+  // bandwidth and network link, and a cooperative load spreads its reads
+  // evenly over nodes first, then over the ranks of each node. Empty (the
+  // default) means unknown: the rank counts as a node of its own. Local (no
+  // communication); differs between ranks of different nodes. MPI reports
+  // MPI_Get_processor_name, the Python adapters the host name.
+  virtual std::string NodeName() const { return ""; }
 
  protected:
   // Building blocks of AllToAll implementations, so that every one checks

@@ -28,6 +28,10 @@ namespace ckpt {
 class InProcessWorld {
  public:
   explicit InProcessWorld(int size);
+  // With node names: rank r's communicator reports node_names[r] as its
+  // NodeName() (tests and benchmarks model a job of several nodes this
+  // way; by default, and for ranks beyond node_names.size(), "": unknown).
+  InProcessWorld(int size, std::vector<std::string> node_names);
   ~InProcessWorld();
   int size() const { return size_; }
   // The communicator of `rank`, owned by the world. Each is used by one
@@ -40,6 +44,7 @@ class InProcessWorld {
   std::vector<std::string> Exchange(int rank, std::string mine);
 
   const int size_;
+  const std::vector<std::string> node_names_;
   Mutex mu_;
   CondVar round_done_;  // generation_ moved on
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;

@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -152,13 +153,21 @@ class MpiCommunicator final : public Communicator {
                         absl::Span<const RecvBuffer> recv,
                         MemoryKind memory) override;
 
+  // MPI_Get_processor_name, read once by Create.
+  std::string NodeName() const override { return node_name_; }
+
   // The duplicated communicator ckpt's traffic runs on. Owned by this
   // object; valid until it is destroyed.
   MPI_Comm comm() const { return comm_; }
 
  private:
-  MpiCommunicator(MPI_Comm comm, int rank, int size, const Options& options)
-      : comm_(comm), rank_(rank), size_(size), options_(options) {}
+  MpiCommunicator(MPI_Comm comm, int rank, int size, std::string node_name,
+                  const Options& options)
+      : comm_(comm),
+        rank_(rank),
+        size_(size),
+        node_name_(std::move(node_name)),
+        options_(options) {}
 
   // AllGather (root < 0: every rank receives) and Gather (only `root`
   // receives): the lengths, then the bytes in rounds within
@@ -179,6 +188,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   const int rank_;
   const int size_;
+  const std::string node_name_;
   const Options options_;
 };
 

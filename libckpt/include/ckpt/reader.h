@@ -27,7 +27,10 @@
 //    the job needs is read by one rank and sent to all (each receiver
 //    checks it as if it had read it); each needed stored block is read
 //    once per job, by one rank (one that needs it, unless that would
-//    unbalance the bytes read per rank), which verifies it and sends the
+//    unbalance the bytes read per node or per rank: reads are spread
+//    evenly over the nodes of Communicator::NodeName, then over the ranks
+//    of each node; with no node names, over ranks), which verifies it and
+//    sends the
 //    raw bytes each other rank needs through Communicator::AllToAll, in
 //    rounds of at most LoadOptions::exchange_bytes_per_round bytes sent
 //    and received per rank. Bytes for host destinations travel in host
@@ -52,7 +55,6 @@
 //    reads straight into the destinations of every rank that needs them;
 //    each rank's on_complete callbacks then run on the thread that called
 //    Load, once every rank's reads succeeded.
-//    The communicator knows no nodes, so reads are spread over ranks only.
 //  * Per rank, the guarantees of a single-rank Load hold: strictness
 //    (LoadOptions), completeness, verification (by the rank that read the
 //    block), on_complete once per destination.

@@ -186,6 +186,21 @@ TEST(MpiCommunicatorTest, RankAndSizeAreThoseOfADuplicateOfTheCommunicator) {
   MPI_Errhandler_free(&handler);
 }
 
+// NodeName is MPI's processor name: the same on every rank of this
+// single-machine run, so a cooperative load sees one node.
+TEST(MpiCommunicatorTest, NodeNameIsTheProcessorName) {
+  auto comm = MakeComm();
+  ASSERT_TRUE(NoRankFailed());
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  EXPECT_EQ(comm->NodeName(), std::string(name, length));
+  EXPECT_FALSE(comm->NodeName().empty());
+  auto all = comm->AllGather(comm->NodeName());
+  ASSERT_TRUE(all.ok()) << all.status();
+  for (const std::string& n : *all) EXPECT_EQ(n, comm->NodeName());
+}
+
 TEST(MpiCommunicatorTest, CreateRejectsNullCommunicatorAndBadOptions) {
   EXPECT_THAT(MpiCommunicator::Create(MPI_COMM_NULL),
               StatusIs(absl::StatusCode::kInvalidArgument, "MPI_COMM_NULL"));

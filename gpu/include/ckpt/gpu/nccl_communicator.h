@@ -78,6 +78,7 @@ class NcclCommunicator final : public Communicator {
   absl::Status AllReduceMax(std::vector<int64_t>* values) override {
     return cpu_->AllReduceMax(values);
   }
+  std::string NodeName() const override { return cpu_->NodeName(); }
 
   // kHost: the CPU communicator's AllToAll. kCuda (every buffer on this
   // rank's device; a non-empty buffer elsewhere, host memory included, is

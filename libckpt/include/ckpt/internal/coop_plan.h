@@ -30,10 +30,12 @@
 
 namespace ckpt::internal {
 
-// One rank's requests as exchanged between ranks: [varint count] then per
-// request [varint entry][region] (a region: u8 0 = box, varint rank,
-// offsets, sizes; u8 1 = flat range, varint offset, count).
-std::string EncodeRankRequests(const std::vector<PlanRequest>& requests);
+// One rank's node name (Communicator::NodeName) and requests as exchanged
+// between ranks: [varint length][node name][varint count] then per request
+// [varint entry][region] (a region: u8 0 = box, varint rank, offsets,
+// sizes; u8 1 = flat range, varint offset, count).
+std::string EncodeRankRequests(absl::string_view node_name,
+                               const std::vector<PlanRequest>& requests);
 
 // A request's holder: local request `index` of rank `rank`.
 struct Holder {
@@ -45,11 +47,16 @@ struct Holder {
 // the holders of unique request u are holders[first[u] .. first[u + 1]),
 // by rank then index. Unique requests are numbered in order of first
 // appearance (rank 0's first, ...).
+// node[r] is the node of rank r: ranks that sent the same non-empty node
+// name share one, a rank that sent "" is a node of its own; nodes are
+// numbered 0 .. nodes - 1 in order of first appearance.
 struct RequestGroups {
   std::vector<PlanRequest> unique;
   std::vector<uint64_t> first;  // unique.size() + 1 offsets
   std::vector<Holder> holders;
   uint32_t ranks = 0;
+  std::vector<uint32_t> node;  // [rank]
+  uint32_t nodes = 0;
 };
 
 // Decodes every rank's EncodeRankRequests bytes (encoded[r] of rank r) and
@@ -84,17 +91,25 @@ struct CoopPlan {
   std::vector<CoopRead> reads;       // by shard, then file offset
   uint32_t rounds = 0;               // exchange rounds (0: nothing to read)
   std::vector<uint64_t> bytes_read;  // stored bytes each rank reads
-  uint64_t stored_bytes = 0;         // sum of bytes_read
+  std::vector<uint64_t> node_bytes_read;  // [node of RequestGroups::node]
+  uint64_t stored_bytes = 0;              // sum of bytes_read
 };
 
 // Every block that `pieces` (PairRequests on groups.unique) need is read
-// once, by one rank: reads are taken largest first, each by the holder of
-// one of its requests with the fewest bytes so far; then a rank that reads
-// more than the mean plus the largest read gives reads (its smallest
-// first) to the least loaded rank while that lowers its load (so that all
-// ranks read when few need the data). A rank's reads are then put into
-// rounds in plan order so that each round respects options.round_bytes on
-// both sides. REQUIRES: as PlanBlockReads.
+// once, by one rank, spread evenly over nodes and then over the ranks of
+// each node (groups.node; with no node names every rank is a node and the
+// two levels are one):
+//  1. reads are taken largest first, each by a holder of one of its
+//     requests: one on the node that reads the fewest bytes so far, and
+//     there the rank with the fewest;
+//  2. a node that reads more than the mean over nodes plus the largest
+//     read gives reads (its smallest first) to the least loaded node, to
+//     its least loaded rank, while that lowers its load (so that all nodes
+//     read when few need the data);
+//  3. within each node, a rank that reads more than the node's mean plus
+//     the largest read gives reads to the node's least loaded rank alike.
+// A rank's reads are then put into rounds in plan order so that each round
+// respects options.round_bytes on both sides. REQUIRES: as PlanBlockReads.
 CoopPlan PlanCooperativeReads(const format::Manifest& manifest,
                               const RequestGroups& groups,
                               const std::vector<ChunkPiece>& pieces,
