@@ -141,14 +141,7 @@ absl::StatusOr<LoadReport> ReaderImpl::RunDirect(
   std::vector<uint32_t> shards;
   const std::vector<BlockRead> reads =
       DirectReads(groups, plan, all, me, &shards);
-  absl::Status pending =
-      ParallelFor(threads, reads.size(), [&](int t, size_t i) {
-        CKPT_ASSIGN_OR_RETURN(ShardHandles::Lease file,
-                              GetShardForReading(shards[i]));
-        const OpenShard* s = *GetShard(shards[i]);  // opened or adopted
-        return run.Run(t, *s, file.file(), manifest_.entries[reads[i].entry],
-                       reads[i]);
-      });
+  absl::Status pending = RunReads(&run, reads, shards, threads);
   if (pending.ok()) {
     pending = CheckDelivered(groups, plan, p, me, &report.bytes_received);
   }

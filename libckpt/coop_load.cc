@@ -15,6 +15,7 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -234,6 +235,100 @@ class Arena {
   uint64_t size_ = 0;
 };
 
+uint64_t Sum(const std::vector<uint64_t>& v, size_t begin, size_t end) {
+  return std::accumulate(v.begin() + begin, v.begin() + end, uint64_t{0});
+}
+
+// The device lanes (n .. 2n) of per-lane byte counts.
+std::vector<uint64_t> DeviceLanes(const std::vector<uint64_t>& lanes,
+                                  uint32_t n) {
+  return std::vector<uint64_t>(lanes.begin() + n, lanes.end());
+}
+
+// `p`'s requests, then one flat uint8 "request" per lane (of `lanes`, n
+// ranks): the bytes this rank sends rank d over the whole load (total[d]),
+// which each round points at its send buffer (lanes n.. : staged for the
+// device send buffer).
+Prepared WithSendSlots(const Prepared& p, const std::vector<uint64_t>& total,
+                       uint32_t lanes, uint32_t n) {
+  Prepared ext = p;
+  for (uint32_t d = 0; d < lanes; ++d) {
+    LoadRequest slot;
+    slot.name = absl::StrCat(
+        d < n ? "(bytes for rank " : "(device bytes for rank ", d % n, ")");
+    slot.dtype = DType::kUInt8;
+    slot.region = FlatRange{0, total[d]};
+    ext.reqs.push_back(std::move(slot));
+  }
+  return ext;
+}
+
+// One round on this rank: its reads as LoadRun runs them (RoundReads) and
+// their shards, the bytes it sends and receives by lane, where the bytes
+// of each incoming read are, and the AllToAll buffers over the arenas.
+struct RoundIo {
+  std::vector<BlockRead> reads;
+  std::vector<uint32_t> shards;        // [read]
+  std::vector<uint64_t> sends, sizes;  // [lane]
+  std::vector<Incoming> incoming;
+  std::vector<SendBuffer> send;
+  std::vector<RecvBuffer> recv;
+  std::vector<char*> from;  // [sender]: its bytes in the receive arena
+};
+
+// Lays out `round` in `out` (send) and `in` (receive), pointing the host
+// send slots of `ext` (WithSendSlots) at this round's send buffers.
+RoundIo LayOutRound(const RequestGroups& g, const CoopPlan& plan,
+                    const Round& round, uint32_t me, uint32_t slots,
+                    const DeviceExchange* dx, Arena* out, Arena* in,
+                    Prepared* ext) {
+  const uint32_t n = g.ranks;
+  RoundIo io;
+  std::tie(io.reads, io.sends) = RoundReads(g, plan, round, me, slots, dx);
+  for (uint32_t i : round.reads) io.shards.push_back(plan.reads[i].shard);
+  io.incoming = IncomingOf(g, plan, round, me, dx, &io.sizes);
+  char* send_base = out->Get(Sum(io.sends, 0, n));
+  char* recv_base = in->Get(Sum(io.sizes, 0, n));
+  for (uint32_t d = 0; d < n; ++d) {
+    ext->reqs[slots + d].data = send_base;
+    io.send.push_back(SendBuffer{send_base, io.sends[d]});
+    send_base += io.sends[d];
+    io.from.push_back(recv_base);
+    io.recv.push_back(RecvBuffer{recv_base, io.sizes[d]});
+    recv_base += io.sizes[d];
+  }
+  return io;
+}
+
+// The device send and receive buffers of a round; points the device send
+// slots of `ext` at the staged send buffer.
+absl::Status StageDeviceSends(DeviceExchange* dx, const RoundIo& io, uint32_t n,
+                              uint32_t slots, Prepared* ext) {
+  CKPT_ASSIGN_OR_RETURN(char* staged, dx->Prepare(Sum(io.sends, n, 2 * n),
+                                                  Sum(io.sizes, n, 2 * n)));
+  for (uint32_t d = 0; d < n; ++d) {
+    ext->reqs[slots + n + d].data = staged;
+    staged += io.sends[n + d];
+  }
+  return absl::OkStatus();
+}
+
+// After a round's exchange: the received bytes to this rank's
+// destinations (host by Unpack, device by DeviceExchange::Deliver).
+absl::Status Receive(const RequestGroups& g, const CoopPlan& plan,
+                     const Round& round, const RoundIo& io, uint32_t me,
+                     int threads, DeviceExchange* dx, const Prepared& ext,
+                     LoadRun* run) {
+  CKPT_RETURN_IF_ERROR(
+      ParallelFor(threads, io.incoming.size(), [&](int, size_t k) {
+        const Incoming& in = io.incoming[k];
+        return Unpack(g, plan.reads[in.read].read, me,
+                      io.from[in.sender] + in.offset, run, dx);
+      }));
+  if (dx == nullptr) return absl::OkStatus();
+  return dx->Deliver(g, plan, round.incoming, ext.reqs, run);
+}
+
 }  // namespace
 
 absl::Status ReaderImpl::ShareShards(const std::vector<uint32_t>& ids,
@@ -311,6 +406,33 @@ absl::StatusOr<LoadReport> ReaderImpl::LoadCooperative(
   return RunCooperative(*p, groups, plan, options, threads, std::move(report));
 }
 
+absl::StatusOr<StagingPool*> ReaderImpl::AgreeOnUploadPool(const Prepared& p) {
+  StagingPool* pool = nullptr;
+  absl::Status st;
+  if (std::any_of(p.reqs.begin(), p.reqs.end(), [](const LoadRequest& r) {
+        return r.memory == MemoryKind::kCuda;
+      })) {
+    absl::StatusOr<StagingPool*> got = UploadPool();
+    st = got.status();
+    if (got.ok()) pool = *got;
+  }
+  CKPT_RETURN_IF_ERROR(Agree(options_.communicator, st));
+  return pool;
+}
+
+absl::Status ReaderImpl::RunReads(LoadRun* run,
+                                  const std::vector<BlockRead>& reads,
+                                  const std::vector<uint32_t>& shards,
+                                  int threads) {
+  return ParallelFor(threads, reads.size(), [&](int t, size_t i) {
+    CKPT_ASSIGN_OR_RETURN(ShardHandles::Lease file,
+                          GetShardForReading(shards[i]));
+    const OpenShard* s = *GetShard(shards[i]);  // opened or adopted
+    return run->Run(t, *s, file.file(), manifest_.entries[reads[i].entry],
+                    reads[i]);
+  });
+}
+
 absl::StatusOr<LoadReport> ReaderImpl::RunCooperative(
     const Prepared& p, const RequestGroups& groups, const CoopPlan& plan,
     const LoadOptions& options, int threads, LoadReport report) {
@@ -321,92 +443,30 @@ absl::StatusOr<LoadReport> ReaderImpl::RunCooperative(
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceExchange> dx,
                         DeviceExchange::Create(comm, options_.device_memory,
                                                options.device_ready, p.reqs));
-  // This rank's requests, then one host "request" per lane: the bytes it
-  // sends a rank, in the current round's send buffer (lanes n.. : staged
-  // for the device send buffer).
-  Prepared ext = p;
-  const std::vector<uint64_t> total = TotalSends(groups, plan, me, dx.get());
-  for (uint32_t d = 0; d < (dx ? 2 * n : n); ++d) {
-    LoadRequest slot;
-    slot.name = absl::StrCat(
-        d < n ? "(bytes for rank " : "(device bytes for rank ", d % n, ")");
-    slot.dtype = DType::kUInt8;
-    slot.region = FlatRange{0, total[d]};
-    ext.reqs.push_back(std::move(slot));
-  }
-  StagingPool* pool = nullptr;
-  if (std::any_of(p.reqs.begin(), p.reqs.end(), [](const LoadRequest& r) {
-        return r.memory == MemoryKind::kCuda;
-      })) {
-    auto got = UploadPool();
-    CKPT_RETURN_IF_ERROR(Agree(comm, got.status()));
-    pool = *got;
-  } else {
-    CKPT_RETURN_IF_ERROR(Agree(comm, absl::OkStatus()));
-  }
+  Prepared ext = WithSendSlots(p, TotalSends(groups, plan, me, dx.get()),
+                               dx ? 2 * n : n, n);
+  CKPT_ASSIGN_OR_RETURN(StagingPool * pool, AgreeOnUploadPool(p));
   LoadRun run(ext, options_.device_memory, pool, options.device_ready, threads);
   run.CompleteEmpty();
   absl::Status pending;  // a local failure to report at the next agreement
   Arena out, in;         // this rank's send and receive buffers, by peer
   for (const Round& round : RoundsOf(groups, plan, me)) {
-    // Not a structured binding: lambdas below use them (C++17).
-    std::pair<std::vector<BlockRead>, std::vector<uint64_t>> planned =
-        RoundReads(groups, plan, round, me, slots, dx.get());
-    const std::vector<BlockRead>& reads = planned.first;
-    const std::vector<uint64_t>& sends = planned.second;
-    std::vector<uint64_t> sizes;
-    const std::vector<Incoming> incoming =
-        IncomingOf(groups, plan, round, me, dx.get(), &sizes);
-    char* send_base =
-        out.Get(std::accumulate(sends.begin(), sends.begin() + n, uint64_t{0}));
-    char* recv_base =
-        in.Get(std::accumulate(sizes.begin(), sizes.begin() + n, uint64_t{0}));
-    std::vector<SendBuffer> send(n);
-    std::vector<RecvBuffer> recv(n);
-    std::vector<char*> from(n);
-    for (uint32_t d = 0; d < n; ++d) {
-      ext.reqs[slots + d].data = send_base;
-      send[d] = SendBuffer{send_base, sends[d]};
-      send_base += sends[d];
-      from[d] = recv_base;
-      recv[d] = RecvBuffer{recv_base, sizes[d]};
-      recv_base += sizes[d];
-      report.bytes_received += sizes[d] + sizes[n + d];
+    const RoundIo io =
+        LayOutRound(groups, plan, round, me, slots, dx.get(), &out, &in, &ext);
+    report.bytes_received += Sum(io.sizes, 0, 2 * n);
+    if (dx != nullptr && pending.ok()) {
+      pending = StageDeviceSends(dx.get(), io, n, slots, &ext);
     }
-    const std::vector<uint64_t> dsends(sends.begin() + n, sends.end());
-    const std::vector<uint64_t> dsizes(sizes.begin() + n, sizes.end());
-    if (dx != nullptr && pending.ok()) {  // device send and receive buffers
-      absl::StatusOr<char*> staged = dx->Prepare(
-          std::accumulate(dsends.begin(), dsends.end(), uint64_t{0}),
-          std::accumulate(dsizes.begin(), dsizes.end(), uint64_t{0}));
-      pending = staged.status();
-      for (uint32_t d = 0; d < n && staged.ok(); ++d) {
-        ext.reqs[slots + n + d].data = *staged;
-        *staged += dsends[d];
-      }
-    }
-    if (pending.ok()) {
-      pending = ParallelFor(threads, reads.size(), [&](int t, size_t i) {
-        const uint32_t shard = plan.reads[round.reads[i]].shard;
-        CKPT_ASSIGN_OR_RETURN(ShardHandles::Lease file,
-                              GetShardForReading(shard));
-        const OpenShard* s = *GetShard(shard);  // opened or adopted
-        return run.Run(t, *s, file.file(), manifest_.entries[reads[i].entry],
-                       reads[i]);
-      });
-    }
+    if (pending.ok()) pending = RunReads(&run, io.reads, io.shards, threads);
     if (dx != nullptr && pending.ok()) pending = dx->Upload();
     CKPT_RETURN_IF_ERROR(Agree(comm, pending));
-    CKPT_RETURN_IF_ERROR(comm->AllToAll(send, recv, MemoryKind::kHost));
-    if (dx != nullptr) CKPT_RETURN_IF_ERROR(dx->Exchange(comm, dsends, dsizes));
-    pending = ParallelFor(threads, incoming.size(), [&](int, size_t k) {
-      const Incoming& in = incoming[k];
-      return Unpack(groups, plan.reads[in.read].read, me,
-                    from[in.sender] + in.offset, &run, dx.get());
-    });
-    if (dx != nullptr && pending.ok()) {
-      pending = dx->Deliver(groups, plan, round.incoming, ext.reqs, &run);
+    CKPT_RETURN_IF_ERROR(comm->AllToAll(io.send, io.recv, MemoryKind::kHost));
+    if (dx != nullptr) {
+      CKPT_RETURN_IF_ERROR(dx->Exchange(comm, DeviceLanes(io.sends, n),
+                                        DeviceLanes(io.sizes, n)));
     }
+    pending =
+        Receive(groups, plan, round, io, me, threads, dx.get(), ext, &run);
   }
   if (pending.ok()) pending = run.CheckAllWritten();
   CKPT_RETURN_IF_ERROR(Agree(comm, pending));

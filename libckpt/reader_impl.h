@@ -113,6 +113,12 @@ class ReaderImpl final : public Reader {
       const Prepared& p, const internal::RequestGroups& groups,
       const internal::CoopPlan& plan, const LoadOptions& options, int threads,
       LoadReport report);
+  // The upload pool when `p` has device destinations, else null; collective
+  // (the ranks agree on the outcome).
+  absl::StatusOr<internal::StagingPool*> AgreeOnUploadPool(const Prepared& p);
+  // Runs `reads` (reads[i] of shard shards[i]) on `threads` threads.
+  absl::Status RunReads(LoadRun* run, const std::vector<BlockRead>& reads,
+                        const std::vector<uint32_t>& shards, int threads);
   // With a communicator that SharesAddressSpace (coop_direct.cc):
   // every rank's destinations as one list, or nullopt on every rank if some
   // rank has a destination that is not host memory. Collective (one AllGather).
