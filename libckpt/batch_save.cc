@@ -3,11 +3,9 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/names.h"
 #include "ckpt/format/plan_record.h"
-#include "ckpt/format/shard.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/internal/thread_pool.h"
 #include "commit.h"
@@ -124,8 +122,8 @@ absl::StatusOr<std::vector<std::string>> GatherRankPlans(int world,
   return messages;
 }
 
-// What Writer's Prepare decides on the coordinator, with the save lock it
-// takes (held until the commit is done).
+// What the coordinator's BeginSave decides, with the save lock it takes
+// (held until the commit is done).
 struct Prepared {
   std::unique_ptr<FileLock> lock;
   std::string tmp;
@@ -137,21 +135,11 @@ absl::StatusOr<Prepared> Prepare(Storage* storage, const std::string& root,
                                  const format::PlanRecord& record,
                                  const SaveOptions& options) {
   Prepared p;
-  CKPT_RETURN_IF_ERROR(EnsureRoot(storage, root));
-  CKPT_ASSIGN_OR_RETURN(p.lock, LockRootForSave(storage, root, nullptr));
-  const std::string final_dir = JoinPath(root, format::StepDirName(step));
-  if (!options.overwrite && storage->Stat(final_dir).ok()) {
-    return absl::AlreadyExistsError(
-        absl::StrCat(final_dir, ": a checkpoint of step ", step,
-                     " already exists (set overwrite to replace it)"));
-  }
-  CKPT_ASSIGN_OR_RETURN(p.tmp, CreateTempDir(storage, root, step));
-  p.info.id = RandomId();
-  p.info.fingerprint = GlobalFingerprint(record);
-  p.info.created_unix_ns = absl::GetCurrentTimeNanos();
-  p.info.step = step;
-  p.info.world_size = static_cast<uint32_t>(world);
-  p.info.writer = "ckpt " CKPT_VERSION_STRING;
+  CKPT_ASSIGN_OR_RETURN(SavePrep prep,
+                        BeginSave(storage, root, step, options.overwrite,
+                                  GlobalFingerprint(record), &p.lock));
+  p.tmp = prep.tmp_dir;
+  p.info = CheckpointInfoOf(prep, step, static_cast<uint32_t>(world));
   return p;
 }
 
@@ -176,20 +164,11 @@ absl::Status WriteRank(Storage* storage, const Prepared& p, int r,
                                MemoryKind::kHost, 0,
                                it.source ? &it.source : nullptr});
   }
-  format::ShardHeader header;
-  header.checkpoint_id = p.info.id;
-  header.shard_id = static_cast<uint32_t>(r);
-  header.alignment = options.alignment;
-  CKPT_ASSIGN_OR_RETURN(
-      ShardWriteResult written,
-      WriteShardFile(storage, JoinPath(p.tmp, format::ShardFileName(r)), header,
-                     p.info, options.metadata, writes, options, nullptr));
+  CKPT_ASSIGN_OR_RETURN(ShardWriteResult written,
+                        WriteRankShard(storage, p.tmp, static_cast<uint32_t>(r),
+                                       p.info, writes, options, nullptr));
   *stored = written.stored_bytes;
-  report->file_size = written.file_size;
-  report->entries = std::move(written.index.entries);
-  for (auto& e : report->entries) {
-    for (auto& ch : e.chunks) ch.blocks.clear();
-  }
+  *report = ReportOf(std::move(written));
   return absl::OkStatus();
 }
 

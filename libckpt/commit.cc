@@ -6,9 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/manifest.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/records.h"
 #include "ckpt/format/shard.h"
 #include "ckpt/format/status_macros.h"
@@ -237,6 +239,38 @@ absl::StatusOr<std::unique_ptr<FileLock>> LockRootForCommit(
                             LockMode::kExclusive, true);
   if (absl::IsUnimplemented(lock.status())) return std::unique_ptr<FileLock>();
   return lock;
+}
+
+absl::StatusOr<SavePrep> BeginSave(Storage* storage, const std::string& root,
+                                   uint64_t step, bool overwrite,
+                                   const format::Fingerprint& fingerprint,
+                                   std::unique_ptr<FileLock>* lock) {
+  CKPT_RETURN_IF_ERROR(EnsureRoot(storage, root));
+  CKPT_ASSIGN_OR_RETURN(*lock, LockRootForSave(storage, root, nullptr));
+  const std::string final_dir = JoinPath(root, format::StepDirName(step));
+  if (!overwrite && storage->Stat(final_dir).ok()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(final_dir, ": a checkpoint of step ", step,
+                     " already exists (set overwrite to replace it)"));
+  }
+  SavePrep prep;
+  CKPT_ASSIGN_OR_RETURN(prep.tmp_dir, CreateTempDir(storage, root, step));
+  prep.id = RandomId();
+  prep.fingerprint = fingerprint;
+  prep.created_unix_ns = absl::GetCurrentTimeNanos();
+  return prep;
+}
+
+format::CheckpointInfo CheckpointInfoOf(const SavePrep& prep, uint64_t step,
+                                        uint32_t world) {
+  format::CheckpointInfo info;
+  info.id = prep.id;
+  info.fingerprint = prep.fingerprint;
+  info.created_unix_ns = prep.created_unix_ns;
+  info.step = step;
+  info.world_size = world;
+  info.writer = "ckpt " CKPT_VERSION_STRING;
+  return info;
 }
 
 }  // namespace ckpt::internal

@@ -98,6 +98,22 @@ absl::Status CommitCheckpoint(Storage* storage, const std::string& root,
 // 16 random bytes.
 std::array<uint8_t, 16> RandomId();
 
+// The coordinator's first step of a save of `step` into `root` (the Writer
+// and the batch save): EnsureRoot; the save lock, into *lock (held until
+// the save returns); AlreadyExists "<root>/step-NNNNNNNN: a checkpoint of
+// step S already exists (set overwrite to replace it)" unless `overwrite`;
+// CreateTempDir. Returns the temporary directory, a new checkpoint id,
+// `fingerprint` and the creation time.
+absl::StatusOr<SavePrep> BeginSave(Storage* storage, const std::string& root,
+                                   uint64_t step, bool overwrite,
+                                   const format::Fingerprint& fingerprint,
+                                   std::unique_ptr<FileLock>* lock);
+
+// The CHECKPOINT_INFO of the save `prep` began: its id, fingerprint and
+// creation time, `step`, `world` ranks, this library as the writer.
+format::CheckpointInfo CheckpointInfoOf(const SavePrep& prep, uint64_t step,
+                                        uint32_t world);
+
 }  // namespace ckpt::internal
 
 #endif  // CKPT_LIBCKPT_COMMIT_H_

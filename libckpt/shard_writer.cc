@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "ckpt/format/block_codec.h"
 #include "ckpt/format/checksum.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/shard.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/internal/thread_pool.h"
@@ -319,6 +320,29 @@ absl::StatusOr<ShardWriteResult> WriteShardFile(
           ? payloads.WriteRaw(&chunks, format::kShardHeaderSize)
           : payloads.WriteCompressed(&chunks, format::kShardHeaderSize));
   return FinishShard(file.get(), std::move(chunks), info, metadata, end);
+}
+
+absl::StatusOr<ShardWriteResult> WriteRankShard(
+    Storage* storage, const std::string& tmp_dir, uint32_t rank,
+    const format::CheckpointInfo& info, const std::vector<WriteItem>& items,
+    const SaveOptions& options, DeviceMemory* device_memory) {
+  format::ShardHeader header;
+  header.checkpoint_id = info.id;
+  header.shard_id = rank;
+  header.alignment = options.alignment;
+  return WriteShardFile(storage, JoinPath(tmp_dir, format::ShardFileName(rank)),
+                        header, info, options.metadata, items, options,
+                        device_memory);
+}
+
+ShardReport ReportOf(ShardWriteResult written) {
+  ShardReport report;
+  report.file_size = written.file_size;
+  report.entries = std::move(written.index.entries);
+  for (auto& e : report.entries) {
+    for (auto& c : e.chunks) c.blocks.clear();
+  }
+  return report;
 }
 
 }  // namespace ckpt::internal

@@ -13,6 +13,7 @@
 #include "ckpt/writer.h"
 #include "save_plan.h"
 #include "stager.h"
+#include "wire.h"
 
 namespace ckpt::internal {
 
@@ -52,6 +53,17 @@ absl::StatusOr<ShardWriteResult> WriteShardFile(
     const format::ShardHeader& header, const format::CheckpointInfo& info,
     const format::Metadata& metadata, const std::vector<WriteItem>& items,
     const SaveOptions& options, DeviceMemory* device_memory);
+
+// WriteShardFile of rank `rank`'s shard of the save whose CHECKPOINT_INFO
+// is `info`: tmp_dir/shard-<rank>.ckpt.
+absl::StatusOr<ShardWriteResult> WriteRankShard(
+    Storage* storage, const std::string& tmp_dir, uint32_t rank,
+    const format::CheckpointInfo& info, const std::vector<WriteItem>& items,
+    const SaveOptions& options, DeviceMemory* device_memory);
+
+// What a rank reports to the coordinator of the shard it wrote: the file's
+// size and the manifest view of its entries (no block tables).
+ShardReport ReportOf(ShardWriteResult written);
 
 }  // namespace ckpt::internal
 

@@ -6,7 +6,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "async_save.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/manifest.h"
@@ -427,30 +426,15 @@ absl::StatusOr<WriterImpl::PendingSave> WriterImpl::Prepare(
   p.final_dir = JoinPath(root, p.dir_name);
   CKPT_ASSIGN_OR_RETURN(
       std::string msg, OnCoordinator([&]() -> absl::StatusOr<std::string> {
-        CKPT_RETURN_IF_ERROR(internal::EnsureRoot(storage_, root));
         CKPT_ASSIGN_OR_RETURN(
-            p.save_lock, internal::LockRootForSave(storage_, root, nullptr));
-        if (!options.overwrite && storage_->Stat(p.final_dir).ok()) {
-          return absl::AlreadyExistsError(
-              absl::StrCat(p.final_dir, ": a checkpoint of step ", step,
-                           " already exists (set overwrite to replace it)"));
-        }
-        internal::SavePrep prep;
-        CKPT_ASSIGN_OR_RETURN(prep.tmp_dir,
-                              internal::CreateTempDir(storage_, root, step));
-        prep.id = internal::RandomId();
-        prep.fingerprint = cache_.global_fp;
-        prep.created_unix_ns = absl::GetCurrentTimeNanos();
+            internal::SavePrep prep,
+            internal::BeginSave(storage_, root, step, options.overwrite,
+                                cache_.global_fp, &p.save_lock));
         return internal::EncodeSavePrep(prep);
       }));
   CKPT_ASSIGN_OR_RETURN(internal::SavePrep prep, internal::DecodeSavePrep(msg));
-  p.tmp = std::move(prep.tmp_dir);
-  p.info.id = prep.id;
-  p.info.fingerprint = prep.fingerprint;
-  p.info.created_unix_ns = prep.created_unix_ns;
-  p.info.step = step;
-  p.info.world_size = comm_->size();
-  p.info.writer = "ckpt " CKPT_VERSION_STRING;
+  p.tmp = prep.tmp_dir;
+  p.info = internal::CheckpointInfoOf(prep, step, comm_->size());
   if (comm_->rank() == 0) p.plan_section = cache_.plan_section;
   return p;
 }
@@ -473,26 +457,16 @@ std::string WriterImpl::WriteShard(
     const std::vector<internal::WriteItem>& snapshot,
     const SaveOptions& options, uint64_t* local_stored_bytes) {
   const int rank = comm_->rank();
-  format::ShardHeader header;
-  header.checkpoint_id = pending.info.id;
-  header.shard_id = rank;
-  header.alignment = options.alignment;
-  auto written = internal::WriteShardFile(
-      storage_, JoinPath(pending.tmp, format::ShardFileName(rank)), header,
-      pending.info, options.metadata, snapshot, options, device_memory_);
+  auto written =
+      internal::WriteRankShard(storage_, pending.tmp, rank, pending.info,
+                               snapshot, options, device_memory_);
   if (!written.ok()) {
     return internal::EncodeStatusOr(
         Annotate(written.status(), absl::StrCat("rank ", rank)));
   }
   *local_stored_bytes += written->stored_bytes;
-  // Manifest view of this shard: entries without block tables.
-  internal::ShardReport report;
-  report.file_size = written->file_size;
-  report.entries = std::move(written->index.entries);
-  for (auto& e : report.entries) {
-    for (auto& c : e.chunks) c.blocks.clear();
-  }
-  return internal::EncodeStatusOr(internal::EncodeShardReport(report));
+  return internal::EncodeStatusOr(
+      internal::EncodeShardReport(internal::ReportOf(*std::move(written))));
 }
 
 absl::StatusOr<internal::CommitSummary> WriterImpl::CommitAcrossRanks(
