@@ -51,7 +51,6 @@ void FinishReport(const Prepared& p, const LoadRun& run, LoadReport* report) {
   report->bytes_read = run.bytes_read();
   report->blocks_verified = run.blocks_verified();
   std::sort(report->loaded.begin(), report->loaded.end());
-  std::sort(report->not_loaded.begin(), report->not_loaded.end());
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <numeric>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -167,6 +168,18 @@ absl::Status ReaderImpl::CheckRequest(const LoadRequest& r,
   return absl::OkStatus();
 }
 
+std::vector<uint32_t> NameOrder(const format::Manifest& m) {
+  std::vector<uint32_t> order(m.entries.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto by_name = [&](uint32_t a, uint32_t b) {
+    return m.entries[a].name < m.entries[b].name;
+  };
+  if (!std::is_sorted(order.begin(), order.end(), by_name)) {
+    std::sort(order.begin(), order.end(), by_name);
+  }
+  return order;
+}
+
 // Checks every request (CheckRequest), turns object requests into 1-d
 // uint8 requests into their strings, and lists the entries not requested
 // in `report` (FailedPrecondition when that is not allowed).
@@ -191,14 +204,19 @@ absl::StatusOr<Prepared> ReaderImpl::Prepare(
     requested.insert(r.name);
   }
   std::vector<std::string> missing;
-  for (const EntryRecord& e : manifest_.entries) {
+  for (uint32_t i : name_order_) {
+    const EntryRecord& e = manifest_.entries[i];
     if (requested.contains(e.name)) continue;
+    const char* why = nullptr;
     if (options.filter && !options.filter(e.name)) {
-      report->not_loaded.emplace_back(e.name, "excluded by filter");
+      why = "excluded by filter";
     } else if (options.allow_unrequested) {
-      report->not_loaded.emplace_back(e.name, "not requested");
+      why = "not requested";
     } else {
       missing.push_back(e.name);
+    }
+    if (why != nullptr && options.report_not_loaded) {
+      report->not_loaded.emplace_back(e.name, why);
     }
   }
   if (!missing.empty()) {
@@ -333,7 +351,6 @@ absl::StatusOr<LoadReport> ReaderImpl::LoadLocal(
   report.bytes_read = run.bytes_read();
   report.blocks_verified = run.blocks_verified();
   std::sort(report.loaded.begin(), report.loaded.end());
-  std::sort(report.not_loaded.begin(), report.not_loaded.end());
   return report;
 }
 

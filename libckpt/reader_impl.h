@@ -28,6 +28,10 @@ namespace ckpt::internal {
 
 using format::EntryRecord;
 
+// Indexes of m.entries in name order (O(n) when already in name order, as
+// ckpt's writers store them).
+std::vector<uint32_t> NameOrder(const format::Manifest& m);
+
 class ReaderImpl final : public Reader {
  public:
   ReaderImpl(Storage* storage, std::string dir, format::Manifest m,
@@ -37,6 +41,7 @@ class ReaderImpl final : public Reader {
         manifest_(std::move(m)),
         options_(o),
         index_(manifest_),
+        name_order_(NameOrder(manifest_)),
         handles_(o.max_open_files) {
     for (const auto& s : manifest_.shards) shard_info_[s.shard_id] = &s;
     description_.step = manifest_.info.step;
@@ -81,6 +86,7 @@ class ReaderImpl final : public Reader {
     r.object = &out;
     LoadOptions o;
     o.allow_unrequested = true;
+    o.report_not_loaded = false;
     CKPT_RETURN_IF_ERROR(LoadLocal({r}, o).status());
     return out;
   }
@@ -152,6 +158,9 @@ class ReaderImpl final : public Reader {
   format::Manifest manifest_;
   ReaderOptions options_;
   internal::ManifestIndex index_;  // over manifest_
+  // Indexes of manifest_.entries in name order: Prepare lists unrequested
+  // entries in this order, so a report needs no sort per Load.
+  const std::vector<uint32_t> name_order_;
   CheckpointDescription description_;
   absl::flat_hash_map<uint32_t, const format::ShardInfo*> shard_info_;
   Mutex mu_;

@@ -133,7 +133,7 @@ class PyReader {
 
   LoadReport Load(std::vector<PyLoadRequest*> requests, py::object filter,
                   bool allow_unrequested, int io_threads,
-                  uint64_t exchange_bytes_per_round) {
+                  uint64_t exchange_bytes_per_round, bool report_not_loaded) {
     CallbackErrors errors;
     std::vector<BorrowedBuffer> views;  // released with the GIL held
     std::vector<LoadRequest> reqs;
@@ -147,6 +147,7 @@ class PyReader {
       lo.local_error = e.status();
     }
     lo.allow_unrequested = allow_unrequested;
+    lo.report_not_loaded = report_not_loaded;
     lo.io_threads = io_threads;
     if (exchange_bytes_per_round > 0) {
       lo.exchange_bytes_per_round = exchange_bytes_per_round;
@@ -346,8 +347,11 @@ void BindReader(py::module_& m) {
       .def("load", &PyReader::Load, py::arg("requests"),
            py::arg("filter") = py::none(), py::arg("allow_unrequested") = false,
            py::arg("io_threads") = 0, py::arg("exchange_bytes_per_round") = 0,
+           py::arg("report_not_loaded") = true,
            "exchange_bytes_per_round: cooperative loads only; 0 = the "
-           "default (LoadOptions::exchange_bytes_per_round).")
+           "default (LoadOptions::exchange_bytes_per_round). "
+           "report_not_loaded=False leaves LoadReport.not_loaded empty "
+           "(LoadOptions::report_not_loaded).")
       .def("read_object", &PyReader::ReadObject, py::arg("name"));
 }
 

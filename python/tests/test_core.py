@@ -165,6 +165,9 @@ def test_filter_skips_entries_and_its_exception_fails_the_load(tmp_path):
     report = r.load([ckpt.LoadRequest("a", ckpt.float32, (2,), None, out)],
                     filter=lambda n: n != "b")
     assert report.not_loaded == [("b", "excluded by filter")] and (out == 1).all()
+    quiet = r.load([ckpt.LoadRequest("a", ckpt.float32, (2,), None, out)],
+                   filter=lambda n: n != "b", report_not_loaded=False)
+    assert quiet.not_loaded == [] and quiet.loaded == ["a"]
 
     def bad(name):
         raise KeyError("filter broke")

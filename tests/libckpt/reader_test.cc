@@ -9,6 +9,7 @@
 #include "format/golden_spec.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
+#include "reader_impl.h"  // NameOrder
 #include "testing/status_matchers.h"
 #include "tools/inspect/fixture.h"
 
@@ -108,6 +109,36 @@ TEST_F(ReaderTest, FilterMakesPartialLoadExplicitAndReported) {
           o),
       StatusIs(absl::StatusCode::kInvalidArgument,
                "'big' is requested but excluded by the filter"));
+}
+
+TEST_F(ReaderTest, NotLoadedIsSortedByNameAndCanBeLeftEmpty) {
+  std::string buf;
+  LoadOptions o;
+  o.allow_unrequested = true;
+  auto report = reader_->Load({Avg(&buf)}, o);
+  CKPT_ASSERT_OK(report);
+  using Why = std::pair<std::string, std::string>;
+  EXPECT_EQ(report->not_loaded, (std::vector<Why>{{"big", "not requested"},
+                                                  {"rng", "not requested"}}));
+  o.report_not_loaded = false;
+  buf.clear();
+  report = reader_->Load({Avg(&buf)}, o);
+  CKPT_ASSERT_OK(report);
+  EXPECT_EQ(buf, avg_);
+  EXPECT_TRUE(report->not_loaded.empty());
+  EXPECT_EQ(report->loaded,
+            std::vector<std::string>{"optimizer.exp_avg.layers.3"});
+}
+
+TEST(NameOrderTest, SortsOnlyWhatIsNotInNameOrder) {
+  format::Manifest m;
+  for (const char* n : {"b", "a", "c"}) {
+    m.entries.emplace_back();
+    m.entries.back().name = n;
+  }
+  EXPECT_EQ(internal::NameOrder(m), (std::vector<uint32_t>{1, 0, 2}));
+  std::swap(m.entries[0], m.entries[1]);
+  EXPECT_EQ(internal::NameOrder(m), (std::vector<uint32_t>{0, 1, 2}));
 }
 
 TEST_F(ReaderTest, CallbackRunsOncePerDestinationBeforeLoadReturns) {

@@ -55,6 +55,7 @@ class SourceContext {
       }
       LoadOptions lo;
       lo.allow_unrequested = true;
+      lo.report_not_loaded = false;  // a few of many entries, many times
       lo.io_threads = 1;  // parallelism comes from the writers' I/O threads
       CKPT_RETURN_IF_ERROR(reader_->Load(reqs, lo).status());
       uint64_t seen = largest_.load();

@@ -111,6 +111,11 @@ struct LoadOptions {
   // Report unrequested entries instead of failing (for one rank of many
   // that loads only its own part, e.g. ckpt-synth verify).
   bool allow_unrequested = false;
+  // LoadReport::not_loaded lists every entry excluded by the filter or not
+  // requested. False leaves it empty, so that a Load of a few entries of a
+  // checkpoint of many (a tool serving byte ranges, one object at a time)
+  // costs nothing per entry it does not touch.
+  bool report_not_loaded = true;
   int io_threads = 0;  // 0 = ReaderOptions::io_threads
   // Copies into device memory start only after this event completed (the
   // caller's work that still uses the destinations, recorded on its stream,
@@ -141,7 +146,8 @@ struct LoadReport {
   uint64_t bytes_received = 0;
   uint64_t blocks_verified = 0;
   std::vector<std::string> loaded;  // entry names, sorted, unique
-  std::vector<std::pair<std::string, std::string>> not_loaded;  // name, why
+  // (name, why), sorted by name (LoadOptions::report_not_loaded).
+  std::vector<std::pair<std::string, std::string>> not_loaded;
 };
 
 struct ReaderOptions {
