@@ -16,11 +16,13 @@
 #include "ckpt/fault_injection.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
+#include "ckpt/mutex.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/fake_device.h"
+#include "testing/forwarding_storage.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt {
@@ -320,79 +322,43 @@ TEST(SaveAsyncMultiRankTest,
   MultiRank(true, 2);
 }
 
-// A storage whose shard files' fsync waits until the test opens the gate:
-// a rank whose save stays in flight for as long as the test wants.
-class GatedStorage final : public Storage {
+// A storage whose files' fsync waits until the test opens the gate: a
+// rank whose save stays in flight for as long as the test wants.
+class GatedStorage final : public testing::ForwardingStorage {
  public:
-  void Open() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      open_ = true;
-    }
-    cv_.notify_all();
+  void OpenGate() {
+    MutexLock l(&mu_);
+    open_ = true;
+    opened_.SignalAll();
   }
   absl::StatusOr<std::unique_ptr<File>> Open(
       const std::string& path, OpenMode mode,
       const OpenOptions& options) override {
     CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> f,
-                          base_->Open(path, mode, options));
+                          ForwardingStorage::Open(path, mode, options));
     return std::unique_ptr<File>(new GatedFile(std::move(f), this));
-  }
-  absl::Status CreateDir(const std::string& p) override {
-    return base_->CreateDir(p);
-  }
-  absl::Status SyncDir(const std::string& p) override {
-    return base_->SyncDir(p);
-  }
-  absl::Status Rename(const std::string& a, const std::string& b) override {
-    return base_->Rename(a, b);
-  }
-  absl::Status RenameNoReplace(const std::string& a,
-                               const std::string& b) override {
-    return base_->RenameNoReplace(a, b);
-  }
-  absl::StatusOr<std::vector<std::string>> List(const std::string& p) override {
-    return base_->List(p);
-  }
-  absl::StatusOr<FileInfo> Stat(const std::string& p) override {
-    return base_->Stat(p);
-  }
-  absl::Status RemoveFile(const std::string& p) override {
-    return base_->RemoveFile(p);
-  }
-  absl::Status RemoveAll(const std::string& p) override {
-    return base_->RemoveAll(p);
   }
 
  private:
-  class GatedFile final : public File {
+  class GatedFile final : public testing::ForwardingFile {
    public:
     GatedFile(std::unique_ptr<File> f, GatedStorage* s)
-        : f_(std::move(f)), s_(s) {}
-    absl::StatusOr<size_t> PRead(uint64_t o, size_t n, char* d) override {
-      return f_->PRead(o, n, d);
-    }
-    absl::Status PWrite(uint64_t o, absl::string_view d) override {
-      return f_->PWrite(o, d);
-    }
+        : ForwardingFile(std::move(f)), s_(s) {}
     absl::Status Sync() override {
-      std::unique_lock<std::mutex> l(s_->mu_);
-      s_->cv_.wait(l, [&] { return s_->open_; });
-      return f_->Sync();
+      {
+        MutexLock l(&s_->mu_);
+        while (!s_->open_) s_->opened_.Wait(&s_->mu_);
+      }
+      return ForwardingFile::Sync();
     }
-    absl::StatusOr<uint64_t> Size() override { return f_->Size(); }
-    absl::Status Close() override { return f_->Close(); }
-    const std::string& path() const override { return f_->path(); }
 
    private:
-    std::unique_ptr<File> f_;
     GatedStorage* s_;
   };
 
-  Storage* base_ = DefaultStorage();
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
+  Mutex mu_;
+  CondVar opened_;
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // fail_if_busy is decided by all ranks: rank 0's save is done, rank 1's is
@@ -423,7 +389,7 @@ TEST(SaveAsyncMultiRankTest, FailIfBusyFailsOnEveryRankWhenOneRankIsBusy) {
     EXPECT_THAT(writer->SaveAsync(dir.path(), 2, busy).status(),
                 StatusIs(absl::StatusCode::kFailedPrecondition, "in flight"))
         << "rank " << rank;
-    if (rank == 1) gated.Open();
+    if (rank == 1) gated.OpenGate();
     CKPT_RETURN_IF_ERROR(first.Wait().status());
     // Nothing is in flight anywhere now: the same call goes ahead.
     CKPT_ASSIGN_OR_RETURN(SaveHandle second,

@@ -14,6 +14,8 @@
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
 #include "gtest/gtest.h"
+#include "libckpt/forwarding_communicator.h"
+#include "libckpt/row_bands.h"
 #include "libckpt/test_util.h"
 #include "testing/fake_device.h"
 #include "testing/status_matchers.h"
@@ -23,7 +25,6 @@ namespace {
 
 using ::ckpt::testing::Extract;
 using ::ckpt::testing::FakeDevice;
-using ::ckpt::testing::ReferenceBytes;
 using ::ckpt::testing::TempDir;
 using ::testing::HasSubstr;
 
@@ -34,22 +35,12 @@ std::string Name(int i) { return "t" + std::to_string(i); }
 
 // An in-process rank whose AllToAll takes "device memory" (fake device
 // pointers are host pointers), counting the bytes of each kind it moves.
-class DeviceComm final : public Communicator {
+class DeviceComm final : public testing::ForwardingCommunicator {
  public:
-  DeviceComm(Communicator* base, bool device) : base_(base), device_(device) {}
-  int rank() const override { return base_->rank(); }
-  int size() const override { return base_->size(); }
-  absl::StatusOr<std::vector<std::string>> AllGather(
-      absl::string_view mine) override {
-    return base_->AllGather(mine);
-  }
-  absl::Status Broadcast(std::string* data, int root) override {
-    return base_->Broadcast(data, root);
-  }
-  absl::Status Barrier() override { return base_->Barrier(); }
-  absl::Status AllReduceMax(std::vector<int64_t>* values) override {
-    return base_->AllReduceMax(values);
-  }
+  DeviceComm(Communicator* base, bool device)
+      : ForwardingCommunicator(base, testing::Delivery::kAllToAll),
+        base_(base),
+        device_(device) {}
   absl::Status AllToAll(absl::Span<const SendBuffer> send,
                         absl::Span<const RecvBuffer> recv,
                         MemoryKind memory) override {
@@ -77,31 +68,10 @@ class DeviceComm final : public Communicator {
   bool device_;
 };
 
-// Saves three float32 tensors of kRows x kCols, rank r holding rows
+// Three float32 tensors of kRows x kCols, rank r holding rows
 // [16 r, 16 r + 16) of each; returns the global bytes.
 std::vector<std::string> SaveRows(const std::string& root) {
-  std::vector<std::string> global;
-  for (int i = 0; i < 3; ++i) {
-    global.push_back(ReferenceBytes(DType::kFloat32, {kRows, kCols}, 20 + i));
-  }
-  InProcessWorld w(kRanks);
-  absl::Status st = RunRanks(w, [&](Communicator& comm) -> absl::Status {
-    Writer::Options wo;
-    wo.comm = &comm;
-    CKPT_ASSIGN_OR_RETURN(auto writer, Writer::Create(wo));
-    const uint64_t r0 = comm.rank() * kRows / kRanks;
-    for (int i = 0; i < 3; ++i) {
-      CKPT_RETURN_IF_ERROR(
-          writer->AddTensor(Name(i), DType::kFloat32, {kRows, kCols},
-                            Box{{r0, 0}, {kRows / kRanks, kCols}},
-                            global[i].data() + r0 * kCols * 4));
-    }
-    SaveOptions so;
-    so.block_size = 4096;
-    return writer->Save(root, 1, so).status();
-  });
-  EXPECT_TRUE(st.ok()) << st;
-  return global;
+  return testing::SaveRowBands(root, kRanks, 3, kRows, kCols, 20);
 }
 
 // What each rank loads of tensor i: its column block (rows to columns), or

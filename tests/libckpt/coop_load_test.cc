@@ -18,15 +18,16 @@
 #include "ckpt/writer.h"
 #include "gtest/gtest.h"
 #include "libckpt/forwarding_communicator.h"
+#include "libckpt/row_bands.h"
 #include "libckpt/test_util.h"
 #include "testing/fake_device.h"
+#include "testing/forwarding_storage.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt {
 namespace {
 
 using ::ckpt::testing::Delivery;
-using ::ckpt::testing::ReferenceBytes;
 using ::ckpt::testing::RunRanksWith;
 using ::ckpt::testing::StatusIs;
 using ::ckpt::testing::TempDir;
@@ -37,112 +38,57 @@ constexpr uint64_t kRows = 64, kCols = 48;  // float32, 4 KiB blocks
 
 std::string Name(int i) { return "t" + std::to_string(i); }
 
-// Saves three float32 tensors of kRows x kCols, rank r holding rows
+// Three float32 tensors of kRows x kCols, rank r holding rows
 // [16 r, 16 r + 16) of each; returns the global bytes.
 std::vector<std::string> SaveRows(const std::string& root) {
-  std::vector<std::string> global;
-  for (int i = 0; i < 3; ++i) {
-    global.push_back(ReferenceBytes(DType::kFloat32, {kRows, kCols}, 10 + i));
-  }
-  InProcessWorld w(kRanks);
-  absl::Status st = RunRanks(w, [&](Communicator& comm) -> absl::Status {
-    Writer::Options wo;
-    wo.comm = &comm;
-    CKPT_ASSIGN_OR_RETURN(auto writer, Writer::Create(wo));
-    const uint64_t r0 = comm.rank() * kRows / kRanks;
-    for (int i = 0; i < 3; ++i) {
-      CKPT_RETURN_IF_ERROR(
-          writer->AddTensor(Name(i), DType::kFloat32, {kRows, kCols},
-                            Box{{r0, 0}, {kRows / kRanks, kCols}},
-                            global[i].data() + r0 * kCols * 4));
-    }
-    SaveOptions so;
-    so.block_size = 4096;
-    return writer->Save(root, 1, so).status();
-  });
-  EXPECT_TRUE(st.ok()) << st;
-  return global;
+  return testing::SaveRowBands(root, kRanks, 3, kRows, kCols, 10);
 }
 
-// Storage calls one rank made, by kind; shard header reads (PRead at
-// offset 0 of a shard file) are counted per file.
-class CountingStorage final : public Storage {
+// One rank's storage: every call it made (counted by a
+// FaultInjectingStorage that injects nothing), and its shard header reads
+// (PRead at offset 0 of a shard file) per file.
+class CountingStorage final : public testing::ForwardingStorage {
  public:
-  absl::StatusOr<std::unique_ptr<File>> Open(
-      const std::string& path, OpenMode mode,
-      const OpenOptions& options) override {
-    ++calls;
-    CKPT_ASSIGN_OR_RETURN(auto f, base_->Open(path, mode, options));
-    return std::unique_ptr<File>(new CountingFile(std::move(f), this));
-  }
-  absl::Status CreateDir(const std::string& p) override {
-    ++calls;
-    return base_->CreateDir(p);
-  }
-  absl::Status SyncDir(const std::string& p) override {
-    ++calls;
-    return base_->SyncDir(p);
-  }
-  absl::Status Rename(const std::string& a, const std::string& b) override {
-    ++calls;
-    return base_->Rename(a, b);
-  }
-  absl::Status RenameNoReplace(const std::string& a,
-                               const std::string& b) override {
-    ++calls;
-    return base_->RenameNoReplace(a, b);
-  }
-  absl::StatusOr<std::vector<std::string>> List(const std::string& p) override {
-    ++calls;
-    return base_->List(p);
-  }
-  absl::StatusOr<FileInfo> Stat(const std::string& p) override {
-    ++calls;
-    return base_->Stat(p);
-  }
-  absl::Status RemoveFile(const std::string& p) override {
-    ++calls;
-    return base_->RemoveFile(p);
-  }
-  absl::Status RemoveAll(const std::string& p) override {
-    ++calls;
-    return base_->RemoveAll(p);
-  }
+  CountingStorage() : ForwardingStorage(&counted_) {}
 
+  int64_t calls() const {
+    int64_t n = 0;
+    for (int op = 0; op < kNumStorageOps; ++op) {
+      n += counted_.count(static_cast<StorageOp>(op));
+    }
+    return n;
+  }
   std::map<std::string, int> HeaderReads() {
     MutexLock l(&mu_);
     return header_reads_;
   }
-  std::atomic<int> calls{0};
+
+  absl::StatusOr<std::unique_ptr<File>> Open(
+      const std::string& path, OpenMode mode,
+      const OpenOptions& options) override {
+    CKPT_ASSIGN_OR_RETURN(auto f, ForwardingStorage::Open(path, mode, options));
+    return std::unique_ptr<File>(new HeaderFile(std::move(f), this));
+  }
 
  private:
-  class CountingFile final : public File {
+  class HeaderFile final : public testing::ForwardingFile {
    public:
-    CountingFile(std::unique_ptr<File> f, CountingStorage* s)
-        : f_(std::move(f)), s_(s) {}
+    HeaderFile(std::unique_ptr<File> f, CountingStorage* s)
+        : ForwardingFile(std::move(f)), s_(s) {}
     absl::StatusOr<size_t> PRead(uint64_t offset, size_t n,
                                  char* dst) override {
-      ++s_->calls;
       if (offset == 0 && path().find("shard") != std::string::npos) {
         MutexLock l(&s_->mu_);
         ++s_->header_reads_[std::filesystem::path(path()).filename()];
       }
-      return f_->PRead(offset, n, dst);
+      return ForwardingFile::PRead(offset, n, dst);
     }
-    absl::Status PWrite(uint64_t o, absl::string_view d) override {
-      return f_->PWrite(o, d);
-    }
-    absl::Status Sync() override { return f_->Sync(); }
-    absl::StatusOr<uint64_t> Size() override { return f_->Size(); }
-    absl::Status Close() override { return f_->Close(); }
-    const std::string& path() const override { return f_->path(); }
 
    private:
-    std::unique_ptr<File> f_;
     CountingStorage* s_;
   };
 
-  Storage* base_ = DefaultStorage();
+  FaultInjectingStorage counted_{DefaultStorage()};  // only counts
   Mutex mu_;
   std::map<std::string, int> header_reads_ ABSL_GUARDED_BY(mu_);
 };
@@ -189,9 +135,9 @@ TEST(CooperativeOpenTest, OnlyRankZeroTouchesStorage) {
     steps[comm.rank()] = reader->description().step;
     return absl::OkStatus();
   }));
-  EXPECT_GT(storage[0].calls, 0);
+  EXPECT_GT(storage[0].calls(), 0);
   for (int r = 1; r < kRanks; ++r) {
-    EXPECT_EQ(storage[r].calls, 0) << "rank " << r;
+    EXPECT_EQ(storage[r].calls(), 0) << "rank " << r;
     EXPECT_EQ(steps[r], 1u);
   }
 }

@@ -22,9 +22,10 @@ inline const char* DeliveryName(Delivery d) {
   return d == Delivery::kDirect ? "Direct" : "AllToAll";
 }
 
-class ForwardingCommunicator final : public Communicator {
+class ForwardingCommunicator : public Communicator {
  public:
-  // kAllToAll: SharesAddressSpace() is false whatever `base` says.
+  // kAllToAll: SharesAddressSpace() is false whatever `base` says. Tests
+  // derive from it to watch or change single calls.
   ForwardingCommunicator(Communicator* base, Delivery delivery)
       : base_(base), delivery_(delivery) {}
 

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "synth/synth.h"
+#include "testing/forwarding_storage.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt {
@@ -23,7 +24,7 @@ using ::ckpt::testing::StatusIs;
 using ::ckpt::testing::TempDir;
 
 // DefaultStorage counting the files open at once (and the most ever).
-class CountingStorage final : public Storage {
+class CountingStorage final : public testing::ForwardingStorage {
  public:
   int max_open() const { return max_open_; }
   int open_now() const { return open_; }
@@ -33,7 +34,7 @@ class CountingStorage final : public Storage {
       const std::string& path, OpenMode mode,
       const OpenOptions& options) override {
     CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> f,
-                          base_->Open(path, mode, options));
+                          ForwardingStorage::Open(path, mode, options));
     const int now = ++open_;
     ++opens_;
     int seen = max_open_.load();
@@ -41,56 +42,18 @@ class CountingStorage final : public Storage {
     }
     return std::unique_ptr<File>(new CountedFile(std::move(f), &open_));
   }
-  absl::Status CreateDir(const std::string& p) override {
-    return base_->CreateDir(p);
-  }
-  absl::Status SyncDir(const std::string& p) override {
-    return base_->SyncDir(p);
-  }
-  absl::Status Rename(const std::string& a, const std::string& b) override {
-    return base_->Rename(a, b);
-  }
-  absl::Status RenameNoReplace(const std::string& a,
-                               const std::string& b) override {
-    return base_->RenameNoReplace(a, b);
-  }
-  absl::StatusOr<std::vector<std::string>> List(const std::string& d) override {
-    return base_->List(d);
-  }
-  absl::StatusOr<FileInfo> Stat(const std::string& p) override {
-    return base_->Stat(p);
-  }
-  absl::Status RemoveFile(const std::string& p) override {
-    return base_->RemoveFile(p);
-  }
-  absl::Status RemoveAll(const std::string& p) override {
-    return base_->RemoveAll(p);
-  }
 
  private:
-  class CountedFile final : public File {
+  class CountedFile final : public testing::ForwardingFile {
    public:
     CountedFile(std::unique_ptr<File> f, std::atomic<int>* open)
-        : f_(std::move(f)), open_(open) {}
+        : ForwardingFile(std::move(f)), open_(open) {}
     ~CountedFile() override { --*open_; }
-    absl::StatusOr<size_t> PRead(uint64_t offset, size_t n,
-                                 char* dst) override {
-      return f_->PRead(offset, n, dst);
-    }
-    absl::Status PWrite(uint64_t offset, absl::string_view data) override {
-      return f_->PWrite(offset, data);
-    }
-    absl::Status Sync() override { return f_->Sync(); }
-    absl::StatusOr<uint64_t> Size() override { return f_->Size(); }
-    absl::Status Close() override { return f_->Close(); }
-    const std::string& path() const override { return f_->path(); }
 
    private:
-    std::unique_ptr<File> f_;
     std::atomic<int>* open_;
   };
 
-  Storage* base_ = DefaultStorage();
   std::atomic<int> open_{0}, max_open_{0}, opens_{0};
 };
 

@@ -13,6 +13,7 @@
 #include "ckpt/mutex.h"
 #include "ckpt/writer.h"
 #include "gtest/gtest.h"
+#include "testing/forwarding_storage.h"
 #include "testing/status_matchers.h"
 #include "tools/inspect/fixture.h"
 
@@ -49,64 +50,33 @@ std::string AllFindings(const ValidateReport& r) {
 }
 
 // A Storage that counts the bytes read through it.
-class CountingStorage final : public Storage {
+class CountingStorage final : public ::ckpt::testing::ForwardingStorage {
  public:
-  class CountingFile final : public File {
-   public:
-    CountingFile(std::unique_ptr<File> f, std::atomic<uint64_t>* n)
-        : f_(std::move(f)), n_(n) {}
-    absl::StatusOr<size_t> PRead(uint64_t offset, size_t n,
-                                 char* dst) override {
-      auto got = f_->PRead(offset, n, dst);
-      if (got.ok()) *n_ += *got;
-      return got;
-    }
-    absl::Status PWrite(uint64_t o, absl::string_view d) override {
-      return f_->PWrite(o, d);
-    }
-    absl::Status Sync() override { return f_->Sync(); }
-    absl::StatusOr<uint64_t> Size() override { return f_->Size(); }
-    absl::Status Close() override { return f_->Close(); }
-    const std::string& path() const override { return f_->path(); }
-
-   private:
-    std::unique_ptr<File> f_;
-    std::atomic<uint64_t>* n_;
-  };
   absl::StatusOr<std::unique_ptr<File>> Open(const std::string& path,
                                              OpenMode mode,
                                              const OpenOptions& o) override {
-    auto f = DefaultStorage()->Open(path, mode, o);
-    if (!f.ok()) return f.status();
-    return std::unique_ptr<File>(new CountingFile(*std::move(f), &bytes));
-  }
-  absl::Status CreateDir(const std::string& p) override {
-    return DefaultStorage()->CreateDir(p);
-  }
-  absl::Status SyncDir(const std::string& p) override {
-    return DefaultStorage()->SyncDir(p);
-  }
-  absl::Status Rename(const std::string& a, const std::string& b) override {
-    return DefaultStorage()->Rename(a, b);
-  }
-  absl::Status RenameNoReplace(const std::string& a,
-                               const std::string& b) override {
-    return DefaultStorage()->RenameNoReplace(a, b);
-  }
-  absl::StatusOr<std::vector<std::string>> List(const std::string& d) override {
-    return DefaultStorage()->List(d);
-  }
-  absl::StatusOr<FileInfo> Stat(const std::string& p) override {
-    return DefaultStorage()->Stat(p);
-  }
-  absl::Status RemoveFile(const std::string& p) override {
-    return DefaultStorage()->RemoveFile(p);
-  }
-  absl::Status RemoveAll(const std::string& p) override {
-    return DefaultStorage()->RemoveAll(p);
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> f,
+                          ForwardingStorage::Open(path, mode, o));
+    return std::unique_ptr<File>(new CountingFile(std::move(f), &bytes));
   }
 
   std::atomic<uint64_t> bytes{0};
+
+ private:
+  class CountingFile final : public ::ckpt::testing::ForwardingFile {
+   public:
+    CountingFile(std::unique_ptr<File> f, std::atomic<uint64_t>* n)
+        : ForwardingFile(std::move(f)), n_(n) {}
+    absl::StatusOr<size_t> PRead(uint64_t offset, size_t n,
+                                 char* dst) override {
+      auto got = ForwardingFile::PRead(offset, n, dst);
+      if (got.ok()) *n_ += *got;
+      return got;
+    }
+
+   private:
+    std::atomic<uint64_t>* n_;
+  };
 };
 
 TEST(Validate, ValidCheckpoint) {
