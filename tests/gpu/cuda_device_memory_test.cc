@@ -12,6 +12,7 @@
 #include "ckpt/gpu/device.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
+#include "gpu/have_device.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/status_matchers.h"
@@ -22,11 +23,6 @@ namespace {
 using ::ckpt::testing::Extract;
 using ::ckpt::testing::ReferenceBytes;
 using ::ckpt::testing::TempDir;
-
-bool HaveDevice() {
-  auto devices = QueryDevices();
-  return devices.ok() && !devices->empty();
-}
 
 #define SKIP_WITHOUT_GPU() \
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device"

@@ -13,6 +13,7 @@
 #include "ckpt/communicator.h"
 #include "ckpt/gpu/device.h"
 #include "gmock/gmock.h"
+#include "gpu/have_device.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
 
@@ -54,11 +55,6 @@ class CountingCommunicator final : public Communicator {
  private:
   SingleProcessCommunicator inner_;
 };
-
-bool HaveDevice() {
-  absl::StatusOr<std::vector<DeviceInfo>> devices = QueryDevices();
-  return devices.ok() && !devices->empty();
-}
 
 // Device memory freed at the end of the scope.
 class DeviceBuffer {

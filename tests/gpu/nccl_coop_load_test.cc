@@ -16,6 +16,7 @@
 #include "ckpt/gpu/nccl_communicator.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
+#include "gpu/have_device.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/status_matchers.h"
@@ -26,11 +27,6 @@ namespace {
 using ::ckpt::testing::Extract;
 using ::ckpt::testing::ReferenceBytes;
 using ::ckpt::testing::TempDir;
-
-bool HaveDevice() {
-  absl::StatusOr<std::vector<DeviceInfo>> devices = QueryDevices();
-  return devices.ok() && !devices->empty();
-}
 
 // Device memory of n bytes, freed at the end of the scope.
 class DeviceBuffer {
