@@ -259,29 +259,6 @@ TEST(PlanCooperativeReadsTest, RandomJobsReadEachNeededBlockOnceAndDeliverAll) {
   }
 }
 
-// Data-parallel replicas: every rank wants everything; the bytes read are
-// spread evenly (within one read) and each read goes to a rank that
-// needs it.
-TEST(PlanCooperativeReadsTest, ReplicasSpreadTheReadsEvenly) {
-  std::mt19937_64 rng(3);
-  Fixture f(4, 64, 64, 1024, rng);
-  const int ranks = 8;
-  std::vector<std::vector<PlanRequest>> per_rank(ranks);
-  for (auto& reqs : per_rank) {
-    for (uint32_t e = 0; e < 4; ++e) reqs.push_back({e, Box{{0, 0}, {64, 64}}});
-  }
-  Planned p = Plan(f, per_rank);
-  uint64_t largest = 0;
-  for (const CoopRead& cr : p.plan.reads) {
-    largest = std::max(largest, cr.read.length);
-  }
-  const auto [lo, hi] =
-      std::minmax_element(p.plan.bytes_read.begin(), p.plan.bytes_read.end());
-  EXPECT_EQ(p.plan.stored_bytes, 4u * 64 * 64 * 4);
-  EXPECT_LE(*hi - *lo, largest);
-  EXPECT_GT(*lo, 0u);
-}
-
 uint64_t LargestRead(const CoopPlan& plan) {
   uint64_t largest = 0;
   for (const CoopRead& cr : plan.reads) {
@@ -303,6 +280,25 @@ std::vector<uint64_t> RanksOfNode(const Planned& p, uint32_t node) {
 uint64_t Spread(const std::vector<uint64_t>& v) {
   const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
   return *hi - *lo;
+}
+
+// Data-parallel replicas: every rank wants everything; the bytes read are
+// spread evenly (within one read) and each read goes to a rank that
+// needs it.
+TEST(PlanCooperativeReadsTest, ReplicasSpreadTheReadsEvenly) {
+  std::mt19937_64 rng(3);
+  Fixture f(4, 64, 64, 1024, rng);
+  const int ranks = 8;
+  std::vector<std::vector<PlanRequest>> per_rank(ranks);
+  for (auto& reqs : per_rank) {
+    for (uint32_t e = 0; e < 4; ++e) reqs.push_back({e, Box{{0, 0}, {64, 64}}});
+  }
+  Planned p = Plan(f, per_rank);
+  EXPECT_EQ(p.plan.stored_bytes, 4u * 64 * 64 * 4);
+  EXPECT_LE(Spread(p.plan.bytes_read), LargestRead(p.plan));
+  EXPECT_GT(
+      *std::min_element(p.plan.bytes_read.begin(), p.plan.bytes_read.end()),
+      0u);
 }
 
 // Replicas on two nodes of 6 and 2 ranks: each node reads half of the
@@ -366,14 +362,10 @@ TEST(PlanCooperativeReadsTest, RanksThatNeedNothingReadForTheOthers) {
     per_rank[0].push_back({e, Box{{0, 0}, {64, 64}}});
   }
   Planned p = Plan(f, per_rank);
-  uint64_t largest = 0;
-  for (const CoopRead& cr : p.plan.reads) {
-    largest = std::max(largest, cr.read.length);
-  }
-  const auto [lo, hi] =
-      std::minmax_element(p.plan.bytes_read.begin(), p.plan.bytes_read.end());
-  EXPECT_LE(*hi - *lo, 2 * largest);
-  EXPECT_GT(*lo, 0u);
+  EXPECT_LE(Spread(p.plan.bytes_read), 2 * LargestRead(p.plan));
+  EXPECT_GT(
+      *std::min_element(p.plan.bytes_read.begin(), p.plan.bytes_read.end()),
+      0u);
 }
 
 // A rank that needs a block reads it when that keeps the balance: rows
