@@ -332,6 +332,7 @@ int RunLoadPlan(int ranks, uint64_t tensors, int repeats, int per_node) {
   auto lookup = [&](uint32_t e, uint32_t c) { return &indexed.at({e, c}); };
   std::vector<double> times, cpu_times;
   ckpt::internal::CoopPlan plan;
+  std::vector<uint64_t> node_bytes;  // bytes read per node
   for (int rep = 0; rep < repeats; ++rep) {
     auto t = Clock::now();
     double cpu0 = ThreadCpuMs();
@@ -352,6 +353,7 @@ int RunLoadPlan(int ranks, uint64_t tensors, int repeats, int per_node) {
     cpu_times.push_back(ThreadCpuMs() - cpu0);
     std::printf("repeat %d: %.0f ms, cpu %.0f ms\n", rep, times.back(),
                 cpu_times.back());
+    node_bytes = ckpt::internal::BytesReadPerNode(*groups, plan);
   }
   // Each stored byte is read once.
   if (plan.stored_bytes != tensors * kR * kC * 2) {
@@ -363,9 +365,9 @@ int RunLoadPlan(int ranks, uint64_t tensors, int repeats, int per_node) {
   const auto [lo, hi] =
       std::minmax_element(plan.bytes_read.begin(), plan.bytes_read.end());
   const double mean = double(plan.stored_bytes) / ranks;
-  const auto [nlo, nhi] = std::minmax_element(plan.node_bytes_read.begin(),
-                                              plan.node_bytes_read.end());
-  const size_t nodes = plan.node_bytes_read.size();
+  const auto [nlo, nhi] =
+      std::minmax_element(node_bytes.begin(), node_bytes.end());
+  const size_t nodes = node_bytes.size();
   const double nmean = double(plan.stored_bytes) / nodes;
   const double ms = Median(times), cpu_ms = Median(cpu_times);
   std::printf(

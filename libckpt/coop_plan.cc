@@ -154,9 +154,9 @@ uint64_t AssignToHolders(const RequestGroups& g, std::vector<CoopRead>* reads,
 }
 
 // Assigns each read to a rank (CoopRead::reader) as the contract of
-// PlanCooperativeReads says; returns the bytes per node and per rank.
-std::pair<std::vector<uint64_t>, std::vector<uint64_t>> AssignReaders(
-    const RequestGroups& g, std::vector<CoopRead>* reads) {
+// PlanCooperativeReads says; returns the bytes per rank.
+std::vector<uint64_t> AssignReaders(const RequestGroups& g,
+                                    std::vector<CoopRead>* reads) {
   Bins nodes{std::vector<uint64_t>(g.nodes, 0),
              std::vector<std::vector<uint32_t>>(g.nodes)};
   Bins ranks{std::vector<uint64_t>(g.ranks, 0),
@@ -176,16 +176,16 @@ std::pair<std::vector<uint64_t>, std::vector<uint64_t>> AssignReaders(
               ranks.load[r] += cr.read.length;
               cr.reader = r;
             });
-  if (g.nodes == g.ranks) return {nodes.load, ranks.load};  // one rank each
-  for (uint32_t i : LargestFirst(*reads)) {                 // smallest last
+  if (g.nodes == g.ranks) return ranks.load;  // one rank each
+  for (uint32_t i : LargestFirst(*reads)) {   // smallest last
     ranks.reads[(*reads)[i].reader].push_back(i);
   }
   for (uint32_t n = 0; n < g.nodes; ++n) {
     const uint64_t mean = nodes.load[n] / ranks_of[n].size();
-    Rebalance(mean + largest, ranks_of[n], *reads, &ranks,
+    Rebalance(mean, ranks_of[n], *reads, &ranks,
               [&](uint32_t i, uint32_t to) { (*reads)[i].reader = to; });
   }
-  return {nodes.load, ranks.load};
+  return ranks.load;
 }
 
 // Puts each read of rank s, in plan order, into the first round that is
@@ -369,10 +369,18 @@ CoopPlan PlanCooperativeReads(const format::Manifest& manifest,
   }
   plan.stored_bytes = reads.stored_bytes;
   plan.reads = Flatten(std::move(reads));
-  std::tie(plan.node_bytes_read, plan.bytes_read) =
-      AssignReaders(groups, &plan.reads);
+  plan.bytes_read = AssignReaders(groups, &plan.reads);
   plan.rounds = AssignRounds(groups, options.round_bytes, &plan.reads);
   return plan;
+}
+
+std::vector<uint64_t> BytesReadPerNode(const RequestGroups& groups,
+                                       const CoopPlan& plan) {
+  std::vector<uint64_t> out(groups.nodes, 0);
+  for (uint32_t r = 0; r < plan.bytes_read.size(); ++r) {
+    out[groups.node[r]] += plan.bytes_read[r];
+  }
+  return out;
 }
 
 }  // namespace ckpt::internal

@@ -91,9 +91,12 @@ struct CoopPlan {
   std::vector<CoopRead> reads;       // by shard, then file offset
   uint32_t rounds = 0;               // exchange rounds (0: nothing to read)
   std::vector<uint64_t> bytes_read;  // stored bytes each rank reads
-  std::vector<uint64_t> node_bytes_read;  // [node of RequestGroups::node]
-  uint64_t stored_bytes = 0;              // sum of bytes_read
+  uint64_t stored_bytes = 0;         // sum of bytes_read
 };
+
+// The stored bytes each node (RequestGroups::node) reads in `plan`.
+std::vector<uint64_t> BytesReadPerNode(const RequestGroups& groups,
+                                       const CoopPlan& plan);
 
 // Every block that `pieces` (PairRequests on groups.unique) need is read
 // once, by one rank, spread evenly over nodes and then over the ranks of
@@ -106,8 +109,9 @@ struct CoopPlan {
 //     read gives reads (its smallest first) to the least loaded node, to
 //     its least loaded rank, while that lowers its load (so that all nodes
 //     read when few need the data);
-//  3. within each node, a rank that reads more than the node's mean plus
-//     the largest read gives reads to the node's least loaded rank alike.
+//  3. within each node, a rank that reads more than the node's mean gives
+//     reads to the node's least loaded rank alike (moving bytes between
+//     ranks of one node costs no node more reading or network traffic).
 // A rank's reads are then put into rounds in plan order so that each round
 // respects options.round_bytes on both sides. REQUIRES: as PlanBlockReads.
 CoopPlan PlanCooperativeReads(const format::Manifest& manifest,
