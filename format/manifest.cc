@@ -108,9 +108,10 @@ absl::StatusOr<std::vector<ShardInfo>> DecodeShards(const RawSection& s) {
   return shards;
 }
 
-}  // namespace
-
-absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
+// The fixed header and tail (spec §6.1, §6.2): magic, version, size limits,
+// checksum, reserved field and feature bits. Fills the version and features
+// of `m`.
+absl::Status DecodeManifestFrame(absl::string_view bytes, Manifest* m) {
   constexpr uint64_t kMin = kManifestHeaderSize + kManifestTailSize;
   // §2 stable prefix: magic and major come before every check that depends
   // on the v1 layout, so a newer major is Unsupported whatever its size.
@@ -124,15 +125,14 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
     return absl::DataLossError(
         "manifest: bad magic at offset 0: not a ckpt manifest");
   }
-  Manifest m;
   uint16_t major = LoadFixed16(bytes.data() + 8);
-  m.minor_version = LoadFixed16(bytes.data() + 10);
+  m->minor_version = LoadFixed16(bytes.data() + 10);
   if (major != kFormatMajor) {
     if (major > kFormatMajor) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "manifest: format version %d.%d is newer than this reader supports "
           "(%d.x); upgrade ckpt",
-          major, m.minor_version, kFormatMajor));
+          major, m->minor_version, kFormatMajor));
     }
     return absl::DataLossError(absl::StrFormat(
         "manifest: format major version %d is invalid (expected %d)", major,
@@ -166,20 +166,26 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
     return absl::DataLossError(absl::StrFormat(
         "manifest: reserved field at offset 12 is 0x%x, must be 0", reserved));
   }
-  m.required_features = LoadFixed64(bytes.data() + 16);
-  m.optional_features = LoadFixed64(bytes.data() + 24);
-  if ((m.required_features & ~kKnownRequiredFeatures) != 0) {
+  m->required_features = LoadFixed64(bytes.data() + 16);
+  m->optional_features = LoadFixed64(bytes.data() + 24);
+  if ((m->required_features & ~kKnownRequiredFeatures) != 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "manifest: unknown required feature bits 0x%x; written by a newer ckpt",
-        m.required_features & ~kKnownRequiredFeatures));
+        m->required_features & ~kKnownRequiredFeatures));
   }
+  return absl::OkStatus();
+}
+
+// The sections between header and tail (spec §7), each decoded by its codec;
+// CHECKPOINT_INFO, SHARDS and ENTRIES must be present.
+absl::Status DecodeManifestSections(absl::string_view sections_bytes,
+                                    Manifest* m) {
   auto fail = [](const absl::Status& s) { return Annotate(s, "manifest"); };
-  auto sections = internal::SplitSections(
-      bytes.substr(kManifestHeaderSize, tail - kManifestHeaderSize),
-      kManifestHeaderSize,
-      {kSectionCheckpointInfo, kSectionMetadata, kSectionShards,
-       kSectionEntries, kSectionPlan},
-      "manifest");
+  auto sections =
+      internal::SplitSections(sections_bytes, kManifestHeaderSize,
+                              {kSectionCheckpointInfo, kSectionMetadata,
+                               kSectionShards, kSectionEntries, kSectionPlan},
+                              "manifest");
   if (!sections.ok()) return fail(sections.status());
   bool have_info = false, have_shards = false, have_entries = false;
   for (const RawSection& s : *sections) {
@@ -187,32 +193,32 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
       case kSectionCheckpointInfo: {
         auto info = internal::DecodeCheckpointInfo(s);
         if (!info.ok()) return fail(info.status());
-        m.info = *std::move(info);
+        m->info = *std::move(info);
         have_info = true;
         break;
       }
       case kSectionMetadata: {
         auto md = internal::DecodeMetadata(s);
         if (!md.ok()) return fail(md.status());
-        m.metadata = *std::move(md);
+        m->metadata = *std::move(md);
         break;
       }
       case kSectionShards: {
         auto sh = DecodeShards(s);
         if (!sh.ok()) return fail(sh.status());
-        m.shards = *std::move(sh);
+        m->shards = *std::move(sh);
         have_shards = true;
         break;
       }
       case kSectionEntries: {
         auto en = internal::DecodeEntries(s, /*with_blocks=*/false);
         if (!en.ok()) return fail(en.status());
-        m.entries = *std::move(en);
+        m->entries = *std::move(en);
         have_entries = true;
         break;
       }
       case kSectionPlan:
-        m.plan = std::string(s.body);
+        m->plan = std::string(s.body);
         break;
     }
   }
@@ -223,8 +229,12 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
                                                : !have_shards ? "SHARDS (3)"
                                                               : "ENTRIES (4)"));
   }
-  // Shard ids are ranks, and every rank writes a shard file (§7.3), so the
-  // ids are exactly 0 .. world_size - 1.
+  return absl::OkStatus();
+}
+
+// Shard ids are ranks, and every rank writes a shard file (§7.3), so the
+// ids are exactly 0 .. world_size - 1.
+absl::Status CheckShardTable(const Manifest& m) {
   for (const ShardInfo& s : m.shards) {
     if (s.shard_id >= m.info.world_size) {
       return absl::DataLossError(
@@ -237,11 +247,11 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
         "manifest: ", m.shards.size(), " shard files listed for world size ",
         m.info.world_size, "; every rank writes one"));
   }
-  if (RequiredFeaturesOf(m.entries) & ~m.required_features) {
-    return absl::DataLossError(
-        "manifest: a chunk uses zstd but feature bit 0 (zstd) is not set");
-  }
-  // Every chunk must live in a listed shard, inside its payload area.
+  return absl::OkStatus();
+}
+
+// Every chunk must live in a listed shard, inside its payload area.
+absl::Status CheckChunkLocations(const Manifest& m) {
   absl::flat_hash_map<uint32_t, uint64_t> sizes;
   for (const ShardInfo& s : m.shards) sizes[s.shard_id] = s.file_size;
   for (const EntryRecord& e : m.entries) {
@@ -265,6 +275,23 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
       }
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
+  Manifest m;
+  CKPT_RETURN_IF_ERROR(DecodeManifestFrame(bytes, &m));
+  const size_t tail = bytes.size() - kManifestTailSize;
+  CKPT_RETURN_IF_ERROR(DecodeManifestSections(
+      bytes.substr(kManifestHeaderSize, tail - kManifestHeaderSize), &m));
+  CKPT_RETURN_IF_ERROR(CheckShardTable(m));
+  if (RequiredFeaturesOf(m.entries) & ~m.required_features) {
+    return absl::DataLossError(
+        "manifest: a chunk uses zstd but feature bit 0 (zstd) is not set");
+  }
+  CKPT_RETURN_IF_ERROR(CheckChunkLocations(m));
   return m;
 }
 

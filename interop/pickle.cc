@@ -128,6 +128,22 @@ class Unpickler {
   absl::Status Appends(bool many);
   absl::Status PushString(Kind k, int len_bytes);
   absl::Status PushInt(int bytes, bool is_signed);
+  absl::Status Push(Kind k) {
+    stack_.push_back(New(k));
+    return absl::OkStatus();
+  }
+  absl::Status Mark();
+  absl::Status PushBool(bool value);
+  absl::Status PushLong1();
+  absl::Status PushFloat();
+  absl::Status TupleOf(std::vector<const PyValue*> items);
+  absl::Status SmallTuple(int n);
+  absl::Status GlobalFromLines();
+  absl::Status StackGlobal();
+  absl::Status PersistentId();
+  // MEMOIZE at / GET from an index of `bytes` bytes.
+  absl::Status MemoAt(int bytes);
+  absl::Status GetAt(int bytes);
 
   absl::string_view data_;
   size_t pos_ = 0, op_pos_ = 0;
@@ -363,6 +379,99 @@ absl::Status Unpickler::PushInt(int bytes, bool is_signed) {
   return absl::OkStatus();
 }
 
+absl::Status Unpickler::Mark() {
+  if (marks_.size() >= kPickleMaxMarkDepth) {
+    return absl::ResourceExhaustedError(
+        "pickle: MARKs nest deeper than the limit");
+  }
+  marks_.push_back(stack_.size());
+  return absl::OkStatus();
+}
+
+absl::Status Unpickler::PushBool(bool value) {
+  PyValue* v = New(Kind::kBool);
+  v->boolean = value;
+  stack_.push_back(v);
+  return absl::OkStatus();
+}
+
+// LONG1: a length byte, then that many little-endian two's-complement bytes.
+absl::Status Unpickler::PushLong1() {
+  CKPT_ASSIGN_OR_RETURN(uint64_t n, TakeUint(1));
+  if (n > 8) return Fail("integer wider than 64 bits");
+  if (n == 0) return Push(Kind::kInt);
+  return PushInt(static_cast<int>(n), true);
+}
+
+// BINFLOAT: an IEEE double, big-endian.
+absl::Status Unpickler::PushFloat() {
+  CKPT_ASSIGN_OR_RETURN(absl::string_view s, Take(8));
+  uint64_t u = 0;
+  for (int i = 0; i < 8; ++i) u = (u << 8) | static_cast<uint8_t>(s[i]);
+  PyValue* v = New(Kind::kFloat);
+  std::memcpy(&v->real, &u, 8);
+  stack_.push_back(v);
+  return absl::OkStatus();
+}
+
+absl::Status Unpickler::TupleOf(std::vector<const PyValue*> items) {
+  PyValue* v = New(Kind::kTuple);
+  v->items = std::move(items);
+  stack_.push_back(v);
+  return absl::OkStatus();
+}
+
+// TUPLE1..3: the top n values, in stack order.
+absl::Status Unpickler::SmallTuple(int n) {
+  std::vector<const PyValue*> items(n);
+  for (int i = n - 1; i >= 0; --i) {
+    CKPT_ASSIGN_OR_RETURN(items[i], Pop());
+  }
+  return TupleOf(std::move(items));
+}
+
+// GLOBAL: "module\nname\n" inline.
+absl::Status Unpickler::GlobalFromLines() {
+  std::string parts[2];
+  for (auto& p : parts) {
+    const size_t nl = data_.find('\n', pos_);
+    if (nl == absl::string_view::npos) return Fail("GLOBAL without a newline");
+    p = std::string(data_.substr(pos_, nl - pos_));
+    pos_ = nl + 1;
+  }
+  return Global(parts[0], parts[1]);
+}
+
+absl::Status Unpickler::StackGlobal() {
+  CKPT_ASSIGN_OR_RETURN(const PyValue* name, Pop());
+  CKPT_ASSIGN_OR_RETURN(const PyValue* module, Pop());
+  if (!name->Is(Kind::kStr) || !module->Is(Kind::kStr)) {
+    return Fail("STACK_GLOBAL needs two strings");
+  }
+  return Global(module->text, name->text);
+}
+
+// BINPERSID: the id (a tuple's items, or the value alone) kept as a value.
+absl::Status Unpickler::PersistentId() {
+  CKPT_ASSIGN_OR_RETURN(const PyValue* pid, Pop());
+  PyValue* v = New(Kind::kPersistentId);
+  v->items =
+      pid->Is(Kind::kTuple) ? pid->items : std::vector<const PyValue*>{pid};
+  stack_.push_back(v);
+  return absl::OkStatus();
+}
+
+absl::Status Unpickler::MemoAt(int bytes) {
+  CKPT_ASSIGN_OR_RETURN(uint64_t i, TakeUint(bytes));
+  return Memo(i);
+}
+
+absl::Status Unpickler::GetAt(int bytes) {
+  CKPT_ASSIGN_OR_RETURN(uint64_t i, TakeUint(bytes));
+  return Get(i);
+}
+
+// Dispatch only: one opcode, one call.
 absl::Status Unpickler::Step(uint8_t op) {
   switch (op) {
     case 0x80:
@@ -372,51 +481,28 @@ absl::Status Unpickler::Step(uint8_t op) {
     case '.':
       stopped_ = true;
       return absl::OkStatus();  // STOP
-    case '(':                   // MARK
-      if (marks_.size() >= kPickleMaxMarkDepth) {
-        return absl::ResourceExhaustedError(
-            "pickle: MARKs nest deeper than the limit");
-      }
-      marks_.push_back(stack_.size());
-      return absl::OkStatus();
+    case '(':
+      return Mark();
     case '0':
       return Pop().status();  // POP
     case '1':
       return PopToMark().status();  // POP_MARK
     case 'N':
-      stack_.push_back(New(Kind::kNone));
-      return absl::OkStatus();
+      return Push(Kind::kNone);
     case 0x88:
-    case 0x89: {  // NEWTRUE, NEWFALSE
-      PyValue* v = New(Kind::kBool);
-      v->boolean = op == 0x88;
-      stack_.push_back(v);
-      return absl::OkStatus();
-    }
+      return PushBool(true);  // NEWTRUE
+    case 0x89:
+      return PushBool(false);  // NEWFALSE
     case 'J':
       return PushInt(4, true);  // BININT
     case 'K':
       return PushInt(1, false);  // BININT1
     case 'M':
       return PushInt(2, false);  // BININT2
-    case 0x8a: {                 // LONG1
-      CKPT_ASSIGN_OR_RETURN(uint64_t n, TakeUint(1));
-      if (n > 8) return Fail("integer wider than 64 bits");
-      if (n == 0) {
-        stack_.push_back(New(Kind::kInt));
-        return absl::OkStatus();
-      }
-      return PushInt(static_cast<int>(n), true);
-    }
-    case 'G': {  // BINFLOAT (big-endian)
-      CKPT_ASSIGN_OR_RETURN(absl::string_view s, Take(8));
-      uint64_t u = 0;
-      for (int i = 0; i < 8; ++i) u = (u << 8) | static_cast<uint8_t>(s[i]);
-      PyValue* v = New(Kind::kFloat);
-      std::memcpy(&v->real, &u, 8);
-      stack_.push_back(v);
-      return absl::OkStatus();
-    }
+    case 0x8a:
+      return PushLong1();
+    case 'G':
+      return PushFloat();  // BINFLOAT
     case 'X':
       return PushString(Kind::kStr, 4);  // BINUNICODE
     case 0x8c:
@@ -430,37 +516,21 @@ absl::Status Unpickler::Step(uint8_t op) {
     case 0x8e:
       return PushString(Kind::kBytes, 8);  // BINBYTES8
     case ')':
-      stack_.push_back(New(Kind::kTuple));
-      return absl::OkStatus();
-    case 't': {  // TUPLE
+      return Push(Kind::kTuple);  // EMPTY_TUPLE
+    case 't': {                   // TUPLE
       CKPT_ASSIGN_OR_RETURN(auto items, PopToMark());
-      PyValue* v = New(Kind::kTuple);
-      v->items = std::move(items);
-      stack_.push_back(v);
-      return absl::OkStatus();
+      return TupleOf(std::move(items));
     }
     case 0x85:
     case 0x86:
-    case 0x87: {  // TUPLE1..3
-      const int n = op - 0x84;
-      std::vector<const PyValue*> items(n);
-      for (int i = n - 1; i >= 0; --i) {
-        CKPT_ASSIGN_OR_RETURN(items[i], Pop());
-      }
-      PyValue* v = New(Kind::kTuple);
-      v->items = std::move(items);
-      stack_.push_back(v);
-      return absl::OkStatus();
-    }
+    case 0x87:
+      return SmallTuple(op - 0x84);  // TUPLE1..3
     case ']':
-      stack_.push_back(New(Kind::kList));
-      return absl::OkStatus();
+      return Push(Kind::kList);
     case '}':
-      stack_.push_back(New(Kind::kDict));
-      return absl::OkStatus();
+      return Push(Kind::kDict);
     case 0x8f:
-      stack_.push_back(New(Kind::kSet));
-      return absl::OkStatus();
+      return Push(Kind::kSet);
     case 'a':
       return Appends(false);
     case 'e':
@@ -470,57 +540,28 @@ absl::Status Unpickler::Step(uint8_t op) {
       return SetItems(false);
     case 'u':
       return SetItems(true);
-    case 'c': {  // GLOBAL "module\nname\n"
-      std::string parts[2];
-      for (auto& p : parts) {
-        const size_t nl = data_.find('\n', pos_);
-        if (nl == absl::string_view::npos)
-          return Fail("GLOBAL without a newline");
-        p = std::string(data_.substr(pos_, nl - pos_));
-        pos_ = nl + 1;
-      }
-      return Global(parts[0], parts[1]);
-    }
-    case 0x93: {  // STACK_GLOBAL
-      CKPT_ASSIGN_OR_RETURN(const PyValue* name, Pop());
-      CKPT_ASSIGN_OR_RETURN(const PyValue* module, Pop());
-      if (!name->Is(Kind::kStr) || !module->Is(Kind::kStr)) {
-        return Fail("STACK_GLOBAL needs two strings");
-      }
-      return Global(module->text, name->text);
-    }
+    case 'c':
+      return GlobalFromLines();
+    case 0x93:
+      return StackGlobal();
     case 'R':
       return Reduce();
     case 0x81:
       return NewObj();
     case 'b':
       return Build();
-    case 'Q': {  // BINPERSID
-      CKPT_ASSIGN_OR_RETURN(const PyValue* pid, Pop());
-      PyValue* v = New(Kind::kPersistentId);
-      v->items =
-          pid->Is(Kind::kTuple) ? pid->items : std::vector<const PyValue*>{pid};
-      stack_.push_back(v);
-      return absl::OkStatus();
-    }
-    case 'q': {
-      CKPT_ASSIGN_OR_RETURN(uint64_t i, TakeUint(1));
-      return Memo(i);
-    }
-    case 'r': {
-      CKPT_ASSIGN_OR_RETURN(uint64_t i, TakeUint(4));
-      return Memo(i);
-    }
+    case 'Q':
+      return PersistentId();
+    case 'q':
+      return MemoAt(1);  // BINPUT
+    case 'r':
+      return MemoAt(4);  // LONG_BINPUT
     case 0x94:
       return Memo(memo_.size());  // MEMOIZE
-    case 'h': {
-      CKPT_ASSIGN_OR_RETURN(uint64_t i, TakeUint(1));
-      return Get(i);
-    }
-    case 'j': {
-      CKPT_ASSIGN_OR_RETURN(uint64_t i, TakeUint(4));
-      return Get(i);
-    }
+    case 'h':
+      return GetAt(1);  // BINGET
+    case 'j':
+      return GetAt(4);  // LONG_BINGET
     default:
       return absl::FailedPreconditionError(
           absl::StrFormat("pickle: opcode 0x%02x at offset %d is not read (not "
