@@ -99,15 +99,12 @@ absl::StatusOr<Stager::Buffer*> Stager::NextBuffer() {
   return &buffers_.back();
 }
 
-// Fills one buffer with the next segments, in item order. Host bytes are
-// copied now; device copies are queued and complete through `ready`.
-absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset, size_t end) {
-  CKPT_ASSIGN_OR_RETURN(Buffer * b, NextBuffer());
+// Lays the next segments, in item order, out in buffer `b`: host bytes go
+// to `host`, device bytes to `copies` (per device); sources are called now.
+absl::Status Stager::PackBuffer(Buffer* b, size_t* item, uint64_t* offset,
+                                size_t end, Packed* packed) {
   const uint64_t cap = pool_->buffer_bytes();
-  std::vector<std::pair<size_t, Segment>> segments;
-  std::vector<std::pair<int, std::vector<DeviceCopy>>> copies;
-  std::vector<HostCopy> host;
-  uint64_t cursor = 0, staged = 0;
+  uint64_t cursor = 0;
   while (*item < end) {
     const StageInput& in = items_[*item].input;
     const uint64_t rest = in.size - *offset;
@@ -127,26 +124,41 @@ absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset, size_t end) {
           (*in.source)(*offset, dst, n),
           absl::StrCat("entry '", in.name, "': source at byte ", *offset)));
     } else if (in.memory == MemoryKind::kHost) {
-      host.push_back({dst, static_cast<const char*>(in.data) + *offset, n});
+      packed->host.push_back(
+          {dst, static_cast<const char*>(in.data) + *offset, n});
     } else {
-      auto it = std::find_if(copies.begin(), copies.end(), [&](const auto& c) {
-        return c.first == in.device;
-      });
-      if (it == copies.end()) it = copies.insert(copies.end(), {in.device, {}});
       DeviceCopy c;
       c.dst = dst;
       c.src = static_cast<const char*>(in.data) + *offset;
       c.row_bytes = n;
-      it->second.push_back(c);
+      packed->CopiesOf(in.device).push_back(c);
     }
-    segments.push_back({*item, Segment{*offset, *offset + n, dst, b, false}});
+    packed->segments.push_back({*item, Segment{*offset, *offset + n, dst, b}});
     cursor += n;
-    staged += n;
+    packed->bytes += n;
     *offset += n;
   }
-  CopyHost(host);
+  return absl::OkStatus();
+}
+
+std::vector<DeviceCopy>& Stager::Packed::CopiesOf(int device) {
+  for (auto& [d, list] : device_copies) {
+    if (d == device) return list;
+  }
+  device_copies.push_back({device, {}});
+  return device_copies.back().second;
+}
+
+// Fills one buffer with the next segments: host bytes are copied now,
+// device copies are queued (one batch per device) and complete through the
+// buffer's `ready` events; then the segments are published to consumers.
+absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset, size_t end) {
+  CKPT_ASSIGN_OR_RETURN(Buffer * b, NextBuffer());
+  Packed packed;
+  CKPT_RETURN_IF_ERROR(PackBuffer(b, item, offset, end, &packed));
+  CopyHost(packed.host);
   std::vector<std::shared_ptr<DeviceEvent>> events;
-  for (auto& [device, list] : copies) {
+  for (auto& [device, list] : packed.device_copies) {
     CKPT_ASSIGN_OR_RETURN(DeviceStream * s, StreamFor(device));
     CKPT_RETURN_IF_ERROR(s->CopyAsync(CopyKind::kDeviceToHost, list));
     CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceEvent> e, s->Record());
@@ -156,11 +168,9 @@ absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset, size_t end) {
   {
     MutexLock l(&mu_);
     b->ready = std::move(events);
-    b->unreleased = staged;
-    for (auto& [i, seg] : segments) {
-      seg.published = true;
+    b->unreleased = packed.bytes;
+    for (const auto& [i, seg] : packed.segments)
       items_[i].segments.push_back(seg);
-    }
   }
   changed_.SignalAll();
   return absl::OkStatus();

@@ -125,7 +125,6 @@ class Stager {
     uint64_t begin = 0, end = 0;  // item bytes
     char* host = nullptr;
     Buffer* buffer = nullptr;
-    bool published = false;
   };
   struct Item {
     StageInput input;
@@ -133,13 +132,24 @@ class Stager {
     std::vector<Segment> segments;  // sorted by begin
   };
 
-  absl::Status StageBuffer(size_t* item, uint64_t* offset, size_t end);
   // Copies host bytes into a buffer on copy_threads_ threads.
   struct HostCopy {
     char* dst;
     const char* src;
     uint64_t n;
   };
+  // What one buffer receives: its segments (with their items), the host
+  // copies, the device copies of each device, and the bytes staged.
+  struct Packed {
+    std::vector<std::pair<size_t, Segment>> segments;
+    std::vector<HostCopy> host;
+    std::vector<std::pair<int, std::vector<DeviceCopy>>> device_copies;
+    uint64_t bytes = 0;
+    std::vector<DeviceCopy>& CopiesOf(int device);
+  };
+  absl::Status PackBuffer(Buffer* b, size_t* item, uint64_t* offset, size_t end,
+                          Packed* packed);
+  absl::Status StageBuffer(size_t* item, uint64_t* offset, size_t end);
   void CopyHost(const std::vector<HostCopy>& copies) const;
   absl::StatusOr<Buffer*> NextBuffer();
   absl::StatusOr<DeviceStream*> StreamFor(int device);

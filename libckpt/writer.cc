@@ -259,8 +259,8 @@ class WriterImpl final : public Writer {
   // ahead of the writer, so that their copies overlap the writes.
   std::string WriteShardStaged(const PendingSave& pending,
                                const SaveOptions& options, SaveResult* result);
-  // Staging (libckpt/async_save.cc). The save in flight, if any, is waited
-  // for, or refused with options.fail_if_busy.
+  // Staging (the machinery is libckpt/async_save.h). The save in flight, if
+  // any, is waited for, or refused with options.fail_if_busy.
   absl::Status AwaitInFlight(const SaveOptions& options);
   // The staging pool, made on first need with buffers of at least
   // `segment_bytes`; kept for the Writer's lifetime.
@@ -285,6 +285,11 @@ class WriterImpl final : public Writer {
   // Takes *pending only on success.
   absl::StatusOr<std::shared_ptr<AsyncJob>> MakeAsyncJob(
       PendingSave* pending, const SaveOptions& options);
+  // The phases of a SaveAsync in the background: writing the job's shard,
+  // and the commit's collectives on `comm`.
+  internal::AsyncSave::WriteFn AsyncWrite(std::shared_ptr<AsyncJob> job);
+  internal::AsyncSave::CommitFn AsyncCommit(std::shared_ptr<AsyncJob> job,
+                                            Communicator* comm);
 
   // The plan of the last save, valid for exactly one local structure
   // (`local_fp`) on every rank of a world of `world` ranks.
@@ -728,46 +733,21 @@ absl::StatusOr<std::shared_ptr<WriterImpl::AsyncJob>> WriterImpl::MakeAsyncJob(
   return job;
 }
 
-absl::StatusOr<SaveHandle> WriterImpl::SaveAsync(const std::string& root,
-                                                 uint64_t step,
-                                                 const SaveOptions& options) {
-  const auto t0 = std::chrono::steady_clock::now();
-  CKPT_RETURN_IF_ERROR(ValidateOptions(options));
-  CKPT_RETURN_IF_ERROR(AwaitInFlight(options));
-  SaveResult partial;
-  CKPT_ASSIGN_OR_RETURN(partial.plan_cache_hit, PlanPhase(root, options));
-  partial.plan_seconds = Seconds(t0);
-  CKPT_ASSIGN_OR_RETURN(PendingSave pending, Prepare(root, step, options));
-  // Who runs the commit's collectives: a dedicated communicator in the
-  // background, the trivial one of a single process in the background, or
-  // the trainer's own inside Wait() (writer.h).
-  Communicator* commit_comm = options_.background_comm;
-  if (commit_comm == nullptr && comm_ == &single_) commit_comm = &single_;
-  const bool in_background = commit_comm != nullptr;
-  absl::StatusOr<std::shared_ptr<AsyncJob>> made =
-      MakeAsyncJob(&pending, options);
-  if (!made.ok()) {
-    // The other ranks go on to the commit: take part, so that it fails on
-    // every rank and the temporary directory goes.
-    const absl::Status error =
-        Annotate(made.status(), absl::StrCat("rank ", comm_->rank()));
-    (void)CommitAcrossRanks(pending, internal::EncodeStatusOr(error), options,
-                            in_background ? commit_comm : comm_);
-    return error;
-  }
-  std::shared_ptr<AsyncJob> job = *std::move(made);
-  partial.staging_cap_bytes = pool_->cap_bytes();
-  partial.device_snapshot_bytes = job->device_snapshot_bytes;
-  auto write = [this, job] {
+internal::AsyncSave::WriteFn WriterImpl::AsyncWrite(
+    std::shared_ptr<AsyncJob> job) {
+  return [this, job] {
     const auto t = std::chrono::steady_clock::now();
     std::string report = WriteShard(job->pending, job->writes, job->options,
                                     &job->local_stored_bytes);
     job->write_seconds = Seconds(t);
     return report;
   };
-  auto commit = [this, job, comm = in_background ? commit_comm : comm_](
-                    const std::string& report,
-                    SaveResult r) -> absl::StatusOr<SaveResult> {
+}
+
+internal::AsyncSave::CommitFn WriterImpl::AsyncCommit(
+    std::shared_ptr<AsyncJob> job, Communicator* comm) {
+  return [this, job, comm](const std::string& report,
+                           SaveResult r) -> absl::StatusOr<SaveResult> {
     const auto t = std::chrono::steady_clock::now();
     absl::StatusOr<internal::CommitSummary> summary =
         CommitAcrossRanks(job->pending, report, job->options, comm);
@@ -781,9 +761,42 @@ absl::StatusOr<SaveHandle> WriterImpl::SaveAsync(const std::string& root,
     r.path = job->pending.final_dir;
     return r;
   };
+}
+
+absl::StatusOr<SaveHandle> WriterImpl::SaveAsync(const std::string& root,
+                                                 uint64_t step,
+                                                 const SaveOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CKPT_RETURN_IF_ERROR(ValidateOptions(options));
+  CKPT_RETURN_IF_ERROR(AwaitInFlight(options));
+  SaveResult partial;
+  CKPT_ASSIGN_OR_RETURN(partial.plan_cache_hit, PlanPhase(root, options));
+  partial.plan_seconds = Seconds(t0);
+  CKPT_ASSIGN_OR_RETURN(PendingSave pending, Prepare(root, step, options));
+  // Who runs the commit's collectives: a dedicated communicator in the
+  // background, the trivial one of a single process in the background, or
+  // the trainer's own inside Wait() (writer.h).
+  Communicator* background = options_.background_comm;
+  if (background == nullptr && comm_ == &single_) background = &single_;
+  Communicator* const commit_comm = background != nullptr ? background : comm_;
+  absl::StatusOr<std::shared_ptr<AsyncJob>> made =
+      MakeAsyncJob(&pending, options);
+  if (!made.ok()) {
+    // The other ranks go on to the commit: take part, so that it fails on
+    // every rank and the temporary directory goes.
+    const absl::Status error =
+        Annotate(made.status(), absl::StrCat("rank ", comm_->rank()));
+    (void)CommitAcrossRanks(pending, internal::EncodeStatusOr(error), options,
+                            commit_comm);
+    return error;
+  }
+  std::shared_ptr<AsyncJob> job = *std::move(made);
+  partial.staging_cap_bytes = pool_->cap_bytes();
+  partial.device_snapshot_bytes = job->device_snapshot_bytes;
   in_flight_ = std::make_shared<internal::AsyncSave>(
-      std::move(job->stager), job->foreground_items, partial, write, commit,
-      in_background, options_.background_nice);
+      std::move(job->stager), job->foreground_items, partial, AsyncWrite(job),
+      AsyncCommit(job, commit_comm), background != nullptr,
+      options_.background_nice);
   in_flight_->Start();
   in_flight_->set_stall_seconds(Seconds(t0));
   return SaveHandle(in_flight_);
