@@ -95,9 +95,9 @@ absl::Status RegisterRank(const DcpInput& in, int rank, Writer& w,
     CKPT_ASSIGN_OR_RETURN(std::string bytes, ReadDcpBytes(in, b));
     CKPT_RETURN_IF_ERROR(w.SetObject(b, std::move(bytes)));
   }
-  if (!in.common_path.empty()) {
-    CKPT_ASSIGN_OR_RETURN(InputFile f, InputFile::Open(in.common_path));
-    CKPT_ASSIGN_OR_RETURN(std::string bytes, f.Read(0, f.size()));
+  if (in.common != nullptr) {
+    CKPT_ASSIGN_OR_RETURN(std::string bytes,
+                          in.common->Read(0, in.common->size()));
     CKPT_RETURN_IF_ERROR(w.SetObject("common.pt", std::move(bytes)));
   }
   return absl::OkStatus();
@@ -115,8 +115,8 @@ void Summarize(const DcpInput& in, DcpImportResult& r) {
     r.entries.push_back({b, true, DType::kUInt8, {n}, 1, n});
     r.logical_bytes += n;
   }
-  if (!in.common_path.empty()) {
-    const uint64_t n = fs::file_size(in.common_path);
+  if (in.common != nullptr) {
+    const uint64_t n = in.common->size();
     r.entries.push_back({"common.pt", true, DType::kUInt8, {n}, 1, n});
     r.logical_bytes += n;
   }

@@ -140,8 +140,12 @@ absl::Status ReadMegatron(DcpInput& in) {
   in.megatron = j.is_object() && j.contains("sharded_backend") &&
                 j["sharded_backend"].is_string() &&
                 j["sharded_backend"] == "torch_dist";
-  if (fs::exists(fs::path(in.dir) / "common.pt", ec)) {
-    in.common_path = (fs::path(in.dir) / "common.pt").string();
+  const fs::path common = fs::path(in.dir) / "common.pt";
+  if (fs::exists(common, ec)) {
+    // Opened now, so that a common.pt that cannot be read (a directory,
+    // say) fails every tool that opens the checkpoint, naming it.
+    CKPT_ASSIGN_OR_RETURN(InputFile f, InputFile::Open(common.string()));
+    in.common = std::make_shared<InputFile>(std::move(f));
   }
   return absl::OkStatus();
 }

@@ -34,7 +34,8 @@ struct DcpInput {
   // Megatron torch_dist.
   bool megatron = false;
   std::string megatron_json;  // metadata.json as it is
-  std::string common_path;    // common.pt, if present
+  // common.pt (Megatron's common state), opened, if present.
+  std::shared_ptr<InputFile> common;
   // The storage item of each chunk: storage_of[fqn][i] for chunk i of the
   // tensor; and of each bytes item.
   std::map<std::string, std::vector<const interop::DcpStorage*>> chunk_storage;

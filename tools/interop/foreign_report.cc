@@ -60,104 +60,125 @@ absl::StatusOr<int> InspectDcpEntry(const DcpInput& in,
   return absl::NotFoundError(absl::StrCat(in.dir, ": no tensor '", entry, "'"));
 }
 
-}  // namespace
-
-absl::StatusOr<int> InspectDcp(const InspectOptions& o, std::ostream& out) {
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DcpInput> in, OpenDcp(o.path));
-  if (!o.entry.empty()) return InspectDcpEntry(*in, o.entry, out);
+// What the DCP input holds, as both the text and the JSON report say it.
+struct DcpSummary {
   size_t chunks = 0;
-  for (const auto& t : in->meta.tensors) chunks += t.chunks.size();
   uint64_t file_bytes = 0;
-  for (const auto& [_, f] : in->files) file_bytes += f->size();
-  const std::string common =
-      in->common_path.empty()
-          ? ""
-          : DescribeTorchRecord(*InputFile::Open(in->common_path)
-                                     ->Read(0, fs::file_size(in->common_path)));
-  if (o.json) {
-    nlohmann::ordered_json j;
-    j["path"] = o.path;
-    j["format"] = "dcp";
-    j["detected"] = DcpFormat(*in);
-    j["module"] = in->meta.module;
-    j["version"] = in->meta.version;
-    j["storage_meta"] = in->meta.has_storage_meta;
-    j["world_size"] = in->world_size;
-    j["data_files"] = in->files.size();
-    j["data_bytes"] = file_bytes;
-    j["tensor_bytes"] = in->tensor_bytes;
-    if (in->megatron) {
-      j["megatron_metadata"] =
-          nlohmann::json::parse(in->megatron_json, nullptr, false);
-      j["common_state"] = common;
-    }
-    nlohmann::ordered_json entries = nlohmann::ordered_json::array();
-    for (const auto& t : in->meta.tensors) {
-      entries.push_back(
-          {{"name", t.fqn},
-           {"kind", "tensor"},
-           {"dtype", std::string(DTypeName(t.dtype))},
-           {"shape", std::vector<uint64_t>(t.size.begin(), t.size.end())},
-           {"chunks", t.chunks.size()}});
-    }
-    for (const auto& b : in->meta.bytes_items) {
-      auto bytes = ReadDcpBytes(*in, b);
-      entries.push_back(
-          {{"name", b},
-           {"kind", "bytes"},
-           {"bytes", in->bytes_storage.at(b)->length},
-           {"value", bytes.ok() ? DescribeTorchRecord(*bytes)
-                                : std::string(bytes.status().message())}});
-    }
-    j["entries"] = std::move(entries);
-    out << j.dump(2, ' ', false,
-                  nlohmann::ordered_json::error_handler_t::replace)
-        << "\n";
-    return kExitOk;
+  std::string common;  // common.pt described; empty without one
+};
+
+absl::StatusOr<DcpSummary> SummarizeDcp(const DcpInput& in) {
+  DcpSummary s;
+  for (const auto& t : in.meta.tensors) s.chunks += t.chunks.size();
+  for (const auto& [_, f] : in.files) s.file_bytes += f->size();
+  if (in.common != nullptr) {
+    CKPT_ASSIGN_OR_RETURN(std::string bytes,
+                          in.common->Read(0, in.common->size()));
+    s.common = DescribeTorchRecord(bytes);
   }
-  out << "Path          " << o.path << "\n";
-  out << "Format        " << DcpFormat(*in) << "\n";
-  out << "DCP version   "
-      << (in->meta.version.empty() ? "(none: written before PyTorch 2.4)"
-                                   : in->meta.version)
+  return s;
+}
+
+// A bytes item's value described, or why it cannot be read.
+std::string DescribeBytesItem(const DcpInput& in, const std::string& fqn) {
+  absl::StatusOr<std::string> bytes = ReadDcpBytes(in, fqn);
+  return bytes.ok() ? DescribeTorchRecord(*bytes)
+                    : std::string(bytes.status().message());
+}
+
+void InspectDcpJson(const InspectOptions& o, const DcpInput& in,
+                    const DcpSummary& s, std::ostream& out) {
+  nlohmann::ordered_json j;
+  j["path"] = o.path;
+  j["format"] = "dcp";
+  j["detected"] = DcpFormat(in);
+  j["module"] = in.meta.module;
+  j["version"] = in.meta.version;
+  j["storage_meta"] = in.meta.has_storage_meta;
+  j["world_size"] = in.world_size;
+  j["data_files"] = in.files.size();
+  j["data_bytes"] = s.file_bytes;
+  j["tensor_bytes"] = in.tensor_bytes;
+  if (in.megatron) {
+    j["megatron_metadata"] =
+        nlohmann::json::parse(in.megatron_json, nullptr, false);
+    j["common_state"] = s.common;
+  }
+  nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+  for (const auto& t : in.meta.tensors) {
+    entries.push_back(
+        {{"name", t.fqn},
+         {"kind", "tensor"},
+         {"dtype", std::string(DTypeName(t.dtype))},
+         {"shape", std::vector<uint64_t>(t.size.begin(), t.size.end())},
+         {"chunks", t.chunks.size()}});
+  }
+  for (const auto& b : in.meta.bytes_items) {
+    entries.push_back({{"name", b},
+                       {"kind", "bytes"},
+                       {"bytes", in.bytes_storage.at(b)->length},
+                       {"value", DescribeBytesItem(in, b)}});
+  }
+  j["entries"] = std::move(entries);
+  out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
       << "\n";
-  out << "World size    " << in->world_size << " (from the data file names)\n";
-  out << "Data files    " << in->files.size() << " (" << HumanBytes(file_bytes)
+}
+
+void InspectDcpText(const InspectOptions& o, const DcpInput& in,
+                    const DcpSummary& s, std::ostream& out) {
+  out << "Path          " << o.path << "\n";
+  out << "Format        " << DcpFormat(in) << "\n";
+  out << "DCP version   "
+      << (in.meta.version.empty() ? "(none: written before PyTorch 2.4)"
+                                  : in.meta.version)
+      << "\n";
+  out << "World size    " << in.world_size << " (from the data file names)\n";
+  out << "Data files    " << in.files.size() << " (" << HumanBytes(s.file_bytes)
       << ")\n";
-  out << "Entries       "
-      << in->meta.tensors.size() + in->meta.bytes_items.size() << " ("
-      << Plural(in->meta.tensors.size(), "tensor", "tensors") << " in "
-      << Plural(chunks, "chunk", "chunks") << ", "
-      << Plural(in->meta.bytes_items.size(), "bytes item", "bytes items")
+  out << "Entries       " << in.meta.tensors.size() + in.meta.bytes_items.size()
+      << " (" << Plural(in.meta.tensors.size(), "tensor", "tensors") << " in "
+      << Plural(s.chunks, "chunk", "chunks") << ", "
+      << Plural(in.meta.bytes_items.size(), "bytes item", "bytes items")
       << ")\n";
-  out << "Tensor size   " << HumanBytes(in->tensor_bytes) << " ("
-      << in->tensor_bytes << " bytes)\n";
-  if (in->megatron) {
+  out << "Tensor size   " << HumanBytes(in.tensor_bytes) << " ("
+      << in.tensor_bytes << " bytes)\n";
+  if (in.megatron) {
     out << "Megatron      metadata.json "
-        << nlohmann::json::parse(in->megatron_json, nullptr, false).dump()
+        << nlohmann::json::parse(in.megatron_json, nullptr, false).dump()
         << "\n";
     out << "Common state  "
-        << (in->common_path.empty() ? "(no common.pt)" : "common.pt: " + common)
+        << (in.common == nullptr ? "(no common.pt)" : "common.pt: " + s.common)
         << "\n";
   }
   size_t w = 4;
-  for (const auto& t : in->meta.tensors) w = std::max(w, t.fqn.size());
-  for (const auto& b : in->meta.bytes_items) w = std::max(w, b.size());
+  for (const auto& t : in.meta.tensors) w = std::max(w, t.fqn.size());
+  for (const auto& b : in.meta.bytes_items) w = std::max(w, b.size());
   w = std::min<size_t>(w, 48);
   out << "\n";
   PrintRow(out, w, "NAME", "DTYPE", "SHAPE", "CHUNKS", "SIZE", "VALUE");
-  for (const auto& t : in->meta.tensors) {
+  for (const auto& t : in.meta.tensors) {
     uint64_t n = DTypeSize(t.dtype);
     for (uint64_t d : t.size) n *= d;
     PrintRow(out, w, t.fqn, std::string(DTypeName(t.dtype)), ShapeText(t.size),
              std::to_string(t.chunks.size()), HumanBytes(n), "");
   }
-  for (const auto& b : in->meta.bytes_items) {
-    auto bytes = ReadDcpBytes(*in, b);
+  for (const auto& b : in.meta.bytes_items) {
     PrintRow(out, w, b, "bytes", "", "1",
-             HumanBytes(in->bytes_storage.at(b)->length),
-             bytes.ok() ? DescribeTorchRecord(*bytes)
-                        : std::string(bytes.status().message()));
+             HumanBytes(in.bytes_storage.at(b)->length),
+             DescribeBytesItem(in, b));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<int> InspectDcp(const InspectOptions& o, std::ostream& out) {
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DcpInput> in, OpenDcp(o.path));
+  if (!o.entry.empty()) return InspectDcpEntry(*in, o.entry, out);
+  CKPT_ASSIGN_OR_RETURN(DcpSummary summary, SummarizeDcp(*in));
+  if (o.json) {
+    InspectDcpJson(o, *in, summary, out);
+  } else {
+    InspectDcpText(o, *in, summary, out);
   }
   return kExitOk;
 }

@@ -37,17 +37,22 @@ absl::StatusOr<interop::SafetensorsHeader> ReadHeader(const InputFile& f) {
 // The index file of a directory: model.safetensors.index.json, else the
 // only *.safetensors.index.json; or "" and the single model.safetensors.
 absl::StatusOr<std::string> ResolveDirectory(const std::string& dir) {
-  if (fs::exists(fs::path(dir) / interop::kHfIndexName)) {
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / interop::kHfIndexName, ec)) {
     return (fs::path(dir) / interop::kHfIndexName).string();
   }
   std::vector<std::string> indexes, files;
-  std::error_code ec;
-  for (const auto& de : fs::directory_iterator(dir, ec)) {
-    const std::string name = de.path().filename().string();
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     if (absl::EndsWith(name, ".safetensors.index.json"))
-      indexes.push_back(de.path().string());
+      indexes.push_back(it->path().string());
     if (absl::EndsWith(name, ".safetensors"))
-      files.push_back(de.path().string());
+      files.push_back(it->path().string());
+  }
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, ": cannot list the directory: ", ec.message()));
   }
   if (indexes.size() == 1) return indexes[0];
   if (indexes.empty() && files.size() == 1) return files[0];

@@ -49,6 +49,31 @@ TEST_F(ForeignCli, InspectMegatronTorchDist) {
   EXPECT_EQ(r.out, Expected("inspect_megatron"));
 }
 
+// A Megatron checkpoint whose common.pt cannot be read (here a directory)
+// fails every tool with one line naming it, instead of aborting.
+TEST_F(ForeignCli, UnreadableCommonStateFailsEveryToolNamingIt) {
+  const fs::path copy = fs::path(dir_.path()) / "mt";
+  fs::copy(data_ + "/megatron_torch_dist", copy);
+  fs::remove(copy / "common.pt");
+  fs::create_directory(copy / "common.pt");
+  const std::string error = "<TMP>/mt/common.pt: not a regular file";
+  for (const char* bin : {CKPT_INSPECT_BIN, CKPT_DIFF_BIN}) {
+    std::vector<std::string> args = {"<TMP>/mt"};
+    if (bin == std::string(CKPT_DIFF_BIN)) args.push_back("<TMP>/mt");
+    CliResult r = Run(bin, args);
+    EXPECT_EQ(r.exit_code, 2) << bin << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("error: " + error)) << bin;
+  }
+  CliResult convert =
+      Run(CKPT_CONVERT_BIN, {"<TMP>/mt", "<TMP>/out", "--from", "dcp"});
+  EXPECT_EQ(convert.exit_code, 2) << convert.err;
+  EXPECT_THAT(convert.err, HasSubstr("error: " + error));
+  EXPECT_FALSE(fs::exists(copy.parent_path() / "out"));
+  CliResult validate = Run(CKPT_VALIDATE_BIN, {"<TMP>/mt"});
+  EXPECT_EQ(validate.exit_code, 1) << validate.err;
+  EXPECT_THAT(validate.out, HasSubstr("error: " + error));
+}
+
 TEST_F(ForeignCli, InspectDcpEntry) {
   CliResult r =
       Run(CKPT_INSPECT_BIN, {"<DATA>/dcp_modern", "--entry", "model.w_cols"});
