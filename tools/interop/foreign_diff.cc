@@ -1,6 +1,8 @@
 // ckpt-diff across formats (foreign.h).
 #include <stdlib.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <sstream>
@@ -28,11 +30,18 @@ class TempConversion {
  public:
   static absl::StatusOr<std::unique_ptr<TempConversion>> Make(
       const std::string& path, InputFormat f) {
-    std::string tmpl =
-        (fs::temp_directory_path() / "ckpt-diff-XXXXXX").string();
+    std::error_code ec;
+    const fs::path tmp = fs::temp_directory_path(ec);
+    if (ec) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no temporary directory for the conversion of ", path,
+                       ": ", ec.message(), " (TMPDIR)"));
+    }
+    std::string tmpl = (tmp / "ckpt-diff-XXXXXX").string();
     if (mkdtemp(tmpl.data()) == nullptr) {
-      return absl::InternalError(
-          absl::StrCat(tmpl, ": cannot create a temporary directory"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          tmpl,
+          ": cannot create a temporary directory: ", std::strerror(errno)));
     }
     auto t = std::unique_ptr<TempConversion>(new TempConversion(tmpl));
     const std::string root = (fs::path(tmpl) / "ckpt").string();

@@ -1,6 +1,7 @@
 // ckpt-inspect, ckpt-validate and ckpt-diff on foreign inputs: the format
 // detected and said, the output pinned by tests/tools/expected/interop/,
 // and hostile files refused with a clear error and exit 1 or 2.
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -174,6 +175,25 @@ TEST_F(ForeignCli, DiffDcpAgainstItsConversionIsEqual) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, Expected("diff_dcp"));
   // Nothing is left in the temporary directory.
+}
+
+// ckpt-diff converts a foreign input under TMPDIR: without a usable one it
+// fails with one line saying so instead of aborting.
+TEST_F(ForeignCli, DiffWithoutATemporaryDirectoryFailsWithOneLine) {
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old != nullptr ? old : "";
+  setenv("TMPDIR", (dir_.path() + "/missing").c_str(), 1);
+  CliResult r =
+      Run(CKPT_DIFF_BIN, {"<DATA>/dcp_torch113", "<DATA>/dcp_torch113"});
+  if (old != nullptr) {
+    setenv("TMPDIR", saved.c_str(), 1);
+  } else {
+    unsetenv("TMPDIR");
+  }
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err,
+            "ckpt-diff: error: no temporary directory for the conversion of "
+            "<DATA>/dcp_torch113: No such file or directory (TMPDIR)\n");
 }
 
 TEST_F(ForeignCli, DiffSafetensorsAgainstDcpFindsDifferences) {
