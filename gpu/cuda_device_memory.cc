@@ -3,10 +3,14 @@
 #include <utility>
 #include <vector>
 
+#include "ckpt/format/status_macros.h"
+#include "ckpt/gpu/scoped_device.h"
 #include "ckpt/gpu/status_macros.h"
 
 namespace ckpt::gpu {
 namespace {
+
+using internal::ScopedDevice;
 
 class CudaEvent final : public DeviceEvent {
  public:
@@ -60,7 +64,8 @@ class CudaStream final : public DeviceStream {
       : device_(device), stream_(stream) {}
   ~CudaStream() override {
     // Its own queued work only; errors were reported by its events.
-    (void)cudaSetDevice(device_);
+    ScopedDevice scope;
+    (void)scope.Enter(device_);
     (void)cudaStreamSynchronize(stream_);
     (void)cudaStreamDestroy(stream_);
   }
@@ -68,14 +73,16 @@ class CudaStream final : public DeviceStream {
   absl::Status WaitEvent(DeviceEvent& event) override {
     auto* cuda = dynamic_cast<CudaEvent*>(&event);
     if (cuda == nullptr) return event.Wait();
-    CKPT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    ScopedDevice scope;
+    CKPT_RETURN_IF_ERROR(scope.Enter(device_));
     CKPT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, cuda->event(), 0));
     return absl::OkStatus();
   }
 
   absl::Status CopyAsync(CopyKind kind,
                          absl::Span<const DeviceCopy> copies) override {
-    CKPT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    ScopedDevice scope;
+    CKPT_RETURN_IF_ERROR(scope.Enter(device_));
     const cudaMemcpyKind k = ToCuda(kind);
     // Runs of contiguous copies go as one batch; a strided copy is one
     // cudaMemcpy2DAsync. Their order on the stream is kept.
@@ -99,7 +106,8 @@ class CudaStream final : public DeviceStream {
   }
 
   absl::StatusOr<std::unique_ptr<DeviceEvent>> Record() override {
-    CKPT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    ScopedDevice scope;
+    CKPT_RETURN_IF_ERROR(scope.Enter(device_));
     return RecordEvent(stream_);
   }
 
@@ -150,7 +158,8 @@ class CudaStream final : public DeviceStream {
 };
 
 absl::StatusOr<cudaStream_t> NewStream(int device) {
-  CKPT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  ScopedDevice scope;
+  CKPT_RETURN_IF_ERROR(scope.Enter(device));
   cudaStream_t s;
   CKPT_CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -161,7 +170,8 @@ absl::StatusOr<cudaStream_t> NewStream(int device) {
 
 CudaDeviceMemory::~CudaDeviceMemory() {
   for (const PooledStream& s : idle_) {
-    (void)cudaSetDevice(s.device);
+    ScopedDevice scope;
+    (void)scope.Enter(s.device);
     (void)cudaStreamDestroy(s.stream);
   }
 }
@@ -193,7 +203,8 @@ absl::Status CudaDeviceMemory::CopySync(void* dst, const void* src, size_t n,
   absl::StatusOr<PooledStream> s = TakeStream(device);
   if (!s.ok()) return s.status();
   absl::Status status = [&]() -> absl::Status {
-    CKPT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    ScopedDevice scope;
+    CKPT_RETURN_IF_ERROR(scope.Enter(device));
     CKPT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, n, kind, s->stream));
     CKPT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s->stream));
     return absl::OkStatus();
@@ -228,14 +239,16 @@ absl::StatusOr<void*> CudaDeviceMemory::AllocateHost(size_t n) {
 void CudaDeviceMemory::FreeHost(void* p, size_t n) { (void)cudaFreeHost(p); }
 
 absl::StatusOr<void*> CudaDeviceMemory::AllocateDevice(size_t n, int device) {
-  CKPT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  ScopedDevice scope;
+  CKPT_RETURN_IF_ERROR(scope.Enter(device));
   void* p = nullptr;
   CKPT_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, n));
   return p;
 }
 
 void CudaDeviceMemory::FreeDevice(void* p, size_t n, int device) {
-  (void)cudaSetDevice(device);
+  ScopedDevice scope;
+  (void)scope.Enter(device);
   (void)cudaFree(p);
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/gpu/scoped_device.h"
 #include "ckpt/gpu/status_macros.h"
 
 // The one place where NCCL return codes become absl::Status: evaluates
@@ -40,27 +41,7 @@ absl::Status NcclErrorToStatus(ncclResult_t result, absl::string_view call,
 
 }  // namespace internal
 
-// Makes a device current for its lifetime, then restores the caller's.
-class NcclCommunicator::ScopedDevice {
- public:
-  ScopedDevice() = default;
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-  ~ScopedDevice() {
-    if (previous_ >= 0) (void)cudaSetDevice(previous_);
-  }
-  absl::Status Enter(int device) {
-    int current = 0;
-    CKPT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
-    if (current == device) return absl::OkStatus();
-    CKPT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-    previous_ = current;
-    return absl::OkStatus();
-  }
-
- private:
-  int previous_ = -1;
-};
+using internal::ScopedDevice;
 
 namespace {
 

@@ -199,6 +199,55 @@ TEST(CudaPipelineTest, SaveAsyncKeepsTheSnapshotWhileTheTrainerKeepsWriting) {
   cudaStreamDestroy(train);
 }
 
+// The CUDA runtime's current device is per thread, and the library calls
+// CUDA on the caller's thread (SaveAsync stages on it, the device snapshot
+// copies from it, loads upload from it). A trainer that drives two GPUs
+// from one thread keeps its current device across a save, an async save
+// and a load of tensors that live on the other GPU.
+TEST(CudaPipelineTest, SaveAndLoadLeaveTheCallersCurrentDeviceAsItWas) {
+  SKIP_WITHOUT_GPU();
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  if (count < 2) GTEST_SKIP() << "needs two CUDA devices (" << count << ")";
+  auto current = [] {
+    int d = -1;
+    EXPECT_EQ(cudaGetDevice(&d), cudaSuccess);
+    return d;
+  };
+  const size_t n = 4 << 20;
+  const std::string bytes = ReferenceBytes(DType::kUInt8, {n}, 6);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  DeviceBuffer t(bytes), back(n);  // both on device 0
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  TempDir dir;
+  CudaDeviceMemory cuda;
+  Writer::Options wo;
+  wo.device_memory = &cuda;
+  wo.device_snapshot_bytes = n;
+  auto writer = Writer::Create(wo).value();
+  CKPT_ASSERT_OK(writer->AddTensor("t", DType::kUInt8, {n}, FlatRange{0, n},
+                                   t.get(), OnDevice()));
+  CKPT_ASSERT_OK(writer->Save(dir.path(), 1, {}));
+  EXPECT_EQ(current(), 1) << "after Save";
+  for (const bool to_device : {false, true}) {
+    SaveOptions so;
+    so.snapshot_to_device = to_device;
+    SaveHandle h = writer->SaveAsync(dir.path(), to_device ? 3 : 2, so).value();
+    EXPECT_EQ(current(), 1)
+        << "after SaveAsync, snapshot_to_device " << to_device;
+    CKPT_ASSERT_OK(h.Wait());
+    EXPECT_EQ(current(), 1) << "after Wait";
+  }
+  ReaderOptions ro;
+  ro.device_memory = &cuda;
+  auto reader = Reader::Open(dir.path(), ro).value();
+  LoadRequest r{"t", DType::kUInt8, {n}, FlatRange{0, n}, back.get()};
+  r.memory = MemoryKind::kCuda;
+  CKPT_ASSERT_OK(reader->Load({r}));
+  EXPECT_EQ(current(), 1) << "after Load";
+  EXPECT_EQ(back.Read(), bytes);
+}
+
 TEST(CudaDeviceMemoryTest, BatchOfContiguousCopiesAroundAStridedOneIsExact) {
   SKIP_WITHOUT_GPU();
   CudaDeviceMemory cuda;

@@ -35,6 +35,10 @@
 
 namespace ckpt::gpu {
 
+namespace internal {
+class ScopedDevice;  // ckpt/gpu/scoped_device.h
+}  // namespace internal
+
 class NcclCommunicator final : public Communicator {
  public:
   // Collective over `cpu` (every rank of it calls Create with its own
@@ -104,13 +108,11 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream() const { return stream_; }
 
  private:
-  class ScopedDevice;
-
   NcclCommunicator(Communicator* cpu, int device)
       : cpu_(cpu), device_(device) {}
   // Create's collective steps, and its local preparation of the device.
   absl::Status Init();
-  absl::Status PrepareDevice(ScopedDevice* scope);
+  absl::Status PrepareDevice(internal::ScopedDevice* scope);
   // AllToAll of device memory: the size check, then the NCCL exchange.
   absl::Status AgreeOnDeviceSizes(absl::Span<const SendBuffer> send,
                                   absl::Span<const RecvBuffer> recv);
