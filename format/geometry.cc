@@ -199,101 +199,131 @@ absl::Status CheckIntervals(const Shape& shape, uint64_t numel,
   return absl::OkStatus();
 }
 
+// The grid that every box boundary (and the tensor's) spans: along each
+// dimension the sorted distinct boundaries; cell c covers
+// [bounds[d][c[d]], bounds[d][c[d] + 1]) in every dimension d, and cells
+// are numbered row-major.
+struct Grid {
+  std::vector<std::vector<uint64_t>> bounds;
+  Dims stride;  // of the cell numbering
+  uint64_t cells = 0;
+
+  // The grid, or nullopt when it would have more cells than `limit` (or
+  // an axis without cells).
+  static std::optional<Grid> Of(const Shape& shape,
+                                const std::vector<Box>& boxes, uint64_t limit) {
+    const size_t n = shape.size();
+    Grid g;
+    g.bounds.resize(n);
+    for (size_t d = 0; d < n; ++d) {
+      auto& v = g.bounds[d];
+      v.reserve(2 * boxes.size() + 2);
+      v.push_back(0);
+      v.push_back(shape[d]);
+      for (const Box& b : boxes) {
+        v.push_back(b.offset[d]);
+        v.push_back(b.offset[d] + b.size[d]);
+      }
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+    }
+    g.cells = 1;
+    Dims counts(n);
+    for (size_t d = 0; d < n; ++d) {
+      counts[d] = g.bounds[d].size() - 1;
+      if (counts[d] == 0 || g.cells > limit / counts[d]) return std::nullopt;
+      g.cells *= counts[d];
+    }
+    g.stride = Strides(counts);
+    return g;
+  }
+
+  // The cell range [lo, hi) of `b` per dimension; false if `b` is empty.
+  bool Span(const Box& b, Dims* lo, Dims* hi) const {
+    const size_t n = bounds.size();
+    lo->assign(n, 0);
+    hi->assign(n, 0);
+    for (size_t d = 0; d < n; ++d) {
+      const auto& v = bounds[d];
+      (*lo)[d] = std::lower_bound(v.begin(), v.end(), b.offset[d]) - v.begin();
+      (*hi)[d] = std::lower_bound(v.begin(), v.end(), b.offset[d] + b.size[d]) -
+                 v.begin();
+      if ((*lo)[d] == (*hi)[d]) return false;
+    }
+    return true;
+  }
+
+  // The box of cell number `idx`.
+  Box CellBox(uint64_t idx) const {
+    Box cell;
+    for (size_t d = 0; d < bounds.size(); ++d) {
+      const uint64_t c = idx / stride[d];
+      idx %= stride[d];
+      cell.offset.push_back(bounds[d][c]);
+      cell.size.push_back(bounds[d][c + 1] - bounds[d][c]);
+    }
+    return cell;
+  }
+};
+
+// Marks the cells of box i with i; the first cell already marked is an
+// overlap, returned as an error naming both owners.
+absl::Status MarkCells(const Grid& grid, const std::vector<Box>& boxes,
+                       const std::vector<size_t>& owner,
+                       std::vector<int64_t>* mark) {
+  const size_t n = grid.bounds.size();
+  Dims lo, hi;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    if (!grid.Span(boxes[i], &lo, &hi)) continue;  // empty box
+    Dims c = lo;
+    for (;;) {
+      uint64_t idx = 0;
+      for (size_t d = 0; d < n; ++d) idx += c[d] * grid.stride[d];
+      if ((*mark)[idx] >= 0) {
+        return OverlapError(owner[(*mark)[idx]], owner[i], grid.CellBox(idx));
+      }
+      (*mark)[idx] = static_cast<int64_t>(i);
+      size_t d = n;
+      while (d-- > 0) {
+        if (++c[d] < hi[d]) break;
+        c[d] = lo[d];
+      }
+      if (d == static_cast<size_t>(-1)) break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The elements in unmarked cells, as a gap error with the first such cell
+// as example; OK when every cell is marked.
+absl::Status CheckNoGap(const Shape& shape, const Grid& grid,
+                        const std::vector<int64_t>& mark) {
+  uint64_t missing = 0;
+  std::optional<Box> example;
+  for (uint64_t idx = 0; idx < grid.cells; ++idx) {
+    if (mark[idx] >= 0) continue;
+    Box cell = grid.CellBox(idx);
+    missing += BoxElements(cell);
+    if (!example) example = std::move(cell);
+  }
+  if (missing == 0) return absl::OkStatus();
+  uint64_t numel = 1;
+  for (uint64_t s : shape) numel *= s;
+  Region ex = *example;
+  return GapError(missing, numel, &ex);
+}
+
 // Boxes on a grid: mark cells of the grid spanned by all box boundaries.
 // Returns false (and does nothing) when the grid would be too large.
 bool CheckGrid(const Shape& shape, const std::vector<Box>& boxes,
                const std::vector<size_t>& owner, bool allow_gaps,
                absl::Status* result) {
-  size_t n = shape.size();
-  std::vector<std::vector<uint64_t>> bounds(n);
-  for (size_t d = 0; d < n; ++d) {
-    auto& v = bounds[d];
-    v.reserve(2 * boxes.size() + 2);
-    v.push_back(0);
-    v.push_back(shape[d]);
-    for (const Box& b : boxes) {
-      v.push_back(b.offset[d]);
-      v.push_back(b.offset[d] + b.size[d]);
-    }
-    std::sort(v.begin(), v.end());
-    v.erase(std::unique(v.begin(), v.end()), v.end());
-  }
-  uint64_t cells = 1;
   const uint64_t limit = std::max<uint64_t>(8 * boxes.size(), 1u << 16);
-  for (size_t d = 0; d < n; ++d) {
-    uint64_t c = bounds[d].size() - 1;
-    if (c == 0) return false;
-    if (cells > limit / c) return false;
-    cells *= c;
-  }
-  std::vector<int64_t> mark(cells, -1);
-  Dims cstride(n);
-  uint64_t acc = 1;
-  for (size_t d = n; d-- > 0;) {
-    cstride[d] = acc;
-    acc *= bounds[d].size() - 1;
-  }
-  for (size_t i = 0; i < boxes.size(); ++i) {
-    const Box& b = boxes[i];
-    Dims lo(n), hi(n);
-    for (size_t d = 0; d < n; ++d) {
-      const auto& v = bounds[d];
-      lo[d] = std::lower_bound(v.begin(), v.end(), b.offset[d]) - v.begin();
-      hi[d] = std::lower_bound(v.begin(), v.end(), b.offset[d] + b.size[d]) -
-              v.begin();
-      if (lo[d] == hi[d]) goto next_box;  // empty box
-    }
-    {
-      Dims c = lo;
-      while (true) {
-        uint64_t idx = 0;
-        for (size_t d = 0; d < n; ++d) idx += c[d] * cstride[d];
-        if (mark[idx] >= 0) {
-          Box cell;
-          for (size_t d = 0; d < n; ++d) {
-            cell.offset.push_back(bounds[d][c[d]]);
-            cell.size.push_back(bounds[d][c[d] + 1] - bounds[d][c[d]]);
-          }
-          *result = OverlapError(owner[mark[idx]], owner[i], cell);
-          return true;
-        }
-        mark[idx] = static_cast<int64_t>(i);
-        size_t d = n;
-        while (d-- > 0) {
-          if (++c[d] < hi[d]) break;
-          c[d] = lo[d];
-        }
-        if (d == static_cast<size_t>(-1)) break;
-      }
-    }
-  next_box:;
-  }
-  if (!allow_gaps) {
-    uint64_t missing = 0;
-    std::optional<Box> example;
-    for (uint64_t idx = 0; idx < cells; ++idx) {
-      if (mark[idx] >= 0) continue;
-      Box cell;
-      uint64_t rem = idx, vol = 1;
-      for (size_t d = 0; d < n; ++d) {
-        uint64_t c = rem / cstride[d];
-        rem %= cstride[d];
-        cell.offset.push_back(bounds[d][c]);
-        cell.size.push_back(bounds[d][c + 1] - bounds[d][c]);
-        vol *= cell.size.back();
-      }
-      missing += vol;
-      if (!example) example = cell;
-    }
-    if (missing != 0) {
-      uint64_t numel = 1;
-      for (uint64_t s : shape) numel *= s;
-      Region ex = *example;
-      *result = GapError(missing, numel, &ex);
-      return true;
-    }
-  }
-  *result = absl::OkStatus();
+  std::optional<Grid> grid = Grid::Of(shape, boxes, limit);
+  if (!grid) return false;
+  std::vector<int64_t> mark(grid->cells, -1);
+  *result = MarkCells(*grid, boxes, owner, &mark);
+  if (result->ok() && !allow_gaps) *result = CheckNoGap(shape, *grid, mark);
   return true;
 }
 
