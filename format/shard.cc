@@ -158,99 +158,122 @@ std::string EncodeShardIndex(const ShardIndex& index) {
   return out;
 }
 
-absl::StatusOr<ShardIndex> DecodeShardIndex(absl::string_view bytes,
-                                            const ShardHeader& header,
-                                            const ShardTail& tail) {
-  auto fail = [](const absl::Status& s) { return Annotate(s, "shard index"); };
-  if (bytes.size() != tail.index_length) {
-    return fail(absl::DataLossError(absl::StrFormat(
-        "%d bytes given, tail says %d", bytes.size(), tail.index_length)));
-  }
-  uint64_t actual = Checksum(bytes);
-  if (actual != tail.index_checksum) {
-    return fail(absl::DataLossError(
-        absl::StrFormat("checksum 0x%016x != 0x%016x (stored != computed)",
-                        tail.index_checksum, actual)));
-  }
-  ShardIndex index;
-  ByteReader r(bytes, tail.index_offset);
-  auto req = r.Read64("required features");
-  if (!req.ok()) return fail(req.status());
-  auto opt = r.Read64("optional features");
-  if (!opt.ok()) return fail(opt.status());
-  index.required_features = *req;
-  if ((*req & ~kKnownRequiredFeatures) != 0) {
-    return fail(absl::FailedPreconditionError(absl::StrFormat(
-        "unknown required feature bits 0x%x; written by a newer ckpt",
-        *req & ~kKnownRequiredFeatures)));
-  }
+namespace {
+
+// The index's sections (spec §7), each decoded by its codec;
+// CHECKPOINT_INFO and SHARD_CHUNKS must be present. Errors unannotated.
+absl::Status DecodeIndexSections(absl::string_view sections_bytes,
+                                 uint64_t file_offset, ShardIndex* index) {
   auto sections = internal::SplitSections(
-      bytes.substr(16), tail.index_offset + 16,
+      sections_bytes, file_offset,
       {kSectionCheckpointInfo, kSectionMetadata, kSectionShardChunks},
       "shard index");
-  if (!sections.ok()) return fail(sections.status());
+  if (!sections.ok()) return sections.status();
   bool have_info = false, have_chunks = false;
   for (const RawSection& s : *sections) {
     if (s.tag == kSectionCheckpointInfo) {
-      auto info = internal::DecodeCheckpointInfo(s);
-      if (!info.ok()) return fail(info.status());
-      index.info = *std::move(info);
+      CKPT_ASSIGN_OR_RETURN(index->info, internal::DecodeCheckpointInfo(s));
       have_info = true;
     } else if (s.tag == kSectionMetadata) {
-      auto md = internal::DecodeMetadata(s);
-      if (!md.ok()) return fail(md.status());
-      index.metadata = *std::move(md);
-      index.metadata_present = true;
+      CKPT_ASSIGN_OR_RETURN(index->metadata, internal::DecodeMetadata(s));
+      index->metadata_present = true;
     } else if (s.tag == kSectionShardChunks) {
-      auto en = internal::DecodeEntries(s, /*with_blocks=*/true);
-      if (!en.ok()) return fail(en.status());
-      index.entries = *std::move(en);
+      CKPT_ASSIGN_OR_RETURN(index->entries,
+                            internal::DecodeEntries(s, /*with_blocks=*/true));
       have_chunks = true;
     }
   }
   if (!have_info || !have_chunks) {
-    return fail(absl::DataLossError(
+    return absl::DataLossError(
         absl::StrCat("missing required section ",
-                     !have_info ? "CHECKPOINT_INFO (1)" : "SHARD_CHUNKS (5)")));
+                     !have_info ? "CHECKPOINT_INFO (1)" : "SHARD_CHUNKS (5)"));
   }
-  if (index.info.id != header.checkpoint_id) {
-    return fail(absl::DataLossError(
-        absl::StrCat("checkpoint id ", IdToHex(index.info.id), " != header's ",
-                     IdToHex(header.checkpoint_id))));
-  }
-  if (header.shard_id >= index.info.world_size) {
-    return fail(absl::DataLossError(
-        absl::StrCat("shard id ", header.shard_id,
-                     " is not below the world size ", index.info.world_size)));
-  }
-  if (RequiredFeaturesOf(index.entries) & ~index.required_features) {
-    return fail(absl::DataLossError(
-        "a chunk uses zstd but feature bit 0 (zstd) is not set"));
-  }
+  return absl::OkStatus();
+}
+
+// Every chunk of the index is this file's, inside its payload area and
+// aligned as the header says. Errors unannotated.
+absl::Status CheckIndexChunks(const ShardIndex& index,
+                              const ShardHeader& header,
+                              const ShardTail& tail) {
   for (const EntryRecord& e : index.entries) {
     for (size_t i = 0; i < e.chunks.size(); ++i) {
       const ChunkRecord& c = e.chunks[i];
       std::string where = absl::StrCat("entry '", e.name, "': chunk ", i, ": ");
       if (c.shard != header.shard_id) {
-        return fail(absl::DataLossError(absl::StrCat(
-            where, "shard id ", c.shard, " != this file's ", header.shard_id)));
+        return absl::DataLossError(absl::StrCat(
+            where, "shard id ", c.shard, " != this file's ", header.shard_id));
       }
       if (c.stored_length == 0) continue;
       if (c.data_offset < kShardHeaderSize ||
           c.data_offset > tail.index_offset ||
           c.stored_length > tail.index_offset - c.data_offset) {
-        return fail(absl::DataLossError(absl::StrCat(
+        return absl::DataLossError(absl::StrCat(
             where, "bytes [", c.data_offset, ", ",
             c.data_offset + c.stored_length, ") lie outside the payload area [",
-            kShardHeaderSize, ", ", tail.index_offset, ")")));
+            kShardHeaderSize, ", ", tail.index_offset, ")"));
       }
       if (c.data_offset % header.alignment != 0) {
-        return fail(absl::DataLossError(
+        return absl::DataLossError(
             absl::StrCat(where, "data offset ", c.data_offset,
-                         " is not aligned to ", header.alignment)));
+                         " is not aligned to ", header.alignment));
       }
     }
   }
+  return absl::OkStatus();
+}
+
+// Length, checksum and feature bits (spec §5.5), then the sections and the
+// checks that tie the index to its header.
+absl::StatusOr<ShardIndex> DecodeShardIndexUnannotated(
+    absl::string_view bytes, const ShardHeader& header, const ShardTail& tail) {
+  if (bytes.size() != tail.index_length) {
+    return absl::DataLossError(absl::StrFormat(
+        "%d bytes given, tail says %d", bytes.size(), tail.index_length));
+  }
+  uint64_t actual = Checksum(bytes);
+  if (actual != tail.index_checksum) {
+    return absl::DataLossError(
+        absl::StrFormat("checksum 0x%016x != 0x%016x (stored != computed)",
+                        tail.index_checksum, actual));
+  }
+  ShardIndex index;
+  ByteReader r(bytes, tail.index_offset);
+  CKPT_ASSIGN_OR_RETURN(index.required_features, r.Read64("required features"));
+  CKPT_RETURN_IF_ERROR(r.Read64("optional features").status());
+  if ((index.required_features & ~kKnownRequiredFeatures) != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "unknown required feature bits 0x%x; written by a newer ckpt",
+        index.required_features & ~kKnownRequiredFeatures));
+  }
+  CKPT_RETURN_IF_ERROR(
+      DecodeIndexSections(bytes.substr(16), tail.index_offset + 16, &index));
+  if (index.info.id != header.checkpoint_id) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint id ", IdToHex(index.info.id), " != header's ",
+                     IdToHex(header.checkpoint_id)));
+  }
+  if (header.shard_id >= index.info.world_size) {
+    return absl::DataLossError(absl::StrCat("shard id ", header.shard_id,
+                                            " is not below the world size ",
+                                            index.info.world_size));
+  }
+  if (RequiredFeaturesOf(index.entries) & ~index.required_features) {
+    return absl::DataLossError(
+        "a chunk uses zstd but feature bit 0 (zstd) is not set");
+  }
+  CKPT_RETURN_IF_ERROR(CheckIndexChunks(index, header, tail));
+  return index;
+}
+
+}  // namespace
+
+absl::StatusOr<ShardIndex> DecodeShardIndex(absl::string_view bytes,
+                                            const ShardHeader& header,
+                                            const ShardTail& tail) {
+  absl::StatusOr<ShardIndex> index =
+      DecodeShardIndexUnannotated(bytes, header, tail);
+  if (!index.ok()) return Annotate(index.status(), "shard index");
   return index;
 }
 
