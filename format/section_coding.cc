@@ -195,11 +195,12 @@ void EncodeEntries(const std::vector<EntryRecord>& entries, bool with_blocks,
 
 namespace {
 
-absl::Status DecodeChunk(ByteReader& r, const EntryRecord& e,
-                         uint64_t raw_elem_size, bool with_blocks,
-                         ChunkRecord* c) {
+// The chunk's geometry kind and region (spec §8.3), valid in the entry's
+// shape.
+absl::Status DecodeChunkRegion(ByteReader& r, const Shape& shape,
+                               Region* region) {
   CKPT_ASSIGN_OR_RETURN(uint8_t geom, r.Read8("geometry kind"));
-  const size_t n = e.shape.size();
+  const size_t n = shape.size();
   if (geom == static_cast<uint8_t>(GeometryKind::kBox)) {
     Box b;
     b.offset.resize(n);
@@ -210,18 +211,24 @@ absl::Status DecodeChunk(ByteReader& r, const EntryRecord& e,
     for (size_t d = 0; d < n; ++d) {
       CKPT_ASSIGN_OR_RETURN(b.size[d], r.ReadVarint("box size"));
     }
-    c->region = std::move(b);
+    *region = std::move(b);
   } else if (geom == static_cast<uint8_t>(GeometryKind::kFlat)) {
     FlatRange f;
     CKPT_ASSIGN_OR_RETURN(f.start, r.ReadVarint("flat start"));
     CKPT_ASSIGN_OR_RETURN(f.length, r.ReadVarint("flat length"));
-    c->region = f;
+    *region = f;
   } else {
     return absl::DataLossError(
         absl::StrCat("unknown geometry kind ", static_cast<int>(geom)));
   }
-  absl::Status rs = ValidateRegion(c->region, e.shape);
+  absl::Status rs = ValidateRegion(*region, shape);
   if (!rs.ok()) return absl::DataLossError(rs.message());
+  return absl::OkStatus();
+}
+
+// Shard, data offset, stored length, codec and block size, checked against
+// the chunk's `raw` bytes.
+absl::Status DecodeChunkStorage(ByteReader& r, uint64_t raw, ChunkRecord* c) {
   CKPT_ASSIGN_OR_RETURN(uint64_t shard,
                         r.ReadVarintAtMost("shard id", kMaxShards - 1));
   c->shard = static_cast<uint32_t>(shard);
@@ -242,8 +249,6 @@ absl::Status DecodeChunk(ByteReader& r, const EntryRecord& e,
                                             " outside [", kMinBlockSize, ", ",
                                             kMaxBlockSize, "]"));
   }
-  const uint64_t raw = RegionElements(c->region) * raw_elem_size;
-  const uint64_t nblocks = NumBlocks(raw, c->block_size);
   if (c->codec == Codec::kNone && c->stored_length != raw) {
     return absl::DataLossError(
         absl::StrCat("stored length ", c->stored_length, " != ", raw,
@@ -253,7 +258,13 @@ absl::Status DecodeChunk(ByteReader& r, const EntryRecord& e,
     return absl::DataLossError(absl::StrCat("stored length ", c->stored_length,
                                             " exceeds raw size ", raw));
   }
-  if (!with_blocks) return absl::OkStatus();
+  return absl::OkStatus();
+}
+
+// The block table of a shard index's chunk: one record per block of the
+// chunk's `raw` bytes, whose stored sizes add up to the stored length.
+absl::Status DecodeChunkBlocks(ByteReader& r, uint64_t raw, ChunkRecord* c) {
+  const uint64_t nblocks = NumBlocks(raw, c->block_size);
   CKPT_ASSIGN_OR_RETURN(uint64_t count, r.ReadVarint("block count"));
   if (count != nblocks) {
     return absl::DataLossError(
@@ -284,6 +295,16 @@ absl::Status DecodeChunk(ByteReader& r, const EntryRecord& e,
                                             c->stored_length));
   }
   return absl::OkStatus();
+}
+
+absl::Status DecodeChunk(ByteReader& r, const EntryRecord& e,
+                         uint64_t raw_elem_size, bool with_blocks,
+                         ChunkRecord* c) {
+  CKPT_RETURN_IF_ERROR(DecodeChunkRegion(r, e.shape, &c->region));
+  const uint64_t raw = RegionElements(c->region) * raw_elem_size;
+  CKPT_RETURN_IF_ERROR(DecodeChunkStorage(r, raw, c));
+  if (!with_blocks) return absl::OkStatus();
+  return DecodeChunkBlocks(r, raw, c);
 }
 
 }  // namespace
