@@ -396,6 +396,77 @@ absl::Status Sweep2D(const std::vector<Box>& boxes,
   return absl::OkStatus();
 }
 
+// The dims in which the `live` boxes differ (in offset or size); the others
+// cannot separate two boxes.
+std::vector<size_t> SeparatingDims(size_t n, const std::vector<Box>& boxes,
+                                   const std::vector<size_t>& live) {
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < n && !live.empty(); ++d) {
+    const Box& f = boxes[live[0]];
+    for (size_t i : live) {
+      if (boxes[i].offset[d] != f.offset[d] || boxes[i].size[d] != f.size[d]) {
+        dims.push_back(d);
+        break;
+      }
+    }
+  }
+  return dims;
+}
+
+// Sweeps the `live` boxes along the dim of `dims` in which the fewest pairs
+// overlap, comparing every pair that overlaps in it: the first overlap as
+// an error, InvalidArgument when that count is above the budget. Sorts
+// `live`.
+absl::Status SweepFewestPairs(const std::vector<Box>& boxes,
+                              std::vector<size_t>& live,
+                              const std::vector<size_t>& owner,
+                              const std::vector<size_t>& dims,
+                              size_t num_chunks) {
+  size_t best = dims[0];
+  uint64_t best_pairs = std::numeric_limits<uint64_t>::max();
+  std::vector<uint64_t> lo(live.size()), hi(live.size());
+  for (size_t d : dims) {
+    for (size_t k = 0; k < live.size(); ++k) {
+      lo[k] = boxes[live[k]].offset[d];
+      hi[k] = lo[k] + boxes[live[k]].size[d];
+    }
+    uint64_t pairs = IntersectingPairs(lo, hi);
+    if (pairs < best_pairs) {
+      best_pairs = pairs;
+      best = d;
+    }
+  }
+  const uint64_t budget = 64 * static_cast<uint64_t>(live.size()) + (1u << 22);
+  if (best_pairs > budget) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("irregular chunk layout too complex to verify (",
+                     num_chunks, " chunks): ", best_pairs,
+                     " pairs of boxes to compare, the limit is ", budget));
+  }
+  std::sort(live.begin(), live.end(), [&](size_t a, size_t b) {
+    return boxes[a].offset[best] < boxes[b].offset[best];
+  });
+  std::vector<size_t> active;
+  for (size_t i : live) {
+    const Box& b = boxes[i];
+    active.erase(std::remove_if(active.begin(), active.end(),
+                                [&](size_t j) {
+                                  return boxes[j].offset[best] +
+                                             boxes[j].size[best] <=
+                                         b.offset[best];
+                                }),
+                 active.end());
+    for (size_t j : active) {
+      Box x;
+      if (IntersectBoxes(b, boxes[j], &x)) {
+        return OverlapError(owner[j], owner[i], x);
+      }
+    }
+    active.push_back(i);
+  }
+  return absl::OkStatus();
+}
+
 // Irregular boxes (the grid would be too large). Dims in which every
 // non-empty box has the same extent cannot separate two boxes, so they are
 // ignored. With at most two dims left the check is exact and O(n log n)
@@ -414,17 +485,7 @@ absl::Status CheckSweep(const Shape& shape, const std::vector<Box>& boxes,
     live.push_back(i);
     covered += vol;
   }
-  const size_t n = shape.size();
-  std::vector<size_t> dims;
-  for (size_t d = 0; d < n && !live.empty(); ++d) {
-    const Box& f = boxes[live[0]];
-    for (size_t i : live) {
-      if (boxes[i].offset[d] != f.offset[d] || boxes[i].size[d] != f.size[d]) {
-        dims.push_back(d);
-        break;
-      }
-    }
-  }
+  const std::vector<size_t> dims = SeparatingDims(shape.size(), boxes, live);
   absl::Status overlap;
   if (dims.empty()) {
     // All live boxes are the same box.
@@ -434,52 +495,7 @@ absl::Status CheckSweep(const Shape& shape, const std::vector<Box>& boxes,
   } else if (dims.size() <= 2) {
     overlap = Sweep2D(boxes, live, owner, dims[0], dims.back());
   } else {
-    // Sweep along the dim with the fewest pairs to compare.
-    size_t best = dims[0];
-    uint64_t best_pairs = std::numeric_limits<uint64_t>::max();
-    std::vector<uint64_t> lo(live.size()), hi(live.size());
-    for (size_t d : dims) {
-      for (size_t k = 0; k < live.size(); ++k) {
-        lo[k] = boxes[live[k]].offset[d];
-        hi[k] = lo[k] + boxes[live[k]].size[d];
-      }
-      uint64_t pairs = IntersectingPairs(lo, hi);
-      if (pairs < best_pairs) {
-        best_pairs = pairs;
-        best = d;
-      }
-    }
-    const uint64_t budget =
-        64 * static_cast<uint64_t>(live.size()) + (1u << 22);
-    if (best_pairs > budget) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("irregular chunk layout too complex to verify (",
-                       num_chunks, " chunks): ", best_pairs,
-                       " pairs of boxes to compare, the limit is ", budget));
-    }
-    std::sort(live.begin(), live.end(), [&](size_t a, size_t b) {
-      return boxes[a].offset[best] < boxes[b].offset[best];
-    });
-    std::vector<size_t> active;
-    for (size_t i : live) {
-      const Box& b = boxes[i];
-      active.erase(std::remove_if(active.begin(), active.end(),
-                                  [&](size_t j) {
-                                    return boxes[j].offset[best] +
-                                               boxes[j].size[best] <=
-                                           b.offset[best];
-                                  }),
-                   active.end());
-      for (size_t j : active) {
-        Box x;
-        if (IntersectBoxes(b, boxes[j], &x)) {
-          overlap = OverlapError(owner[j], owner[i], x);
-          break;
-        }
-      }
-      if (!overlap.ok()) break;
-      active.push_back(i);
-    }
+    overlap = SweepFewestPairs(boxes, live, owner, dims, num_chunks);
   }
   if (!overlap.ok()) return overlap;
   uint64_t numel = 1;
