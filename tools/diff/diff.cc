@@ -184,9 +184,7 @@ std::string FormatDiff(double d) {
   return absl::StrFormat("%g", d);
 }
 
-}  // namespace
-
-absl::StatusOr<DiffReport> Diff(const DiffOptions& o) {
+absl::Status CheckDiffOptions(const DiffOptions& o) {
   const Tolerance& tol = o.tolerance;
   if (!(tol.atol >= 0) || !(tol.rtol >= 0) || std::isinf(tol.atol) ||
       std::isinf(tol.rtol)) {
@@ -198,6 +196,75 @@ absl::StatusOr<DiffReport> Diff(const DiffOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("io_threads must be >= 1, got ", o.io_threads));
   }
+  return absl::OkStatus();
+}
+
+// The structural differences of entry `name` (present on both sides or
+// not), appended to `out`.
+void CompareStructure(const std::string& name,
+                      const std::optional<EntryView>& ea,
+                      const std::optional<EntryView>& eb,
+                      std::vector<StructuralDiff>* out) {
+  auto add = [&](const char* change, std::string x, std::string y) {
+    out->push_back({name, change, std::move(x), std::move(y)});
+  };
+  if (!eb) return add("removed", "", "");
+  if (!ea) return add("added", "", "");
+  if (ea->is_object() != eb->is_object()) {
+    return add("kind", KindName(*ea), KindName(*eb));
+  }
+  if (ea->is_object()) return;
+  const size_t before = out->size();
+  if (ea->dtype() != eb->dtype()) {
+    add("dtype", std::string(DTypeName(ea->dtype())),
+        std::string(DTypeName(eb->dtype())));
+  }
+  if (ea->shape() != eb->shape())
+    add("shape", ShapeText(ea->shape()), ShapeText(eb->shape()));
+  if (ea->partial() != eb->partial()) {
+    add("partial", ea->partial() ? "true" : "false",
+        eb->partial() ? "true" : "false");
+  }
+  if (out->size() == before && ea->partial()) {
+    const uint64_t sa = Stored(*ea), sb = Stored(*eb);
+    uint64_t total = 1;
+    for (uint64_t d : ea->shape()) total *= d;
+    if (sa != sb || CoveredByBoth(*ea, *eb) != sa) {
+      add("coverage", absl::StrCat(sa, " of ", total, " elements"),
+          absl::StrCat(sb, " of ", total, " elements"));
+    }
+  }
+}
+
+// Compares the values of `entries` (equal in structure on both sides).
+absl::Status CompareValues(const DiffOptions& o, Reader* a, Reader* b,
+                           const std::vector<EntryView>& entries,
+                           DiffReport* report) {
+  uint64_t total_bytes = 0;
+  for (const EntryView& e : entries) total_bytes += EntryBytes(e);
+  std::optional<Progress> progress;
+  if (o.progress) progress.emplace("ckpt-diff", total_bytes);
+  Differ differ(o, a, b, progress ? &*progress : nullptr);
+  for (const EntryView& e : entries) {
+    std::optional<ValueDiff> vd;
+    if (e.is_object()) {
+      CKPT_ASSIGN_OR_RETURN(vd, differ.CompareObject(e));
+      report->bytes_compared += e.shape()[0];
+    } else {
+      CKPT_ASSIGN_OR_RETURN(vd, differ.CompareTensor(e));
+      report->bytes_compared +=
+          e.partial() ? Stored(e) * DTypeSize(e.dtype()) : EntryBytes(e);
+    }
+    ++report->entries_compared;
+    if (vd) report->values.push_back(*std::move(vd));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DiffReport> Diff(const DiffOptions& o) {
+  CKPT_RETURN_IF_ERROR(CheckDiffOptions(o));
   ReaderOptions ro;
   ro.storage = o.storage;
   ro.io_threads = o.io_threads;
@@ -207,74 +274,21 @@ absl::StatusOr<DiffReport> Diff(const DiffOptions& o) {
   DiffReport report;
   report.a = Summarize(*a);
   report.b = Summarize(*b);
-  report.tolerance = tol;
+  report.tolerance = o.tolerance;
   report.notes = Notes(a->description(), b->description());
 
   std::set<std::string> names;
   for (const EntryView& e : a->entries()) names.insert(e.name());
   for (const EntryView& e : b->entries()) names.insert(e.name());
-  // Entries to compare by value, after the structural checks.
+  // Entries to compare by value: those without structural differences.
   std::vector<EntryView> to_compare;
-  uint64_t total_bytes = 0;
   for (const std::string& name : names) {
     const std::optional<EntryView> ea = a->FindEntry(name);
-    const std::optional<EntryView> eb = b->FindEntry(name);
-    auto add = [&](const char* change, std::string x, std::string y) {
-      report.structural.push_back({name, change, std::move(x), std::move(y)});
-    };
-    if (!eb) {
-      add("removed", "", "");
-      continue;
-    }
-    if (!ea) {
-      add("added", "", "");
-      continue;
-    }
     const size_t before = report.structural.size();
-    if (ea->is_object() != eb->is_object()) {
-      add("kind", KindName(*ea), KindName(*eb));
-    } else if (!ea->is_object()) {
-      if (ea->dtype() != eb->dtype()) {
-        add("dtype", std::string(DTypeName(ea->dtype())),
-            std::string(DTypeName(eb->dtype())));
-      }
-      if (ea->shape() != eb->shape())
-        add("shape", ShapeText(ea->shape()), ShapeText(eb->shape()));
-      if (ea->partial() != eb->partial()) {
-        add("partial", ea->partial() ? "true" : "false",
-            eb->partial() ? "true" : "false");
-      }
-      if (report.structural.size() == before && ea->partial()) {
-        const uint64_t sa = Stored(*ea), sb = Stored(*eb);
-        uint64_t total = 1;
-        for (uint64_t d : ea->shape()) total *= d;
-        if (sa != sb || CoveredByBoth(*ea, *eb) != sa) {
-          add("coverage", absl::StrCat(sa, " of ", total, " elements"),
-              absl::StrCat(sb, " of ", total, " elements"));
-        }
-      }
-    }
-    if (report.structural.size() != before) continue;
-    to_compare.push_back(*ea);
-    total_bytes += EntryBytes(*ea);
+    CompareStructure(name, ea, b->FindEntry(name), &report.structural);
+    if (report.structural.size() == before) to_compare.push_back(*ea);
   }
-
-  std::optional<Progress> progress;
-  if (o.progress) progress.emplace("ckpt-diff", total_bytes);
-  Differ differ(o, a.get(), b.get(), progress ? &*progress : nullptr);
-  for (const EntryView& e : to_compare) {
-    std::optional<ValueDiff> vd;
-    if (e.is_object()) {
-      CKPT_ASSIGN_OR_RETURN(vd, differ.CompareObject(e));
-      report.bytes_compared += e.shape()[0];
-    } else {
-      CKPT_ASSIGN_OR_RETURN(vd, differ.CompareTensor(e));
-      report.bytes_compared +=
-          e.partial() ? Stored(e) * DTypeSize(e.dtype()) : EntryBytes(e);
-    }
-    ++report.entries_compared;
-    if (vd) report.values.push_back(*std::move(vd));
-  }
+  CKPT_RETURN_IF_ERROR(CompareValues(o, a.get(), b.get(), to_compare, &report));
   return report;
 }
 
