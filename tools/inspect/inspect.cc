@@ -130,6 +130,63 @@ nlohmann::ordered_json RegionJson(const Region& r) {
   return json{{"flat", {{"start", f.start}, {"length", f.length}}}};
 }
 
+// Per dimension, the distinct (offset, size) intervals of the boxes of
+// `live` (all boxes), sorted.
+using Intervals = std::vector<std::vector<std::pair<uint64_t, uint64_t>>>;
+Intervals BoxIntervals(size_t nd, const std::vector<const ChunkRecord*>& live) {
+  Intervals iv(nd);
+  for (size_t d = 0; d < nd; ++d) {
+    iv[d].reserve(live.size());
+    for (const ChunkRecord* c : live) {
+      const Box& b = std::get<Box>(c->region);
+      iv[d].emplace_back(b.offset[d], b.size[d]);
+    }
+    if (!std::is_sorted(iv[d].begin(), iv[d].end()))
+      std::sort(iv[d].begin(), iv[d].end());
+    iv[d].erase(std::unique(iv[d].begin(), iv[d].end()), iv[d].end());
+  }
+  return iv;
+}
+
+// True if the boxes of `live` form a grid: exactly one box per combination
+// of the per-dimension intervals `iv`.
+bool IsGrid(const Intervals& iv, const std::vector<const ChunkRecord*>& live) {
+  const uint64_t k = live.size();
+  uint64_t product = 1;
+  for (const auto& d : iv) {
+    if (d.size() > k / product) return false;
+    product *= d.size();
+  }
+  if (product != k) return false;
+  std::vector<bool> used(k, false);
+  for (const ChunkRecord* c : live) {
+    const Box& b = std::get<Box>(c->region);
+    uint64_t cell = 0;
+    for (size_t d = 0; d < iv.size(); ++d) {
+      if (iv[d].size() == 1) continue;
+      auto it = std::lower_bound(iv[d].begin(), iv[d].end(),
+                                 std::make_pair(b.offset[d], b.size[d]));
+      cell = cell * iv[d].size() + static_cast<uint64_t>(it - iv[d].begin());
+    }
+    if (used[cell]) return false;
+    used[cell] = true;
+  }
+  return true;
+}
+
+// "dim0 x4 dim1 x2 [uneven]" for a grid with intervals `iv`.
+std::string GridSummary(const Intervals& iv) {
+  std::vector<std::string> parts;
+  bool uneven = false;
+  for (size_t d = 0; d < iv.size(); ++d) {
+    if (iv[d].size() < 2) continue;
+    parts.push_back(absl::StrCat("dim", d, " x", iv[d].size()));
+    for (const auto& x : iv[d]) uneven |= x.second != iv[d][0].second;
+  }
+  if (parts.empty()) return "box x1";
+  return absl::StrCat(absl::StrJoin(parts, " "), uneven ? " uneven" : "");
+}
+
 }  // namespace
 
 std::string ShardingSummary(const EntryRecord& e) {
@@ -160,58 +217,8 @@ std::string ShardingSummary(const EntryRecord& e) {
     return absl::StrCat("flat x", k, even ? " even" : " uneven", suffix);
   }
   if (boxes == k) {
-    // Distinct (offset, size) intervals per dimension; a grid has exactly
-    // one box per combination of them.
-    const size_t nd = e.shape.size();
-    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> iv(nd);
-    for (size_t d = 0; d < nd; ++d) {
-      iv[d].reserve(k);
-      for (const ChunkRecord* c : live) {
-        const Box& b = std::get<Box>(c->region);
-        iv[d].emplace_back(b.offset[d], b.size[d]);
-      }
-      if (!std::is_sorted(iv[d].begin(), iv[d].end()))
-        std::sort(iv[d].begin(), iv[d].end());
-      iv[d].erase(std::unique(iv[d].begin(), iv[d].end()), iv[d].end());
-    }
-    uint64_t product = 1;
-    bool grid = true;
-    for (size_t d = 0; d < nd && grid; ++d) {
-      if (iv[d].size() > k / product) grid = false;
-      product *= iv[d].size();
-    }
-    grid = grid && product == k;
-    if (grid) {
-      std::vector<bool> used(k, false);
-      for (const ChunkRecord* c : live) {
-        const Box& b = std::get<Box>(c->region);
-        uint64_t cell = 0;
-        for (size_t d = 0; d < nd; ++d) {
-          if (iv[d].size() == 1) continue;
-          auto it = std::lower_bound(iv[d].begin(), iv[d].end(),
-                                     std::make_pair(b.offset[d], b.size[d]));
-          cell =
-              cell * iv[d].size() + static_cast<uint64_t>(it - iv[d].begin());
-        }
-        if (used[cell]) {
-          grid = false;
-          break;
-        }
-        used[cell] = true;
-      }
-    }
-    if (grid) {
-      std::vector<std::string> parts;
-      bool uneven = false;
-      for (size_t d = 0; d < nd; ++d) {
-        if (iv[d].size() < 2) continue;
-        parts.push_back(absl::StrCat("dim", d, " x", iv[d].size()));
-        for (const auto& x : iv[d]) uneven |= x.second != iv[d][0].second;
-      }
-      if (parts.empty()) return "box x1" + suffix;
-      return absl::StrCat(absl::StrJoin(parts, " "), uneven ? " uneven" : "",
-                          suffix);
-    }
+    const Intervals iv = BoxIntervals(e.shape.size(), live);
+    if (IsGrid(iv, live)) return GridSummary(iv) + suffix;
   }
   return absl::StrCat("irregular x", k, suffix);
 }
