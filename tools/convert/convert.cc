@@ -1,7 +1,10 @@
 #include "convert/convert.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
+#include <type_traits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -99,6 +102,107 @@ void PrintEntryLine(std::ostream& out, size_t width, const std::string& path,
   }
 }
 
+// A progress callback that starts a "what" progress line on its first
+// call; Finish() ends the line if one was started.
+class ProgressLine {
+ public:
+  explicit ProgressLine(const char* what) : what_(what) {}
+  std::function<void(uint64_t, uint64_t)> Callback() {
+    return [this](uint64_t n, uint64_t total) {
+      if (!progress_) progress_ = std::make_unique<Progress>(what_, total);
+      progress_->Add(n);
+    };
+  }
+  void Finish() {
+    if (progress_) progress_->Finish();
+  }
+
+ private:
+  const char* what_;
+  std::unique_ptr<Progress> progress_;
+};
+
+// The JSON of one converted entry; `chunk` only for exports.
+template <typename Entry>
+nlohmann::json EntryJson(const Entry& e) {
+  nlohmann::json x;
+  x["name"] = e.name;
+  x["path"] = e.path;
+  x["kind"] = KindName(e.kind);
+  x["dtype"] = DTypeName(e.dtype);
+  x["shape"] = std::vector<uint64_t>(e.shape.begin(), e.shape.end());
+  if constexpr (std::is_same_v<Entry, Hdf5ExportedEntry>) {
+    x["chunk"] = std::vector<uint64_t>(e.chunk.begin(), e.chunk.end());
+  }
+  x["bytes"] = e.bytes;
+  return x;
+}
+
+// The --verbose lines of the converted entries.
+template <typename Entry>
+void PrintEntryLines(std::ostream& out, const std::vector<Entry>& entries,
+                     bool imported) {
+  size_t width = 0;
+  for (const auto& e : entries) width = std::max(width, e.path.size());
+  width = std::min<size_t>(width, 60);
+  for (const auto& e : entries) {
+    PrintEntryLine(out, width, e.path, e.name, e.kind, e.dtype, e.shape,
+                   e.bytes, imported);
+  }
+}
+
+template <typename Entry>
+std::pair<size_t, size_t> CountKinds(const std::vector<Entry>& entries) {
+  size_t tensors = 0, objects = 0;
+  for (const Entry& e : entries) {
+    (e.kind == format::EntryKind::kObject ? objects : tensors)++;
+  }
+  return {tensors, objects};
+}
+
+void PrintExportJson(const ConvertOptions& o, const Hdf5ExportOptions& eo,
+                     const Hdf5ExportResult& r, std::ostream& out) {
+  const auto [tensors, objects] = CountKinds(r.entries);
+  const bool deflate = eo.compression == Hdf5Compression::kDeflate;
+  nlohmann::json j;
+  j["direction"] = "export";
+  j["format"] = kHdf5;
+  j["source"] = o.source;
+  j["checkpoint"] = r.checkpoint_dir;
+  j["output"] = r.output;
+  j["step"] = r.info.step;
+  j["world_size"] = r.info.world_size;
+  j["checkpoint_id"] = format::IdToHex(r.info.id);
+  j["compression"] = deflate ? "deflate" : "none";
+  if (deflate) j["level"] = eo.level;
+  j["tensors"] = tensors;
+  j["objects"] = objects;
+  j["metadata_keys"] = r.metadata_count;
+  j["logical_bytes"] = r.logical_bytes;
+  j["file_bytes"] = r.file_bytes;
+  nlohmann::json entries = nlohmann::json::array();
+  for (const Hdf5ExportedEntry& e : r.entries) entries.push_back(EntryJson(e));
+  j["entries"] = std::move(entries);
+  out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+      << "\n";
+}
+
+void PrintExportText(const ConvertOptions& o, const Hdf5ExportOptions& eo,
+                     const Hdf5ExportResult& r, std::ostream& out) {
+  const auto [tensors, objects] = CountKinds(r.entries);
+  const bool deflate = eo.compression == Hdf5Compression::kDeflate;
+  out << "exported " << r.checkpoint_dir << " to " << r.output << "\n";
+  if (o.verbose) PrintEntryLines(out, r.entries, false);
+  out << "  step " << r.info.step << ", world size " << r.info.world_size
+      << ", " << EntriesText(tensors, objects) << ", "
+      << HumanBytes(r.logical_bytes) << ", " << KeysText(r.metadata_count)
+      << "\n";
+  out << "  hdf5: "
+      << (deflate ? absl::StrCat("deflate level ", eo.level, " with shuffle")
+                  : std::string("no compression"))
+      << ", file " << HumanBytes(r.file_bytes) << "\n";
+}
+
 absl::StatusOr<int> RunExport(const ConvertOptions& o, std::ostream& out) {
   Hdf5ExportOptions eo;
   eo.compression = o.compression == "none" ? Hdf5Compression::kNone
@@ -109,73 +213,60 @@ absl::StatusOr<int> RunExport(const ConvertOptions& o, std::ostream& out) {
     eo.io_threads = o.threads;
     eo.compress_threads = o.threads;
   }
-  std::unique_ptr<Progress> progress;
-  eo.progress = [&](uint64_t n, uint64_t total) {
-    if (!progress) progress = std::make_unique<Progress>("export", total);
-    progress->Add(n);
-  };
+  ProgressLine progress("export");
+  eo.progress = progress.Callback();
   CKPT_ASSIGN_OR_RETURN(Hdf5ExportResult r,
                         ExportHdf5(o.source, o.destination, eo));
-  if (progress) progress->Finish();
-
-  size_t tensors = 0, objects = 0;
-  for (const Hdf5ExportedEntry& e : r.entries) {
-    (e.kind == format::EntryKind::kObject ? objects : tensors)++;
-  }
-  const bool deflate = eo.compression == Hdf5Compression::kDeflate;
+  progress.Finish();
   if (o.json) {
-    nlohmann::json j;
-    j["direction"] = "export";
-    j["format"] = kHdf5;
-    j["source"] = o.source;
-    j["checkpoint"] = r.checkpoint_dir;
-    j["output"] = r.output;
-    j["step"] = r.info.step;
-    j["world_size"] = r.info.world_size;
-    j["checkpoint_id"] = format::IdToHex(r.info.id);
-    j["compression"] = deflate ? "deflate" : "none";
-    if (deflate) j["level"] = eo.level;
-    j["tensors"] = tensors;
-    j["objects"] = objects;
-    j["metadata_keys"] = r.metadata_count;
-    j["logical_bytes"] = r.logical_bytes;
-    j["file_bytes"] = r.file_bytes;
-    nlohmann::json entries = nlohmann::json::array();
-    for (const Hdf5ExportedEntry& e : r.entries) {
-      nlohmann::json x;
-      x["name"] = e.name;
-      x["path"] = e.path;
-      x["kind"] = KindName(e.kind);
-      x["dtype"] = DTypeName(e.dtype);
-      x["shape"] = std::vector<uint64_t>(e.shape.begin(), e.shape.end());
-      x["chunk"] = std::vector<uint64_t>(e.chunk.begin(), e.chunk.end());
-      x["bytes"] = e.bytes;
-      entries.push_back(std::move(x));
-    }
-    j["entries"] = std::move(entries);
-    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-        << "\n";
-    return kExitOk;
+    PrintExportJson(o, eo, r, out);
+  } else {
+    PrintExportText(o, eo, r, out);
   }
-  out << "exported " << r.checkpoint_dir << " to " << r.output << "\n";
-  if (o.verbose) {
-    size_t width = 0;
-    for (const auto& e : r.entries) width = std::max(width, e.path.size());
-    width = std::min<size_t>(width, 60);
-    for (const auto& e : r.entries) {
-      PrintEntryLine(out, width, e.path, e.name, e.kind, e.dtype, e.shape,
-                     e.bytes, false);
-    }
-  }
-  out << "  step " << r.info.step << ", world size " << r.info.world_size
-      << ", " << EntriesText(tensors, objects) << ", "
-      << HumanBytes(r.logical_bytes) << ", " << KeysText(r.metadata_count)
-      << "\n";
-  out << "  hdf5: "
-      << (deflate ? absl::StrCat("deflate level ", eo.level, " with shuffle")
-                  : std::string("no compression"))
-      << ", file " << HumanBytes(r.file_bytes) << "\n";
   return kExitOk;
+}
+
+void PrintImportJson(const ConvertOptions& o, const Hdf5ImportResult& r,
+                     std::ostream& out) {
+  const auto [tensors, objects] = CountKinds(r.plan.entries);
+  nlohmann::json j;
+  j["direction"] = "import";
+  j["format"] = kHdf5;
+  j["input"] = r.input;
+  j["root"] = o.destination;
+  j["checkpoint"] = r.saved.path;
+  j["step"] = r.step;
+  j["tensors"] = tensors;
+  j["objects"] = objects;
+  j["metadata_keys"] = r.plan.metadata.size();
+  j["logical_bytes"] = r.plan.logical_bytes;
+  j["stored_bytes"] = r.saved.stored_bytes;
+  nlohmann::json entries = nlohmann::json::array();
+  for (const ImportPlanEntry& e : r.plan.entries)
+    entries.push_back(EntryJson(e));
+  j["entries"] = std::move(entries);
+  nlohmann::json skipped = nlohmann::json::array();
+  for (const ImportSkipped& s : r.plan.skipped) {
+    skipped.push_back({{"what", s.what}, {"reason", s.reason}});
+  }
+  j["skipped"] = std::move(skipped);
+  out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+      << "\n";
+}
+
+void PrintImportText(const ConvertOptions& o, const Hdf5ImportResult& r,
+                     std::ostream& out) {
+  const auto [tensors, objects] = CountKinds(r.plan.entries);
+  out << "imported " << r.input << " into " << r.saved.path << "\n";
+  if (o.verbose) PrintEntryLines(out, r.plan.entries, true);
+  out << "  step " << r.step << ", " << EntriesText(tensors, objects) << ", "
+      << HumanBytes(r.plan.logical_bytes) << ", "
+      << KeysText(r.plan.metadata.size()) << "\n";
+  if (!r.plan.skipped.empty()) {
+    out << "  skipped " << r.plan.skipped.size() << " (--skip-unsupported):\n";
+    for (const ImportSkipped& s : r.plan.skipped)
+      out << "    " << s.reason << "\n";
+  }
 }
 
 absl::StatusOr<int> RunImport(const ConvertOptions& o, std::ostream& out) {
@@ -185,70 +276,15 @@ absl::StatusOr<int> RunImport(const ConvertOptions& o, std::ostream& out) {
   io.overwrite = o.force;
   io.codec = o.codec == "zstd" ? format::Codec::kZstd : format::Codec::kNone;
   if (o.threads > 0) io.io_threads = o.threads;
-  std::unique_ptr<Progress> progress;
-  io.progress = [&](uint64_t n, uint64_t total) {
-    if (!progress) progress = std::make_unique<Progress>("import", total);
-    progress->Add(n);
-  };
+  ProgressLine progress("import");
+  io.progress = progress.Callback();
   CKPT_ASSIGN_OR_RETURN(Hdf5ImportResult r,
                         ImportHdf5(o.source, o.destination, io));
-  if (progress) progress->Finish();
-
-  size_t tensors = 0, objects = 0;
-  for (const ImportPlanEntry& e : r.plan.entries) {
-    (e.kind == format::EntryKind::kObject ? objects : tensors)++;
-  }
+  progress.Finish();
   if (o.json) {
-    nlohmann::json j;
-    j["direction"] = "import";
-    j["format"] = kHdf5;
-    j["input"] = r.input;
-    j["root"] = o.destination;
-    j["checkpoint"] = r.saved.path;
-    j["step"] = r.step;
-    j["tensors"] = tensors;
-    j["objects"] = objects;
-    j["metadata_keys"] = r.plan.metadata.size();
-    j["logical_bytes"] = r.plan.logical_bytes;
-    j["stored_bytes"] = r.saved.stored_bytes;
-    nlohmann::json entries = nlohmann::json::array();
-    for (const ImportPlanEntry& e : r.plan.entries) {
-      nlohmann::json x;
-      x["name"] = e.name;
-      x["path"] = e.path;
-      x["kind"] = KindName(e.kind);
-      x["dtype"] = DTypeName(e.dtype);
-      x["shape"] = std::vector<uint64_t>(e.shape.begin(), e.shape.end());
-      x["bytes"] = e.bytes;
-      entries.push_back(std::move(x));
-    }
-    j["entries"] = std::move(entries);
-    nlohmann::json skipped = nlohmann::json::array();
-    for (const ImportSkipped& s : r.plan.skipped) {
-      skipped.push_back({{"what", s.what}, {"reason", s.reason}});
-    }
-    j["skipped"] = std::move(skipped);
-    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-        << "\n";
-    return kExitOk;
-  }
-  out << "imported " << r.input << " into " << r.saved.path << "\n";
-  if (o.verbose) {
-    size_t width = 0;
-    for (const auto& e : r.plan.entries) width = std::max(width, e.path.size());
-    width = std::min<size_t>(width, 60);
-    for (const auto& e : r.plan.entries) {
-      PrintEntryLine(out, width, e.path, e.name, e.kind, e.dtype, e.shape,
-                     e.bytes, true);
-    }
-  }
-  out << "  step " << r.step << ", " << EntriesText(tensors, objects) << ", "
-      << HumanBytes(r.plan.logical_bytes) << ", "
-      << KeysText(r.plan.metadata.size()) << "\n";
-  if (!r.plan.skipped.empty()) {
-    out << "  skipped " << r.plan.skipped.size() << " (--skip-unsupported):\n";
-    for (const ImportSkipped& s : r.plan.skipped)
-      out << "    " << s.reason << "\n";
+    PrintImportJson(o, r, out);
+  } else {
+    PrintImportText(o, r, out);
   }
   return kExitOk;
 }
