@@ -65,6 +65,17 @@ void Progress::Finish() {
   if (enabled_) Draw(true);
 }
 
+std::function<void(uint64_t, uint64_t)> LazyProgress::Callback() {
+  return [this](uint64_t done, uint64_t total) {
+    if (!progress_) progress_ = std::make_unique<Progress>(label_, total);
+    progress_->Add(done);
+  };
+}
+
+void LazyProgress::Finish() {
+  if (progress_) progress_->Finish();
+}
+
 void Progress::Draw(bool final) {
   constexpr int kWidth = 30;
   double frac =

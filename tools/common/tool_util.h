@@ -12,7 +12,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -69,6 +71,21 @@ class Progress {
   uint64_t total_, done_ = 0;
   bool enabled_, finished_ = false;
   std::chrono::steady_clock::time_point last_;
+};
+
+// A Progress for work that learns its total only when it starts: the
+// callback (done, total) starts one labelled `label` on its first call.
+// The callback refers to this object, which must outlive its calls.
+class LazyProgress {
+ public:
+  explicit LazyProgress(std::string label) : label_(std::move(label)) {}
+  std::function<void(uint64_t, uint64_t)> Callback();
+  // Ends the progress line, if one was started.
+  void Finish();
+
+ private:
+  std::string label_;
+  std::unique_ptr<Progress> progress_;
 };
 
 // The body of a tool's main(): parses `argc/argv` with `app` (which must

@@ -1,7 +1,6 @@
 #include "convert/convert.h"
 
 #include <algorithm>
-#include <functional>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -102,26 +101,6 @@ void PrintEntryLine(std::ostream& out, size_t width, const std::string& path,
   }
 }
 
-// A progress callback that starts a "what" progress line on its first
-// call; Finish() ends the line if one was started.
-class ProgressLine {
- public:
-  explicit ProgressLine(const char* what) : what_(what) {}
-  std::function<void(uint64_t, uint64_t)> Callback() {
-    return [this](uint64_t n, uint64_t total) {
-      if (!progress_) progress_ = std::make_unique<Progress>(what_, total);
-      progress_->Add(n);
-    };
-  }
-  void Finish() {
-    if (progress_) progress_->Finish();
-  }
-
- private:
-  const char* what_;
-  std::unique_ptr<Progress> progress_;
-};
-
 // The JSON of one converted entry; `chunk` only for exports.
 template <typename Entry>
 nlohmann::json EntryJson(const Entry& e) {
@@ -213,7 +192,7 @@ absl::StatusOr<int> RunExport(const ConvertOptions& o, std::ostream& out) {
     eo.io_threads = o.threads;
     eo.compress_threads = o.threads;
   }
-  ProgressLine progress("export");
+  LazyProgress progress("export");
   eo.progress = progress.Callback();
   CKPT_ASSIGN_OR_RETURN(Hdf5ExportResult r,
                         ExportHdf5(o.source, o.destination, eo));
@@ -276,7 +255,7 @@ absl::StatusOr<int> RunImport(const ConvertOptions& o, std::ostream& out) {
   io.overwrite = o.force;
   io.codec = o.codec == "zstd" ? format::Codec::kZstd : format::Codec::kNone;
   if (o.threads > 0) io.io_threads = o.threads;
-  ProgressLine progress("import");
+  LazyProgress progress("import");
   io.progress = progress.Callback();
   CKPT_ASSIGN_OR_RETURN(Hdf5ImportResult r,
                         ImportHdf5(o.source, o.destination, io));

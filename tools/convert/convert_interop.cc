@@ -83,14 +83,11 @@ absl::StatusOr<int> RunSafetensorsExport(const ConvertOptions& o,
   eo.exclude = o.exclude;
   eo.overwrite = o.force;
   if (o.threads > 0) eo.io_threads = o.threads;
-  std::unique_ptr<Progress> progress;
-  eo.progress = [&](uint64_t n, uint64_t total) {
-    if (!progress) progress = std::make_unique<Progress>("export", total);
-    progress->Add(n);
-  };
+  LazyProgress progress("export");
+  eo.progress = progress.Callback();
   CKPT_ASSIGN_OR_RETURN(SafetensorsExportResult r,
                         ExportSafetensors(o.source, o.destination, eo));
-  if (progress) progress->Finish();
+  progress.Finish();
   size_t objects = 0;
   for (const auto& e : r.entries)
     objects += e.kind == format::EntryKind::kObject;
@@ -164,14 +161,11 @@ absl::StatusOr<int> RunSafetensorsImport(const ConvertOptions& o,
   io.overwrite = o.force;
   io.codec = o.codec == "zstd" ? format::Codec::kZstd : format::Codec::kNone;
   if (o.threads > 0) io.io_threads = o.threads;
-  std::unique_ptr<Progress> progress;
-  io.progress = [&](uint64_t n, uint64_t total) {
-    if (!progress) progress = std::make_unique<Progress>("import", total);
-    progress->Add(n);
-  };
+  LazyProgress progress("import");
+  io.progress = progress.Callback();
   CKPT_ASSIGN_OR_RETURN(SafetensorsImportResult r,
                         ImportSafetensors(o.source, o.destination, io));
-  if (progress) progress->Finish();
+  progress.Finish();
   size_t objects = 0;
   for (const auto& e : r.entries) objects += e.object;
   const size_t tensors = r.entries.size() - objects;
@@ -228,14 +222,11 @@ absl::StatusOr<int> RunDcpImport(const ConvertOptions& o, std::ostream& out) {
   io.overwrite = o.force;
   io.codec = o.codec == "zstd" ? format::Codec::kZstd : format::Codec::kNone;
   if (o.threads > 0) io.io_threads = o.threads;
-  std::unique_ptr<Progress> progress;
-  io.progress = [&](uint64_t n, uint64_t total) {
-    if (!progress) progress = std::make_unique<Progress>("import", total);
-    progress->Add(n);
-  };
+  LazyProgress progress("import");
+  io.progress = progress.Callback();
   CKPT_ASSIGN_OR_RETURN(DcpImportResult r,
                         ImportDcp(o.source, o.destination, io));
-  if (progress) progress->Finish();
+  progress.Finish();
   size_t objects = 0, chunks = 0;
   for (const auto& e : r.entries) {
     objects += e.object;
