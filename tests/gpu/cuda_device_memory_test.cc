@@ -53,6 +53,16 @@ class DeviceBuffer {
   size_t n_;
 };
 
+// A Writer over `cuda` with `snapshot_bytes` of device memory for
+// SaveAsync's device snapshot.
+std::unique_ptr<Writer> SnapshotWriter(CudaDeviceMemory* cuda,
+                                       uint64_t snapshot_bytes) {
+  Writer::Options wo;
+  wo.device_memory = cuda;
+  wo.device_snapshot_bytes = snapshot_bytes;
+  return Writer::Create(wo).value();
+}
+
 TensorOptions OnDevice() {
   TensorOptions o;
   o.memory = MemoryKind::kCuda;
@@ -221,10 +231,7 @@ TEST(CudaPipelineTest, SaveAndLoadLeaveTheCallersCurrentDeviceAsItWas) {
   ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
   TempDir dir;
   CudaDeviceMemory cuda;
-  Writer::Options wo;
-  wo.device_memory = &cuda;
-  wo.device_snapshot_bytes = n;
-  auto writer = Writer::Create(wo).value();
+  auto writer = SnapshotWriter(&cuda, n);
   CKPT_ASSERT_OK(writer->AddTensor("t", DType::kUInt8, {n}, FlatRange{0, n},
                                    t.get(), OnDevice()));
   CKPT_ASSERT_OK(writer->Save(dir.path(), 1, {}));
@@ -294,10 +301,7 @@ TEST(CudaPipelineTest, SaveAsyncSnapshotsIntoSpareDeviceMemory) {
   const size_t n = 32 << 20;
   DeviceBuffer t(n);
   DeviceBuffer u(n);  // beyond the device cap: staged to the host at once
-  Writer::Options wo;
-  wo.device_memory = &cuda;
-  wo.device_snapshot_bytes = n;
-  auto writer = Writer::Create(wo).value();
+  auto writer = SnapshotWriter(&cuda, n);
   CKPT_ASSERT_OK(writer->AddTensor("t", DType::kUInt8, {n}, FlatRange{0, n},
                                    t.get(), OnDevice()));
   CKPT_ASSERT_OK(writer->AddTensor("u", DType::kUInt8, {n}, FlatRange{0, n},

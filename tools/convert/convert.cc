@@ -251,10 +251,7 @@ void PrintImportText(const ConvertOptions& o, const Hdf5ImportResult& r,
 absl::StatusOr<int> RunImport(const ConvertOptions& o, std::ostream& out) {
   Hdf5ImportOptions io;
   io.plan.skip_unsupported = o.skip_unsupported;
-  io.step = o.step;
-  io.overwrite = o.force;
-  io.codec = o.codec == "zstd" ? format::Codec::kZstd : format::Codec::kNone;
-  if (o.threads > 0) io.io_threads = o.threads;
+  SetCommonImportOptions(o, &io);
   LazyProgress progress("import");
   io.progress = progress.Callback();
   CKPT_ASSIGN_OR_RETURN(Hdf5ImportResult r,

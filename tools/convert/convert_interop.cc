@@ -156,11 +156,8 @@ absl::StatusOr<int> RunSafetensorsExport(const ConvertOptions& o,
 absl::StatusOr<int> RunSafetensorsImport(const ConvertOptions& o,
                                          std::ostream& out) {
   SafetensorsImportOptions io;
-  io.step = o.step;
+  SetCommonImportOptions(o, &io);
   io.ranks = o.ranks > 0 ? o.ranks : 1;
-  io.overwrite = o.force;
-  io.codec = o.codec == "zstd" ? format::Codec::kZstd : format::Codec::kNone;
-  if (o.threads > 0) io.io_threads = o.threads;
   LazyProgress progress("import");
   io.progress = progress.Callback();
   CKPT_ASSIGN_OR_RETURN(SafetensorsImportResult r,
@@ -218,10 +215,7 @@ absl::StatusOr<int> RunSafetensorsImport(const ConvertOptions& o,
 
 absl::StatusOr<int> RunDcpImport(const ConvertOptions& o, std::ostream& out) {
   DcpImportOptions io;
-  io.step = o.step;
-  io.overwrite = o.force;
-  io.codec = o.codec == "zstd" ? format::Codec::kZstd : format::Codec::kNone;
-  if (o.threads > 0) io.io_threads = o.threads;
+  SetCommonImportOptions(o, &io);
   LazyProgress progress("import");
   io.progress = progress.Callback();
   CKPT_ASSIGN_OR_RETURN(DcpImportResult r,

@@ -7,6 +7,7 @@
 #include <ostream>
 
 #include "absl/status/statusor.h"
+#include "ckpt/format/format_constants.h"
 #include "convert/convert.h"
 
 namespace ckpt::tools {
@@ -14,6 +15,16 @@ namespace ckpt::tools {
 // Checks the options of the safetensors and dcp modes (InvalidArgument for
 // a flag of another mode, naming the flag and its mode).
 absl::Status CheckInteropOptions(const ConvertOptions& options);
+
+// Sets what every import (HDF5, safetensors, DCP) takes from the command
+// line: --step, --force, --codec and --threads.
+template <typename ImportOptions>
+void SetCommonImportOptions(const ConvertOptions& o, ImportOptions* io) {
+  io->step = o.step;
+  io->overwrite = o.force;
+  io->codec = o.codec == "zstd" ? format::Codec::kZstd : format::Codec::kNone;
+  if (o.threads > 0) io->io_threads = o.threads;
+}
 
 // The conversions and their human or JSON reports.
 absl::StatusOr<int> RunSafetensorsExport(const ConvertOptions& options,
