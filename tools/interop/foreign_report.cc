@@ -183,65 +183,84 @@ absl::StatusOr<int> InspectDcp(const InspectOptions& o, std::ostream& out) {
   return kExitOk;
 }
 
-absl::StatusOr<int> InspectSafetensors(const InspectOptions& o,
-                                       std::ostream& out) {
-  CKPT_ASSIGN_OR_RETURN(SafetensorsInput in, OpenSafetensors(o.path));
-  uint64_t bytes = 0, file_bytes = 0;
-  for (const auto& r : in.tensors) bytes += r.tensor->end - r.tensor->begin;
-  for (const auto& f : in.files) file_bytes += f.size();
-  const std::string format =
-      in.index ? absl::StrCat("Hugging Face safetensors index (",
-                              Plural(in.files.size(), "shard", "shards"), ")")
-               : "safetensors (one file)";
-  if (!o.entry.empty()) {
-    for (const auto& r : in.tensors) {
-      if (r.name != o.entry) continue;
-      out << "Entry   " << r.name << "\nDType   " << DTypeName(r.tensor->dtype)
-          << " (" << interop::SafetensorsDTypeName(r.tensor->dtype)
-          << ")\nShape   " << ShapeText(r.tensor->shape) << "\nFile    "
-          << in.files[r.file].path() << "\nBytes   ["
-          << in.headers[r.file].data_offset + r.tensor->begin << ", "
-          << in.headers[r.file].data_offset + r.tensor->end << ")\n";
-      return kExitOk;
-    }
-    return absl::NotFoundError(
-        absl::StrCat(o.path, ": no tensor '", o.entry, "'"));
-  }
-  if (o.json) {
-    nlohmann::ordered_json j;
-    j["path"] = o.path;
-    j["format"] = "safetensors";
-    j["detected"] = format;
-    j["files"] = in.files.size();
-    j["file_bytes"] = file_bytes;
-    j["tensor_bytes"] = bytes;
-    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
-    for (const auto& [k, v] : in.metadata) meta[k] = v;
-    j["metadata"] = std::move(meta);
-    nlohmann::ordered_json entries = nlohmann::ordered_json::array();
-    for (const auto& r : in.tensors) {
-      entries.push_back(
-          {{"name", r.name},
-           {"dtype",
-            std::string(interop::SafetensorsDTypeName(r.tensor->dtype))},
-           {"shape", std::vector<uint64_t>(r.tensor->shape.begin(),
-                                           r.tensor->shape.end())},
-           {"file", fs::path(in.files[r.file].path()).filename().string()},
-           {"bytes", r.tensor->end - r.tensor->begin}});
-    }
-    j["entries"] = std::move(entries);
-    out << j.dump(2, ' ', false,
-                  nlohmann::ordered_json::error_handler_t::replace)
-        << "\n";
+namespace {
+
+// The facts of a safetensors input both reports print.
+struct SafetensorsSummary {
+  uint64_t tensor_bytes = 0, file_bytes = 0;
+  std::string format;  // as detected
+};
+
+SafetensorsSummary SummarizeSafetensors(const SafetensorsInput& in) {
+  SafetensorsSummary s;
+  for (const auto& r : in.tensors)
+    s.tensor_bytes += r.tensor->end - r.tensor->begin;
+  for (const auto& f : in.files) s.file_bytes += f.size();
+  s.format = in.index
+                 ? absl::StrCat("Hugging Face safetensors index (",
+                                Plural(in.files.size(), "shard", "shards"), ")")
+                 : "safetensors (one file)";
+  return s;
+}
+
+std::string FileName(const SafetensorsInput& in, size_t file) {
+  return fs::path(in.files[file].path()).filename().string();
+}
+
+absl::StatusOr<int> InspectSafetensorsEntry(const SafetensorsInput& in,
+                                            const InspectOptions& o,
+                                            std::ostream& out) {
+  for (const auto& r : in.tensors) {
+    if (r.name != o.entry) continue;
+    out << "Entry   " << r.name << "\nDType   " << DTypeName(r.tensor->dtype)
+        << " (" << interop::SafetensorsDTypeName(r.tensor->dtype)
+        << ")\nShape   " << ShapeText(r.tensor->shape) << "\nFile    "
+        << in.files[r.file].path() << "\nBytes   ["
+        << in.headers[r.file].data_offset + r.tensor->begin << ", "
+        << in.headers[r.file].data_offset + r.tensor->end << ")\n";
     return kExitOk;
   }
+  return absl::NotFoundError(
+      absl::StrCat(o.path, ": no tensor '", o.entry, "'"));
+}
+
+void InspectSafetensorsJson(const InspectOptions& o, const SafetensorsInput& in,
+                            const SafetensorsSummary& s, std::ostream& out) {
+  nlohmann::ordered_json j;
+  j["path"] = o.path;
+  j["format"] = "safetensors";
+  j["detected"] = s.format;
+  j["files"] = in.files.size();
+  j["file_bytes"] = s.file_bytes;
+  j["tensor_bytes"] = s.tensor_bytes;
+  nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : in.metadata) meta[k] = v;
+  j["metadata"] = std::move(meta);
+  nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+  for (const auto& r : in.tensors) {
+    entries.push_back(
+        {{"name", r.name},
+         {"dtype", std::string(interop::SafetensorsDTypeName(r.tensor->dtype))},
+         {"shape", std::vector<uint64_t>(r.tensor->shape.begin(),
+                                         r.tensor->shape.end())},
+         {"file", FileName(in, r.file)},
+         {"bytes", r.tensor->end - r.tensor->begin}});
+  }
+  j["entries"] = std::move(entries);
+  out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
+      << "\n";
+}
+
+void InspectSafetensorsText(const InspectOptions& o, const SafetensorsInput& in,
+                            const SafetensorsSummary& s, std::ostream& out) {
   out << "Path          " << o.path << "\n";
-  out << "Format        " << format << "\n";
-  out << "Files         " << in.files.size() << " (" << HumanBytes(file_bytes)
+  out << "Format        " << s.format << "\n";
+  out << "Files         " << in.files.size() << " (" << HumanBytes(s.file_bytes)
       << ")\n";
   out << "Entries       " << Plural(in.tensors.size(), "tensor", "tensors")
       << "\n";
-  out << "Tensor size   " << HumanBytes(bytes) << " (" << bytes << " bytes)\n";
+  out << "Tensor size   " << HumanBytes(s.tensor_bytes) << " ("
+      << s.tensor_bytes << " bytes)\n";
   for (size_t i = 0; i < in.metadata.size(); ++i) {
     std::string v = in.metadata[i].second;
     if (v.size() > 60) v = v.substr(0, 57) + "...";
@@ -257,8 +276,21 @@ absl::StatusOr<int> InspectSafetensors(const InspectOptions& o,
     PrintRow(out, w, r.name,
              std::string(interop::SafetensorsDTypeName(r.tensor->dtype)),
              ShapeText(r.tensor->shape), "",
-             HumanBytes(r.tensor->end - r.tensor->begin),
-             fs::path(in.files[r.file].path()).filename().string());
+             HumanBytes(r.tensor->end - r.tensor->begin), FileName(in, r.file));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<int> InspectSafetensors(const InspectOptions& o,
+                                       std::ostream& out) {
+  CKPT_ASSIGN_OR_RETURN(SafetensorsInput in, OpenSafetensors(o.path));
+  if (!o.entry.empty()) return InspectSafetensorsEntry(in, o, out);
+  const SafetensorsSummary summary = SummarizeSafetensors(in);
+  if (o.json) {
+    InspectSafetensorsJson(o, in, summary, out);
+  } else {
+    InspectSafetensorsText(o, in, summary, out);
   }
   return kExitOk;
 }
