@@ -89,6 +89,20 @@ TEST_F(ForeignCli, InspectSafetensorsReferenceFile) {
   EXPECT_EQ(r.out, Expected("inspect_safetensors"));
 }
 
+// The --json reports of foreign inputs, pinned like the text ones.
+TEST_F(ForeignCli, InspectJsonMegatronTorchDist) {
+  CliResult r = Run(CKPT_INSPECT_BIN, {"<DATA>/megatron_torch_dist", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, Expected("inspect_megatron_json"));
+}
+
+TEST_F(ForeignCli, InspectJsonSafetensorsReferenceFile) {
+  CliResult r = Run(CKPT_INSPECT_BIN,
+                    {"<DATA>/safetensors/overall.safetensors", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, Expected("inspect_safetensors_json"));
+}
+
 TEST_F(ForeignCli, InspectStatsNeedsConversion) {
   CliResult r = Run(CKPT_INSPECT_BIN, {"<DATA>/dcp_modern", "--stats"});
   EXPECT_EQ(r.exit_code, 2);
