@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ckpt/format/status_macros.h"
 
 namespace ckpt::tools {
 namespace {
@@ -34,6 +35,42 @@ absl::Status CannotInfer(const EntryRecord& e, absl::string_view why) {
   return absl::InvalidArgumentError(
       absl::StrCat("entry '", e.name, "': cannot infer its layout: ", why,
                    "; give it in an override file (--layout FILE)"));
+}
+
+// Boxes: per dim, the distinct intervals must partition the dim, and the
+// chunks must be every combination of them (coverage is already checked,
+// so counting suffices). The number of parts along each dim.
+absl::StatusOr<std::vector<size_t>> GridParts(
+    const EntryRecord& e, const std::vector<const Region*>& regions) {
+  const size_t nd = e.shape.size();
+  std::vector<size_t> parts(nd);
+  uint64_t combos = 1;
+  for (size_t d = 0; d < nd; ++d) {
+    std::set<std::pair<uint64_t, uint64_t>> iv;
+    for (const Region* r : regions) {
+      const Box& b = std::get<Box>(*r);
+      iv.emplace(b.offset[d], b.size[d]);
+    }
+    uint64_t next = 0;
+    for (const auto& [off, size] : iv) {
+      if (off != next) {
+        return CannotInfer(
+            e, absl::StrCat("its ", regions.size(),
+                            " chunks are not a regular grid (along dim", d,
+                            ", a chunk starts at ", off, " where ",
+                            off < next ? "another part is" : "none ends", ")"));
+      }
+      next = off + size;
+    }
+    parts[d] = iv.size();
+    combos *= iv.size();
+    if (combos > regions.size()) break;
+  }
+  if (combos != regions.size()) {
+    return CannotInfer(e, absl::StrCat("its ", regions.size(),
+                                       " chunks are not a regular grid"));
+  }
+  return parts;
 }
 
 }  // namespace
@@ -64,40 +101,10 @@ absl::StatusOr<Split> InferSplit(const EntryRecord& e,
         e, absl::StrCat(flats, " of its ", regions.size(),
                         " chunks are flat ranges, the others boxes"));
   }
-  // Boxes: per dim, the distinct intervals must partition the dim, and the
-  // chunks must be every combination of them (coverage is already checked,
-  // so counting suffices).
-  const size_t nd = e.shape.size();
-  std::vector<size_t> parts(nd);
-  uint64_t combos = 1;
-  for (size_t d = 0; d < nd; ++d) {
-    std::set<std::pair<uint64_t, uint64_t>> iv;
-    for (const Region* r : regions) {
-      const Box& b = std::get<Box>(*r);
-      iv.emplace(b.offset[d], b.size[d]);
-    }
-    uint64_t next = 0;
-    for (const auto& [off, size] : iv) {
-      if (off != next) {
-        return CannotInfer(
-            e, absl::StrCat("its ", regions.size(),
-                            " chunks are not a regular grid (along dim", d,
-                            ", a chunk starts at ", off, " where ",
-                            off < next ? "another part is" : "none ends", ")"));
-      }
-      next = off + size;
-    }
-    parts[d] = iv.size();
-    combos *= iv.size();
-    if (combos > regions.size()) break;
-  }
-  if (combos != regions.size()) {
-    return CannotInfer(e, absl::StrCat("its ", regions.size(),
-                                       " chunks are not a regular grid"));
-  }
+  CKPT_ASSIGN_OR_RETURN(const std::vector<size_t> parts, GridParts(e, regions));
   size_t best = 0;
   std::vector<std::string> split_dims;
-  for (size_t d = 0; d < nd; ++d) {
+  for (size_t d = 0; d < parts.size(); ++d) {
     if (parts[d] > parts[best]) best = d;
     if (parts[d] > 1) split_dims.push_back(absl::StrCat(parts[d]));
   }
