@@ -28,6 +28,14 @@
 //   capped            stall_s, async_durable_s, peak_staging_bytes and
 //                     staging_cap_bytes again with Writer::Options::
 //                     staging_bytes a quarter of the state.
+// --fake-device: the device path without a GPU, through the tests' fake
+// device (tests/testing/fake_device.h): "device memory" is host memory and
+// each stream copies on a thread of its own, so the figures measure the
+// pipeline's own overhead (ordering, waits, hand-offs) at host copy speed,
+// not a GPU (JSON "fake_device": true). Its snapshot limit is the same
+// copies on one fake stream, one per tensor, into memory allocated as the
+// pool's. On a machine with few cores the fake copies take CPU from the
+// writes, which a GPU's copy engine does not.
 // --device-snapshot (with --device): the async saves snapshot into spare
 // device memory (SaveOptions::snapshot_to_device with device_snapshot_bytes
 // the state's size; JSON "device_snapshot": true).
@@ -64,6 +72,7 @@
 #include "absl/strings/str_format.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
+#include "testing/fake_device.h"
 #ifdef CKPT_BENCH_CUDA
 #include <cuda_runtime_api.h>
 
@@ -231,6 +240,41 @@ double HostSnapshotLimit(const State& s, int threads) {
   return best;
 }
 
+// The fake device's copy of the same bytes: one copy per tensor on one
+// fake stream into memory allocated as the staging pool's and faulted in;
+// the best of two rounds.
+double FakeSnapshotLimit(const State& s, ckpt::DeviceMemory* dm) {
+  char* dst = static_cast<char*>(Check(dm->AllocateHost(s.bytes()), "alloc"));
+  for (uint64_t i = 0; i < s.bytes(); i += 4096) dst[i] = 0;
+  auto stream = Check(dm->CreateStream(0), "CreateStream");
+  double best = 1e30;
+  for (int round = 0; round < 2; ++round) {
+    std::vector<ckpt::DeviceCopy> copies(s.device.size());
+    for (size_t i = 0; i < s.device.size(); ++i) {
+      copies[i].dst = dst + i * kTensorBytes;
+      copies[i].src = s.device[i];
+      copies[i].row_bytes = kTensorBytes;
+    }
+    const double t0 = Now();
+    Check(stream->CopyAsync(ckpt::CopyKind::kDeviceToHost, copies),
+          "CopyAsync");
+    Check(Check(stream->Record(), "Record")->Wait(), "Wait");
+    best = std::min(best, Now() - t0);
+  }
+  stream.reset();
+  dm->FreeHost(dst, s.bytes());
+  return best;
+}
+
+// The fake device's "device memory": a copy of each tensor in host memory.
+void ToFakeDevice(State* s, ckpt::DeviceMemory* dm) {
+  for (auto& h : s->host) {
+    void* d = Check(dm->AllocateDevice(kTensorBytes, 0), "AllocateDevice");
+    std::memcpy(d, h.get(), kTensorBytes);
+    s->device.push_back(d);
+  }
+}
+
 #ifdef CKPT_BENCH_CUDA
 void CudaCheck(cudaError_t e, const char* what) {
   if (e != cudaSuccess) Die(std::string(what) + ": " + cudaGetErrorString(e));
@@ -288,6 +332,10 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--gib", gib, "size of the state in GiB");
   app.add_flag("--device", device, "tensors in CUDA device memory");
+  bool fake_device = false;
+  app.add_flag("--fake-device", fake_device,
+               "the device path through the tests' fake device (no GPU): "
+               "the pipeline's overhead at host copy speed");
   bool device_snapshot = false;
   app.add_flag("--device-snapshot", device_snapshot,
                "with --device: SaveAsync snapshots into spare device memory "
@@ -301,6 +349,11 @@ int main(int argc, char** argv) {
 #ifndef CKPT_BENCH_CUDA
   if (device) Die("--device needs a build with the CUDA Toolkit (gpu/)");
 #endif
+  if (device && fake_device)
+    Die("--device and --fake-device exclude each other");
+  if (device_snapshot && !device && !fake_device)
+    Die("--device-snapshot needs --device or --fake-device");
+  device = device || fake_device;
 
   State s;
   const uint64_t n = std::max<uint64_t>(
@@ -311,7 +364,12 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<ckpt::DeviceMemory> dm;
   double limit = 0;
-  if (device) {
+  if (fake_device) {
+    dm = std::make_unique<ckpt::testing::FakeDevice>(
+        std::chrono::microseconds(0));
+    ToFakeDevice(&s, dm.get());
+    limit = FakeSnapshotLimit(s, dm.get());
+  } else if (device) {
 #ifdef CKPT_BENCH_CUDA
     ToDevice(&s);
     dm = std::make_unique<ckpt::gpu::CudaDeviceMemory>();
@@ -357,7 +415,10 @@ int main(int argc, char** argv) {
 
   const double gb = s.bytes() / 1e9;
   std::printf("state            %.3f GB in %zu tensors (%s)\n", gb,
-              s.host.size(), device ? "device" : "host");
+              s.host.size(),
+              fake_device ? "fake device"
+              : device    ? "device"
+                          : "host");
   std::printf("snapshot limit   %.3f s  (%.2f GB/s)\n", limit, gb / limit);
   std::printf("sync save        %.3f s  (%.2f GB/s)\n", sync_save,
               gb / sync_save);
@@ -386,7 +447,10 @@ int main(int argc, char** argv) {
   const bool throughput_met = !device || host_sync >= 0.9 * sync_save;
   auto verdict = [](bool met) { return met ? "met" : "MISSED"; };
   std::printf("target           stall <= %.2fx the %s limit: %.2fx %s\n",
-              stall_target, device ? "pinned D2H" : "memcpy",
+              stall_target,
+              fake_device ? "fake D2H"
+              : device    ? "pinned D2H"
+                          : "memcpy",
               full.stall / limit, verdict(stall_met));
   std::printf("target           durable <= 1.15x the sync save%s: %.2fx %s\n",
               device ? " (a host target)" : "", full.durable / sync_save,
@@ -404,10 +468,11 @@ int main(int argc, char** argv) {
       "\"async_durable_s\": %.4f, \"snapshot_limit_s\": %.4f, "
       "\"peak_staging_bytes\": %d, "
       "\"staging_cap_bytes\": %d, \"snapshot_threads\": %d, "
-      "\"device_snapshot\": %s",
+      "\"device_snapshot\": %s, \"fake_device\": %s",
       s.bytes(), device ? "true" : "false", full.stall, sync_save, full.durable,
       limit, full.peak, full.cap, snapshot_threads,
-      async_so.snapshot_to_device ? "true" : "false");
+      async_so.snapshot_to_device ? "true" : "false",
+      fake_device ? "true" : "false");
   if (device)
     absl::StrAppendFormat(&json, ", \"host_sync_save_s\": %.4f", host_sync);
   absl::StrAppendFormat(
