@@ -208,10 +208,13 @@ void CompareStructure(const std::string& name,
   auto add = [&](const char* change, std::string x, std::string y) {
     out->push_back({name, change, std::move(x), std::move(y)});
   };
-  if (!eb) return add("removed", "", "");
-  if (!ea) return add("added", "", "");
+  if (!eb || !ea) {
+    add(!eb ? "removed" : "added", "", "");
+    return;
+  }
   if (ea->is_object() != eb->is_object()) {
-    return add("kind", KindName(*ea), KindName(*eb));
+    add("kind", KindName(*ea), KindName(*eb));
+    return;
   }
   if (ea->is_object()) return;
   const size_t before = out->size();
