@@ -279,23 +279,30 @@ uint64_t Spread(const std::vector<uint64_t>& v) {
   return *hi - *lo;
 }
 
+// The fewest bytes any rank reads.
+uint64_t SmallestRead(const CoopPlan& plan) {
+  return *std::min_element(plan.bytes_read.begin(), plan.bytes_read.end());
+}
+
+// `ranks` replicas, each requesting the whole of entries 0 .. 3 (64 x 64).
+std::vector<std::vector<PlanRequest>> FourEntryReplicas(int ranks) {
+  std::vector<std::vector<PlanRequest>> per_rank(ranks);
+  for (auto& reqs : per_rank) {
+    for (uint32_t e = 0; e < 4; ++e) reqs.push_back({e, Box{{0, 0}, {64, 64}}});
+  }
+  return per_rank;
+}
+
 // Data-parallel replicas: every rank wants everything; the bytes read are
 // spread evenly (within one read) and each read goes to a rank that
 // needs it.
 TEST(PlanCooperativeReadsTest, ReplicasSpreadTheReadsEvenly) {
   std::mt19937_64 rng(3);
   Fixture f(4, 64, 64, 1024, rng);
-  const int ranks = 8;
-  std::vector<std::vector<PlanRequest>> per_rank(ranks);
-  for (auto& reqs : per_rank) {
-    for (uint32_t e = 0; e < 4; ++e) reqs.push_back({e, Box{{0, 0}, {64, 64}}});
-  }
-  Planned p = Plan(f, per_rank);
+  Planned p = Plan(f, FourEntryReplicas(8));
   EXPECT_EQ(p.plan.stored_bytes, 4u * 64 * 64 * 4);
   EXPECT_LE(Spread(p.plan.bytes_read), LargestRead(p.plan));
-  EXPECT_GT(
-      *std::min_element(p.plan.bytes_read.begin(), p.plan.bytes_read.end()),
-      0u);
+  EXPECT_GT(SmallestRead(p.plan), 0u);
 }
 
 // Replicas on two nodes of 6 and 2 ranks: each node reads half of the
@@ -305,10 +312,7 @@ TEST(PlanCooperativeReadsTest, ReplicasSpreadTheReadsEvenly) {
 TEST(PlanCooperativeReadsTest, ReplicasSpreadTheReadsOverNodesThenRanks) {
   std::mt19937_64 rng(3);
   Fixture f(4, 64, 64, 1024, rng);
-  std::vector<std::vector<PlanRequest>> per_rank(8);
-  for (auto& reqs : per_rank) {
-    for (uint32_t e = 0; e < 4; ++e) reqs.push_back({e, Box{{0, 0}, {64, 64}}});
-  }
+  const std::vector<std::vector<PlanRequest>> per_rank = FourEntryReplicas(8);
   const std::vector<std::string> nodes = {"a", "a", "a", "b",
                                           "a", "a", "b", "a"};
   Planned p = Plan(f, per_rank, {}, nodes);
@@ -320,9 +324,7 @@ TEST(PlanCooperativeReadsTest, ReplicasSpreadTheReadsOverNodesThenRanks) {
   EXPECT_LE(Spread(per_node), largest);
   EXPECT_LE(Spread(RanksOfNode(p, 0)), largest);
   EXPECT_LE(Spread(RanksOfNode(p, 1)), largest);
-  EXPECT_GT(
-      *std::min_element(p.plan.bytes_read.begin(), p.plan.bytes_read.end()),
-      0u);
+  EXPECT_GT(SmallestRead(p.plan), 0u);
 
   Planned unnamed = Plan(f, per_rank);  // control: ranks only
   uint64_t node_a = 0;
@@ -383,9 +385,7 @@ TEST(PlanCooperativeReadsTest, RanksThatNeedNothingReadForTheOthers) {
   }
   Planned p = Plan(f, per_rank);
   EXPECT_LE(Spread(p.plan.bytes_read), 2 * LargestRead(p.plan));
-  EXPECT_GT(
-      *std::min_element(p.plan.bytes_read.begin(), p.plan.bytes_read.end()),
-      0u);
+  EXPECT_GT(SmallestRead(p.plan), 0u);
 }
 
 // A rank that needs a block reads it when that keeps the balance: rows
