@@ -1,30 +1,52 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes PyTorch Distributed Checkpoint (DCP) fixtures for ckpt's tests.
 
-  make_dcp.py real OUT        a DCP checkpoint written by the installed torch
-                              (Debian's 1.13: torch.distributed._shard.checkpoint)
-                              on 2 gloo ranks: sharded tensors split along dim 0
-                              (even and uneven) and dim 1, a replicated tensor,
-                              a bfloat16 tensor and a bytes item; plus
-                              OUT/expected.json with every value.
-  make_dcp.py modern OUT      the layout of current PyTorch releases (2.4 and
-                              later), built by hand: classes pickled under
-                              torch.distributed.checkpoint.*, Metadata with
-                              version, storage_meta and planner_data, _StorageInfo
-                              with transform_descriptors, one concatenated
-                              __<rank>_0.distcp per rank addressed by offset and
-                              length, torch.save records with the byteorder and
-                              .data/serialization_id entries; and, with --megatron,
-                              Megatron-Core's torch_dist files metadata.json and
-                              common.pt.
+  make_dcp.py real OUT [--prefix P]
+                              DCP checkpoints written by the installed torch
+                              (2.4 or later; the fixtures by 2.13.0):
+                              torch.distributed.checkpoint.save of DTensors on
+                              a 1-D "cpu" device mesh of 2 gloo ranks (Shard(0)
+                              even and uneven, Shard(1), Shard(0) of 1 row so
+                              that rank 1 holds an empty chunk, a Replicate()d
+                              bfloat16 tensor), a plain scalar tensor and a
+                              nested dict of plain data (which DCP flattens
+                              into bytes items). One save per FileSystemWriter
+                              layout, each in OUT/P<suffix>:
+                                P                the defaults: one
+                                                 __<rank>_0.distcp per rank,
+                                                 a global .metadata
+                                P_item_files     single_file_per_rank=False:
+                                                 one file per item
+                                P_rank_local     save(use_collectives=False):
+                                                 no .metadata, one
+                                                 __<rank>.metadata per rank
+                                P_safetensors    serialization_format=
+                                                 SAFETENSORS (torch's own
+                                                 FileSystemReader cannot load
+                                                 it; ckpt refuses it)
+                              P defaults to dcp_torch<major><minor> (dcp_torch213).
+                              Each holds expected.json: every tensor's values
+                              and every bytes item's Python repr, as torch
+                              computes them, and whether torch's dcp.load
+                              read the checkpoint back equal ("torch_load").
+  make_dcp.py real113 OUT     a DCP checkpoint written by torch 1.13 (Debian
+                              12's python3-torch; it is no longer installed):
+                              torch.distributed._shard.checkpoint with
+                              ShardedTensors; the fixture dcp_torch113/.
+  make_dcp.py modern OUT      a DCP layout built by hand (classes pickled under
+                              torch.distributed.checkpoint.*, records made with
+                              the installed torch.save); with --megatron,
+                              Megatron-Core's torch_dist files metadata.json
+                              and common.pt (the fixture megatron_torch_dist/).
+                              Also the base of hostile/dcp_*.
   make_dcp.py hostile OUT     files that must be refused: pickles calling
                               os.system, a deflated and an overlapping zip entry.
 
-The Python 3.11 workaround for importing torch 1.13's DCP is here only: its
-ShardedTensorMetadata has a TensorProperties instance as a dataclass default,
-which Python 3.11 rejects unless TensorProperties is hashable.
+The records that torch 2.x writes are byte-reproducible (zip dates are zero,
+.data/serialization_id is derived from the content); .metadata is not: its
+StorageMeta.save_id is a fresh uuid4 per save. Tests compare values, never
+bytes.
 """
-import dataclasses
 import io
 import json
 import os
@@ -33,24 +55,38 @@ import sys
 import types
 import zipfile
 
-_dataclass = dataclasses.dataclass
+
+def import_torch113_dcp():
+    """torch 1.13's DCP, imported on Python 3.11: its ShardedTensorMetadata has
+    a TensorProperties instance as a dataclass default, which Python 3.11
+    rejects unless TensorProperties is hashable. Called before anything else
+    imports torch (as the workaround always was), in every process of
+    real113."""
+    import dataclasses
+    dataclass = dataclasses.dataclass
+
+    def hashable_tensor_properties(cls=None, **kw):
+        if cls is None:
+            return lambda c: hashable_tensor_properties(c, **kw)
+        extra = {"unsafe_hash": True} if cls.__name__ == "TensorProperties" else {}
+        return dataclass(cls, **kw, **extra)
+
+    dataclasses.dataclass = hashable_tensor_properties
+    try:
+        import torch.distributed._shard.checkpoint as dcp
+        from torch.distributed._shard.sharded_tensor import Shard, ShardMetadata, init_from_local_shards
+    finally:
+        dataclasses.dataclass = dataclass
+    return dcp, Shard, ShardMetadata, init_from_local_shards
 
 
-def _hashable_tensor_properties(cls=None, **kw):
-    if cls is None:
-        return lambda c: _hashable_tensor_properties(c, **kw)
-    return _dataclass(cls, **kw, **({"unsafe_hash": True} if cls.__name__ == "TensorProperties" else {}))
+# sys.argv is the parent's in the processes that mp.spawn starts too.
+TORCH113 = import_torch113_dcp() if sys.argv[1:2] == ["real113"] else None
 
-
-dataclasses.dataclass = _hashable_tensor_properties
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.distributed._shard.checkpoint as dcp  # noqa: E402
-from torch.distributed._shard.sharded_tensor import Shard, ShardMetadata, init_from_local_shards  # noqa: E402
-
-dataclasses.dataclass = _dataclass
 
 # name: (global shape, dtype, split: ("dim", d, sizes) or None for replicated)
+# (the torch 1.13 fixture's tensors; real113 shards them by hand).
 TENSORS = {
     "model.w_rows": ([6, 4], torch.float32, ("dim", 0, [3, 3])),
     "model.w_uneven": ([5, 3], torch.float64, ("dim", 0, [3, 2])),
@@ -69,7 +105,138 @@ def global_value(name, shape, dtype):
     return t.to(dtype)
 
 
-def state_dict(rank, world):
+def expected_json(out, tensors=None, objects=None, **extra):
+    """OUT/expected.json: every tensor's values as float64, in row-major order."""
+    tensors = tensors if tensors is not None else {
+        name: global_value(name, shape, dtype) for name, (shape, dtype, _) in TENSORS.items()}
+    exp = {"torch": torch.__version__, **extra, "tensors": {}}
+    for name, v in tensors.items():
+        exp["tensors"][name] = {"dtype": str(v.dtype), "shape": list(v.shape),
+                                "values": v.to(torch.float64).flatten().tolist()}
+    if objects is not None:
+        exp["objects"] = objects
+    with open(os.path.join(out, "expected.json"), "w") as f:
+        json.dump(exp, f, indent=1)
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+# ---- torch 2.x: torch.distributed.checkpoint.save of DTensors ---------------
+
+# name: (global shape, dtype, placement: "shard0", "shard1", "replicate", or
+# None for a plain tensor, the same on every rank).
+TENSORS_2 = {
+    "model.w_rows": ([6, 4], torch.float32, "shard0"),
+    "model.w_uneven": ([5, 3], torch.float64, "shard0"),  # 3 + 2 rows
+    "model.w_cols": ([4, 6], torch.int32, "shard1"),
+    "model.tiny": ([1, 3], torch.float32, "shard0"),  # rank 1: 0 rows
+    "model.norm": ([7], torch.bfloat16, "replicate"),
+    "opt.step_count": ([], torch.int64, None),
+}
+# Plain data: DCP flattens the dicts, so these are the bytes items
+# "extra.note.epoch" and "extra.note.name" (planner_data keeps the path).
+EXTRA = {"note": {"epoch": 3, "name": "fixture"}}
+OBJECTS_2 = {"extra.note.epoch": repr(3), "extra.note.name": repr("fixture")}
+
+# suffix: (FileSystemWriter keyword arguments, dcp.save keyword arguments)
+VARIANTS_2 = {
+    "": ({}, {}),
+    "_item_files": ({"single_file_per_rank": False}, {}),
+    "_rank_local": ({}, {"use_collectives": False}),
+    "_safetensors": ({"serialization_format": "SAFETENSORS"}, {}),
+}
+
+
+def dtensor_state_dict(mesh):
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    placements = {"shard0": [Shard(0)], "shard1": [Shard(1)], "replicate": [Replicate()]}
+    sd = {}
+    for name, (shape, dtype, placement) in TENSORS_2.items():
+        full = global_value(name, shape, dtype)
+        sd[name] = full if placement is None else distribute_tensor(full, mesh, placements[placement])
+    sd["extra"] = json.loads(json.dumps(EXTRA))
+    return sd
+
+
+def torch_load_result(mesh, path):
+    """Whether torch's own dcp.load reads `path` back into fresh DTensors equal
+    to the saved values: "equal", or the error it raised."""
+    import logging
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+    # dcp.load logs its fallback to rank-local metadata on the root logger, as a
+    # warning with a trace.
+    logging.getLogger().setLevel(logging.ERROR)
+    sd = dtensor_state_dict(mesh)
+    for v in sd.values():
+        if isinstance(v, torch.Tensor):
+            v.zero_()
+    sd["extra"] = {"note": {"epoch": 0, "name": ""}}
+    try:
+        dcp.load(sd, storage_reader=dcp.FileSystemReader(path))
+    except (Exception, CheckpointException) as e:  # noqa: BLE001 (recorded)
+        return f"fails: {type(e).__name__}"
+    for name, (shape, dtype, placement) in TENSORS_2.items():
+        got = sd[name] if placement is None else sd[name].full_tensor()
+        if not torch.equal(got, global_value(name, shape, dtype)):
+            return f"differs: {name}"
+    return "equal" if sd["extra"] == EXTRA else "differs: extra"
+
+
+def run_rank_2(rank, world, out, prefix, port):
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.filesystem import SerializationFormat
+    from torch.distributed.device_mesh import init_device_mesh
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    # Relative paths, so that StorageMeta.checkpoint_id is the directory name.
+    os.chdir(out)
+    loads = {}
+    for suffix, (writer_kw, save_kw) in VARIANTS_2.items():
+        writer_kw = dict(writer_kw)
+        if "serialization_format" in writer_kw:
+            writer_kw["serialization_format"] = SerializationFormat[writer_kw["serialization_format"]]
+        path = prefix + suffix
+        dcp.save(dtensor_state_dict(mesh), storage_writer=dcp.FileSystemWriter(path, **writer_kw),
+                 **save_kw)
+        dist.barrier()
+        results = [None] * world
+        dist.all_gather_object(results, torch_load_result(mesh, path))
+        loads[suffix] = "equal" if set(results) == {"equal"} else ", ".join(
+            f"rank {r}: {x}" for r, x in enumerate(results))
+    if rank == 0:
+        for suffix, (writer_kw, save_kw) in VARIANTS_2.items():
+            tensors = {name: global_value(name, shape, dtype)
+                       for name, (shape, dtype, _) in TENSORS_2.items()}
+            expected_json(prefix + suffix, tensors, OBJECTS_2, world_size=world,
+                          writer={**writer_kw, **save_kw}, torch_load=loads[suffix])
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def real(out, prefix):
+    import torch.multiprocessing as mp
+    os.makedirs(out, exist_ok=True)
+    if prefix is None:
+        major, minor = torch.__version__.split(".")[:2]
+        prefix = f"dcp_torch{major}{minor}"
+    mp.spawn(run_rank_2, args=(2, os.path.abspath(out), prefix, free_port()), nprocs=2, join=True)
+
+
+# ---- torch 1.13: torch.distributed._shard.checkpoint of ShardedTensors ------
+
+def state_dict_113(rank, world):
+    _, Shard, ShardMetadata, init_from_local_shards = TORCH113
     sd = {}
     for name, (shape, dtype, split) in TENSORS.items():
         full = global_value(name, shape, dtype)
@@ -89,34 +256,21 @@ def state_dict(rank, world):
     return sd
 
 
-def run_rank(rank, world, out, port):
+def run_rank_113(rank, world, out, port):
+    import torch.distributed as dist
+    dcp = TORCH113[0]
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    dcp.save_state_dict(state_dict(rank, world), dcp.FileSystemWriter(out))
+    dcp.save_state_dict(state_dict_113(rank, world), dcp.FileSystemWriter(out))
     dist.barrier()
     dist.destroy_process_group()
 
 
-def expected_json(out):
-    exp = {"torch": torch.__version__, "tensors": {}}
-    for name, (shape, dtype, split) in TENSORS.items():
-        v = global_value(name, shape, dtype)
-        exp["tensors"][name] = {"dtype": str(dtype), "shape": shape,
-                                "values": v.to(torch.float64).flatten().tolist()}
-    with open(os.path.join(out, "expected.json"), "w") as f:
-        json.dump(exp, f, indent=1)
-
-
-def real(out):
-    import socket
+def real113(out):
     import torch.multiprocessing as mp
     os.makedirs(out, exist_ok=True)
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    mp.spawn(run_rank, args=(2, out, port), nprocs=2, join=True)
+    mp.spawn(run_rank_113, args=(2, out, free_port()), nprocs=2, join=True)
     expected_json(out)
 
 
@@ -176,19 +330,24 @@ def stored(name, compress=zipfile.ZIP_STORED):
 
 
 def torch_save_record(obj, compress=zipfile.ZIP_STORED):
-    """torch.save of obj, plus the entries that current releases add."""
+    """torch.save of obj, rewritten with fixed dates, plus the byteorder and
+    .data/serialization_id entries of current releases where the installed
+    torch.save did not write them (1.13)."""
     buf = io.BytesIO()
     torch.save(obj, buf)
     src = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+    names = src.namelist()
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as z:
         for info in src.infolist():
             z.writestr(stored(info.filename, compress), src.read(info.filename))
             if info.filename.endswith("/data.pkl"):
                 prefix = info.filename[: -len("/data.pkl")]
-                z.writestr(stored(prefix + "/byteorder"), "little")
-        z.writestr(stored(prefix + "/.data/serialization_id"),
-                   "1234567890123456789012345678901234567890")
+                if prefix + "/byteorder" not in names:
+                    z.writestr(stored(prefix + "/byteorder"), "little")
+        if prefix + "/.data/serialization_id" not in names:
+            z.writestr(stored(prefix + "/.data/serialization_id"),
+                       "1234567890123456789012345678901234567890")
     return out.getvalue()
 
 
@@ -292,10 +451,13 @@ def hostile(out):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 3 or sys.argv[1] not in ("real", "modern", "hostile"):
+    if len(sys.argv) < 3 or sys.argv[1] not in ("real", "real113", "modern", "hostile"):
         sys.exit(__doc__)
     if sys.argv[1] == "real":
-        real(sys.argv[2])
+        args = sys.argv[3:]
+        real(sys.argv[2], args[args.index("--prefix") + 1] if "--prefix" in args else None)
+    elif sys.argv[1] == "real113":
+        real113(sys.argv[2])
     elif sys.argv[1] == "hostile":
         hostile(sys.argv[2])
     else:
