@@ -31,8 +31,9 @@ constexpr DTypeNamePair kNames[] = {
     {DType::kFloat64, "F64"},       {DType::kFloat8E4M3FN, "F8_E4M3"},
     {DType::kFloat8E5M2, "F8_E5M2"}};
 // Valid in the reference implementation, without a ckpt dtype.
-constexpr const char* kForeignOnly[] = {"F4", "F6_E2M3", "F6_E3M2", "F8_E8M0",
-                                        "C64"};
+// safetensors 0.8.0's Dtype enum less the above.
+constexpr const char* kForeignOnly[] = {
+    "F4", "F6_E2M3", "F6_E3M2", "F8_E8M0", "C64", "F8_E4M3FNUZ", "F8_E5M2FNUZ"};
 
 absl::Status Bad(absl::string_view what) { return absl::DataLossError(what); }
 

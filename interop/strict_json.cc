@@ -57,6 +57,14 @@ bool IsValidUtf8(absl::string_view s) {
 
 absl::StatusOr<nlohmann::json> ParseStrictJson(absl::string_view text,
                                                absl::string_view what) {
+  // nlohmann's lexer takes a NUL byte for the end of the input, so that
+  // "{...}\0<anything>" would parse as "{...}". A raw NUL is never valid
+  // JSON (inside a string it must be escaped), and the reference
+  // implementation of safetensors (serde_json) rejects it.
+  if (size_t nul = text.find('\0'); nul != absl::string_view::npos) {
+    return absl::DataLossError(absl::StrCat(
+        what, " is not well-formed UTF-8 JSON: a NUL byte at offset ", nul));
+  }
   std::vector<std::set<std::string>> keys;
   std::string duplicate;
   bool too_deep = false;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -47,10 +48,16 @@ TEST(SafetensorsTest, DTypeNamesRoundTripForEveryCkptDType) {
   EXPECT_EQ(SafetensorsDTypeName(DType::kBool), "BOOL");
 }
 
+// Every dtype of the reference implementation (safetensors 0.8.0's Dtype
+// enum) that ckpt has no type for: a valid file, refused by name.
 TEST(SafetensorsTest, ForeignOnlyDTypeIsFailedPrecondition) {
-  EXPECT_THAT(DTypeFromSafetensors("C64"),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       "C64 has no ckpt equivalent"));
+  for (const char* name : {"F4", "F6_E2M3", "F6_E3M2", "F8_E8M0", "C64",
+                           "F8_E4M3FNUZ", "F8_E5M2FNUZ"}) {
+    EXPECT_THAT(
+        DTypeFromSafetensors(name),
+        StatusIs(absl::StatusCode::kFailedPrecondition,
+                 absl::StrCat("dtype ", name, " has no ckpt equivalent")));
+  }
   EXPECT_THAT(
       DTypeFromSafetensors("F33"),
       StatusIs(absl::StatusCode::kInvalidArgument, "unknown dtype 'F33'"));
@@ -117,6 +124,26 @@ TEST(SafetensorsTest, MalformedJson) {
   EXPECT_THAT(
       DecodeImage(Image("{\"a\":", 0)),
       StatusIs(absl::StatusCode::kDataLoss, "not well-formed UTF-8 JSON"));
+}
+
+// The reference implementation (safetensors 0.8.0, serde_json) refuses a
+// header padded with NUL bytes, or holding one anywhere; nlohmann's lexer
+// alone would stop at the first NUL and ignore what follows it.
+TEST(SafetensorsTest, NulByteInHeader) {
+  const std::string t =
+      R"("x":{"dtype":"U8","shape":[1],"data_offsets":[0,1]})";
+  for (const std::string& json :
+       {"{" + t + "}" + std::string(6, '\0'),
+        "{" + t + "}" + std::string(1, '\0') + "trailing garbage",
+        "{" + t + std::string(1, '\0') + ",\"y\":1}"}) {
+    EXPECT_THAT(DecodeImage(Image(json, 1)),
+                StatusIs(absl::StatusCode::kDataLoss,
+                         "header is not well-formed UTF-8 JSON: a NUL byte"));
+  }
+  EXPECT_THAT(DecodeHfIndex(std::string(R"({"weight_map":{}})") +
+                            std::string(1, '\0') + "x"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "index is not well-formed UTF-8 JSON: a NUL byte"));
 }
 
 TEST(SafetensorsTest, InvalidUtf8InHeader) {

@@ -15,8 +15,9 @@ namespace ckpt::interop {
 inline constexpr int kMaxJsonDepth = 64;
 
 // Parses `text` (`what` names it in errors: "header", "index"). DataLoss for
-// malformed JSON or invalid UTF-8, a key that occurs twice in one object
-// (naming it), or nesting deeper than kMaxJsonDepth.
+// malformed JSON or invalid UTF-8 (a raw NUL byte anywhere included), a key
+// that occurs twice in one object (naming it), or nesting deeper than
+// kMaxJsonDepth.
 absl::StatusOr<nlohmann::json> ParseStrictJson(absl::string_view text,
                                                absl::string_view what);
 
