@@ -185,19 +185,22 @@ fi
 
 # safetensors_header, pickle, torch_zip: the interop fixtures of
 # tests/data/interop/ (the reference implementation's safetensors samples,
-# DCP metadata of torch 1.13 and of the current layout, torch.save records,
-# and the hostile files), plus exports of the golden checkpoint.
+# DCP metadata of torch 1.13 and 2.13 (global and rank-local), torch.save
+# records of both, and the hostile files), plus exports of the golden
+# checkpoint.
 interop=$(cd "$(dirname "$0")/.." && pwd)/tests/data/interop
 if [[ -d $interop ]]; then
   cp "$interop"/safetensors/*.safetensors "$out/safetensors_header/"
   printf '%s' '{"metadata":{"total_size":6},"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}}' \
     >"$out/safetensors_header/index.json"
-  for d in dcp_torch113 dcp_modern megatron_torch_dist hostile/dcp_os_system hostile/dcp_outside; do
+  for d in dcp_torch113 dcp_torch213 megatron_torch_dist hostile/dcp_os_system hostile/dcp_outside; do
     cp "$interop/$d/.metadata" "$out/pickle/$(echo "$d" | tr / -).metadata"
   done
+  cp "$interop/dcp_torch213_rank_local/__0.metadata" "$out/pickle/dcp_torch213_rank_local-__0.metadata"
   cp "$interop/hostile/os_system.pkl" "$out/pickle/"
   for f in "$interop"/hostile/*.zip "$interop"/megatron_torch_dist/common.pt \
-      "$interop"/dcp_torch113/__0_0.distcp "$interop"/dcp_torch113/__0_1.distcp; do
+      "$interop"/dcp_torch113/__0_0.distcp "$interop"/dcp_torch113/__0_1.distcp \
+      "$interop"/dcp_torch213_item_files/__0_0.distcp "$interop"/dcp_torch213_item_files/__1_7.distcp; do
     cp "$f" "$out/torch_zip/$(basename "$(dirname "$f")")-$(basename "$f")"
   done
 fi

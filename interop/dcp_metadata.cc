@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <set>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "ckpt/format/status_macros.h"
 
 namespace ckpt::interop {
@@ -182,6 +186,104 @@ absl::Status DecodeStateDict(const PyValue* sdm, DcpMetadata& m) {
   return absl::OkStatus();
 }
 
+void SortMetadata(DcpMetadata& m) {
+  std::sort(
+      m.tensors.begin(), m.tensors.end(),
+      [](const DcpTensor& a, const DcpTensor& b) { return a.fqn < b.fqn; });
+  std::sort(m.bytes_items.begin(), m.bytes_items.end());
+  std::sort(m.storage.begin(), m.storage.end(),
+            [](const DcpStorage& a, const DcpStorage& b) {
+              return std::tie(a.fqn, a.offsets) < std::tie(b.fqn, b.offsets);
+            });
+}
+
+// Merging rank-local metadata: what the ranks merged so far hold, by name.
+// Keys hold std::vectors: gcc 12 warns (maybe-uninitialized) about
+// temporary empty InlinedVectors.
+struct RankMerge {
+  using ChunkKey = std::pair<std::string, std::vector<uint64_t>>;
+  DcpMetadata m;
+  std::map<std::string, std::pair<size_t, int>> tensors;  // index, rank
+  std::map<std::string, int> bytes;                       // the first rank
+  std::map<ChunkKey, std::pair<Dims, int>> chunks;        // sizes, rank
+  std::set<ChunkKey> storage;
+
+  static ChunkKey Key(const std::string& fqn, const std::optional<Dims>& d) {
+    return {fqn, d ? std::vector<uint64_t>(d->begin(), d->end())
+                   : std::vector<uint64_t>()};
+  }
+  absl::Status AddTensor(DcpTensor t, int rank);
+  absl::Status AddBytesItem(const std::string& fqn, int rank);
+  void AddStorage(DcpStorage s);
+};
+
+// "[4, 6]" (here, not format's ShapeToString: the fuzz targets compile
+// this file without the format library).
+std::string DimsText(const Dims& d) {
+  return absl::StrCat("[", absl::StrJoin(d, ", "), "]");
+}
+
+absl::Status Disagree(int a, int b, absl::string_view what) {
+  return Bad(absl::StrCat("the rank-local metadata of ranks ", a, " and ", b,
+                          " disagree: ", what));
+}
+
+// Rank `rank`'s chunks of `t` that no rank before it holds are added;
+// replicas (same offsets and sizes) are dropped.
+absl::Status RankMerge::AddTensor(DcpTensor t, int rank) {
+  if (auto b = bytes.find(t.fqn); b != bytes.end()) {
+    return Disagree(b->second, rank,
+                    absl::StrCat("'", t.fqn, "' is a bytes item on rank ",
+                                 b->second, " and a tensor on rank ", rank));
+  }
+  auto [it, added] =
+      tensors.emplace(t.fqn, std::make_pair(m.tensors.size(), rank));
+  if (added)
+    m.tensors.push_back(DcpTensor{t.fqn, t.dtype_name, t.dtype, t.size, {}});
+  DcpTensor& into = m.tensors[it->second.first];
+  const int first = it->second.second;
+  if (into.dtype_name != t.dtype_name || into.size != t.size) {
+    return Disagree(
+        first, rank,
+        absl::StrCat("tensor '", t.fqn, "' is ", into.dtype_name, " ",
+                     DimsText(into.size), " on rank ", first, " and ",
+                     t.dtype_name, " ", DimsText(t.size), " on rank ", rank));
+  }
+  for (DcpChunk& c : t.chunks) {
+    auto [old, fresh] =
+        chunks.emplace(Key(t.fqn, c.offsets), std::make_pair(c.sizes, rank));
+    if (!fresh && old->second.first != c.sizes) {
+      return Disagree(
+          old->second.second, rank,
+          absl::StrCat("the chunk of '", t.fqn, "' at ", DimsText(c.offsets),
+                       " has sizes ", DimsText(old->second.first), " on rank ",
+                       old->second.second, " and ", DimsText(c.sizes),
+                       " on rank ", rank));
+    }
+    if (fresh) into.chunks.push_back(std::move(c));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RankMerge::AddBytesItem(const std::string& fqn, int rank) {
+  if (auto t = tensors.find(fqn); t != tensors.end()) {
+    return Disagree(
+        t->second.second, rank,
+        absl::StrCat("'", fqn, "' is a tensor on rank ", t->second.second,
+                     " and a bytes item on rank ", rank));
+  }
+  if (bytes.emplace(fqn, rank).second) m.bytes_items.push_back(fqn);
+  return absl::OkStatus();
+}
+
+// The first storage item of each chunk or bytes item is kept: the one of
+// the rank whose chunk AddTensor kept.
+void RankMerge::AddStorage(DcpStorage s) {
+  if (storage.insert(Key(s.fqn, s.offsets)).second) {
+    m.storage.push_back(std::move(s));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<DType> DTypeFromTorch(absl::string_view name) {
@@ -245,11 +347,41 @@ absl::StatusOr<DcpMetadata> DecodeDcpMetadata(absl::string_view pickle_bytes) {
     CKPT_ASSIGN_OR_RETURN(DcpStorage s, DecodeStorage(*k, *v));
     m.storage.push_back(std::move(s));
   }
-  std::sort(m.storage.begin(), m.storage.end(),
-            [](const DcpStorage& a, const DcpStorage& b) {
-              return std::tie(a.fqn, a.offsets) < std::tie(b.fqn, b.offsets);
-            });
+  SortMetadata(m);
   return m;
+}
+
+absl::StatusOr<DcpMetadata> MergeRankLocalDcpMetadata(
+    std::vector<DcpMetadata> ranks) {
+  if (ranks.empty()) return Bad("no rank-local metadata to merge");
+  RankMerge merge;
+  DcpMetadata& m = merge.m;
+  m.module = ranks[0].module;
+  m.version = ranks[0].version;
+  m.checkpoint_id = ranks[0].checkpoint_id;
+  m.rank_local_files = static_cast<int>(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    DcpMetadata& r = ranks[i];
+    const int rank = static_cast<int>(i);
+    if (r.module != m.module || r.version != m.version) {
+      return Disagree(
+          0, rank,
+          absl::StrCat("module ", m.module, " version '", m.version,
+                       "' on rank 0, module ", r.module, " version '",
+                       r.version, "' on rank ", rank));
+    }
+    m.has_storage_meta = m.has_storage_meta || r.has_storage_meta;
+    m.has_planner_data = m.has_planner_data || r.has_planner_data;
+    for (DcpTensor& t : r.tensors) {
+      CKPT_RETURN_IF_ERROR(merge.AddTensor(std::move(t), rank));
+    }
+    for (const std::string& b : r.bytes_items) {
+      CKPT_RETURN_IF_ERROR(merge.AddBytesItem(b, rank));
+    }
+    for (DcpStorage& s : r.storage) merge.AddStorage(std::move(s));
+  }
+  SortMetadata(m);
+  return std::move(m);
 }
 
 absl::StatusOr<TorchTensorRef> DecodeTorchTensor(const PyValue& root) {

@@ -1,9 +1,11 @@
-// DCP metadata decoded from the committed fixtures: real torch 1.13 output
-// (tests/data/interop/dcp_torch113) and the layout of current releases
-// (dcp_modern, written by tests/data/interop/make_dcp.py modern).
+// DCP metadata decoded from the committed fixtures: real torch 2.13 output
+// (tests/data/interop/dcp_torch213*, written by make_dcp.py real) and real
+// torch 1.13 output (dcp_torch113, the legacy layout); and the merge of
+// rank-local metadata.
 #include "ckpt/interop/dcp_metadata.h"
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "ckpt/format/status_macros.h"
@@ -55,22 +57,138 @@ TEST(DcpMetadataTest, Torch113Layout) {
   }
 }
 
-TEST(DcpMetadataTest, CurrentReleaseLayout) {
+// The tensors of make_dcp.py real (DTensors on 2 ranks), as torch 2.13's
+// global metadata lists them.
+void ExpectTorch213Tensors(const DcpMetadata& m) {
+  ASSERT_EQ(m.tensors.size(), 6u);
+  EXPECT_EQ(m.tensors[0].fqn, "model.norm");  // Replicate(): one chunk
+  EXPECT_EQ(m.tensors[0].dtype, DType::kBFloat16);
+  ASSERT_EQ(m.tensors[0].chunks.size(), 1u);
+  EXPECT_EQ(m.tensors[0].chunks[0].sizes, Dims{7});
+  const DcpTensor& tiny = m.tensors[1];  // Shard(0) of 1 row on 2 ranks
+  EXPECT_EQ(tiny.fqn, "model.tiny");
+  ASSERT_EQ(tiny.chunks.size(), 2u);
+  EXPECT_EQ(tiny.chunks[1].offsets, (Dims{1, 0}));
+  EXPECT_EQ(tiny.chunks[1].sizes, (Dims{0, 3}));
+  const DcpTensor& cols = m.tensors[2];  // Shard(1)
+  EXPECT_EQ(cols.fqn, "model.w_cols");
+  EXPECT_EQ(cols.dtype, DType::kInt32);
+  ASSERT_EQ(cols.chunks.size(), 2u);
+  EXPECT_EQ(cols.chunks[1].offsets, (Dims{0, 3}));
+  EXPECT_EQ(cols.chunks[1].sizes, (Dims{4, 3}));
+  const DcpTensor& uneven = m.tensors[4];  // Shard(0), 5 rows: 3 + 2
+  EXPECT_EQ(uneven.fqn, "model.w_uneven");
+  EXPECT_EQ(uneven.dtype, DType::kFloat64);
+  ASSERT_EQ(uneven.chunks.size(), 2u);
+  EXPECT_EQ(uneven.chunks[1].offsets, (Dims{3, 0}));
+  EXPECT_EQ(uneven.chunks[1].sizes, (Dims{2, 3}));
+  EXPECT_EQ(m.tensors[5].fqn, "opt.step_count");
+  EXPECT_EQ(m.tensors[5].size, Shape{});
+  // The dict {"note": {"epoch": 3, "name": "fixture"}}, flattened by DCP.
+  EXPECT_EQ(m.bytes_items,
+            (std::vector<std::string>{"extra.note.epoch", "extra.note.name"}));
+  EXPECT_EQ(m.storage.size(), 12u);  // 10 chunks + 2 bytes items
+}
+
+TEST(DcpMetadataTest, Torch213Layout) {
   CKPT_ASSERT_OK_AND_ASSIGN(DcpMetadata m,
-                            DecodeDcpMetadata(Data("dcp_modern/.metadata")));
+                            DecodeDcpMetadata(Data("dcp_torch213/.metadata")));
   EXPECT_EQ(m.module, "torch.distributed.checkpoint.metadata");
   EXPECT_EQ(m.version, "1.0.0");
+  EXPECT_EQ(m.rank_local_files, 0);
   EXPECT_TRUE(m.has_storage_meta);
-  EXPECT_EQ(m.checkpoint_id, "dcp_modern");
+  // StorageMeta.checkpoint_id is the writer's path, a pathlib.PosixPath.
+  EXPECT_EQ(m.checkpoint_id, "dcp_torch213");
   EXPECT_TRUE(m.has_planner_data);
-  ExpectFixtureTensors(m);
-  // One concatenated file per rank, items addressed by offset and length.
-  uint64_t rank0_items = 0;
+  ExpectTorch213Tensors(m);
+  // One concatenated file per rank, items addressed by offset and length;
+  // _StorageInfo pickles no transform_descriptors when there are none.
+  std::map<std::string, int> items;
   for (const DcpStorage& s : m.storage) {
-    rank0_items += s.relative_path == "__0_0.distcp";
+    ++items[s.relative_path];
     EXPECT_TRUE(s.transform_descriptors.empty());
   }
-  EXPECT_EQ(rank0_items, 6u);
+  EXPECT_EQ(items.size(), 2u);
+  EXPECT_EQ(items["__0_0.distcp"] + items["__1_0.distcp"], 12);
+}
+
+TEST(DcpMetadataTest, Torch213RankLocalMergesToTheGlobalLayout) {
+  std::vector<DcpMetadata> ranks;
+  for (const char* f : {"__0.metadata", "__1.metadata"}) {
+    CKPT_ASSERT_OK_AND_ASSIGN(
+        DcpMetadata m,
+        DecodeDcpMetadata(Data(std::string("dcp_torch213_rank_local/") + f)));
+    // Each rank lists every tensor, with only its own chunks.
+    EXPECT_EQ(m.tensors.size(), 6u) << f;
+    EXPECT_EQ(m.storage.size(), 8u) << f;
+    ranks.push_back(std::move(m));
+  }
+  CKPT_ASSERT_OK_AND_ASSIGN(DcpMetadata m,
+                            MergeRankLocalDcpMetadata(std::move(ranks)));
+  EXPECT_EQ(m.rank_local_files, 2);
+  EXPECT_EQ(m.checkpoint_id, "dcp_torch213_rank_local");
+  ExpectTorch213Tensors(m);
+  for (const DcpStorage& s : m.storage) {
+    if (s.fqn == "model.norm" || s.fqn == "extra.note.epoch") {
+      EXPECT_EQ(s.relative_path, "__0_0.distcp") << s.fqn;  // rank 0's copy
+    }
+  }
+}
+
+// Rank-local metadata with one tensor: `chunks` are (offset, size) of dim 0.
+DcpMetadata OneTensorRank(const std::string& dtype, uint64_t rows,
+                          std::vector<std::pair<uint64_t, uint64_t>> chunks) {
+  DcpMetadata m;
+  m.module = "torch.distributed.checkpoint.metadata";
+  m.version = "1.0.0";
+  DcpTensor t;
+  t.fqn = "w";
+  t.dtype_name = dtype;
+  t.size = {rows};
+  for (const auto& [offset, size] : chunks) {
+    t.chunks.push_back({{offset}, {size}});
+    m.storage.push_back({"w", Dims{offset}, "__0_0.distcp", 0, 8, {}});
+  }
+  m.tensors.push_back(std::move(t));
+  return m;
+}
+
+TEST(DcpMetadataTest, RankLocalMergeRefusesDisagreeingRanks) {
+  EXPECT_THAT(
+      MergeRankLocalDcpMetadata({OneTensorRank("torch.float32", 4, {{0, 2}}),
+                                 OneTensorRank("torch.float64", 4, {{2, 2}})}),
+      StatusIs(absl::StatusCode::kDataLoss,
+               "ranks 0 and 1 disagree: tensor 'w' is torch.float32 "
+               "[4] on rank 0 and torch.float64 [4] on rank 1"));
+  EXPECT_THAT(
+      MergeRankLocalDcpMetadata({OneTensorRank("torch.float32", 4, {{0, 2}}),
+                                 OneTensorRank("torch.float32", 4, {{0, 3}})}),
+      StatusIs(absl::StatusCode::kDataLoss,
+               "the chunk of 'w' at [0] has sizes [2] on rank 0 and "
+               "[3] on rank 1"));
+  DcpMetadata bytes;
+  bytes.module = "torch.distributed.checkpoint.metadata";
+  bytes.version = "1.0.0";
+  bytes.bytes_items = {"w"};
+  EXPECT_THAT(
+      MergeRankLocalDcpMetadata(
+          {OneTensorRank("torch.float32", 4, {{0, 4}}), std::move(bytes)}),
+      StatusIs(absl::StatusCode::kDataLoss,
+               "'w' is a tensor on rank 0 and a bytes item on rank 1"));
+  EXPECT_THAT(MergeRankLocalDcpMetadata({}),
+              StatusIs(absl::StatusCode::kDataLoss, "no rank-local metadata"));
+}
+
+TEST(DcpMetadataTest, RankLocalMergeKeepsReplicasOnce) {
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      DcpMetadata m,
+      MergeRankLocalDcpMetadata({OneTensorRank("torch.float32", 4, {{0, 4}}),
+                                 OneTensorRank("torch.float32", 4, {{0, 4}}),
+                                 OneTensorRank("torch.float32", 4, {{0, 4}})}));
+  ASSERT_EQ(m.tensors.size(), 1u);
+  EXPECT_EQ(m.tensors[0].chunks.size(), 1u);
+  EXPECT_EQ(m.storage.size(), 1u);
+  EXPECT_EQ(m.rank_local_files, 3);
 }
 
 TEST(DcpMetadataTest, PickleCallingOsSystem) {

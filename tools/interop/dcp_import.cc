@@ -64,6 +64,10 @@ format::Metadata UserMetadata(const DcpInput& in) {
   if (!in.meta.version.empty()) m.emplace_back("dcp.version", in.meta.version);
   if (!in.meta.checkpoint_id.empty())
     m.emplace_back("dcp.checkpoint_id", in.meta.checkpoint_id);
+  if (in.meta.rank_local_files > 0) {
+    m.emplace_back("dcp.rank_local_metadata",
+                   std::to_string(in.meta.rank_local_files));
+  }
   if (!in.megatron_json.empty())
     m.emplace_back("megatron.metadata.json", in.megatron_json);
   return m;

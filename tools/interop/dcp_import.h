@@ -9,7 +9,11 @@
 // stored bytes (torch.save records) unchanged; Megatron's common.pt
 // becomes the object "common.pt" and metadata.json the user metadata key
 // "megatron.metadata.json". The DCP version and module go into user
-// metadata ("dcp.version", "dcp.module"). Each chunk's record is read and
+// metadata ("dcp.version", "dcp.module", "dcp.checkpoint_id", and
+// "dcp.rank_local_metadata": the number of rank-local metadata files, for a
+// checkpoint saved with use_collectives=False). A chunk or bytes item that
+// several ranks wrote (rank-local metadata) is converted once, as written
+// by the lowest of them. Each chunk's record is read and
 // checked when the writer first asks for its bytes and released when they
 // have all been written, so memory is bounded by the largest chunks in
 // flight, not the checkpoint.

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "ckpt/format/geometry.h"
 #include "ckpt/format/status_macros.h"
@@ -18,22 +19,128 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr uint64_t kMaxMetadataBytes = 1ull << 30;
+constexpr int kMaxRank = 65535;
 
 absl::Status At(const absl::Status& s, const std::string& where) {
   return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
 }
 
-int RankOfFile(const std::string& name) {
-  // "__<rank>_<n>.distcp"
+// The rank r of a data file "__<r>_<n>.distcp", or -1.
+int RankOfDataFile(const std::string& name) {
   if (!absl::StartsWith(name, "__") || !absl::EndsWith(name, ".distcp"))
-    return 0;
-  std::vector<std::string> parts = absl::StrSplit(name.substr(2), '_');
-  int rank = 0;
-  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &rank) || rank < 0 ||
-      rank > 65535) {
-    return 0;
+    return -1;
+  std::vector<std::string> parts = absl::StrSplit(
+      name.substr(2, name.size() - 2 - std::string(".distcp").size()), '_');
+  int rank = 0, n = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &rank) ||
+      !absl::SimpleAtoi(parts[1], &n) || rank < 0 || rank > kMaxRank) {
+    return -1;
   }
   return rank;
+}
+
+// The rank of a data file, 0 for other names.
+int RankOfFile(const std::string& name) {
+  return std::max(0, RankOfDataFile(name));
+}
+
+// The rank r of a rank-local metadata file "__<r>.metadata", or -1.
+int RankOfMetadataFile(const std::string& name) {
+  constexpr absl::string_view kSuffix = ".metadata";
+  if (!absl::StartsWith(name, "__") || !absl::EndsWith(name, kSuffix))
+    return -1;
+  int rank = 0;
+  if (!absl::SimpleAtoi(name.substr(2, name.size() - 2 - kSuffix.size()),
+                        &rank) ||
+      rank < 0 || rank > kMaxRank) {
+    return -1;
+  }
+  return rank;
+}
+
+absl::StatusOr<interop::DcpMetadata> ReadMetadataFile(const std::string& md) {
+  CKPT_ASSIGN_OR_RETURN(InputFile f, InputFile::Open(md));
+  if (f.size() > kMaxMetadataBytes) {
+    return absl::DataLossError(absl::StrCat(
+        md, ": ", f.size(), " bytes exceed the limit of ", kMaxMetadataBytes));
+  }
+  CKPT_ASSIGN_OR_RETURN(std::string bytes, f.Read(0, f.size()));
+  auto meta = interop::DecodeDcpMetadata(bytes);
+  if (!meta.ok()) return At(meta.status(), md);
+  return meta;
+}
+
+// The ranks of the directory's rank-local metadata files and data files.
+struct RankFiles {
+  std::set<int> metadata, data;
+};
+
+absl::StatusOr<RankFiles> ListRankFiles(const std::string& dir) {
+  RankFiles r;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (int m = RankOfMetadataFile(name); m >= 0) r.metadata.insert(m);
+    if (int d = RankOfDataFile(name); d >= 0) r.data.insert(d);
+  }
+  if (ec) {
+    return absl::NotFoundError(
+        absl::StrCat(dir, ": cannot list the directory: ", ec.message()));
+  }
+  return r;
+}
+
+// The rank-local metadata of ranks 0..N-1, merged: every rank below the
+// highest one has its file, and so has every rank that wrote a data file.
+absl::Status ReadRankLocalMetadata(DcpInput& in) {
+  CKPT_ASSIGN_OR_RETURN(RankFiles files, ListRankFiles(in.dir));
+  const fs::path dir(in.dir);
+  if (files.metadata.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat((dir / ".metadata").string(),
+                     ": no such file, nor rank-local __0.metadata"));
+  }
+  const int n = *files.metadata.rbegin() + 1;
+  auto missing = [&](int r, const std::string& why) {
+    return absl::NotFoundError(absl::StrCat(
+        (dir / absl::StrCat("__", r, ".metadata")).string(),
+        ": missing (rank-local metadata, one file per rank): ", why));
+  };
+  for (int r = 0; r < n; ++r) {
+    if (!files.metadata.count(r)) {
+      return missing(r, absl::StrCat("__", n - 1, ".metadata exists"));
+    }
+  }
+  if (!files.data.empty() && *files.data.rbegin() >= n) {
+    const int r = *files.data.rbegin();
+    return missing(n, absl::StrCat("rank ", r, " wrote __", r, "_*.distcp"));
+  }
+  std::vector<interop::DcpMetadata> ranks;
+  for (int r = 0; r < n; ++r) {
+    CKPT_ASSIGN_OR_RETURN(
+        interop::DcpMetadata m,
+        ReadMetadataFile((dir / absl::StrCat("__", r, ".metadata")).string()));
+    ranks.push_back(std::move(m));
+  }
+  in.metadata_where =
+      absl::StrCat((dir / "__0.metadata").string(),
+                   n > 1 ? absl::StrCat(" .. __", n - 1, ".metadata") : "");
+  auto merged = interop::MergeRankLocalDcpMetadata(std::move(ranks));
+  if (!merged.ok()) return At(merged.status(), in.metadata_where);
+  in.meta = *std::move(merged);
+  in.world_size = std::max(in.world_size, n);
+  return absl::OkStatus();
+}
+
+// ".metadata", or where there is none, the rank-local files.
+absl::Status ReadMetadata(DcpInput& in) {
+  const std::string md = (fs::path(in.dir) / ".metadata").string();
+  std::error_code ec;
+  if (!fs::exists(md, ec)) return ReadRankLocalMetadata(in);
+  in.metadata_where = md;
+  CKPT_ASSIGN_OR_RETURN(in.meta, ReadMetadataFile(md));
+  return absl::OkStatus();
 }
 
 absl::Status OpenFiles(DcpInput& in) {
@@ -61,7 +168,7 @@ absl::Status OpenFiles(DcpInput& in) {
 // Each chunk has exactly one storage item; each item names a chunk or a
 // bytes item; chunks cover their tensor without overlap.
 absl::Status MatchStorage(DcpInput& in) {
-  const std::string md = (fs::path(in.dir) / ".metadata").string();
+  const std::string& md = in.metadata_where;
   // Keys as std::vector: gcc 12 warns (maybe-uninitialized) about
   // temporary empty InlinedVectors.
   using Key = std::pair<std::string, std::vector<uint64_t>>;
@@ -158,12 +265,53 @@ struct Record {
   interop::TorchRecord torch;
 };
 
+std::string Where(const DcpInput& in, const interop::DcpStorage& s) {
+  return absl::StrCat(in.files.at(s.relative_path)->path(), " [", s.offset,
+                      ", ", s.offset + s.length, ") of '", s.fqn, "'");
+}
+
+// FailedPrecondition if `s` is stored through stream transforms
+// (FileSystemWriter's _extensions), which are not undone here.
+absl::Status CheckNoTransforms(const DcpInput& in,
+                               const interop::DcpStorage& s) {
+  if (s.transform_descriptors.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      Where(in, s), ": stored through the stream transforms [",
+      absl::StrJoin(s.transform_descriptors, ", "),
+      "] (FileSystemWriter _extensions), which ckpt does not undo"));
+}
+
+// True iff `f` holds a safetensors header at `offset`: an 8-byte
+// little-endian length that fits the file, then '{'.
+absl::StatusOr<bool> SafetensorsAt(const InputFile& f, uint64_t offset) {
+  if (offset > f.size() || f.size() - offset < 9) return false;
+  CKPT_ASSIGN_OR_RETURN(std::string head, f.Read(offset, 9));
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(head[i]);
+  return head[8] == '{' && n >= 2 && n <= f.size() - offset - 8;
+}
+
+// FileSystemWriter(serialization_format=SAFETENSORS) writes, after a data
+// file's bytes items, one safetensors file of the rank's tensors, and gives
+// every tensor item the range [start of that file, + its byte size).
+absl::Status CheckNotSafetensors(const DcpInput& in,
+                                 const interop::DcpStorage& s) {
+  CKPT_ASSIGN_OR_RETURN(bool safetensors,
+                        SafetensorsAt(*in.files.at(s.relative_path), s.offset));
+  if (!safetensors) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      Where(in, s),
+      ": a safetensors file, not a torch.save record: written by "
+      "FileSystemWriter(serialization_format=SAFETENSORS), whose tensors ckpt "
+      "does not read (nor does torch's FileSystemReader)"));
+}
+
 absl::StatusOr<Record> ReadRecord(const DcpInput& in,
                                   const interop::DcpStorage& s) {
   const InputFile& f = *in.files.at(s.relative_path);
-  const std::string where =
-      absl::StrCat(f.path(), " [", s.offset, ", ", s.offset + s.length,
-                   ") of '", s.fqn, "'");
+  const std::string where = Where(in, s);
+  CKPT_RETURN_IF_ERROR(CheckNoTransforms(in, s));
+  CKPT_RETURN_IF_ERROR(CheckNotSafetensors(in, s));
   Record r;
   CKPT_ASSIGN_OR_RETURN(r.bytes, f.Read(s.offset, s.length));
   auto zip = interop::ParseZip(r.bytes);
@@ -184,22 +332,14 @@ absl::StatusOr<Record> ReadRecord(const DcpInput& in,
 bool LooksLikeDcp(const std::string& dir) {
   std::error_code ec;
   return fs::is_directory(dir, ec) &&
-         fs::exists(fs::path(dir) / ".metadata", ec);
+         (fs::exists(fs::path(dir) / ".metadata", ec) ||
+          fs::exists(fs::path(dir) / "__0.metadata", ec));
 }
 
 absl::StatusOr<std::unique_ptr<DcpInput>> OpenDcp(const std::string& dir) {
   auto in = std::make_unique<DcpInput>();
   in->dir = dir;
-  const std::string md = (fs::path(dir) / ".metadata").string();
-  CKPT_ASSIGN_OR_RETURN(InputFile f, InputFile::Open(md));
-  if (f.size() > kMaxMetadataBytes) {
-    return absl::DataLossError(absl::StrCat(
-        md, ": ", f.size(), " bytes exceed the limit of ", kMaxMetadataBytes));
-  }
-  CKPT_ASSIGN_OR_RETURN(std::string bytes, f.Read(0, f.size()));
-  auto meta = interop::DecodeDcpMetadata(bytes);
-  if (!meta.ok()) return At(meta.status(), md);
-  in->meta = *std::move(meta);
+  CKPT_RETURN_IF_ERROR(ReadMetadata(*in));
   CKPT_RETURN_IF_ERROR(OpenFiles(*in));
   CKPT_RETURN_IF_ERROR(MatchStorage(*in));
   CKPT_RETURN_IF_ERROR(ReadMegatron(*in));
@@ -211,9 +351,7 @@ absl::StatusOr<std::string> ReadDcpChunk(const DcpInput& in,
                                          size_t chunk) {
   const interop::DcpStorage& s = *in.chunk_storage.at(t.fqn).at(chunk);
   const interop::DcpChunk& c = t.chunks[chunk];
-  const std::string where =
-      absl::StrCat(in.files.at(s.relative_path)->path(), " [", s.offset, ", ",
-                   s.offset + s.length, ") of '", t.fqn, "'");
+  const std::string where = Where(in, s);
   CKPT_ASSIGN_OR_RETURN(Record r, ReadRecord(in, s));
   auto root = interop::Unpickle(absl::string_view(r.bytes).substr(
       r.torch.pickle->data_offset, r.torch.pickle->size));
@@ -240,6 +378,7 @@ absl::StatusOr<std::string> ReadDcpChunk(const DcpInput& in,
 absl::StatusOr<std::string> ReadDcpBytes(const DcpInput& in,
                                          const std::string& fqn) {
   const interop::DcpStorage& s = *in.bytes_storage.at(fqn);
+  CKPT_RETURN_IF_ERROR(CheckNoTransforms(in, s));
   return in.files.at(s.relative_path)->Read(s.offset, s.length);
 }
 

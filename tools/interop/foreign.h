@@ -24,10 +24,10 @@ struct DiffOptions;
 
 enum class InputFormat { kCkpt, kSafetensors, kDcp };
 
-// kDcp: a directory holding ".metadata"; kSafetensors: a file named
-// *.safetensors or *.safetensors.index.json, or a directory holding an
-// index or one .safetensors file and no MANIFEST or `latest`; kCkpt
-// otherwise.
+// kDcp: a directory holding ".metadata" or the rank-local "__0.metadata";
+// kSafetensors: a file named *.safetensors or *.safetensors.index.json, or
+// a directory holding an index or one .safetensors file and no MANIFEST or
+// `latest`; kCkpt otherwise.
 InputFormat DetectFormat(const std::string& path);
 
 // ckpt-inspect: for a foreign input, its format, producer and entries

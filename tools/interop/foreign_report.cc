@@ -22,9 +22,14 @@ std::string Plural(size_t n, const char* one, const char* many) {
 }
 
 std::string DcpFormat(const DcpInput& in) {
+  const int n = in.meta.rank_local_files;
   return absl::StrCat(
       in.megatron ? "Megatron torch_dist (PyTorch DCP" : "PyTorch DCP (",
-      in.megatron ? ", " : "", in.meta.module, ")");
+      in.megatron ? ", " : "", in.meta.module,
+      n > 0
+          ? absl::StrCat("; rank-local metadata, ", Plural(n, "file", "files"))
+          : "",
+      ")");
 }
 
 void PrintRow(std::ostream& out, size_t w, const std::string& name,
@@ -132,7 +137,10 @@ void InspectDcpText(const InspectOptions& o, const DcpInput& in,
       << (in.meta.version.empty() ? "(none: written before PyTorch 2.4)"
                                   : in.meta.version)
       << "\n";
-  out << "World size    " << in.world_size << " (from the data file names)\n";
+  out << "World size    " << in.world_size
+      << (in.meta.rank_local_files > 0
+              ? " (from the data and metadata file names)\n"
+              : " (from the data file names)\n");
   out << "Data files    " << in.files.size() << " (" << HumanBytes(s.file_bytes)
       << ")\n";
   out << "Entries       " << in.meta.tensors.size() + in.meta.bytes_items.size()

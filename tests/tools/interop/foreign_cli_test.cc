@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -77,7 +78,7 @@ TEST_F(ForeignCli, UnreadableCommonStateFailsEveryToolNamingIt) {
 
 TEST_F(ForeignCli, InspectDcpEntry) {
   CliResult r =
-      Run(CKPT_INSPECT_BIN, {"<DATA>/dcp_modern", "--entry", "model.w_cols"});
+      Run(CKPT_INSPECT_BIN, {"<DATA>/dcp_torch213", "--entry", "model.w_cols"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, Expected("inspect_dcp_entry"));
 }
@@ -104,11 +105,11 @@ TEST_F(ForeignCli, InspectJsonSafetensorsReferenceFile) {
 }
 
 TEST_F(ForeignCli, InspectStatsNeedsConversion) {
-  CliResult r = Run(CKPT_INSPECT_BIN, {"<DATA>/dcp_modern", "--stats"});
+  CliResult r = Run(CKPT_INSPECT_BIN, {"<DATA>/dcp_torch213", "--stats"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,
             "ckpt-inspect: error: --stats reads ckpt checkpoints; "
-            "<DATA>/dcp_modern is dcp "
+            "<DATA>/dcp_torch213 is dcp "
             "(convert it with ckpt-convert --from dcp first)\n");
 }
 
@@ -119,14 +120,15 @@ TEST_F(ForeignCli, ValidateTorch113Dcp) {
 }
 
 TEST_F(ForeignCli, ValidateDamagedRecordNamesFileAndItem) {
-  fs::copy(data_ + "/dcp_modern", dir_ / "d", fs::copy_options::recursive);
+  fs::copy(data_ + "/dcp_torch213", dir_ / "d", fs::copy_options::recursive);
   // Rank 1's file cut short: its last item now runs past the end.
-  fs::resize_file(dir_ / "d/__1_0.distcp",
-                  fs::file_size(dir_ / "d/__1_0.distcp") - 1);
+  const uintmax_t size = fs::file_size(dir_ / "d/__1_0.distcp") - 1;
+  fs::resize_file(dir_ / "d/__1_0.distcp", size);
   CliResult r = Run(CKPT_VALIDATE_BIN, {"<TMP>/d"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.out, HasSubstr("error: <TMP>/d/__1_0.distcp: '"));
-  EXPECT_THAT(r.out, HasSubstr("outside the file (2642 bytes)"));
+  EXPECT_THAT(r.out,
+              HasSubstr(absl::StrCat("outside the file (", size, " bytes)")));
   EXPECT_THAT(r.out, HasSubstr("INVALID: 1 problem (1 error, 0 warnings)"));
 }
 
@@ -211,11 +213,12 @@ TEST_F(ForeignCli, DiffWithoutATemporaryDirectoryFailsWithOneLine) {
 }
 
 TEST_F(ForeignCli, DiffSafetensorsAgainstDcpFindsDifferences) {
-  // The modern and 1.13 fixtures hold the same tensors; a safetensors
-  // export of one compared with the other DCP is equal but for the bytes
-  // item, whose torch.save record differs.
+  // The 2.13 and 1.13 fixtures hold the same values under the same names
+  // but for model.tiny (2.13 only) and the bytes items (2.13 flattens the
+  // dict extra.note); a safetensors export of one compared with the other
+  // DCP differs there only.
   ASSERT_EQ(
-      Run(CKPT_CONVERT_BIN, {"<DATA>/dcp_modern", "<TMP>/c", "--from", "dcp"})
+      Run(CKPT_CONVERT_BIN, {"<DATA>/dcp_torch213", "<TMP>/c", "--from", "dcp"})
           .exit_code,
       0);
   ASSERT_EQ(Run(CKPT_CONVERT_BIN,
@@ -228,7 +231,64 @@ TEST_F(ForeignCli, DiffSafetensorsAgainstDcpFindsDifferences) {
   EXPECT_THAT(r.out, HasSubstr("A: <TMP>/m.safetensors [safetensors] (step 0"));
   EXPECT_THAT(r.out, HasSubstr("B: <DATA>/dcp_torch113 [dcp] (step 0"));
   EXPECT_THAT(r.out, HasSubstr("extra.note"));
+  EXPECT_THAT(r.out, HasSubstr("model.tiny"));
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("model.w_rows")));
+}
+
+// The DCP checkpoints written by real torch 2.13, in each FileSystemWriter
+// layout that torch reads back, through every tool: inspected, valid,
+// converted, equal to their conversion, resharded 2 -> 3 and equal again.
+TEST_F(ForeignCli, Torch213LayoutsThroughEveryTool) {
+  for (const std::string v :
+       {"dcp_torch213", "dcp_torch213_item_files", "dcp_torch213_rank_local"}) {
+    SCOPED_TRACE(v);
+    const std::string dcp = "<DATA>/" + v, c = "<TMP>/" + v,
+                      c3 = "<TMP>/" + v + "_3";
+    CliResult inspect = Run(CKPT_INSPECT_BIN, {dcp});
+    EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
+    EXPECT_THAT(inspect.out,
+                HasSubstr("Entries       8 (6 tensors in 10 chunks, 2 bytes "
+                          "items)"));
+    EXPECT_THAT(inspect.out, HasSubstr("extra.note.name"));
+    CliResult validate = Run(CKPT_VALIDATE_BIN, {dcp});
+    EXPECT_EQ(validate.exit_code, 0) << validate.out;
+    EXPECT_THAT(validate.out, HasSubstr("12 of 12 records read and verified"));
+    CliResult convert = Run(CKPT_CONVERT_BIN, {dcp, c, "--from", "dcp"});
+    ASSERT_EQ(convert.exit_code, 0) << convert.err;
+    CliResult diff = Run(CKPT_DIFF_BIN, {dcp, c});
+    EXPECT_EQ(diff.exit_code, 0) << diff.out << diff.err;
+    EXPECT_THAT(diff.out, HasSubstr("result: equal (8 entries"));
+    CliResult reshard =
+        Run(CKPT_RESHARD_BIN, {c, c3, "--from", "2", "--to", "3"});
+    ASSERT_EQ(reshard.exit_code, 0) << reshard.err;
+    CliResult diff3 = Run(CKPT_DIFF_BIN, {c, c3});
+    EXPECT_EQ(diff3.exit_code, 0) << diff3.out << diff3.err;
+  }
+}
+
+// save(use_collectives=False) is said: its metadata is per rank.
+TEST_F(ForeignCli, InspectTorch213RankLocalSaysSo) {
+  CliResult r = Run(CKPT_INSPECT_BIN, {"<DATA>/dcp_torch213_rank_local"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out,
+              HasSubstr("Format        PyTorch DCP "
+                        "(torch.distributed.checkpoint.metadata; rank-local "
+                        "metadata, 2 files)\n"));
+  EXPECT_THAT(r.out, HasSubstr("World size    2 (from the data and metadata "
+                               "file names)\n"));
+}
+
+// serialization_format=SAFETENSORS: inspected (its metadata is DCP's), but
+// every tensor is a finding naming the writer option.
+TEST_F(ForeignCli, ValidateTorch213SafetensorsSerializationNamesIt) {
+  CliResult r = Run(CKPT_VALIDATE_BIN, {"<DATA>/dcp_torch213_safetensors"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.out,
+              HasSubstr("error: <DATA>/dcp_torch213_safetensors/__0_0.distcp "
+                        "[0, 48) of 'model.w_rows': a safetensors file, not a "
+                        "torch.save record: written by "
+                        "FileSystemWriter(serialization_format=SAFETENSORS)"));
+  EXPECT_THAT(r.out, HasSubstr("INVALID: 10 problems (10 errors, 0 warnings)"));
 }
 
 }  // namespace

@@ -11,6 +11,11 @@
 // a data file (_StorageInfo: relative_path, offset, length). Each range is
 // one torch.save record (a zip archive: torch_zip.h): the chunk as a tensor,
 // or, for a bytes item, the item's object.
+//
+// PyTorch 2.x's save(use_collectives=False) writes no ".metadata": each rank
+// r writes "__<r>.metadata", a Metadata of only what it wrote (its chunks
+// with the tensors' global sizes, its own copy of every replicated tensor
+// and bytes item). MergeRankLocalDcpMetadata makes them one.
 #ifndef CKPT_INTEROP_DCP_METADATA_H_
 #define CKPT_INTEROP_DCP_METADATA_H_
 
@@ -49,7 +54,10 @@ struct DcpStorage {
 };
 
 struct DcpMetadata {
-  std::string module;   // where the classes came from (see pickle.h IsDcpClass)
+  std::string module;  // where the classes came from (see pickle.h IsDcpClass)
+  // 0 for a global ".metadata"; N when merged from the rank-local
+  // "__0.metadata" .. "__<N-1>.metadata".
+  int rank_local_files = 0;
   std::string version;  // Metadata.version ("" before PyTorch 2.4)
   bool has_storage_meta = false;
   std::string checkpoint_id;  // StorageMeta.checkpoint_id, if any
@@ -65,6 +73,20 @@ struct DcpMetadata {
 // has no type for (complex), and for a file name in storage_data that
 // is not a plain name inside the directory.
 absl::StatusOr<DcpMetadata> DecodeDcpMetadata(absl::string_view pickle_bytes);
+
+// One DcpMetadata from the decoded rank-local metadata of ranks 0..N-1
+// (`ranks[r]` from "__<r>.metadata"; not empty). A tensor's chunks are the
+// union of the ranks' chunks; a chunk that several ranks hold (same offsets
+// and sizes: a replicated tensor) and a bytes item that several ranks
+// wrote are kept once, with the storage item of the lowest such rank.
+// module, version and checkpoint_id are rank 0's. DataLoss naming the
+// ranks and the item if the ranks disagree: another module or version, a
+// tensor's dtype or global size, a chunk with the same offsets and other
+// sizes, a name that is a tensor on one rank and a bytes item on another.
+// Coverage (gaps, partial overlaps) is the caller's to check, as for a
+// global ".metadata".
+absl::StatusOr<DcpMetadata> MergeRankLocalDcpMetadata(
+    std::vector<DcpMetadata> ranks);
 
 // A tensor saved by torch.save: _rebuild_tensor_v2(storage, storage_offset,
 // size, stride, ...) with the storage a persistent id
