@@ -53,20 +53,31 @@ absl::StatusOr<std::vector<Selected>> SelectEntries(
   return out;
 }
 
-// Shards as transformers fills them: in order, a new shard when the next
-// entry would take the current one past `max` (0: one shard).
+// Shards as transformers' save_pretrained plans them (huggingface_hub's
+// split_state_dict_into_shards_factory): in order, a new shard when the
+// next entry would take the current one past `max`; an entry larger than
+// `max` is a shard of its own, placed when it is reached, while the current
+// shard stays open for the entries after it. 0: one shard.
 std::vector<std::vector<Selected>> PlanShards(
     const std::vector<Selected>& entries, uint64_t max) {
-  std::vector<std::vector<Selected>> shards(1);
+  if (max == 0) return {entries};
+  std::vector<std::vector<Selected>> shards;
+  std::vector<Selected> current;
   uint64_t size = 0;
   for (const Selected& s : entries) {
-    if (max > 0 && !shards.back().empty() && size + s.bytes > max) {
-      shards.emplace_back();
+    if (s.bytes > max) {
+      shards.push_back({s});
+      continue;
+    }
+    if (s.bytes > max - size) {  // size <= max: no overflow
+      shards.push_back(std::move(current));
+      current.clear();
       size = 0;
     }
-    shards.back().push_back(s);
+    current.push_back(s);
     size += s.bytes;
   }
+  if (!current.empty()) shards.push_back(std::move(current));
   return shards;
 }
 

@@ -6,9 +6,12 @@
 // Every selected entry becomes one tensor at its global shape, whatever the
 // checkpoint's sharding; objects become 1-d U8 tensors listed in
 // "__metadata__" (safetensors_meta.h), so an import gives back the same
-// checkpoint. Shards are filled in entry order as transformers does: an
-// entry starts a new shard when it would take the current one past the
-// limit (an entry larger than the limit gets a shard of its own).
+// checkpoint. Shards are planned as transformers' save_pretrained plans
+// them (huggingface_hub 2.4's split_state_dict_into_shards_factory), in
+// entry order: an entry starts a new shard when it would take the current
+// one past the limit; an entry larger than the limit gets a shard of its
+// own where it is reached, and the entries after it go on filling the
+// current shard.
 //
 // Memory stays bounded: a tensor is loaded with ckpt::Reader in flat pieces
 // of at most `slab_bytes` and appended to the file; objects are read whole.

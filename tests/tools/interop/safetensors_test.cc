@@ -7,9 +7,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "absl/strings/escaping.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "interop/safetensors_export.h"
@@ -72,6 +74,44 @@ TEST_F(SafetensorsTools, ShardsRoundTripIsExactAndIndexIsHuggingFaces) {
   EXPECT_EQ(total, e.total_size);
   CKPT_ASSERT_OK(ImportSafetensors(out, (dir_ / "back"), {}).status());
   CKPT_EXPECT_OK(ckpt::testing::SameContent(src_, (dir_ / "back")));
+}
+
+// The shards of transformers' save_pretrained (huggingface_hub's
+// split_state_dict_into_shards_factory, checked against the real one by
+// python/tests/test_interop_hf.py): an entry larger than the limit is a
+// shard of its own where it is reached, and the entries after it go on
+// filling the shard that was open.
+TEST_F(SafetensorsTools, ShardsArePlannedAsHuggingfaceHub) {
+  CKPT_ASSERT_OK_AND_ASSIGN(auto writer, Writer::Create(Writer::Options{}));
+  const std::string bytes(500, '\x5a');
+  for (const auto& [name, n] :
+       std::vector<std::pair<std::string, uint64_t>>{{"a", 100},
+                                                     {"b", 100},
+                                                     {"c_big", 500},
+                                                     {"d", 100},
+                                                     {"e", 100},
+                                                     {"f", 100}}) {
+    CKPT_ASSERT_OK(writer->AddTensor(name, DType::kUInt8, {n}, FullBox({n}),
+                                     bytes.data()));
+  }
+  const std::string src = (dir_ / "plan");
+  CKPT_ASSERT_OK(writer->Save(src, 1, SaveOptions{}).status());
+  SafetensorsExportOptions o;
+  o.max_shard_bytes = 250;
+  const std::string out = (dir_ / "plan-hf");
+  CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsExportResult e,
+                            ExportSafetensors(src, out, o));
+  std::map<std::string, std::string> files;
+  for (const auto& x : e.entries) files[x.name] = x.file;
+  const auto shard = [](size_t i) { return interop::HfShardName(i, 4); };
+  EXPECT_EQ(files, (std::map<std::string, std::string>{{"c_big", shard(0)},
+                                                       {"a", shard(1)},
+                                                       {"b", shard(1)},
+                                                       {"d", shard(2)},
+                                                       {"e", shard(2)},
+                                                       {"f", shard(3)}}));
+  CKPT_ASSERT_OK(ImportSafetensors(out, (dir_ / "plan-back"), {}).status());
+  CKPT_EXPECT_OK(ckpt::testing::SameContent(src, (dir_ / "plan-back")));
 }
 
 TEST_F(SafetensorsTools, ImportOnThreeRanksInfersLayoutsAsReshard) {
