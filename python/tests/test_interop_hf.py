@@ -26,6 +26,10 @@ import pytest
 
 from conftest import require, tool
 
+# No network: the model is built from its config, and every load is local.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
 torch = require("torch")
 safetensors = require("safetensors")
 require("safetensors.torch")
@@ -349,8 +353,6 @@ def test_validation_agrees_with_reference(tmp_path, case):
 
 @pytest.fixture(scope="module")
 def hf_model(tmp_path_factory):
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
