@@ -1,19 +1,19 @@
 #!/usr/bin/env python3
 """A small PyTorch training job that checkpoints through ckpt.torch.
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/torch_train.py \
-        --world-size 2 --steps 6 --save-every 3 --root /tmp/run
+    PYTHONPATH=build/python .venv/bin/torchrun --nproc-per-node 2 \
+        examples/torch_train.py --steps 6 --save-every 3 --root /tmp/run
 
 Trains a tiny transformer language model on synthetic tokens with DDP and
-Adam (or ZeroRedundancyOptimizer with --zero) on N processes
-(torch.multiprocessing.spawn, gloo), saving every K steps. When ROOT already
-holds a checkpoint it resumes from `latest`, on any world size: the model
-and the optimizer state are resharded, each rank gets its own saved RNG
-and data position back (a rank that did not exist then starts its own).
+Adam (or ZeroRedundancyOptimizer with --zero) on the processes torchrun
+starts (gloo), saving every K steps. Run without torchrun, it starts
+--world-size processes itself (torch.multiprocessing.spawn). When ROOT
+already holds a checkpoint it resumes from `latest`, on any world size: the
+model and the optimizer state are resharded, each rank gets its own saved
+RNG and data position back (a rank that did not exist then starts its own).
 """
 import argparse
 import os
-import sys
 import tempfile
 import time
 
@@ -43,10 +43,15 @@ class TinyLM(torch.nn.Module):
         return self.head(self.blocks(self.embed(tokens)))
 
 
-def train(rank, args, store, resume):
+def train(rank, world_size, args, init_method):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
-                            world_size=args.world_size)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank,
+                            world_size=world_size)
+    # Decided by rank 0 alone, before any rank trains: a rank that looked
+    # later could see the checkpoint another rank has just written.
+    resume = [os.path.exists(os.path.join(args.root, "latest")) if rank == 0 else None]
+    dist.broadcast_object_list(resume, src=0)
+    resume = resume[0]
     torch.manual_seed(0)
     model = DistributedDataParallel(TinyLM())
     if args.zero:
@@ -70,7 +75,7 @@ def train(rank, args, store, resume):
         data.set_state(state["data"]["rng"].value)
         saved_on = ckpt.Reader(args.root).world_size
         log(f"resumed from step {state['step']} of {args.root} (saved on {saved_on} ranks, "
-            f"loading on {args.world_size}): {len(report.loaded)} entries, "
+            f"loading on {world_size}): {len(report.loaded)} entries, "
             f"{report.bytes_loaded / 2**20:.1f} MiB in {time.perf_counter() - t0:.2f} s")
         for name, why in report.not_loaded:
             log(f"  not loaded: {name}: {why}")
@@ -96,30 +101,27 @@ def train(rank, args, store, resume):
 
 
 def finish():
-    """Ends this rank. os._exit skips the interpreter's teardown: with torch
-    1.13, destroying DDP's reducer and the gloo process group at exit can
-    deadlock (a gloo thread frees a tensor and waits for the GIL that the
-    exiting thread holds while it joins that thread)."""
+    """Ends this rank once every rank is done."""
     dist.barrier()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    dist.destroy_process_group()
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--world-size", type=int, default=2, help="processes (ranks)")
+    p.add_argument("--world-size", type=int, default=2,
+                   help="processes to start without torchrun (under torchrun: its world)")
     p.add_argument("--steps", type=int, default=6, help="train until this step")
     p.add_argument("--save-every", type=int, default=3, help="save every K steps")
     p.add_argument("--root", required=True, help="checkpoint root (resumes from latest)")
     p.add_argument("--zero", action="store_true", help="ZeroRedundancyOptimizer(Adam)")
     args = p.parse_args()
     os.makedirs(args.root, exist_ok=True)
-    # Decided once, before any rank runs: a rank that looked later could
-    # see the checkpoint another rank has just written.
-    resume = os.path.exists(os.path.join(args.root, "latest"))
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # started by torchrun
+        train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args, "env://")
+        return
     with tempfile.TemporaryDirectory() as tmp:
-        torch.multiprocessing.spawn(train, args=(args, os.path.join(tmp, "store"), resume),
+        torch.multiprocessing.spawn(train, args=(args.world_size, args,
+                                                 f"file://{os.path.join(tmp, 'store')}"),
                                     nprocs=args.world_size, join=True)
 
 

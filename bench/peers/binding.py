@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The Python binding's cost: ckpt from Python against the C++ path, and
 ckpt.torch against torch.save/torch.load, on the same tensors.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Peers of ckpt on the same tensors: h5py, torch.save/torch.load, numpy.save/load.
 
     peers.py --inputs /dev/shm/inputs.bin --dir /dev/shm/peers --ranks 1,4 --repeats 3

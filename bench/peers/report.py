@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Gathers the raw outputs of one `scripts/bench` run into a table, JSON and a chart.
 
     report.py machine --dirs DIR... > RAW/machine.json   (at the start of a run)

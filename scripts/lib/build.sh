@@ -64,3 +64,40 @@ ckpt_test_env() {
   export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
   export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
 }
+
+# ckpt_venv: makes .venv/ (once) from the machine's CPython 3.11 (the
+# interpreter the torch 2.13.0 wheel on disk is built for: `python3.11` on
+# PATH, else `python3` when it is 3.11) and installs requirements.txt into
+# it whenever that file changed since the last install (its sha256 is kept
+# in .venv/ckpt-requirements.sha256). Prints one line. CMake builds the
+# Python package for .venv/bin/python (CMakeLists.txt).
+ckpt_venv() {
+  local want have py
+  want=$(sha256sum requirements.txt | cut -d' ' -f1)
+  have=$(cat .venv/ckpt-requirements.sha256 2>/dev/null || true)
+  if [[ -x .venv/bin/python && $want == "$have" ]]; then
+    echo "venv: up to date (.venv/, $(.venv/bin/python --version))"
+    return 0
+  fi
+  if [[ ! -x .venv/bin/python ]]; then
+    py=$(command -v python3.11 || true)
+    if [[ -z $py ]] && python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+      py=$(command -v python3)
+    fi
+    if [[ -z $py ]]; then
+      echo "venv: no CPython 3.11 on PATH (python3.11); the torch 2.13.0 CPU wheel needs it" >&2
+      return 1
+    fi
+    "$py" -m venv .venv
+  fi
+  local start=$SECONDS
+  # pip's own chatter is dropped; its errors (and a failed exit) go through.
+  if ! .venv/bin/pip install --disable-pip-version-check -q -r requirements.txt \
+       > .venv/ckpt-pip.log 2>&1; then
+    grep -v '^WARNING: Location' .venv/ckpt-pip.log >&2
+    echo "venv: pip install -r requirements.txt FAILED (log in .venv/ckpt-pip.log)" >&2
+    return 1
+  fi
+  echo "$want" > .venv/ckpt-requirements.sha256
+  echo "venv: installed requirements.txt in $((SECONDS - start))s (.venv/, $(.venv/bin/python --version))"
+}

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Proves that tests/reliability/power_loss_test.cc bites: removes each fsync
 of the commit path (F1-F9 of spec/FORMAT.md section 4.1) from the source,
 one at a time, rebuilds reliability_power_loss_test, runs it, restores the

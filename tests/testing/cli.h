@@ -72,6 +72,16 @@ inline CliResult RunCli(const std::string& binary,
   return r;
 }
 
+// The Python interpreter the tests run scripts with: the project's
+// .venv/bin/python (CKPT_TEST_PYTHON, tests/CMakeLists.txt), where torch,
+// safetensors and h5py are installed; "" when the build found none (the
+// tests that need it then skip, saying so).
+inline std::string TestPython() {
+  const std::string py = CKPT_TEST_PYTHON;
+  if (py.empty() || py.find("NOTFOUND") != std::string::npos) return "";
+  return access(py.c_str(), X_OK) == 0 ? py : "";
+}
+
 }  // namespace ckpt::testing
 
 #endif  // CKPT_TESTS_TESTING_CLI_H_

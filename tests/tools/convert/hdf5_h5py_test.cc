@@ -24,9 +24,8 @@ namespace {
 using ::ckpt::testing::TempDir;
 
 constexpr char kSkipMessage[] =
-    "python3 with h5py and numpy is not installed (Debian: apt-get install "
-    "python3-h5py "
-    "python3-numpy); the h5py part is skipped";
+    "no Python with h5py and numpy (scripts/setup installs them into "
+    ".venv/); the h5py part is skipped";
 
 // Prints one line per dataset, "PATH|NUMPY_DTYPE|SHAPE|ATTRS|HEX_BYTES",
 // then one per root attribute, "@NAME|VALUE" (arrays as "hex:...").

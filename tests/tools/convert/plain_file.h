@@ -21,6 +21,7 @@
 #include "ckpt/reader.h"
 #include "convert/hdf5_util.h"
 #include "gtest/gtest.h"
+#include "testing/cli.h"
 #include "testing/files.h"
 #include "testing/status_matchers.h"
 #include "tools/convert/convert_fixture.h"
@@ -182,7 +183,8 @@ inline void CheckPlainImport(const std::string& path, uint64_t step) {
 
 // A python3 that has h5py, or "" (the h5py tests then skip).
 inline std::string PythonWithH5py() {
-  for (const char* py : {"/usr/bin/python3", "python3"}) {
+  for (const std::string& py : {ckpt::testing::TestPython(), std::string("python3")}) {
+    if (py.empty()) continue;
     std::string cmd =
         absl::StrCat(py, " -c 'import h5py, numpy' >/dev/null 2>&1");
     if (std::system(cmd.c_str()) == 0) return py;

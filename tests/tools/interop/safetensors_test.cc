@@ -266,7 +266,8 @@ TEST_F(SafetensorsTools, FifoInPlaceOfAShardIsRefusedWithoutBlocking) {
 // padding to 8 bytes, __metadata__ first, contiguous offsets, and the
 // values of one tensor.
 TEST_F(SafetensorsTools, IndependentPythonReaderAgrees) {
-  if (!fs::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
+  const std::string python = ckpt::testing::TestPython();
+  if (python.empty()) GTEST_SKIP() << "no Python interpreter (run scripts/setup)";
   const std::string out = (dir_ / "m.safetensors");
   CKPT_ASSERT_OK(ExportSafetensors(src_, out, {}).status());
   const std::string script = R"PY(
@@ -291,7 +292,7 @@ print(len(h), b[8 + n + s:8 + n + e].hex())
 )PY";
   std::ofstream(dir_ / "check.py") << script;
   ckpt::testing::CliResult r = ckpt::testing::RunCli(
-      "/usr/bin/python3", {dir_ / "check.py", out}, dir_.path());
+      python, {dir_ / "check.py", out}, dir_.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // The same bytes through ckpt's reader.
   CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(src_));
