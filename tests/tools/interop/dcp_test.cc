@@ -1,17 +1,19 @@
 // PyTorch DCP and Megatron torch_dist into ckpt: the committed fixtures
-// (real torch 1.13 output and the layout of current releases), a DCP
-// checkpoint written by the installed torch at test time, and damaged or
-// hostile directories.
+// (written by real torch 2.13 in each FileSystemWriter layout, and by real
+// torch 1.13, the legacy format), DCP checkpoints written by the installed
+// torch at test time, and damaged or hostile directories.
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "ckpt/format/status_macros.h"
+#include "ckpt/interop/torch_zip.h"
 #include "diff/diff.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "interop/dcp_import.h"
 #include "interop/dcp_reader.h"
+#include "interop/foreign.h"
 #include "nlohmann/json.hpp"
 #include "reshard/reshard.h"
 #include "testing/cli.h"
@@ -91,6 +93,64 @@ void ExpectValues(const std::string& root, const std::string& dcp) {
   }
 }
 
+// Every object of expected.json's "objects" (the bytes items, as Python's
+// repr of their values) is in the checkpoint at `root`, decoding to it.
+void ExpectObjects(const std::string& root, const std::string& dcp) {
+  const nlohmann::json exp = nlohmann::json::parse(
+      ::ckpt::testing::ReadFileBytes(dcp + "/expected.json"));
+  ASSERT_TRUE(exp.contains("objects")) << dcp;
+  CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(root));
+  for (const auto& [name, repr] : exp["objects"].items()) {
+    CKPT_ASSERT_OK_AND_ASSIGN(std::string record, reader->ReadObject(name));
+    EXPECT_EQ(DescribeTorchRecord(record), repr.get<std::string>()) << name;
+  }
+}
+
+// The end-to-end check of a DCP checkpoint written by real PyTorch:
+// it converts to ckpt with the values torch computed, ckpt-diff of the DCP
+// directory against the conversion is equal, and the conversion reshards
+// --from 2 --to 3 and diffs equal against it.
+void ExpectConvertsReshardsAndDiffsEqual(const std::string& dcp,
+                                         const TempDir& dir) {
+  SCOPED_TRACE(dcp);
+  CKPT_ASSERT_OK_AND_ASSIGN(DcpImportResult r, ImportDcp(dcp, dir / "c", {}));
+  EXPECT_EQ(r.world_size, 2);
+  ExpectValues(dir / "c", dcp);
+  ExpectObjects(dir / "c", dcp);
+  DiffOptions d;
+  d.a = dcp;
+  d.b = dir / "c";
+  d.progress = false;
+  std::ostringstream out;
+  CKPT_ASSERT_OK_AND_ASSIGN(int diff_exit, RunDiffAnyFormat(d, false, out));
+  EXPECT_EQ(diff_exit, 0) << out.str();
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("result: equal"));
+  ReshardOptions ro;
+  ro.src = dir / "c";
+  ro.dst = dir / "c3";
+  ro.from = 2;
+  ro.to = 3;
+  ro.progress = false;
+  CKPT_ASSERT_OK(Reshard(ro).status());
+  d.a = dir / "c";
+  d.b = dir / "c3";
+  CKPT_ASSERT_OK_AND_ASSIGN(DiffReport diff, Diff(d));
+  EXPECT_TRUE(diff.equal());
+  ExpectValues(dir / "c3", dcp);
+}
+
+// The chunk of `entry` at `offset` in `reader`'s checkpoint, or null.
+const format::ChunkRecord* ChunkAt(const Reader& reader,
+                                   const std::string& entry,
+                                   const Dims& offset) {
+  const format::EntryRecord* e = reader.Find(entry);
+  if (e == nullptr) return nullptr;
+  for (const format::ChunkRecord& c : e->chunks) {
+    if (std::get<Box>(c.region).offset == offset) return &c;
+  }
+  return nullptr;
+}
+
 TEST(DcpImport, Torch113FixtureKeepsShardingAndValues) {
   TempDir dir;
   CKPT_ASSERT_OK_AND_ASSIGN(DcpImportResult r,
@@ -110,19 +170,104 @@ TEST(DcpImport, Torch113FixtureKeepsShardingAndValues) {
   EXPECT_EQ(DescribeTorchRecord(note), "{'epoch': 3, 'name': 'fixture'}");
 }
 
-TEST(DcpImport, CurrentReleaseLayout) {
+// torch 2.13's FileSystemWriter defaults: one __<rank>_0.distcp per rank,
+// records addressed by offset and length, a global .metadata.
+TEST(DcpImport, Torch213DefaultLayout) {
   TempDir dir;
-  CKPT_ASSERT_OK_AND_ASSIGN(DcpImportResult r,
-                            ImportDcp(DataDir("dcp_modern"), dir / "c", {}));
-  EXPECT_EQ(r.module, "torch.distributed.checkpoint.metadata");
-  EXPECT_EQ(r.world_size, 2);
-  ExpectValues(dir / "c", DataDir("dcp_modern"));
+  const std::string dcp = DataDir("dcp_torch213");
+  ExpectConvertsReshardsAndDiffsEqual(dcp, dir);
   CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(dir / "c"));
   EXPECT_EQ(
       reader->manifest().metadata,
       (format::Metadata{{"dcp.module", "torch.distributed.checkpoint.metadata"},
                         {"dcp.version", "1.0.0"},
-                        {"dcp.checkpoint_id", "dcp_modern"}}));
+                        {"dcp.checkpoint_id", "dcp_torch213"}}));
+  // DTensor Shard(1): rank 1 holds columns 3..5, and writes them.
+  const format::ChunkRecord* cols = ChunkAt(*reader, "model.w_cols", {0, 3});
+  ASSERT_NE(cols, nullptr);
+  EXPECT_EQ(std::get<Box>(cols->region).size, (Dims{4, 3}));
+  EXPECT_EQ(cols->shard, 1u);
+  // Shard(0) of 1 row on 2 ranks: rank 1's chunk is empty ([0, 3] at
+  // [1, 0]) and holds nothing to convert.
+  const format::EntryRecord* tiny = reader->Find("model.tiny");
+  ASSERT_NE(tiny, nullptr);
+  ASSERT_EQ(tiny->chunks.size(), 1u);
+  EXPECT_EQ(std::get<Box>(tiny->chunks[0].region).size, (Dims{1, 3}));
+}
+
+// single_file_per_rank=False: one __<rank>_<n>.distcp per item.
+TEST(DcpImport, Torch213ItemFilesLayout) {
+  TempDir dir;
+  const std::string dcp = DataDir("dcp_torch213_item_files");
+  CKPT_ASSERT_OK_AND_ASSIGN(auto in, OpenDcp(dcp));
+  EXPECT_EQ(in->files.size(), 12u);  // 10 chunks, 2 bytes items
+  for (const interop::DcpStorage& s : in->meta.storage) {
+    EXPECT_EQ(s.offset, 0u) << s.fqn;
+    EXPECT_EQ(s.length, in->files.at(s.relative_path)->size()) << s.fqn;
+  }
+  ExpectConvertsReshardsAndDiffsEqual(dcp, dir);
+}
+
+// save(use_collectives=False): no .metadata; each rank's __<rank>.metadata
+// lists what it wrote, its own copy of the replicated tensor, the scalar
+// and the bytes items included. The merge keeps rank 0's copies.
+TEST(DcpImport, Torch213RankLocalMetadata) {
+  TempDir dir;
+  const std::string dcp = DataDir("dcp_torch213_rank_local");
+  ASSERT_FALSE(fs::exists(dcp + "/.metadata"));
+  EXPECT_EQ(DetectFormat(dcp), InputFormat::kDcp);
+  ExpectConvertsReshardsAndDiffsEqual(dcp, dir);
+  CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(dir / "c"));
+  EXPECT_EQ(
+      reader->manifest().metadata,
+      (format::Metadata{{"dcp.module", "torch.distributed.checkpoint.metadata"},
+                        {"dcp.version", "1.0.0"},
+                        {"dcp.checkpoint_id", "dcp_torch213_rank_local"},
+                        {"dcp.rank_local_metadata", "2"}}));
+  for (const char* replicated : {"model.norm", "opt.step_count"}) {
+    const format::EntryRecord* e = reader->Find(replicated);
+    ASSERT_NE(e, nullptr) << replicated;
+    ASSERT_EQ(e->chunks.size(), 1u) << replicated;
+    EXPECT_EQ(e->chunks[0].shard, 0u) << replicated;
+  }
+  const format::ChunkRecord* rows = ChunkAt(*reader, "model.w_rows", {3, 0});
+  ASSERT_NE(rows, nullptr);
+  EXPECT_EQ(rows->shard, 1u);
+}
+
+// serialization_format=SAFETENSORS: the tensors are one safetensors file per
+// rank, which torch's own FileSystemReader cannot load (expected.json's
+// torch_load); ckpt says so instead of reporting a broken zip.
+TEST(DcpImport, Torch213SafetensorsSerializationIsRefusedNamingIt) {
+  const std::string dcp = DataDir("dcp_torch213_safetensors");
+  const nlohmann::json exp = nlohmann::json::parse(
+      ::ckpt::testing::ReadFileBytes(dcp + "/expected.json"));
+  EXPECT_NE(exp["torch_load"], "equal");
+  TempDir dir;
+  EXPECT_THAT(ImportDcp(dcp, dir / "c", {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "FileSystemWriter(serialization_format=SAFETENSORS)"));
+  CKPT_ASSERT_OK_AND_ASSIGN(auto in, OpenDcp(dcp));
+  // Its bytes items are torch.save records still.
+  CKPT_ASSERT_OK_AND_ASSIGN(std::string epoch,
+                            ReadDcpBytes(*in, "extra.note.epoch"));
+  EXPECT_EQ(DescribeTorchRecord(epoch), "3");
+}
+
+// Items stored through FileSystemWriter's stream transforms (_extensions:
+// torch 2.13 has "stream.zstd/1") are refused, not read as records.
+TEST(DcpImport, TransformedItemsAreRefusedNamingTheTransform) {
+  CKPT_ASSERT_OK_AND_ASSIGN(auto in, OpenDcp(DataDir("dcp_torch213")));
+  for (interop::DcpStorage& s : in->meta.storage) {
+    s.transform_descriptors = {"stream.zstd/1"};
+  }
+  const interop::DcpTensor& t = in->meta.tensors[0];
+  EXPECT_THAT(ReadDcpChunk(*in, t, 0),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "stream transforms [stream.zstd/1]"));
+  EXPECT_THAT(ReadDcpBytes(*in, "extra.note.name"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "stream transforms [stream.zstd/1]"));
 }
 
 TEST(DcpImport, MegatronTorchDist) {
@@ -142,45 +287,39 @@ TEST(DcpImport, MegatronTorchDist) {
             "'num_floating_point_operations_so_far': 0}");
 }
 
-// The end-to-end check: a DCP checkpoint written by real PyTorch
-// (the installed torch, at test time) converts to ckpt, reshards --from 2
-// --to 3, and diffs equal against the conversion.
+// The same, on DCP checkpoints written at test time by the installed torch
+// (make_dcp.py real: every FileSystemWriter layout).
 TEST(DcpImport, WrittenByInstalledTorchConvertsReshardsAndDiffsEqual) {
-  if (!fs::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
+  const std::string python = ckpt::testing::TestPython();
+  if (python.empty())
+    GTEST_SKIP() << "no Python interpreter (run scripts/setup)";
   TempDir dir;
   ckpt::testing::CliResult py = ckpt::testing::RunCli(
-      "/usr/bin/python3", {DataDir("make_dcp.py"), "real", dir / "dcp"},
+      python, {DataDir("make_dcp.py"), "real", dir / "w", "--prefix", "dcp"},
       dir.path());
   if (py.exit_code != 0 &&
       py.err.find("No module named 'torch'") != std::string::npos) {
     GTEST_SKIP()
-        << "torch is not installed (scripts/setup installs python3-torch)";
+        << "torch is not installed (scripts/setup installs it into .venv/)";
   }
   ASSERT_EQ(py.exit_code, 0) << py.err;
-  CKPT_ASSERT_OK_AND_ASSIGN(DcpImportResult r,
-                            ImportDcp(dir / "dcp", dir / "c", {}));
-  EXPECT_EQ(r.world_size, 2);
-  ExpectValues(dir / "c", dir / "dcp");
-  ReshardOptions ro;
-  ro.src = dir / "c";
-  ro.dst = dir / "c3";
-  ro.from = 2;
-  ro.to = 3;
-  ro.progress = false;
-  CKPT_ASSERT_OK(Reshard(ro).status());
-  DiffOptions d;
-  d.a = dir / "c";
-  d.b = dir / "c3";
-  d.progress = false;
-  CKPT_ASSERT_OK_AND_ASSIGN(DiffReport diff, Diff(d));
-  EXPECT_TRUE(diff.equal());
-  ExpectValues(dir / "c3", dir / "dcp");
+  for (const char* variant : {"dcp", "dcp_item_files", "dcp_rank_local"}) {
+    const std::string dcp = dir / ("w/" + std::string(variant));
+    const nlohmann::json exp = nlohmann::json::parse(
+        ::ckpt::testing::ReadFileBytes(dcp + "/expected.json"));
+    EXPECT_EQ(exp["torch_load"], "equal") << variant;  // torch reads it too
+    TempDir out;
+    ExpectConvertsReshardsAndDiffsEqual(dcp, out);
+  }
+  EXPECT_THAT(ImportDcp(dir / "w/dcp_safetensors", dir / "s", {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "serialization_format=SAFETENSORS"));
 }
 
 class DamagedDcp : public ::testing::Test {
  protected:
   void SetUp() override {
-    fs::copy(DataDir("dcp_modern"), dir_ / "d", fs::copy_options::recursive);
+    fs::copy(DataDir("dcp_torch213"), dir_ / "d", fs::copy_options::recursive);
   }
   TempDir dir_;
 };
@@ -198,21 +337,61 @@ TEST_F(DamagedDcp, TruncatedDataFile) {
 }
 
 TEST_F(DamagedDcp, FlippedByteFailsItsCrc) {
-  // The last byte of the first record's tensor data (before its central
-  // directory), found through the reader.
+  // The first byte of the first record's tensor data, found through the
+  // reader and the zip parser.
   CKPT_ASSERT_OK_AND_ASSIGN(auto in, OpenDcp(dir_ / "d"));
   const interop::DcpStorage* s = in->chunk_storage.at("model.w_rows")[0];
   const std::string path = dir_ / ("d/" + s->relative_path);
-  std::string bytes = ::ckpt::testing::ReadFileBytes(path);
-  const size_t at =
-      bytes.find("archive/data/0", s->offset) + 14 + 64;  // into the data
-  ASSERT_LT(at, s->offset + s->length);
+  const std::string bytes = ::ckpt::testing::ReadFileBytes(path);
+  const std::string record = bytes.substr(s->offset, s->length);
+  CKPT_ASSERT_OK_AND_ASSIGN(interop::ZipArchive zip, interop::ParseZip(record));
+  const interop::ZipEntry* data = zip.Find("archive/data/0");
+  ASSERT_NE(data, nullptr);
+  ASSERT_GT(data->size, 0u);
+  const size_t at = s->offset + data->data_offset;
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekp(static_cast<std::streamoff>(at));
   f.put(static_cast<char>(bytes[at] ^ 0x40));
   f.close();
   EXPECT_THAT(ImportDcp(dir_ / "d", dir_ / "c", {}),
               StatusIs(absl::StatusCode::kDataLoss, "CRC-32"));
+}
+
+class DamagedRankLocalDcp : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::copy(DataDir("dcp_torch213_rank_local"), dir_ / "d",
+             fs::copy_options::recursive);
+  }
+  TempDir dir_;
+};
+
+// Without rank 1's metadata its data file is unaccounted for.
+TEST_F(DamagedRankLocalDcp, MissingLastRankMetadata) {
+  fs::remove(dir_ / "d/__1.metadata");
+  EXPECT_THAT(OpenDcp(dir_ / "d"),
+              StatusIs(absl::StatusCode::kNotFound,
+                       "__1.metadata: missing (rank-local metadata, one file "
+                       "per rank): rank 1 wrote __1_*.distcp"));
+}
+
+TEST_F(DamagedRankLocalDcp, MissingFirstRankMetadata) {
+  fs::remove(dir_ / "d/__0.metadata");
+  EXPECT_FALSE(LooksLikeDcp(dir_ / "d"));
+  EXPECT_THAT(OpenDcp(dir_ / "d"),
+              StatusIs(absl::StatusCode::kNotFound,
+                       "__0.metadata: missing (rank-local metadata, one file "
+                       "per rank): __1.metadata exists"));
+}
+
+// Rank 1's chunks gone (its metadata replaced by rank 0's): the tensors
+// sharded across the ranks have gaps, named.
+TEST_F(DamagedRankLocalDcp, RankMetadataOfAnotherRank) {
+  fs::copy_file(dir_ / "d/__0.metadata", dir_ / "d/__1.metadata",
+                fs::copy_options::overwrite_existing);
+  EXPECT_THAT(OpenDcp(dir_ / "d"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "__0.metadata .. __1.metadata: tensor 'model.w_cols'"));
 }
 
 TEST(DcpImport, PickleCallingOsSystemExitsCleanly) {
