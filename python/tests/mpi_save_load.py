@@ -55,10 +55,10 @@ except ImportError:
     torch = None
 if torch is not None:
     t = torch.from_numpy(piece)
-    state = {"w": ct.Shard(t, (100,), flat_start=int(cuts[rank])), "step": 5,
+    state = {"w": ct.Chunk(t, (100,), flat_start=int(cuts[rank])), "step": 5,
              "rank": ct.PerRank(rank)}
     ct.save(state, root + "/torch", 5, process_group=comm)
-    back = {"w": ct.Shard(torch.zeros(10, dtype=torch.float64), (100,), offsets=(10 * rank,)),
+    back = {"w": ct.Chunk(torch.zeros(10, dtype=torch.float64), (100,), offsets=(10 * rank,)),
             "step": None, "rank": ct.PerRank(None)}
     ct.load(back, root + "/torch", process_group=comm)
     assert torch.equal(back["w"].local, torch.arange(10 * rank, 10 * rank + 10,

@@ -86,10 +86,10 @@ def test_missing_key_is_an_error_when_strict_and_reported_otherwise(tmp_path):
 
 def test_shard_outside_its_global_shape_is_refused(tmp_path):
     with pytest.raises(ckpt.InvalidArgumentError,
-                       match=r"entry 'w': Shard \[2:6, 0:2\] lies outside the global shape \[4, 2\]"):
-        ct.save({"w": ct.Shard(torch.zeros(4, 2), (4, 2), offsets=(2, 0))}, str(tmp_path), 1)
-    with pytest.raises(ckpt.InvalidArgumentError, match=r"entry 'f': Shard flat\[6:10\)"):
-        ct.save({"f": ct.Shard(torch.zeros(4), (8,), flat_start=6)}, str(tmp_path), 1)
+                       match=r"entry 'w': Chunk \[2:6, 0:2\] lies outside the global shape \[4, 2\]"):
+        ct.save({"w": ct.Chunk(torch.zeros(4, 2), (4, 2), offsets=(2, 0))}, str(tmp_path), 1)
+    with pytest.raises(ckpt.InvalidArgumentError, match=r"entry 'f': Chunk flat\[6:10\)"):
+        ct.save({"f": ct.Chunk(torch.zeros(4), (8,), flat_start=6)}, str(tmp_path), 1)
 
 
 def test_shards_reshard_between_flat_ranges_and_boxes(tmp_path):
@@ -100,13 +100,13 @@ def test_shards_reshard_between_flat_ranges_and_boxes(tmp_path):
     def save(comm):
         r = comm.rank
         piece = flat[cuts[r]:cuts[r + 1]].clone()
-        return ct.save({"w": ct.Shard(piece, (4, 6), flat_start=cuts[r])}, str(tmp_path), 1,
+        return ct.save({"w": ct.Chunk(piece, (4, 6), flat_start=cuts[r])}, str(tmp_path), 1,
                        process_group=comm)
     run_ranks(2, save)
 
     def load(comm):  # 3 ranks, column blocks of 2
         out = torch.zeros(4, 2)
-        ct.load({"w": ct.Shard(out, (4, 6), offsets=(0, 2 * comm.rank))}, str(tmp_path),
+        ct.load({"w": ct.Chunk(out, (4, 6), offsets=(0, 2 * comm.rank))}, str(tmp_path),
                 process_group=comm)
         return out
     outs = run_ranks(3, load)
@@ -320,7 +320,7 @@ def test_save_async_on_several_ranks_commits_in_wait(tmp_path):
     def rank_fn(comm):
         rank = comm.rank
         t = torch.full((1000,), float(rank))
-        handle = ct.save_async({"t": ct.Shard(t, (2000,), flat_start=rank * 1000)}, root, 1,
+        handle = ct.save_async({"t": ct.Chunk(t, (2000,), flat_start=rank * 1000)}, root, 1,
                                process_group=comm)
         t.fill_(-1)
         handle.wait()
@@ -349,3 +349,12 @@ def test_saves_of_one_group_reuse_their_writer_plan_and_staging_memory(tmp_path)
     ct.release()
     assert not ct.save_async(state, root, 5, reuse_recorded_plan=False).wait().plan_cache_hit
     ct.release()
+
+
+def test_shard_is_the_deprecated_name_of_chunk():
+    """ckpt.torch.Shard was renamed Chunk (DTensor's Shard is a placement);
+    the old name still works, with a DeprecationWarning."""
+    with pytest.warns(DeprecationWarning, match="ckpt.torch.Shard is now ckpt.torch.Chunk"):
+        assert ct.Shard is ct.Chunk
+    with pytest.raises(AttributeError, match="no attribute 'Shardd'"):
+        ct.Shardd

@@ -69,7 +69,7 @@ def test_wheel_holds_the_package_the_extension_and_the_tools(wheel):
     import zipfile
     names = zipfile.ZipFile(wheel).namelist()
     ext = sysconfig.get_config_var("EXT_SUFFIX")
-    for f in ["ckpt/__init__.py", "ckpt/torch.py", "ckpt/values.py", "ckpt/_tools.py",
+    for f in ["ckpt/__init__.py", "ckpt/torch/__init__.py", "ckpt/values.py", "ckpt/_tools.py",
               f"ckpt/_ckpt{ext}"] + [f"ckpt/bin/{t}" for t in TOOLS]:
         assert f in names, f"{wheel.name} lacks {f}"
     # Nothing but the package: no static libraries, headers or CMake files.

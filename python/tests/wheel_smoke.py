@@ -28,13 +28,13 @@ def main(root: str) -> None:
 
     full = torch.arange(8 * 6, dtype=torch.float32).reshape(8, 6)
     rows = full[4 * rank:4 * rank + 4].clone()
-    state = {"w": ct.Shard(rows, full.shape, offsets=(4 * rank, 0)),
+    state = {"w": ct.Chunk(rows, full.shape, offsets=(4 * rank, 0)),
              "bias": torch.linspace(0, 1, 5, dtype=torch.bfloat16), "step": 7}
     ct.save(state, root, 7)
 
     cols = torch.zeros(8, 3)
     bias = torch.zeros(5, dtype=torch.bfloat16)
-    back = {"w": ct.Shard(cols, full.shape, offsets=(0, 3 * rank)), "bias": bias,
+    back = {"w": ct.Chunk(cols, full.shape, offsets=(0, 3 * rank)), "bias": bias,
             "step": None}
     ct.load(back, root)
     assert torch.equal(cols, full[:, 3 * rank:3 * rank + 3]), cols

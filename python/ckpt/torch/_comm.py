@@ -1,0 +1,140 @@
+"""ckpt's collectives over torch.distributed, and how ranks agree: every
+rank's failure before a collective is raised on every rank (no rank waits
+in a collective a failed one never enters)."""
+import json
+import socket
+from typing import Dict, List
+
+import torch
+import torch.distributed as dist
+
+from .._errors import Error, FailedPreconditionError, InvalidArgumentError, error_class
+
+
+def _global_rank(group, group_rank: int) -> int:
+    if group is None:
+        return group_rank
+    if hasattr(dist, "get_global_rank"):  # torch >= 2.0
+        return dist.get_global_rank(group, group_rank)
+    return dist.distributed_c10d._get_global_rank(group, group_rank)
+
+
+class ProcessGroupCommunicator:
+    """ckpt's collectives over a torch.distributed process group (gloo, or
+    any backend with all_gather, broadcast, all_reduce, barrier and
+    all_to_all_single on CPU tensors). Bytes travel as uint8 tensors, so
+    dtypes a backend rejects (gloo: bfloat16) never reach it; unequal
+    all-gathers are padded to the longest contribution; all_to_all moves
+    each byte once. Ranks are ranks of `group`; node_name is the host name.
+    """
+
+    def __init__(self, group=None):
+        if not (dist.is_available() and dist.is_initialized()):
+            raise FailedPreconditionError(
+                "ProcessGroupCommunicator: torch.distributed is not initialised")
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        # Ranks on one machine share its storage and network bandwidth: a
+        # cooperative load spreads its reads over machines first.
+        self.node_name = socket.gethostname()
+
+    def _lengths(self, n: int) -> List[int]:
+        mine = torch.tensor([n], dtype=torch.int64)
+        lens = [torch.zeros(1, dtype=torch.int64) for _ in range(self.size)]
+        dist.all_gather(lens, mine, group=self.group)
+        return [int(x) for x in lens]
+
+    def all_gather(self, data: bytes) -> List[bytes]:
+        lens = self._lengths(len(data))
+        longest = max(max(lens), 1)
+        buf = torch.zeros(longest, dtype=torch.uint8)
+        if data:
+            buf[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        outs = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.size)]
+        dist.all_gather(outs, buf, group=self.group)
+        return [o[:n].numpy().tobytes() for o, n in zip(outs, lens)]
+
+    def broadcast(self, data: bytes, root: int) -> bytes:
+        src = _global_rank(self.group, root)
+        n = torch.tensor([len(data)], dtype=torch.int64)
+        dist.broadcast(n, src, group=self.group)
+        buf = torch.zeros(max(int(n), 1), dtype=torch.uint8)
+        if self.rank == root and data:
+            buf[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        dist.broadcast(buf, src, group=self.group)
+        return buf[:int(n)].numpy().tobytes()
+
+    def barrier(self) -> None:
+        dist.barrier(group=self.group)
+
+    def all_reduce_max(self, values: List[int]) -> List[int]:
+        t = torch.tensor(list(values), dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+        return [int(x) for x in t]
+
+    def all_to_all(self, parts: List[bytes]) -> List[bytes]:
+        """parts[d] goes to rank d; returns the part every rank sent here,
+        by rank. Two all_to_all_single calls (gloo has no list all_to_all):
+        the sizes, then the concatenated parts with uneven splits, so each
+        byte moves once. REQUIRES: len(parts) == size on every rank (ckpt
+        checks it on every rank before calling)."""
+        if len(parts) != self.size:
+            raise InvalidArgumentError(
+                f"all_to_all: {len(parts)} parts for {self.size} ranks")
+        sent = [len(p) for p in parts]
+        arriving = torch.empty(self.size, dtype=torch.int64)
+        dist.all_to_all_single(arriving, torch.tensor(sent, dtype=torch.int64),
+                               group=self.group)
+        received = [int(n) for n in arriving]
+        joined = b"".join(parts)
+        send = (torch.frombuffer(bytearray(joined), dtype=torch.uint8) if joined
+                else torch.empty(0, dtype=torch.uint8))
+        out = torch.empty(sum(received), dtype=torch.uint8)
+        dist.all_to_all_single(out, send, output_split_sizes=received,
+                               input_split_sizes=sent, group=self.group)
+        data, offsets = out.numpy().tobytes(), [0]
+        for n in received:
+            offsets.append(offsets[-1] + n)
+        return [data[a:b] for a, b in zip(offsets, offsets[1:])]
+
+
+def _communicator(process_group):
+    """None (single process), a ckpt communicator, or a
+    ProcessGroupCommunicator over `process_group`."""
+    if process_group is None:
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            return ProcessGroupCommunicator(None)
+        return None
+    if hasattr(process_group, "all_gather") and hasattr(process_group, "all_reduce_max"):
+        return process_group  # already a communicator
+    return ProcessGroupCommunicator(process_group)
+
+
+def _exchange(comm, info: Dict) -> List[Dict]:
+    """Every rank's `info` (a JSON-able dict), in rank order."""
+    if comm is None:
+        return [info]
+    return [json.loads(b) for b in comm.all_gather(json.dumps(info).encode())]
+
+
+def _error_info(e: BaseException) -> Dict:
+    code = next((c for c in range(1, 17) if type(e) is error_class(c)), 0)
+    return {"message": f"{type(e).__name__}: {e}", "code": code}
+
+
+def _raise_if_any_rank_failed(gathered: List[Dict], local_error, what: str) -> None:
+    """Raises on every rank when one rank failed before a collective (so no
+    rank waits in a collective the failed one never enters)."""
+    if local_error is not None:
+        raise local_error
+    for r, g in enumerate(gathered):
+        if g.get("error"):
+            cls = error_class(g["error"]["code"]) if g["error"]["code"] else Error
+            raise cls(f"{what}: rank {r} failed: {g['error']['message']}")
+
+
+def _rank_list(ranks) -> str:
+    ranks = sorted(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+

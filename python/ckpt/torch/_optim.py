@@ -1,0 +1,87 @@
+"""Optimizer state keyed by parameter names (DDP, ZeroRedundancyOptimizer)."""
+from typing import Any, Dict
+
+import torch
+
+
+def _local_optimizer(optimizer):
+    """The optimizer whose state this rank holds: a ZeroRedundancyOptimizer's
+    partition (optimizer.optim), or the optimizer itself."""
+    try:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+    except ImportError:  # torch built without distributed
+        return optimizer
+    return optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
+
+
+def _init_state(opt) -> None:
+    """Creates an optimizer's lazily made state (one step at lr 0 with zero
+    gradients), so that a load has tensors to fill. Parameters are left
+    bit for bit unchanged for torch.optim's SGD, Adam and AdamW."""
+    lrs = [g["lr"] for g in opt.param_groups]
+    made = []
+    for g in opt.param_groups:
+        g["lr"] = 0.0
+        for p in g["params"]:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+                made.append(p)
+    try:
+        opt.step()
+    finally:
+        for g, lr in zip(opt.param_groups, lrs):
+            g["lr"] = lr
+        for p in made:
+            p.grad = None
+
+
+def optimizer_state_dict(model: torch.nn.Module, optimizer) -> Dict[str, Any]:
+    """The optimizer's state keyed by parameter names (model.named_parameters()),
+    sharing its tensors and its per-parameter dicts: save it, or load into
+    it in place, then call set_optimizer_state_dict for the hyperparameters.
+
+    {"state": {param_name: {"exp_avg": tensor, "step": tensor, ...}},
+     "param_groups": [{"lr": ..., "betas": ..., ...}, ...]}   # no "params"
+
+    For a ZeroRedundancyOptimizer, only the partition this rank owns (no
+    consolidation): each rank saves its own part, and a load under any world
+    size requests the partition each rank owns then. An optimizer that has
+    not stepped yet gets its state created first (zeros, at lr 0).
+    """
+    local = _local_optimizer(optimizer)
+    names = {id(p): n for n, p in model.named_parameters()}
+    if not local.state:
+        _init_state(local)
+    state = {}
+    for g in local.param_groups:
+        for p in g["params"]:
+            if id(p) not in names:
+                raise ValueError("optimizer_state_dict: the optimizer has a parameter "
+                                 f"of shape {tuple(p.shape)} that is not in the model")
+            if local.state.get(p):
+                state[names[id(p)]] = local.state[p]
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in local.param_groups]
+    return {"state": state, "param_groups": groups}
+
+
+def set_optimizer_state_dict(model: torch.nn.Module, optimizer, state: Dict[str, Any]) -> None:
+    """Puts a loaded optimizer_state_dict back into `optimizer`: the
+    hyperparameters of its param groups and any per-parameter value that
+    is not a tensor shared with it. ValueError for a different number of
+    param groups."""
+    local = _local_optimizer(optimizer)
+    groups = state["param_groups"]
+    if len(groups) != len(local.param_groups):
+        raise ValueError(f"set_optimizer_state_dict: {len(groups)} saved param groups, the "
+                         f"optimizer has {len(local.param_groups)}")
+    targets = [local.param_groups]
+    if local is not optimizer:
+        targets.append(optimizer.param_groups)  # ZeRO copies its groups' values to local
+    for target in targets:
+        for g, saved in zip(target, groups):
+            g.update({k: v for k, v in saved.items() if k != "params"})
+    params = {n: p for n, p in model.named_parameters()}
+    for name, st in state["state"].items():
+        p = params[name]
+        if local.state.get(p) is not st:
+            local.state[p] = st

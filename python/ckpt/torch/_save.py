@@ -1,0 +1,241 @@
+"""Save and save_async: one ckpt Writer per process group, reused by
+every save of that group (its staging memory and save plan are made once),
+and at most one save in flight per group."""
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Dict, List, Tuple
+
+import torch
+import torch.distributed as dist
+
+from .. import _ckpt
+from .. import values as _values
+from .._errors import Error, InvalidArgumentError
+from ._comm import _communicator, _error_info, _exchange, _raise_if_any_rank_failed, _rank_list
+from ._leaves import (PER_RANK_METADATA_KEY, Chunk, _digest, _flatten, _is_tensor_leaf,
+                      _Leaf, _tensor_spec)
+
+
+@dataclass
+class _SavePlan:
+    writer: Any
+    options: Any
+    root: str
+    step: int
+
+
+def _register(writer, leaves: List[_Leaf], rank: int) -> Tuple[Dict, Dict, Dict, List[str]]:
+    """Registers this rank's tensors with `writer`. Returns the shared
+    values (name -> bytes), their digests, the replicated tensors' digests
+    (filled by the caller when verifying) and the per-rank names."""
+    values, digests, replicas, per_rank = {}, {}, {}, []
+    for leaf in leaves:
+        name, v = leaf.name, leaf.value
+        if leaf.per_rank:
+            per_rank.append(name)
+            entry = f"{name}@rank{rank}"
+            if _is_tensor_leaf(v):
+                dtype, shape, region, t = _tensor_spec(name, v)
+                writer.add_tensor(entry, dtype, shape, region, t)
+            else:
+                writer.set_object(entry, _values.encode(v, f"entry '{name}'"))
+        elif _is_tensor_leaf(v):
+            dtype, shape, region, t = _tensor_spec(name, v)
+            writer.add_tensor(name, dtype, shape, region, t, replica=not isinstance(v, Chunk))
+            if not isinstance(v, Chunk):
+                replicas[name] = t
+        else:
+            data = _values.encode(v, f"entry '{name}'")
+            values[name] = data
+            digests[name] = hashlib.blake2b(data, digest_size=16).hexdigest()
+    return values, digests, replicas, per_rank
+
+
+def _check_equal_across_ranks(gathered: List[Dict], key: str, what: str, hint: str) -> None:
+    holders: Dict[str, Dict[str, List[int]]] = {}
+    for r, g in enumerate(gathered):
+        for name, d in g[key].items():
+            holders.setdefault(name, {}).setdefault(d, []).append(r)
+    for name in sorted(holders):
+        if len(holders[name]) > 1:
+            groups = " | ".join(_rank_list(rs) for rs in holders[name].values())
+            raise InvalidArgumentError(
+                f"entry '{name}': {what} differ between ranks (equal within each group: "
+                f"{groups}){hint}")
+
+
+def _sync_cuda_streams(leaves: List[_Leaf]) -> None:
+    """ckpt copies device memory on its own CUDA streams: the kernels that
+    produce (or, for a load, last use) the tensors, queued on torch's
+    current stream of each device, must have completed first."""
+    devices = set()
+    for leaf in leaves:
+        t = leaf.value.local if isinstance(leaf.value, Chunk) else leaf.value
+        if isinstance(t, torch.Tensor) and t.device.type == "cuda":
+            devices.add(t.device)
+    for d in devices:
+        torch.cuda.current_stream(d).synchronize()
+
+
+# One ckpt Writer per process group (the group object is kept with it),
+# reused by every save of that group: its staging memory (allocated by the
+# first save_async, or the first save of CUDA tensors) and its save plan
+# are made once, not per save. release() drops them.
+_writers: Dict[int, Tuple[Any, Any]] = {}
+
+
+def _group_key(process_group):
+    """What identifies the group of a save: the group (or communicator)
+    passed, else the default group when torch.distributed is initialised
+    with several ranks (a new one after re-initialisation), else None."""
+    if process_group is None and _communicator(None) is not None:
+        return dist.group.WORLD
+    return process_group
+
+
+def _writer(process_group, comm):
+    """The Writer of `process_group`, emptied of the last save's entries."""
+    key = _group_key(process_group)
+    cached = _writers.get(id(key))
+    if cached is None or cached[0] is not key:
+        cached = _writers[id(key)] = (key, _ckpt.Writer(comm))
+    cached[1].clear()
+    return cached[1]
+
+
+def release() -> None:
+    """Waits for every save_async in flight, then frees the Writers that
+    save and save_async keep for reuse (and their staging memory)."""
+    for _, handle in list(_in_flight.values()):
+        try:
+            handle.wait()
+        except Error:
+            pass  # its outcome is reported by its own handle's wait()
+    _in_flight.clear()
+    _writers.clear()
+
+
+def _plan_save(state_dict: Dict, root: str, step: int, comm, verify_replicas: bool,
+               options: Dict, process_group=None) -> _SavePlan:
+    """Registers everything and agrees with the other ranks (one collective):
+    every rank's failure, the equality of Python values (and of replicas
+    with verify_replicas), and which rank saves each value."""
+    rank = comm.rank if comm is not None else 0
+    writer = _writer(process_group, comm)
+    info, error, values = {"error": None}, None, {}
+    try:
+        leaves = _flatten(state_dict)
+        _sync_cuda_streams(leaves)
+        values, digests, replicas, per_rank = _register(writer, leaves, rank)
+        info.update(values=digests, per_rank=per_rank,
+                    replicas={n: _digest(t) for n, t in replicas.items()}
+                    if verify_replicas else {})
+    except Exception as e:  # reported to every rank below
+        error, info["error"] = e, _error_info(e)
+    gathered = _exchange(comm, info)
+    _raise_if_any_rank_failed(gathered, error, "save")
+    _check_equal_across_ranks(gathered, "values", "Python values",
+                              " (wrap per-rank values in ckpt.torch.PerRank)")
+    _check_equal_across_ranks(gathered, "replicas", "replicated tensors",
+                              " (verify_replicas=True compares the copies' checksums)")
+    for name, data in values.items():  # the lowest rank holding a value saves it
+        if min(r for r, g in enumerate(gathered) if name in g["values"]) == rank:
+            writer.set_object(name, data)
+    per_rank_names = sorted({n for g in gathered for n in g["per_rank"]})
+    opts = dict(options)
+    metadata = dict(opts.pop("metadata", {}) or {})
+    if per_rank_names:
+        metadata[PER_RANK_METADATA_KEY] = json.dumps(per_rank_names)
+    from .. import save_options
+    return _SavePlan(writer, save_options(metadata=metadata, **opts), root, step)
+
+
+# The handle of the last save_async of each process group (the group object
+# is kept with it), until it was waited for: the next save of that group
+# (sync or async) waits for it first, on every rank, so that at most one
+# save is in flight and its commit (which may run the group's collectives
+# inside wait()) is never overtaken by the next one.
+_in_flight: Dict[int, Tuple[Any, "SaveHandle"]] = {}
+
+
+def _await_in_flight(process_group) -> None:
+    _, previous = _in_flight.pop(id(_group_key(process_group)), (None, None))
+    if previous is not None:
+        try:
+            previous.wait()
+        except Error:
+            pass  # its outcome is reported by its own handle's wait()
+
+
+def save(state_dict: Dict, root: str, step: int, *, process_group=None,
+         verify_replicas: bool = False, **options) -> _ckpt.SaveResult:
+    """Saves `state_dict` as checkpoint `step` under `root` (atomically;
+    `latest` then names it). Every rank of the group calls it with its own
+    state dict; it returns the same result (or raises the same error) on
+    every rank.
+
+    options are ckpt.SaveOptions fields: codec ("none", "zstd"), zstd_level,
+    io_threads, block_size, alignment, direct_io, overwrite, keep_last,
+    reuse_recorded_plan, snapshot_threads, metadata (a dict of str).
+    verify_replicas=True compares the checksums of the copies of replicated
+    tensors and raises naming the ranks whose copies differ.
+
+    The tensors are read during the call and may change once it returns.
+    A save_async still in flight is waited for first. One ckpt Writer per
+    process group is kept for the next saves (its staging memory and save
+    plan reused); release() frees it. Raises
+    ckpt.InvalidArgumentError (a ValueError) for bad input, naming the
+    entry; TypeError for an unsupported value type.
+    """
+    _await_in_flight(process_group)
+    comm = _communicator(process_group)
+    plan = _plan_save(state_dict, root, step, comm, verify_replicas, options, process_group)
+    return plan.writer.save(plan.root, plan.step, plan.options)
+
+
+class SaveHandle:
+    """What save_async returns: the save goes on in the background.
+
+    wait() blocks until the checkpoint is committed and durable and returns
+    its ckpt.SaveResult (stall_seconds: how long save_async blocked;
+    peak_staging_bytes), or raises the error of the background (a storage
+    error, a failing rank: the same on every rank; nothing is committed).
+    Later calls return (or raise) the same. done() never blocks: True once
+    wait() would not wait for I/O. With several ranks and no dedicated
+    background communicator the commit's collectives run inside wait(), so
+    every rank calls it (or the next save, which calls it)."""
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    def wait(self) -> _ckpt.SaveResult:
+        return self._handle.wait()
+
+    def done(self) -> bool:
+        return self._handle.done()
+
+
+def save_async(state_dict: Dict, root: str, step: int, *, process_group=None,
+               verify_replicas: bool = False, **options) -> SaveHandle:
+    """As save, but returns a SaveHandle as soon as every tensor and value
+    of `state_dict` has been snapshotted into ckpt's staging memory: from
+    then on the trainer may modify its tensors (the optimizer step may run)
+    and the checkpoint still holds the values at the call. Writing, fsyncs
+    and the commit continue in the background with save's atomicity: until
+    wait() succeeds, nothing of this step is visible.
+
+    Every rank calls it. A save still in flight is waited for first. CUDA
+    tensors are copied to pinned host memory before it returns (when the
+    package was built with CUDA support). Errors before the snapshot (bad
+    input, an existing step) are raised here; later ones by wait(). The GIL
+    is released while the snapshot is taken and while wait() blocks.
+    """
+    _await_in_flight(process_group)
+    comm = _communicator(process_group)
+    plan = _plan_save(state_dict, root, step, comm, verify_replicas, options, process_group)
+    handle = SaveHandle(plan.writer.save_async(plan.root, plan.step, plan.options))
+    key = _group_key(process_group)
+    _in_flight[id(key)] = (key, handle)
+    return handle
+
