@@ -116,13 +116,13 @@ def release() -> None:
     _writers.clear()
 
 
-def _plan_save(state_dict: Dict, root: str, step: int, comm, verify_replicas: bool,
-               options: Dict, process_group=None) -> _SavePlan:
+def _plan_save(writer, state_dict: Dict, root: str, step: int, comm, verify_replicas: bool,
+               options: Dict) -> _SavePlan:
     """Registers everything and agrees with the other ranks (one collective):
     every rank's failure, the equality of Python values (and of replicas
     with verify_replicas), and which rank saves each value."""
     rank = comm.rank if comm is not None else 0
-    writer = _writer(process_group, comm)
+    writer.clear()
     info, error, values = {"error": None}, None, {}
     try:
         leaves = _flatten(state_dict)
@@ -190,7 +190,8 @@ def save(state_dict: Dict, root: str, step: int, *, process_group=None,
     """
     _await_in_flight(process_group)
     comm = _communicator(process_group)
-    plan = _plan_save(state_dict, root, step, comm, verify_replicas, options, process_group)
+    plan = _plan_save(_writer(process_group, comm), state_dict, root, step, comm,
+                      verify_replicas, options)
     return plan.writer.save(plan.root, plan.step, plan.options)
 
 
@@ -233,7 +234,8 @@ def save_async(state_dict: Dict, root: str, step: int, *, process_group=None,
     """
     _await_in_flight(process_group)
     comm = _communicator(process_group)
-    plan = _plan_save(state_dict, root, step, comm, verify_replicas, options, process_group)
+    plan = _plan_save(_writer(process_group, comm), state_dict, root, step, comm,
+                      verify_replicas, options)
     handle = SaveHandle(plan.writer.save_async(plan.root, plan.step, plan.options))
     key = _group_key(process_group)
     _in_flight[id(key)] = (key, handle)
