@@ -34,12 +34,13 @@ means the default group when torch.distributed is initialised) or any ckpt
 communicator (ckpt.MpiCommunicator, or an object with its methods).
 """
 from ._comm import ProcessGroupCommunicator
+from .checkpointer import Checkpointer
 from ._leaves import PER_RANK_METADATA_KEY, Chunk, PerRank, ckpt_dtype
 from ._load import load
 from ._optim import optimizer_state_dict, set_optimizer_state_dict
 from ._save import SaveHandle, release, save, save_async
 
-__all__ = ["Chunk", "PerRank", "ProcessGroupCommunicator", "SaveHandle", "ckpt_dtype", "load",
+__all__ = ["Checkpointer", "Chunk", "PerRank", "ProcessGroupCommunicator", "SaveHandle", "ckpt_dtype", "load",
            "optimizer_state_dict", "release", "save", "save_async",
            "set_optimizer_state_dict", "PER_RANK_METADATA_KEY"]
 
