@@ -46,6 +46,9 @@ __all__ = ["Checkpointer", "Chunk", "PerRank", "ProcessGroupCommunicator", "Save
 
 
 def __getattr__(name):
+    if name == "dcp":  # DCP's storage (ckpt.torch.dcp): imported on first use
+        import importlib
+        return importlib.import_module(".dcp", __name__)
     if name == "Shard":  # its name before DTensor's Shard placement took it
         import warnings
         warnings.warn("ckpt.torch.Shard is now ckpt.torch.Chunk (DTensor's Shard is a "
