@@ -402,6 +402,28 @@ def test_one_process_round_trip_of_every_leaf_kind(tmp_path):
     dcp.save(src, storage_writer=ckdcp.Writer(tmp_path, step=7, overwrite=True))
     dcp.save(src, checkpoint_id=tmp_path, storage_writer=ckdcp.Writer("elsewhere", step=8))
     assert ckpt.Reader(str(tmp_path)).step == 8
+    # async_save: stage() refuses a committed step at once, on the caller's thread.
+    with pytest.raises(ckpt.AlreadyExistsError, match="step-00000008"):
+        dcp.async_save(src, storage_writer=ckdcp.Writer(tmp_path, step=8))
+    dcp.async_save(src, storage_writer=ckdcp.Writer(tmp_path, step=9)).result()
+    reader = ckdcp.Reader(tmp_path)  # one Reader, two loads: `latest` followed anew
+    assert reader.read_metadata().storage_meta.checkpoint_id.endswith("step-00000009")
+    dcp.save(src, storage_writer=ckdcp.Writer(tmp_path, step=10))
+    assert reader.read_metadata().storage_meta.checkpoint_id.endswith("step-00000010")
+    with pytest.raises(ckpt.UnimplementedError, match="use_collectives=False"):
+        dcp.save(src, storage_writer=ckdcp.Writer(tmp_path, step=11), use_collectives=False)
+
+
+def test_metadata_json_is_cut_to_fit_and_checked():
+    doc = {"version": 1, "properties": {},
+           "planner_data": {f"layers.{i}.w": ["layers", f"{i}.w"] for i in range(30000)}}
+    pairs = ckdcp._encode_metadata(doc)
+    assert len(pairs) > 1 and all(len(v.encode()) <= 1 << 20 for v in pairs.values())
+    assert ckdcp._decode_metadata(list(pairs.items())) == doc
+    del pairs[f"{ckdcp.METADATA_KEY}.part1"]  # control: a lost part is found
+    with pytest.raises(ckpt.DataLossError, match="ckpt.torch.dcp.*not JSON"):
+        ckdcp._decode_metadata(list(pairs.items()))
+    assert ckdcp._decode_metadata([("other", "x")]) is None
 
 
 def test_a_checkpoint_of_ckpt_torch_save_loads_through_dcp(tmp_path):

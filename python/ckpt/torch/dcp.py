@@ -685,7 +685,9 @@ class Reader(StorageReader):
     def read_metadata(self, *args, **_options) -> Metadata:
         """DCP's Metadata rebuilt from the manifest. NotFoundError naming the
         path when it holds no ckpt checkpoint. (No **kwargs: ckpt has no
-        rank-local metadata for DCP to fall back to.)"""
+        rank-local metadata for DCP to fall back to.) Opens the checkpoint
+        afresh: a root's `latest` is followed anew by every load."""
+        self._reader = None
         return _metadata(self._open(), self._load_id)
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args,
