@@ -17,6 +17,9 @@ State dicts: nested dicts (with str keys) are flattened with "." into entry
 names. A leaf is
   * a torch.Tensor: the whole tensor. With several ranks, ranks that hold
     the same name hold replicas (data parallelism), written once;
+  * a DTensor (FSDP2, tensor parallel, any mesh) or a ShardedTensor:
+    this rank's local tensor at its global offsets (ckpt.torch.dtensor);
+    a Partial placement is refused;
   * a Chunk: this rank's piece of a larger tensor (an n-d box or a flat
     range of the row-major flattening);
   * a PerRank(value): one value (or tensor) per rank;
@@ -24,6 +27,16 @@ names. A leaf is
     and lists, tuples and dicts of them; ckpt.values documents the
     encoding: no pickle, loading never runs code). It must be equal on
     every rank that holds it.
+
+A value with state_dict() and load_state_dict() (a module, an optimizer,
+an LR scheduler, a user object) is saved as its state dict and restored
+through load_state_dict after the load, like dcp.save and dcp.load:
+
+    ckpt.torch.save({"model": model, "optim": optimizer, "step": step}, root, step)
+    ckpt.torch.load({"model": model, "optim": optimizer, "step": None}, root)
+
+(modules and optimizers through torch.distributed.checkpoint.state_dict:
+FQN keys, DTensor values under FSDP2 and tensor parallelism).
 
 Loads are in place: tensors of the state dict are written, Python values
 are replaced in their dicts. A load reshards: any world size and any

@@ -2,11 +2,12 @@
 
 A nested dict of str keys is flattened with "." into entry names; a leaf is
 a torch.Tensor (the whole tensor; ranks that hold the same name hold
-replicas), a Chunk (this rank's piece of a larger tensor), a PerRank value,
-or a Python value (ckpt.values)."""
+replicas), a DTensor or ShardedTensor (this rank's local pieces at their
+global offsets: ckpt.torch.dtensor), a Chunk (this rank's piece of a larger
+tensor), a PerRank value, or a Python value (ckpt.values)."""
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -104,40 +105,45 @@ class PerRank:
 @dataclass
 class _Leaf:
     name: str        # entry name
-    path: Tuple      # keys from the state dict's root
+    container: Dict  # the dict that holds the value (a load replaces it there)
+    key: str
     value: Any
     per_rank: bool = False
 
 
-def _flatten(state: Dict, prefix: str = "", path: Tuple = ()) -> List[_Leaf]:
+def _flatten(state: Dict, prefix: str = "", expand: Optional[Callable] = None) -> List[_Leaf]:
+    """The leaves of `state`, in order. expand(name, key, value), when
+    given, returns {key: state dict} to flatten in place of a value (a
+    stateful object's), or None."""
     out = []
     for key, value in state.items():
         if not isinstance(key, str):
             raise TypeError(f"state dict key {key!r} under '{prefix}' is not a str "
                             "(nested dicts are flattened into entry names)")
         name = f"{prefix}{key}"
-        if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
-            out.extend(_flatten(value, name + ".", path + (key,)))
+        holder = expand(name, key, value) if expand is not None else None
+        if holder is not None:
+            out.extend(_flatten(holder, prefix, expand))
+        elif isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
+            out.extend(_flatten(value, name + ".", expand))
         elif isinstance(value, PerRank):
-            out.append(_Leaf(name, path + (key,), value.value, per_rank=True))
+            out.append(_Leaf(name, state, key, value.value, per_rank=True))
         else:
-            out.append(_Leaf(name, path + (key,), value))
+            out.append(_Leaf(name, state, key, value))
     return out
 
 
 def _is_tensor_leaf(v) -> bool:
+    """A tensor (plain, DTensor or ShardedTensor) or a Chunk."""
     return isinstance(v, (torch.Tensor, Chunk))
 
 
-def _tensor_spec(name: str, v):
-    """(ckpt dtype, global shape, region, contiguous CPU or CUDA tensor to
-    borrow)."""
-    t = v.local if isinstance(v, Chunk) else v
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"entry '{name}': Chunk.local must be a torch.Tensor, "
-                        f"got {type(t).__name__}")
+def _borrowable(name: str, t: torch.Tensor) -> torch.Tensor:
+    """`t` as ckpt borrows it (no copy): detached, a CPU or CUDA tensor,
+    contiguous (else InvalidArgumentError naming the entry), bool and
+    float8 as same-width integers."""
     t = t.detach()
-    dtype = ckpt_dtype(t.dtype)
+    ckpt_dtype(t.dtype)  # TypeError for dtypes ckpt lacks
     if not t.is_contiguous():
         raise InvalidArgumentError(
             f"entry '{name}': the tensor is not contiguous (strides {t.stride()} for shape "
@@ -150,15 +156,88 @@ def _tensor_spec(name: str, v):
         raise InvalidArgumentError(
             f"entry '{name}': a {t.device.type} tensor; ckpt saves and loads CPU and CUDA "
             "tensors")
+    if t.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                       torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
+        t = t.view(_RAW_VIEW[t.element_size()])
+    return t
+
+
+def _tensor_spec(name: str, v):
+    """(ckpt dtype, global shape, region, contiguous CPU or CUDA tensor to
+    borrow) of a plain tensor or a Chunk."""
+    t = v.local if isinstance(v, Chunk) else v
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"entry '{name}': Chunk.local must be a torch.Tensor, "
+                        f"got {type(t).__name__}")
+    dtype = ckpt_dtype(t.dtype)
+    t = _borrowable(name, t)
     if isinstance(v, Chunk):
         shape, region = tuple(int(d) for d in v.global_shape), v.region(name)
     else:
         shape = tuple(t.shape)
         region = _ckpt.Box.full(shape)
-    if t.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16,
-                       torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
-        t = t.view(_RAW_VIEW[t.element_size()])
     return dtype, shape, region, t
+
+
+@dataclass
+class _Part:
+    """One region of an entry on this rank: ckpt dtype, global shape,
+    region, the tensor ckpt borrows, and (loads only) the non-contiguous
+    view of the real storage to copy it into once loaded, or None."""
+    dtype: Any
+    shape: Tuple[int, ...]
+    region: Any
+    data: torch.Tensor
+    target: Optional[torch.Tensor] = None
+
+
+def _is_distributed(v) -> bool:
+    from .dtensor import is_distributed
+    return is_distributed(v)
+
+
+def _distributed_save_part(name: str, v) -> _Part:
+    """The one region this rank saves of a DTensor or ShardedTensor. A
+    non-contiguous local tensor is saved from a contiguous copy. REQUIRES:
+    the value holds one box here (dtensor.one_box_everywhere, else the
+    caller redistributes it first)."""
+    from .dtensor import layout
+    lay = layout(name, v)
+    pieces = [p for p in lay.pieces if p.local.numel()] or lay.pieces[:1]
+    if len(pieces) != 1:
+        raise InvalidArgumentError(
+            f"entry '{name}': this rank holds {len(pieces)} separate boxes of the "
+            f"{lay.kind} (ckpt saves one region per entry and rank)")
+    local = pieces[0].local
+    data = local if local.is_contiguous() else local.contiguous()
+    return _Part(ckpt_dtype(lay.dtype), lay.global_shape,
+                 _ckpt.Box(pieces[0].offsets, tuple(local.shape)), _borrowable(name, data))
+
+
+def _distributed_load_parts(name: str, v) -> List[_Part]:
+    """The regions a load writes into this rank's local tensor of a DTensor
+    or ShardedTensor: each box it holds, loaded in place, or (where the
+    box's view of the local tensor is not contiguous) into a buffer that
+    is then copied into the real storage."""
+    from .dtensor import layout
+    lay = layout(name, v)
+    parts = []
+    for p in lay.pieces:
+        local, target = p.local, None
+        if not local.is_contiguous():
+            local, target = torch.empty(local.shape, dtype=local.dtype,
+                                        device=local.device), local
+        parts.append(_Part(ckpt_dtype(lay.dtype), lay.global_shape,
+                           _ckpt.Box(p.offsets, tuple(p.local.shape)),
+                           _borrowable(name, local), target))
+    return parts
+
+
+def _load_parts(name: str, v) -> List[_Part]:
+    """The regions a load writes for a tensor leaf."""
+    if _is_distributed(v):
+        return _distributed_load_parts(name, v)
+    return [_Part(*_tensor_spec(name, v))]
 
 
 def _digest(t: torch.Tensor) -> str:
@@ -166,4 +245,3 @@ def _digest(t: torch.Tensor) -> str:
     the host for it: verify_replicas only)."""
     raw = t.reshape(-1).cpu().view(_RAW_VIEW[t.element_size()]).numpy()
     return hashlib.blake2b(memoryview(raw), digest_size=16).hexdigest()
-

@@ -4,7 +4,7 @@ and at most one save in flight per group."""
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -12,9 +12,11 @@ import torch.distributed as dist
 from .. import _ckpt
 from .. import values as _values
 from .._errors import Error, InvalidArgumentError
-from ._comm import _communicator, _error_info, _exchange, _raise_if_any_rank_failed, _rank_list
-from ._leaves import (PER_RANK_METADATA_KEY, Chunk, _digest, _flatten, _is_tensor_leaf,
-                      _Leaf, _tensor_spec)
+from ._comm import (ProcessGroupCommunicator, _communicator, _error_info, _exchange,
+                    _raise_if_any_rank_failed, _rank_list)
+from ._leaves import (PER_RANK_METADATA_KEY, Chunk, _digest, _distributed_save_part, _flatten,
+                      _is_distributed, _is_tensor_leaf, _Leaf, _tensor_spec)
+from ._stateful import Statefuls
 
 
 @dataclass
@@ -25,21 +27,48 @@ class _SavePlan:
     step: int
 
 
-def _register(writer, leaves: List[_Leaf], rank: int) -> Tuple[Dict, Dict, Dict, List[str]]:
+def _register_distributed(writer, name: str, v, group_ranks) -> bool:
+    """Registers this rank's box of a DTensor or ShardedTensor, as a
+    replica (ranks that hold the same box, e.g. along a Replicate mesh
+    dimension, are written once, by one of them). Returns False, having
+    registered nothing, for a DTensor that is not one box on every rank:
+    the caller redistributes it once every rank is known to be ready."""
+    from .dtensor import check_in_group, one_box_everywhere
+    check_in_group(name, v, group_ranks)
+    if not one_box_everywhere(name, v):
+        if not hasattr(v, "redistribute"):  # a ShardedTensor
+            raise InvalidArgumentError(
+                f"entry '{name}': this rank holds {len(v.local_shards())} shards of the "
+                "ShardedTensor; ckpt saves one region per entry and rank")
+        return False
+    part = _distributed_save_part(name, v)
+    writer.add_tensor(name, part.dtype, part.shape, part.region, part.data, replica=True)
+    return True
+
+
+def _register(writer, leaves: List[_Leaf], rank: int, group_ranks=None
+              ) -> Tuple[Dict, Dict, Dict, List[str], List[_Leaf]]:
     """Registers this rank's tensors with `writer`. Returns the shared
-    values (name -> bytes), their digests, the replicated tensors' digests
-    (filled by the caller when verifying) and the per-rank names."""
-    values, digests, replicas, per_rank = {}, {}, {}, []
+    values (name -> bytes), their digests, the replicated tensors (whose
+    digests the caller takes when verifying), the per-rank names, and the
+    DTensor leaves to redistribute before registering (_register_deferred)."""
+    values, digests, replicas, per_rank, deferred = {}, {}, {}, [], []
     for leaf in leaves:
         name, v = leaf.name, leaf.value
         if leaf.per_rank:
             per_rank.append(name)
             entry = f"{name}@rank{rank}"
+            if _is_distributed(v):
+                raise InvalidArgumentError(
+                    f"entry '{name}': a PerRank value cannot be a {type(v).__name__}")
             if _is_tensor_leaf(v):
                 dtype, shape, region, t = _tensor_spec(name, v)
                 writer.add_tensor(entry, dtype, shape, region, t)
             else:
                 writer.set_object(entry, _values.encode(v, f"entry '{name}'"))
+        elif _is_distributed(v):
+            if not _register_distributed(writer, name, v, group_ranks):
+                deferred.append(leaf)
         elif _is_tensor_leaf(v):
             dtype, shape, region, t = _tensor_spec(name, v)
             writer.add_tensor(name, dtype, shape, region, t, replica=not isinstance(v, Chunk))
@@ -49,7 +78,34 @@ def _register(writer, leaves: List[_Leaf], rank: int) -> Tuple[Dict, Dict, Dict,
             data = _values.encode(v, f"entry '{name}'")
             values[name] = data
             digests[name] = hashlib.blake2b(data, digest_size=16).hexdigest()
-    return values, digests, replicas, per_rank
+    return values, digests, replicas, per_rank, deferred
+
+
+def _register_deferred(writer, deferred: List[_Leaf]) -> None:
+    """Registers the DTensors whose local tensors are several boxes (a
+    _StridedShard that leaves gaps): each is redistributed, in name order
+    on every rank of its mesh, to placements that hold one box (its
+    _StridedShard placements become Replicate: a collective and a copy;
+    the copy lives until the Writer is cleared). Called after every rank
+    has registered everything else without error."""
+    from .dtensor import to_one_box
+    for leaf in sorted(deferred, key=lambda l: l.name):
+        boxed = to_one_box(leaf.value)
+        part = _distributed_save_part(leaf.name, boxed)
+        writer.add_tensor(leaf.name, part.dtype, part.shape, part.region, part.data,
+                          replica=True)
+
+
+def _save_group_ranks(comm) -> Optional[List[int]]:
+    """The global ranks of the save's process group, or None where the
+    communicator is not a torch process group (then DTensor meshes are
+    not checked against it)."""
+    if comm is None:
+        return [dist.get_rank()] if dist.is_available() and dist.is_initialized() else [0]
+    if isinstance(comm, ProcessGroupCommunicator):
+        from .dtensor import _group_ranks
+        return _group_ranks(comm.group)
+    return None
 
 
 def _check_equal_across_ranks(gathered: List[Dict], key: str, what: str, hint: str) -> None:
@@ -120,14 +176,17 @@ def _plan_save(writer, state_dict: Dict, root: str, step: int, comm, verify_repl
                options: Dict) -> _SavePlan:
     """Registers everything and agrees with the other ranks (one collective):
     every rank's failure, the equality of Python values (and of replicas
-    with verify_replicas), and which rank saves each value."""
+    with verify_replicas), and which rank saves each value. Stateful values
+    are saved as their state dicts (ckpt.torch._stateful)."""
     rank = comm.rank if comm is not None else 0
     writer.clear()
-    info, error, values = {"error": None}, None, {}
+    info, error, values, deferred = {"error": None}, None, {}, []
     try:
-        leaves = _flatten(state_dict)
+        group_ranks = _save_group_ranks(comm)
+        leaves = _flatten(state_dict, expand=Statefuls(state_dict).expand)
         _sync_cuda_streams(leaves)
-        values, digests, replicas, per_rank = _register(writer, leaves, rank)
+        values, digests, replicas, per_rank, deferred = _register(writer, leaves, rank,
+                                                                  group_ranks)
         info.update(values=digests, per_rank=per_rank,
                     replicas={n: _digest(t) for n, t in replicas.items()}
                     if verify_replicas else {})
@@ -135,6 +194,7 @@ def _plan_save(writer, state_dict: Dict, root: str, step: int, comm, verify_repl
         error, info["error"] = e, _error_info(e)
     gathered = _exchange(comm, info)
     _raise_if_any_rank_failed(gathered, error, "save")
+    _register_deferred(writer, deferred)
     _check_equal_across_ranks(gathered, "values", "Python values",
                               " (wrap per-rank values in ckpt.torch.PerRank)")
     _check_equal_across_ranks(gathered, "replicas", "replicated tensors",
@@ -174,6 +234,20 @@ def save(state_dict: Dict, root: str, step: int, *, process_group=None,
     `latest` then names it). Every rank of the group calls it with its own
     state dict; it returns the same result (or raises the same error) on
     every rank.
+
+    Leaves (ckpt.torch module docstring): plain tensors (replicas where
+    several ranks hold the name), DTensors and ShardedTensors (each rank's
+    box at its global offsets; boxes that several ranks hold, e.g. along a
+    Replicate mesh dimension, are written once, by one holder chosen to
+    balance the bytes; a non-contiguous local tensor is saved from a
+    contiguous copy; a DTensor whose local tensor is several boxes, from a
+    _StridedShard that leaves gaps, is first redistributed to one box per
+    rank, a collective over its mesh), Chunks, PerRank and Python values.
+    Stateful values (state_dict() and load_state_dict(): modules,
+    optimizers, LR schedulers) are saved as their state dicts
+    (ckpt.torch._stateful). Errors naming the entry: a DTensor with a
+    Partial placement, a DTensor whose mesh has ranks outside the process
+    group of the save, a state_dict() that raises (on every rank).
 
     options are ckpt.SaveOptions fields: codec ("none", "zstd"), zstd_level,
     io_threads, block_size, alignment, direct_io, overwrite, keep_last,

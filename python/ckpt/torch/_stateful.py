@@ -1,0 +1,143 @@
+"""The Stateful protocol: a value with state_dict() and load_state_dict()
+(a module, an optimizer, an LR scheduler, a user object) is saved as its
+state dict, flattened under its name, and restored by loading its state
+dict in place and then handing it back to the object.
+
+  * torch.nn.Module: torch.distributed.checkpoint.state_dict's
+    get_model_state_dict / set_model_state_dict (FQN keys: no DDP
+    "module." or torch.compile prefixes; FSDP2 and tensor-parallel
+    parameters as DTensors);
+  * torch.optim.Optimizer: get_optimizer_state_dict /
+    set_optimizer_state_dict with the module of the same state dict whose
+    parameters it optimizes ({"state": {fqn: {...}}, "param_groups": [...]},
+    DTensor-valued under FSDP2 and TP; state not made yet is created by a
+    step at lr 0); a ZeroRedundancyOptimizer as
+    ckpt.torch.optimizer_state_dict (each rank its own partition);
+  * anything else: obj.state_dict() / obj.load_state_dict(state).
+Where torch has no torch.distributed.checkpoint, modules use
+state_dict() / load_state_dict().
+"""
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+from .._errors import InvalidArgumentError, UnknownError
+
+
+def is_stateful(value) -> bool:
+    """Whether `value` follows the protocol (tensors and dicts never do)."""
+    return (not isinstance(value, (dict, torch.Tensor))
+            and callable(getattr(value, "state_dict", None))
+            and callable(getattr(value, "load_state_dict", None)))
+
+
+@dataclass
+class Stateful:
+    """One stateful value of a state dict: its entry name, the object, and
+    holder[key], the state dict it was saved as (a load fills it in
+    place; restore() hands it to the object)."""
+    name: str
+    obj: Any
+    holder: Dict[str, Any]
+    key: str
+    restore_fn: Callable[[Any], None]
+
+    def restore(self) -> None:
+        """Hands the loaded state to the object. UnknownError naming the
+        entry when its load_state_dict (or set_*_state_dict) raises."""
+        try:
+            self.restore_fn(self.holder[self.key])
+        except Exception as e:  # named for every rank
+            raise UnknownError(f"entry '{self.name}': restoring the loaded state into the "
+                               f"{type(self.obj).__name__} raised {type(e).__name__}: {e}") from e
+
+
+def _dsd():
+    """torch.distributed.checkpoint.state_dict, or None."""
+    try:
+        from torch.distributed.checkpoint import state_dict
+        return state_dict
+    except ImportError:  # torch without distributed
+        return None
+
+
+def _is_zero(optimizer) -> bool:
+    try:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+    except ImportError:
+        return False
+    return isinstance(optimizer, ZeroRedundancyOptimizer)
+
+
+def _modules(state: Dict) -> List[torch.nn.Module]:
+    """The modules among the values of `state`, nested dicts included."""
+    out = []
+    for v in state.values():
+        if isinstance(v, torch.nn.Module):
+            out.append(v)
+        elif isinstance(v, dict):
+            out.extend(_modules(v))
+    return out
+
+
+def _model_of(name: str, optimizer, modules: List[torch.nn.Module]) -> torch.nn.Module:
+    """The module whose parameters include every parameter `optimizer`
+    updates. InvalidArgumentError naming the entry when there is none."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    for m in modules:
+        mine = {id(p) for p in m.parameters()}
+        if all(id(p) in mine for p in params):
+            return m
+    raise InvalidArgumentError(
+        f"entry '{name}': an optimizer is saved by parameter names, from the module whose "
+        "parameters it updates: put that module in the same state dict (e.g. "
+        "{'model': model, 'optim': optimizer})")
+
+
+def _handlers(name: str, obj, modules: Callable[[], List[torch.nn.Module]]):
+    """(state dict getter, restorer) of a stateful object."""
+    dsd = _dsd()
+    if isinstance(obj, torch.nn.Module) and dsd is not None:
+        return (lambda: dsd.get_model_state_dict(obj),
+                lambda sd: dsd.set_model_state_dict(obj, sd))
+    if isinstance(obj, torch.optim.Optimizer):
+        model = _model_of(name, obj, modules())
+        if _is_zero(obj) or dsd is None:
+            from ._optim import optimizer_state_dict, set_optimizer_state_dict
+            return (lambda: optimizer_state_dict(model, obj),
+                    lambda sd: set_optimizer_state_dict(model, obj, sd))
+        return (lambda: dsd.get_optimizer_state_dict(model, obj),
+                lambda sd: dsd.set_optimizer_state_dict(model, obj, sd))
+    return obj.state_dict, obj.load_state_dict
+
+
+class Statefuls:
+    """The stateful values met while flattening one state dict: expand is
+    _flatten's hook, found lists them in order."""
+
+    def __init__(self, state: Dict):
+        self._state = state
+        self._modules: Optional[List[torch.nn.Module]] = None
+        self.found: List[Stateful] = []
+
+    def _all_modules(self) -> List[torch.nn.Module]:
+        if self._modules is None:
+            self._modules = _modules(self._state)
+        return self._modules
+
+    def expand(self, name: str, key: str, value) -> Optional[Dict[str, Any]]:
+        """{key: value's state dict} for a stateful value (entry `name`,
+        `key` in its dict), else None. UnknownError naming the entry when
+        its state_dict() raises."""
+        if not is_stateful(value):
+            return None
+        get, restore = _handlers(name, value, self._all_modules)
+        try:
+            sd = get()
+        except Exception as e:  # reported to every rank by the caller
+            raise UnknownError(f"entry '{name}': {type(value).__name__}.state_dict() raised "
+                               f"{type(e).__name__}: {e}") from e
+        holder = {key: sd}
+        self.found.append(Stateful(name, value, holder, key, restore))
+        return holder
