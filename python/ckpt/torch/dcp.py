@@ -27,6 +27,8 @@ The mapping
   chunk's box. Every chunk is registered as a replica, so a piece that
   several ranks hold is written once (DCP's planner has deduplicated them
   already; ckpt would too). A rank holds at most one chunk of an entry.
+  An empty chunk (a Shard of fewer rows than ranks) covers nothing and is
+  not stored.
 * A bytes write item (WriteItemType.BYTE_IO) is an object entry holding
   exactly the bytes the planner gives (DefaultSavePlanner: torch.save of
   the value); ckpt never interprets them.
@@ -51,7 +53,7 @@ DCP calls set_up_storage_writer, prepare_local_plan (every rank),
 prepare_global_plan (the coordinator), write_data (every rank) and finish
 (the coordinator only). A ckpt save is collective, so it runs in write_data:
   * prepare_local_plan checks what needs no collective (dtypes ckpt has, one
-    chunk per entry per rank, a name the planner can look up);
+    chunk per entry per rank);
   * prepare_global_plan (coordinator) refuses a step that is committed
     already (unless overwrite) and builds the JSON metadata from all plans;
     DCP scatters it to every rank inside the plans (storage_data), so every
@@ -76,13 +78,14 @@ stage() plans the save with a SavePlanner (Writer(planner=...), default
 DefaultSavePlanner()), registers the items and calls ckpt's
 Writer.save_async, which returns once every tensor is snapshotted into
 ckpt's staging memory (kept by the ckpt Writer of the group and reused by
-the next save; device tensors are copied first). The trainer may then
-change its tensors: the checkpoint holds the values at the call. ckpt
-writes in the background; DCP's save, on its own thread, plans again
-(metadata only) and its write_data waits for ckpt's save (whose commit
-collectives run there), then checks that DCP's plan asks for nothing the
-staged one lacks (a different planner: raises, after the commit, saying
-so). stage() returns the state dict's containers copied (the tensors not:
+the next save; CUDA tensors go through ckpt's pinned staging when the
+package has CUDA support, else torch copies them to the host first). The
+trainer may then change its tensors: the checkpoint holds the values at
+the call. ckpt writes in the background; DCP's save, on its own thread,
+plans again (metadata only) and its write_data waits for ckpt's save
+(whose commit collectives run there), then checks that DCP's plan asks for
+nothing the staged one lacks (a different planner: raises, after the
+commit, saying so). stage() returns the state dict's containers copied (the tensors not:
 nothing reads their values any more). Every rank calls stage() (it runs one
 all-gather and ckpt's planning on the group's communicator), so DCP's save
 must be finished (future.result()) before the next async_save on the same
