@@ -1,4 +1,11 @@
-"""Optimizer state keyed by parameter names (DDP, ZeroRedundancyOptimizer)."""
+"""Optimizer state keyed by parameter names (DDP, ZeroRedundancyOptimizer).
+
+For FSDP2 and tensor parallelism pass the optimizer itself in the state
+dict, next to its model ({"model": model, "optim": optimizer}): it is
+saved through torch.distributed.checkpoint.state_dict's
+get_optimizer_state_dict (FQN keys, DTensor values) and restored through
+set_optimizer_state_dict (ckpt.torch._stateful); a ZeroRedundancyOptimizer
+passed that way uses optimizer_state_dict below."""
 from typing import Any, Dict
 
 import torch

@@ -14,10 +14,18 @@ coordinate, processed left to right over the mesh dimensions:
   * Partial: refused (a pending reduction is no tensor value).
 The covered indices are split into runs of consecutive ones; the local
 tensor covers the boxes of their cross product (one box for Shard and
-Replicate, and for FSDP2 over tensor parallelism). The result is checked
-against torch's own compute_local_shape_and_global_offset and against the
-local tensor's shape, so a placement this module does not understand
-fails loudly instead of saving data at wrong offsets.
+Replicate, and for FSDP2 over tensor parallelism, even or uneven). The
+result is checked against the local tensor's shape and, with a
+_StridedShard, against torch's own compute_local_shape_and_global_offset,
+so a placement this module does not understand fails loudly instead of
+saving data at wrong offsets. Everything is computed on each rank from its
+DTensor alone (no collective); a dimension's indices stay a range unless
+a _StridedShard leaves gaps, so the cost does not grow with the size.
+
+A ckpt Writer registers one region per entry and rank: a DTensor whose
+local tensor is several boxes (a _StridedShard with gaps, which FSDP2 does
+not make) is saved after to_one_box redistributes it; a load writes each
+box where it belongs.
 
 A ShardedTensor (torch.distributed._shard, from older FSDP state dicts)
 lists its local shards with their offsets.
@@ -25,6 +33,7 @@ lists its local shards with their offsets.
 Nothing here imports torch.distributed.tensor: a value can only be a
 DTensor when that module is already loaded.
 """
+import functools
 import itertools
 import sys
 from dataclasses import dataclass
@@ -64,7 +73,6 @@ class Layout:
     dtype: torch.dtype
     pieces: List[Piece]
     kind: str  # "DTensor" or "ShardedTensor"
-    placements: str = ""  # for messages
 
 
 def _loaded_class(module: str, name: str):
@@ -95,56 +103,68 @@ def is_distributed(value) -> bool:
 # The offset computation: plain data in, plain data out (no mesh, no
 # process group), so it can be tested on its own.
 
-def _chunks(indices: torch.Tensor, n: int) -> List[torch.Tensor]:
-    """torch.chunk's split into n parts, padded with empty parts to n."""
-    parts = list(torch.chunk(indices, n)) if indices.numel() else []
-    return parts + [indices[:0]] * (n - len(parts))
+# A dimension's covered indices: a range while they are consecutive (Shard
+# and Replicate: no per-element work, whatever the size), else a list.
+Indices = Sequence[int]
 
 
-def _split(indices: torch.Tensor, n: int, split_factor: int) -> List[torch.Tensor]:
+def _chunks(indices: Indices, n: int) -> List[Indices]:
+    """torch.chunk's split into n parts (ceil(len / n) each, the last ones
+    shorter or empty)."""
+    size = -(-len(indices) // n)
+    return [indices[r * size:(r + 1) * size] for r in range(n)]
+
+
+def _concat(parts: List[Indices]) -> Indices:
+    """The parts one after the other: a range where they join up."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return range(0)
+    if all(isinstance(p, range) and p.step == 1 for p in parts) and all(
+            a.stop == b.start for a, b in zip(parts, parts[1:])):
+        return range(parts[0].start, parts[-1].stop)
+    return [i for p in parts for i in p]
+
+
+def _split(indices: Indices, n: int, split_factor: int) -> List[Indices]:
     """The n parts of `indices` a shard-like placement makes (Shard for
     split_factor 1, else _StridedShard)."""
     if split_factor == 1:
         return _chunks(indices, n)
     second = [_chunks(first, n) for first in _chunks(indices, split_factor)]
-    return [torch.cat([s[r] for s in second]) for r in range(n)]
+    return [_concat([s[r] for s in second]) for r in range(n)]
 
 
 def local_indices(global_shape: Sequence[int], mesh_shape: Sequence[int],
                   coordinate: Sequence[int], shards: Sequence[ShardSpec]
-                  ) -> List[Optional[torch.Tensor]]:
+                  ) -> List[Indices]:
     """Per tensor dimension, the global indices the local tensor covers, in
-    local order (None: the whole dimension). shards[m] is the placement on
-    mesh dimension m."""
-    out: List[Optional[torch.Tensor]] = [None] * len(global_shape)
+    local order (a range where they are consecutive). shards[m] is the
+    placement on mesh dimension m."""
+    out: List[Indices] = [range(int(g)) for g in global_shape]
     for m, spec in enumerate(shards):
-        if spec is None:
-            continue
-        d, factor = spec
-        idx = out[d] if out[d] is not None else torch.arange(int(global_shape[d]))
-        out[d] = _split(idx, int(mesh_shape[m]), factor)[int(coordinate[m])]
+        if spec is not None:
+            d, factor = spec
+            out[d] = _split(out[d], int(mesh_shape[m]), factor)[int(coordinate[m])]
     return out
 
 
-def _runs(idx: Optional[torch.Tensor], size: int) -> List[Tuple[int, int, int]]:
+def _runs(idx: Indices, size: int) -> List[Tuple[int, int, int]]:
     """(global start, local start, length) of each run of consecutive
     indices; an empty dimension is one empty run at the global size."""
-    if idx is None:
-        return [(0, 0, size)]
-    if idx.numel() == 0:
+    if len(idx) == 0:
         return [(size, 0, 0)]
-    breaks = (torch.nonzero(idx[1:] - idx[:-1] != 1).reshape(-1) + 1).tolist()
-    starts, ends = [0] + breaks, breaks + [idx.numel()]
-    return [(int(idx[a]), a, b - a) for a, b in zip(starts, ends)]
+    if isinstance(idx, range):
+        return [(idx.start, 0, len(idx))]
+    starts = [0] + [k for k in range(1, len(idx)) if idx[k] != idx[k - 1] + 1]
+    ends = starts[1:] + [len(idx)]
+    return [(idx[a], a, b - a) for a, b in zip(starts, ends)]
 
 
-def local_boxes(global_shape: Sequence[int], mesh_shape: Sequence[int],
-                coordinate: Sequence[int], shards: Sequence[ShardSpec]) -> List[LocalBox]:
-    """The boxes the local tensor of this mesh coordinate holds, in local
-    order: one for Shard and Replicate placements, several where a
-    _StridedShard leaves gaps. An empty local tensor is one empty box
-    (offset = global size along its empty dimensions)."""
-    idx = local_indices(global_shape, mesh_shape, coordinate, shards)
+def boxes_of(idx: List[Indices], global_shape: Sequence[int]) -> List[LocalBox]:
+    """The boxes a local tensor covering indices `idx` (local_indices)
+    holds, in local order. An empty local tensor is one empty box (offset
+    = global size along its empty dimensions)."""
     runs = [_runs(i, int(g)) for i, g in zip(idx, global_shape)]
     if any(r[0][2] == 0 for r in runs):
         return [LocalBox(tuple(r[0][0] for r in runs),
@@ -153,6 +173,14 @@ def local_boxes(global_shape: Sequence[int], mesh_shape: Sequence[int],
     return [LocalBox(tuple(r[0] for r in combo), tuple(r[2] for r in combo),
                      tuple(r[1] for r in combo))
             for combo in itertools.product(*runs)]
+
+
+def local_boxes(global_shape: Sequence[int], mesh_shape: Sequence[int],
+                coordinate: Sequence[int], shards: Sequence[ShardSpec]) -> List[LocalBox]:
+    """The boxes the local tensor of this mesh coordinate holds, in local
+    order: one for Shard and Replicate placements, several where a
+    _StridedShard leaves gaps."""
+    return boxes_of(local_indices(global_shape, mesh_shape, coordinate, shards), global_shape)
 
 
 # ---------------------------------------------------------------------------
@@ -179,19 +207,23 @@ def _local_tensor(dt) -> torch.Tensor:
     return (local if local is not None else dt.to_local()).detach()
 
 
-def _check_against_torch(name: str, dt, local: torch.Tensor,
-                         idx: List[Optional[torch.Tensor]]) -> None:
-    """The computed coverage must give the local tensor's shape and torch's
-    own first offsets; else this torch's placements mean something else."""
-    shape = tuple(int(g) if i is None else i.numel() for i, g in zip(idx, dt.shape))
+def _check_against_torch(name: str, dt, local: torch.Tensor, idx: List[Indices],
+                         strided: bool) -> None:
+    """The computed coverage must give the local tensor's shape and (with
+    a _StridedShard, a private placement whose meaning torch may change)
+    torch's own first offsets; else this torch's placements mean something
+    else. Shard's documented meaning is torch.chunk's: its local shape
+    alone is checked, which costs nothing."""
+    shape = tuple(len(i) for i in idx)
+    first = tuple(i[0] if len(i) else int(g) for i, g in zip(idx, dt.shape))
     theirs = None
-    try:
-        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-        theirs = compute_local_shape_and_global_offset(dt.shape, dt.device_mesh, dt.placements)
-    except ImportError:  # another torch: the local shape is still checked
-        pass
-    first = tuple(int(g) if i is not None and i.numel() == 0 else
-                  (0 if i is None else int(i[0])) for i, g in zip(idx, dt.shape))
+    if strided:
+        try:
+            from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+            theirs = compute_local_shape_and_global_offset(dt.shape, dt.device_mesh,
+                                                           dt.placements)
+        except ImportError:  # another torch: the local shape is still checked
+            pass
     if shape != tuple(local.shape) or (
             theirs is not None and (tuple(theirs[0]), tuple(theirs[1])) != (shape, first)):
         raise InvalidArgumentError(
@@ -212,13 +244,15 @@ def _dtensor_layout(name: str, dt) -> Layout:
     shards = [_shard_spec(name, p) for p in dt.placements]
     local = _local_tensor(dt)
     idx = local_indices(tuple(dt.shape), tuple(mesh.shape), coordinate, shards)
-    boxes = local_boxes(tuple(dt.shape), tuple(mesh.shape), coordinate, shards)
-    _check_against_torch(name, dt, local, idx)
+    _check_against_torch(name, dt, local, idx, any(s is not None and s[1] > 1 for s in shards))
+    boxes = boxes_of(idx, tuple(dt.shape))
+    if len(boxes) == 1:
+        return Layout(tuple(int(d) for d in dt.shape), dt.dtype,
+                      [Piece(boxes[0].offsets, local)], "DTensor")
     pieces = [Piece(b.offsets, local[tuple(slice(o, o + s) for o, s in
                                            zip(b.local_offsets, b.sizes))])
               for b in boxes]
-    return Layout(tuple(int(d) for d in dt.shape), dt.dtype, pieces, "DTensor",
-                  str(tuple(dt.placements)))
+    return Layout(tuple(int(d) for d in dt.shape), dt.dtype, pieces, "DTensor")
 
 
 def _sharded_tensor_layout(name: str, st) -> Layout:
@@ -298,12 +332,19 @@ def one_box_everywhere(name: str, value) -> bool:
     dt = dtensor_class()
     if dt is None or not isinstance(value, dt):
         return len(value.local_shards()) <= 1
-    shards = [_shard_spec(name, p) for p in value.placements]
+    shards = tuple(_shard_spec(name, p) for p in value.placements)
     if all(s is None or s[1] == 1 for s in shards):
         return True
-    shape, mesh_shape = tuple(value.shape), tuple(value.device_mesh.shape)
+    return _one_box_at_every_coordinate(tuple(int(d) for d in value.shape),
+                                        tuple(int(n) for n in value.device_mesh.shape), shards)
+
+
+@functools.lru_cache(maxsize=4096)
+def _one_box_at_every_coordinate(shape: Tuple[int, ...], mesh_shape: Tuple[int, ...],
+                                 shards: Tuple[ShardSpec, ...]) -> bool:
+    """Cached: the parameters of a model share few shapes and layouts."""
     return all(len(local_boxes(shape, mesh_shape, c, shards)) == 1
-               for c in itertools.product(*(range(int(n)) for n in mesh_shape)))
+               for c in itertools.product(*(range(n) for n in mesh_shape)))
 
 
 def to_one_box(value):
