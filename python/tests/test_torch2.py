@@ -53,7 +53,7 @@ def _ckpt_local(full, mesh_shape, coordinate, placements):
     specs = [ckdt._shard_spec("t", p) for p in placements]
     boxes = ckdt.local_boxes(full.shape, mesh_shape, coordinate, specs)
     idx = ckdt.local_indices(full.shape, mesh_shape, coordinate, specs)
-    shape = [g if i is None else i.numel() for i, g in zip(idx, full.shape)]
+    shape = [len(i) for i in idx]
     out = torch.full(shape, -1, dtype=full.dtype)
     for b in boxes:
         src = full[tuple(slice(o, o + s) for o, s in zip(b.offsets, b.sizes))]
@@ -100,9 +100,8 @@ def test_local_boxes_agree_with_torchs_first_offsets():
                 theirs = _compute_local_shape_and_global_offset(shape, mesh_shape, list(c),
                                                                 placements)
                 idx = ckdt.local_indices(shape, mesh_shape, c, specs)
-                local = tuple(g if i is None else i.numel() for i, g in zip(idx, shape))
-                first = tuple(0 if i is None else (int(i[0]) if i.numel() else g)
-                              for i, g in zip(idx, shape))
+                local = tuple(len(i) for i in idx)
+                first = tuple(i[0] if len(i) else g for i, g in zip(idx, shape))
                 assert (local, first) == theirs, (mesh_shape, placements, shape, c)
 
 
@@ -321,7 +320,8 @@ def fully_shard(module, mesh):
 class Job:
     """One rank's model, AdamW and LR schedule: FSDP2 over `world` ranks
     (layout "fsdp"), FSDP2 over tensor parallelism on a (dp, tp) mesh
-    ("2d"), or a plain module ("plain")."""
+    ("2d"), DDP with ZeroRedundancyOptimizer ("zero"), or a plain module
+    ("plain")."""
 
     def __init__(self, world, layout="fsdp", seed=0):
         from torch.distributed.device_mesh import init_device_mesh
@@ -338,7 +338,13 @@ class Job:
                                {n: styles[s]() for n, s in TP_PLAN.items()})
             _shard(self.model, mesh["dp"])
             self.dp_rank = mesh.get_coordinate()[0]
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-3, weight_decay=0.1)
+        if layout == "zero":
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+            self.model = torch.nn.parallel.DistributedDataParallel(self.model)
+            self.opt = ZeroRedundancyOptimizer(self.model.parameters(), torch.optim.AdamW,
+                                               lr=3e-3, weight_decay=0.1)
+        else:
+            self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-3, weight_decay=0.1)
         self.sched = torch.optim.lr_scheduler.StepLR(self.opt, step_size=2, gamma=0.7)
         self.step_no = 0
 
@@ -437,6 +443,37 @@ def test_fsdp2_resume_is_bit_identical_and_reshards_to_1_and_3(tmp_path, dirs):
             assert got["mismatched"] == [], (world, rank)
             assert got["differed_before"] == got["n"]  # the control: all had to change
             assert all(loss == loss and loss < 10 for loss in got["losses"])
+
+
+def zero_run(rank, world, root, out, resume):
+    job = Job(world, layout="zero", seed=int(resume))
+    if resume:
+        job.load(root)
+        dump(out, "resumed", rank, [job.step() for _ in range(M)])
+        control = Job(world, layout="zero", seed=1)  # the model alone
+        control.load(root, filter=lambda n: not n.startswith(("optim.", "sched.")))
+        dump(out, "control", rank, [control.step() for _ in range(M)])
+        return
+    for _ in range(K):
+        job.step()
+    ct.save(job.state(), root, K)
+    dump(out, "losses", rank, [job.step() for _ in range(M)])
+
+
+def test_ddp_and_zero_as_stateful_values_resume_bit_identically(tmp_path, dirs):
+    """A ZeroRedundancyOptimizer passed as it is: each rank saves the
+    partition it owns (ckpt.torch.optimizer_state_dict), not a
+    consolidated copy."""
+    root, out = dirs
+    run(zero_run, 2, tmp_path, root, out, False)
+    run(zero_run, 2, tmp_path, root, out, True)
+    for rank in range(2):
+        assert read(out, "resumed", rank) == read(out, "losses", rank)
+        assert read(out, "control", rank) != read(out, "losses", rank)
+    r = ckpt.Reader(root)
+    owners = {e.chunks[0][1] for e in r.entries() if e.name.startswith("optim.state.")}
+    assert owners == {0, 1}
+    assert r.find("model.embed.weight") is not None  # FQNs without DDP's "module."
 
 
 # FIELD-LESSONS 3 with FSDP2. CPUOffloadPolicy needs an accelerator:
@@ -544,7 +581,7 @@ def gapped_layouts(rank, world, root, out):
     def make(full, placements, fill=None):
         d = placements[0].dim
         idx = ckdt.local_indices(full.shape, (2, 2), coord, [(d, 1), (d, 2)])[d]
-        local = full.index_select(d, idx)
+        local = full.index_select(d, torch.tensor(list(idx)))
         local = local if fill is None else torch.full_like(local, fill)
         return DTensor.from_local(local, mesh, placements, shape=full.shape,
                                   stride=full.stride(), run_check=False)
