@@ -8,8 +8,11 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "ckpt/format/status_macros.h"
 
 namespace ckpt::interop {
@@ -186,6 +189,35 @@ absl::Status DecodeStateDict(const PyValue* sdm, DcpMetadata& m) {
   return absl::OkStatus();
 }
 
+// Metadata.all_local_plans: None or absent (nullopt), else a list of
+// SavePlan, counted.
+absl::StatusOr<std::optional<size_t>> CountLocalPlans(const PyValue* plans) {
+  if (plans == nullptr || plans->Is(Kind::kNone)) return std::nullopt;
+  if (!plans->Is(Kind::kList)) return Bad("all_local_plans is not a list");
+  for (const PyValue* p : plans->items) {
+    if (!p->IsObject("torch.distributed.checkpoint.planner.SavePlan")) {
+      return Bad(absl::StrCat("all_local_plans holds ", DescribePy(*p, 80),
+                              ", not a SavePlan"));
+    }
+  }
+  return plans->items.size();
+}
+
+// "0.1" -> {0, 1}; nullopt unless '.'-joined decimal integers.
+std::optional<std::vector<uint64_t>> DottedInts(absl::string_view s) {
+  std::vector<uint64_t> out;
+  for (absl::string_view part : absl::StrSplit(s, '.')) {
+    uint64_t v = 0;
+    if (part.empty() || part.size() > 18 ||
+        part.find_first_not_of("0123456789") != absl::string_view::npos ||
+        !absl::SimpleAtoi(part, &v)) {
+      return std::nullopt;
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
 void SortMetadata(DcpMetadata& m) {
   std::sort(
       m.tensors.begin(), m.tensors.end(),
@@ -340,6 +372,8 @@ absl::StatusOr<DcpMetadata> DecodeDcpMetadata(absl::string_view pickle_bytes) {
   }
   const PyValue* pd = Field(root, "planner_data");
   m.has_planner_data = pd != nullptr && !pd->Is(Kind::kNone);
+  CKPT_ASSIGN_OR_RETURN(m.all_local_plans,
+                        CountLocalPlans(Field(root, "all_local_plans")));
   const PyValue* sd = Field(root, "storage_data");
   if (sd == nullptr || !sd->Is(Kind::kDict))
     return Bad("storage_data is not a dict");
@@ -351,6 +385,32 @@ absl::StatusOr<DcpMetadata> DecodeDcpMetadata(absl::string_view pickle_bytes) {
   return m;
 }
 
+std::optional<std::string> MegatronShardedObjectName(absl::string_view fqn) {
+  const size_t slash = fqn.find('/');
+  if (slash == 0 || slash == absl::string_view::npos ||
+      fqn.find('/', slash + 1) != absl::string_view::npos) {
+    return std::nullopt;
+  }
+  const absl::string_view key = fqn.substr(0, slash);
+  absl::string_view shard = fqn.substr(slash + 1);
+  if (!absl::ConsumePrefix(&shard, "shard_")) return std::nullopt;
+  const std::vector<absl::string_view> parts = absl::StrSplit(shard, '_');
+  if (parts.size() != 2) return std::nullopt;
+  const auto offset = DottedInts(parts[0]), shape = DottedInts(parts[1]);
+  if (!offset || !shape ||
+      (offset->size() != shape->size() &&
+       offset->size() != shape->size() + 1)) {
+    return std::nullopt;
+  }
+  const bool one_shard = offset->size() == shape->size() &&
+                         std::all_of(shape->begin(), shape->end(),
+                                     [](uint64_t d) { return d == 1; }) &&
+                         std::all_of(offset->begin(), offset->end(),
+                                     [](uint64_t o) { return o == 0; });
+  if (one_shard) return std::string(key);
+  return absl::StrCat(key, ":", fqn.substr(slash + 1));
+}
+
 absl::StatusOr<DcpMetadata> MergeRankLocalDcpMetadata(
     std::vector<DcpMetadata> ranks) {
   if (ranks.empty()) return Bad("no rank-local metadata to merge");
@@ -359,6 +419,7 @@ absl::StatusOr<DcpMetadata> MergeRankLocalDcpMetadata(
   m.module = ranks[0].module;
   m.version = ranks[0].version;
   m.checkpoint_id = ranks[0].checkpoint_id;
+  m.all_local_plans = ranks[0].all_local_plans;
   m.rank_local_files = static_cast<int>(ranks.size());
   for (size_t i = 0; i < ranks.size(); ++i) {
     DcpMetadata& r = ranks[i];

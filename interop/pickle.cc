@@ -38,6 +38,14 @@ constexpr const char* kDcpClasses[] = {"Metadata",
                                        "MetadataIndex",
                                        "TensorProperties",
                                        "StorageMeta"};
+// DCP's planner dataclasses (torch.distributed.checkpoint.planner), which
+// Megatron-Core (>= 0.12) pickles into Metadata.all_local_plans: a SavePlan
+// per rank of WriteItems (MetadataIndex, WriteItemType, TensorWriteData of a
+// ChunkStorageMetadata, TensorProperties and torch.Size; BytesIOWriteData).
+// Plain data like the metadata classes: NEWOBJ + BUILD, nothing called.
+constexpr const char* kPlannerModule = "torch.distributed.checkpoint.planner";
+constexpr const char* kPlannerClasses[] = {
+    "SavePlan", "WriteItem", "TensorWriteData", "BytesIOWriteData"};
 constexpr const char* kDtypes[] = {
     "float32",     "float",     "float64",    "double", "float16",
     "half",        "bfloat16",  "int8",       "uint8",  "int16",
@@ -69,6 +77,9 @@ const absl::flat_hash_map<std::string, Role>& AllowList() {
     (*m)
         ["torch.distributed._shard.sharded_tensor.metadata.MEM_FORMAT_"
          "ENCODING"] = Role::kEnum;
+    for (const char* c : kPlannerClasses)
+      (*m)[absl::StrCat(kPlannerModule, ".", c)] = Role::kClass;
+    (*m)[absl::StrCat(kPlannerModule, ".WriteItemType")] = Role::kEnum;
     (*m)["torch.distributed.checkpoint.filesystem._StorageInfo"] = Role::kClass;
     (*m)["torch.distributed._shard.checkpoint.filesystem._StorageInfo"] =
         Role::kClass;

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "ckpt/format/status_macros.h"
@@ -110,6 +111,98 @@ TEST(DcpMetadataTest, Torch213Layout) {
   }
   EXPECT_EQ(items.size(), 2u);
   EXPECT_EQ(items["__0_0.distcp"] + items["__1_0.distcp"], 12);
+}
+
+// Real megatron-core 0.16.1 output (megatron_torch_dist_real/, written by
+// make_megatron.py): Metadata carries all_local_plans (a SavePlan per rank),
+// planner_data None, MetadataIndex.index None and _StorageInfo
+// transform_descriptors None; FileSystemWriterAsync(thread_count=2) spreads
+// each rank's items over __<rank>_0.distcp and __<rank>_1.distcp.
+TEST(DcpMetadataTest, MegatronCore016Layout) {
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      DcpMetadata m,
+      DecodeDcpMetadata(Data("megatron_torch_dist_real/.metadata")));
+  EXPECT_EQ(m.module, "torch.distributed.checkpoint.metadata");
+  EXPECT_EQ(m.version, "1.0.0");
+  EXPECT_TRUE(m.has_storage_meta);
+  EXPECT_EQ(m.checkpoint_id, "megatron_torch_dist_real");  // a str here
+  EXPECT_FALSE(m.has_planner_data);
+  EXPECT_EQ(m.all_local_plans, std::optional<size_t>(2));
+  ASSERT_EQ(m.tensors.size(), 5u);
+  EXPECT_EQ(m.tensors[1].fqn, "model.w_cols");  // 2 + 4 columns
+  ASSERT_EQ(m.tensors[1].chunks.size(), 2u);
+  EXPECT_EQ(m.tensors[1].chunks[1].offsets, (Dims{0, 2}));
+  EXPECT_EQ(m.tensors[1].chunks[1].sizes, (Dims{4, 4}));
+  // The ShardedObject "extra.note" of global shape (1,), as Megatron keys it.
+  EXPECT_EQ(m.bytes_items, std::vector<std::string>{"extra.note/shard_0_1"});
+  std::map<std::string, int> items;
+  for (const DcpStorage& s : m.storage) {
+    ++items[s.relative_path];
+    EXPECT_TRUE(s.transform_descriptors.empty()) << s.fqn;
+  }
+  EXPECT_EQ(items, (std::map<std::string, int>{{"__0_0.distcp", 3},
+                                               {"__0_1.distcp", 3},
+                                               {"__1_0.distcp", 1},
+                                               {"__1_1.distcp", 2}}));
+}
+
+// A Metadata pickle (protocol 2) whose all_local_plans is `plans` (pickle
+// opcodes of one value).
+std::string MetadataWithPlans(const std::string& plans) {
+  using namespace std::string_literals;  // NUL bytes in the literals
+  return "\x80\x02"
+         "ctorch.distributed.checkpoint.metadata\nMetadata\n)\x81}("
+         "X\x13\0\0\0state_dict_metadata}"
+         "X\x0c\0\0\0storage_data}"
+         "X\x0f\0\0\0all_local_plans"s +
+         plans +
+         "\x8c\x07version\x8c\x05"
+         "1.0.0ub.";
+}
+
+TEST(DcpMetadataTest, AllLocalPlansIsAListOfSavePlans) {
+  // A pickle of the shape above is read (no plans: None, or an empty list).
+  CKPT_ASSERT_OK_AND_ASSIGN(DcpMetadata none,
+                            DecodeDcpMetadata(MetadataWithPlans("N")));
+  EXPECT_EQ(none.all_local_plans, std::nullopt);
+  EXPECT_EQ(none.version, "1.0.0");
+  CKPT_ASSERT_OK_AND_ASSIGN(DcpMetadata empty,
+                            DecodeDcpMetadata(MetadataWithPlans("]")));
+  EXPECT_EQ(empty.all_local_plans, std::optional<size_t>(0));
+  EXPECT_THAT(
+      DecodeDcpMetadata(MetadataWithPlans("K\x05")),
+      StatusIs(absl::StatusCode::kDataLoss, "all_local_plans is not a list"));
+  EXPECT_THAT(DecodeDcpMetadata(MetadataWithPlans("]K\x01"
+                                                  "a")),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "all_local_plans holds 1, not a SavePlan"));
+}
+
+// Megatron's ShardedObject keys "<key>/shard_<offset>_<shape>" and the
+// ckpt entry names they take.
+TEST(DcpMetadataTest, MegatronShardedObjectNames) {
+  const std::pair<const char*, std::optional<std::string>> cases[] = {
+      {"extra.note/shard_0_1", "extra.note"},  // one shard
+      {"rng_state/shard_0.0_1.1", "rng_state"},
+      {"rng_state/shard_0.1_1.2", "rng_state:shard_0.1_1.2"},
+      {"opt/shard_3_8", "opt:shard_3_8"},
+      {"legacy/shard_0.0_1", "legacy:shard_0.0_1"},  // offset one longer
+      {"extra.note", std::nullopt},
+      {"a/b", std::nullopt},
+      {"/shard_0_1", std::nullopt},
+      {"a/shard_0_1/x", std::nullopt},
+      {"a/shard_0_1_2", std::nullopt},
+      {"a/shard_0.0_1", "a:shard_0.0_1"},
+      {"a/shard_0.0.0_1", std::nullopt},
+      {"a/shard_x_1", std::nullopt},
+      {"a/shard_0._1", std::nullopt},
+      {"a/shard__1", std::nullopt},
+      {"a/shard_-1_1", std::nullopt},
+      {"a/shard_0_1x", std::nullopt},
+  };
+  for (const auto& [fqn, name] : cases) {
+    EXPECT_EQ(MegatronShardedObjectName(fqn), name) << fqn;
+  }
 }
 
 TEST(DcpMetadataTest, Torch213RankLocalMergesToTheGlobalLayout) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -155,12 +156,59 @@ TEST(PickleTest, ExtraValuesOnTheStackAtStop) {
               StatusIs(absl::StatusCode::kDataLoss, "2 values on the stack"));
 }
 
+// Megatron-Core (>= 0.12) pickles each rank's SavePlan into
+// Metadata.all_local_plans: DCP's planner dataclasses, read as data
+// (NEWOBJ + BUILD) like the metadata classes, and WriteItemType(2) as an
+// enum member.
+TEST(PickleTest, PlannerDataclassesAreDataNotCalls) {
+  using namespace std::string_literals;  // NUL bytes in the literals
+  const std::string planner = "ctorch.distributed.checkpoint.planner\n";
+  // SavePlan() with state {'items': [WriteItem() with state
+  // {'type': WriteItemType(2)}]}
+  const std::string body = planner + "SavePlan\n)\x81}X\x05\0\0\0items]"s +
+                           planner + "WriteItem\n)\x81}X\x04\0\0\0type"s +
+                           planner + "WriteItemType\nK\x02\x85Rsbasb";
+  CKPT_ASSERT_OK_AND_ASSIGN(Unpickled u, Unpickle(P2(body)));
+  const PyValue& plan = *u.root;
+  EXPECT_TRUE(plan.IsObject("torch.distributed.checkpoint.planner.SavePlan"));
+  ASSERT_NE(plan.state, nullptr);
+  const PyValue* items = plan.state->Get("items");
+  ASSERT_NE(items, nullptr);
+  ASSERT_EQ(items->items.size(), 1u);
+  const PyValue& item = *items->items[0];
+  EXPECT_TRUE(item.IsObject("torch.distributed.checkpoint.planner.WriteItem"));
+  ASSERT_NE(item.state, nullptr);
+  EXPECT_EQ(DescribePy(*item.state->Get("type")),
+            "torch.distributed.checkpoint.planner.WriteItemType(2)");
+}
+
+TEST(PickleTest, PlannerClassesAreNeitherCalledNorAllWelcome) {
+  // A dataclass of the planner is not callable (REDUCE) ...
+  EXPECT_THAT(
+      Unpickle(P2("ctorch.distributed.checkpoint.planner\nSavePlan\n)R")),
+      StatusIs(absl::StatusCode::kFailedPrecondition, "is not read as a call"));
+  // ... and the planner module's other names (classes with behaviour) are
+  // not on the list.
+  for (const char* name : {"SavePlanner", "LoadPlan", "ReadItem"}) {
+    EXPECT_THAT(Unpickle(P2(absl::StrCat(
+                    "ctorch.distributed.checkpoint.planner\n", name, "\n"))),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         absl::StrCat("'torch.distributed.checkpoint.planner.",
+                                      name, "' is not allowed")));
+  }
+}
+
 TEST(PickleTest, AllowListNamesTheDcpClassesOfBothPytorchGenerations) {
   std::vector<std::string> g = AllowedGlobals();
   EXPECT_THAT(
       g, ::testing::Contains("torch.distributed.checkpoint.metadata.Metadata"));
   EXPECT_THAT(g, ::testing::Contains(
                      "torch.distributed._shard.checkpoint.metadata.Metadata"));
+  for (const char* c : {"SavePlan", "WriteItem", "WriteItemType",
+                        "TensorWriteData", "BytesIOWriteData"}) {
+    EXPECT_THAT(g, ::testing::Contains(absl::StrCat(
+                       "torch.distributed.checkpoint.planner.", c)));
+  }
   EXPECT_THAT(g, ::testing::Not(::testing::Contains("posix.system")));
   EXPECT_THAT(g, ::testing::Not(::testing::Contains("builtins.eval")));
 }

@@ -62,6 +62,11 @@ struct DcpMetadata {
   bool has_storage_meta = false;
   std::string checkpoint_id;  // StorageMeta.checkpoint_id, if any
   bool has_planner_data = false;
+  // Metadata.all_local_plans, which Megatron-Core (>= 0.12) sets: the number
+  // of SavePlans it holds (one per rank). Not read further: every chunk and
+  // item is in state_dict_metadata and storage_data. None when the field is
+  // absent or None.
+  std::optional<size_t> all_local_plans;
   std::vector<DcpTensor> tensors;        // sorted by fqn
   std::vector<std::string> bytes_items;  // sorted
   std::vector<DcpStorage> storage;       // sorted by fqn, then offsets
@@ -69,20 +74,30 @@ struct DcpMetadata {
 
 // Decodes `.metadata`. Errors: those of Unpickle (a global off the
 // allow-list names it); DataLoss naming the field for a structure that is
-// not DCP metadata; FailedPrecondition naming the tensor for a dtype ckpt
+// not DCP metadata (all_local_plans included: a list of SavePlan, or None);
+// FailedPrecondition naming the tensor for a dtype ckpt
 // has no type for (complex), and for a file name in storage_data that
 // is not a plain name inside the directory.
 absl::StatusOr<DcpMetadata> DecodeDcpMetadata(absl::string_view pickle_bytes);
+
+// Megatron-Core's torch_dist strategy stores a ShardedObject as the bytes
+// item "<key>/shard_<offset>_<shape>" (ShardedObject.unique_key: offset and
+// shape are '.'-joined non-negative integers, e.g. "extra.note/shard_0_1",
+// "rng_state/shard_0.1_1.2"; offset may have one more integer than shape,
+// Megatron's legacy form). A ckpt entry name holds no '/', so the item's
+// ckpt name is "<key>" for an object of one shard (shape all 1s, offset all
+// 0s), else "<key>:shard_<offset>_<shape>". nullopt for any other name.
+std::optional<std::string> MegatronShardedObjectName(absl::string_view fqn);
 
 // One DcpMetadata from the decoded rank-local metadata of ranks 0..N-1
 // (`ranks[r]` from "__<r>.metadata"; not empty). A tensor's chunks are the
 // union of the ranks' chunks; a chunk that several ranks hold (same offsets
 // and sizes: a replicated tensor) and a bytes item that several ranks
 // wrote are kept once, with the storage item of the lowest such rank.
-// module, version and checkpoint_id are rank 0's. DataLoss naming the
-// ranks and the item if the ranks disagree: another module or version, a
-// tensor's dtype or global size, a chunk with the same offsets and other
-// sizes, a name that is a tensor on one rank and a bytes item on another.
+// module, version, checkpoint_id and all_local_plans are rank 0's. DataLoss
+// naming the ranks and the item if the ranks disagree: another module or
+// version, a tensor's dtype or global size, a chunk with the same offsets and
+// other sizes, a name that is a tensor on one rank and a bytes item on another.
 // Coverage (gaps, partial overlaps) is the caller's to check, as for a
 // global ".metadata".
 absl::StatusOr<DcpMetadata> MergeRankLocalDcpMetadata(

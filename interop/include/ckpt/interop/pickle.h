@@ -7,7 +7,10 @@
 // other opcode is an error naming it and its offset. A global (a class or
 // function reference) must be on an allow-list (AllowedGlobals()): the DCP
 // metadata classes under torch.distributed.checkpoint and
-// torch.distributed._shard.checkpoint, torch.Size, torch dtypes, layouts
+// torch.distributed._shard.checkpoint, the planner dataclasses that
+// Megatron-Core saves in Metadata.all_local_plans (SavePlan, WriteItem,
+// WriteItemType, TensorWriteData, BytesIOWriteData of
+// torch.distributed.checkpoint.planner), torch.Size, torch dtypes, layouts
 // and memory formats, the storage types and tensor rebuild functions of
 // torch.save, collections.OrderedDict, and a few helpers that these
 // pickles call (builtins.getattr on an allow-listed enum,
