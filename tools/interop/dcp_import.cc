@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/status_macros.h"
@@ -13,6 +14,7 @@
 #include "ckpt/mutex.h"
 #include "ckpt/writer.h"
 #include "interop/dcp_reader.h"
+#include "nlohmann/json.hpp"
 
 namespace ckpt::tools {
 namespace fs = std::filesystem;
@@ -70,6 +72,12 @@ format::Metadata UserMetadata(const DcpInput& in) {
   }
   if (!in.megatron_json.empty())
     m.emplace_back("megatron.metadata.json", in.megatron_json);
+  nlohmann::ordered_json renamed = nlohmann::ordered_json::object();
+  for (const auto& [fqn, name] : in.object_names) {
+    if (name != fqn) renamed[name] = fqn;
+  }
+  if (!renamed.empty())
+    m.emplace_back("megatron.sharded_objects", renamed.dump());
   return m;
 }
 
@@ -95,16 +103,64 @@ absl::Status RegisterRank(const DcpInput& in, int rank, Writer& w,
     }
   }
   if (rank != 0) return absl::OkStatus();
-  for (const std::string& b : in.meta.bytes_items) {
-    CKPT_ASSIGN_OR_RETURN(std::string bytes, ReadDcpBytes(in, b));
-    CKPT_RETURN_IF_ERROR(w.SetObject(b, std::move(bytes)));
+  for (const auto& [fqn, name] : in.object_names) {
+    CKPT_ASSIGN_OR_RETURN(std::string bytes, ReadDcpBytes(in, fqn));
+    absl::Status set = w.SetObject(name, std::move(bytes));
+    if (!set.ok()) {
+      return absl::Status(set.code(),
+                          absl::StrCat(in.metadata_where, ": bytes item '", fqn,
+                                       "': ", set.message()));
+    }
   }
   if (in.common != nullptr) {
     CKPT_ASSIGN_OR_RETURN(std::string bytes,
                           in.common->Read(0, in.common->size()));
-    CKPT_RETURN_IF_ERROR(w.SetObject("common.pt", std::move(bytes)));
+    CKPT_RETURN_IF_ERROR(w.SetObject(kCommonStateEntry, std::move(bytes)));
   }
   return absl::OkStatus();
+}
+
+// Collective (one AllGather): every rank passes its own status and every
+// rank returns that of the lowest rank that failed, or OK. A rank that
+// failed thus still takes part, and no rank goes on into a collective of
+// the save that the failed one will never join.
+absl::Status AgreeOnFirstError(Communicator& comm, const absl::Status& mine) {
+  const std::string sent =
+      mine.ok()
+          ? std::string()
+          : absl::StrCat(static_cast<int>(mine.code()), " ", mine.message());
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all, comm.AllGather(sent));
+  for (const std::string& s : all) {
+    if (s.empty()) continue;
+    const size_t space = s.find(' ');
+    int code = static_cast<int>(absl::StatusCode::kUnknown);
+    if (space == std::string::npos ||
+        !absl::SimpleAtoi(s.substr(0, space), &code)) {
+      return absl::InternalError(absl::StrCat("a rank failed with: ", s));
+    }
+    return absl::Status(static_cast<absl::StatusCode>(code),
+                        s.substr(space + 1));
+  }
+  return absl::OkStatus();
+}
+
+// One rank's part of the conversion: registers what it writes, agrees with
+// the others that every rank could, then saves.
+absl::StatusOr<std::string> ConvertRank(
+    const DcpInput& in, Communicator& comm, const std::string& root,
+    uint64_t step, const SaveOptions& so,
+    const std::function<void(uint64_t)>& progress) {
+  std::unique_ptr<Writer> w;
+  std::vector<std::unique_ptr<ChunkSource>> sources;
+  absl::Status registered = [&]() -> absl::Status {
+    Writer::Options wo;
+    wo.comm = &comm;
+    CKPT_ASSIGN_OR_RETURN(w, Writer::Create(wo));
+    return RegisterRank(in, comm.rank(), *w, sources, progress);
+  }();
+  CKPT_RETURN_IF_ERROR(AgreeOnFirstError(comm, registered));
+  CKPT_ASSIGN_OR_RETURN(SaveResult saved, w->Save(root, step, so));
+  return saved.path;
 }
 
 void Summarize(const DcpInput& in, DcpImportResult& r) {
@@ -114,14 +170,14 @@ void Summarize(const DcpInput& in, DcpImportResult& r) {
     r.entries.push_back({t.fqn, false, t.dtype, t.size, t.chunks.size(), n});
     r.logical_bytes += n;
   }
-  for (const std::string& b : in.meta.bytes_items) {
-    const uint64_t n = in.bytes_storage.at(b)->length;
-    r.entries.push_back({b, true, DType::kUInt8, {n}, 1, n});
+  for (const auto& [fqn, name] : in.object_names) {
+    const uint64_t n = in.bytes_storage.at(fqn)->length;
+    r.entries.push_back({name, true, DType::kUInt8, {n}, 1, n});
     r.logical_bytes += n;
   }
   if (in.common != nullptr) {
     const uint64_t n = in.common->size();
-    r.entries.push_back({"common.pt", true, DType::kUInt8, {n}, 1, n});
+    r.entries.push_back({kCommonStateEntry, true, DType::kUInt8, {n}, 1, n});
     r.logical_bytes += n;
   }
   std::sort(r.entries.begin(), r.entries.end(),
@@ -136,15 +192,27 @@ absl::StatusOr<DcpImportResult> ImportDcp(const std::string& dir,
                                           const std::string& root,
                                           const DcpImportOptions& o) {
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DcpInput> in, OpenDcp(dir));
+  return ImportOpenedDcp(*in, root, o);
+}
+
+absl::StatusOr<DcpImportResult> ImportOpenedDcp(const DcpInput& in,
+                                                const std::string& root,
+                                                const DcpImportOptions& o) {
+  if (std::vector<absl::Status> bad = EntryNameProblems(in); !bad.empty())
+    return bad.front();
   DcpImportResult r;
-  r.input = dir;
-  r.format = in->megatron ? "Megatron torch_dist" : "PyTorch DCP";
-  r.module = in->meta.module;
+  r.input = in.dir;
+  r.format = in.megatron ? "Megatron torch_dist" : "PyTorch DCP";
+  r.module = in.meta.module;
   r.step = o.step.value_or(0);
-  r.world_size = in->world_size;
-  Summarize(*in, r);
-  const format::Metadata metadata = UserMetadata(*in);
-  r.metadata_keys = metadata.size();
+  r.world_size = in.world_size;
+  Summarize(in, r);
+  SaveOptions so;
+  so.codec = o.codec;
+  so.io_threads = std::max(1, o.io_threads / in.world_size);
+  so.overwrite = o.overwrite;
+  so.metadata = UserMetadata(in);
+  r.metadata_keys = so.metadata.size();
   std::error_code ec;
   auto st = fs::status(root, ec);
   if (!ec && fs::exists(st) && !fs::is_directory(st)) {
@@ -163,24 +231,14 @@ absl::StatusOr<DcpImportResult> ImportDcp(const std::string& dir,
   if (o.progress) {
     progress = [&](uint64_t n) {
       MutexLock lock(&progress_mu);
-      o.progress(n, in->tensor_bytes);
+      o.progress(n, in.tensor_bytes);
     };
   }
-  InProcessWorld world(in->world_size);
-  std::vector<std::string> paths(in->world_size);
+  InProcessWorld world(in.world_size);
+  std::vector<std::string> paths(in.world_size);
   CKPT_RETURN_IF_ERROR(RunRanks(world, [&](Communicator& comm) -> absl::Status {
-    Writer::Options wo;
-    wo.comm = &comm;
-    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Writer> w, Writer::Create(wo));
-    std::vector<std::unique_ptr<ChunkSource>> sources;
-    CKPT_RETURN_IF_ERROR(RegisterRank(*in, comm.rank(), *w, sources, progress));
-    SaveOptions so;
-    so.codec = o.codec;
-    so.io_threads = std::max(1, o.io_threads / in->world_size);
-    so.overwrite = o.overwrite;
-    so.metadata = metadata;
-    CKPT_ASSIGN_OR_RETURN(SaveResult saved, w->Save(root, r.step, so));
-    paths[comm.rank()] = saved.path;
+    CKPT_ASSIGN_OR_RETURN(paths[comm.rank()],
+                          ConvertRank(in, comm, root, r.step, so, progress));
     return absl::OkStatus();
   }));
   r.checkpoint = paths[0];

@@ -8,7 +8,12 @@
 // tools see the DCP layout. Bytes items become objects holding their
 // stored bytes (torch.save records) unchanged; Megatron's common.pt
 // becomes the object "common.pt" and metadata.json the user metadata key
-// "megatron.metadata.json". The DCP version and module go into user
+// "megatron.metadata.json". A Megatron ShardedObject, stored as the bytes
+// item "<key>/shard_<offset>_<shape>", becomes the object "<key>" (one
+// shard) or "<key>:shard_<offset>_<shape>" (interop::
+// MegatronShardedObjectName), and the user metadata key
+// "megatron.sharded_objects" maps each such object name to its DCP name
+// (a JSON object). The DCP version and module go into user
 // metadata ("dcp.version", "dcp.module", "dcp.checkpoint_id", and
 // "dcp.rank_local_metadata": the number of rank-local metadata files, for a
 // checkpoint saved with use_collectives=False). A chunk or bytes item that
@@ -61,11 +66,24 @@ struct DcpImportResult {
   uint64_t logical_bytes = 0;
 };
 
-// Errors: those of OpenDcp and ReadDcpChunk; AlreadyExists if the step
-// exists and !overwrite; the Writer's errors.
+struct DcpInput;  // dcp_reader.h
+
+// Errors: those of OpenDcp and ReadDcpChunk; the first of
+// EntryNameProblems (a name ckpt cannot hold, FailedPrecondition naming the
+// metadata file and the item), found before anything is written;
+// AlreadyExists if the step exists and !overwrite; the Writer's errors.
+// The ranks of the conversion run as threads: an error of any rank (say,
+// rank 0's reading a bytes item) is returned by every rank, so the call
+// returns it and never waits for a rank that gave up.
 absl::StatusOr<DcpImportResult> ImportDcp(const std::string& dir,
                                           const std::string& root,
                                           const DcpImportOptions& options);
+
+// The same, of a DCP input already opened (OpenDcp), which must outlive
+// the call.
+absl::StatusOr<DcpImportResult> ImportOpenedDcp(
+    const DcpInput& in, const std::string& root,
+    const DcpImportOptions& options);
 
 }  // namespace ckpt::tools
 

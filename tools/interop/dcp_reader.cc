@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "ckpt/format/geometry.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/interop/torch_zip.h"
 #include "nlohmann/json.hpp"
@@ -235,6 +236,16 @@ absl::Status MatchStorage(DcpInput& in) {
   return absl::OkStatus();
 }
 
+// Each bytes item's ckpt name: a Megatron ShardedObject's mapped, others
+// their own.
+void NameObjects(DcpInput& in) {
+  for (const std::string& b : in.meta.bytes_items) {
+    std::optional<std::string> mapped;
+    if (in.megatron) mapped = interop::MegatronShardedObjectName(b);
+    in.object_names[b] = mapped.value_or(b);
+  }
+}
+
 absl::Status ReadMegatron(DcpInput& in) {
   const fs::path json = fs::path(in.dir) / "metadata.json";
   std::error_code ec;
@@ -343,7 +354,44 @@ absl::StatusOr<std::unique_ptr<DcpInput>> OpenDcp(const std::string& dir) {
   CKPT_RETURN_IF_ERROR(OpenFiles(*in));
   CKPT_RETURN_IF_ERROR(MatchStorage(*in));
   CKPT_RETURN_IF_ERROR(ReadMegatron(*in));
+  NameObjects(*in);
   return in;
+}
+
+std::vector<absl::Status> EntryNameProblems(const DcpInput& in) {
+  struct Item {
+    std::string what;  // "tensor 'w'", "bytes item 'a/shard_0_1'"
+    std::string name;  // its ckpt entry name
+  };
+  std::vector<Item> items;
+  for (const interop::DcpTensor& t : in.meta.tensors)
+    items.push_back({absl::StrCat("tensor '", t.fqn, "'"), t.fqn});
+  for (const auto& [fqn, name] : in.object_names) {
+    items.push_back(
+        {absl::StrCat("bytes item '", fqn, "'",
+                      fqn == name ? "" : " (Megatron ShardedObject)"),
+         name});
+  }
+  if (in.common != nullptr)
+    items.push_back({in.common->path(), kCommonStateEntry});
+  std::vector<absl::Status> problems;
+  std::map<std::string, const Item*> seen;
+  for (const Item& item : items) {
+    absl::Status valid = format::ValidateEntryName(item.name);
+    if (!valid.ok()) {
+      problems.push_back(absl::FailedPreconditionError(
+          absl::StrCat(in.metadata_where, ": ", item.what,
+                       " cannot be a ckpt entry: ", valid.message())));
+      continue;
+    }
+    auto [it, fresh] = seen.emplace(item.name, &item);
+    if (!fresh) {
+      problems.push_back(absl::FailedPreconditionError(absl::StrCat(
+          in.metadata_where, ": ", it->second->what, " and ", item.what,
+          " would both be the ckpt entry '", item.name, "'")));
+    }
+  }
+  return problems;
 }
 
 absl::StatusOr<std::string> ReadDcpChunk(const DcpInput& in,

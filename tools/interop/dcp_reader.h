@@ -54,6 +54,10 @@ struct DcpInput {
   // tensor; and of each bytes item.
   std::map<std::string, std::vector<const interop::DcpStorage*>> chunk_storage;
   std::map<std::string, const interop::DcpStorage*> bytes_storage;
+  // The ckpt entry name of each bytes item: its DCP name, or, for a Megatron
+  // ShardedObject ("<key>/shard_<offset>_<shape>", Megatron torch_dist
+  // only), interop::MegatronShardedObjectName's.
+  std::map<std::string, std::string> object_names;
   uint64_t tensor_bytes = 0, bytes_item_bytes = 0;
 };
 
@@ -68,6 +72,17 @@ bool LooksLikeDcp(const std::string& dir);
 // global off the allow-list is FailedPrecondition naming it) and of
 // MergeRankLocalDcpMetadata.
 absl::StatusOr<std::unique_ptr<DcpInput>> OpenDcp(const std::string& dir);
+
+// The name "common.pt" that Megatron's common state takes in ckpt.
+inline constexpr char kCommonStateEntry[] = "common.pt";
+
+// Whether every tensor and bytes item (and common.pt) can be a ckpt entry of
+// its own: each name valid (format/names.h: no '/', '\\', "..", control
+// characters) and no two the same. One FailedPrecondition per problem,
+// naming the metadata file and the item ("<dir>/.metadata: bytes item
+// 'a/b' cannot be a ckpt entry: invalid name 'a/b': path separator");
+// empty when all can.
+std::vector<absl::Status> EntryNameProblems(const DcpInput& in);
 
 // The bytes of chunk `chunk` of tensor `t`, row-major. DataLoss naming the
 // file, range and tensor if the record does not parse, fails its CRC-32, or

@@ -104,6 +104,7 @@ void InspectDcpJson(const InspectOptions& o, const DcpInput& in,
   j["data_files"] = in.files.size();
   j["data_bytes"] = s.file_bytes;
   j["tensor_bytes"] = in.tensor_bytes;
+  if (in.meta.all_local_plans) j["all_local_plans"] = *in.meta.all_local_plans;
   if (in.megatron) {
     j["megatron_metadata"] =
         nlohmann::json::parse(in.megatron_json, nullptr, false);
@@ -119,14 +120,30 @@ void InspectDcpJson(const InspectOptions& o, const DcpInput& in,
          {"chunks", t.chunks.size()}});
   }
   for (const auto& b : in.meta.bytes_items) {
-    entries.push_back({{"name", b},
-                       {"kind", "bytes"},
-                       {"bytes", in.bytes_storage.at(b)->length},
-                       {"value", DescribeBytesItem(in, b)}});
+    nlohmann::ordered_json e = {{"name", b}, {"kind", "bytes"}};
+    if (const std::string& name = in.object_names.at(b); name != b)
+      e["converted_name"] = name;
+    e["bytes"] = in.bytes_storage.at(b)->length;
+    e["value"] = DescribeBytesItem(in, b);
+    entries.push_back(std::move(e));
   }
   j["entries"] = std::move(entries);
   out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
       << "\n";
+}
+
+// The bytes items whose ckpt object name differs (Megatron ShardedObjects).
+void PrintConvertedNames(const DcpInput& in, std::ostream& out) {
+  bool first = true;
+  for (const auto& [fqn, name] : in.object_names) {
+    if (fqn == name) continue;
+    if (first) {
+      out << "\nRenamed by ckpt-convert --from dcp (a ckpt entry name holds "
+             "no '/')\n";
+    }
+    first = false;
+    out << "  " << fqn << " -> " << name << "\n";
+  }
 }
 
 void InspectDcpText(const InspectOptions& o, const DcpInput& in,
@@ -150,6 +167,11 @@ void InspectDcpText(const InspectOptions& o, const DcpInput& in,
       << ")\n";
   out << "Tensor size   " << HumanBytes(in.tensor_bytes) << " ("
       << in.tensor_bytes << " bytes)\n";
+  if (in.meta.all_local_plans) {
+    out << "Local plans   " << *in.meta.all_local_plans
+        << " (all_local_plans: each rank's SavePlan; not needed to read the "
+           "checkpoint)\n";
+  }
   if (in.megatron) {
     out << "Megatron      metadata.json "
         << nlohmann::json::parse(in.megatron_json, nullptr, false).dump()
@@ -175,6 +197,7 @@ void InspectDcpText(const InspectOptions& o, const DcpInput& in,
              HumanBytes(in.bytes_storage.at(b)->length),
              DescribeBytesItem(in, b));
   }
+  PrintConvertedNames(in, out);
 }
 
 }  // namespace
@@ -314,6 +337,8 @@ ForeignValidation ValidateDcp(const std::string& path) {
     return v;
   }
   v.format = DcpFormat(**in);
+  for (const absl::Status& bad : EntryNameProblems(**in))
+    v.errors.push_back(std::string(bad.message()));
   size_t chunks = 0, records = 0;
   for (const interop::DcpTensor& t : (*in)->meta.tensors) {
     for (size_t i = 0; i < t.chunks.size(); ++i, ++chunks) {

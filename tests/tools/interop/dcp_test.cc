@@ -1,10 +1,20 @@
 // PyTorch DCP and Megatron torch_dist into ckpt: the committed fixtures
-// (written by real torch 2.13 in each FileSystemWriter layout, and by real
-// torch 1.13, the legacy format), DCP checkpoints written by the installed
-// torch at test time, and damaged or hostile directories.
+// (written by real torch 2.13 in each FileSystemWriter layout, by real
+// torch 1.13, the legacy format, and by real megatron-core 0.16.1), DCP
+// checkpoints written by the installed torch at test time, and damaged or
+// hostile directories (those that used to deadlock the conversion run under
+// a watchdog).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include "ckpt/format/status_macros.h"
 #include "ckpt/interop/torch_zip.h"
@@ -93,17 +103,62 @@ void ExpectValues(const std::string& root, const std::string& dcp) {
   }
 }
 
-// Every object of expected.json's "objects" (the bytes items, as Python's
-// repr of their values) is in the checkpoint at `root`, decoding to it.
-void ExpectObjects(const std::string& root, const std::string& dcp) {
+// Every object of expected.json's "objects" (the bytes items by their DCP
+// names, as Python's repr of their values) is in the checkpoint at `root`,
+// under its name or the one `renamed` gives it, decoding to it.
+void ExpectObjects(const std::string& root, const std::string& dcp,
+                   const std::map<std::string, std::string>& renamed = {}) {
   const nlohmann::json exp = nlohmann::json::parse(
       ::ckpt::testing::ReadFileBytes(dcp + "/expected.json"));
   ASSERT_TRUE(exp.contains("objects")) << dcp;
   CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(root));
-  for (const auto& [name, repr] : exp["objects"].items()) {
+  for (const auto& [fqn, repr] : exp["objects"].items()) {
+    const auto it = renamed.find(fqn);
+    const std::string name = it == renamed.end() ? fqn : it->second;
     CKPT_ASSERT_OK_AND_ASSIGN(std::string record, reader->ReadObject(name));
     EXPECT_EQ(DescribeTorchRecord(record), repr.get<std::string>()) << name;
   }
+}
+
+// Runs `fn` on a thread of its own and waits at most `seconds` for it. A
+// call that does not return in time (ranks of a conversion waiting for one
+// that gave up: a deadlock) fails the test and ends the test program,
+// instead of leaving ctest waiting forever.
+template <typename Fn>
+auto WithinSeconds(int seconds, Fn fn) -> decltype(fn()) {
+  using Result = decltype(fn());
+  auto task = std::make_shared<std::packaged_task<Result()>>(std::move(fn));
+  std::future<Result> done = task->get_future();
+  std::thread([task] { (*task)(); }).detach();
+  if (done.wait_for(std::chrono::seconds(seconds)) !=
+      std::future_status::ready) {
+    std::fprintf(
+        stderr,
+        "FAILED: %s did not return within %d s (a deadlock: ranks "
+        "wait for one that gave up); ending the test program\n",
+        ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+        seconds);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  return done.get();
+}
+
+// A copy of the fixture `name` at `to` whose .metadata has every `from`
+// replaced by `to_text` (of the same length, so the pickle stays valid).
+void CopyWithMetadataRenamed(const std::string& name, const fs::path& to,
+                             const std::string& from,
+                             const std::string& to_text) {
+  ASSERT_EQ(from.size(), to_text.size());
+  fs::copy(DataDir(name), to, fs::copy_options::recursive);
+  std::string md = ::ckpt::testing::ReadFileBytes(to / ".metadata");
+  size_t n = 0;
+  for (size_t at = md.find(from); at != std::string::npos;
+       at = md.find(from, at + 1), ++n) {
+    md.replace(at, from.size(), to_text);
+  }
+  ASSERT_GT(n, 0u) << from;
+  std::ofstream(to / ".metadata", std::ios::binary | std::ios::trunc) << md;
 }
 
 // The issue's end-to-end check of a DCP checkpoint written by real PyTorch:
@@ -285,6 +340,172 @@ TEST(DcpImport, MegatronTorchDist) {
   EXPECT_EQ(DescribeTorchRecord(common),
             "{'iteration': 1000, 'checkpoint_version': 3, "
             "'num_floating_point_operations_so_far': 0}");
+}
+
+// Real megatron-core 0.16.1 output (make_megatron.py, with the two
+// torch.cuda calls a CPU-only torch lacks stubbed): the tensors convert with
+// the values torch computed, the ShardedObject "extra.note" (stored as
+// "extra.note/shard_0_1", torch.save([obj])) becomes the object "extra.note"
+// holding Megatron's record unchanged, common.pt the object "common.pt";
+// the conversion diffs equal against the directory and reshards 2 -> 3.
+TEST(DcpImport, MegatronCore016RealSave) {
+  TempDir dir;
+  const std::string dcp = DataDir("megatron_torch_dist_real");
+  const nlohmann::json exp = nlohmann::json::parse(
+      ::ckpt::testing::ReadFileBytes(dcp + "/expected.json"));
+  EXPECT_EQ(exp["megatron_core"], "0.16.1");
+  EXPECT_EQ(exp["megatron_load"], "equal");  // Megatron reads it back
+  CKPT_ASSERT_OK_AND_ASSIGN(auto in, OpenDcp(dcp));
+  EXPECT_TRUE(in->megatron);
+  EXPECT_EQ(in->world_size, 2);
+  EXPECT_EQ(in->meta.all_local_plans, std::optional<size_t>(2));
+  // thread_count=2: two data files per rank.
+  EXPECT_EQ(in->file_rank, (std::map<std::string, int>{{"__0_0.distcp", 0},
+                                                       {"__0_1.distcp", 0},
+                                                       {"__1_0.distcp", 1},
+                                                       {"__1_1.distcp", 1}}));
+  EXPECT_EQ(in->object_names, (std::map<std::string, std::string>{
+                                  {"extra.note/shard_0_1", "extra.note"}}));
+  EXPECT_TRUE(EntryNameProblems(*in).empty());
+  // Its records are torch 2.13's: .format_version, .storage_alignment and
+  // .data/serialization_id entries, data aligned to 64 bytes.
+  for (const interop::DcpStorage& s : in->meta.storage) {
+    SCOPED_TRACE(s.fqn);
+    CKPT_ASSERT_OK_AND_ASSIGN(
+        std::string record,
+        in->files.at(s.relative_path)->Read(s.offset, s.length));
+    CKPT_ASSERT_OK_AND_ASSIGN(interop::ZipArchive zip,
+                              interop::ParseZip(record));
+    for (const char* e :
+         {"archive/.format_version", "archive/.storage_alignment",
+          "archive/.data/serialization_id"}) {
+      EXPECT_NE(zip.Find(e), nullptr) << e;
+    }
+    if (const interop::ZipEntry* data = zip.Find("archive/data/0")) {
+      EXPECT_EQ(data->data_offset % 64, 0u);
+    }
+  }
+  CKPT_ASSERT_OK_AND_ASSIGN(DcpImportResult r, ImportDcp(dcp, dir / "c", {}));
+  EXPECT_EQ(r.format, "Megatron torch_dist");
+  EXPECT_EQ(r.world_size, 2);
+  ExpectValues(dir / "c", dcp);
+  ExpectObjects(dir / "c", dcp, {{"extra.note/shard_0_1", "extra.note"}});
+  CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(dir / "c"));
+  CKPT_ASSERT_OK_AND_ASSIGN(std::string common,
+                            reader->ReadObject("common.pt"));
+  EXPECT_EQ(common, ::ckpt::testing::ReadFileBytes(dcp + "/common.pt"));
+  // Python's repr says 3.0 where ckpt's description says 3.
+  EXPECT_EQ(exp["common"],
+            "{'iteration': 1000, 'checkpoint_version': 3.0, "
+            "'num_floating_point_operations_so_far': 0}");
+  EXPECT_EQ(DescribeTorchRecord(common),
+            "{'iteration': 1000, 'checkpoint_version': 3, "
+            "'num_floating_point_operations_so_far': 0}");
+  EXPECT_EQ(reader->manifest().metadata,
+            (format::Metadata{
+                {"dcp.module", "torch.distributed.checkpoint.metadata"},
+                {"dcp.version", "1.0.0"},
+                {"dcp.checkpoint_id", "megatron_torch_dist_real"},
+                {"megatron.metadata.json",
+                 ::ckpt::testing::ReadFileBytes(dcp + "/metadata.json")},
+                {"megatron.sharded_objects",
+                 R"({"extra.note":"extra.note/shard_0_1"})"}}));
+  // Rank 1 holds columns 2..5 of model.w_cols, and writes them.
+  const format::ChunkRecord* cols = ChunkAt(*reader, "model.w_cols", {0, 2});
+  ASSERT_NE(cols, nullptr);
+  EXPECT_EQ(std::get<Box>(cols->region).size, (Dims{4, 4}));
+  EXPECT_EQ(cols->shard, 1u);
+  DiffOptions d;
+  d.a = dcp;
+  d.b = dir / "c";
+  d.progress = false;
+  std::ostringstream out;
+  CKPT_ASSERT_OK_AND_ASSIGN(int diff_exit, RunDiffAnyFormat(d, false, out));
+  EXPECT_EQ(diff_exit, 0) << out.str();
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("result: equal (7 entries"));
+  ReshardOptions ro;
+  ro.src = dir / "c";
+  ro.dst = dir / "c3";
+  ro.from = 2;
+  ro.to = 3;
+  ro.progress = false;
+  CKPT_ASSERT_OK(Reshard(ro).status());
+  d.a = dir / "c";
+  d.b = dir / "c3";
+  CKPT_ASSERT_OK_AND_ASSIGN(DiffReport diff, Diff(d));
+  EXPECT_TRUE(diff.equal());
+  ExpectValues(dir / "c3", dcp);
+}
+
+// A bytes item whose name ckpt refuses ('/'): ImportDcp says so, naming the
+// metadata file and the item, before any rank starts. It used to hang:
+// rank 0 failed in SetObject while rank 1 waited for it in the save's first
+// collective.
+TEST(DcpImport, NameCkptRefusesIsAnErrorNotADeadlock) {
+  TempDir dir;
+  CopyWithMetadataRenamed("dcp_torch213", dir / "d", "extra.note.name",
+                          "extra.note/name");
+  const auto imported = WithinSeconds(
+      60, [&] { return ImportDcp(dir / "d", dir / "c", {}).status(); });
+  EXPECT_THAT(imported,
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       dir / "d/.metadata" +
+                           ": bytes item 'extra.note/name' cannot be a ckpt "
+                           "entry: invalid name 'extra.note/name': path "
+                           "separator"));
+  EXPECT_FALSE(fs::exists(dir / "c"));
+}
+
+// Any rank's failure before the save (here rank 0's, reading a bytes item
+// stored through a transform) is every rank's: the import returns it
+// instead of rank 1 waiting forever in the save's first collective.
+TEST(DcpImport, RankFailingBeforeTheSaveFailsEveryRank) {
+  TempDir dir;
+  CKPT_ASSERT_OK_AND_ASSIGN(auto in, OpenDcp(DataDir("dcp_torch213")));
+  for (interop::DcpStorage& s : in->meta.storage) {
+    if (s.fqn == "extra.note.name") s.transform_descriptors = {"stream.zstd/1"};
+  }
+  const auto imported = WithinSeconds(
+      60, [&] { return ImportOpenedDcp(*in, dir / "c", {}).status(); });
+  EXPECT_THAT(imported, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                 "of 'extra.note.name': stored through the "
+                                 "stream transforms [stream.zstd/1]"));
+  EXPECT_FALSE(fs::exists(dir / "c/latest"));
+}
+
+// Two items that would be one ckpt entry (a ShardedObject named like a
+// tensor) are refused, naming both.
+TEST(DcpImport, MegatronObjectNamedLikeATensorIsRefused) {
+  TempDir dir;
+  CopyWithMetadataRenamed("megatron_torch_dist_real", dir / "d",
+                          "extra.note/shard_0_1", "model.norm/shard_0_1");
+  CKPT_ASSERT_OK_AND_ASSIGN(auto in, OpenDcp(dir / "d"));
+  const std::vector<absl::Status> bad = EntryNameProblems(*in);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_THAT(bad[0], StatusIs(absl::StatusCode::kFailedPrecondition,
+                               "tensor 'model.norm' and bytes item "
+                               "'model.norm/shard_0_1' (Megatron "
+                               "ShardedObject) would both be the ckpt entry "
+                               "'model.norm'"));
+  EXPECT_THAT(
+      WithinSeconds(
+          60, [&] { return ImportDcp(dir / "d", dir / "c", {}).status(); }),
+      StatusIs(absl::StatusCode::kFailedPrecondition, "would both be"));
+}
+
+// Only a Megatron checkpoint's ShardedObject keys are renamed: without
+// metadata.json the same directory is a plain DCP whose item name ckpt
+// cannot hold.
+TEST(DcpImport, ShardedObjectKeyOutsideMegatronIsRefusedByName) {
+  TempDir dir;
+  fs::copy(DataDir("megatron_torch_dist_real"), dir / "d",
+           fs::copy_options::recursive);
+  fs::remove(dir / "d/metadata.json");
+  EXPECT_THAT(
+      WithinSeconds(
+          60, [&] { return ImportDcp(dir / "d", dir / "c", {}).status(); }),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               "bytes item 'extra.note/shard_0_1' cannot be a ckpt entry"));
 }
 
 // The same, on DCP checkpoints written at test time by the installed torch

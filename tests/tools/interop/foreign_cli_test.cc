@@ -1,6 +1,7 @@
 // ckpt-inspect, ckpt-validate and ckpt-diff on foreign inputs: the format
 // detected and said, the output pinned by tests/tools/expected/interop/,
-// and hostile files refused with a clear error and exit 1 or 2.
+// and hostile files refused with a clear error and exit 1 or 2 (promptly:
+// the runs that used to hang are watched by timeout(1)).
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "testing/cli.h"
 #include "testing/expected_output.h"
 #include "testing/files.h"
@@ -264,6 +266,84 @@ TEST_F(ForeignCli, Torch213LayoutsThroughEveryTool) {
     CliResult diff3 = Run(CKPT_DIFF_BIN, {c, c3});
     EXPECT_EQ(diff3.exit_code, 0) << diff3.out << diff3.err;
   }
+}
+
+// Real megatron-core 0.16.1 output through every tool: inspected (its
+// SavePlans counted, the ShardedObject's ckpt name said), valid, converted,
+// equal to its conversion, resharded 2 -> 3 and equal again.
+TEST_F(ForeignCli, MegatronCore016ThroughEveryTool) {
+  const std::string dcp = "<DATA>/megatron_torch_dist_real";
+  CliResult inspect = Run(CKPT_INSPECT_BIN, {dcp});
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_EQ(inspect.out, Expected("inspect_megatron_real"));
+  CliResult json = Run(CKPT_INSPECT_BIN, {dcp, "--json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["all_local_plans"], 2);
+  EXPECT_EQ(j["data_files"], 4);
+  EXPECT_EQ(j["entries"].back()["name"], "extra.note/shard_0_1");
+  EXPECT_EQ(j["entries"].back()["converted_name"], "extra.note");
+  EXPECT_EQ(j["entries"].back()["value"], "[{'epoch': 3, 'name': 'fixture'}]");
+  CliResult validate = Run(CKPT_VALIDATE_BIN, {dcp});
+  EXPECT_EQ(validate.exit_code, 0) << validate.out;
+  EXPECT_THAT(validate.out, HasSubstr("4 data files, 9 of 9 records read and "
+                                      "verified"));
+  CliResult convert = Run(CKPT_CONVERT_BIN, {dcp, "<TMP>/c", "--from", "dcp"});
+  ASSERT_EQ(convert.exit_code, 0) << convert.err;
+  EXPECT_THAT(convert.out,
+              HasSubstr("2 ranks (as saved), 7 entries (5 tensors in 8 chunks, "
+                        "2 objects)"));
+  CliResult entries = Run(CKPT_INSPECT_BIN, {"<TMP>/c"});
+  EXPECT_THAT(entries.out, HasSubstr("\nextra.note      object"));
+  EXPECT_THAT(entries.out,
+              HasSubstr("megatron.sharded_objects = "
+                        "{\"extra.note\":\"extra.note/shard_0_1\"}"));
+  CliResult diff = Run(CKPT_DIFF_BIN, {dcp, "<TMP>/c"});
+  EXPECT_EQ(diff.exit_code, 0) << diff.out << diff.err;
+  EXPECT_THAT(diff.out, HasSubstr("result: equal (7 entries"));
+  CliResult reshard = Run(CKPT_RESHARD_BIN,
+                          {"<TMP>/c", "<TMP>/c3", "--from", "2", "--to", "3"});
+  ASSERT_EQ(reshard.exit_code, 0) << reshard.err;
+  CliResult diff3 = Run(CKPT_DIFF_BIN, {"<TMP>/c", "<TMP>/c3"});
+  EXPECT_EQ(diff3.exit_code, 0) << diff3.out << diff3.err;
+  CliResult diff_dcp3 = Run(CKPT_DIFF_BIN, {dcp, "<TMP>/c3"});
+  EXPECT_EQ(diff_dcp3.exit_code, 0) << diff_dcp3.out << diff_dcp3.err;
+}
+
+// A DCP item whose name ckpt cannot hold (here a bytes item renamed
+// "extra.note/name" in a copy of the 2.13 fixture) fails ckpt-convert and
+// ckpt-diff promptly with one line naming the file and the item, exit 2,
+// and is a finding of ckpt-validate. Both used to hang forever: rank 0 of
+// the conversion failed while rank 1 waited for it in a collective. Run
+// under timeout(1), so that a hang fails the test instead of stalling it.
+TEST_F(ForeignCli, NameCkptRefusesFailsEveryToolPromptly) {
+  fs::copy(data_ + "/dcp_torch213", dir_ / "d", fs::copy_options::recursive);
+  std::string md = ::ckpt::testing::ReadFileBytes(dir_ / "d/.metadata");
+  for (size_t at = md.find("extra.note.name"); at != std::string::npos;
+       at = md.find("extra.note.name", at)) {
+    md.replace(at, 15, "extra.note/name");
+  }
+  std::ofstream(dir_ / "d/.metadata", std::ios::binary | std::ios::trunc) << md;
+  const std::string error =
+      "error: <TMP>/d/.metadata: bytes item 'extra.note/name' cannot be a "
+      "ckpt entry: invalid name 'extra.note/name': path separator\n";
+  const std::vector<std::pair<const char*, std::vector<std::string>>> runs = {
+      {CKPT_CONVERT_BIN, {"<TMP>/d", "<TMP>/out", "--from", "dcp"}},
+      {CKPT_DIFF_BIN, {"<TMP>/d", "<TMP>/d"}}};
+  for (const auto& [bin, args] : runs) {
+    std::vector<std::string> watched = {"-k", "5", "60", bin};
+    watched.insert(watched.end(), args.begin(), args.end());
+    CliResult r = Run("/usr/bin/timeout", watched);
+    EXPECT_NE(r.exit_code, 124) << bin << " hangs (killed after 60 s)";
+    EXPECT_EQ(r.exit_code, 2) << bin << ": " << r.err;
+    const std::string tool = fs::path(bin).filename().string();
+    EXPECT_EQ(r.err, tool + ": " + error) << bin;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+  CliResult validate = Run(CKPT_VALIDATE_BIN, {"<TMP>/d"});
+  EXPECT_EQ(validate.exit_code, 1) << validate.err;
+  EXPECT_THAT(validate.out, HasSubstr(error));
+  EXPECT_THAT(validate.out, HasSubstr("INVALID: 1 problem (1 error"));
 }
 
 // save(use_collectives=False) is said: its metadata is per rank.
