@@ -267,7 +267,8 @@ TEST_F(SafetensorsTools, FifoInPlaceOfAShardIsRefusedWithoutBlocking) {
 // values of one tensor.
 TEST_F(SafetensorsTools, IndependentPythonReaderAgrees) {
   const std::string python = ckpt::testing::TestPython();
-  if (python.empty()) GTEST_SKIP() << "no Python interpreter (run scripts/setup)";
+  if (python.empty())
+    GTEST_SKIP() << "no Python interpreter (run scripts/setup)";
   const std::string out = (dir_ / "m.safetensors");
   CKPT_ASSERT_OK(ExportSafetensors(src_, out, {}).status());
   const std::string script = R"PY(
@@ -291,8 +292,8 @@ s, e = w['data_offsets']
 print(len(h), b[8 + n + s:8 + n + e].hex())
 )PY";
   std::ofstream(dir_ / "check.py") << script;
-  ckpt::testing::CliResult r = ckpt::testing::RunCli(
-      python, {dir_ / "check.py", out}, dir_.path());
+  ckpt::testing::CliResult r =
+      ckpt::testing::RunCli(python, {dir_ / "check.py", out}, dir_.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // The same bytes through ckpt's reader.
   CKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(src_));
