@@ -183,7 +183,8 @@ inline void CheckPlainImport(const std::string& path, uint64_t step) {
 
 // A python3 that has h5py, or "" (the h5py tests then skip).
 inline std::string PythonWithH5py() {
-  for (const std::string& py : {ckpt::testing::TestPython(), std::string("python3")}) {
+  for (const std::string& py :
+       {ckpt::testing::TestPython(), std::string("python3")}) {
     if (py.empty()) continue;
     std::string cmd =
         absl::StrCat(py, " -c 'import h5py, numpy' >/dev/null 2>&1");
