@@ -124,3 +124,27 @@ def test_two_ranks_save_and_load_resharded(tmp_path):
 
     out = run_ranks(2, rank)
     assert torch.equal(torch.cat(out, dim=1), full)
+
+
+def test_the_handle_is_a_future(tmp_path):
+    """result(timeout), done() and exception() as concurrent.futures has them."""
+    c = ct.Checkpointer(tmp_path)
+    handle = c.save_async(_state(1), 1)
+    assert handle.result(timeout=60).path.endswith("step-00000001")
+    assert handle.done() and handle.exception() is None
+    c.close()
+    # A save that fails in the background: its step's directory is taken by
+    # a plain file, so the commit cannot rename onto it.
+    c = ct.Checkpointer(tmp_path / "b")
+    os.makedirs(tmp_path / "b")
+    open(tmp_path / "b" / "step-00000002", "w").close()
+    try:
+        handle = c.save_async(_state(2), 2)
+    except ckpt.Error as e:  # refused before the snapshot: also a valid outcome
+        assert "step-00000002" in str(e)
+    else:
+        err = handle.exception(timeout=60)
+        assert isinstance(err, ckpt.Error) and "step-00000002" in str(err), err
+        with pytest.raises(type(err)):
+            handle.result()
+    c.close()

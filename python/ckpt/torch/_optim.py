@@ -22,24 +22,48 @@ def _local_optimizer(optimizer):
 
 
 def _init_state(opt) -> None:
-    """Creates an optimizer's lazily made state (one step at lr 0 with zero
-    gradients), so that a load has tensors to fill. Parameters are left
-    bit for bit unchanged for torch.optim's SGD, Adam and AdamW."""
-    lrs = [g["lr"] for g in opt.param_groups]
-    made = []
+    """Creates an optimizer's lazily made state, so that a save has its
+    tensors and a load has tensors to fill, as the optimizer's first step
+    would find it: one step at lr 0 with zero gradients makes the entries,
+    then every state tensor is zeroed and every step count set to 0.
+
+    Unlike torch's own initialisation (torch.distributed.checkpoint's
+    _init_optim_state, which leaves step = 1 and, with real gradients
+    present, moments of those gradients), saving before the first step
+    leaves the training that follows bit for bit as without the save:
+    parameters and gradients are restored, and the first real step starts
+    from step 0 and zero moments (exact for SGD without dampening, Adam,
+    AdamW). Does nothing when the state exists."""
+    if opt.state:
+        return
+    params = [p for g in opt.param_groups for p in g["params"] if p.requires_grad]
+    grads = [p.grad for p in params]
+    lrs = [g.get("lr") for g in opt.param_groups]
+    for p in params:
+        p.grad = torch.zeros_like(p)
     for g in opt.param_groups:
-        g["lr"] = 0.0
-        for p in g["params"]:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-                made.append(p)
+        if "lr" in g:
+            g["lr"] = torch.tensor(0.0) if isinstance(g["lr"], torch.Tensor) else 0.0
     try:
         opt.step()
     finally:
         for g, lr in zip(opt.param_groups, lrs):
-            g["lr"] = lr
-        for p in made:
-            p.grad = None
+            if lr is not None:
+                g["lr"] = lr
+        for p, grad in zip(params, grads):
+            p.grad = grad
+    _zero_state(opt)
+
+
+def _zero_state(opt) -> None:
+    """Every state tensor zeroed and every plain-number step count 0."""
+    with torch.no_grad():
+        for st in opt.state.values():
+            for key, value in st.items():
+                if isinstance(value, torch.Tensor):
+                    value.zero_()
+                elif key == "step":
+                    st[key] = 0
 
 
 def optimizer_state_dict(model: torch.nn.Module, optimizer) -> Dict[str, Any]:
@@ -57,8 +81,7 @@ def optimizer_state_dict(model: torch.nn.Module, optimizer) -> Dict[str, Any]:
     """
     local = _local_optimizer(optimizer)
     names = {id(p): n for n, p in model.named_parameters()}
-    if not local.state:
-        _init_state(local)
+    _init_state(local)
     state = {}
     for g in local.param_groups:
         for p in g["params"]:

@@ -3,6 +3,7 @@ every save of that group (its staging memory and save plan are made once),
 and at most one save in flight per group."""
 import hashlib
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -279,7 +280,12 @@ class SaveHandle:
     Later calls return (or raise) the same. done() never blocks: True once
     wait() would not wait for I/O. With several ranks and no dedicated
     background communicator the commit's collectives run inside wait(), so
-    every rank calls it (or the next save, which calls it)."""
+    every rank calls it (or the next save, which calls it).
+
+    As a concurrent.futures.Future: result(timeout) is wait() that gives up
+    with TimeoutError after `timeout` seconds of I/O (the save goes on; call
+    it again), and exception(timeout) returns the error instead of raising
+    it (None on success)."""
 
     def __init__(self, handle):
         self._handle = handle
@@ -289,6 +295,24 @@ class SaveHandle:
 
     def done(self) -> bool:
         return self._handle.done()
+
+    def result(self, timeout: Optional[float] = None) -> _ckpt.SaveResult:
+        if timeout is not None:
+            deadline = time.monotonic() + timeout
+            while not self._handle.done():
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"the save is still writing after {timeout} s")
+                time.sleep(min(0.005, max(0.0, deadline - time.monotonic())))
+        return self._handle.wait()
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        try:
+            self.result(timeout)
+        except TimeoutError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the save's error, returned
+            return e
+        return None
 
 
 def save_async(state_dict: Dict, root: str, step: int, *, process_group=None,

@@ -107,8 +107,12 @@ def _handlers(name: str, obj, modules: Callable[[], List[torch.nn.Module]]):
             from ._optim import optimizer_state_dict, set_optimizer_state_dict
             return (lambda: optimizer_state_dict(model, obj),
                     lambda sd: set_optimizer_state_dict(model, obj, sd))
-        return (lambda: dsd.get_optimizer_state_dict(model, obj),
-                lambda sd: dsd.set_optimizer_state_dict(model, obj, sd))
+        from ._optim import _init_state
+
+        def get():
+            _init_state(obj)  # before torch's own, which would leave step = 1
+            return dsd.get_optimizer_state_dict(model, obj)
+        return (get, lambda sd: dsd.set_optimizer_state_dict(model, obj, sd))
     return obj.state_dict, obj.load_state_dict
 
 
