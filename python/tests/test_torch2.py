@@ -412,12 +412,16 @@ def fsdp_resume(rank, world, root, out):
     dump(out, "control", rank, [control.step() for _ in range(M)])
 
 
-def fsdp_reshard(rank, world, root, out):
-    job = Job(world, seed=1)
+def load_saved(rank, world, root, out, layout, tag):
+    """Loads the checkpoint into a `layout` Job of `world` ranks made with
+    another seed, and dumps, as `tag`+world, which full tensors differ from
+    the saved ones (out/saved.pt) after the load and how many did before,
+    and the losses of two more steps."""
+    job = Job(world, layout=layout, seed=1)
     before = job.full()
     job.load(root)
     saved = torch.load(os.path.join(out, "saved.pt"))
-    dump(out, f"reshard{world}", rank, {
+    dump(out, f"{tag}{world}", rank, {
         "mismatched": _mismatched(job.full(), saved),
         "differed_before": len(_mismatched(before, saved)), "n": len(saved),
         "losses": [job.step() for _ in range(2)]})
@@ -437,7 +441,7 @@ def test_fsdp2_resume_is_bit_identical_and_reshards_to_1_and_3(tmp_path, dirs):
     assert (list(emb.shape), chunks(emb)) == (
         [61, 32], [(((0, 0), (31, 32)), 0), (((31, 0), (30, 32)), 1)])
     for world in (1, 3):
-        run(fsdp_reshard, world, tmp_path, root, out)
+        run(load_saved, world, tmp_path, root, out, "fsdp", "reshard")
         for rank in range(world):
             got = read(out, f"reshard{world}", rank)
             assert got["mismatched"] == [], (world, rank)
@@ -529,17 +533,6 @@ def tp2d_save(rank, world, root, out):
         torch.save(full, os.path.join(out, "saved.pt"))
 
 
-def tp2d_load(rank, world, root, out, layout):
-    job = Job(world, layout=layout, seed=1)
-    before = job.full()
-    job.load(root)
-    saved = torch.load(os.path.join(out, "saved.pt"))
-    dump(out, f"{layout}{world}", rank, {
-        "mismatched": _mismatched(job.full(), saved),
-        "differed_before": len(_mismatched(before, saved)), "n": len(saved),
-        "losses": [job.step() for _ in range(2)]})
-
-
 def test_fsdp_over_tensor_parallel_on_4_loads_on_a_1d_mesh_of_2_and_a_plain_module(
         tmp_path, dirs):
     root, out = dirs
@@ -555,7 +548,7 @@ def test_fsdp_over_tensor_parallel_on_4_loads_on_a_1d_mesh_of_2_and_a_plain_modu
     assert [c for c, _ in bias] == [((0,), (16,)), ((16,), (16,))]
     assert bias[0][1] in (0, 1) and bias[1][1] in (2, 3)
     for world, layout in ((2, "fsdp"), (1, "plain")):
-        run(tp2d_load, world, tmp_path, root, out, layout)
+        run(load_saved, world, tmp_path, root, out, layout, layout)
         for rank in range(world):
             got = read(out, f"{layout}{world}", rank)
             assert got["mismatched"] == [], (layout, rank)

@@ -161,17 +161,13 @@ void CopyWithMetadataRenamed(const std::string& name, const fs::path& to,
   std::ofstream(to / ".metadata", std::ios::binary | std::ios::trunc) << md;
 }
 
-// The end-to-end check of a DCP checkpoint written by real PyTorch:
-// it converts to ckpt with the values torch computed, ckpt-diff of the DCP
-// directory against the conversion is equal, and the conversion reshards
-// --from 2 --to 3 and diffs equal against it.
-void ExpectConvertsReshardsAndDiffsEqual(const std::string& dcp,
-                                         const TempDir& dir) {
-  SCOPED_TRACE(dcp);
-  CKPT_ASSERT_OK_AND_ASSIGN(DcpImportResult r, ImportDcp(dcp, dir / "c", {}));
-  EXPECT_EQ(r.world_size, 2);
-  ExpectValues(dir / "c", dcp);
-  ExpectObjects(dir / "c", dcp);
+// ckpt-diff of the DCP directory `dcp` against its conversion dir/c says
+// `equal` (its report contains `equal_line`), and the conversion reshards
+// --from 2 --to 3 into dir/c3, which diffs equal against it and holds the
+// values torch computed.
+void ExpectDiffsEqualAndReshardsEqual(const std::string& dcp,
+                                      const TempDir& dir,
+                                      const std::string& equal_line) {
   DiffOptions d;
   d.a = dcp;
   d.b = dir / "c";
@@ -179,7 +175,7 @@ void ExpectConvertsReshardsAndDiffsEqual(const std::string& dcp,
   std::ostringstream out;
   CKPT_ASSERT_OK_AND_ASSIGN(int diff_exit, RunDiffAnyFormat(d, false, out));
   EXPECT_EQ(diff_exit, 0) << out.str();
-  EXPECT_THAT(out.str(), ::testing::HasSubstr("result: equal"));
+  EXPECT_THAT(out.str(), ::testing::HasSubstr(equal_line));
   ReshardOptions ro;
   ro.src = dir / "c";
   ro.dst = dir / "c3";
@@ -192,6 +188,20 @@ void ExpectConvertsReshardsAndDiffsEqual(const std::string& dcp,
   CKPT_ASSERT_OK_AND_ASSIGN(DiffReport diff, Diff(d));
   EXPECT_TRUE(diff.equal());
   ExpectValues(dir / "c3", dcp);
+}
+
+// The end-to-end check of a DCP checkpoint written by real PyTorch:
+// it converts to ckpt with the values torch computed, ckpt-diff of the DCP
+// directory against the conversion is equal, and the conversion reshards
+// --from 2 --to 3 and diffs equal against it.
+void ExpectConvertsReshardsAndDiffsEqual(const std::string& dcp,
+                                         const TempDir& dir) {
+  SCOPED_TRACE(dcp);
+  CKPT_ASSERT_OK_AND_ASSIGN(DcpImportResult r, ImportDcp(dcp, dir / "c", {}));
+  EXPECT_EQ(r.world_size, 2);
+  ExpectValues(dir / "c", dcp);
+  ExpectObjects(dir / "c", dcp);
+  ExpectDiffsEqualAndReshardsEqual(dcp, dir, "result: equal");
 }
 
 // The chunk of `entry` at `offset` in `reader`'s checkpoint, or null.
@@ -415,26 +425,7 @@ TEST(DcpImport, MegatronCore016RealSave) {
   ASSERT_NE(cols, nullptr);
   EXPECT_EQ(std::get<Box>(cols->region).size, (Dims{4, 4}));
   EXPECT_EQ(cols->shard, 1u);
-  DiffOptions d;
-  d.a = dcp;
-  d.b = dir / "c";
-  d.progress = false;
-  std::ostringstream out;
-  CKPT_ASSERT_OK_AND_ASSIGN(int diff_exit, RunDiffAnyFormat(d, false, out));
-  EXPECT_EQ(diff_exit, 0) << out.str();
-  EXPECT_THAT(out.str(), ::testing::HasSubstr("result: equal (7 entries"));
-  ReshardOptions ro;
-  ro.src = dir / "c";
-  ro.dst = dir / "c3";
-  ro.from = 2;
-  ro.to = 3;
-  ro.progress = false;
-  CKPT_ASSERT_OK(Reshard(ro).status());
-  d.a = dir / "c";
-  d.b = dir / "c3";
-  CKPT_ASSERT_OK_AND_ASSIGN(DiffReport diff, Diff(d));
-  EXPECT_TRUE(diff.equal());
-  ExpectValues(dir / "c3", dcp);
+  ExpectDiffsEqualAndReshardsEqual(dcp, dir, "result: equal (7 entries");
 }
 
 // A bytes item whose name ckpt refuses ('/'): ImportDcp says so, naming the
