@@ -414,3 +414,22 @@ def test_saving_before_the_first_step_leaves_training_unchanged(tmp_path, make_o
     control = _trajectory(make_opt, torch_init, tmp_path)
     same = all(torch.equal(a, b) for a, b in zip(plain, control))
     assert same != torch_init_differs
+
+
+def test_negative_bit_views_are_refused_naming_the_entry(tmp_path):
+    """A negative-bit view (torch._neg_view(x); z.conj().imag is another,
+    strided) is contiguous and real, but its memory holds x, not -x: saved
+    as it is, it would be saved with the wrong sign (and loaded into with
+    the wrong sign). Refused for save and load; resolve_neg() saves the
+    right values (the control)."""
+    neg = torch._neg_view(torch.arange(4.0))
+    assert neg.is_neg() and neg.is_contiguous()
+    with pytest.raises(ckpt.InvalidArgumentError, match=r"entry 'w': a negative-bit view"):
+        ct.save({"w": neg}, str(tmp_path), 1)
+    ct.save({"w": neg.resolve_neg()}, str(tmp_path), 2)
+    back = {"w": torch.zeros(4)}
+    ct.load(back, str(tmp_path))
+    assert torch.equal(back["w"], -torch.arange(4.0))
+    into = torch._neg_view(torch.zeros(4))
+    with pytest.raises(ckpt.InvalidArgumentError, match=r"entry 'w': a negative-bit view"):
+        ct.load({"w": into}, str(tmp_path))

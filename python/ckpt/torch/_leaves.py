@@ -140,10 +140,18 @@ def _is_tensor_leaf(v) -> bool:
 
 def _borrowable(name: str, t: torch.Tensor) -> torch.Tensor:
     """`t` as ckpt borrows it (no copy): detached, a CPU or CUDA tensor,
-    contiguous (else InvalidArgumentError naming the entry), bool and
-    float8 as same-width integers."""
+    contiguous, its memory holding its values (not a negative-bit or
+    conjugate view, whose memory holds the negation or conjugate of its
+    values, which DLPack does not carry: InvalidArgumentError naming the entry, for save and load
+    alike), bool and float8 as same-width integers."""
     t = t.detach()
     ckpt_dtype(t.dtype)  # TypeError for dtypes ckpt lacks
+    if t.is_neg() or t.is_conj():
+        kind = "negative-bit" if t.is_neg() else "conjugate"
+        raise InvalidArgumentError(
+            f"entry '{name}': a {kind} view (e.g. z.conj().imag): its memory holds the "
+            f"{'negation' if t.is_neg() else 'conjugate'} of its values; ckpt never copies "
+            "silently: pass tensor.resolve_neg() / resolve_conj()")
     if not t.is_contiguous():
         raise InvalidArgumentError(
             f"entry '{name}': the tensor is not contiguous (strides {t.stride()} for shape "
