@@ -5,8 +5,9 @@
 # the imported target
 # NCCL::nccl. Used by gpu/nccl/CMakeLists.txt when building ckpt and by
 # ckptConfig.cmake when a consumer loads ckpt::ckpt_nccl, so both find the
-# same way. REQUIRES: find_package(CUDAToolkit) ran first. Sets
-# CKPT_NCCL_FOUND.
+# same way (the installed config adds CKPT_NCCL_HINTS: the directories
+# where ckpt's build found it). REQUIRES: find_package(CUDAToolkit) ran
+# first. Sets CKPT_NCCL_FOUND.
 if(TARGET NCCL::nccl)
   set(CKPT_NCCL_FOUND TRUE)
 else()
@@ -25,11 +26,11 @@ else()
     endif()
   endif()
   find_path(CKPT_NCCL_INCLUDE_DIR nccl.h
-    HINTS ${CUDAToolkit_INCLUDE_DIRS} ${_ckpt_nccl_py_dir}/include)
+    HINTS ${CUDAToolkit_INCLUDE_DIRS} ${_ckpt_nccl_py_dir}/include ${CKPT_NCCL_HINTS})
   # The wheel has only the versioned libnccl.so.2.
   find_library(CKPT_NCCL_LIBRARY NAMES nccl libnccl.so.2
     HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}
-          ${CUDAToolkit_TARGET_DIR} ${_ckpt_nccl_py_dir}
+          ${CUDAToolkit_TARGET_DIR} ${_ckpt_nccl_py_dir} ${CKPT_NCCL_HINTS}
     PATH_SUFFIXES lib lib64)
   if(CKPT_NCCL_INCLUDE_DIR AND CKPT_NCCL_LIBRARY)
     # GLOBAL: ckpt::ckpt_nccl is linked from other directories.
