@@ -439,3 +439,23 @@ def test_a_checkpoint_of_ckpt_torch_save_loads_through_dcp(tmp_path):
     assert torch.equal(dst["flat"], torch.arange(6.0).reshape(2, 3))
     with pytest.raises(CheckpointException, match="Size mismatch.*for w"):  # control
         dcp.load({"w": torch.zeros(3, 4)}, storage_reader=ckdcp.Reader(tmp_path))
+
+
+def test_async_save_whose_staged_save_commits_before_dcp_plans_succeeds(tmp_path):
+    """dcp.async_save: stage() starts ckpt's save, then DCP plans on its own
+    thread. When ckpt commits first (a small state, one process), DCP's
+    planning must not refuse the step as taken: it is this save's own.
+    The writer below waits for the commit before DCP's global plan, which
+    made this race certain; it failed with 'a checkpoint of step 5 exists'."""
+    class CommitsFirst(ckdcp.Writer):
+        def prepare_global_plan(self, plans):
+            self._staged.handle.wait()
+            return super().prepare_global_plan(plans)
+    src = {"w": torch.randn(3, 2)}
+    dcp.async_save(src, storage_writer=CommitsFirst(tmp_path, step=5)).result()
+    dst = {"w": torch.zeros(3, 2)}
+    dcp.load(dst, storage_reader=ckdcp.Reader(tmp_path))
+    assert torch.equal(dst["w"], src["w"])
+    # Control: a plain save of a committed step is still refused.
+    with pytest.raises(CheckpointException, match="a checkpoint of step 5 exists"):
+        dcp.save(src, storage_writer=ckdcp.Writer(tmp_path, step=5))

@@ -490,9 +490,12 @@ class Writer(StorageWriter, AsyncStager):
         return plan
 
     def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
-        """(coordinator) Refuses a committed step; hands every rank the JSON
-        metadata of all plans (in storage_data)."""
-        self._check_step_free()
+        """(coordinator) Refuses a committed step (unless async_save's stage()
+        has staged this step: it checked the step already, and its save may
+        have committed it before DCP's background thread gets here); hands
+        every rank the JSON metadata of all plans (in storage_data)."""
+        if self._staged is None:
+            self._check_step_free()
         doc = _merge_metadata([_plan_metadata(p) for p in plans])
         return [dataclasses.replace(p, storage_data=doc) for p in plans]
 
