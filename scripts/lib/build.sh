@@ -21,9 +21,12 @@ ckpt_build() {
   fi
 
   # Ninja's "[3/57] Building ..." progress lines and CMake's re-configure
-  # chatter are dropped; everything else (warnings, errors) goes through.
+  # chatter are dropped (the re-check of globbed sources, python/'s
+  # CONFIGURE_DEPENDS, is no build step); everything else (warnings,
+  # errors) goes through.
   local start=$SECONDS rc=0 steps
   cmake --build "$dir" -j2 2>&1 | awk -v count="$dir/ckpt-build-steps" '
+    /Re-checking globbed directories/ { next }
     /^\[[0-9]+\/[0-9]+\] / { steps++; next }
     /^ninja: no work to do\.$/ || /^-- / { next }
     { print; fflush() }
