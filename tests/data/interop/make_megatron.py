@@ -57,26 +57,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-# name: (global shape, dtype, split: ("dim", d, sizes) or None for replicated)
-TENSORS = {
-    "model.w_rows": ([6, 4], torch.float32, ("dim", 0, [3, 3])),
-    "model.w_uneven": ([5, 3], torch.float64, ("dim", 0, [3, 2])),
-    "model.w_cols": ([4, 6], torch.int32, ("dim", 1, [2, 4])),
-    "model.norm": ([7], torch.bfloat16, None),
-    "opt.step_count": ([], torch.int64, None),
-}
+# The tensors and values of the DCP fixtures (make_dcp.py, beside this file).
+from make_dcp import TENSORS, global_value
+
 NOTE = {"epoch": 3, "name": "fixture"}
 COMMON = {"iteration": 1000, "checkpoint_version": 3.0,
           "num_floating_point_operations_so_far": 0}
-
-
-def global_value(name, shape, dtype):
-    n = 1
-    for d in shape:
-        n *= d
-    seed = sum(map(ord, name))
-    t = (torch.arange(n, dtype=torch.float64) * 0.5 + seed % 17 - 3).reshape(shape)
-    return t.to(dtype)
 
 
 def sharded_state_dict(rank, world):
