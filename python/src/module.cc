@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <new>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -128,6 +129,14 @@ void TranslateStatusError(const StatusError& e) {
   PyErr_SetObject(cls.ptr(), py::str(std::string(e.status().message())).ptr());
 }
 
+// An allocation the library could not bound by what is on disk failed:
+// ckpt.ResourceExhaustedError (a MemoryError), never a bare
+// "MemoryError: std::bad_alloc".
+void TranslateBadAlloc() {
+  TranslateStatusError(StatusError(absl::ResourceExhaustedError(
+      "out of memory: an allocation failed (std::bad_alloc)")));
+}
+
 }  // namespace
 }  // namespace ckpt::python
 
@@ -141,6 +150,8 @@ PYBIND11_MODULE(_ckpt, m) {
       if (p) std::rethrow_exception(p);
     } catch (const StatusError& e) {
       TranslateStatusError(e);
+    } catch (const std::bad_alloc&) {
+      TranslateBadAlloc();
     }
   });
   BindTypes(m);
