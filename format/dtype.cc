@@ -1,6 +1,7 @@
 #include "ckpt/format/dtype.h"
 
 #include "absl/strings/str_cat.h"
+#include "ckpt/format/names.h"
 
 namespace ckpt {
 
@@ -69,7 +70,8 @@ absl::StatusOr<DType> DTypeFromName(absl::string_view name) {
   for (DType d : kAllDTypes) {
     if (DTypeName(d) == name) return d;
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown dtype '", name, "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype '", format::EscapeText(name), "'"));
 }
 
 absl::StatusOr<DType> DTypeFromCode(uint8_t code) {

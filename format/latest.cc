@@ -1,6 +1,5 @@
 #include "ckpt/format/latest.h"
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -61,7 +60,7 @@ absl::StatusOr<std::string> DecodeLatest(absl::string_view bytes) {
   uint64_t stored = 0;
   if (!ParseChecksumHex(hex, &stored)) {
     return absl::DataLossError(
-        absl::StrCat("latest: bad checksum field '", absl::CHexEscape(hex),
+        absl::StrCat("latest: bad checksum field '", EscapeText(hex),
                      "': expected 16 lowercase hex digits"));
   }
   uint64_t actual = Checksum(head);

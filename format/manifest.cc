@@ -260,16 +260,16 @@ absl::Status CheckChunkLocations(const Manifest& m) {
       auto it = sizes.find(c.shard);
       if (it == sizes.end()) {
         return absl::DataLossError(
-            absl::StrCat("manifest: entry '", e.name, "': chunk ", i,
-                         ": shard ", c.shard, " is not in the shard table"));
+            absl::StrCat("manifest: entry '", EscapeText(e.name), "': chunk ",
+                         i, ": shard ", c.shard, " is not in the shard table"));
       }
       uint64_t payload_end = it->second - kShardTailSize;
       if (c.stored_length > 0 &&
           (c.data_offset < kShardHeaderSize || c.data_offset > payload_end ||
            c.stored_length > payload_end - c.data_offset)) {
         return absl::DataLossError(absl::StrCat(
-            "manifest: entry '", e.name, "': chunk ", i, ": bytes [",
-            c.data_offset, ", ", c.data_offset + c.stored_length,
+            "manifest: entry '", EscapeText(e.name), "': chunk ", i,
+            ": bytes [", c.data_offset, ", ", c.data_offset + c.stored_length,
             ") lie outside the payload area of shard ", c.shard, " [",
             kShardHeaderSize, ", ", payload_end, ")"));
       }
@@ -302,8 +302,8 @@ absl::Status ValidateCoverage(const Manifest& m) {
     for (const ChunkRecord& c : e.chunks) regions.push_back(c.region);
     absl::Status s = CheckCover(e.shape, regions, e.flags & kEntryFlagPartial);
     if (!s.ok()) {
-      return absl::DataLossError(
-          absl::StrCat("manifest: entry '", e.name, "': ", s.message()));
+      return absl::DataLossError(absl::StrCat(
+          "manifest: entry '", EscapeText(e.name), "': ", s.message()));
     }
   }
   return absl::OkStatus();

@@ -147,7 +147,7 @@ absl::StatusOr<Metadata> DecodeMetadata(const RawSection& s) {
     if (!ks.ok()) return Corrupt(ks, absl::StrCat("metadata entry ", i));
     if (!seen.insert(k).second) {
       return absl::DataLossError(
-          absl::StrCat("metadata: duplicate key '", k, "'"));
+          absl::StrCat("metadata: duplicate key '", EscapeText(k), "'"));
     }
     md.emplace_back(std::string(k), std::string(v));
   }
@@ -325,7 +325,7 @@ absl::StatusOr<std::vector<EntryRecord>> DecodeEntries(const RawSection& s,
     std::string where = absl::StrCat("entry ", i);
     absl::Status ns = ValidateEntryName(e.name);
     if (!ns.ok()) return Corrupt(ns, where);
-    where = absl::StrCat("entry '", e.name, "'");
+    where = absl::StrCat("entry '", EscapeText(e.name), "'");
     auto fail = [&](const absl::Status& st) {
       return absl::Status(st.code(), absl::StrCat(where, ": ", st.message()));
     };
@@ -383,7 +383,7 @@ absl::StatusOr<std::vector<EntryRecord>> DecodeEntries(const RawSection& s,
   for (const EntryRecord& e : entries) {
     if (!names.insert(e.name).second) {
       return absl::DataLossError(
-          absl::StrCat("duplicate entry name '", e.name, "'"));
+          absl::StrCat("duplicate entry name '", EscapeText(e.name), "'"));
     }
   }
   return entries;

@@ -7,6 +7,7 @@
 #include "ckpt/format/checksum.h"
 #include "ckpt/format/coding.h"
 #include "ckpt/format/manifest.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/section_coding.h"
 #include "ckpt/format/status_macros.h"
 
@@ -199,7 +200,8 @@ absl::Status CheckIndexChunks(const ShardIndex& index,
   for (const EntryRecord& e : index.entries) {
     for (size_t i = 0; i < e.chunks.size(); ++i) {
       const ChunkRecord& c = e.chunks[i];
-      std::string where = absl::StrCat("entry '", e.name, "': chunk ", i, ": ");
+      std::string where =
+          absl::StrCat("entry '", EscapeText(e.name), "': chunk ", i, ": ");
       if (c.shard != header.shard_id) {
         return absl::DataLossError(absl::StrCat(
             where, "shard id ", c.shard, " != this file's ", header.shard_id));

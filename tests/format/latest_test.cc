@@ -77,7 +77,7 @@ TEST(LatestTest, ChecksumWithSignIsRejected) {
 
 TEST(LatestTest, ChecksumWithWhitespaceIsRejected) {
   EXPECT_THAT(DecodeLatest(WithChecksumField("\t" + ValidField().substr(1))),
-              StatusIs(kDataLoss, "latest: bad checksum field '\\t"));
+              StatusIs(kDataLoss, "latest: bad checksum field '\\x09"));
   EXPECT_THAT(DecodeLatest(WithChecksumField(ValidField() + "\r")),
               StatusIs(kDataLoss, "latest: bad checksum field"));
 }

@@ -217,6 +217,21 @@ TEST(ManifestTest, BadEntryNames) {
   }
 }
 
+// Errors that quote a name from the file show it escaped (format::
+// EscapeText): a C1 control (valid in names) and the control characters
+// of a rejected name never reach a message raw.
+TEST(ManifestTest, ErrorsQuoteNamesEscaped) {
+  Manifest m = SampleManifest();
+  m.entries[1].name = "optimizer.exp_avg\xc2\x9b";
+  m.entries[1].chunks[1].region = FlatRange{3, 8};
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
+              StatusIs(kDataLoss, "entry 'optimizer.exp_avg\\u009b': chunk 1"));
+  m = SampleManifest();
+  m.entries[0].name = "x\x1b]0;title\x07";
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m)),
+              StatusIs(kDataLoss, "invalid name 'x\\x1b]0;title\\x07'"));
+}
+
 TEST(ManifestTest, BadShardFileName) {
   Manifest m = SampleManifest();
   m.shards[0].file_name = "../../etc/passwd";
