@@ -226,15 +226,15 @@ int RunSynthetic(int ranks, uint64_t tensors, int repeats) {
     }
     auto t = Clock::now();
     double cpu0 = ThreadCpuMs();
-    auto body = ckpt::internal::PlanOnCoordinator(std::move(messages));
+    auto planned = ckpt::internal::PlanOnCoordinator(std::move(messages));
     times.push_back(MsSince(t));
     cpu_times.push_back(ThreadCpuMs() - cpu0);
-    if (!body.ok()) {
-      std::cerr << "ckpt-bench-plan: " << body.status() << "\n";
+    if (!planned.ok()) {
+      std::cerr << "ckpt-bench-plan: " << planned.status() << "\n";
       return 2;
     }
-    record_bytes = body->size();
-    auto record = ckpt::format::DecodePlanRecord(*body);
+    record_bytes = planned->body.size();
+    auto record = ckpt::format::DecodePlanRecord(planned->body);
     if (!record.ok()) {
       std::cerr << "ckpt-bench-plan: " << record.status() << "\n";
       return 2;

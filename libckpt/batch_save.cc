@@ -190,10 +190,10 @@ absl::StatusOr<SaveResult> SaveInBatches(const std::string& root, uint64_t step,
   const auto t0 = std::chrono::steady_clock::now();
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> messages,
                         GatherRankPlans(world, fill, options.parallel_ranks));
-  CKPT_ASSIGN_OR_RETURN(std::string body,
+  CKPT_ASSIGN_OR_RETURN(CoordinatorPlan planned,
                         PlanOnCoordinator(std::move(messages)));
   CKPT_ASSIGN_OR_RETURN(format::PlanRecord record,
-                        format::DecodePlanRecord(body));
+                        format::DecodePlanRecord(planned.body));
   result.plan_seconds = Seconds(t0);
 
   CKPT_ASSIGN_OR_RETURN(Prepared p,
@@ -212,8 +212,9 @@ absl::StatusOr<SaveResult> SaveInBatches(const std::string& root, uint64_t step,
   const auto t2 = std::chrono::steady_clock::now();
   CommitSummary summary;
   if (status.ok()) {
-    format::Manifest m = AssembleManifest(p.info, so.metadata, std::move(body),
-                                          std::move(reports), &summary);
+    format::Manifest m =
+        AssembleManifest(p.info, so.metadata, std::move(planned.body),
+                         std::move(reports), &summary);
     status =
         CommitCheckpoint(storage, root, p.tmp, m, so.overwrite, so.keep_last);
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -165,7 +166,10 @@ class Planner {
       elements_[g] = t.RegionElements(g);
   }
 
-  absl::StatusOr<GlobalPlan> Run() {
+  // Plans; keeps the writers of `recorded` (if not null) where they fit
+  // (RecordFits), and says so in *reused.
+  absl::StatusOr<GlobalPlan> Run(const format::PlanRecord* recorded = nullptr,
+                                 bool* reused = nullptr) {
     CKPT_RETURN_IF_ERROR(GroupByName());
     for (uint32_t name : SortedNames()) {
       const size_t b = name_begin_[name], e = name_begin_[name + 1];
@@ -179,7 +183,13 @@ class Planner {
     }
     GlobalPlan plan;
     for (const Unique& u : uniques_) plan.unique_bytes += u.bytes;
-    plan.writes = AssignWriters();
+    const bool fits = recorded != nullptr && RecordFits(*recorded);
+    if (reused != nullptr) *reused = fits;
+    if (fits) {
+      for (const auto& r : recorded->ranks) plan.writes.push_back(r.writes);
+    } else {
+      plan.writes = AssignWriters();
+    }
     return plan;
   }
 
@@ -393,6 +403,35 @@ class Planner {
     return absl::OkStatus();
   }
 
+  // Whether `record` has one rank per rank of the table and writes every
+  // chunk (uniques_) through exactly one of its holders and nothing else:
+  // write positions are distinct within a rank (strictly increasing), so
+  // as many positions as chunks, each chunk written once, leave no
+  // position outside a chunk. REQUIRES: the planning of Run done.
+  bool RecordFits(const format::PlanRecord& record) const {
+    if (record.ranks.size() != t_.ranks()) return false;
+    std::vector<size_t> first(t_.ranks() + 1, 0);  // rank r's first item
+    for (uint32_t r = 0; r < t_.ranks(); ++r)
+      first[r + 1] = first[r] + t_.rank(r).size();
+    std::vector<char> written(t_.total_items(), 0);
+    size_t count = 0;
+    for (uint32_t r = 0; r < t_.ranks(); ++r) {
+      for (uint32_t i : record.ranks[r].writes) {
+        if (i >= t_.rank(r).size()) return false;
+        written[first[r] + i] = 1;
+        ++count;
+      }
+    }
+    if (count != uniques_.size()) return false;
+    for (const Unique& u : uniques_) {
+      size_t writers = 0;
+      for (size_t k = u.begin; k < u.end; ++k)
+        writers += written[first[refs_[k].rank] + refs_[k].index];
+      if (writers != 1) return false;
+    }
+    return true;
+  }
+
   // Chooses the writer of every chunk. Chunks with one holder are fixed;
   // the rest go, largest first, to the holder with the fewest bytes so far
   // (ties: lowest rank). Returns writes[r], sorted.
@@ -440,6 +479,12 @@ absl::StatusOr<GlobalPlan> PlanSave(const PlanTable& table) {
   return Planner(table).Run();
 }
 
+absl::StatusOr<GlobalPlan> PlanSave(const PlanTable& table,
+                                    const format::PlanRecord& recorded,
+                                    bool* reused) {
+  return Planner(table).Run(&recorded, reused);
+}
+
 absl::StatusOr<GlobalPlan> PlanSave(const std::vector<LocalPlan>& ranks) {
   PlanTable table;
   for (const LocalPlan& plan : ranks) {
@@ -473,8 +518,25 @@ size_t CountItems(const std::vector<std::string>& rank_plans) {
 }
 }  // namespace
 
-absl::StatusOr<std::string> PlanOnCoordinator(
-    std::vector<std::string> rank_plans) {
+namespace {
+// `recorded` decoded, if it decodes and records exactly the fingerprints of
+// `current` (one per rank).
+std::optional<format::PlanRecord> RecordedFor(
+    absl::string_view recorded, const format::PlanRecord& current) {
+  if (recorded.empty()) return std::nullopt;
+  absl::StatusOr<format::PlanRecord> rec = format::DecodePlanRecord(recorded);
+  if (!rec.ok() || rec->ranks.size() != current.ranks.size())
+    return std::nullopt;
+  for (size_t r = 0; r < current.ranks.size(); ++r) {
+    if (rec->ranks[r].fingerprint != current.ranks[r].fingerprint)
+      return std::nullopt;
+  }
+  return std::move(*rec);
+}
+}  // namespace
+
+absl::StatusOr<CoordinatorPlan> PlanOnCoordinator(
+    std::vector<std::string> rank_plans, absl::string_view recorded) {
   PlanTable table;
   table.Reserve(CountItems(rank_plans));
   format::PlanRecord record;
@@ -484,10 +546,14 @@ absl::StatusOr<std::string> PlanOnCoordinator(
         AppendRankPlan(rank_plans[r], &record.ranks[r].fingerprint, &table));
     std::string().swap(rank_plans[r]);
   }
-  CKPT_ASSIGN_OR_RETURN(GlobalPlan gp, PlanSave(table));
+  CoordinatorPlan out;
+  std::optional<format::PlanRecord> rec = RecordedFor(recorded, record);
+  CKPT_ASSIGN_OR_RETURN(GlobalPlan gp, rec ? PlanSave(table, *rec, &out.reused)
+                                           : PlanSave(table));
   for (size_t r = 0; r < rank_plans.size(); ++r)
     record.ranks[r].writes = std::move(gp.writes[r]);
-  return format::EncodePlanRecord(record);
+  out.body = format::EncodePlanRecord(record);
+  return out;
 }
 
 }  // namespace ckpt::internal

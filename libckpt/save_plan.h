@@ -71,6 +71,15 @@ struct GlobalPlan {
 // partial flag disagreeing between ranks; two ranks holding an object of
 // one name; overlapping non-replica chunks; a tensor not covered.
 absl::StatusOr<GlobalPlan> PlanSave(const PlanTable& ranks);
+// PlanSave (its checks and errors), but keeping the writers of `recorded`
+// (a plan recorded earlier, from a file) where they are a plan of these
+// registrations: one rank per rank of the table, and every chunk written
+// by exactly one of its holders, nothing else. Otherwise assigns writers
+// as PlanSave does. *reused says which. A plan never decides what is
+// saved: a record with a piece removed, or written twice, is not reused.
+absl::StatusOr<GlobalPlan> PlanSave(const PlanTable& ranks,
+                                    const format::PlanRecord& recorded,
+                                    bool* reused);
 // The same over plans not yet in a table (tests, small worlds).
 absl::StatusOr<GlobalPlan> PlanSave(const std::vector<LocalPlan>& ranks);
 
@@ -78,14 +87,24 @@ absl::StatusOr<GlobalPlan> PlanSave(const std::vector<LocalPlan>& ranks);
 // the ranks' fingerprints in rank order.
 format::Fingerprint GlobalFingerprint(const format::PlanRecord& record);
 
+// What the coordinator's planning decided: the encoded PlanRecord
+// (ckpt/format/plan_record.h) that every rank adopts, with each rank's
+// fingerprint, and whether it is the recorded plan it was offered.
+struct CoordinatorPlan {
+  std::string body;
+  bool reused = false;
+};
+
 // The coordinator's half of planning a save: decodes every rank's
 // RankPlan message (wire.h), in rank order, straight into one PlanTable,
-// releasing each message once decoded; plans (PlanSave); returns the
-// encoded PlanRecord (ckpt/format/plan_record.h) that every rank adopts,
-// with each rank's fingerprint. Internal for a malformed message, else
-// PlanSave's errors.
-absl::StatusOr<std::string> PlanOnCoordinator(
-    std::vector<std::string> rank_plans);
+// releasing each message once decoded, and plans (PlanSave). `recorded`
+// (empty: none) is the body of a PLAN section from the root's latest
+// checkpoint: it is reused when it decodes, records every rank's current
+// fingerprint and passes PlanSave's check of its writers. Internal for a
+// malformed message, else PlanSave's errors; a recorded plan that does not
+// fit is never an error.
+absl::StatusOr<CoordinatorPlan> PlanOnCoordinator(
+    std::vector<std::string> rank_plans, absl::string_view recorded = {});
 
 }  // namespace ckpt::internal
 

@@ -87,6 +87,24 @@ absl::Status AppendRankPlan(absl::string_view bytes, format::Fingerprint* fp,
   return absl::OkStatus();
 }
 
+std::string EncodeCoordinatorPlan(const CoordinatorPlan& plan) {
+  std::string out;
+  format::PutFixed8(&out, plan.reused ? 1 : 0);
+  out += plan.body;
+  return out;
+}
+
+absl::StatusOr<CoordinatorPlan> DecodeCoordinatorPlan(absl::string_view bytes) {
+  format::ByteReader r(bytes);
+  auto reused = r.Read8("reused");
+  if (!reused.ok()) return WireError("plan", reused.status());
+  if (*reused > 1) {
+    return absl::InternalError(absl::StrCat(
+        "malformed plan from another rank: reused flag ", *reused));
+  }
+  return CoordinatorPlan{std::string(bytes.substr(1)), *reused == 1};
+}
+
 std::string EncodeSavePrep(const SavePrep& prep) {
   std::string out;
   PutArray(&out, prep.id);

@@ -36,6 +36,10 @@ absl::StatusOr<RankPlan> DecodeRankPlan(absl::string_view bytes);
 absl::Status AppendRankPlan(absl::string_view bytes, format::Fingerprint* fp,
                             PlanTable* table);
 
+// Coordinator -> every rank when planning: the plan (save_plan.h).
+std::string EncodeCoordinatorPlan(const CoordinatorPlan& plan);
+absl::StatusOr<CoordinatorPlan> DecodeCoordinatorPlan(absl::string_view bytes);
+
 // Coordinator -> every rank before the shards are written: what only the
 // coordinator decides, so that every shard index carries the manifest's
 // CHECKPOINT_INFO (spec/FORMAT.md §7.1), and the temporary directory.

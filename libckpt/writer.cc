@@ -214,7 +214,9 @@ class WriterImpl final : public Writer {
   // otherwise.
 
   // Plan: reuses the cached plan if every rank's structure still fits it,
-  // else replans. Returns whether the cache was hit. Leaves cache_ valid.
+  // else replans, keeping the writers of the plan recorded in the root's
+  // latest checkpoint where the coordinator finds they fit. Returns
+  // whether a cached or recorded plan was reused. Leaves cache_ valid.
   absl::StatusOr<bool> PlanPhase(const std::string& root,
                                  const SaveOptions& options);
   // Prepare: the coordinator creates the root if missing, takes its save
@@ -308,13 +310,19 @@ class WriterImpl final : public Writer {
         items_.size(),
         [&](size_t i) -> const format::Fingerprint& { return items_[i].fp; });
   }
-  // Agrees across ranks whether the cached plan (or, with no cache, the one
-  // recorded in the root's latest checkpoint) fits every rank's structure.
-  absl::StatusOr<bool> TryCachedPlan(const std::string& root,
-                                     const SaveOptions& options);
+  // Agrees across ranks (one small collective) whether the plan in memory
+  // fits every rank's structure; *some_rank_has_none says whether a rank
+  // has no plan in memory (the first save of a restarted job).
+  absl::StatusOr<bool> CachedPlanFits(bool* some_rank_has_none);
+  // The PLAN section body of the root's latest checkpoint; empty where
+  // there is none or it cannot be read (a miss, never an error).
+  std::string RecordedPlan(const std::string& root) const;
   // Full planning: gathers every local plan; the coordinator checks the
-  // union and assigns writers; fills cache_.
-  absl::Status Replan();
+  // union and assigns writers, keeping those of `recorded` (a PLAN body,
+  // meaningful on the coordinator only; empty: none) where they write
+  // every registered piece exactly once; fills cache_. Returns whether
+  // `recorded` was reused.
+  absl::StatusOr<bool> Replan(absl::string_view recorded);
   // Adopts `record` as cache_ if it fits this rank; false otherwise.
   bool AdoptRecord(const format::PlanRecord& record, absl::string_view body,
                    const format::Fingerprint& local_fp);
@@ -355,45 +363,27 @@ bool WriterImpl::AdoptRecord(const format::PlanRecord& record,
   return true;
 }
 
-absl::StatusOr<bool> WriterImpl::TryCachedPlan(const std::string& root,
-                                               const SaveOptions& options) {
+absl::StatusOr<bool> WriterImpl::CachedPlanFits(bool* some_rank_has_none) {
   const format::Fingerprint fp = LocalFingerprint();
   const int world = comm_->size();
   std::vector<int64_t> flags = {
       (cache_.valid && cache_.world == world && cache_.local_fp == fp) ? 0 : 1,
       cache_.valid ? 0 : 1};
   CKPT_RETURN_IF_ERROR(comm_->AllReduceMax(&flags));
-  if (flags[0] == 0) return true;
-  if (flags[1] == 0 || !options.reuse_recorded_plan) {
-    cache_.valid = false;
-    return false;
-  }
-  // Some rank has no plan in memory (a restarted job): the root's latest
-  // checkpoint may record one. Anything unreadable simply means a miss.
-  std::string body;
-  if (comm_->rank() == 0) {
-    auto dir = internal::ResolveCheckpointDir(storage_, root);
-    if (dir.ok()) {
-      auto bytes =
-          storage_->ReadFile(JoinPath(*dir, format::kManifestFileName));
-      if (bytes.ok()) {
-        auto m = format::DecodeManifest(*bytes);
-        if (m.ok()) body = std::move(m->plan);
-      }
-    }
-  }
-  CKPT_RETURN_IF_ERROR(comm_->Broadcast(&body, 0));
-  std::vector<int64_t> miss = {1};
-  if (!body.empty()) {
-    auto record = format::DecodePlanRecord(body);
-    if (record.ok() && AdoptRecord(*record, body, fp)) miss[0] = 0;
-  }
-  CKPT_RETURN_IF_ERROR(comm_->AllReduceMax(&miss));
-  if (miss[0] != 0) cache_.valid = false;
-  return miss[0] == 0;
+  *some_rank_has_none = flags[1] != 0;
+  return flags[0] == 0;
 }
 
-absl::Status WriterImpl::Replan() {
+std::string WriterImpl::RecordedPlan(const std::string& root) const {
+  auto dir = internal::ResolveCheckpointDir(storage_, root);
+  if (!dir.ok()) return "";
+  auto bytes = storage_->ReadFile(JoinPath(*dir, format::kManifestFileName));
+  if (!bytes.ok()) return "";
+  auto m = format::DecodeManifest(*bytes);
+  return m.ok() ? std::move(m->plan) : "";
+}
+
+absl::StatusOr<bool> WriterImpl::Replan(absl::string_view recorded) {
   cache_.valid = false;
   internal::RankPlan mine;
   mine.fingerprint = LocalFingerprint();
@@ -402,25 +392,40 @@ absl::Status WriterImpl::Replan() {
   // Only the coordinator needs them (empty elsewhere).
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> plans,
                         comm_->Gather(internal::EncodeRankPlan(mine), 0));
-  CKPT_ASSIGN_OR_RETURN(std::string body, OnCoordinator([&] {
-                          return internal::PlanOnCoordinator(std::move(plans));
-                        }));
+  CKPT_ASSIGN_OR_RETURN(
+      std::string msg, OnCoordinator([&]() -> absl::StatusOr<std::string> {
+        CKPT_ASSIGN_OR_RETURN(
+            internal::CoordinatorPlan planned,
+            internal::PlanOnCoordinator(std::move(plans), recorded));
+        return internal::EncodeCoordinatorPlan(planned);
+      }));
+  CKPT_ASSIGN_OR_RETURN(internal::CoordinatorPlan planned,
+                        internal::DecodeCoordinatorPlan(msg));
   CKPT_ASSIGN_OR_RETURN(format::PlanRecord record,
-                        format::DecodePlanRecord(body));
-  if (!AdoptRecord(record, body, mine.fingerprint)) {
+                        format::DecodePlanRecord(planned.body));
+  if (!AdoptRecord(record, planned.body, mine.fingerprint)) {
     return absl::InternalError(
         "the coordinator's plan does not fit this rank's registrations");
   }
-  return absl::OkStatus();
+  return planned.reused;
 }
 
 absl::StatusOr<bool> WriterImpl::PlanPhase(const std::string& root,
                                            const SaveOptions& options) {
   // One small collective decides whether every rank's structure is what
   // the cached plan was made for; only then is it reused.
-  CKPT_ASSIGN_OR_RETURN(bool hit, TryCachedPlan(root, options));
-  if (!hit) CKPT_RETURN_IF_ERROR(Replan());
-  return hit;
+  bool some_rank_has_none = false;
+  CKPT_ASSIGN_OR_RETURN(bool hit, CachedPlanFits(&some_rank_has_none));
+  if (hit) return true;
+  // A restarted job: the root's latest checkpoint may record a plan. It
+  // came from a file, so it only offers writers: the coordinator checks it
+  // against every rank's registrations as it plans (the collectives of a
+  // miss), since a plan must never decide what is saved.
+  std::string recorded;
+  if (some_rank_has_none && options.reuse_recorded_plan && comm_->rank() == 0) {
+    recorded = RecordedPlan(root);
+  }
+  return Replan(recorded);
 }
 
 absl::StatusOr<WriterImpl::PendingSave> WriterImpl::Prepare(

@@ -343,6 +343,60 @@ TEST(PlanCache, plan_cache_recorded_plan_that_does_not_fit_is_ignored) {
   }
 }
 
+// Issue 28: a PLAN rewritten with valid fingerprints and checksums but with
+// positions removed (or added) must not decide what the next save of a
+// restarted job writes: it replans, writes every tensor and object, and
+// records the fresh plan.
+TEST(PlanCache, plan_cache_tampered_recorded_plan_replans) {
+  TempDir dir;
+  State s = BaseModel();
+  CKPT_ASSERT_OK(RunJob(dir.path(), 3, {s}, 1).status());
+  const std::string manifest_path = StepDir(dir.path(), 1) + "/MANIFEST";
+  const std::string original = ::ckpt::testing::ReadFileBytes(manifest_path);
+  CKPT_ASSERT_OK_AND_ASSIGN(format::Manifest m0,
+                            format::DecodeManifest(original));
+  CKPT_ASSERT_OK_AND_ASSIGN(format::PlanRecord fresh,
+                            format::DecodePlanRecord(m0.plan));
+  std::vector<std::pair<std::string, format::PlanRecord>> tampered;
+  format::PlanRecord rec = fresh;
+  for (auto& r : rec.ranks) r.writes.pop_back();
+  tampered.push_back({"last position of every rank removed", rec});
+  rec = fresh;
+  rec.ranks[1].writes.clear();
+  tampered.push_back({"every position of rank 1 removed", rec});
+  rec = fresh;
+  for (auto& r : rec.ranks) {
+    r.writes.resize(4);  // every rank holds 4 tensors: replicas thrice
+    for (uint32_t i = 0; i < 4; ++i) r.writes[i] = i;
+  }
+  tampered.push_back({"every replica written by every holder", rec});
+  uint64_t step = 2;
+  for (const auto& [what, bad] : tampered) {
+    format::Manifest m = m0;
+    m.plan = format::EncodePlanRecord(bad);
+    std::ofstream(manifest_path, std::ios::binary | std::ios::trunc)
+        << format::EncodeManifest(m);
+    CKPT_ASSERT_OK_AND_ASSIGN(auto hits, RunJob(dir.path(), 3, {s}, step));
+    EXPECT_EQ(hits, std::vector<bool>{false}) << what;
+    CKPT_EXPECT_OK(LoadsExactly(StepDir(dir.path(), step), s)) << what;
+    CKPT_ASSERT_OK_AND_ASSIGN(
+        format::Manifest saved,
+        format::DecodeManifest(::ckpt::testing::ReadFileBytes(
+            StepDir(dir.path(), step) + "/MANIFEST")));
+    EXPECT_EQ(saved.plan, m0.plan) << what;
+    // Point latest back at step 1 for the next variant.
+    std::filesystem::remove_all(StepDir(dir.path(), step));
+    std::ofstream(dir / "latest", std::ios::trunc)
+        << format::EncodeLatest("step-00000001");
+    ++step;
+  }
+  // The untampered record is still reused.
+  std::ofstream(manifest_path, std::ios::binary | std::ios::trunc) << original;
+  CKPT_ASSERT_OK_AND_ASSIGN(auto hits, RunJob(dir.path(), 3, {s}, step));
+  EXPECT_EQ(hits, std::vector<bool>{true});
+  CKPT_EXPECT_OK(LoadsExactly(StepDir(dir.path(), step), s));
+}
+
 // The property: many saves with random structure changes, world size
 // changes and restarts; every save loads back complete and exact, and an
 // unchanged structure always hits.

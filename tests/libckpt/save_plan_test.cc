@@ -265,15 +265,119 @@ TEST(SavePlanTest, CoordinatorRecordsEveryRanksFingerprintAndWrites) {
     rp.plan = plans[r];
     messages.push_back(EncodeRankPlan(rp));
   }
-  auto body = PlanOnCoordinator(std::move(messages));
-  ASSERT_THAT(body, IsOk());
-  auto record = format::DecodePlanRecord(*body);
+  auto planned = PlanOnCoordinator(std::move(messages));
+  ASSERT_THAT(planned, IsOk());
+  EXPECT_FALSE(planned->reused);
+  auto record = format::DecodePlanRecord(planned->body);
   ASSERT_THAT(record, IsOk());
   ASSERT_EQ(record->ranks.size(), 2u);
   EXPECT_EQ(record->ranks[0].fingerprint[0], 10);
   EXPECT_EQ(record->ranks[1].fingerprint[0], 11);
   EXPECT_THAT(record->ranks[0].writes, ElementsAre(0u, 1u));
   EXPECT_THAT(record->ranks[1].writes, ElementsAre(0u, 1u));
+}
+
+// Two ranks: a replica on both, a shard on each and an object on rank 1;
+// each rank's fingerprint is its rank + 1.
+std::vector<std::string> ReplicaJob() {
+  const Shape rep = {6};
+  std::vector<LocalPlan> plans = {
+      {Tensor("rep", rep, FullBox(rep), true),
+       Tensor("w", {4}, FlatRange{0, 2})},
+      {Tensor("rep", rep, FullBox(rep), true),
+       Tensor("w", {4}, FlatRange{2, 2}), Object("rng.1", 8)}};
+  std::vector<std::string> messages;
+  for (int r = 0; r < 2; ++r) {
+    RankPlan rp;
+    rp.fingerprint[0] = static_cast<uint8_t>(r + 1);
+    rp.plan = plans[r];
+    messages.push_back(EncodeRankPlan(rp));
+  }
+  return messages;
+}
+
+// The plan PlanOnCoordinator makes for ReplicaJob: rank 0 writes the
+// replica (rank 1 holds more bytes already).
+format::PlanRecord ReplicaJobPlan() {
+  format::PlanRecord rec;
+  rec.ranks.resize(2);
+  rec.ranks[0].fingerprint[0] = 1;
+  rec.ranks[1].fingerprint[0] = 2;
+  rec.ranks[0].writes = {0, 1};
+  rec.ranks[1].writes = {1, 2};
+  return rec;
+}
+
+TEST(SavePlanTest, CoordinatorPlansReplicaJobAsExpected) {
+  auto planned = PlanOnCoordinator(ReplicaJob());
+  ASSERT_THAT(planned, IsOk());
+  EXPECT_EQ(planned->body, format::EncodePlanRecord(ReplicaJobPlan()));
+}
+
+TEST(SavePlanTest, CoordinatorReusesARecordedPlanThatWritesEveryPieceOnce) {
+  // Another valid choice of the replica's writer: kept as recorded.
+  format::PlanRecord rec = ReplicaJobPlan();
+  rec.ranks[0].writes = {1};
+  rec.ranks[1].writes = {0, 1, 2};
+  const std::string body = format::EncodePlanRecord(rec);
+  auto planned = PlanOnCoordinator(ReplicaJob(), body);
+  ASSERT_THAT(planned, IsOk());
+  EXPECT_TRUE(planned->reused);
+  EXPECT_EQ(planned->body, body);
+}
+
+// A recorded plan offers writers, never decides what is saved: each of
+// these is replanned (not reused, and the fresh plan is the one adopted).
+TEST(SavePlanTest, CoordinatorReplansARecordedPlanThatDoesNotWriteEveryPiece) {
+  std::vector<std::pair<std::string, format::PlanRecord>> tampered;
+  format::PlanRecord rec = ReplicaJobPlan();
+  rec.ranks[1].writes = {1};  // the object removed
+  tampered.push_back({"object removed", rec});
+  rec = ReplicaJobPlan();
+  rec.ranks[0].writes = {1};  // the replica removed
+  tampered.push_back({"replica removed", rec});
+  rec = ReplicaJobPlan();
+  rec.ranks[0].writes.clear();  // every position of a rank removed
+  tampered.push_back({"rank's positions removed", rec});
+  rec = ReplicaJobPlan();
+  rec.ranks[1].writes = {0, 1, 2};  // the replica written twice
+  tampered.push_back({"replica written twice", rec});
+  rec = ReplicaJobPlan();
+  rec.ranks[1].writes = {1, 2, 3};  // a position past the registrations
+  tampered.push_back({"position out of range", rec});
+  rec = ReplicaJobPlan();
+  rec.ranks[1].fingerprint[0] = 9;  // recorded for another structure
+  tampered.push_back({"other fingerprint", rec});
+  rec = ReplicaJobPlan();
+  rec.ranks.pop_back();  // another world size
+  tampered.push_back({"other world size", rec});
+  for (const auto& [what, r] : tampered) {
+    auto planned = PlanOnCoordinator(ReplicaJob(), format::EncodePlanRecord(r));
+    ASSERT_THAT(planned, IsOk()) << what;
+    EXPECT_FALSE(planned->reused) << what;
+    EXPECT_EQ(planned->body, format::EncodePlanRecord(ReplicaJobPlan()))
+        << what;
+  }
+  auto garbage = PlanOnCoordinator(ReplicaJob(), "garbage");
+  ASSERT_THAT(garbage, IsOk());
+  EXPECT_FALSE(garbage->reused);
+}
+
+TEST(SavePlanTest, CoordinatorRefusesAnInvalidJobWhateverTheRecordedPlan) {
+  // Two non-replica holders of one region: an error, even with a recorded
+  // plan of matching fingerprints that writes it once.
+  std::vector<std::string> messages;
+  for (int r = 0; r < 2; ++r) {
+    RankPlan rp;
+    rp.plan = {Tensor("w", {4}, FullBox({4}))};
+    messages.push_back(EncodeRankPlan(rp));
+  }
+  format::PlanRecord rec;
+  rec.ranks.resize(2);
+  rec.ranks[0].writes = {0};
+  EXPECT_THAT(PlanOnCoordinator(messages, format::EncodePlanRecord(rec)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "none of them is marked as a replica"));
 }
 
 TEST(SavePlanTest, CoordinatorReportsAMalformedRankPlanAsInternal) {

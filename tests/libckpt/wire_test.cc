@@ -95,6 +95,23 @@ TEST(WireTest, RankPlanWithTruncatedItemsIsInternal) {
                        "malformed local plan from another rank"));
 }
 
+TEST(WireTest, CoordinatorPlanRoundTrips) {
+  for (bool reused : {false, true}) {
+    auto got = DecodeCoordinatorPlan(
+        EncodeCoordinatorPlan(CoordinatorPlan{std::string("p\0q", 3), reused}));
+    ASSERT_THAT(got, IsOk());
+    EXPECT_EQ(got->body, std::string("p\0q", 3));
+    EXPECT_EQ(got->reused, reused);
+  }
+}
+
+TEST(WireTest, MalformedCoordinatorPlanIsInternal) {
+  EXPECT_THAT(DecodeCoordinatorPlan(""),
+              StatusIs(absl::StatusCode::kInternal, "malformed plan"));
+  EXPECT_THAT(DecodeCoordinatorPlan("\x02plan"),
+              StatusIs(absl::StatusCode::kInternal, "reused flag 2"));
+}
+
 TEST(WireTest, SavePrepRoundTrips) {
   SavePrep prep;
   for (int i = 0; i < 16; ++i) {
