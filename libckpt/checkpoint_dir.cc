@@ -6,8 +6,8 @@
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/manifest.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
-#include "ckpt/internal/shard_file.h"  // EscapeName
 
 namespace ckpt::internal {
 
@@ -95,7 +95,7 @@ absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage,
 
 absl::Status EntryNotInCheckpoint(absl::string_view name,
                                   const std::string& dir) {
-  return absl::NotFoundError(absl::StrCat("entry '", EscapeName(name),
+  return absl::NotFoundError(absl::StrCat("entry '", format::EscapeText(name),
                                           "' is not in the checkpoint ", dir));
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 
 namespace ckpt::internal {
@@ -205,9 +206,9 @@ absl::Status LoadRun::Deliver(uint32_t request, uint64_t dst, const char* bytes,
 absl::Status LoadRun::CheckAllWritten() const {
   for (size_t i = 0; i < reqs_.size(); ++i) {
     if (remaining_[i] != 0) {
-      return absl::InternalError(absl::StrCat("entry '", reqs_[i].name,
-                                              "': ", remaining_[i].load(),
-                                              " bytes were not loaded"));
+      return absl::InternalError(
+          absl::StrCat("entry '", format::EscapeText(reqs_[i].name),
+                       "': ", remaining_[i].load(), " bytes were not loaded"));
     }
   }
   return absl::OkStatus();

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/coding.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 
 namespace ckpt::internal {
@@ -132,8 +133,8 @@ absl::Status PlanTable::DecodeItems(absl::string_view bytes) {
     CKPT_ASSIGN_OR_RETURN(uint8_t kind, r.Read8("kind"));
     if (kind != static_cast<uint8_t>(format::EntryKind::kTensor) &&
         kind != static_cast<uint8_t>(format::EntryKind::kObject)) {
-      return absl::DataLossError(
-          absl::StrCat("entry '", name, "': unknown kind ", kind));
+      return absl::DataLossError(absl::StrCat(
+          "entry '", format::EscapeText(name), "': unknown kind ", kind));
     }
     it.kind = static_cast<format::EntryKind>(kind);
     CKPT_ASSIGN_OR_RETURN(uint8_t dtype, r.Read8("dtype"));
@@ -152,8 +153,8 @@ absl::Status PlanTable::DecodeItems(absl::string_view bytes) {
     CKPT_ASSIGN_OR_RETURN(uint8_t geom, r.Read8("geometry"));
     const uint64_t coords = geom == kBoxTag ? 2 * ndim : 2;
     if (geom != kBoxTag && geom != kFlatTag) {
-      return absl::DataLossError(
-          absl::StrCat("entry '", name, "': unknown geometry ", geom));
+      return absl::DataLossError(absl::StrCat(
+          "entry '", format::EscapeText(name), "': unknown geometry ", geom));
     }
     key[0] = static_cast<char>(geom);
     for (uint64_t c = 0; c < coords; ++c) {

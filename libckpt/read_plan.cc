@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "ckpt/format/names.h"
 
 namespace ckpt::internal {
 namespace {
@@ -114,9 +115,9 @@ absl::StatusOr<std::vector<ChunkPiece>> PairRequests(
     }
     if (covered != want) {
       return absl::DataLossError(absl::StrCat(
-          "entry '", e.name, "': requested region ", RegionToString(r.region),
-          " is not covered by the checkpoint: ", want - covered, " of ", want,
-          " elements missing"));
+          "entry '", format::EscapeText(e.name), "': requested region ",
+          RegionToString(r.region), " is not covered by the checkpoint: ",
+          want - covered, " of ", want, " elements missing"));
     }
   }
   return pieces;

@@ -13,6 +13,7 @@
 #include "ckpt/format/block_codec.h"
 #include "ckpt/format/coding.h"
 #include "ckpt/format/manifest.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/internal/checkpoint_dir.h"
 #include "ckpt/internal/read_plan.h"
@@ -129,39 +130,43 @@ absl::Status ReaderImpl::CheckRequest(const LoadRequest& r,
   const EntryRecord* e = Find(r.name);
   if (e == nullptr) return internal::EntryNotInCheckpoint(r.name, dir_);
   if (o.filter && !o.filter(r.name)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "entry '", r.name, "' is requested but excluded by the filter"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("entry '", format::EscapeText(r.name),
+                     "' is requested but excluded by the filter"));
   }
   *out = e;
   if (r.object != nullptr) {
     if (e->kind != format::EntryKind::kObject) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "entry '", r.name, "' is a tensor, requested as an object"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("entry '", format::EscapeText(r.name),
+                       "' is a tensor, requested as an object"));
     }
     return absl::OkStatus();
   }
   if (e->kind != format::EntryKind::kTensor) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "entry '", r.name, "' is an object, requested as a tensor"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("entry '", format::EscapeText(r.name),
+                     "' is an object, requested as a tensor"));
   }
   if (e->dtype != r.dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(r.name, ": dtype ", DTypeName(e->dtype),
-                     " in checkpoint, ", DTypeName(r.dtype), " requested"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        format::EscapeText(r.name), ": dtype ", DTypeName(e->dtype),
+        " in checkpoint, ", DTypeName(r.dtype), " requested"));
   }
   if (e->shape != r.shape) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(r.name, ": global shape ", ShapeToString(e->shape),
-                     " in checkpoint, ", ShapeToString(r.shape), " requested"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        format::EscapeText(r.name), ": global shape ", ShapeToString(e->shape),
+        " in checkpoint, ", ShapeToString(r.shape), " requested"));
   }
-  CKPT_RETURN_IF_ERROR(Annotate(ValidateRegion(r.region, r.shape), r.name));
+  CKPT_RETURN_IF_ERROR(
+      Annotate(ValidateRegion(r.region, r.shape), format::EscapeText(r.name)));
   if (r.data == nullptr && RegionElements(r.region) != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(r.name, ": destination is null"));
+        absl::StrCat(format::EscapeText(r.name), ": destination is null"));
   }
   if (r.memory == MemoryKind::kCuda && options_.device_memory == nullptr) {
     return absl::FailedPreconditionError(
-        absl::StrCat(r.name,
+        absl::StrCat(format::EscapeText(r.name),
                      ": destination is CUDA memory but "
                      "ReaderOptions::device_memory is not set"));
   }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/format/checksum.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/shard.h"
 #include "ckpt/format/status_macros.h"
 
@@ -15,26 +16,6 @@ namespace ckpt::internal {
 
 using format::ChunkRecord;
 using format::EntryRecord;
-
-std::string EscapeName(absl::string_view name) {
-  std::string out;
-  for (size_t i = 0; i < name.size(); ++i) {
-    unsigned char c = static_cast<unsigned char>(name[i]);
-    if (c < 0x20 || c == 0x7f) {
-      absl::StrAppend(&out, absl::StrFormat("\\x%02x", c));
-    } else if (c == 0xc2 && i + 1 < name.size() &&
-               static_cast<unsigned char>(name[i + 1]) >= 0x80 &&
-               static_cast<unsigned char>(name[i + 1]) <= 0x9f) {
-      // A C1 control character (U+0080..U+009F), valid in names (§11).
-      absl::StrAppend(
-          &out,
-          absl::StrFormat("\\u%04x", static_cast<unsigned char>(name[++i])));
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
 
 std::string LocationText(absl::string_view file, absl::string_view entry,
                          int64_t chunk, absl::string_view region,
@@ -46,8 +27,8 @@ std::string LocationText(absl::string_view file, absl::string_view entry,
                     " of ");
   }
   if (!entry.empty()) {
-    absl::StrAppend(&where, where.empty() ? "entry '" : "'", EscapeName(entry),
-                    "'");
+    absl::StrAppend(&where, where.empty() ? "entry '" : "'",
+                    format::EscapeText(entry), "'");
   }
   if (file.empty()) return where;
   if (where.empty()) return std::string(file);
@@ -197,7 +178,8 @@ absl::Status CheckIndexInfo(const format::ShardIndex& index,
   }
   if (i.fingerprint != m.fingerprint) d.push_back("fingerprint");
   if (i.writer != m.writer) {
-    d.push_back(absl::StrCat("writer '", i.writer, "' != '", m.writer, "'"));
+    d.push_back(absl::StrCat("writer '", format::EscapeText(i.writer), "' != '",
+                             format::EscapeText(m.writer), "'"));
   }
   return absl::DataLossError(absl::StrCat(
       "CHECKPOINT_INFO differs from the manifest's: ", absl::StrJoin(d, ", "),

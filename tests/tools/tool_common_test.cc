@@ -1,5 +1,9 @@
+#include <sstream>
+
+#include "common/escaped_output.h"
 #include "common/tool_util.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace ckpt::tools {
 namespace {
@@ -24,6 +28,58 @@ TEST(VersionText, NamesToolLibraryAndFormat) {
 TEST(ShapeText, Formats) {
   EXPECT_EQ(ShapeText(std::vector<int>{}), "[]");
   EXPECT_EQ(ShapeText(std::vector<int>{4, 5}), "[4, 5]");
+}
+
+// What a stream behind an EscapingStreambuf writes: lines escaped whole,
+// newlines and tabs kept, the unfinished line held until FlushAll.
+TEST(EscapingStreambuf, EscapesControlBytesOfEachLineKeepingLineBreaks) {
+  std::ostringstream target;
+  {
+    EscapingStreambuf buffer(target.rdbuf());
+    std::ostream out(&buffer);
+    out << "a\tb\x1b[2J\n"
+        << "c\xc2\x9b"
+        << "d\xff\n";
+    out.put('\x07');
+    out << "e";
+    out.flush();
+    EXPECT_EQ(target.str(), "a\tb\\x1b[2J\nc\\u009bd\\xff\n");
+  }
+  EXPECT_EQ(target.str(), "a\tb\\x1b[2J\nc\\u009bd\\xff\n\\x07e");
+}
+
+// A UTF-8 character written in two pieces, with a flush between them, is
+// kept whole (a line is escaped only once it is complete).
+TEST(EscapingStreambuf, CharacterSplitAcrossWritesStaysWhole) {
+  std::ostringstream target;
+  EscapingStreambuf buffer(target.rdbuf());
+  std::ostream out(&buffer);
+  out << "\xc3";
+  out.flush();
+  out << "\xa9\n";
+  EXPECT_EQ(target.str(), "\xc3\xa9\n");
+}
+
+TEST(EscapingStreambuf, ScopedEscapedStreamRestoresTheBuffer) {
+  std::ostringstream stream;
+  std::ostream& base = stream;  // ostringstream::rdbuf() is its own buffer
+  std::streambuf* before = base.rdbuf();
+  {
+    ScopedEscapedStream scoped(stream);
+    EXPECT_NE(base.rdbuf(), before);
+    stream << "x\x1b";
+  }
+  EXPECT_EQ(base.rdbuf(), before);
+  EXPECT_EQ(stream.str(), "x\\x1b");
+}
+
+// JSON output is ASCII: controls, DEL, C1 and other characters escaped as
+// JSON does, invalid UTF-8 replaced, never an exception.
+TEST(JsonText, AsciiOnly) {
+  nlohmann::ordered_json j;
+  j["n"] = std::string("a\x1b\x7f\xc2\x9b\xc3\xa9\xff", 8);
+  EXPECT_EQ(JsonText(j, -1),
+            "{\"n\":\"a\\u001b\\u007f\\u009b\\u00e9\\ufffd\"}");
 }
 
 }  // namespace

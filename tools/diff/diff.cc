@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/reader.h"
+#include "common/escaped_output.h"
 #include "common/tool_util.h"
 #include "diff/local_range.h"
 
@@ -308,12 +309,13 @@ void PrintDiffText(const DiffReport& r, std::ostream& out) {
         << ", rtol " << absl::StrFormat("%g", r.tolerance.rtol) << "\n";
   }
   for (const DiffNote& n : r.notes) {
-    out << "note: " << n.what << ": " << n.a << " in A, " << n.b << " in B\n";
+    out << "note: " << EscapeText(n.what) << ": " << EscapeText(n.a)
+        << " in A, " << EscapeText(n.b) << " in B\n";
   }
   if (!r.structural.empty()) {
     out << "structural differences: " << r.structural.size() << "\n";
     for (const StructuralDiff& s : r.structural) {
-      out << "  " << absl::StrFormat("%-9s", s.change) << s.entry;
+      out << "  " << absl::StrFormat("%-9s", s.change) << EscapeText(s.entry);
       if (s.change == "removed") {
         out << " (only in A)";
       } else if (s.change == "added") {
@@ -322,7 +324,8 @@ void PrintDiffText(const DiffReport& r, std::ostream& out) {
         out << ": chunks cover different elements (" << s.a << " in A, " << s.b
             << " in B)";
       } else {
-        out << ": " << s.a << " in A, " << s.b << " in B";
+        out << ": " << EscapeText(s.a) << " in A, " << EscapeText(s.b)
+            << " in B";
       }
       out << "\n";
     }
@@ -331,7 +334,7 @@ void PrintDiffText(const DiffReport& r, std::ostream& out) {
     out << "value differences: " << r.values.size() << " of "
         << r.entries_compared << " entries compared\n";
     for (const ValueDiff& v : r.values) {
-      out << "  " << v.entry << ": ";
+      out << "  " << EscapeText(v.entry) << ": ";
       if (v.object) {
         out << "object, " << v.differing << " of " << v.total
             << " bytes differ (" << HumanBytes(v.size_a) << " in A, "
@@ -415,7 +418,7 @@ absl::StatusOr<int> RunDiff(const DiffOptions& options, bool json,
                             std::ostream& out) {
   CKPT_ASSIGN_OR_RETURN(DiffReport report, Diff(options));
   if (json) {
-    out << DiffToJson(report).dump(2) << "\n";
+    out << JsonText(DiffToJson(report)) << "\n";
   } else {
     PrintDiffText(report, out);
   }

@@ -15,6 +15,7 @@
 #include "ckpt/format/status_macros.h"
 #include "ckpt/internal/checkpoint_dir.h"
 #include "ckpt/mutex.h"
+#include "common/escaped_output.h"
 #include "common/tool_util.h"
 #include "validate/validate.h"
 
@@ -327,7 +328,7 @@ void PrintInspectText(const CheckpointSummary& s, std::ostream& out) {
   head.Add({"Step", absl::StrCat(m.info.step)});
   head.Add({"World size", absl::StrCat(m.info.world_size)});
   head.Add({"Created", Created(m.info.created_unix_ns)});
-  head.Add({"Writer", m.info.writer});
+  head.Add({"Writer", EscapeText(m.info.writer)});
   head.Add({"Checkpoint id", format::IdToHex(m.info.id)});
   head.Add({"Entries",
             absl::StrCat(m.entries.size(), " (", Count(s.tensors, "tensor"),
@@ -340,7 +341,7 @@ void PrintInspectText(const CheckpointSummary& s, std::ostream& out) {
   head.Add({"Compression", Ratio(s.compression_ratio())});
   for (const auto& [key, value] : m.metadata) {
     head.Add({"Metadata",
-              absl::StrCat(EscapeName(key), " = ", MetadataValue(value))});
+              absl::StrCat(EscapeText(key), " = ", MetadataValue(value))});
   }
   head.Print(out);
   out << "\n";
@@ -354,7 +355,7 @@ void PrintInspectText(const CheckpointSummary& s, std::ostream& out) {
   Table t(std::move(header));
   for (const EntrySummary& row : s.entries) {
     const EntryRecord& e = m.entries[row.index];
-    std::vector<std::string> cells = {EscapeName(e.name),
+    std::vector<std::string> cells = {EscapeText(e.name),
                                       DTypeText(e),
                                       ShapeText(e.shape),
                                       absl::StrCat(e.chunks.size()),
@@ -376,7 +377,7 @@ void PrintEntryText(const CheckpointSummary& s, size_t index,
   const EntrySummary& row = s.entries[index];
   Table head({"Checkpoint",
               absl::StrCat(s.dir, " (step ", s.manifest.info.step, ")")});
-  head.Add({"Entry", EscapeName(e.name)});
+  head.Add({"Entry", EscapeText(e.name)});
   head.Add({"Kind", IsObject(e) ? "object" : "tensor"});
   head.Add({"Dtype", std::string(DTypeName(e.dtype))});
   head.Add({"Shape", ShapeText(e.shape)});
@@ -497,9 +498,7 @@ absl::StatusOr<int> RunInspect(const InspectOptions& o, std::ostream& out) {
     CKPT_RETURN_IF_ERROR(
         AddStats(&s, o.entry, o.threads, o.storage, o.progress));
   if (o.json) {
-    out << InspectJson(s, entry).dump(
-               2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
-        << "\n";
+    out << JsonText(InspectJson(s, entry)) << "\n";
   } else if (entry >= 0) {
     PrintEntryText(s, static_cast<size_t>(entry), out);
   } else {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "ckpt/format/coverage.h"
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/geometry.h"
 #include "ckpt/format/manifest.h"
@@ -15,6 +16,7 @@
 #include "ckpt/internal/shard_file.h"
 #include "ckpt/internal/thread_pool.h"
 #include "ckpt/mutex.h"
+#include "common/escaped_output.h"
 #include "common/tool_util.h"
 #include "nlohmann/json.hpp"
 #include "validate/validate_internal.h"
@@ -234,12 +236,7 @@ void Validator::CheckCoverage(const std::string& mpath) {
   (void)::ckpt::internal::ParallelFor(
       threads_, manifest_.entries.size(), [&](int, size_t e) {
         const EntryRecord& entry = manifest_.entries[e];
-        std::vector<Region> regions;
-        regions.reserve(entry.chunks.size());
-        for (const ChunkRecord& c : entry.chunks) regions.push_back(c.region);
-        absl::Status s =
-            CheckCover(entry.shape, regions,
-                       (entry.flags & format::kEntryFlagPartial) != 0);
+        absl::Status s = format::CheckEntryCover(entry);
         if (!s.ok()) AddEntry(mpath, entry.name, -1, std::string(s.message()));
         return absl::OkStatus();
       });
@@ -292,7 +289,8 @@ absl::string_view SeverityName(Severity s) {
 std::string FindingText(const Finding& f) {
   std::string where =
       core::LocationText(f.file, f.entry, f.chunk, f.region, f.block);
-  return where.empty() ? f.message : absl::StrCat(where, ": ", f.message);
+  return EscapeText(where.empty() ? f.message
+                                  : absl::StrCat(where, ": ", f.message));
 }
 
 size_t ValidateReport::errors() const {
@@ -408,7 +406,7 @@ void PrintValidateJson(const ValidateReport& r, std::ostream& out) {
     list.push_back(std::move(x));
   }
   j["findings"] = std::move(list);
-  out << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+  out << JsonText(j) << "\n";
 }
 
 absl::StatusOr<int> RunValidate(const ValidateOptions& options, bool json,

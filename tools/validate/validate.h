@@ -67,12 +67,10 @@ struct Finding {
 };
 
 // "FILE: block 3 of chunk 1 [4:8, 0:8] of 'w': checksum ...": the finding
-// as one line, most specific location first (no severity prefix).
+// as one line, most specific location first (no severity prefix), through
+// format::EscapeText: a name or message that quotes file content can
+// neither break the line nor carry a control character.
 std::string FindingText(const Finding& f);
-
-// `name` with C0 and C1 control characters escaped (\x1b, \u0085), for
-// printing entry names (spec/FORMAT.md §11); the library's, shared.
-using ::ckpt::internal::EscapeName;
 
 struct ValidateOptions {
   std::string path;            // a checkpoint directory, or a root

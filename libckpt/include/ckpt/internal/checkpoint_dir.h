@@ -53,8 +53,8 @@ absl::StatusOr<RootListing> ListRoot(Storage* storage, const std::string& root);
 absl::StatusOr<std::string> ResolveCheckpointDir(Storage* storage,
                                                  const std::string& path);
 
-// NotFound "entry 'NAME' is not in the checkpoint DIR" (the name escaped
-// as EscapeName does).
+// NotFound "entry 'NAME' is not in the checkpoint DIR" (the name shown
+// through format::EscapeText).
 absl::Status EntryNotInCheckpoint(absl::string_view name,
                                   const std::string& dir);
 

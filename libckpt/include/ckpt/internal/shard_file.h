@@ -26,12 +26,9 @@
 
 namespace ckpt::internal {
 
-// `name` with C0 and C1 control characters escaped (\x1b, \u0085), for
-// printing entry names (spec/FORMAT.md §11).
-std::string EscapeName(absl::string_view name);
-
 // "FILE: block 3 of chunk 1 [4:8, 0:8] of 'w'", most specific first; the
-// parts that are empty or negative are left out ("FILE: entry 'w'").
+// parts that are empty or negative are left out ("FILE: entry 'w'"). The
+// entry name is shown through format::EscapeText.
 std::string LocationText(absl::string_view file, absl::string_view entry,
                          int64_t chunk, absl::string_view region,
                          int64_t block);
