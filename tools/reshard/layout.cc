@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/format/status_macros.h"
+#include "common/escaped_output.h"
 
 namespace ckpt::tools {
 namespace {
@@ -32,9 +33,9 @@ std::pair<uint64_t, uint64_t> EvenPart(uint64_t total, int rank, int n) {
 }
 
 absl::Status CannotInfer(const EntryRecord& e, absl::string_view why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("entry '", e.name, "': cannot infer its layout: ", why,
-                   "; give it in an override file (--layout FILE)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "entry '", EscapeText(e.name), "': cannot infer its layout: ", why,
+      "; give it in an override file (--layout FILE)"));
 }
 
 // Boxes: per dim, the distinct intervals must partition the dim, and the
@@ -158,9 +159,9 @@ absl::StatusOr<EntryLayout> PlanEntry(const EntryRecord& e, int n,
   out.ranks = n;
   out.shape = e.shape;
   auto bad_rule = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("override ", rule->pattern, " -> ", rule->split.ToString(),
-                     " for entry '", e.name, "': ", why));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "override ", EscapeText(rule->pattern), " -> ", rule->split.ToString(),
+        " for entry '", EscapeText(e.name), "': ", why));
   };
   if (e.kind == format::EntryKind::kObject) {
     if (rule != nullptr)
@@ -177,11 +178,11 @@ absl::StatusOr<EntryLayout> PlanEntry(const EntryRecord& e, int n,
           "chunk");
     }
     if (e.chunks.size() > static_cast<size_t>(n)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("entry '", e.name, "' is partial with ", e.chunks.size(),
-                       " chunks: its chunks are kept as stored, one per rank, "
-                       "so it needs --to >= ",
-                       e.chunks.size()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "entry '", EscapeText(e.name), "' is partial with ", e.chunks.size(),
+          " chunks: its chunks are kept as stored, one per rank, "
+          "so it needs --to >= ",
+          e.chunks.size()));
     }
     out.partial = true;
     out.source = absl::StrCat(e.chunks.size(), " chunks (partial)");

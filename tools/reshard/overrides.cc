@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/format/format_constants.h"
+#include "common/escaped_output.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt::tools {
@@ -20,8 +21,7 @@ constexpr char kSplitForms[] =
 // characters so that a fuzzed megabyte key stays readable.
 std::string Quote(absl::string_view s) {
   std::string shown(s.substr(0, 80));
-  std::string out = nlohmann::json(shown).dump(
-      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string out = JsonText(nlohmann::json(shown), -1);
   if (s.size() > 80) out.insert(out.size() - 1, "...");
   return out;
 }
@@ -243,9 +243,9 @@ absl::StatusOr<const OverrideRule*> Overrides::Find(
     }
   }
   if (globs.size() > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("entry '", name, "' matches several patterns: ",
-                     absl::StrJoin(globs, ", "), " (give it its own key)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "entry '", EscapeText(name), "' matches several patterns: ",
+        absl::StrJoin(globs, ", "), " (give it its own key)"));
   }
   return found;
 }

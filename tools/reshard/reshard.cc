@@ -13,6 +13,7 @@
 #include "ckpt/mutex.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
+#include "common/escaped_output.h"
 #include "common/tool_util.h"
 #include "diff/local_range.h"
 #include "reshard/layout.h"
@@ -36,9 +37,9 @@ class SourceContext {
                             uint64_t n) -> absl::Status {
       const uint64_t es = DTypeSize(e->dtype);
       if (offset % es != 0 || n % es != 0) {
-        return absl::InternalError(
-            absl::StrCat("entry '", e->name, "': byte range [", offset, ", ",
-                         offset + n, ") is not a whole number of elements"));
+        return absl::InternalError(absl::StrCat(
+            "entry '", EscapeText(e->name), "': byte range [", offset, ", ",
+            offset + n, ") is not a whole number of elements"));
       }
       std::vector<LoadRequest> reqs;
       char* out = static_cast<char*>(dst);
@@ -304,6 +305,7 @@ absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& o) {
                         PlanAll(m, o.to, overrides, o.layout_file));
   ReshardReport report;
   report.src_dir = reader->path();
+  report.src_step = m.info.step;
   report.step = o.step.value_or(m.info.step);
   report.from = m.info.world_size;
   report.to = static_cast<uint32_t>(o.to);
@@ -338,9 +340,10 @@ absl::StatusOr<ReshardReport> Reshard(const ReshardOptions& o) {
 }
 
 void PrintReshardText(const ReshardReport& r, bool verbose, std::ostream& out) {
-  out << "resharded " << r.src_dir << " (step " << r.step << ", " << r.from
-      << (r.from == 1 ? " rank" : " ranks") << ") into " << r.dst_dir << " ("
-      << r.to << (r.to == 1 ? " rank" : " ranks") << ")\n";
+  out << "resharded " << r.src_dir << " (step " << r.src_step << ", " << r.from
+      << (r.from == 1 ? " rank" : " ranks") << ") into " << r.dst_dir
+      << " (step " << r.step << ", " << r.to << (r.to == 1 ? " rank" : " ranks")
+      << ")\n";
   std::map<std::string, int> counts;
   for (const ReshardedEntry& e : r.entries) {
     const std::string& l = e.layout;
@@ -359,7 +362,7 @@ void PrintReshardText(const ReshardReport& r, bool verbose, std::ostream& out) {
       << ")\n";
   if (verbose) {
     for (const ReshardedEntry& e : r.entries) {
-      out << "  " << e.name << ": ";
+      out << "  " << EscapeText(e.name) << ": ";
       if (e.object) {
         out << "object -> rank 0\n";
         continue;
@@ -387,8 +390,9 @@ void PrintReshardText(const ReshardReport& r, bool verbose, std::ostream& out) {
 nlohmann::ordered_json ReshardToJson(const ReshardReport& r) {
   using J = nlohmann::ordered_json;
   J j;
-  j["src"] = {{"path", r.src_dir}, {"world_size", r.from}};
-  j["dst"] = {{"path", r.dst_dir}, {"world_size", r.to}};
+  j["src"] = {
+      {"path", r.src_dir}, {"step", r.src_step}, {"world_size", r.from}};
+  j["dst"] = {{"path", r.dst_dir}, {"step", r.step}, {"world_size", r.to}};
   j["step"] = r.step;
   j["codec"] = r.codec;
   j["entries"] = J::array();
@@ -417,7 +421,7 @@ absl::StatusOr<int> RunReshard(const ReshardOptions& options, bool json,
                                bool verbose, std::ostream& out) {
   CKPT_ASSIGN_OR_RETURN(ReshardReport report, Reshard(options));
   if (json) {
-    out << ReshardToJson(report).dump(2) << "\n";
+    out << JsonText(ReshardToJson(report)) << "\n";
   } else {
     PrintReshardText(report, verbose, out);
   }

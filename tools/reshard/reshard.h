@@ -68,9 +68,10 @@ struct ReshardedEntry {
 };
 
 struct ReshardReport {
-  std::string src_dir;  // the checkpoint directory read
-  std::string dst_dir;  // the checkpoint directory written
-  uint64_t step = 0;
+  std::string src_dir;    // the checkpoint directory read
+  std::string dst_dir;    // the checkpoint directory written
+  uint64_t src_step = 0;  // SRC's step
+  uint64_t step = 0;      // the step written: --step, else SRC's
   uint32_t from = 0, to = 0;
   std::string codec;                    // "none" or "zstd"
   std::vector<ReshardedEntry> entries;  // sorted by name

@@ -69,8 +69,10 @@ TEST_F(ReshardCliTest, JsonDocument) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["src"]["path"], "<TMP>/src/step-00000007");
+  EXPECT_EQ(j["src"]["step"], 7);
   EXPECT_EQ(j["src"]["world_size"], 4);
   EXPECT_EQ(j["dst"]["path"], "<TMP>/dst/step-00000009");
+  EXPECT_EQ(j["dst"]["step"], 9);
   EXPECT_EQ(j["dst"]["world_size"], 3);
   EXPECT_EQ(j["step"], 9);
   EXPECT_EQ(j["codec"], "zstd");
@@ -85,6 +87,17 @@ TEST_F(ReshardCliTest, JsonDocument) {
   EXPECT_EQ(j["tensor_bytes"], 40 * 4 + 32 * 2 + 8 * 4 + 25 * 4);
   EXPECT_EQ(j["object_bytes"], 11);
   EXPECT_TRUE(j["verify"].is_null());
+}
+
+// `ckpt-reshard r r --to 1 --step 2` (issue 28) said "r/step-00000007
+// (step 2, ...)": the output's step printed as the source's.
+TEST_F(ReshardCliTest, StepOptionIsShownAsTheOutputsNotTheSources) {
+  WriteModel();
+  CliResult r = Run({Src(), Src(), "--to", "1", "--step", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')),
+            "resharded <TMP>/src/step-00000007 (step 7, 4 ranks) into "
+            "<TMP>/src/step-00000002 (step 2, 1 rank)");
 }
 
 TEST_F(ReshardCliTest, WrongFromExitsTwo) {
