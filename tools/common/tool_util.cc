@@ -4,7 +4,11 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
+#include <new>
+#include <stdexcept>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
@@ -14,7 +18,38 @@
 namespace ckpt::tools {
 namespace {
 std::atomic<bool> g_progress_disabled{false};
+
+// "TOOL: error: out of memory ...\n", built before run() so that reporting a
+// failed allocation allocates nothing.
+char g_oom_line[256];
+
+void SetOutOfMemoryLine(const std::string& tool) {
+  std::snprintf(g_oom_line, sizeof(g_oom_line),
+                "%s: error: out of memory (an allocation failed)\n",
+                tool.c_str());
 }
+
+// The new-handler of a tool: any thread's failed allocation is a one-line
+// error and exit 2, never std::terminate (exit 134) from a worker thread.
+[[noreturn]] void ExitOutOfMemory() {
+  ssize_t unused = write(STDERR_FILENO, g_oom_line, std::strlen(g_oom_line));
+  (void)unused;
+  _exit(kExitError);
+}
+
+// run() on this thread; an allocation that throws rather than reaching the
+// new-handler (an array size that overflows, a container's max_size
+// exceeded) is the same one-line error.
+absl::StatusOr<int> RunCatchingAllocationFailure(
+    const std::function<absl::StatusOr<int>()>& run) {
+  try {
+    return run();
+  } catch (const std::bad_alloc&) {
+  } catch (const std::length_error&) {
+  }
+  return absl::ResourceExhaustedError("out of memory (an allocation failed)");
+}
+}  // namespace
 
 std::string VersionText(absl::string_view tool) {
   return absl::StrFormat("%s %s (ckpt library %s, format v%d.%d)", tool,
@@ -120,7 +155,9 @@ int RunToolMain(CLI::App& app, int argc, char** argv,
                  tool.c_str(), e.what(), tool.c_str());
     return kExitError;
   }
-  absl::StatusOr<int> code = run();
+  SetOutOfMemoryLine(tool);
+  std::set_new_handler(ExitOutOfMemory);
+  absl::StatusOr<int> code = RunCatchingAllocationFailure(run);
   if (!code.ok()) {
     PrintError(tool, code.status());
     return kExitError;

@@ -95,6 +95,9 @@ class LazyProgress {
 //   parse error                  -> "TOOL: error: MSG" + hint on stderr, exit 2
 //   run() returns an error        -> "TOOL: error: MSG" on stderr, exit 2
 //   run() returns a code          -> that code
+//   an allocation fails (any thread)
+//                                -> "TOOL: error: out of memory ..." on
+//                                   stderr, exit 2 (never std::terminate)
 int RunToolMain(CLI::App& app, int argc, char** argv,
                 const std::function<absl::StatusOr<int>()>& run);
 
