@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "ckpt/format/checksum.h"
 #include "ckpt/format/coding.h"
+#include "ckpt/format/coverage.h"
 #include "ckpt/format/names.h"
 #include "ckpt/format/section_coding.h"
 #include "ckpt/format/status_macros.h"
@@ -296,11 +297,8 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
 }
 
 absl::Status ValidateCoverage(const Manifest& m) {
-  std::vector<Region> regions;
   for (const EntryRecord& e : m.entries) {
-    regions.clear();
-    for (const ChunkRecord& c : e.chunks) regions.push_back(c.region);
-    absl::Status s = CheckCover(e.shape, regions, e.flags & kEntryFlagPartial);
+    absl::Status s = CheckEntryCover(e);
     if (!s.ok()) {
       return absl::DataLossError(absl::StrCat(
           "manifest: entry '", EscapeText(e.name), "': ", s.message()));

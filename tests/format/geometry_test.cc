@@ -297,6 +297,48 @@ TEST(GeometryTest, IrregularLayoutTooComplexToVerify) {
                "irregular chunk layout too complex to verify (4000 chunks)"));
 }
 
+// Issue 28: a partial entry of 2^32 elements in 32 dims of 2, a box that
+// is not one run, then copies of a flat range that is 63 boxes of 32 dims.
+// Cutting every copy into boxes took 70 KB per copy (> 4 GB for 100,000)
+// before any check; the copies overlap one another, which is found first,
+// among the runs, without making any box.
+TEST(GeometryTest, OverlappingFlatRangesAreFoundBeforeAnyBoxIsMade) {
+  const Shape shape(32, 2);
+  Box irregular = FullBox(shape);
+  irregular.size[1] = 1;
+  std::vector<Region> r = {irregular};
+  r.insert(r.end(), 100000, FlatRange{1, (1ull << 32) - 2});
+  EXPECT_THAT(CheckCover(shape, r, /*allow_gaps=*/true),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "chunks 1 and 2 overlap in flat[1:4294967295)"));
+}
+
+// The same entry with flat ranges that do not overlap, each 39 boxes of 32
+// dims: the boxes they would be cut into are counted before any is made,
+// and past 2^18 coordinates the layout is refused.
+TEST(GeometryTest, FlatRangesCutIntoTooManyBoxesAreRefused) {
+  const Shape shape(32, 2);
+  Box irregular = FullBox(shape);
+  irregular.offset[0] = 1;  // the upper half, away from the flat ranges
+  irregular.size[0] = 1;
+  irregular.size[2] = 1;
+  std::vector<Region> r = {irregular};
+  for (uint64_t k = 0; k < 1000; ++k) {
+    r.push_back(FlatRange{(k << 20) + 1, (1 << 20) - 2});
+  }
+  EXPECT_THAT(CheckCover(shape, r, /*allow_gaps=*/true),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "irregular chunk layout too complex to verify (1001 "
+                       "chunks): cutting its flat ranges into boxes of 32 "
+                       "dims adds more than 8192 boxes, the limit"));
+  r.resize(100);  // 99 ranges: 3762 boxes more, within the limit
+  CKPT_EXPECT_OK(CheckCover(shape, r, /*allow_gaps=*/true));
+  r.push_back(FlatRange{(1ull << 31) + 3, 1});  // inside the box
+  EXPECT_THAT(CheckCover(shape, r, /*allow_gaps=*/true),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "chunks 0 and 100 overlap in [1:2, 0:1, 0:1, "));
+}
+
 // Splits `shape` into `pieces` boxes by cutting a random box along a random
 // dim from `dims` at a random position, again and again: an exact cover.
 std::vector<Box> GuillotineCover(std::mt19937_64& rng, const Shape& shape,
