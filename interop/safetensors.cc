@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/interop/strict_json.h"
 
@@ -40,15 +41,17 @@ absl::Status Bad(absl::string_view what) { return absl::DataLossError(what); }
 absl::StatusOr<uint64_t> Unsigned(const nlohmann::json& v,
                                   absl::string_view what) {
   if (!v.is_number_unsigned()) {
-    return Bad(
-        absl::StrCat(what, " is not a non-negative integer: ", v.dump()));
+    return Bad(absl::StrCat(
+        what, " is not a non-negative integer: ",
+        v.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace)));
   }
   return v.get<uint64_t>();
 }
 
 absl::StatusOr<SafetensorsTensor> DecodeTensor(const std::string& name,
                                                const nlohmann::json& v) {
-  const std::string where = absl::StrCat("tensor '", name, "'");
+  const std::string where =
+      absl::StrCat("tensor '", format::EscapeText(name), "'");
   if (!v.is_object()) return Bad(absl::StrCat(where, ": not a JSON object"));
   // Other fields are ignored, as the reference implementation does.
   if (!v.contains("dtype") || !v["dtype"].is_string()) {
@@ -89,15 +92,15 @@ absl::Status ValidateOffsets(const std::vector<SafetensorsTensor>& tensors,
   uint64_t expected_begin = 0;
   for (const SafetensorsTensor& t : tensors) {
     if (t.begin != expected_begin || t.end < t.begin) {
-      return Bad(
-          absl::StrFormat("tensor '%s': data_offsets [%d, %d] are not "
-                          "contiguous (expected begin %d)",
-                          t.name, t.begin, t.end, expected_begin));
+      return Bad(absl::StrFormat(
+          "tensor '%s': data_offsets [%d, %d] are not "
+          "contiguous (expected begin %d)",
+          format::EscapeText(t.name), t.begin, t.end, expected_begin));
     }
     uint64_t bytes = DTypeSize(t.dtype);
     for (uint64_t d : t.shape) {
       if (d != 0 && bytes > UINT64_MAX / d) {
-        return Bad(absl::StrCat("tensor '", t.name,
+        return Bad(absl::StrCat("tensor '", format::EscapeText(t.name),
                                 "': byte count of shape overflows"));
       }
       bytes *= d;
@@ -106,7 +109,7 @@ absl::Status ValidateOffsets(const std::vector<SafetensorsTensor>& tensors,
       return Bad(absl::StrFormat(
           "tensor '%s': %d bytes in data_offsets [%d, %d] != %d bytes "
           "of its shape and dtype",
-          t.name, t.end - t.begin, t.begin, t.end, bytes));
+          format::EscapeText(t.name), t.end - t.begin, t.begin, t.end, bytes));
     }
     expected_begin = t.end;
   }
@@ -123,8 +126,8 @@ absl::Status DecodeMetadata(const nlohmann::json& v, SafetensorsHeader& h) {
   if (!v.is_object()) return Bad("__metadata__ is not a JSON object");
   for (const auto& [key, value] : v.items()) {
     if (!value.is_string()) {
-      return Bad(
-          absl::StrCat("__metadata__ value of '", key, "' is not a string"));
+      return Bad(absl::StrCat("__metadata__ value of '",
+                              format::EscapeText(key), "' is not a string"));
     }
     h.metadata.emplace_back(key, value.get<std::string>());
   }
@@ -150,7 +153,8 @@ absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view name) {
           absl::StrCat("dtype ", name, " has no ckpt equivalent"));
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown dtype '", name, "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype '", format::EscapeText(name), "'"));
 }
 
 absl::StatusOr<uint64_t> DecodeSafetensorsHeaderLength(absl::string_view first8,
@@ -243,15 +247,16 @@ absl::StatusOr<HfIndex> DecodeHfIndex(absl::string_view json) {
   std::set<std::string> files;
   for (const auto& [tensor, file] : doc["weight_map"].items()) {
     if (!file.is_string()) {
-      return Bad(
-          absl::StrCat("weight_map entry of '", tensor, "' is not a string"));
+      return Bad(absl::StrCat("weight_map entry of '",
+                              format::EscapeText(tensor), "' is not a string"));
     }
     const std::string f = file.get<std::string>();
     if (f.empty() || f == "." || f == ".." ||
         f.find('/') != std::string::npos || f.find('\\') != std::string::npos ||
         f.find('\0') != std::string::npos) {
       return Bad(
-          absl::StrCat("weight_map entry of '", tensor, "' names '", f,
+          absl::StrCat("weight_map entry of '", format::EscapeText(tensor),
+                       "' names '", format::EscapeText(f),
                        "', which is not a file inside the index's directory"));
     }
     index.weight_map.emplace_back(tensor, f);
@@ -301,7 +306,7 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
   if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(digits), &n) || n == 0 ||
       n > UINT64_MAX / factor) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "size '", text,
+        "size '", format::EscapeText(text),
         "' is not a positive number of bytes (e.g. 5GB, 500MiB, 1000000)"));
   }
   return n * factor;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "ckpt/format/names.h"
 
 namespace ckpt::interop {
 namespace {
@@ -96,8 +97,8 @@ absl::StatusOr<nlohmann::json> ParseStrictJson(absl::string_view text,
         absl::StrCat(what, " is not well-formed UTF-8 JSON"));
   }
   if (!duplicate.empty()) {
-    return absl::DataLossError(
-        absl::StrCat(what, " has the key '", duplicate, "' twice"));
+    return absl::DataLossError(absl::StrCat(
+        what, " has the key '", format::EscapeText(duplicate), "' twice"));
   }
   return doc;
 }

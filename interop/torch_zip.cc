@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 
 namespace ckpt::interop {
@@ -117,7 +118,8 @@ absl::StatusOr<ZipEntry> ReadCentral(absl::string_view d, uint64_t& p,
   CKPT_RETURN_IF_ERROR(ReadZip64Extra(d.substr(p + kCentralSize + nlen, xlen),
                                       usize, csize, local));
   p += kCentralSize + nlen + xlen + clen;
-  const std::string where = absl::StrCat("entry '", e.name, "'");
+  const std::string where =
+      absl::StrCat("entry '", format::EscapeText(e.name), "'");
   if (flags & 1)
     return absl::FailedPreconditionError(
         absl::StrCat("zip: ", where, " is encrypted"));
@@ -174,7 +176,8 @@ absl::StatusOr<ZipArchive> ParseZip(absl::string_view d) {
   for (uint64_t i = 0; i < end.count; ++i) {
     CKPT_ASSIGN_OR_RETURN(ZipEntry e, ReadCentral(d, p, cd_end, spans));
     if (!names.insert(e.name).second)
-      return Bad(absl::StrCat("entry '", e.name, "' twice"));
+      return Bad(
+          absl::StrCat("entry '", format::EscapeText(e.name), "' twice"));
     zip.entries.push_back(std::move(e));
   }
   for (size_t i = 0; i < spans.size(); ++i)
@@ -185,8 +188,9 @@ absl::StatusOr<ZipArchive> ParseZip(absl::string_view d) {
   for (size_t i = 1; i < spans.size(); ++i) {
     if (spans[i].begin < spans[i - 1].end) {
       auto label = [](const Span& s) {
-        return s.name ? absl::StrCat("entry '", *s.name, "'")
-                      : std::string("central directory");
+        return s.name
+                   ? absl::StrCat("entry '", format::EscapeText(*s.name), "'")
+                   : std::string("central directory");
       };
       return Bad(
           absl::StrCat(label(spans[i]), " overlaps ", label(spans[i - 1])));
@@ -206,8 +210,8 @@ absl::Status VerifyZipEntry(absl::string_view data, const ZipEntry& e) {
   }
   if (crc != e.crc32) {
     return Bad(absl::StrFormat(
-        "entry '%s': CRC-32 0x%08x != 0x%08x (stored != computed)", e.name,
-        e.crc32, crc));
+        "entry '%s': CRC-32 0x%08x != 0x%08x (stored != computed)",
+        format::EscapeText(e.name), e.crc32, crc));
   }
   return absl::OkStatus();
 }
@@ -230,8 +234,9 @@ absl::StatusOr<TorchRecord> FindTorchRecord(const ZipArchive& zip) {
     return Bad("no <dir>/data.pkl: not a torch.save record");
   for (const ZipEntry& e : zip.entries) {
     if (!absl::StartsWith(e.name, r.prefix + "/")) {
-      return Bad(
-          absl::StrCat("entry '", e.name, "' is outside '", r.prefix, "/'"));
+      return Bad(absl::StrCat("entry '", format::EscapeText(e.name),
+                              "' is outside '", format::EscapeText(r.prefix),
+                              "/'"));
     }
   }
   r.version = zip.Find(r.prefix + "/version");

@@ -166,6 +166,30 @@ TEST(SafetensorsTest, UnknownDType) {
                "tensor 'x': unknown dtype 'Q8'"));
 }
 
+// A dtype string, a tensor name and a duplicate key from the header are
+// quoted escaped (format::EscapeText): no ESC, C1 control or other control
+// byte of the file reaches the message.
+TEST(SafetensorsTest, ErrorsQuoteHeaderStringsEscaped) {
+  EXPECT_THAT(
+      DecodeImage(
+          Image(R"({"x\u009b":{"dtype":"F\u001b]52;c;aGk=\u0007","shape":[1],)"
+                R"("data_offsets":[0,1]}})",
+                1)),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "tensor 'x\\u009b': unknown dtype 'F\\x1b]52;c;aGk=\\x07'"));
+  EXPECT_THAT(
+      DecodeImage(Image(R"({"y\n\u001b[2J":{"dtype":"U8","shape":["\u009b"],)"
+                        R"("data_offsets":[0,1]}})",
+                        1)),
+      StatusIs(absl::StatusCode::kDataLoss,
+               "tensor 'y\\x0a\\x1b[2J': a dim is not a non-negative integer: "
+               "\"\\u009b\""));
+  const std::string t = R"({"dtype":"U8","shape":[1],"data_offsets":[0,1]})";
+  EXPECT_THAT(
+      DecodeImage(Image("{\"\\u001b\":" + t + ",\"\\u001b\":" + t + "}", 1)),
+      StatusIs(absl::StatusCode::kDataLoss, "has the key '\\x1b' twice"));
+}
+
 TEST(SafetensorsTest, NegativeDim) {
   EXPECT_THAT(
       DecodeImage(Image(
