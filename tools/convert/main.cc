@@ -33,7 +33,9 @@ int main(int argc, char** argv) {
                  "Import SRC, a file in this format (hdf5), into DST");
   app.add_flag(
       "--force", opts.force,
-      "Replace DST (--to) or the checkpoint of that step in DST (--from)");
+      "Replace DST (--to) or the checkpoint of that step in DST (--from); a "
+      "--max-shard-size directory DST is replaced only if it holds nothing "
+      "but shards and model.safetensors.index.json");
   app.add_flag("--json", opts.json,
                "Print one JSON document (see tools/README.md)");
   app.add_flag("-v,--verbose", opts.verbose,

@@ -7,7 +7,10 @@
 #include <filesystem>
 #include <memory>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/interop/safetensors.h"
 #include "ckpt/reader.h"
@@ -40,7 +43,7 @@ absl::StatusOr<std::vector<Selected>> SelectEntries(
     }
     if (e.flags & format::kEntryFlagPartial) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "entry '", e.name,
+          "entry '", format::EscapeText(e.name),
           "' is partial: its chunks do not cover the tensor, so there is no "
           "whole tensor to export (leave it out with --exclude)"));
     }
@@ -145,6 +148,52 @@ absl::Status WriteShard(Reader& reader, const std::string& path,
   return file.Commit();
 }
 
+// True for the names a sharded export writes into its directory:
+// "model-00001-of-00003.safetensors" (interop::HfShardName: at least five
+// digits each) and the index.
+bool IsShardSetName(absl::string_view name) {
+  if (name == interop::kHfIndexName) return true;
+  auto digits = [&](size_t n) {
+    size_t k = 0;
+    while (k < name.size() && absl::ascii_isdigit(name[k])) ++k;
+    if (k < n) return false;
+    name.remove_prefix(k);
+    return true;
+  };
+  return absl::ConsumePrefix(&name, "model-") && digits(5) &&
+         absl::ConsumePrefix(&name, "-of-") && digits(5) &&
+         name == ".safetensors";
+}
+
+// --force replaces the directory of a sharded export whole, so it must hold
+// nothing but a previous export's files: FailedPrecondition naming the
+// first other entry (in name order) otherwise.
+absl::Status CheckOnlyShardSet(const std::string& output) {
+  std::error_code ec;
+  std::vector<std::string> others;
+  for (fs::directory_iterator it(output, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (!IsShardSetName(name) || !it->is_regular_file())
+      others.push_back(std::move(name));
+  }
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(output, ": cannot list: ", ec.message()));
+  }
+  if (others.empty()) return absl::OkStatus();
+  std::sort(others.begin(), others.end());
+  return absl::FailedPreconditionError(absl::StrCat(
+      output, ": holds '", format::EscapeText(others[0]), "'",
+      others.size() > 1 ? absl::StrCat(" and ", others.size() - 1, " more")
+                        : "",
+      ", not written by ckpt-convert; --force replaces only a directory of "
+      "model-NNNNN-of-NNNNN.safetensors shards and ",
+      interop::kHfIndexName,
+      " (move the other files or choose another "
+      "directory)"));
+}
+
 absl::Status CheckOutput(const std::string& output, bool sharded,
                          bool overwrite) {
   std::error_code ec;
@@ -163,6 +212,7 @@ absl::Status CheckOutput(const std::string& output, bool sharded,
       return absl::AlreadyExistsError(
           absl::StrCat(output, ": already exists (use --force to replace it)"));
     }
+    if (sharded) CKPT_RETURN_IF_ERROR(CheckOnlyShardSet(output));
   }
   fs::path parent = fs::path(output).parent_path();
   if (!parent.empty() && !fs::is_directory(parent, ec)) {

@@ -17,7 +17,10 @@
 // of at most `slab_bytes` and appended to the file; objects are read whole.
 // Files are written under temporary names (a sharded export into a
 // temporary directory) and renamed into place when complete; on error
-// nothing is left at `output`.
+// nothing is left at `output`. With `overwrite`, an existing shard
+// directory is replaced whole, so it must hold only the files a sharded
+// export writes (shards and index): a directory with any other file is
+// refused, naming the file, and left as it is.
 #ifndef CKPT_TOOLS_INTEROP_SAFETENSORS_EXPORT_H_
 #define CKPT_TOOLS_INTEROP_SAFETENSORS_EXPORT_H_
 
@@ -64,9 +67,10 @@ struct SafetensorsExportResult {
 
 // Exports `source` (a checkpoint directory or a root) to `output`.
 // Errors: those of ckpt::Reader; AlreadyExists if `output` exists and
-// !overwrite; FailedPrecondition for a partial entry or an output that is
-// a directory (single file) / a file (shards); InvalidArgument if the globs
-// select nothing or a name or metadata string cannot be JSON (objects
+// !overwrite; FailedPrecondition for a partial entry, an output that is
+// a directory (single file) / a file (shards), or (overwrite) a shard
+// directory holding a file other than shards and the index; InvalidArgument if
+// the globs select nothing or a name or metadata string cannot be JSON (objects
 // aside, names must be UTF-8).
 absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
     const std::string& source, const std::string& output,

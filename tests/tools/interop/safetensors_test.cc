@@ -163,6 +163,58 @@ TEST_F(SafetensorsTools, ExistingOutputNeedsForce) {
   EXPECT_NE(::ckpt::testing::ReadFileBytes(out), "old");
 }
 
+// `ckpt-convert SRC DIR --to safetensors --max-shard-size S --force` used to
+// replace DIR whole, deleting files ckpt never wrote (issue 28): a shard
+// directory holding any other file is refused, naming it, and kept.
+TEST_F(SafetensorsTools, ForceKeepsADirectoryWithUnrelatedFiles) {
+  const std::string out = (dir_ / "hf");
+  SafetensorsExportOptions o;
+  o.max_shard_bytes = 200;
+  o.overwrite = true;
+  CKPT_ASSERT_OK(ExportSafetensors(src_, out, o).status());
+  ::ckpt::testing::WriteFileBytes(out + "/config.json", "{}");
+  ::ckpt::testing::WriteFileBytes(out + "/tokenizer.json", "{}");
+  EXPECT_THAT(ExportSafetensors(src_, out, o),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       out + ": holds 'config.json' and 1 more, not written "
+                             "by ckpt-convert"));
+  EXPECT_EQ(::ckpt::testing::ReadFileBytes(out + "/config.json"), "{}");
+  EXPECT_EQ(::ckpt::testing::ReadFileBytes(out + "/tokenizer.json"), "{}");
+  EXPECT_TRUE(fs::exists(out + "/model.safetensors.index.json"));
+}
+
+TEST_F(SafetensorsTools, ForceRefusesADirectoryWithASubdirectory) {
+  const std::string out = (dir_ / "hf");
+  fs::create_directories(out + "/model-00001-of-00001.safetensors");
+  SafetensorsExportOptions o;
+  o.max_shard_bytes = 200;
+  o.overwrite = true;
+  EXPECT_THAT(
+      ExportSafetensors(src_, out, o),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               "holds 'model-00001-of-00001.safetensors', not written"));
+  EXPECT_TRUE(fs::is_directory(out + "/model-00001-of-00001.safetensors"));
+}
+
+// A previous export's shards (another count) and index are replaced.
+TEST_F(SafetensorsTools, ForceReplacesAPreviousExport) {
+  const std::string out = (dir_ / "hf");
+  SafetensorsExportOptions o;
+  o.max_shard_bytes = 200;
+  o.overwrite = true;
+  CKPT_ASSERT_OK(ExportSafetensors(src_, out, o).status());
+  o.max_shard_bytes = 1 << 20;
+  CKPT_ASSERT_OK_AND_ASSIGN(SafetensorsExportResult e,
+                            ExportSafetensors(src_, out, o));
+  ASSERT_EQ(e.files.size(), 1u);
+  std::vector<std::string> names;
+  for (const auto& f : fs::directory_iterator(out))
+    names.push_back(f.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"model-00001-of-00001.safetensors",
+                                             "model.safetensors.index.json"}));
+}
+
 TEST_F(SafetensorsTools, ReferenceSampleFileImports) {
   const std::string in = std::string(CKPT_SOURCE_DIR) +
                          "/tests/data/interop/safetensors/overall.safetensors";
