@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/latest.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
 #include "ckpt/mutex.h"
@@ -39,8 +40,8 @@ class ChunkSource {
     }
     if (offset > data_.size() || n > data_.size() - offset) {
       return absl::InternalError(
-          absl::StrCat("chunk of '", t_.fqn, "': bytes [", offset, ", ",
-                       offset + n, ") asked of ", data_.size()));
+          absl::StrCat("chunk of '", format::EscapeText(t_.fqn), "': bytes [",
+                       offset, ", ", offset + n, ") asked of ", data_.size()));
     }
     std::memcpy(dst, data_.data() + offset, n);
     served_ += n;
@@ -107,9 +108,10 @@ absl::Status RegisterRank(const DcpInput& in, int rank, Writer& w,
     CKPT_ASSIGN_OR_RETURN(std::string bytes, ReadDcpBytes(in, fqn));
     absl::Status set = w.SetObject(name, std::move(bytes));
     if (!set.ok()) {
-      return absl::Status(set.code(),
-                          absl::StrCat(in.metadata_where, ": bytes item '", fqn,
-                                       "': ", set.message()));
+      return absl::Status(
+          set.code(),
+          absl::StrCat(in.metadata_where, ": bytes item '",
+                       format::EscapeText(fqn), "': ", set.message()));
     }
   }
   if (in.common != nullptr) {

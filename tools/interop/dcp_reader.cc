@@ -179,9 +179,9 @@ absl::Status MatchStorage(DcpInput& in) {
     if (s.offsets.has_value())
       offs.assign(s.offsets->begin(), s.offsets->end());
     if (!by_key.emplace(Key(s.fqn, offs), &s).second) {
-      return absl::DataLossError(absl::StrCat(md, ": '", s.fqn, "' at ",
-                                              ShapeToString(offs),
-                                              " has two storage items"));
+      return absl::DataLossError(
+          absl::StrCat(md, ": '", format::EscapeText(s.fqn), "' at ",
+                       ShapeToString(offs), " has two storage items"));
     }
   }
   size_t used = 0;
@@ -192,15 +192,15 @@ absl::Status MatchStorage(DcpInput& in) {
       Box box{c.offsets, c.sizes};
       absl::Status v = ValidateRegion(box, t.size);
       if (!v.ok())
-        return absl::DataLossError(
-            absl::StrCat(md, ": tensor '", t.fqn, "': ", v.message()));
+        return absl::DataLossError(absl::StrCat(
+            md, ": tensor '", format::EscapeText(t.fqn), "': ", v.message()));
       regions.push_back(box);
       auto it = by_key.find(Key(
           t.fqn, std::vector<uint64_t>(c.offsets.begin(), c.offsets.end())));
       if (it == by_key.end()) {
         return absl::DataLossError(
-            absl::StrCat(md, ": chunk ", RegionToString(box), " of '", t.fqn,
-                         "' has no storage item"));
+            absl::StrCat(md, ": chunk ", RegionToString(box), " of '",
+                         format::EscapeText(t.fqn), "' has no storage item"));
       }
       in.chunk_storage[t.fqn].push_back(it->second);
       in.tensor_bytes += RegionElements(box) * DTypeSize(t.dtype);
@@ -208,15 +208,16 @@ absl::Status MatchStorage(DcpInput& in) {
     }
     absl::Status cover = CheckCover(t.size, regions, /*allow_gaps=*/false);
     if (!cover.ok()) {
-      return absl::DataLossError(
-          absl::StrCat(md, ": tensor '", t.fqn, "': ", cover.message()));
+      return absl::DataLossError(absl::StrCat(
+          md, ": tensor '", format::EscapeText(t.fqn), "': ", cover.message()));
     }
   }
   for (const std::string& b : in.meta.bytes_items) {
     auto it = by_key.find(Key(b, std::vector<uint64_t>()));
     if (it == by_key.end()) {
-      return absl::DataLossError(
-          absl::StrCat(md, ": bytes item '", b, "' has no storage item"));
+      return absl::DataLossError(absl::StrCat(md, ": bytes item '",
+                                              format::EscapeText(b),
+                                              "' has no storage item"));
     }
     in.bytes_storage[b] = it->second;
     in.bytes_item_bytes += it->second->length;
@@ -228,7 +229,7 @@ absl::Status MatchStorage(DcpInput& in) {
       for (const auto* p : in.chunk_storage[s.fqn]) known = known || p == &s;
       if (!known) {
         return absl::DataLossError(
-            absl::StrCat(md, ": storage item of '", s.fqn,
+            absl::StrCat(md, ": storage item of '", format::EscapeText(s.fqn),
                          "' names no chunk of the metadata"));
       }
     }
@@ -278,7 +279,8 @@ struct Record {
 
 std::string Where(const DcpInput& in, const interop::DcpStorage& s) {
   return absl::StrCat(in.files.at(s.relative_path)->path(), " [", s.offset,
-                      ", ", s.offset + s.length, ") of '", s.fqn, "'");
+                      ", ", s.offset + s.length, ") of '",
+                      format::EscapeText(s.fqn), "'");
 }
 
 // FailedPrecondition if `s` is stored through stream transforms
@@ -365,10 +367,11 @@ std::vector<absl::Status> EntryNameProblems(const DcpInput& in) {
   };
   std::vector<Item> items;
   for (const interop::DcpTensor& t : in.meta.tensors)
-    items.push_back({absl::StrCat("tensor '", t.fqn, "'"), t.fqn});
+    items.push_back(
+        {absl::StrCat("tensor '", format::EscapeText(t.fqn), "'"), t.fqn});
   for (const auto& [fqn, name] : in.object_names) {
     items.push_back(
-        {absl::StrCat("bytes item '", fqn, "'",
+        {absl::StrCat("bytes item '", format::EscapeText(fqn), "'",
                       fqn == name ? "" : " (Megatron ShardedObject)"),
          name});
   }
@@ -386,9 +389,10 @@ std::vector<absl::Status> EntryNameProblems(const DcpInput& in) {
     }
     auto [it, fresh] = seen.emplace(item.name, &item);
     if (!fresh) {
-      problems.push_back(absl::FailedPreconditionError(absl::StrCat(
-          in.metadata_where, ": ", it->second->what, " and ", item.what,
-          " would both be the ckpt entry '", item.name, "'")));
+      problems.push_back(absl::FailedPreconditionError(
+          absl::StrCat(in.metadata_where, ": ", it->second->what, " and ",
+                       item.what, " would both be the ckpt entry '",
+                       format::EscapeText(item.name), "'")));
     }
   }
   return problems;
@@ -415,7 +419,8 @@ absl::StatusOr<std::string> ReadDcpChunk(const DcpInput& in,
   const interop::ZipEntry* st = r.torch.Storage(r.zip, ref->storage_key);
   if (st == nullptr) {
     return absl::DataLossError(
-        absl::StrCat(where, ": storage '", ref->storage_key, "' missing"));
+        absl::StrCat(where, ": storage '", format::EscapeText(ref->storage_key),
+                     "' missing"));
   }
   auto bytes = interop::GatherTensor(
       *ref, absl::string_view(r.bytes).substr(st->data_offset, st->size));

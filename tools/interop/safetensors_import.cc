@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/latest.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 #include "reshard/reshard.h"
 
@@ -73,23 +74,24 @@ absl::Status CheckIndex(const SafetensorsInput& in) {
     for (const auto& t : in.headers[i].tensors) {
       auto it = where.find(t.name);
       if (it == where.end()) {
-        return absl::DataLossError(absl::StrCat(in.index_path, ": tensor '",
-                                                t.name, "' of ", file,
-                                                " is not in the weight_map"));
+        return absl::DataLossError(absl::StrCat(
+            in.index_path, ": tensor '", format::EscapeText(t.name), "' of ",
+            format::EscapeText(file), " is not in the weight_map"));
       }
       if (it->second != file) {
-        return absl::DataLossError(absl::StrCat(in.index_path, ": tensor '",
-                                                t.name, "' is in ", file,
-                                                " but mapped to ", it->second));
+        return absl::DataLossError(absl::StrCat(
+            in.index_path, ": tensor '", format::EscapeText(t.name), "' is in ",
+            format::EscapeText(file), " but mapped to ",
+            format::EscapeText(it->second)));
       }
       found[t.name] = file;
     }
   }
   for (const auto& [tensor, file] : where) {
     if (!found.count(tensor)) {
-      return absl::DataLossError(
-          absl::StrCat(in.index_path, ": weight_map maps '", tensor, "' to ",
-                       file, ", which does not hold it"));
+      return absl::DataLossError(absl::StrCat(
+          in.index_path, ": weight_map maps '", format::EscapeText(tensor),
+          "' to ", format::EscapeText(file), ", which does not hold it"));
     }
   }
   return absl::OkStatus();
@@ -149,9 +151,9 @@ absl::StatusOr<SafetensorsInput> OpenSafetensors(const std::string& path) {
   for (size_t i = 0; i < in.files.size(); ++i) {
     for (const auto& t : in.headers[i].tensors) {
       if (!refs.emplace(t.name, SafetensorsInput::Ref{t.name, i, &t}).second) {
-        return absl::DataLossError(
-            absl::StrCat(in.files[i].path(), ": tensor '", t.name,
-                         "' is also in ", in.files[refs[t.name].file].path()));
+        return absl::DataLossError(absl::StrCat(
+            in.files[i].path(), ": tensor '", format::EscapeText(t.name),
+            "' is also in ", in.files[refs[t.name].file].path()));
       }
     }
   }
@@ -199,7 +201,7 @@ absl::Status Register(const SafetensorsInput& in, const ImportedMetadata& meta,
     if (object) {
       if (t.dtype != DType::kUInt8 || t.shape.size() != 1) {
         return absl::DataLossError(
-            absl::StrCat(f.path(), ": '", t.name,
+            absl::StrCat(f.path(), ": '", format::EscapeText(t.name),
                          "' is listed in ckpt.objects but is not 1-d U8"));
       }
       CKPT_ASSIGN_OR_RETURN(std::string bytes, f.Read(base, t.end - t.begin));

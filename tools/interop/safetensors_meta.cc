@@ -4,6 +4,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/interop/strict_json.h"
 #include "nlohmann/json.hpp"
@@ -21,7 +22,8 @@ absl::StatusOr<std::string> Unhex(const nlohmann::json& v) {
   const std::string& s = v.get_ref<const std::string&>();
   if (s.size() % 2 != 0 ||
       s.find_first_not_of("0123456789abcdef") != std::string::npos) {
-    return absl::DataLossError(absl::StrCat("'", s, "' is not lower-case hex"));
+    return absl::DataLossError(
+        absl::StrCat("'", format::EscapeText(s), "' is not lower-case hex"));
   }
   return absl::HexStringToBytes(s);
 }
@@ -82,8 +84,8 @@ absl::StatusOr<ImportedMetadata> ImportMetadata(const StringPairs& metadata) {
     if (k == kStep) {
       uint64_t step;
       if (!absl::SimpleAtoi(v, &step)) {
-        return absl::DataLossError(
-            absl::StrCat(kStep, " '", v, "' is not a step number"));
+        return absl::DataLossError(absl::StrCat(
+            kStep, " '", format::EscapeText(v), "' is not a step number"));
       }
       r.step = step;
     } else if (k == kObjects) {
