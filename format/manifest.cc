@@ -72,7 +72,8 @@ absl::StatusOr<std::vector<ShardInfo>> DecodeShards(const RawSection& s) {
   CKPT_ASSIGN_OR_RETURN(uint64_t n,
                         r.ReadVarintAtMost("shard count", kMaxShards));
   std::vector<ShardInfo> shards;
-  shards.reserve(std::min<uint64_t>(n, r.remaining() / 3));
+  // A record takes at least 4 bytes: id, name length, name, file size.
+  shards.reserve(std::min<uint64_t>(n, r.remaining() / 4));
   absl::flat_hash_set<uint32_t> ids;
   absl::flat_hash_set<std::string> files;
   for (uint64_t i = 0; i < n; ++i) {

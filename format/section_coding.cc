@@ -13,6 +13,14 @@
 namespace ckpt::format::internal {
 namespace {
 
+// The smallest records (spec §11): an entry record has a name of at least
+// 1 byte and its length, kind, dtype, flags, ndim and chunk count; a chunk
+// record a geometry kind, a region (two varints, or 2 * ndim), shard,
+// data offset, stored length, codec and a block size of at least 4096 (two
+// bytes), 9 bytes in all except a 0-d box (7).
+constexpr uint64_t kMinEntryRecordSize = 7;
+constexpr uint64_t kMinChunkRecordSize = 9;
+
 absl::Status Corrupt(const absl::Status& s, absl::string_view where) {
   // Bytes read from disk that fail validation are corruption, whatever code
   // the validator used for caller input.
@@ -307,6 +315,58 @@ absl::Status DecodeChunk(ByteReader& r, const EntryRecord& e,
   return DecodeChunkBlocks(r, raw, c);
 }
 
+// The `count` chunks of entry `e` (spec §8.3), appended to e->chunks.
+// Chunks with elements must not overlap (§8.5), so an entry of N elements
+// has at most N of them: a record past that is refused as it is read, which
+// bounds the records of a 0-d entry (7 bytes each, the only ones under 9)
+// by one. Memory is reserved for at most what the bytes left can hold.
+absl::Status DecodeEntryChunks(ByteReader& r, uint64_t count, bool with_blocks,
+                               EntryRecord* e) {
+  e->chunks.reserve(std::min<uint64_t>(
+      count, r.remaining() / kMinChunkRecordSize + (e->shape.empty() ? 1 : 0)));
+  const uint64_t esize = DTypeSize(e->dtype);
+  uint64_t numel = 1;
+  for (uint64_t d : e->shape) numel *= d;
+  uint64_t with_elements = 0;
+  for (uint64_t c = 0; c < count; ++c) {
+    ChunkRecord chunk;
+    absl::Status cs = DecodeChunk(r, *e, esize, with_blocks, &chunk);
+    if (!cs.ok()) {
+      return absl::Status(cs.code(),
+                          absl::StrCat("chunk ", c, ": ", cs.message()));
+    }
+    if (RegionElements(chunk.region) != 0 && ++with_elements > numel) {
+      return absl::DataLossError(
+          absl::StrCat("chunk ", c, ": ", with_elements,
+                       " chunks hold elements of an entry of ", numel,
+                       " elements, so two of them overlap"));
+    }
+    e->chunks.push_back(std::move(chunk));
+  }
+  return absl::OkStatus();
+}
+
+// "duplicate entry name" unless the names of `entries` are unique. Sorts
+// an array of 4-byte indices (a hash set of the names took 20-40 bytes an
+// entry, more than many entries take on disk).
+absl::Status CheckUniqueNames(const std::vector<EntryRecord>& entries) {
+  std::vector<uint32_t> order(entries.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return entries[a].name != entries[b].name
+               ? entries[a].name < entries[b].name
+               : a < b;
+  });
+  for (size_t k = 1; k < order.size(); ++k) {
+    const std::string& name = entries[order[k]].name;
+    if (name == entries[order[k - 1]].name) {
+      return absl::DataLossError(
+          absl::StrCat("duplicate entry name '", EscapeText(name), "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<EntryRecord>> DecodeEntries(const RawSection& s,
@@ -315,8 +375,7 @@ absl::StatusOr<std::vector<EntryRecord>> DecodeEntries(const RawSection& s,
   CKPT_ASSIGN_OR_RETURN(uint64_t n,
                         r.ReadVarintAtMost("entry count", kMaxEntries));
   std::vector<EntryRecord> entries;
-  entries.reserve(std::min<uint64_t>(n, r.remaining() / 6));
-  absl::flat_hash_set<absl::string_view> names;
+  entries.reserve(std::min<uint64_t>(n, r.remaining() / kMinEntryRecordSize));
   for (uint64_t i = 0; i < n; ++i) {
     EntryRecord e;
     CKPT_ASSIGN_OR_RETURN(auto name,
@@ -365,27 +424,12 @@ absl::StatusOr<std::vector<EntryRecord>> DecodeEntries(const RawSection& s,
     }
     auto nchunks = r.ReadVarintAtMost("chunk count", kMaxChunksPerEntry);
     if (!nchunks.ok()) return fail(nchunks.status());
-    e.chunks.reserve(std::min<uint64_t>(*nchunks, r.remaining() / 6));
-    const uint64_t esize = DTypeSize(e.dtype);
-    for (uint64_t c = 0; c < *nchunks; ++c) {
-      ChunkRecord chunk;
-      absl::Status cs = DecodeChunk(r, e, esize, with_blocks, &chunk);
-      if (!cs.ok()) {
-        return absl::Status(
-            cs.code(), absl::StrCat(where, ": chunk ", c, ": ", cs.message()));
-      }
-      e.chunks.push_back(std::move(chunk));
-    }
+    absl::Status cs = DecodeEntryChunks(r, *nchunks, with_blocks, &e);
+    if (!cs.ok()) return fail(cs);
     entries.push_back(std::move(e));
   }
   CKPT_RETURN_IF_ERROR(CheckNoTrailingBytes(s, r, "entry"));
-  // Names are checked after the vector stops moving its strings around.
-  for (const EntryRecord& e : entries) {
-    if (!names.insert(e.name).second) {
-      return absl::DataLossError(
-          absl::StrCat("duplicate entry name '", EscapeText(e.name), "'"));
-    }
-  }
+  CKPT_RETURN_IF_ERROR(CheckUniqueNames(entries));
   return entries;
 }
 
