@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "ckpt/format/format_constants.h"
 #include "ckpt/format/status_macros.h"
 
 namespace ckpt::interop {
@@ -40,9 +41,15 @@ const PyValue* Field(const PyValue& obj, absl::string_view name) {
   return nullptr;
 }
 
+// A shape, offsets or sizes: at most kMaxDims non-negative integers (so
+// that a shared tuple of millions cannot be copied into every chunk).
 absl::StatusOr<Dims> IntTuple(const PyValue* v, absl::string_view what) {
   if (v == nullptr || !(v->Is(Kind::kTuple) || v->Is(Kind::kList))) {
     return Bad(absl::StrCat(what, " is not a tuple of integers"));
+  }
+  if (v->items.size() > format::kMaxDims) {
+    return Bad(absl::StrCat(what, " has ", v->items.size(),
+                            " dimensions; the limit is ", format::kMaxDims));
   }
   Dims out;
   for (const PyValue* x : v->items) {
@@ -78,11 +85,26 @@ absl::StatusOr<std::string> DtypeOf(const PyValue* props,
   if (d == nullptr || !d->Is(Kind::kGlobal)) {
     return Bad(absl::StrCat("tensor '", fqn, "': no dtype in its properties"));
   }
-  return d->text;
+  return std::string(d->text);
 }
 
-absl::StatusOr<DcpTensor> DecodeTensor(const std::string& fqn,
-                                       const PyValue& v) {
+// Heap bytes of a std::string of `n` characters (none within libstdc++'s
+// small string buffer) and of Dims of `n` dims (none within its inline 4).
+uint64_t TextBytes(size_t n) { return n > 15 ? n + 1 : 0; }
+uint64_t DimsBytes(size_t n) { return n > 4 ? 8 * n : 0; }
+
+// A tensor's size as ckpt checks its own shapes (format's ValidateShape:
+// at most kMaxDims dims, element and byte counts in int64), before any
+// element count is computed from it.
+absl::Status CheckTensorSize(const DcpTensor& t) {
+  absl::Status s = ValidateShape(t.size, DTypeSize(t.dtype));
+  if (s.ok()) return s;
+  return Bad(
+      absl::StrCat("tensor '", t.fqn, "' (", t.dtype_name, "): ", s.message()));
+}
+
+absl::StatusOr<DcpTensor> DecodeTensor(const std::string& fqn, const PyValue& v,
+                                       MemoryBudget& budget) {
   DcpTensor t;
   t.fqn = fqn;
   CKPT_ASSIGN_OR_RETURN(t.dtype_name, DtypeOf(Field(v, "properties"), fqn));
@@ -95,10 +117,18 @@ absl::StatusOr<DcpTensor> DecodeTensor(const std::string& fqn,
   t.dtype = *dtype;
   CKPT_ASSIGN_OR_RETURN(
       t.size, IntTuple(Field(v, "size"), absl::StrCat("size of '", fqn, "'")));
+  CKPT_RETURN_IF_ERROR(CheckTensorSize(t));
   const PyValue* chunks = Field(v, "chunks");
   if (chunks == nullptr || !chunks->Is(Kind::kList)) {
     return Bad(absl::StrCat("tensor '", fqn, "': chunks is not a list"));
   }
+  // A chunk list or chunk the pickle shares between tensors is copied into
+  // each: what is built is charged to the pickle's budget.
+  const std::string what =
+      absl::StrCat("DCP metadata: the chunks of tensor '", fqn, "'");
+  CKPT_RETURN_IF_ERROR(
+      budget.Charge(chunks->items.size() * sizeof(DcpChunk), what));
+  t.chunks.reserve(chunks->items.size());
   for (const PyValue* c : chunks->items) {
     if (!IsDcpClass(*c, "ChunkStorageMetadata")) {
       return Bad(absl::StrCat("tensor '", fqn,
@@ -109,6 +139,8 @@ absl::StatusOr<DcpTensor> DecodeTensor(const std::string& fqn,
                           IntTuple(Field(*c, "offsets"), "chunk offsets"));
     CKPT_ASSIGN_OR_RETURN(chunk.sizes,
                           IntTuple(Field(*c, "sizes"), "chunk sizes"));
+    CKPT_RETURN_IF_ERROR(budget.Charge(
+        DimsBytes(chunk.offsets.size()) + DimsBytes(chunk.sizes.size()), what));
     t.chunks.push_back(std::move(chunk));
   }
   return t;
@@ -121,7 +153,8 @@ bool PlainFileName(const std::string& f) {
 }
 
 absl::StatusOr<DcpStorage> DecodeStorage(const PyValue& key,
-                                         const PyValue& info) {
+                                         const PyValue& info,
+                                         MemoryBudget& budget) {
   if (!IsDcpClass(key, "MetadataIndex") || !IsDcpClass(info, "_StorageInfo")) {
     return Bad("a storage_data item is not MetadataIndex -> _StorageInfo");
   }
@@ -129,7 +162,7 @@ absl::StatusOr<DcpStorage> DecodeStorage(const PyValue& key,
   const PyValue* fqn = Field(key, "fqn");
   if (fqn == nullptr || !fqn->Is(Kind::kStr))
     return Bad("MetadataIndex.fqn is not a string");
-  s.fqn = fqn->text;
+  s.fqn = std::string(fqn->text);
   const PyValue* off = Field(key, "offset");
   if (off != nullptr && !off->Is(Kind::kNone)) {
     CKPT_ASSIGN_OR_RETURN(
@@ -139,7 +172,7 @@ absl::StatusOr<DcpStorage> DecodeStorage(const PyValue& key,
   if (path == nullptr || !path->Is(Kind::kStr)) {
     return Bad(absl::StrCat("'", s.fqn, "': relative_path is not a string"));
   }
-  s.relative_path = path->text;
+  s.relative_path = std::string(path->text);
   if (!PlainFileName(s.relative_path)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "DCP metadata: '", s.fqn, "' is stored in '", s.relative_path,
@@ -149,27 +182,44 @@ absl::StatusOr<DcpStorage> DecodeStorage(const PyValue& key,
       s.offset, NonNegative(Field(info, "offset"), "_StorageInfo.offset"));
   CKPT_ASSIGN_OR_RETURN(
       s.length, NonNegative(Field(info, "length"), "_StorageInfo.length"));
+  CKPT_RETURN_IF_ERROR(budget.Charge(
+      sizeof(DcpStorage) + TextBytes(s.fqn.size()) +
+          TextBytes(s.relative_path.size()) +
+          DimsBytes(s.offsets ? s.offsets->size() : 0),
+      absl::StrCat("DCP metadata: the storage of '", s.fqn, "'")));
   const PyValue* td = Field(info, "transform_descriptors");
   if (td != nullptr && (td->Is(Kind::kList) || td->Is(Kind::kTuple))) {
     for (const PyValue* x : td->items) {
       if (!x->Is(Kind::kStr))
         return Bad("a transform descriptor is not a string");
-      s.transform_descriptors.push_back(x->text);
+      CKPT_RETURN_IF_ERROR(budget.Charge(
+          sizeof(std::string) + TextBytes(x->text.size()),
+          absl::StrCat("DCP metadata: the storage of '", s.fqn, "'")));
+      s.transform_descriptors.emplace_back(x->text);
     }
   }
   return s;
 }
 
-absl::Status DecodeStateDict(const PyValue* sdm, DcpMetadata& m) {
+absl::Status DecodeStateDict(const PyValue* sdm, DcpMetadata& m,
+                             MemoryBudget& budget) {
   if (sdm == nullptr || !sdm->Is(Kind::kDict))
     return Bad("state_dict_metadata is not a dict");
-  for (const auto& [k, v] : sdm->entries) {
+  m.tensors.reserve(sdm->DictSize());
+  for (size_t i = 0; i < sdm->DictSize(); ++i) {
+    const PyValue *k = sdm->Key(i), *v = sdm->Value(i);
     if (!k->Is(Kind::kStr))
       return Bad("a state_dict_metadata key is not a string");
+    // The item, and its name again in the duplicate check below.
+    CKPT_RETURN_IF_ERROR(
+        budget.Charge(sizeof(DcpTensor) +
+                          2 * (sizeof(std::string) + TextBytes(k->text.size())),
+                      absl::StrCat("DCP metadata: the item '", k->text, "'")));
     if (IsDcpClass(*v, "BytesStorageMetadata")) {
-      m.bytes_items.push_back(k->text);
+      m.bytes_items.emplace_back(k->text);
     } else if (IsDcpClass(*v, "TensorStorageMetadata")) {
-      CKPT_ASSIGN_OR_RETURN(DcpTensor t, DecodeTensor(k->text, *v));
+      CKPT_ASSIGN_OR_RETURN(DcpTensor t,
+                            DecodeTensor(std::string(k->text), *v, budget));
       m.tensors.push_back(std::move(t));
     } else {
       return Bad(
@@ -350,24 +400,26 @@ absl::StatusOr<DType> DTypeFromTorch(absl::string_view name) {
 
 absl::StatusOr<DcpMetadata> DecodeDcpMetadata(absl::string_view pickle_bytes) {
   CKPT_ASSIGN_OR_RETURN(Unpickled u, Unpickle(pickle_bytes));
+  MemoryBudget& budget = u.memory;
   const PyValue& root = *u.root;
   if (!IsDcpClass(root, "Metadata")) {
     return Bad(
         absl::StrCat("the root is ", DescribePy(root, 80), ", not Metadata"));
   }
   DcpMetadata m;
-  m.module = root.text.substr(0, root.text.rfind('.'));
-  CKPT_RETURN_IF_ERROR(DecodeStateDict(Field(root, "state_dict_metadata"), m));
+  m.module = std::string(root.text.substr(0, root.text.rfind('.')));
+  CKPT_RETURN_IF_ERROR(
+      DecodeStateDict(Field(root, "state_dict_metadata"), m, budget));
   if (const PyValue* v = Field(root, "version");
       v != nullptr && v->Is(Kind::kStr)) {
-    m.version = v->text;
+    m.version = std::string(v->text);
   }
   if (const PyValue* sm = Field(root, "storage_meta");
       sm != nullptr && !sm->Is(Kind::kNone)) {
     m.has_storage_meta = true;
     if (const PyValue* id = Field(*sm, "checkpoint_id");
         id != nullptr && id->Is(Kind::kStr)) {
-      m.checkpoint_id = id->text;
+      m.checkpoint_id = std::string(id->text);
     }
   }
   const PyValue* pd = Field(root, "planner_data");
@@ -377,8 +429,10 @@ absl::StatusOr<DcpMetadata> DecodeDcpMetadata(absl::string_view pickle_bytes) {
   const PyValue* sd = Field(root, "storage_data");
   if (sd == nullptr || !sd->Is(Kind::kDict))
     return Bad("storage_data is not a dict");
-  for (const auto& [k, v] : sd->entries) {
-    CKPT_ASSIGN_OR_RETURN(DcpStorage s, DecodeStorage(*k, *v));
+  m.storage.reserve(sd->DictSize());
+  for (size_t i = 0; i < sd->DictSize(); ++i) {
+    CKPT_ASSIGN_OR_RETURN(DcpStorage s,
+                          DecodeStorage(*sd->Key(i), *sd->Value(i), budget));
     m.storage.push_back(std::move(s));
   }
   SortMetadata(m);
@@ -460,7 +514,7 @@ absl::StatusOr<TorchTensorRef> DecodeTorchTensor(const PyValue& root) {
         "torch record: the tensor's storage is not ('storage', ...)");
   }
   TorchTensorRef t;
-  const std::string& type = pid.items[1]->text;  // torch.FloatStorage
+  const absl::string_view type = pid.items[1]->text;  // torch.FloatStorage
   static const std::pair<const char*, DType> kStorages[] = {
       {"torch.FloatStorage", DType::kFloat32},
       {"torch.DoubleStorage", DType::kFloat64},
@@ -488,7 +542,7 @@ absl::StatusOr<TorchTensorRef> DecodeTorchTensor(const PyValue& root) {
     return absl::FailedPreconditionError(absl::StrCat(
         "torch record: storage type ", type, " has no ckpt dtype"));
   }
-  t.storage_key = pid.items[2]->text;
+  t.storage_key = std::string(pid.items[2]->text);
   CKPT_ASSIGN_OR_RETURN(t.storage_numel,
                         NonNegative(pid.items[4], "storage numel"));
   CKPT_ASSIGN_OR_RETURN(t.storage_offset,

@@ -1,6 +1,7 @@
 #include "ckpt/interop/pickle.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
@@ -107,15 +108,23 @@ const absl::flat_hash_map<std::string, Role>& AllowList() {
 
 // The role of a global value: its allow-list entry, or kName for the
 // values that getattr and _get_layout produce (members, layouts).
-Role RoleOf(const std::string& name) {
+Role RoleOf(absl::string_view name) {
   auto it = AllowList().find(name);
   return it == AllowList().end() ? Role::kName : it->second;
 }
 
+// Bytes counted for one value: the struct and its share of the arena's
+// deque nodes and node map.
+constexpr uint64_t kValueBytes = sizeof(PyValue) + 8;
+
+// Text is kept in blocks of this size; a longer text gets a block of its
+// own.
+constexpr size_t kTextBlockBytes = 16 << 10;
+
 class Unpickler {
  public:
-  explicit Unpickler(absl::string_view data)
-      : data_(data), arena_(new std::deque<PyValue>()) {}
+  Unpickler(absl::string_view data, uint64_t memory_budget)
+      : data_(data), arena_(new PyArena()), budget_(memory_budget) {}
   absl::StatusOr<Unpickled> Run();
 
  private:
@@ -124,30 +133,57 @@ class Unpickler {
     return absl::DataLossError(absl::StrFormat(
         "pickle: %s (opcode 0x%02x at offset %d)", what, op_, op_pos_));
   }
+  // Counts `bytes` against the budget before they are allocated.
+  absl::Status Charge(uint64_t bytes);
+  // Room for `extra` more elements in `v`, the growth counted first.
+  template <typename T>
+  absl::Status Reserve(std::vector<T>& v, size_t extra);
   absl::StatusOr<absl::string_view> Take(uint64_t n);
   absl::StatusOr<uint64_t> TakeUint(int bytes);
-  PyValue* New(Kind k);
+  absl::StatusOr<PyValue*> New(Kind k);
+  // `n` bytes of text in the arena, its block counted first.
+  absl::StatusOr<char*> AllocText(size_t n);
+  // A copy of `text` in the arena.
+  absl::StatusOr<absl::string_view> KeepText(absl::string_view text);
+  // A value of kind `k` whose text is `text`, which must lie in the arena
+  // already (another value's text, or KeepText's).
+  absl::StatusOr<PyValue*> NewWithText(Kind k, absl::string_view text);
+  absl::StatusOr<PyValue*> NewText(Kind k, absl::string_view text);
+  // The one value of an immutable scalar, made on first use.
+  absl::StatusOr<const PyValue*> Shared(const PyValue*& slot, Kind k,
+                                        int64_t integer);
+  absl::Status PushValue(const PyValue* v);
   absl::StatusOr<const PyValue*> Pop();
-  absl::StatusOr<std::vector<const PyValue*>> PopToMark();
+  // Pops the top MARK; the values above it stay on the stack, from the
+  // returned position on, for the caller to take (TakeAbove).
+  absl::StatusOr<size_t> PopMark();
+  // Moves the values from stack position `m` on to the items of `into`.
+  absl::Status TakeAbove(size_t m, PyValue* into);
+  absl::Status SetItems(const std::vector<const PyValue*>& from, PyValue* into);
   absl::Status Memo(uint64_t index);
   absl::Status Get(uint64_t index);
-  absl::Status Global(const std::string& module, const std::string& name);
+  absl::Status Global(absl::string_view module, absl::string_view name);
   absl::Status Reduce();
+  absl::StatusOr<const PyValue*> Call(const PyValue& fn,
+                                      const std::vector<const PyValue*>& a);
+  absl::StatusOr<const PyValue*> NewOrderedDict(
+      const std::vector<const PyValue*>& a);
+  absl::StatusOr<const PyValue*> NewPath(const std::vector<const PyValue*>& a);
+  // `cls`: the text of the class's global value.
+  absl::StatusOr<const PyValue*> NewObject(
+      absl::string_view cls, const std::vector<const PyValue*>& args);
   absl::Status NewObj();
   absl::Status Build();
   absl::Status SetItems(bool many);
   absl::Status Appends(bool many);
   absl::Status PushString(Kind k, int len_bytes);
   absl::Status PushInt(int bytes, bool is_signed);
-  absl::Status Push(Kind k) {
-    stack_.push_back(New(k));
-    return absl::OkStatus();
-  }
+  absl::Status PushNew(Kind k);
+  absl::Status PushShared(const PyValue*& slot, Kind k, int64_t integer = 0);
   absl::Status Mark();
-  absl::Status PushBool(bool value);
   absl::Status PushLong1();
   absl::Status PushFloat();
-  absl::Status TupleOf(std::vector<const PyValue*> items);
+  absl::Status Tuple();
   absl::Status SmallTuple(int n);
   absl::Status GlobalFromLines();
   absl::Status StackGlobal();
@@ -159,12 +195,36 @@ class Unpickler {
   absl::string_view data_;
   size_t pos_ = 0, op_pos_ = 0;
   uint8_t op_ = 0;
-  std::unique_ptr<std::deque<PyValue>> arena_;
+  std::unique_ptr<PyArena> arena_;
+  char* text_at_ = nullptr;  // the free end of the shared text block
+  size_t text_left_ = 0;
+  MemoryBudget budget_;
   std::vector<const PyValue*> stack_;
   std::vector<size_t> marks_;
-  absl::flat_hash_map<uint64_t, const PyValue*> memo_;
+  std::vector<const PyValue*> memo_;  // null where never set
+  const PyValue* none_ = nullptr;
+  const PyValue* true_ = nullptr;
+  const PyValue* false_ = nullptr;
+  const PyValue* empty_tuple_ = nullptr;
+  std::array<const PyValue*, 256> small_ints_{};
   bool stopped_ = false;
 };
+
+absl::Status Unpickler::Charge(uint64_t bytes) {
+  return budget_.Charge(
+      bytes, absl::StrFormat("pickle: the values up to offset %d of %d bytes",
+                             pos_, data_.size()));
+}
+
+template <typename T>
+absl::Status Unpickler::Reserve(std::vector<T>& v, size_t extra) {
+  const size_t need = v.size() + extra;
+  if (need <= v.capacity()) return absl::OkStatus();
+  const size_t cap = std::max(need, 2 * v.capacity());
+  CKPT_RETURN_IF_ERROR(Charge((cap - v.capacity()) * sizeof(T)));
+  v.reserve(cap);
+  return absl::OkStatus();
+}
 
 absl::StatusOr<absl::string_view> Unpickler::Take(uint64_t n) {
   if (n > data_.size() - pos_)
@@ -182,10 +242,80 @@ absl::StatusOr<uint64_t> Unpickler::TakeUint(int bytes) {
   return v;
 }
 
-PyValue* Unpickler::New(Kind k) {
-  arena_->emplace_back();
-  arena_->back().kind = k;
-  return &arena_->back();
+absl::StatusOr<PyValue*> Unpickler::New(Kind k) {
+  std::deque<PyValue>& values = arena_->values;
+  if (values.size() >= kPickleMaxValues) {
+    return absl::ResourceExhaustedError("pickle: more values than the limit");
+  }
+  CKPT_RETURN_IF_ERROR(Charge(kValueBytes));
+  values.emplace_back();
+  values.back().kind = k;
+  return &values.back();
+}
+
+absl::StatusOr<char*> Unpickler::AllocText(size_t n) {
+  if (n > text_left_) {
+    // A long text gets a block of its own; a short one a new shared block.
+    const bool own = n > kTextBlockBytes / 4;
+    const size_t size = own ? n : kTextBlockBytes;
+    CKPT_RETURN_IF_ERROR(Reserve(arena_->text_blocks, 1));
+    CKPT_RETURN_IF_ERROR(Charge(size));
+    arena_->text_blocks.emplace_back(new char[size]);
+    if (own) return arena_->text_blocks.back().get();
+    text_at_ = arena_->text_blocks.back().get();
+    text_left_ = size;
+  }
+  char* at = text_at_;
+  text_at_ += n;
+  text_left_ -= n;
+  return at;
+}
+
+absl::StatusOr<absl::string_view> Unpickler::KeepText(absl::string_view text) {
+  if (text.empty()) return absl::string_view();
+  CKPT_ASSIGN_OR_RETURN(char* at, AllocText(text.size()));
+  std::memcpy(at, text.data(), text.size());
+  return absl::string_view(at, text.size());
+}
+
+absl::StatusOr<PyValue*> Unpickler::NewWithText(Kind k,
+                                                absl::string_view text) {
+  CKPT_ASSIGN_OR_RETURN(PyValue * v, New(k));
+  v->text = text;
+  return v;
+}
+
+absl::StatusOr<PyValue*> Unpickler::NewText(Kind k, absl::string_view text) {
+  CKPT_ASSIGN_OR_RETURN(absl::string_view kept, KeepText(text));
+  return NewWithText(k, kept);
+}
+
+absl::StatusOr<const PyValue*> Unpickler::Shared(const PyValue*& slot, Kind k,
+                                                 int64_t integer) {
+  if (slot == nullptr) {
+    CKPT_ASSIGN_OR_RETURN(PyValue * v, New(k));
+    v->integer = integer;
+    v->boolean = integer != 0;
+    slot = v;
+  }
+  return slot;
+}
+
+absl::Status Unpickler::PushValue(const PyValue* v) {
+  CKPT_RETURN_IF_ERROR(Reserve(stack_, 1));
+  stack_.push_back(v);
+  return absl::OkStatus();
+}
+
+absl::Status Unpickler::PushNew(Kind k) {
+  CKPT_ASSIGN_OR_RETURN(PyValue * v, New(k));
+  return PushValue(v);
+}
+
+absl::Status Unpickler::PushShared(const PyValue*& slot, Kind k,
+                                   int64_t integer) {
+  CKPT_ASSIGN_OR_RETURN(const PyValue* v, Shared(slot, k, integer));
+  return PushValue(v);
 }
 
 absl::StatusOr<const PyValue*> Unpickler::Pop() {
@@ -197,13 +327,25 @@ absl::StatusOr<const PyValue*> Unpickler::Pop() {
   return v;
 }
 
-absl::StatusOr<std::vector<const PyValue*>> Unpickler::PopToMark() {
+absl::StatusOr<size_t> Unpickler::PopMark() {
   if (marks_.empty()) return Fail("no MARK");
   const size_t m = marks_.back();
   marks_.pop_back();
-  std::vector<const PyValue*> items(stack_.begin() + m, stack_.end());
+  return m;
+}
+
+absl::Status Unpickler::TakeAbove(size_t m, PyValue* into) {
+  CKPT_RETURN_IF_ERROR(Reserve(into->items, stack_.size() - m));
+  into->items.insert(into->items.end(), stack_.begin() + m, stack_.end());
   stack_.resize(m);
-  return items;
+  return absl::OkStatus();
+}
+
+absl::Status Unpickler::SetItems(const std::vector<const PyValue*>& from,
+                                 PyValue* into) {
+  CKPT_RETURN_IF_ERROR(Reserve(into->items, from.size()));
+  into->items.insert(into->items.end(), from.begin(), from.end());
+  return absl::OkStatus();
 }
 
 absl::Status Unpickler::Memo(uint64_t index) {
@@ -212,20 +354,22 @@ absl::Status Unpickler::Memo(uint64_t index) {
     return absl::ResourceExhaustedError(
         absl::StrCat("pickle: memo index ", index, " over the limit"));
   }
+  if (index >= memo_.size()) {
+    CKPT_RETURN_IF_ERROR(Reserve(memo_, index + 1 - memo_.size()));
+    memo_.resize(index + 1, nullptr);
+  }
   memo_[index] = stack_.back();
   return absl::OkStatus();
 }
 
 absl::Status Unpickler::Get(uint64_t index) {
-  auto it = memo_.find(index);
-  if (it == memo_.end())
+  if (index >= memo_.size() || memo_[index] == nullptr)
     return Fail(absl::StrCat("memo ", index, " was never set"));
-  stack_.push_back(it->second);
-  return absl::OkStatus();
+  return PushValue(memo_[index]);
 }
 
-absl::Status Unpickler::Global(const std::string& module,
-                               const std::string& name) {
+absl::Status Unpickler::Global(absl::string_view module,
+                               absl::string_view name) {
   const std::string full = absl::StrCat(module, ".", name);
   if (!AllowList().contains(full)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -233,10 +377,26 @@ absl::Status Unpickler::Global(const std::string& module,
         "' is not allowed: only plain data and the classes of "
         "checkpoint metadata are read, and nothing is ever executed"));
   }
-  PyValue* v = New(Kind::kGlobal);
-  v->text = full;
-  stack_.push_back(v);
-  return absl::OkStatus();
+  CKPT_ASSIGN_OR_RETURN(PyValue * v, NewText(Kind::kGlobal, full));
+  return PushValue(v);
+}
+
+// pathlib.PosixPath(*parts): the parts joined by '/'.
+absl::StatusOr<const PyValue*> Unpickler::NewPath(
+    const std::vector<const PyValue*>& a) {
+  size_t n = a.empty() ? 0 : a.size() - 1;
+  for (const PyValue* p : a) {
+    if (!p->Is(Kind::kStr)) return Fail("a path part is not a string");
+    n += p->text.size();
+  }
+  CKPT_ASSIGN_OR_RETURN(char* at, AllocText(n));
+  char* end = at;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (i) *end++ = '/';
+    std::memcpy(end, a[i]->text.data(), a[i]->text.size());
+    end += a[i]->text.size();
+  }
+  return NewWithText(Kind::kStr, absl::string_view(at, n));
 }
 
 absl::Status Unpickler::Reduce() {
@@ -245,70 +405,73 @@ absl::Status Unpickler::Reduce() {
   if (!fn->Is(Kind::kGlobal) || !args->Is(Kind::kTuple)) {
     return Fail("REDUCE needs an allow-listed global and a tuple");
   }
-  const Role role = RoleOf(fn->text);
-  const auto& a = args->items;
-  PyValue* out = nullptr;
-  switch (role) {
+  CKPT_ASSIGN_OR_RETURN(const PyValue* out, Call(*fn, args->items));
+  return PushValue(out);
+}
+
+// What REDUCE of allow-listed `fn` on arguments `a` stands for, described,
+// never performed.
+absl::StatusOr<const PyValue*> Unpickler::Call(
+    const PyValue& fn, const std::vector<const PyValue*>& a) {
+  switch (RoleOf(fn.text)) {
     case Role::kSize:
       if (a.size() != 1 || !a[0]->Is(Kind::kTuple))
         return Fail("torch.Size needs a tuple");
-      stack_.push_back(a[0]);
-      return absl::OkStatus();
+      return a[0];
     case Role::kOrderedDict:
-      out = New(Kind::kDict);
-      if (a.size() == 1 && (a[0]->Is(Kind::kList) || a[0]->Is(Kind::kTuple))) {
-        for (const PyValue* p : a[0]->items) {
-          if (!p->Is(Kind::kTuple) || p->items.size() != 2)
-            return Fail("OrderedDict item");
-          out->entries.emplace_back(p->items[0], p->items[1]);
-        }
-      } else if (!a.empty()) {
-        return Fail("OrderedDict arguments");
-      }
-      break;
+      return NewOrderedDict(a);
     case Role::kRebuildParameter:
       if (a.empty()) return Fail("_rebuild_parameter without a tensor");
-      stack_.push_back(a[0]);
-      return absl::OkStatus();
+      return a[0];
     case Role::kGetLayout:
       if (a.size() != 1 || !a[0]->Is(Kind::kStr) ||
           !AllowList().contains(a[0]->text)) {
         return Fail("_get_layout of an unknown layout");
       }
-      out = New(Kind::kGlobal);
-      out->text = a[0]->text;
-      break;
+      return NewWithText(Kind::kGlobal, a[0]->text);
     case Role::kGetattr:
       if (a.size() != 2 || !a[0]->Is(Kind::kGlobal) || !a[1]->Is(Kind::kStr) ||
           RoleOf(a[0]->text) != Role::kEnum) {
         return Fail("getattr is read only as a member of an allow-listed enum");
       }
-      out = New(Kind::kGlobal);
-      out->text = absl::StrCat(a[0]->text, ".", a[1]->text);
-      break;
-    case Role::kPath: {
-      out = New(Kind::kStr);
-      std::vector<std::string> parts;
-      for (const PyValue* p : a) {
-        if (!p->Is(Kind::kStr)) return Fail("a path part is not a string");
-        parts.push_back(p->text);
-      }
-      out->text = absl::StrJoin(parts, "/");
-      break;
-    }
+      return NewText(Kind::kGlobal, absl::StrCat(a[0]->text, ".", a[1]->text));
+    case Role::kPath:
+      return NewPath(a);
     case Role::kRebuild:
     case Role::kEnum:
-      out = New(Kind::kObject);
-      out->text = fn->text;
-      out->items = a;
-      break;
+      return NewObject(fn.text, a);
     case Role::kName:
     case Role::kClass:
-      return absl::FailedPreconditionError(absl::StrCat(
-          "pickle: '", fn->text, "' is not read as a call (REDUCE)"));
+      break;
   }
-  stack_.push_back(out);
-  return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("pickle: '", fn.text, "' is not read as a call (REDUCE)"));
+}
+
+// OrderedDict() or OrderedDict(pairs): a dict.
+absl::StatusOr<const PyValue*> Unpickler::NewOrderedDict(
+    const std::vector<const PyValue*>& a) {
+  CKPT_ASSIGN_OR_RETURN(PyValue * out, New(Kind::kDict));
+  if (a.empty()) return out;
+  if (a.size() != 1 || !(a[0]->Is(Kind::kList) || a[0]->Is(Kind::kTuple))) {
+    return Fail("OrderedDict arguments");
+  }
+  CKPT_RETURN_IF_ERROR(Reserve(out->items, 2 * a[0]->items.size()));
+  for (const PyValue* p : a[0]->items) {
+    if (!p->Is(Kind::kTuple) || p->items.size() != 2)
+      return Fail("OrderedDict item");
+    out->items.push_back(p->items[0]);
+    out->items.push_back(p->items[1]);
+  }
+  return out;
+}
+
+// An object of class `cls` whose arguments are `args`.
+absl::StatusOr<const PyValue*> Unpickler::NewObject(
+    absl::string_view cls, const std::vector<const PyValue*>& args) {
+  CKPT_ASSIGN_OR_RETURN(PyValue * out, NewWithText(Kind::kObject, cls));
+  CKPT_RETURN_IF_ERROR(SetItems(args, out));
+  return out;
 }
 
 absl::Status Unpickler::NewObj() {
@@ -318,11 +481,8 @@ absl::Status Unpickler::NewObj() {
       RoleOf(cls->text) != Role::kClass) {
     return Fail("NEWOBJ needs an allow-listed class and a tuple");
   }
-  PyValue* out = New(Kind::kObject);
-  out->text = cls->text;
-  out->items = args->items;
-  stack_.push_back(out);
-  return absl::OkStatus();
+  CKPT_ASSIGN_OR_RETURN(const PyValue* out, NewObject(cls->text, args->items));
+  return PushValue(out);
 }
 
 absl::Status Unpickler::Build() {
@@ -336,58 +496,55 @@ absl::Status Unpickler::Build() {
   return absl::OkStatus();
 }
 
+// SETITEM pops a key and a value, SETITEMS the pairs above the MARK; both
+// add them to the dict below.
 absl::Status Unpickler::SetItems(bool many) {
-  std::vector<const PyValue*> kv;
+  size_t from = stack_.size() - std::min<size_t>(stack_.size(), 2);
   if (many) {
-    CKPT_ASSIGN_OR_RETURN(kv, PopToMark());
-  } else {
-    CKPT_ASSIGN_OR_RETURN(const PyValue* v, Pop());
-    CKPT_ASSIGN_OR_RETURN(const PyValue* k, Pop());
-    kv = {k, v};
+    CKPT_ASSIGN_OR_RETURN(from, PopMark());
+  } else if (stack_.size() < 2 ||
+             (!marks_.empty() && stack_.size() - 2 < marks_.back())) {
+    return Fail("stack underflow");
   }
-  if (kv.size() % 2 != 0 || stack_.empty() || !stack_.back()->Is(Kind::kDict)) {
+  if ((stack_.size() - from) % 2 != 0 || from == 0 ||
+      !stack_[from - 1]->Is(Kind::kDict)) {
     return Fail("SETITEM(S) needs a dict and key-value pairs");
   }
-  PyValue* dict = const_cast<PyValue*>(stack_.back());
-  for (size_t i = 0; i < kv.size(); i += 2)
-    dict->entries.emplace_back(kv[i], kv[i + 1]);
-  return absl::OkStatus();
+  return TakeAbove(from, const_cast<PyValue*>(stack_[from - 1]));
 }
 
+// APPEND pops a value, APPENDS and ADDITEMS the values above the MARK; all
+// add them to the list or set below.
 absl::Status Unpickler::Appends(bool many) {
-  std::vector<const PyValue*> items;
+  size_t from = stack_.size() - std::min<size_t>(stack_.size(), 1);
   if (many) {
-    CKPT_ASSIGN_OR_RETURN(items, PopToMark());
-  } else {
-    CKPT_ASSIGN_OR_RETURN(const PyValue* v, Pop());
-    items = {v};
+    CKPT_ASSIGN_OR_RETURN(from, PopMark());
+  } else if (stack_.empty() ||
+             (!marks_.empty() && stack_.size() - 1 < marks_.back())) {
+    return Fail("stack underflow");
   }
-  if (stack_.empty() ||
-      !(stack_.back()->Is(Kind::kList) || stack_.back()->Is(Kind::kSet))) {
+  if (from == 0 || !(stack_[from - 1]->Is(Kind::kList) ||
+                     stack_[from - 1]->Is(Kind::kSet))) {
     return Fail("APPEND(S)/ADDITEMS needs a list or set");
   }
-  PyValue* list = const_cast<PyValue*>(stack_.back());
-  list->items.insert(list->items.end(), items.begin(), items.end());
-  return absl::OkStatus();
+  return TakeAbove(from, const_cast<PyValue*>(stack_[from - 1]));
 }
 
 absl::Status Unpickler::PushString(Kind k, int len_bytes) {
   CKPT_ASSIGN_OR_RETURN(uint64_t n, TakeUint(len_bytes));
   CKPT_ASSIGN_OR_RETURN(absl::string_view s, Take(n));
-  PyValue* v = New(k);
-  v->text = std::string(s);
-  stack_.push_back(v);
-  return absl::OkStatus();
+  CKPT_ASSIGN_OR_RETURN(PyValue * v, NewText(k, s));
+  return PushValue(v);
 }
 
 absl::Status Unpickler::PushInt(int bytes, bool is_signed) {
   CKPT_ASSIGN_OR_RETURN(uint64_t u, TakeUint(bytes));
-  PyValue* v = New(Kind::kInt);
   if (is_signed && bytes < 8 && (u >> (8 * bytes - 1)) != 0)
     u |= ~0ull << (8 * bytes);
+  if (u < small_ints_.size()) return PushShared(small_ints_[u], Kind::kInt, u);
+  CKPT_ASSIGN_OR_RETURN(PyValue * v, New(Kind::kInt));
   v->integer = static_cast<int64_t>(u);
-  stack_.push_back(v);
-  return absl::OkStatus();
+  return PushValue(v);
 }
 
 absl::Status Unpickler::Mark() {
@@ -399,18 +556,11 @@ absl::Status Unpickler::Mark() {
   return absl::OkStatus();
 }
 
-absl::Status Unpickler::PushBool(bool value) {
-  PyValue* v = New(Kind::kBool);
-  v->boolean = value;
-  stack_.push_back(v);
-  return absl::OkStatus();
-}
-
 // LONG1: a length byte, then that many little-endian two's-complement bytes.
 absl::Status Unpickler::PushLong1() {
   CKPT_ASSIGN_OR_RETURN(uint64_t n, TakeUint(1));
   if (n > 8) return Fail("integer wider than 64 bits");
-  if (n == 0) return Push(Kind::kInt);
+  if (n == 0) return PushShared(small_ints_[0], Kind::kInt);
   return PushInt(static_cast<int>(n), true);
 }
 
@@ -419,35 +569,38 @@ absl::Status Unpickler::PushFloat() {
   CKPT_ASSIGN_OR_RETURN(absl::string_view s, Take(8));
   uint64_t u = 0;
   for (int i = 0; i < 8; ++i) u = (u << 8) | static_cast<uint8_t>(s[i]);
-  PyValue* v = New(Kind::kFloat);
+  CKPT_ASSIGN_OR_RETURN(PyValue * v, New(Kind::kFloat));
   std::memcpy(&v->real, &u, 8);
-  stack_.push_back(v);
-  return absl::OkStatus();
+  return PushValue(v);
 }
 
-absl::Status Unpickler::TupleOf(std::vector<const PyValue*> items) {
-  PyValue* v = New(Kind::kTuple);
-  v->items = std::move(items);
-  stack_.push_back(v);
-  return absl::OkStatus();
+// TUPLE: the values above the MARK.
+absl::Status Unpickler::Tuple() {
+  CKPT_ASSIGN_OR_RETURN(const size_t m, PopMark());
+  if (m == stack_.size()) return PushShared(empty_tuple_, Kind::kTuple);
+  CKPT_ASSIGN_OR_RETURN(PyValue * v, New(Kind::kTuple));
+  CKPT_RETURN_IF_ERROR(TakeAbove(m, v));
+  return PushValue(v);
 }
 
 // TUPLE1..3: the top n values, in stack order.
 absl::Status Unpickler::SmallTuple(int n) {
-  std::vector<const PyValue*> items(n);
-  for (int i = n - 1; i >= 0; --i) {
-    CKPT_ASSIGN_OR_RETURN(items[i], Pop());
+  if (stack_.size() < static_cast<size_t>(n) ||
+      (!marks_.empty() && stack_.size() - n < marks_.back())) {
+    return Fail("stack underflow");
   }
-  return TupleOf(std::move(items));
+  CKPT_ASSIGN_OR_RETURN(PyValue * v, New(Kind::kTuple));
+  CKPT_RETURN_IF_ERROR(TakeAbove(stack_.size() - n, v));
+  return PushValue(v);
 }
 
 // GLOBAL: "module\nname\n" inline.
 absl::Status Unpickler::GlobalFromLines() {
-  std::string parts[2];
+  absl::string_view parts[2];
   for (auto& p : parts) {
     const size_t nl = data_.find('\n', pos_);
     if (nl == absl::string_view::npos) return Fail("GLOBAL without a newline");
-    p = std::string(data_.substr(pos_, nl - pos_));
+    p = data_.substr(pos_, nl - pos_);
     pos_ = nl + 1;
   }
   return Global(parts[0], parts[1]);
@@ -465,11 +618,11 @@ absl::Status Unpickler::StackGlobal() {
 // BINPERSID: the id (a tuple's items, or the value alone) kept as a value.
 absl::Status Unpickler::PersistentId() {
   CKPT_ASSIGN_OR_RETURN(const PyValue* pid, Pop());
-  PyValue* v = New(Kind::kPersistentId);
-  v->items =
-      pid->Is(Kind::kTuple) ? pid->items : std::vector<const PyValue*>{pid};
-  stack_.push_back(v);
-  return absl::OkStatus();
+  CKPT_ASSIGN_OR_RETURN(PyValue * v, New(Kind::kPersistentId));
+  CKPT_RETURN_IF_ERROR(SetItems(
+      pid->Is(Kind::kTuple) ? pid->items : std::vector<const PyValue*>{pid},
+      v));
+  return PushValue(v);
 }
 
 absl::Status Unpickler::MemoAt(int bytes) {
@@ -496,14 +649,17 @@ absl::Status Unpickler::Step(uint8_t op) {
       return Mark();
     case '0':
       return Pop().status();  // POP
-    case '1':
-      return PopToMark().status();  // POP_MARK
+    case '1': {               // POP_MARK
+      CKPT_ASSIGN_OR_RETURN(const size_t m, PopMark());
+      stack_.resize(m);
+      return absl::OkStatus();
+    }
     case 'N':
-      return Push(Kind::kNone);
+      return PushShared(none_, Kind::kNone);
     case 0x88:
-      return PushBool(true);  // NEWTRUE
+      return PushShared(true_, Kind::kBool, 1);  // NEWTRUE
     case 0x89:
-      return PushBool(false);  // NEWFALSE
+      return PushShared(false_, Kind::kBool, 0);  // NEWFALSE
     case 'J':
       return PushInt(4, true);  // BININT
     case 'K':
@@ -527,21 +683,19 @@ absl::Status Unpickler::Step(uint8_t op) {
     case 0x8e:
       return PushString(Kind::kBytes, 8);  // BINBYTES8
     case ')':
-      return Push(Kind::kTuple);  // EMPTY_TUPLE
-    case 't': {                   // TUPLE
-      CKPT_ASSIGN_OR_RETURN(auto items, PopToMark());
-      return TupleOf(std::move(items));
-    }
+      return PushShared(empty_tuple_, Kind::kTuple);  // EMPTY_TUPLE
+    case 't':
+      return Tuple();
     case 0x85:
     case 0x86:
     case 0x87:
       return SmallTuple(op - 0x84);  // TUPLE1..3
     case ']':
-      return Push(Kind::kList);
+      return PushNew(Kind::kList);
     case '}':
-      return Push(Kind::kDict);
+      return PushNew(Kind::kDict);
     case 0x8f:
-      return Push(Kind::kSet);
+      return PushNew(Kind::kSet);
     case 'a':
       return Appends(false);
     case 'e':
@@ -585,9 +739,6 @@ absl::StatusOr<Unpickled> Unpickler::Run() {
   while (!stopped_) {
     if (pos_ >= data_.size())
       return absl::DataLossError("pickle: ends without STOP");
-    if (arena_->size() >= kPickleMaxValues) {
-      return absl::ResourceExhaustedError("pickle: more values than the limit");
-    }
     op_pos_ = pos_;
     op_ = static_cast<uint8_t>(data_[pos_++]);
     CKPT_RETURN_IF_ERROR(Step(op_));
@@ -599,6 +750,7 @@ absl::StatusOr<Unpickled> Unpickler::Run() {
   Unpickled out;
   out.root = stack_[0];
   out.arena = std::move(arena_);
+  out.memory = budget_;
   return out;
 }
 
@@ -646,21 +798,21 @@ void Describe(const PyValue& v, int depth, std::string& out, size_t max_chars) {
       list(v.items, "{", "}");
       break;
     case Kind::kGlobal:
-      out += v.text;
+      absl::StrAppend(&out, v.text);
       break;
     case Kind::kPersistentId:
       list(v.items, "persistent_id(", ")");
       break;
     case Kind::kObject:
-      list(v.items, (v.text + "(").c_str(), ")");
+      list(v.items, absl::StrCat(v.text, "(").c_str(), ")");
       break;
     case Kind::kDict:
       out += "{";
-      for (size_t i = 0; i < v.entries.size() && out.size() <= max_chars; ++i) {
+      for (size_t i = 0; i < v.DictSize() && out.size() <= max_chars; ++i) {
         if (i) out += ", ";
-        Describe(*v.entries[i].first, depth - 1, out, max_chars);
+        Describe(*v.Key(i), depth - 1, out, max_chars);
         out += ": ";
-        Describe(*v.entries[i].second, depth - 1, out, max_chars);
+        Describe(*v.Value(i), depth - 1, out, max_chars);
       }
       out += "}";
       break;
@@ -670,14 +822,39 @@ void Describe(const PyValue& v, int depth, std::string& out, size_t max_chars) {
 }  // namespace
 
 const PyValue* PyValue::Get(absl::string_view key) const {
-  for (const auto& [k, v] : entries) {
-    if (k->Is(Kind::kStr) && k->text == key) return v;
+  for (size_t i = 0; i < DictSize(); ++i) {
+    if (Key(i)->Is(Kind::kStr) && Key(i)->text == key) return Value(i);
   }
   return nullptr;
 }
 
+uint64_t PickleMemoryBudget(uint64_t pickle_bytes) {
+  constexpr uint64_t kMax = ~0ull;
+  if (pickle_bytes > (kMax - kPickleBudgetFixed) / kPickleBudgetPerByte) {
+    return kMax;
+  }
+  return kPickleBudgetPerByte * pickle_bytes + kPickleBudgetFixed;
+}
+
+absl::Status MemoryBudget::Charge(uint64_t bytes, absl::string_view what) {
+  if (bytes > limit_ - used_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, " need more than ", limit_,
+        " bytes of memory, the budget of decoding it (", kPickleBudgetPerByte,
+        " bytes per byte of the pickle + ", kPickleBudgetFixed >> 20,
+        " MiB); checkpoint metadata needs far less"));
+  }
+  used_ += bytes;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Unpickled> Unpickle(absl::string_view data) {
-  return Unpickler(data).Run();
+  return Unpickle(data, PickleMemoryBudget(data.size()));
+}
+
+absl::StatusOr<Unpickled> Unpickle(absl::string_view data,
+                                   uint64_t memory_budget) {
+  return Unpickler(data, memory_budget).Run();
 }
 
 std::vector<std::string> AllowedGlobals() {

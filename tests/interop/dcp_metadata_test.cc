@@ -9,9 +9,11 @@
 #include <optional>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/dcp_pickle.h"
 #include "testing/files.h"
 #include "testing/status_matchers.h"
 
@@ -282,6 +284,57 @@ TEST(DcpMetadataTest, RankLocalMergeKeepsReplicasOnce) {
   EXPECT_EQ(m.tensors[0].chunks.size(), 1u);
   EXPECT_EQ(m.storage.size(), 1u);
   EXPECT_EQ(m.rank_local_files, 3);
+}
+
+// Issue 28 §3: a size of [2^32, 2^32] has 2^64 elements, which wrapped to
+// 0 (an empty tensor, "covered" by no chunks). Every tensor's size goes
+// through the format's own shape check before anything counts elements.
+TEST(DcpMetadataTest, SizeWhoseElementCountOverflowsIsRefused) {
+  namespace dp = ::ckpt::testing::dcp_pickle;
+  EXPECT_THAT(
+      DecodeDcpMetadata(dp::Metadata(
+          {{"w", dp::Tensor({int64_t{1} << 32, int64_t{1} << 32}, "]")}})),
+      StatusIs(absl::StatusCode::kDataLoss,
+               "tensor 'w' (torch.float32): shape [4294967296, "
+               "4294967296]: element count overflows int64"));
+}
+
+TEST(DcpMetadataTest, SizeWhoseByteCountOverflowsIsRefused) {
+  namespace dp = ::ckpt::testing::dcp_pickle;
+  EXPECT_THAT(
+      DecodeDcpMetadata(
+          dp::Metadata({{"w", dp::Tensor({int64_t{1} << 62}, "]")}})),
+      StatusIs(absl::StatusCode::kDataLoss,
+               "tensor 'w' (torch.float32): shape [4611686018427387904]: byte "
+               "count overflows int64"));
+}
+
+TEST(DcpMetadataTest, SizeOfMoreThan32DimsIsRefused) {
+  namespace dp = ::ckpt::testing::dcp_pickle;
+  EXPECT_THAT(DecodeDcpMetadata(dp::Metadata(
+                  {{"w", dp::Tensor(std::vector<int64_t>(33, 1), "]")}})),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "size of 'w' has 33 dimensions; the limit is 32"));
+}
+
+// A chunk list that the pickle shares between tensors (one memo entry, a
+// two-byte BINGET per tensor) is copied into each: what the decoder builds
+// is charged to the pickle's memory budget, so 1000 tensors sharing a list
+// of 1000 chunks (a 40 KB pickle, 10^6 chunks) are refused.
+TEST(DcpMetadataTest, SharedChunkListsAreChargedToTheBudget) {
+  namespace dp = ::ckpt::testing::dcp_pickle;
+  std::string list = "](" + dp::Chunk({0}, {1}) + std::string("q\x01", 2);
+  for (int i = 1; i < 1000; ++i) list += std::string("h\x01", 2);
+  list += std::string("eq\x02", 3);
+  std::vector<std::pair<std::string, std::string>> tensors = {
+      {"t0", dp::Tensor({1}, list)}};
+  for (int i = 1; i < 1000; ++i) {
+    tensors.emplace_back(absl::StrCat("t", i),
+                         dp::Tensor({1}, std::string("h\x02", 2)));
+  }
+  EXPECT_THAT(DecodeDcpMetadata(dp::Metadata(tensors)),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       "bytes of memory, the budget of decoding it"));
 }
 
 TEST(DcpMetadataTest, PickleCallingOsSystem) {

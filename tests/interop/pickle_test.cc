@@ -151,6 +151,59 @@ TEST(PickleTest, SelfReferenceIsHarmless) {
   EXPECT_EQ(DescribePy(*u.root, 40, 3), "[[[...]]]");
 }
 
+// Issue 28: 2^25 one-byte EMPTY_LIST opcodes took ~3.8 GB. Every value is
+// counted against the budget before it is made: a run of mutable values
+// fails once it passes the budget.
+TEST(PickleTest, MemoryBudgetRefusesARunOfEmptyLists) {
+  const std::string data = P2(std::string(100000, ']'));
+  EXPECT_THAT(Unpickle(data, 1 << 20),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       "need more than 1048576 bytes of memory"));
+  // The same run fits the default budget of a pickle of its size (it then
+  // fails at STOP, holding 100000 values).
+  EXPECT_THAT(Unpickle(data),
+              StatusIs(absl::StatusCode::kDataLoss, "STOP with 100000 values"));
+}
+
+TEST(PickleTest, DefaultBudgetIsSixteenBytesPerByteAndSixtyFourMiB) {
+  EXPECT_EQ(PickleMemoryBudget(0), 64ull << 20);
+  EXPECT_EQ(PickleMemoryBudget(1000), 16000 + (64ull << 20));
+  EXPECT_EQ(PickleMemoryBudget(~0ull), ~0ull);  // saturates
+}
+
+// The other example of issue 28 (2^25 NONE): None, True, False, the empty
+// tuple and the integers 0..255 are one value each, however often they
+// occur, so a run of them costs the pointers that hold them.
+TEST(PickleTest, ImmutableScalarsAreShared) {
+  const int n = 100000;
+  std::string body = "](";
+  for (int i = 0; i < n; ++i) body += "N\x88\x89)K\x07";
+  CKPT_ASSERT_OK_AND_ASSIGN(Unpickled u, Unpickle(P2(body + "e")));
+  ASSERT_EQ(u.root->items.size(), 5u * n);
+  EXPECT_EQ(u.arena->values.size(), 6u);  // the list and five scalars
+  EXPECT_EQ(u.root->items[0], u.root->items[5]);
+  EXPECT_TRUE(u.root->items[1]->boolean);
+  EXPECT_FALSE(u.root->items[2]->boolean);
+  EXPECT_EQ(u.root->items[4]->integer, 7);
+  // The stack's and the list's pointers: at most 24 bytes per value.
+  EXPECT_LE(u.memory.used(), 24u * 5 * n + 4096);
+}
+
+// A str memoized once and joined into a path by many references to it
+// would be a copy per reference: the joined text is counted first.
+TEST(PickleTest, PathOfManyReferencesIsCountedBeforeItIsJoined) {
+  std::string body = "cpathlib\nPosixPath\n(" +
+                     std::string("X\x00\x10\x00\x00", 5) +
+                     std::string(4096, 'a') + std::string("q\x00", 2);
+  for (int i = 0; i < 1000; ++i) body += std::string("h\x00", 2);
+  body += "tR";
+  EXPECT_THAT(
+      Unpickle(P2(body), 1 << 20),
+      StatusIs(absl::StatusCode::kResourceExhausted, "bytes of memory"));
+  CKPT_ASSERT_OK_AND_ASSIGN(Unpickled u, Unpickle(P2(body), 8 << 20));
+  EXPECT_EQ(u.root->text.size(), 1001u * 4096 + 1000);
+}
+
 TEST(PickleTest, ExtraValuesOnTheStackAtStop) {
   EXPECT_THAT(Unpickle(P2("NN")),
               StatusIs(absl::StatusCode::kDataLoss, "2 values on the stack"));

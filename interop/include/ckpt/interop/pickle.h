@@ -23,7 +23,14 @@
 //
 // Bounded: the input size is the caller's; values live in an arena owned
 // by the result (cycles made with the memo are harmless); MARK nesting,
-// memo indices and integer widths are limited (kPickle* below).
+// memo indices and integer widths are limited (kPickle* below); and the
+// memory an unpickling holds (its values, their strings and item lists,
+// the stack, the memo) is counted before each allocation against a budget
+// of kPickleBudgetPerByte bytes per byte of the pickle plus
+// kPickleBudgetFixed (PickleMemoryBudget), past which it fails: a pickle of
+// millions of one-byte opcodes cannot take gigabytes. Immutable scalars
+// (None, True, False, the empty tuple, the integers 0..255) are shared, so
+// that a run of them costs a pointer each.
 #ifndef CKPT_INTEROP_PICKLE_H_
 #define CKPT_INTEROP_PICKLE_H_
 
@@ -42,6 +49,26 @@ namespace ckpt::interop {
 inline constexpr int kPickleMaxMarkDepth = 1000;
 inline constexpr uint64_t kPickleMaxMemo = 1u << 24;
 inline constexpr uint64_t kPickleMaxValues = 1u << 26;
+inline constexpr uint64_t kPickleBudgetPerByte = 16;
+inline constexpr uint64_t kPickleBudgetFixed = 64ull << 20;  // 64 MiB
+
+// kPickleBudgetPerByte * pickle_bytes + kPickleBudgetFixed (saturating).
+uint64_t PickleMemoryBudget(uint64_t pickle_bytes);
+
+// Bytes held against a limit: the memory of one unpickling and of what a
+// decoder builds from its values (DecodeDcpMetadata). Thread-compatible.
+class MemoryBudget {
+ public:
+  explicit MemoryBudget(uint64_t limit) : limit_(limit) {}
+  // Counts `bytes` about to be allocated for `what`; ResourceExhausted
+  // (nothing counted) if that would pass the limit.
+  absl::Status Charge(uint64_t bytes, absl::string_view what);
+  uint64_t used() const { return used_; }
+  uint64_t limit() const { return limit_; }
+
+ private:
+  uint64_t limit_, used_ = 0;
+};
 
 struct PyValue {
   enum class Kind {
@@ -61,33 +88,55 @@ struct PyValue {
   };
   Kind kind = Kind::kNone;
   bool boolean = false;
-  int64_t integer = 0;
-  double real = 0;
-  std::string text;                   // str, bytes, global or class name
-  std::vector<const PyValue*> items;  // tuple, list, set; object args
-  std::vector<std::pair<const PyValue*, const PyValue*>> entries;  // dict
+  union {
+    int64_t integer = 0;  // kInt
+    double real;          // kFloat
+  };
+  // str, bytes, global or class name; the bytes live in the Unpickled's
+  // arena (an object's class name is its global's text, not a copy).
+  absl::string_view text;
+  // Tuple, list, set: the items; object: the arguments; dict: key, value,
+  // key, value, ... (DictSize() pairs).
+  std::vector<const PyValue*> items;
   const PyValue* state = nullptr;  // object: BUILD state (null if none)
 
   bool Is(Kind k) const { return kind == k; }
   bool IsObject(absl::string_view cls) const {
     return kind == Kind::kObject && text == cls;
   }
+  // For dicts: the number of pairs, the key and the value of pair `i`.
+  size_t DictSize() const { return items.size() / 2; }
+  const PyValue* Key(size_t i) const { return items[2 * i]; }
+  const PyValue* Value(size_t i) const { return items[2 * i + 1]; }
   // For dicts: the value of string key `key`, or null.
   const PyValue* Get(absl::string_view key) const;
+};
+
+// Where the values of one unpickling and their text live.
+struct PyArena {
+  std::deque<PyValue> values;
+  std::vector<std::unique_ptr<char[]>> text_blocks;
 };
 
 // The values of one unpickling; the root and everything it refers to live
 // as long as this.
 struct Unpickled {
-  std::unique_ptr<std::deque<PyValue>> arena;
+  std::unique_ptr<PyArena> arena;
   const PyValue* root = nullptr;
+  // What the values hold, counted against the unpickling's budget; a
+  // decoder of the values goes on charging what it builds to it.
+  MemoryBudget memory{0};
 };
 
 // Unpickles `data`. Errors: FailedPrecondition naming a global that is not
 // on the allow-list ("pickle global 'posix.system' is not allowed ..."), or
 // an opcode it does not read; DataLoss for malformed or truncated input,
-// naming the opcode and offset; ResourceExhausted past the limits above.
+// naming the opcode and offset; ResourceExhausted past the limits above,
+// the memory budget (PickleMemoryBudget(data.size()), or `memory_budget`)
+// included.
 absl::StatusOr<Unpickled> Unpickle(absl::string_view data);
+absl::StatusOr<Unpickled> Unpickle(absl::string_view data,
+                                   uint64_t memory_budget);
 
 // The allow-listed globals, "module.name" each (for SECURITY.md and tests).
 std::vector<std::string> AllowedGlobals();
