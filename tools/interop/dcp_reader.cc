@@ -166,6 +166,24 @@ absl::Status OpenFiles(DcpInput& in) {
   return absl::OkStatus();
 }
 
+std::string Where(const DcpInput& in, const interop::DcpStorage& s) {
+  return absl::StrCat(in.files.at(s.relative_path)->path(), " [", s.offset,
+                      ", ", s.offset + s.length, ") of '",
+                      format::EscapeText(s.fqn), "'");
+}
+
+// DataLoss unless the record `s` of chunk `box` of `t` has room for the
+// chunk's bytes (a torch.save record stores them uncompressed), so that
+// what is planned from the metadata is bounded by the files on disk.
+absl::Status CheckRecordHolds(const DcpInput& in, const interop::DcpStorage& s,
+                              const interop::DcpTensor& t, const Box& box) {
+  const uint64_t bytes = RegionElements(box) * DTypeSize(t.dtype);
+  if (bytes <= s.length) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      Where(in, s), ": ", s.length, " bytes, too few for chunk ",
+      RegionToString(box), " (", bytes, " bytes of ", DTypeName(t.dtype), ")"));
+}
+
 // Each chunk has exactly one storage item; each item names a chunk or a
 // bytes item; chunks cover their tensor without overlap.
 absl::Status MatchStorage(DcpInput& in) {
@@ -202,6 +220,7 @@ absl::Status MatchStorage(DcpInput& in) {
             absl::StrCat(md, ": chunk ", RegionToString(box), " of '",
                          format::EscapeText(t.fqn), "' has no storage item"));
       }
+      CKPT_RETURN_IF_ERROR(CheckRecordHolds(in, *it->second, t, box));
       in.chunk_storage[t.fqn].push_back(it->second);
       in.tensor_bytes += RegionElements(box) * DTypeSize(t.dtype);
       ++used;
@@ -276,12 +295,6 @@ struct Record {
   interop::ZipArchive zip;
   interop::TorchRecord torch;
 };
-
-std::string Where(const DcpInput& in, const interop::DcpStorage& s) {
-  return absl::StrCat(in.files.at(s.relative_path)->path(), " [", s.offset,
-                      ", ", s.offset + s.length, ") of '",
-                      format::EscapeText(s.fqn), "'");
-}
 
 // FailedPrecondition if `s` is stored through stream transforms
 // (FileSystemWriter's _extensions), which are not undone here.
