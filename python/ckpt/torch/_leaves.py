@@ -40,12 +40,71 @@ for _t, _d in (("float8_e4m3fn", _ckpt.DType.float8_e4m3fn),
 _RAW_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def ckpt_dtype(dtype: torch.dtype) -> _ckpt.DType:
-    """The ckpt element type of a torch dtype. TypeError if there is none."""
+def ckpt_dtype(dtype: torch.dtype, name: Optional[str] = None) -> _ckpt.DType:
+    """The ckpt element type of a torch dtype. TypeError (naming entry
+    `name` when given) if there is none."""
     try:
         return _DTYPES[dtype]
     except KeyError:
-        raise TypeError(f"torch dtype {dtype} has no ckpt element type") from None
+        where = f"entry '{name}': " if name is not None else ""
+        raise TypeError(f"{where}torch dtype {dtype} has no ckpt element type") from None
+
+
+def _functorch_wrapped(t: torch.Tensor) -> bool:
+    """Whether `t` is a torch.func (vmap, grad, functionalize) wrapper."""
+    f = getattr(torch._C, "_functorch", None)
+    return f is not None and any(getattr(f, n, lambda _: False)(t) for n in
+                                 ("is_functorch_wrapped_tensor", "is_functionaltensor"))
+
+
+def _stored_as_elements(name: str, t: torch.Tensor) -> None:
+    """Refuses, with an InvalidArgumentError naming the entry, a tensor
+    whose memory does not hold its elements as a strided array, which is
+    all DLPack (and ckpt) can describe: a sparse, mkldnn or nested layout;
+    a quantized tensor (its memory holds integers, the scale is elsewhere);
+    a subclass with its own __torch_dispatch__ (FakeTensor,
+    FunctionalTensor, torchao-style wrappers: their memory, if any, need
+    not hold their values; subclasses that only override
+    __torch_function__, like nn.Parameter, are plain tensors); a torch.func
+    wrapper (inside vmap or grad); a negative-bit or conjugate view (its
+    memory holds the negation or conjugate of its values). Save and load
+    alike. DTensor and ShardedTensor never get here (their local tensors
+    do)."""
+    if t.is_nested or t.layout != torch.strided:
+        kind = "nested" if t.is_nested else str(t.layout).replace("torch.", "").lstrip("_")
+        raise InvalidArgumentError(
+            f"entry '{name}': a {kind} tensor; ckpt saves and loads dense (strided) tensors, "
+            "whose memory holds their elements: pass a dense tensor (e.g. tensor.to_dense(), "
+            "or each component of a nested tensor)")
+    if t.is_quantized:
+        raise InvalidArgumentError(
+            f"entry '{name}': a quantized tensor ({t.dtype}): its memory holds integers and "
+            "its scale and zero point live elsewhere; save tensor.int_repr() and the "
+            "quantization parameters, or tensor.dequantize()")
+    if type(t).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__:
+        raise InvalidArgumentError(
+            f"entry '{name}': a {type(t).__module__}.{type(t).__qualname__}, a tensor "
+            "subclass with its own __torch_dispatch__, whose memory need not hold its "
+            "values; save plain tensors (its components, or a plain tensor of its values)")
+    if _functorch_wrapped(t):
+        raise InvalidArgumentError(
+            f"entry '{name}': a tensor wrapped by a torch.func transform (vmap, grad, "
+            "functionalize); save and load outside the transform")
+    if t.is_neg() or t.is_conj():
+        kind = "negative-bit" if t.is_neg() else "conjugate"
+        raise InvalidArgumentError(
+            f"entry '{name}': a {kind} view (e.g. z.conj().imag): its memory holds the "
+            f"{'negation' if t.is_neg() else 'conjugate'} of its values; ckpt never copies "
+            "silently: pass tensor.resolve_neg() / resolve_conj()")
+
+
+def _overlaps(t: torch.Tensor) -> bool:
+    """Whether two elements of `t` share memory (a zero stride, e.g. from
+    expand(), or another as_strided overlap): a load cannot write into it."""
+    if any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape)):
+        return True
+    check = getattr(torch, "_debug_has_internal_overlap", None)
+    return check is not None and check(t) == 1
 
 
 
@@ -112,24 +171,46 @@ class _Leaf:
 
 
 def _flatten(state: Dict, prefix: str = "", expand: Optional[Callable] = None) -> List[_Leaf]:
-    """The leaves of `state`, in order. expand(name, key, value), when
-    given, returns {key: state dict} to flatten in place of a value (a
-    stateful object's), or None."""
-    out = []
-    for key, value in state.items():
+    """The leaves of `state`, in order (depth first, without recursion: any
+    depth). expand(name, key, value), when given, returns {key: state
+    dict} to flatten in place of a value (a stateful object's), or None.
+    InvalidArgumentError naming the entry for a dict that holds one of the
+    dicts it is nested in (it would flatten forever)."""
+    out: List[_Leaf] = []
+    # (prefix, dict, its remaining items); `open_` holds the ids of the
+    # dicts on the stack.
+    stack = [(prefix, state, iter(state.items()))]
+    open_ = {id(state)}
+    while stack:
+        prefix, d, items = stack[-1]
+        item = next(items, None)
+        if item is None:
+            stack.pop()
+            open_.discard(id(d))
+            continue
+        key, value = item
         if not isinstance(key, str):
-            raise TypeError(f"state dict key {key!r} under '{prefix}' is not a str "
+            raise TypeError(f"state dict key {key!r:.60} under '{prefix}' is not a str "
                             "(nested dicts are flattened into entry names)")
         name = f"{prefix}{key}"
         holder = expand(name, key, value) if expand is not None else None
         if holder is not None:
-            out.extend(_flatten(holder, prefix, expand))
+            nested, nested_prefix = holder, prefix
         elif isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
-            out.extend(_flatten(value, name + ".", expand))
-        elif isinstance(value, PerRank):
-            out.append(_Leaf(name, state, key, value.value, per_rank=True))
+            nested, nested_prefix = value, name + "."
         else:
-            out.append(_Leaf(name, state, key, value))
+            nested = None
+        if nested is not None:
+            if id(nested) in open_:
+                raise InvalidArgumentError(
+                    f"entry '{name}': the dict holds a dict it is nested in (a state dict "
+                    "that contains itself cannot be saved or loaded)")
+            open_.add(id(nested))
+            stack.append((nested_prefix, nested, iter(nested.items())))
+        elif isinstance(value, PerRank):
+            out.append(_Leaf(name, d, key, value.value, per_rank=True))
+        else:
+            out.append(_Leaf(name, d, key, value))
     return out
 
 
@@ -140,18 +221,13 @@ def _is_tensor_leaf(v) -> bool:
 
 def _borrowable(name: str, t: torch.Tensor) -> torch.Tensor:
     """`t` as ckpt borrows it (no copy): detached, a CPU or CUDA tensor,
-    contiguous, its memory holding its values (not a negative-bit or
-    conjugate view, whose memory holds the negation or conjugate of its
-    values, which DLPack does not carry: InvalidArgumentError naming the entry, for save and load
-    alike), bool and float8 as same-width integers."""
+    contiguous, its memory holding its elements (_stored_as_elements:
+    InvalidArgumentError naming the entry, for save and load alike), bool
+    and float8 as same-width integers. TypeError naming the entry for a
+    dtype ckpt lacks."""
     t = t.detach()
-    ckpt_dtype(t.dtype)  # TypeError for dtypes ckpt lacks
-    if t.is_neg() or t.is_conj():
-        kind = "negative-bit" if t.is_neg() else "conjugate"
-        raise InvalidArgumentError(
-            f"entry '{name}': a {kind} view (e.g. z.conj().imag): its memory holds the "
-            f"{'negation' if t.is_neg() else 'conjugate'} of its values; ckpt never copies "
-            "silently: pass tensor.resolve_neg() / resolve_conj()")
+    _stored_as_elements(name, t)
+    ckpt_dtype(t.dtype, name)
     if not t.is_contiguous():
         raise InvalidArgumentError(
             f"entry '{name}': the tensor is not contiguous (strides {t.stride()} for shape "
@@ -177,14 +253,14 @@ def _tensor_spec(name: str, v):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"entry '{name}': Chunk.local must be a torch.Tensor, "
                         f"got {type(t).__name__}")
-    dtype = ckpt_dtype(t.dtype)
-    t = _borrowable(name, t)
+    data = _borrowable(name, t)
+    dtype = ckpt_dtype(t.dtype, name)  # t's, not its raw view's
     if isinstance(v, Chunk):
         shape, region = tuple(int(d) for d in v.global_shape), v.region(name)
     else:
-        shape = tuple(t.shape)
+        shape = tuple(data.shape)
         region = _ckpt.Box.full(shape)
-    return dtype, shape, region, t
+    return dtype, shape, region, data
 
 
 @dataclass
@@ -216,9 +292,10 @@ def _distributed_save_part(name: str, v) -> _Part:
         raise InvalidArgumentError(
             f"entry '{name}': this rank holds {len(pieces)} separate boxes of the "
             f"{lay.kind} (ckpt saves one region per entry and rank)")
-    local = pieces[0].local
+    local = pieces[0].local.detach()
+    _stored_as_elements(name, local)
     data = local if local.is_contiguous() else local.contiguous()
-    return _Part(ckpt_dtype(lay.dtype), lay.global_shape,
+    return _Part(ckpt_dtype(lay.dtype, name), lay.global_shape,
                  _ckpt.Box(pieces[0].offsets, tuple(local.shape)), _borrowable(name, data))
 
 
@@ -226,16 +303,24 @@ def _distributed_load_parts(name: str, v) -> List[_Part]:
     """The regions a load writes into this rank's local tensor of a DTensor
     or ShardedTensor: each box it holds, loaded in place, or (where the
     box's view of the local tensor is not contiguous) into a buffer that
-    is then copied into the real storage."""
+    is then copied into the real storage. InvalidArgumentError naming the
+    entry for a local tensor whose memory does not hold its elements
+    (_stored_as_elements) or whose elements share memory (_overlaps)."""
     from .dtensor import layout
     lay = layout(name, v)
     parts = []
     for p in lay.pieces:
-        local, target = p.local, None
+        local, target = p.local.detach(), None
+        _stored_as_elements(name, local)
         if not local.is_contiguous():
+            if _overlaps(local):
+                raise InvalidArgumentError(
+                    f"entry '{name}': the local tensor's elements share memory (strides "
+                    f"{local.stride()} for shape {tuple(local.shape)}); a load cannot write "
+                    "into it")
             local, target = torch.empty(local.shape, dtype=local.dtype,
                                         device=local.device), local
-        parts.append(_Part(ckpt_dtype(lay.dtype), lay.global_shape,
+        parts.append(_Part(ckpt_dtype(lay.dtype, name), lay.global_shape,
                            _ckpt.Box(p.offsets, tuple(p.local.shape)),
                            _borrowable(name, local), target))
     return parts
@@ -246,6 +331,23 @@ def _load_parts(name: str, v) -> List[_Part]:
     if _is_distributed(v):
         return _distributed_load_parts(name, v)
     return [_Part(*_tensor_spec(name, v))]
+
+
+def _mark_written(name: str, v) -> None:
+    """Tells autograd that a load wrote into tensor leaf `v` in place (as
+    copy_ would: its version counter, which DLPack does not carry, moves
+    on), so that a graph that saved its old values refuses to use them."""
+    bump = getattr(torch.autograd.graph, "increment_version", None)
+    if bump is None:  # torch < 2.1
+        return
+    if _is_distributed(v):
+        from .dtensor import layout
+        tensors = [p.local for p in layout(name, v).pieces]
+    else:
+        tensors = [v.local if isinstance(v, Chunk) else v]
+    for t in tensors:
+        if not t.is_inference():
+            bump(t)
 
 
 def _digest(t: torch.Tensor) -> str:

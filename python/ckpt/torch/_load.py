@@ -10,7 +10,7 @@ from .. import values as _values
 from .._errors import FailedPreconditionError, NotFoundError
 from ._comm import _communicator, _error_info, _exchange, _raise_if_any_rank_failed
 from ._leaves import (PER_RANK_METADATA_KEY, PerRank, _flatten, _is_tensor_leaf, _Leaf,
-                      _load_parts, _Part)
+                      _load_parts, _mark_written, _Part)
 from ._save import _sync_cuda_streams
 from ._stateful import Statefuls
 
@@ -120,8 +120,10 @@ def _check_union(gathered: List[Dict], reader, strict: bool, filter) -> List[Tup
 
 
 def _place(leaf: _Leaf, req) -> None:
-    """Replaces a value in its dict (tensors were written in place)."""
+    """Replaces a value in its dict (tensors were written in place: their
+    version counters move on, as after copy_)."""
     if _is_tensor_leaf(leaf.value):
+        _mark_written(leaf.name, leaf.value)
         return
     value = _values.decode(req.value, f"entry '{req.name}'")
     leaf.container[leaf.key] = PerRank(value) if leaf.per_rank else value
@@ -181,7 +183,11 @@ def load(state_dict: Dict, root: str, *, step: Optional[int] = None, process_gro
     unloaded by accident (FIELD-LESSONS 2). The report's not_loaded lists every
     destination and entry that was not loaded, with the reason.
     Shape or dtype mismatches raise ckpt.InvalidArgumentError naming the
-    entry and both values; corrupt data ckpt.DataLossError.
+    entry and both values, as does a destination whose memory does not
+    hold its elements (docs/PYTORCH.md) or a state dict that contains
+    itself; corrupt data, and a stored Python value that is not a valid
+    document (ckpt.values), ckpt.DataLossError naming the entry. Tensors
+    are written in place; their version counters move on as after copy_.
 
     With several ranks the load is cooperative (ckpt/reader.h): rank 0
     alone reads the manifest, each shard index and each stored block is

@@ -261,7 +261,11 @@ def save(state_dict: Dict, root: str, step: int, *, process_group=None,
     process group is kept for the next saves (its staging memory and save
     plan reused); release() frees it. Raises
     ckpt.InvalidArgumentError (a ValueError) for bad input, naming the
-    entry; TypeError for an unsupported value type.
+    entry: among others a tensor whose memory does not hold its elements
+    (sparse, quantized, a __torch_dispatch__ subclass, a negative-bit view:
+    docs/PYTORCH.md), a state dict or Python value that contains itself, a
+    value nested deeper than ckpt.values.MAX_DEPTH; TypeError naming the
+    entry for an unsupported value type or dtype.
     """
     _await_in_flight(process_group)
     comm = _communicator(process_group)

@@ -71,13 +71,18 @@ def _is_zero(optimizer) -> bool:
 
 
 def _modules(state: Dict) -> List[torch.nn.Module]:
-    """The modules among the values of `state`, nested dicts included."""
-    out = []
-    for v in state.values():
-        if isinstance(v, torch.nn.Module):
+    """The modules among the values of `state`, nested dicts included (each
+    dict once: a dict that contains itself ends the walk, not the stack)."""
+    out, seen, stack = [], {id(state)}, [iter(state.values())]
+    while stack:
+        v = next(stack[-1], stack)
+        if v is stack:
+            stack.pop()
+        elif isinstance(v, torch.nn.Module):
             out.append(v)
-        elif isinstance(v, dict):
-            out.extend(_modules(v))
+        elif isinstance(v, dict) and id(v) not in seen:
+            seen.add(id(v))
+            stack.append(iter(v.values()))
     return out
 
 

@@ -143,7 +143,7 @@ from .. import values as _values
 from .._errors import (AlreadyExistsError, DataLossError, FailedPreconditionError,
                        InvalidArgumentError, NotFoundError, UnimplementedError)
 from ._comm import _communicator, _error_info, _exchange, _raise_if_any_rank_failed
-from ._leaves import ckpt_dtype
+from ._leaves import _stored_as_elements, ckpt_dtype
 
 __all__ = ["Writer", "Reader", "METADATA_KEY"]
 
@@ -208,9 +208,13 @@ def _borrowable(t: torch.Tensor) -> torch.Tensor:
 
 def _host_tensor(fqn: str, t: torch.Tensor) -> torch.Tensor:
     """A contiguous tensor ckpt can read: CPU, or CUDA when the package has
-    CUDA support (torch's current stream synchronized first). Copies only
-    what is not so already."""
-    t = t.detach()
+    CUDA support (torch's current stream synchronized first), its memory
+    holding its values (negative-bit and conjugate views resolved).
+    Copies only what is not so already. InvalidArgumentError naming the
+    entry for a tensor whose memory does not hold its elements
+    (ckpt.torch._leaves._stored_as_elements)."""
+    t = t.detach().resolve_conj().resolve_neg()
+    _stored_as_elements(fqn, t)
     if t.device.type == "cuda" and _ckpt.has_cuda:
         torch.cuda.current_stream(t.device).synchronize()
     elif t.device.type != "cpu":
@@ -743,6 +747,18 @@ class Reader(StorageReader):
         return self._reader
 
 
+def _holds_its_elements(t: torch.Tensor) -> bool:
+    """Whether ckpt may write `t`'s elements straight into its memory;
+    otherwise (a negative-bit view, a subclass with its own dispatch, ...:
+    _stored_as_elements) a load goes through a buffer and copy_, whose
+    semantics are torch's."""
+    try:
+        _stored_as_elements("", t)
+        return True
+    except InvalidArgumentError:
+        return False
+
+
 def _request(item, planner: LoadPlanner, entries: Dict[str, Any]):
     """(item, its ckpt LoadRequest, the planner's tensor, the buffer ckpt
     fills: the tensor itself when it can)."""
@@ -760,7 +776,8 @@ def _request(item, planner: LoadPlanner, entries: Dict[str, Any]):
             f"entry '{fqn}': the planner resolved a tensor of shape {list(dest.shape)} for a "
             f"read of {lengths}")
     dtype = _torch_dtype(fqn, entry.dtype)
-    direct = dest.device.type == "cpu" and dest.dtype == dtype and dest.is_contiguous()
+    direct = (_holds_its_elements(dest) and dest.device.type == "cpu" and dest.dtype == dtype
+              and dest.is_contiguous())
     buf = dest if direct else torch.empty(lengths, dtype=dtype)
     req = _ckpt.LoadRequest(fqn, entry.dtype, tuple(entry.shape), _ckpt.Box(offsets, lengths),
                             _borrowable(buf))
