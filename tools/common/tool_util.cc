@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "ckpt/format/format_constants.h"
 #include "ckpt/version.h"
+#include "common/escaped_output.h"
 
 namespace ckpt::tools {
 namespace {
@@ -128,8 +129,9 @@ void Progress::Draw(bool final) {
 }
 
 void PrintError(absl::string_view tool, const absl::Status& status) {
-  std::string msg(status.message());
-  if (msg.empty()) msg = status.ToString();
+  // One line, whatever file content the message quotes unescaped.
+  std::string msg = EscapeText(status.message());
+  if (msg.empty()) msg = EscapeText(status.ToString());
   std::fprintf(stderr, "%.*s: error: %s\n", static_cast<int>(tool.size()),
                tool.data(), msg.c_str());
 }
@@ -152,12 +154,18 @@ int RunToolMain(CLI::App& app, int argc, char** argv,
     return kExitOk;
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "%s: error: %s\nRun '%s --help' for usage.\n",
-                 tool.c_str(), e.what(), tool.c_str());
+                 tool.c_str(), EscapeText(e.what()).c_str(), tool.c_str());
     return kExitError;
   }
   SetOutOfMemoryLine(tool);
   std::set_new_handler(ExitOutOfMemory);
-  absl::StatusOr<int> code = RunCatchingAllocationFailure(run);
+  absl::StatusOr<int> code;
+  {
+    // The last line of defence of escaped_output.h: what run() prints on
+    // stdout is escaped line by line.
+    ScopedEscapedStream escaped(std::cout);
+    code = RunCatchingAllocationFailure(run);
+  }
   if (!code.ok()) {
     PrintError(tool, code.status());
     return kExitError;

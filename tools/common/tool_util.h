@@ -98,10 +98,13 @@ class LazyProgress {
 //   an allocation fails (any thread)
 //                                -> "TOOL: error: out of memory ..." on
 //                                   stderr, exit 2 (never std::terminate)
+// What run() prints on std::cout passes through an EscapingStreambuf and
+// error messages through EscapeText (escaped_output.h): no control byte,
+// C1 control or invalid UTF-8 reaches the terminal.
 int RunToolMain(CLI::App& app, int argc, char** argv,
                 const std::function<absl::StatusOr<int>()>& run);
 
-// Prints "TOOL: error: MSG" on stderr.
+// Prints "TOOL: error: MSG" on stderr, MSG on one line through EscapeText.
 void PrintError(absl::string_view tool, const absl::Status& status);
 
 }  // namespace ckpt::tools

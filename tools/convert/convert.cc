@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ckpt/format/status_macros.h"
+#include "common/escaped_output.h"
 #include "common/tool_util.h"
 #include "convert/convert_interop.h"
 #include "convert/hdf5_export.h"
@@ -94,10 +95,12 @@ void PrintEntryLine(std::ostream& out, size_t width, const std::string& path,
           ? absl::StrFormat("%-13s  %s", "object", HumanBytes(bytes))
           : absl::StrFormat("%-13s  %s", DTypeName(dtype), ShapeText(shape));
   if (show_name) {
-    out << absl::StrFormat("  %-*s  %-*s  %s\n", static_cast<int>(width), path,
-                           static_cast<int>(width), name, what);
+    out << absl::StrFormat("  %-*s  %-*s  %s\n", static_cast<int>(width),
+                           EscapeText(path), static_cast<int>(width),
+                           EscapeText(name), what);
   } else {
-    out << absl::StrFormat("  %-*s  %s\n", static_cast<int>(width), path, what);
+    out << absl::StrFormat("  %-*s  %s\n", static_cast<int>(width),
+                           EscapeText(path), what);
   }
 }
 
@@ -162,8 +165,7 @@ void PrintExportJson(const ConvertOptions& o, const Hdf5ExportOptions& eo,
   nlohmann::json entries = nlohmann::json::array();
   for (const Hdf5ExportedEntry& e : r.entries) entries.push_back(EntryJson(e));
   j["entries"] = std::move(entries);
-  out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-      << "\n";
+  out << JsonText(j) << "\n";
 }
 
 void PrintExportText(const ConvertOptions& o, const Hdf5ExportOptions& eo,
@@ -229,8 +231,7 @@ void PrintImportJson(const ConvertOptions& o, const Hdf5ImportResult& r,
     skipped.push_back({{"what", s.what}, {"reason", s.reason}});
   }
   j["skipped"] = std::move(skipped);
-  out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-      << "\n";
+  out << JsonText(j) << "\n";
 }
 
 void PrintImportText(const ConvertOptions& o, const Hdf5ImportResult& r,
@@ -244,7 +245,7 @@ void PrintImportText(const ConvertOptions& o, const Hdf5ImportResult& r,
   if (!r.plan.skipped.empty()) {
     out << "  skipped " << r.plan.skipped.size() << " (--skip-unsupported):\n";
     for (const ImportSkipped& s : r.plan.skipped)
-      out << "    " << s.reason << "\n";
+      out << "    " << EscapeText(s.reason) << "\n";
   }
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/interop/safetensors.h"
+#include "common/escaped_output.h"
 #include "common/tool_util.h"
 #include "interop/dcp_import.h"
 #include "interop/safetensors_export.h"
@@ -34,10 +35,10 @@ nlohmann::ordered_json EntryJson(const std::string& name, bool object,
           {"shape", std::vector<uint64_t>(shape.begin(), shape.end())}};
 }
 
-// Prints a --json report (invalid UTF-8 in names replaced, never thrown).
+// Prints a --json report (ASCII; invalid UTF-8 in names replaced, never
+// thrown).
 int PrintJson(std::ostream& out, const nlohmann::ordered_json& j) {
-  out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
-      << "\n";
+  out << JsonText(j) << "\n";
   return kExitOk;
 }
 
@@ -127,12 +128,14 @@ absl::StatusOr<int> RunSafetensorsExport(const ConvertOptions& o,
   out << "exported " << r.checkpoint_dir << " to " << r.output << "\n";
   if (o.verbose) {
     size_t width = 0;
-    for (const auto& e : r.entries) width = std::max(width, e.name.size());
+    for (const auto& e : r.entries)
+      width = std::max(width, EscapeText(e.name).size());
     width = std::min<size_t>(width, 60);
     for (const auto& e : r.entries) {
-      out << absl::StrFormat(
-          "  %-*s  %-7s  %-14s  %s\n", static_cast<int>(width), e.name,
-          interop::SafetensorsDTypeName(e.dtype), ShapeText(e.shape), e.file);
+      out << absl::StrFormat("  %-*s  %-7s  %-14s  %s\n",
+                             static_cast<int>(width), EscapeText(e.name),
+                             interop::SafetensorsDTypeName(e.dtype),
+                             ShapeText(e.shape), e.file);
     }
   }
   out << "  step " << r.info.step << ", world size " << r.info.world_size
@@ -194,11 +197,13 @@ absl::StatusOr<int> RunSafetensorsImport(const ConvertOptions& o,
   out << "imported " << r.input << " into " << r.checkpoint << "\n";
   if (o.verbose) {
     size_t width = 0;
-    for (const auto& e : r.entries) width = std::max(width, e.name.size());
+    for (const auto& e : r.entries)
+      width = std::max(width, EscapeText(e.name).size());
     width = std::min<size_t>(width, 60);
     for (const auto& e : r.entries) {
       out << absl::StrFormat(
-          "  %-*s  %-13s  %-14s  %s\n", static_cast<int>(width), e.name,
+          "  %-*s  %-13s  %-14s  %s\n", static_cast<int>(width),
+          EscapeText(e.name),
           e.object ? "object" : std::string(DTypeName(e.dtype)),
           ShapeText(e.shape), e.file);
     }
@@ -254,15 +259,17 @@ absl::StatusOr<int> RunDcpImport(const ConvertOptions& o, std::ostream& out) {
     j["entries"] = std::move(entries);
     return PrintJson(out, j);
   }
-  out << "imported " << r.input << " (" << r.format << ", " << r.module
-      << ") into " << r.checkpoint << "\n";
+  out << "imported " << r.input << " (" << r.format << ", "
+      << EscapeText(r.module) << ") into " << r.checkpoint << "\n";
   if (o.verbose) {
     size_t width = 0;
-    for (const auto& e : r.entries) width = std::max(width, e.name.size());
+    for (const auto& e : r.entries)
+      width = std::max(width, EscapeText(e.name).size());
     width = std::min<size_t>(width, 60);
     for (const auto& e : r.entries) {
       out << absl::StrFormat(
-          "  %-*s  %-13s  %-14s  %s\n", static_cast<int>(width), e.name,
+          "  %-*s  %-13s  %-14s  %s\n", static_cast<int>(width),
+          EscapeText(e.name),
           e.object ? "object" : std::string(DTypeName(e.dtype)),
           ShapeText(e.shape), Plural(e.chunks, "chunk", "chunks"));
     }

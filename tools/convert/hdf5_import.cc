@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/latest.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 
 namespace ckpt::tools {
@@ -63,9 +64,9 @@ absl::Status AddEntries(Writer* writer, hid_t fid, const ImportPlan& plan,
                               uint64_t offset, void* dst,
                               uint64_t n) -> absl::Status {
       if (offset % es != 0 || n % es != 0) {
-        return absl::InternalError(
-            absl::StrCat("entry '", e.name, "': byte range [", offset, ", ",
-                         offset + n, ") is not whole elements"));
+        return absl::InternalError(absl::StrCat(
+            "entry '", format::EscapeText(e.name), "': byte range [", offset,
+            ", ", offset + n, ") is not whole elements"));
       }
       Hdf5Lock lock;
       absl::Status s = ReadElements(fid, e, offset / es, n / es, dst);

@@ -1,7 +1,6 @@
 #include "convert/hdf5_names.h"
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -51,7 +50,7 @@ absl::StatusOr<std::string> EntryNameOfPath(absl::string_view path) {
   absl::Status s = format::ValidateEntryName(name);
   if (!s.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("dataset '", absl::CHexEscape(path.substr(0, 200)),
+        absl::StrCat("dataset '", format::EscapeText(path.substr(0, 200)),
                      "' has no valid entry name: ", s.message()));
   }
   return name;

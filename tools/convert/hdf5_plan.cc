@@ -8,7 +8,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -64,16 +63,10 @@ herr_t IterateLinks(hid_t g,
 }
 #endif
 
-// A path or attribute name as shown in messages: control bytes escaped,
-// at most 200 bytes.
+// A path or attribute name as shown in messages: at most 200 bytes,
+// through format::EscapeText.
 std::string Shown(absl::string_view s) {
-  bool plain = true;
-  for (char c : s) {
-    unsigned char u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7F || c == '\\') plain = false;
-  }
-  std::string head(s.substr(0, 200));
-  std::string out = plain ? head : absl::CHexEscape(head);
+  std::string out = format::EscapeText(s.substr(0, 200));
   if (s.size() > 200) out += "...";
   return out;
 }
@@ -171,10 +164,9 @@ absl::Status ListDatasets(hid_t file, std::vector<std::string>* datasets,
       }
       if (link.name.empty() || link.name == "." ||
           link.name.find('/') != std::string::npos) {
-        CKPT_RETURN_IF_ERROR(problem(
-            path,
-            absl::StrCat(where, ": link name '", absl::CHexEscape(link.name),
-                         "' is not a path part")));
+        CKPT_RETURN_IF_ERROR(
+            problem(path, absl::StrCat(where, ": link name '", Shown(link.name),
+                                       "' is not a path part")));
         continue;
       }
       ObjectInfo oinfo;

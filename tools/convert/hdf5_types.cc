@@ -1,6 +1,7 @@
 #include "convert/hdf5_types.h"
 
 #include "absl/strings/str_cat.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 
 namespace ckpt::tools::hdf5 {
@@ -203,17 +204,19 @@ absl::StatusOr<ImportType> ClassifyType(
   if (StoredRaw(*named)) {
     if (cls != H5T_INTEGER || size != static_cast<size_t>(DTypeSize(*named))) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": attribute ", kDTypeAttr, " is '", *ckpt_dtype,
-          "', which is stored as ", DTypeSize(*named) * 8,
-          "-bit integers, but the HDF5 type is ", TypeDescription(type)));
+          where, ": attribute ", kDTypeAttr, " is '",
+          format::EscapeText(*ckpt_dtype), "', which is stored as ",
+          DTypeSize(*named) * 8, "-bit integers, but the HDF5 type is ",
+          TypeDescription(type)));
     }
     t.dtype = *named;  // the bit patterns, read without conversion
     return t;
   }
   if (t.opaque || *named != t.dtype) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": attribute ", kDTypeAttr, " is '", *ckpt_dtype,
-                     "' but the HDF5 type is ", TypeDescription(type)));
+        absl::StrCat(where, ": attribute ", kDTypeAttr, " is '",
+                     format::EscapeText(*ckpt_dtype), "' but the HDF5 type is ",
+                     TypeDescription(type)));
   }
   return t;
 }

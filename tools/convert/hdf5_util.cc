@@ -40,7 +40,8 @@ std::string OneLine(absl::string_view message) {
     digits = digits.substr(0, digits.find_first_not_of("0123456789"));
     if (absl::SimpleAtoi(digits, &err) && err > 0) return std::strerror(err);
   }
-  return absl::StrCat("HDF5: ", message.substr(0, message.find('\n')));
+  return absl::StrCat(
+      "HDF5: ", format::EscapeText(message.substr(0, message.find('\n'))));
 }
 
 bool IsUtf8WithoutNul(absl::string_view s) {
@@ -48,7 +49,7 @@ bool IsUtf8WithoutNul(absl::string_view s) {
 }
 
 std::string AttrWhere(absl::string_view where, absl::string_view name) {
-  return absl::StrCat(where, ": attribute '", name, "'");
+  return absl::StrCat(where, ": attribute '", format::EscapeText(name), "'");
 }
 
 // Number of elements of an attribute's dataspace; -1 for a null dataspace.
@@ -78,14 +79,16 @@ absl::Status WriteScalar(hid_t obj, absl::string_view name, hid_t type,
   Handle acpl(H5Pcreate(H5P_ATTRIBUTE_CREATE));
   if (!space.valid() || !acpl.valid() ||
       H5Pset_char_encoding(acpl.get(), H5T_CSET_UTF8) < 0) {
-    return Hdf5Error(absl::StatusCode::kInternal,
-                     absl::StrCat("attribute '", name, "'"));
+    return Hdf5Error(
+        absl::StatusCode::kInternal,
+        absl::StrCat("attribute '", format::EscapeText(name), "'"));
   }
   Handle attr(
       H5Acreate2(obj, n.c_str(), type, space.get(), acpl.get(), H5P_DEFAULT));
   if (!attr.valid() || H5Awrite(attr.get(), mem_type, value) < 0) {
-    return Hdf5Error(absl::StatusCode::kInternal,
-                     absl::StrCat("writing attribute '", name, "'"));
+    return Hdf5Error(
+        absl::StatusCode::kInternal,
+        absl::StrCat("writing attribute '", format::EscapeText(name), "'"));
   }
   return absl::OkStatus();
 }
@@ -229,8 +232,9 @@ absl::Status WriteStringAttribute(hid_t obj, absl::string_view name,
   std::string n(name);
   Handle acpl(H5Pcreate(H5P_ATTRIBUTE_CREATE));
   if (!acpl.valid() || H5Pset_char_encoding(acpl.get(), H5T_CSET_UTF8) < 0) {
-    return Hdf5Error(absl::StatusCode::kInternal,
-                     absl::StrCat("attribute '", name, "'"));
+    return Hdf5Error(
+        absl::StatusCode::kInternal,
+        absl::StrCat("attribute '", format::EscapeText(name), "'"));
   }
   if (IsUtf8WithoutNul(value)) {
     Handle type(H5Tcopy(H5T_C_S1));
@@ -238,16 +242,18 @@ absl::Status WriteStringAttribute(hid_t obj, absl::string_view name,
     if (!type.valid() || !space.valid() ||
         H5Tset_size(type.get(), H5T_VARIABLE) < 0 ||
         H5Tset_cset(type.get(), H5T_CSET_UTF8) < 0) {
-      return Hdf5Error(absl::StatusCode::kInternal,
-                       absl::StrCat("attribute '", name, "'"));
+      return Hdf5Error(
+          absl::StatusCode::kInternal,
+          absl::StrCat("attribute '", format::EscapeText(name), "'"));
     }
     std::string copy(value);
     const char* p = copy.c_str();
     Handle attr(H5Acreate2(obj, n.c_str(), type.get(), space.get(), acpl.get(),
                            H5P_DEFAULT));
     if (!attr.valid() || H5Awrite(attr.get(), type.get(), &p) < 0) {
-      return Hdf5Error(absl::StatusCode::kInternal,
-                       absl::StrCat("writing attribute '", name, "'"));
+      return Hdf5Error(
+          absl::StatusCode::kInternal,
+          absl::StrCat("writing attribute '", format::EscapeText(name), "'"));
     }
     return absl::OkStatus();
   }
@@ -257,8 +263,9 @@ absl::Status WriteStringAttribute(hid_t obj, absl::string_view name,
                          H5P_DEFAULT));
   if (!attr.valid() ||
       H5Awrite(attr.get(), H5T_NATIVE_UCHAR, value.data()) < 0) {
-    return Hdf5Error(absl::StatusCode::kInternal,
-                     absl::StrCat("writing attribute '", name, "'"));
+    return Hdf5Error(
+        absl::StatusCode::kInternal,
+        absl::StrCat("writing attribute '", format::EscapeText(name), "'"));
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 #include "ckpt/format/geometry.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/interop/safetensors.h"
+#include "common/escaped_output.h"
 #include "common/tool_util.h"
 #include "interop/dcp_reader.h"
 #include "interop/safetensors_import.h"
@@ -25,20 +26,23 @@ std::string DcpFormat(const DcpInput& in) {
   const int n = in.meta.rank_local_files;
   return absl::StrCat(
       in.megatron ? "Megatron torch_dist (PyTorch DCP" : "PyTorch DCP (",
-      in.megatron ? ", " : "", in.meta.module,
+      in.megatron ? ", " : "", EscapeText(in.meta.module),
       n > 0
           ? absl::StrCat("; rank-local metadata, ", Plural(n, "file", "files"))
           : "",
       ")");
 }
 
+// One row of the entry table; `name`, `dtype` and `where` come from the
+// file and are shown through EscapeText.
 void PrintRow(std::ostream& out, size_t w, const std::string& name,
               const std::string& dtype, const std::string& shape,
               const std::string& chunks, const std::string& size,
               const std::string& where) {
   std::string line =
       absl::StrFormat("%-*s  %-13s  %-12s  %-6s  %-9s  %s", static_cast<int>(w),
-                      name, dtype, shape, chunks, size, where);
+                      EscapeText(name), EscapeText(dtype), shape, chunks, size,
+                      EscapeText(where));
   line.erase(line.find_last_not_of(' ') + 1);
   out << line << "\n";
 }
@@ -48,17 +52,17 @@ absl::StatusOr<int> InspectDcpEntry(const DcpInput& in,
                                     std::ostream& out) {
   for (const interop::DcpTensor& t : in.meta.tensors) {
     if (t.fqn != entry) continue;
-    out << "Entry   " << t.fqn << "\nDType   " << DTypeName(t.dtype) << " ("
-        << t.dtype_name << ")\nShape   " << ShapeText(t.size) << "\nChunks  "
-        << t.chunks.size() << "\n\n";
+    out << "Entry   " << EscapeText(t.fqn) << "\nDType   " << DTypeName(t.dtype)
+        << " (" << EscapeText(t.dtype_name) << ")\nShape   "
+        << ShapeText(t.size) << "\nChunks  " << t.chunks.size() << "\n\n";
     out << absl::StrFormat("%-5s  %-20s  %-20s  %s\n", "CHUNK", "OFFSETS",
                            "SIZES", "STORED AT");
     for (size_t i = 0; i < t.chunks.size(); ++i) {
       const interop::DcpStorage* s = in.chunk_storage.at(t.fqn)[i];
-      out << absl::StrFormat("%-5d  %-20s  %-20s  %s [%d, %d)\n", i,
-                             ShapeText(t.chunks[i].offsets),
-                             ShapeText(t.chunks[i].sizes), s->relative_path,
-                             s->offset, s->offset + s->length);
+      out << absl::StrFormat(
+          "%-5d  %-20s  %-20s  %s [%d, %d)\n", i,
+          ShapeText(t.chunks[i].offsets), ShapeText(t.chunks[i].sizes),
+          EscapeText(s->relative_path), s->offset, s->offset + s->length);
     }
     return kExitOk;
   }
@@ -128,8 +132,7 @@ void InspectDcpJson(const InspectOptions& o, const DcpInput& in,
     entries.push_back(std::move(e));
   }
   j["entries"] = std::move(entries);
-  out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
-      << "\n";
+  out << JsonText(j) << "\n";
 }
 
 // The bytes items whose ckpt object name differs (Megatron ShardedObjects).
@@ -142,7 +145,7 @@ void PrintConvertedNames(const DcpInput& in, std::ostream& out) {
              "no '/')\n";
     }
     first = false;
-    out << "  " << fqn << " -> " << name << "\n";
+    out << "  " << EscapeText(fqn) << " -> " << EscapeText(name) << "\n";
   }
 }
 
@@ -152,7 +155,7 @@ void InspectDcpText(const InspectOptions& o, const DcpInput& in,
   out << "Format        " << DcpFormat(in) << "\n";
   out << "DCP version   "
       << (in.meta.version.empty() ? "(none: written before PyTorch 2.4)"
-                                  : in.meta.version)
+                                  : EscapeText(in.meta.version))
       << "\n";
   out << "World size    " << in.world_size
       << (in.meta.rank_local_files > 0
@@ -174,15 +177,18 @@ void InspectDcpText(const InspectOptions& o, const DcpInput& in,
   }
   if (in.megatron) {
     out << "Megatron      metadata.json "
-        << nlohmann::json::parse(in.megatron_json, nullptr, false).dump()
+        << JsonText(nlohmann::json::parse(in.megatron_json, nullptr, false), -1)
         << "\n";
     out << "Common state  "
-        << (in.common == nullptr ? "(no common.pt)" : "common.pt: " + s.common)
+        << (in.common == nullptr ? "(no common.pt)"
+                                 : "common.pt: " + EscapeText(s.common))
         << "\n";
   }
   size_t w = 4;
-  for (const auto& t : in.meta.tensors) w = std::max(w, t.fqn.size());
-  for (const auto& b : in.meta.bytes_items) w = std::max(w, b.size());
+  for (const auto& t : in.meta.tensors)
+    w = std::max(w, EscapeText(t.fqn).size());
+  for (const auto& b : in.meta.bytes_items)
+    w = std::max(w, EscapeText(b).size());
   w = std::min<size_t>(w, 48);
   out << "\n";
   PrintRow(out, w, "NAME", "DTYPE", "SHAPE", "CHUNKS", "SIZE", "VALUE");
@@ -243,12 +249,12 @@ absl::StatusOr<int> InspectSafetensorsEntry(const SafetensorsInput& in,
                                             std::ostream& out) {
   for (const auto& r : in.tensors) {
     if (r.name != o.entry) continue;
-    out << "Entry   " << r.name << "\nDType   " << DTypeName(r.tensor->dtype)
-        << " (" << interop::SafetensorsDTypeName(r.tensor->dtype)
-        << ")\nShape   " << ShapeText(r.tensor->shape) << "\nFile    "
-        << in.files[r.file].path() << "\nBytes   ["
-        << in.headers[r.file].data_offset + r.tensor->begin << ", "
-        << in.headers[r.file].data_offset + r.tensor->end << ")\n";
+    out << "Entry   " << EscapeText(r.name) << "\nDType   "
+        << DTypeName(r.tensor->dtype) << " ("
+        << interop::SafetensorsDTypeName(r.tensor->dtype) << ")\nShape   "
+        << ShapeText(r.tensor->shape) << "\nFile    " << in.files[r.file].path()
+        << "\nBytes   [" << in.headers[r.file].data_offset + r.tensor->begin
+        << ", " << in.headers[r.file].data_offset + r.tensor->end << ")\n";
     return kExitOk;
   }
   return absl::NotFoundError(
@@ -278,8 +284,7 @@ void InspectSafetensorsJson(const InspectOptions& o, const SafetensorsInput& in,
          {"bytes", r.tensor->end - r.tensor->begin}});
   }
   j["entries"] = std::move(entries);
-  out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
-      << "\n";
+  out << JsonText(j) << "\n";
 }
 
 void InspectSafetensorsText(const InspectOptions& o, const SafetensorsInput& in,
@@ -296,10 +301,10 @@ void InspectSafetensorsText(const InspectOptions& o, const SafetensorsInput& in,
     std::string v = in.metadata[i].second;
     if (v.size() > 60) v = v.substr(0, 57) + "...";
     out << (i == 0 ? "Metadata      " : "              ")
-        << in.metadata[i].first << " = " << v << "\n";
+        << EscapeText(in.metadata[i].first) << " = " << EscapeText(v) << "\n";
   }
   size_t w = 4;
-  for (const auto& r : in.tensors) w = std::max(w, r.name.size());
+  for (const auto& r : in.tensors) w = std::max(w, EscapeText(r.name).size());
   w = std::min<size_t>(w, 48);
   out << "\n";
   PrintRow(out, w, "NAME", "DTYPE", "SHAPE", "", "SIZE", "FILE");
@@ -357,8 +362,8 @@ ForeignValidation ValidateDcp(const std::string& path) {
       continue;
     }
     if (DescribeTorchRecord(*bytes).rfind("opaque: zip", 0) == 0) {
-      v.warnings.push_back(
-          absl::StrCat("bytes item '", b, "' is not a torch.save record"));
+      v.warnings.push_back(absl::StrCat("bytes item '", EscapeText(b),
+                                        "' is not a torch.save record"));
     }
     ++records;
   }
@@ -414,15 +419,13 @@ void PrintForeignValidation(const ForeignValidation& v, bool json,
     j["checked"] = v.checked;
     j["errors"] = v.errors;
     j["warnings"] = v.warnings;
-    out << j.dump(2, ' ', false,
-                  nlohmann::ordered_json::error_handler_t::replace)
-        << "\n";
+    out << JsonText(j) << "\n";
     return;
   }
-  out << "Format      " << v.format << "\n";
+  out << "Format      " << EscapeText(v.format) << "\n";
   out << "Checked     " << v.checked << "\n";
-  for (const auto& e : v.errors) out << "error: " << e << "\n";
-  for (const auto& w : v.warnings) out << "warning: " << w << "\n";
+  for (const auto& e : v.errors) out << "error: " << EscapeText(e) << "\n";
+  for (const auto& w : v.warnings) out << "warning: " << EscapeText(w) << "\n";
   const size_t n = v.errors.size() + v.warnings.size();
   if (v.errors.empty()) {
     out << (v.warnings.empty()

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/internal/batch_save.h"
 #include "ckpt/internal/thread_pool.h"
@@ -109,9 +110,10 @@ void Check(uint64_t seed, const Work& w, const char* data,
       m.coords = Coords(t.shape, d.global_index);
       m.expected = ElementText(t.dtype, expected.data());
       m.actual = ElementText(t.dtype, data + d.local_index * es);
-      m.message = absl::StrCat("entry '", t.name, "': element ", m.coords,
-                               " (index ", m.index, ") differs: expected ",
-                               m.expected, ", actual ", m.actual);
+      m.message =
+          absl::StrCat("entry '", format::EscapeText(t.name), "': element ",
+                       m.coords, " (index ", m.index, ") differs: expected ",
+                       m.expected, ", actual ", m.actual);
     }
   } else {
     const std::string& want = *w.object;
@@ -216,8 +218,9 @@ absl::StatusOr<uint64_t> MetaInt(const std::map<std::string, std::string>& meta,
         dir, ": metadata '", key, "' is missing (written by ckpt-synth?)"));
   }
   if (!absl::SimpleAtoi(it->second, &v)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, ": metadata '", key, "' = '", it->second, "' is not a number"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": metadata '", key, "' = '",
+                     format::EscapeText(it->second), "' is not a number"));
   }
   return v;
 }
@@ -278,9 +281,9 @@ TensorSource GeneratedPiece(uint64_t seed, const SynthTensor* t, Region piece,
              uint64_t offset, void* dst, uint64_t n) -> absl::Status {
     const uint64_t es = DTypeSize(t->dtype);
     if (offset % es != 0 || n % es != 0) {
-      return absl::InternalError(
-          absl::StrCat("entry '", t->name, "': byte range [", offset, ", ",
-                       offset + n, ") is not a whole number of elements"));
+      return absl::InternalError(absl::StrCat(
+          "entry '", format::EscapeText(t->name), "': byte range [", offset,
+          ", ", offset + n, ") is not a whole number of elements"));
     }
     char* out = static_cast<char*>(dst);
     for (const Region& sub :
@@ -499,8 +502,9 @@ std::optional<Mismatch> TypeMismatch(const format::EntryRecord& e,
   m.entry = e.name;
   m.expected = std::move(want);
   m.actual = std::move(got);
-  m.message = absl::StrCat("entry '", e.name, "': ", what, " ", m.expected,
-                           " expected, the checkpoint has ", m.actual);
+  m.message =
+      absl::StrCat("entry '", format::EscapeText(e.name), "': ", what, " ",
+                   m.expected, " expected, the checkpoint has ", m.actual);
   return m;
 }
 
@@ -518,7 +522,7 @@ std::vector<std::string> MatchEntries(
       m.kind = Mismatch::Kind::kUnexpected;
       m.entry = e.name;
       m.message =
-          absl::StrCat("entry '", e.name,
+          absl::StrCat("entry '", format::EscapeText(e.name),
                        "' is in the checkpoint but not in the synthetic model");
       found[e.name] = std::move(m);
     } else if (std::optional<Mismatch> m = TypeMismatch(e, it->second)) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "ckpt/format/names.h"
 
 namespace ckpt::synth {
 namespace {
@@ -63,8 +64,9 @@ absl::StatusOr<SynthLayout> ParseLayout(absl::string_view name) {
   for (SynthLayout l : kAllSynthLayouts) {
     if (LayoutName(l) == name) return l;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown layout '", name, "' (expected tp, fsdp, replicated or mixed)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown layout '", format::EscapeText(name),
+                   "' (expected tp, fsdp, replicated or mixed)"));
 }
 
 ModelConfig ConfigFor(int layers, uint64_t hidden) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/mutex.h"
+#include "common/escaped_output.h"
 #include "common/tool_util.h"
 
 namespace ckpt::synth {
@@ -99,7 +100,8 @@ std::string VerifyText(const VerifyResult& r, size_t max_listed) {
   for (const Mismatch& m : r.mismatches)
     metadata += m.kind == Mismatch::Kind::kMetadata;
   for (size_t i = 0; i < r.mismatches.size() && i < max_listed; ++i) {
-    absl::StrAppend(&s, "MISMATCH ", r.mismatches[i].message, "\n");
+    absl::StrAppend(&s, "MISMATCH ", tools::EscapeText(r.mismatches[i].message),
+                    "\n");
   }
   if (r.mismatches.size() > max_listed) {
     absl::StrAppendFormat(&s, "... and %d more\n",
@@ -192,7 +194,7 @@ absl::StatusOr<int> RunWrite(const WriteArgs& args, std::ostream& out) {
   progress.reset();
   CKPT_ASSIGN_OR_RETURN(SynthResult r, std::move(written));
   if (args.json) {
-    out << WriteJson(r).dump(2) << "\n";
+    out << tools::JsonText(WriteJson(r)) << "\n";
   } else {
     out << WriteText(r);
   }
@@ -225,7 +227,7 @@ absl::StatusOr<int> RunVerify(const VerifyArgs& args, std::ostream& out) {
   progress.reset();
   CKPT_ASSIGN_OR_RETURN(VerifyResult r, std::move(verified));
   if (args.json) {
-    out << VerifyJson(r).dump(2) << "\n";
+    out << tools::JsonText(VerifyJson(r)) << "\n";
   } else {
     out << VerifyText(r);
   }
