@@ -52,9 +52,44 @@ std::string CodecName(format::Codec c) {
   return c == format::Codec::kZstd ? "zstd" : "none";
 }
 
-void Add(std::vector<IndexProblem>* problems, const std::string& entry,
-         int64_t chunk, std::string message) {
-  problems->push_back(IndexProblem{entry, chunk, std::move(message)});
+// The problems of one call, listed up to kMaxListedProblems and counted
+// beyond, in one last problem: a hostile index must not make the list grow
+// with the manifest's chunks (2^24 chunks missing from an index were 2^24
+// messages, over 3 GB).
+constexpr size_t kMaxListedProblems = 1000;
+
+class Problems {
+ public:
+  explicit Problems(std::vector<IndexProblem>* out)
+      : out_(out), listed_(out->size()) {}
+  ~Problems() {
+    if (unlisted_ == 0) return;
+    out_->push_back(IndexProblem{
+        "", -1,
+        absl::StrCat(unlisted_,
+                     " more disagreements between the shard index and the "
+                     "manifest are not listed")});
+  }
+  Problems(const Problems&) = delete;
+  Problems& operator=(const Problems&) = delete;
+
+  void Add(const std::string& entry, int64_t chunk, std::string message) {
+    if (out_->size() - listed_ >= kMaxListedProblems) {
+      ++unlisted_;
+      return;
+    }
+    out_->push_back(IndexProblem{entry, chunk, std::move(message)});
+  }
+
+ private:
+  std::vector<IndexProblem>* out_;
+  size_t listed_;  // problems already there before this call
+  uint64_t unlisted_ = 0;
+};
+
+void Add(Problems* problems, const std::string& entry, int64_t chunk,
+         std::string message) {
+  problems->Add(entry, chunk, std::move(message));
 }
 
 std::string UnlistedChunk(const ChunkRecord& c) {
@@ -68,7 +103,7 @@ std::string UnlistedChunk(const ChunkRecord& c) {
 // the entries described differently (their chunks are not compared).
 absl::flat_hash_map<uint32_t, const EntryRecord*> MapIndexEntries(
     const ManifestIndex& m, const format::ShardIndex& index,
-    absl::flat_hash_set<uint32_t>* bad, std::vector<IndexProblem>* problems) {
+    absl::flat_hash_set<uint32_t>* bad, Problems* problems) {
   absl::flat_hash_map<uint32_t, const EntryRecord*> out;
   for (const EntryRecord& ie : index.entries) {
     const int64_t e = m.Find(ie.name);
@@ -117,8 +152,7 @@ std::string ChunkFieldDiff(const ChunkRecord& ic, const ChunkRecord& mc) {
 // in the same order in both places). Appends matches to `matched`.
 void MatchEntryChunks(const EntryRecord& me, uint32_t e,
                       std::vector<ChunkRef> mine, const EntryRecord& ie,
-                      std::vector<ChunkRef>* matched,
-                      std::vector<IndexProblem>* problems) {
+                      std::vector<ChunkRef>* matched, Problems* problems) {
   std::vector<const ChunkRecord*> theirs;
   for (const ChunkRecord& c : ie.chunks) theirs.push_back(&c);
   auto mc = [&](size_t i) -> const ChunkRecord& {
@@ -169,9 +203,10 @@ void MatchEntryChunks(const EntryRecord& me, uint32_t e,
 
 std::vector<ChunkRef> MatchIndexChunks(const ManifestIndex& m, uint32_t shard,
                                        const format::ShardIndex& shard_index,
-                                       std::vector<IndexProblem>* problems) {
+                                       std::vector<IndexProblem>* out) {
+  Problems problems(out);
   absl::flat_hash_set<uint32_t> bad;
-  auto index_of = MapIndexEntries(m, shard_index, &bad, problems);
+  auto index_of = MapIndexEntries(m, shard_index, &bad, &problems);
   const std::vector<ChunkRef>& listed = m.ChunksOf(shard);
   absl::flat_hash_set<uint32_t> seen;
   std::vector<ChunkRef> matched;
@@ -183,9 +218,9 @@ std::vector<ChunkRef> MatchIndexChunks(const ManifestIndex& m, uint32_t shard,
     auto it = index_of.find(e);
     if (it != index_of.end()) {
       MatchEntryChunks(me, e, {listed.begin() + a, listed.begin() + b},
-                       *it->second, &matched, problems);
+                       *it->second, &matched, &problems);
     } else if (!bad.contains(e)) {
-      Add(problems, me.name, listed[a].chunk,
+      Add(&problems, me.name, listed[a].chunk,
           absl::StrCat("the manifest stores ", b - a,
                        " chunk(s) of this entry in this shard, but the shard "
                        "index does not list the entry"));
@@ -196,7 +231,7 @@ std::vector<ChunkRef> MatchIndexChunks(const ManifestIndex& m, uint32_t shard,
     const int64_t e = m.Find(ie.name);
     if (e < 0 || seen.contains(e) || bad.contains(e)) continue;
     for (const ChunkRecord& c : ie.chunks) {
-      Add(problems, ie.name, -1, UnlistedChunk(c));
+      Add(&problems, ie.name, -1, UnlistedChunk(c));
     }
   }
   std::sort(matched.begin(), matched.end(),
@@ -208,7 +243,8 @@ std::vector<ChunkRef> MatchIndexChunks(const ManifestIndex& m, uint32_t shard,
 
 void FindPayloadOverlaps(const format::Manifest& manifest,
                          const std::vector<ChunkRef>& matched,
-                         std::vector<IndexProblem>* problems) {
+                         std::vector<IndexProblem>* out) {
+  Problems problems(out);
   const ChunkRef* prev = nullptr;  // the one reaching furthest so far
   auto end = [](const ChunkRef& r) {
     return r.indexed->data_offset + r.indexed->stored_length;
@@ -216,7 +252,7 @@ void FindPayloadOverlaps(const format::Manifest& manifest,
   for (const ChunkRef& r : matched) {
     if (r.indexed->stored_length == 0) continue;
     if (prev != nullptr && end(*prev) > r.indexed->data_offset) {
-      Add(problems, manifest.entries[r.entry].name, r.chunk,
+      Add(&problems, manifest.entries[r.entry].name, r.chunk,
           absl::StrCat("payload at offset ", r.indexed->data_offset,
                        " overlaps that of chunk ", prev->chunk, " of '",
                        manifest.entries[prev->entry].name, "' (offset ",

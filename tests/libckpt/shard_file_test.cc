@@ -27,6 +27,7 @@ using format::EntryRecord;
 using format::Manifest;
 using format::ShardIndex;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
@@ -270,6 +271,27 @@ TEST(MatchIndexChunks, DataOffsetIsIgnoredWithoutStoredBytes) {
   t.index.entries[0].chunks[0].data_offset = 77;
   t.index.entries[0].chunks[0].blocks.clear();
   EXPECT_THAT(t.Match(), IsEmpty());
+}
+
+// A hostile index that lists an entry without the manifest's many chunks
+// gets 1000 problems listed and the rest counted, not one message per chunk
+// (2^24 of them took over 3 GB in ckpt-validate).
+TEST(MatchIndexChunks, ProblemsPastAThousandAreCountedNotListed) {
+  TwoEntries t;
+  EntryRecord& a = t.m.entries[0];
+  a.flags = format::kEntryFlagPartial;
+  t.index.entries[0].flags = format::kEntryFlagPartial;
+  for (uint64_t i = 0; i < 1500; ++i) {
+    a.chunks.push_back(TwoEntries::Chunk(FlatRange{8, 0}, 0, 0, 0));
+  }
+  const std::vector<IndexProblem> problems = t.Match();
+  ASSERT_THAT(problems, SizeIs(1001));
+  EXPECT_EQ(problems[0].entry, "a");
+  EXPECT_THAT(problems[0].message, HasSubstr("not in the shard index"));
+  EXPECT_THAT(problems[1000],
+              Problem("", -1,
+                      "500 more disagreements between the shard index and "
+                      "the manifest are not listed"));
 }
 
 TEST(FindPayloadOverlaps, OverlapNamesBothChunks) {
