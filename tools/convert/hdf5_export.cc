@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/format_constants.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/reader.h"
 #include "convert/hdf5_chunks.h"
@@ -167,7 +168,7 @@ class FileWriter {
     for (const auto& [k, v] : m.metadata) {
       if (!s.ok()) break;
       s = Annotate(hdf5::WriteStringAttribute(r, UserMetadataAttrName(k), v),
-                   absl::StrCat("metadata key '", k, "'"));
+                   absl::StrCat("metadata key '", format::EscapeText(k), "'"));
     }
     CKPT_RETURN_IF_ERROR(
         Written(absl::StrCat(display_name_, ": root attributes")));
@@ -177,8 +178,9 @@ class FileWriter {
   // Creates the dataset of `e` (and the groups above it).
   absl::Status CreateDataset(const Hdf5ExportedEntry& e) {
     Hdf5Lock lock;
-    const std::string where = absl::StrCat(display_name_, ": dataset '", e.path,
-                                           "' (entry '", e.name, "')");
+    const std::string where =
+        absl::StrCat(display_name_, ": dataset '", format::EscapeText(e.path),
+                     "' (entry '", format::EscapeText(e.name), "')");
     CKPT_RETURN_IF_ERROR(CreateGroupsOf(e.path, where));
     CKPT_ASSIGN_OR_RETURN(Handle type, hdf5::FileTypeFor(e.dtype));
     Handle space;
@@ -218,7 +220,8 @@ class FileWriter {
                                      DTypeName(e.dtype));
     }
     CKPT_RETURN_IF_ERROR(Written(where));
-    return Annotate(s, absl::StrCat(display_name_, ": dataset '", e.path, "'"));
+    return Annotate(s, absl::StrCat(display_name_, ": dataset '",
+                                    format::EscapeText(e.path), "'"));
   }
 
   // Writes `data` (the ckpt bytes of `box`) into the dataset of `e`.
@@ -226,8 +229,8 @@ class FileWriter {
                         const void* data) {
     Hdf5Lock lock;
     const std::string where =
-        absl::StrCat(display_name_, ": writing dataset '", e.path, "' at ",
-                     RegionToString(box));
+        absl::StrCat(display_name_, ": writing dataset '",
+                     format::EscapeText(e.path), "' at ", RegionToString(box));
     Handle ds(H5Dopen2(file_.get(), e.path.c_str(), H5P_DEFAULT));
     if (!ds.valid()) return Error(where);
     CKPT_ASSIGN_OR_RETURN(Handle type, hdf5::FileTypeFor(e.dtype));
@@ -259,12 +262,13 @@ class FileWriter {
     Hdf5Lock lock;
     Handle ds(H5Dopen2(file_.get(), e.path.c_str(), H5P_DEFAULT));
     if (!ds.valid())
-      return Error(absl::StrCat(display_name_, ": dataset '", e.path, "'"));
+      return Error(absl::StrCat(display_name_, ": dataset '",
+                                format::EscapeText(e.path), "'"));
     for (size_t i = 0; i < count; ++i) {
       const hdf5::EncodedChunk& c = chunks[i];
-      const std::string where =
-          absl::StrCat(display_name_, ": writing the chunk of dataset '",
-                       e.path, "' at ", ShapeToString(c.offset));
+      const std::string where = absl::StrCat(
+          display_name_, ": writing the chunk of dataset '",
+          format::EscapeText(e.path), "' at ", ShapeToString(c.offset));
       std::vector<hsize_t> offset(c.offset.begin(), c.offset.end());
       if (H5Dwrite_chunk(ds.get(), H5P_DEFAULT, 0, offset.data(),
                          c.bytes.size(), c.bytes.data()) < 0) {
@@ -421,11 +425,11 @@ absl::StatusOr<Hdf5ExportResult> PlanExport(const Reader& reader,
   std::vector<std::string> names;
   for (const format::EntryRecord& e : m.entries) {
     if (e.flags & format::kEntryFlagPartial) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(result.checkpoint_dir, ": entry '", e.name,
-                       "' is partial (its chunks need not cover the tensor); "
-                       "an HDF5 dataset needs every "
-                       "element"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          result.checkpoint_dir, ": entry '", format::EscapeText(e.name),
+          "' is partial (its chunks need not cover the tensor); "
+          "an HDF5 dataset needs every "
+          "element"));
     }
     names.push_back(e.name);
   }
