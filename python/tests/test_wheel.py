@@ -5,9 +5,13 @@ as console entry points. Installed into a fresh virtual environment (torch
 saves and loads on 2 ranks under torchrun, and its `ckpt-validate` and
 `ckpt-inspect` on PATH check what it wrote.
 
-Slow (it compiles the library and the tools once more: minutes on two
-cores); ctest runs it as python.wheel. CKPT_WHEEL_BUILD_DIR keeps the wheel's
-CMake build between runs (ctest sets it under the build tree)."""
+ctest runs it as python.wheel. CKPT_WHEEL_BUILD_DIR keeps the wheel's CMake
+build between runs (ctest sets it beside the build tree). Without ccache it
+is slow (it compiles the library and the tools once more: minutes on two
+cores); with it, ctest also sets CKPT_WHEEL_BUILD_TYPE and
+CKPT_WHEEL_CMAKE_DEFINES ("KEY=VALUE|KEY=VALUE": the build tree's compiler
+and flags) so that ccache serves the build tree's objects
+(python/tests/CMakeLists.txt)."""
 import os
 import subprocess
 import sys
@@ -45,9 +49,14 @@ def clean_env(**extra):
 def wheel(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
     build_dir = os.environ.get("CKPT_WHEEL_BUILD_DIR", str(out / "build"))
+    settings = [f"build-dir={build_dir}"]
+    if os.environ.get("CKPT_WHEEL_BUILD_TYPE"):
+        settings.append(f"cmake.build-type={os.environ['CKPT_WHEEL_BUILD_TYPE']}")
+    for define in filter(None, os.environ.get("CKPT_WHEEL_CMAKE_DEFINES", "").split("|")):
+        settings.append(f"cmake.define.{define}")
     run([sys.executable, "-m", "pip", "wheel", SRC, "--no-build-isolation", "--no-deps",
-         "--disable-pip-version-check", "-q", "-w", str(out),
-         f"--config-settings=build-dir={build_dir}"],
+         "--disable-pip-version-check", "-q", "-w", str(out)]
+        + [f"--config-settings={s}" for s in settings],
         env=clean_env(CMAKE_BUILD_PARALLEL_LEVEL="2"))
     wheels = [f for f in os.listdir(out) if f.endswith(".whl")]
     assert len(wheels) == 1, wheels
@@ -60,8 +69,10 @@ def venv(wheel, tmp_path_factory):
     env_dir = tmp_path_factory.mktemp("venv")
     base = getattr(sys, "_base_executable", sys.executable)
     run([base, "-m", "venv", str(env_dir)], env=clean_env())
+    # --no-compile: no .pyc for the modules of torch the smoke test never
+    # imports (a third of the install's time).
     run([str(env_dir / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
-         "torch==2.13.0", str(wheel)], env=clean_env())
+         "--no-compile", "torch==2.13.0", str(wheel)], env=clean_env())
     return env_dir
 
 

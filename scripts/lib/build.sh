@@ -54,6 +54,16 @@ ckpt_werror_flag() {
   fi
 }
 
+# ckpt_ccache_flag: -DCKPT_CCACHE=ON when ccache is installed, else OFF
+# (CMakeLists.txt says what it shares between build trees).
+ckpt_ccache_flag() {
+  if command -v ccache >/dev/null 2>&1; then
+    echo -DCKPT_CCACHE=ON
+  else
+    echo -DCKPT_CCACHE=OFF
+  fi
+}
+
 # Environment for running the test suite on a small CI box or a container:
 # Open MPI refuses to start as root and to run more ranks than cores (the
 # MPI tests may use more ranks than a 2-core machine has cores), and its shared-memory
@@ -95,7 +105,10 @@ ckpt_venv() {
   fi
   local start=$SECONDS
   # pip's own chatter is dropped; its errors (and a failed exit) go through.
-  if ! .venv/bin/pip install --disable-pip-version-check -q -r requirements.txt \
+  # --no-compile: no .pyc for the tens of thousands of modules of torch and
+  # transformers that nothing imports (a third of the install's time); Python
+  # writes them for the modules it does import, on first use.
+  if ! .venv/bin/pip install --disable-pip-version-check --no-compile -q -r requirements.txt \
        > .venv/ckpt-pip.log 2>&1; then
     grep -v '^WARNING: Location' .venv/ckpt-pip.log >&2
     echo "venv: pip install -r requirements.txt FAILED (log in .venv/ckpt-pip.log)" >&2
