@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "ckpt/format/format_constants.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 
 namespace ckpt::interop {
@@ -75,7 +76,7 @@ absl::StatusOr<std::string> DtypeOf(const PyValue* props,
                                     const std::string& fqn) {
   if (props == nullptr || !IsDcpClass(*props, "TensorProperties") ||
       props->state == nullptr) {
-    return Bad(absl::StrCat("tensor '", fqn,
+    return Bad(absl::StrCat("tensor '", format::EscapeText(fqn),
                             "': properties are not TensorProperties"));
   }
   const PyValue* d =
@@ -83,7 +84,8 @@ absl::StatusOr<std::string> DtypeOf(const PyValue* props,
           ? props->state->items[0]
           : Field(*props, "dtype");
   if (d == nullptr || !d->Is(Kind::kGlobal)) {
-    return Bad(absl::StrCat("tensor '", fqn, "': no dtype in its properties"));
+    return Bad(absl::StrCat("tensor '", format::EscapeText(fqn),
+                            "': no dtype in its properties"));
   }
   return std::string(d->text);
 }
@@ -99,8 +101,9 @@ uint64_t DimsBytes(size_t n) { return n > 4 ? 8 * n : 0; }
 absl::Status CheckTensorSize(const DcpTensor& t) {
   absl::Status s = ValidateShape(t.size, DTypeSize(t.dtype));
   if (s.ok()) return s;
-  return Bad(
-      absl::StrCat("tensor '", t.fqn, "' (", t.dtype_name, "): ", s.message()));
+  return Bad(absl::StrCat("tensor '", format::EscapeText(t.fqn), "' (",
+                          format::EscapeText(t.dtype_name),
+                          "): ", s.message()));
 }
 
 absl::StatusOr<DcpTensor> DecodeTensor(const std::string& fqn, const PyValue& v,
@@ -110,28 +113,31 @@ absl::StatusOr<DcpTensor> DecodeTensor(const std::string& fqn, const PyValue& v,
   CKPT_ASSIGN_OR_RETURN(t.dtype_name, DtypeOf(Field(v, "properties"), fqn));
   auto dtype = DTypeFromTorch(t.dtype_name);
   if (!dtype.ok()) {
-    return absl::Status(
-        dtype.status().code(),
-        absl::StrCat("tensor '", fqn, "': ", dtype.status().message()));
+    return absl::Status(dtype.status().code(),
+                        absl::StrCat("tensor '", format::EscapeText(fqn),
+                                     "': ", dtype.status().message()));
   }
   t.dtype = *dtype;
   CKPT_ASSIGN_OR_RETURN(
-      t.size, IntTuple(Field(v, "size"), absl::StrCat("size of '", fqn, "'")));
+      t.size,
+      IntTuple(Field(v, "size"),
+               absl::StrCat("size of '", format::EscapeText(fqn), "'")));
   CKPT_RETURN_IF_ERROR(CheckTensorSize(t));
   const PyValue* chunks = Field(v, "chunks");
   if (chunks == nullptr || !chunks->Is(Kind::kList)) {
-    return Bad(absl::StrCat("tensor '", fqn, "': chunks is not a list"));
+    return Bad(absl::StrCat("tensor '", format::EscapeText(fqn),
+                            "': chunks is not a list"));
   }
   // A chunk list or chunk the pickle shares between tensors is copied into
   // each: what is built is charged to the pickle's budget.
-  const std::string what =
-      absl::StrCat("DCP metadata: the chunks of tensor '", fqn, "'");
+  const std::string what = absl::StrCat("DCP metadata: the chunks of tensor '",
+                                        format::EscapeText(fqn), "'");
   CKPT_RETURN_IF_ERROR(
       budget.Charge(chunks->items.size() * sizeof(DcpChunk), what));
   t.chunks.reserve(chunks->items.size());
   for (const PyValue* c : chunks->items) {
     if (!IsDcpClass(*c, "ChunkStorageMetadata")) {
-      return Bad(absl::StrCat("tensor '", fqn,
+      return Bad(absl::StrCat("tensor '", format::EscapeText(fqn),
                               "': a chunk is not ChunkStorageMetadata"));
     }
     DcpChunk chunk;
@@ -166,35 +172,40 @@ absl::StatusOr<DcpStorage> DecodeStorage(const PyValue& key,
   const PyValue* off = Field(key, "offset");
   if (off != nullptr && !off->Is(Kind::kNone)) {
     CKPT_ASSIGN_OR_RETURN(
-        s.offsets, IntTuple(off, absl::StrCat("offset of '", s.fqn, "'")));
+        s.offsets, IntTuple(off, absl::StrCat("offset of '",
+                                              format::EscapeText(s.fqn), "'")));
   }
   const PyValue* path = Field(info, "relative_path");
   if (path == nullptr || !path->Is(Kind::kStr)) {
-    return Bad(absl::StrCat("'", s.fqn, "': relative_path is not a string"));
+    return Bad(absl::StrCat("'", format::EscapeText(s.fqn),
+                            "': relative_path is not a string"));
   }
   s.relative_path = std::string(path->text);
   if (!PlainFileName(s.relative_path)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "DCP metadata: '", s.fqn, "' is stored in '", s.relative_path,
-        "', which is not a file inside the checkpoint directory"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("DCP metadata: '", format::EscapeText(s.fqn),
+                     "' is stored in '", format::EscapeText(s.relative_path),
+                     "', which is not a file inside the checkpoint directory"));
   }
   CKPT_ASSIGN_OR_RETURN(
       s.offset, NonNegative(Field(info, "offset"), "_StorageInfo.offset"));
   CKPT_ASSIGN_OR_RETURN(
       s.length, NonNegative(Field(info, "length"), "_StorageInfo.length"));
-  CKPT_RETURN_IF_ERROR(budget.Charge(
-      sizeof(DcpStorage) + TextBytes(s.fqn.size()) +
-          TextBytes(s.relative_path.size()) +
-          DimsBytes(s.offsets ? s.offsets->size() : 0),
-      absl::StrCat("DCP metadata: the storage of '", s.fqn, "'")));
+  CKPT_RETURN_IF_ERROR(
+      budget.Charge(sizeof(DcpStorage) + TextBytes(s.fqn.size()) +
+                        TextBytes(s.relative_path.size()) +
+                        DimsBytes(s.offsets ? s.offsets->size() : 0),
+                    absl::StrCat("DCP metadata: the storage of '",
+                                 format::EscapeText(s.fqn), "'")));
   const PyValue* td = Field(info, "transform_descriptors");
   if (td != nullptr && (td->Is(Kind::kList) || td->Is(Kind::kTuple))) {
     for (const PyValue* x : td->items) {
       if (!x->Is(Kind::kStr))
         return Bad("a transform descriptor is not a string");
-      CKPT_RETURN_IF_ERROR(budget.Charge(
-          sizeof(std::string) + TextBytes(x->text.size()),
-          absl::StrCat("DCP metadata: the storage of '", s.fqn, "'")));
+      CKPT_RETURN_IF_ERROR(
+          budget.Charge(sizeof(std::string) + TextBytes(x->text.size()),
+                        absl::StrCat("DCP metadata: the storage of '",
+                                     format::EscapeText(s.fqn), "'")));
       s.transform_descriptors.emplace_back(x->text);
     }
   }
@@ -214,7 +225,8 @@ absl::Status DecodeStateDict(const PyValue* sdm, DcpMetadata& m,
     CKPT_RETURN_IF_ERROR(
         budget.Charge(sizeof(DcpTensor) +
                           2 * (sizeof(std::string) + TextBytes(k->text.size())),
-                      absl::StrCat("DCP metadata: the item '", k->text, "'")));
+                      absl::StrCat("DCP metadata: the item '",
+                                   format::EscapeText(k->text), "'")));
     if (IsDcpClass(*v, "BytesStorageMetadata")) {
       m.bytes_items.emplace_back(k->text);
     } else if (IsDcpClass(*v, "TensorStorageMetadata")) {
@@ -222,8 +234,8 @@ absl::Status DecodeStateDict(const PyValue* sdm, DcpMetadata& m,
                             DecodeTensor(std::string(k->text), *v, budget));
       m.tensors.push_back(std::move(t));
     } else {
-      return Bad(
-          absl::StrCat("'", k->text, "' is neither tensor nor bytes metadata"));
+      return Bad(absl::StrCat("'", format::EscapeText(k->text),
+                              "' is neither tensor nor bytes metadata"));
     }
   }
   std::sort(
@@ -235,7 +247,8 @@ absl::Status DecodeStateDict(const PyValue* sdm, DcpMetadata& m,
   std::sort(names.begin(), names.end());
   auto dup = std::adjacent_find(names.begin(), names.end());
   if (dup != names.end())
-    return Bad(absl::StrCat("'", *dup, "' is in state_dict_metadata twice"));
+    return Bad(absl::StrCat("'", format::EscapeText(*dup),
+                            "' is in state_dict_metadata twice"));
   return absl::OkStatus();
 }
 
@@ -315,8 +328,9 @@ absl::Status Disagree(int a, int b, absl::string_view what) {
 absl::Status RankMerge::AddTensor(DcpTensor t, int rank) {
   if (auto b = bytes.find(t.fqn); b != bytes.end()) {
     return Disagree(b->second, rank,
-                    absl::StrCat("'", t.fqn, "' is a bytes item on rank ",
-                                 b->second, " and a tensor on rank ", rank));
+                    absl::StrCat("'", format::EscapeText(t.fqn),
+                                 "' is a bytes item on rank ", b->second,
+                                 " and a tensor on rank ", rank));
   }
   auto [it, added] =
       tensors.emplace(t.fqn, std::make_pair(m.tensors.size(), rank));
@@ -325,22 +339,23 @@ absl::Status RankMerge::AddTensor(DcpTensor t, int rank) {
   DcpTensor& into = m.tensors[it->second.first];
   const int first = it->second.second;
   if (into.dtype_name != t.dtype_name || into.size != t.size) {
-    return Disagree(
-        first, rank,
-        absl::StrCat("tensor '", t.fqn, "' is ", into.dtype_name, " ",
-                     DimsText(into.size), " on rank ", first, " and ",
-                     t.dtype_name, " ", DimsText(t.size), " on rank ", rank));
+    return Disagree(first, rank,
+                    absl::StrCat("tensor '", format::EscapeText(t.fqn), "' is ",
+                                 format::EscapeText(into.dtype_name), " ",
+                                 DimsText(into.size), " on rank ", first,
+                                 " and ", format::EscapeText(t.dtype_name), " ",
+                                 DimsText(t.size), " on rank ", rank));
   }
   for (DcpChunk& c : t.chunks) {
     auto [old, fresh] =
         chunks.emplace(Key(t.fqn, c.offsets), std::make_pair(c.sizes, rank));
     if (!fresh && old->second.first != c.sizes) {
-      return Disagree(
-          old->second.second, rank,
-          absl::StrCat("the chunk of '", t.fqn, "' at ", DimsText(c.offsets),
-                       " has sizes ", DimsText(old->second.first), " on rank ",
-                       old->second.second, " and ", DimsText(c.sizes),
-                       " on rank ", rank));
+      return Disagree(old->second.second, rank,
+                      absl::StrCat("the chunk of '", format::EscapeText(t.fqn),
+                                   "' at ", DimsText(c.offsets), " has sizes ",
+                                   DimsText(old->second.first), " on rank ",
+                                   old->second.second, " and ",
+                                   DimsText(c.sizes), " on rank ", rank));
     }
     if (fresh) into.chunks.push_back(std::move(c));
   }
@@ -351,8 +366,8 @@ absl::Status RankMerge::AddBytesItem(const std::string& fqn, int rank) {
   if (auto t = tensors.find(fqn); t != tensors.end()) {
     return Disagree(
         t->second.second, rank,
-        absl::StrCat("'", fqn, "' is a tensor on rank ", t->second.second,
-                     " and a bytes item on rank ", rank));
+        absl::StrCat("'", format::EscapeText(fqn), "' is a tensor on rank ",
+                     t->second.second, " and a bytes item on rank ", rank));
   }
   if (bytes.emplace(fqn, rank).second) m.bytes_items.push_back(fqn);
   return absl::OkStatus();
@@ -481,9 +496,10 @@ absl::StatusOr<DcpMetadata> MergeRankLocalDcpMetadata(
     if (r.module != m.module || r.version != m.version) {
       return Disagree(
           0, rank,
-          absl::StrCat("module ", m.module, " version '", m.version,
-                       "' on rank 0, module ", r.module, " version '",
-                       r.version, "' on rank ", rank));
+          absl::StrCat("module ", format::EscapeText(m.module), " version '",
+                       format::EscapeText(m.version), "' on rank 0, module ",
+                       format::EscapeText(r.module), " version '",
+                       format::EscapeText(r.version), "' on rank ", rank));
     }
     m.has_storage_meta = m.has_storage_meta || r.has_storage_meta;
     m.has_planner_data = m.has_planner_data || r.has_planner_data;
@@ -561,8 +577,9 @@ absl::StatusOr<std::string> GatherTensor(const TorchTensorRef& t,
   const uint64_t es = DTypeSize(t.dtype);
   if (storage.size() / es < t.storage_numel) {
     return absl::DataLossError(absl::StrCat(
-        "torch record: storage '", t.storage_key, "' holds ", storage.size(),
-        " bytes, less than ", t.storage_numel, " elements"));
+        "torch record: storage '", format::EscapeText(t.storage_key),
+        "' holds ", storage.size(), " bytes, less than ", t.storage_numel,
+        " elements"));
   }
   uint64_t n = 1, last = t.storage_offset;  // the highest element index used
   for (size_t d = 0; d < t.size.size(); ++d) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 
 namespace ckpt::interop {
@@ -373,7 +374,7 @@ absl::Status Unpickler::Global(absl::string_view module,
   const std::string full = absl::StrCat(module, ".", name);
   if (!AllowList().contains(full)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "pickle global '", full,
+        "pickle global '", format::EscapeText(full),
         "' is not allowed: only plain data and the classes of "
         "checkpoint metadata are read, and nothing is ever executed"));
   }
@@ -445,7 +446,8 @@ absl::StatusOr<const PyValue*> Unpickler::Call(
       break;
   }
   return absl::FailedPreconditionError(
-      absl::StrCat("pickle: '", fn.text, "' is not read as a call (REDUCE)"));
+      absl::StrCat("pickle: '", format::EscapeText(fn.text),
+                   "' is not read as a call (REDUCE)"));
 }
 
 // OrderedDict() or OrderedDict(pairs): a dict.
@@ -783,7 +785,7 @@ void Describe(const PyValue& v, int depth, std::string& out, size_t max_chars) {
       out += absl::StrFormat("%g", v.real);
       break;
     case Kind::kStr:
-      out += absl::StrCat("'", v.text, "'");
+      out += absl::StrCat("'", format::EscapeText(v.text), "'");
       break;
     case Kind::kBytes:
       out += absl::StrCat("<", v.text.size(), " bytes>");

@@ -299,6 +299,16 @@ TEST(DcpMetadataTest, SizeWhoseElementCountOverflowsIsRefused) {
                "4294967296]: element count overflows int64"));
 }
 
+// Messages quote the names of the pickle through format::EscapeText.
+TEST(DcpMetadataTest, ErrorsQuoteItemNamesEscaped) {
+  namespace dp = ::ckpt::testing::dcp_pickle;
+  EXPECT_THAT(DecodeDcpMetadata(dp::Metadata(
+                  {{"w\x1b[2J\xc2\x9b",
+                    dp::Tensor({int64_t{1} << 32, int64_t{1} << 32}, "]")}})),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "tensor 'w\\x1b[2J\\u009b' (torch.float32): shape"));
+}
+
 TEST(DcpMetadataTest, SizeWhoseByteCountOverflowsIsRefused) {
   namespace dp = ::ckpt::testing::dcp_pickle;
   EXPECT_THAT(

@@ -54,6 +54,18 @@ TEST(PickleTest, PlainValues) {
             "{'a': [1, -2, True, None], 'b': (<2 bytes>, 2.5)}");
 }
 
+// DescribePy shows strings through format::EscapeText (its text reaches
+// ckpt-inspect's output); a refused global's name is escaped too.
+TEST(PickleTest, DescribedStringsAndRefusedGlobalsAreEscaped) {
+  const std::string text("a\x1b]0;t\x07\xc2\x9b", 9);
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      Unpickled u, Unpickle(P2(std::string("X\x09\x00\x00\x00", 5) + text)));
+  EXPECT_EQ(DescribePy(*u.root), "'a\\x1b]0;t\\x07\\u009b'");
+  EXPECT_THAT(Unpickle(P2("cos\nsys\x1b[2J\n")),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "pickle global 'os.sys\\x1b[2J' is not allowed"));
+}
+
 TEST(PickleTest, TorchSizeAndDtypeAreData) {
   // torch.Size((3, 4)) and torch.float32
   const std::string body =

@@ -142,7 +142,8 @@ absl::StatusOr<Unpickled> Unpickle(absl::string_view data,
 std::vector<std::string> AllowedGlobals();
 
 // A short human-readable rendering (Python-like), at most `max_chars`
-// characters and `max_depth` levels (deeper: "...").
+// characters and `max_depth` levels (deeper: "..."); strings shown through
+// format::EscapeText.
 std::string DescribePy(const PyValue& v, size_t max_chars = 200,
                        int max_depth = 8);
 
