@@ -196,6 +196,26 @@ absl::Status CheckIndexMetadata(const format::ShardIndex& index,
       " pairs in the index, ", manifest.metadata.size(), " in the manifest)"));
 }
 
+absl::StatusOr<std::vector<ChunkRef>> CheckShardIndex(
+    const ManifestIndex& index, uint32_t shard, const std::string& path,
+    const format::ShardIndex& shard_index) {
+  const format::Manifest& m = index.manifest();
+  CKPT_RETURN_IF_ERROR(Annotate(CheckIndexInfo(shard_index, m), path));
+  CKPT_RETURN_IF_ERROR(Annotate(CheckIndexMetadata(shard_index, m), path));
+  std::vector<IndexProblem> problems;
+  std::vector<ChunkRef> matched =
+      MatchIndexChunks(index, shard, shard_index, &problems);
+  if (problems.empty()) return matched;
+  const IndexProblem& p = problems[0];
+  const int64_t e = index.Find(p.entry);
+  const std::string region =
+      e >= 0 && p.chunk >= 0
+          ? RegionToString(m.entries[e].chunks[p.chunk].region)
+          : "";
+  return absl::DataLossError(absl::StrCat(
+      LocationText(path, p.entry, p.chunk, region, -1), ": ", p.message));
+}
+
 absl::Status ChunklessEntryNotIndexed() {
   return absl::DataLossError(
       "has no chunk in any shard, and no shard index lists it with zero "

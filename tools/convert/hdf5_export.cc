@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <future>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
@@ -17,6 +18,7 @@
 #include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/reader.h"
+#include "common/source_shards.h"
 #include "convert/hdf5_chunks.h"
 #include "convert/hdf5_names.h"
 #include "convert/hdf5_output.h"
@@ -38,29 +40,48 @@ struct SlabJob {
   uint64_t bytes;
 };
 
-std::vector<SlabJob> SlabsOf(size_t entry, const Shape& shape, const Dims& slab,
-                             int elem_size) {
-  std::vector<SlabJob> jobs;
-  const size_t n = shape.size();
-  Dims off(n, 0);
-  while (true) {
-    SlabJob job{entry, Box{off, Dims(n, 0)}, static_cast<uint64_t>(elem_size)};
+// The slabs of one tensor, one at a time: an odometer over its grid of
+// slabs (one slab, the empty box, for a scalar). Holds one offset, never
+// the list: a tensor's slab count is its declared size over the slab size.
+class EntrySlabs {
+ public:
+  EntrySlabs(size_t entry, const Shape& shape, Dims slab, int elem_size)
+      : entry_(entry),
+        shape_(&shape),
+        slab_(std::move(slab)),
+        off_(shape.size(), 0),
+        elem_size_(elem_size) {}
+
+  // The next slab, or nullopt after the last.
+  std::optional<SlabJob> Next() {
+    if (done_) return std::nullopt;
+    const Shape& shape = *shape_;
+    const size_t n = shape.size();
+    SlabJob job{entry_, Box{off_, Dims(n, 0)},
+                static_cast<uint64_t>(elem_size_)};
     for (size_t d = 0; d < n; ++d) {
-      job.box.size[d] = std::min(slab[d], shape[d] - off[d]);
+      job.box.size[d] = std::min(slab_[d], shape[d] - off_[d]);
       job.bytes *= job.box.size[d];
     }
-    jobs.push_back(std::move(job));
-    size_t d = n;
-    while (d > 0) {
+    done_ = true;
+    for (size_t d = n; d > 0 && done_;) {
       --d;
-      off[d] += slab[d];
-      if (off[d] < shape[d]) break;
-      off[d] = 0;
-      if (d == 0) return jobs;
+      off_[d] += slab_[d];
+      if (off_[d] < shape[d])
+        done_ = false;
+      else
+        off_[d] = 0;
     }
-    if (n == 0) return jobs;
+    return job;
   }
-}
+
+ private:
+  size_t entry_;
+  const Shape* shape_;
+  Dims slab_, off_;
+  int elem_size_;
+  bool done_ = false;
+};
 
 std::string UserMetadataAttrName(const std::string& key) {
   if (key.rfind(hdf5::kReservedAttrPrefix, 0) == 0)
@@ -488,14 +509,11 @@ class RemoveOnFailure {
   bool armed_ = true;
 };
 
-// Datasets and objects: creates the dataset of every entry, writes each
-// object whole (read with `reader`), and returns the slabs in which the
-// tensors are to be streamed, in entry order. Reports the objects'
-// progress.
-absl::StatusOr<std::vector<SlabJob>> CreateDatasets(
-    FileWriter& w, Reader& reader, const Hdf5ExportResult& result,
-    const Hdf5ExportOptions& options) {
-  std::vector<SlabJob> jobs;
+// Datasets and objects: creates the dataset of every entry and writes each
+// object whole (read with `reader`). Reports the objects' progress.
+absl::Status CreateDatasets(FileWriter& w, Reader& reader,
+                            const Hdf5ExportResult& result,
+                            const Hdf5ExportOptions& options) {
   for (size_t i = 0; i < result.entries.size(); ++i) {
     const Hdf5ExportedEntry& e = result.entries[i];
     CKPT_RETURN_IF_ERROR(w.CreateDataset(e));
@@ -506,52 +524,104 @@ absl::StatusOr<std::vector<SlabJob>> CreateDatasets(
       }
       if (options.progress)
         options.progress(bytes.size(), result.logical_bytes);
-      continue;
     }
-    if (e.bytes == 0 && !e.shape.empty()) continue;  // no elements
-    const int es = DTypeSize(e.dtype);
-    Dims slab = SlabShape(e.shape, e.chunk, es, options.slab_bytes);
-    std::vector<SlabJob> more = SlabsOf(i, e.shape, slab, es);
-    jobs.insert(jobs.end(), std::make_move_iterator(more.begin()),
-                std::make_move_iterator(more.end()));
   }
-  return jobs;
+  return absl::OkStatus();
 }
 
-// Consecutive slabs of at most `max_bytes` together (a larger slab is
-// alone in its batch): [begin, end) ranges of `jobs`, in order.
-std::vector<std::pair<size_t, size_t>> Batches(const std::vector<SlabJob>& jobs,
-                                               uint64_t max_bytes) {
-  std::vector<std::pair<size_t, size_t>> batches;
-  for (size_t b = 0; b < jobs.size();) {
-    size_t end = b;
+// The slabs in which the tensors of an export are streamed, in entry
+// order, in batches of consecutive slabs of at most `slab_bytes` together
+// (a larger slab is alone in its batch), made as they are needed: memory
+// for one batch, whatever size the tensors declare.
+class SlabBatches {
+ public:
+  SlabBatches(const Hdf5ExportResult& result, uint64_t slab_bytes)
+      : result_(result), slab_bytes_(slab_bytes) {}
+
+  // The next batch; empty after the last.
+  std::vector<SlabJob> Next() {
+    std::vector<SlabJob> batch;
     uint64_t bytes = 0;
-    while (end < jobs.size() &&
-           (end == b || bytes + jobs[end].bytes <= max_bytes)) {
-      bytes += jobs[end++].bytes;
+    while (std::optional<SlabJob> slab = Peek()) {
+      if (!batch.empty() && slab->bytes > slab_bytes_ - bytes) break;
+      bytes += slab->bytes;
+      batch.push_back(*std::move(slab));
+      held_.reset();
+      if (bytes >= slab_bytes_) break;
     }
-    batches.emplace_back(b, end);
-    b = end;
+    return batch;
   }
-  return batches;
+
+ private:
+  // The next slab, kept in held_ until Next takes it; nullopt at the end.
+  std::optional<SlabJob> Peek() {
+    while (!held_) {
+      if (current_) held_ = current_->Next();
+      if (held_) break;
+      if (!StartNextTensor()) return std::nullopt;
+    }
+    return held_;
+  }
+
+  // Moves current_ to the next entry with elements to write; false after
+  // the last.
+  bool StartNextTensor() {
+    current_.reset();
+    while (next_entry_ < result_.entries.size()) {
+      const size_t i = next_entry_++;
+      const Hdf5ExportedEntry& e = result_.entries[i];
+      if (e.kind == format::EntryKind::kObject) continue;
+      if (e.bytes == 0 && !e.shape.empty()) continue;  // no elements
+      const int es = DTypeSize(e.dtype);
+      current_.emplace(i, e.shape, SlabShape(e.shape, e.chunk, es, slab_bytes_),
+                       es);
+      return true;
+    }
+    return false;
+  }
+
+  const Hdf5ExportResult& result_;
+  const uint64_t slab_bytes_;
+  size_t next_entry_ = 0;
+  std::optional<EntrySlabs> current_;
+  std::optional<SlabJob> held_;
+};
+
+uint64_t BatchBytes(const std::vector<SlabJob>& batch) {
+  uint64_t bytes = 0;
+  for (const SlabJob& j : batch) bytes += j.bytes;
+  return bytes;
 }
 
-// Loads the slabs `jobs[begin, end)` with one Reader::Load into `buffer`,
-// one after the other.
+// A buffer of at least `bytes`, reallocated only to grow.
+struct LoadBuffer {
+  std::unique_ptr<char[]> data;
+  uint64_t size = 0;
+  char* Fit(uint64_t bytes) {
+    if (bytes > size) {
+      data.reset();
+      data.reset(new char[bytes]);
+      size = bytes;
+    }
+    return data.get();
+  }
+};
+
+// Loads the slabs of `batch` with one Reader::Load into `buffer`, one
+// after the other.
 absl::Status LoadBatch(Reader& reader, const Hdf5ExportResult& result,
-                       const std::vector<SlabJob>& jobs,
-                       std::pair<size_t, size_t> batch, char* buffer,
+                       const std::vector<SlabJob>& batch, char* buffer,
                        int io_threads) {
   std::vector<LoadRequest> reqs;
-  for (size_t j = batch.first; j < batch.second; ++j) {
-    const Hdf5ExportedEntry& e = result.entries[jobs[j].entry];
+  for (const SlabJob& job : batch) {
+    const Hdf5ExportedEntry& e = result.entries[job.entry];
     LoadRequest r;
     r.name = e.name;
     r.dtype = e.dtype;
     r.shape = e.shape;
-    r.region = jobs[j].box;
+    r.region = job.box;
     r.data = buffer;
-    buffer += jobs[j].bytes;
+    buffer += job.bytes;
     reqs.push_back(std::move(r));
   }
   LoadOptions lo;
@@ -560,48 +630,41 @@ absl::Status LoadBatch(Reader& reader, const Hdf5ExportResult& result,
   return reader.Load(reqs, lo).status();
 }
 
-// Tensors: loads the batches of `jobs` and writes them, the next batch
-// loading (on another thread, into the other of two buffers) while this
-// one is written. Returns after the last write, or at the first error once
-// no load is running.
+// Tensors: loads their slabs batch by batch (SlabBatches) and writes them,
+// the next batch loading (on another thread, into the other of two
+// buffers) while this one is written. Returns after the last write, or at
+// the first error once no load is running.
 absl::Status StreamTensors(FileWriter& w, Reader& reader,
                            const Hdf5ExportResult& result,
-                           const std::vector<SlabJob>& jobs,
                            const Hdf5ExportOptions& options) {
-  const std::vector<std::pair<size_t, size_t>> batches =
-      Batches(jobs, options.slab_bytes);
-  if (batches.empty()) return absl::OkStatus();
-  uint64_t max_batch = 0;
-  for (const auto& [begin, end] : batches) {
-    uint64_t bytes = 0;
-    for (size_t j = begin; j < end; ++j) bytes += jobs[j].bytes;
-    max_batch = std::max(max_batch, bytes);
-  }
-  std::unique_ptr<char[]> buffers[2];
-  buffers[0].reset(new char[max_batch]);
-  if (batches.size() > 1) buffers[1].reset(new char[max_batch]);
-  auto load = [&](size_t bi) {
-    return LoadBatch(reader, result, jobs, batches[bi], buffers[bi % 2].get(),
-                     options.io_threads);
+  SlabBatches batches(result, options.slab_bytes);
+  std::vector<SlabJob> batch[2];
+  LoadBuffer buffers[2];
+  auto start_load = [&](int i) {
+    char* buffer = buffers[i].Fit(BatchBytes(batch[i]));
+    return std::async(std::launch::async, [&, i, buffer] {
+      return LoadBatch(reader, result, batch[i], buffer, options.io_threads);
+    });
   };
-  std::future<absl::Status> next = std::async(std::launch::async, load, 0);
-  for (size_t bi = 0; bi < batches.size(); ++bi) {
+  batch[0] = batches.Next();
+  if (batch[0].empty()) return absl::OkStatus();
+  std::future<absl::Status> next = start_load(0);
+  for (int i = 0;; i ^= 1) {
     CKPT_RETURN_IF_ERROR(next.get());
-    if (bi + 1 < batches.size())
-      next = std::async(std::launch::async, load, bi + 1);
-    const auto [begin, end] = batches[bi];
-    absl::Status s = WriteBatch(w, result.entries, &jobs[begin], end - begin,
-                                buffers[bi % 2].get(), options);
+    batch[i ^ 1] = batches.Next();
+    if (!batch[i ^ 1].empty()) next = start_load(i ^ 1);
+    absl::Status s =
+        WriteBatch(w, result.entries, batch[i].data(), batch[i].size(),
+                   buffers[i].data.get(), options);
     if (!s.ok()) {
       if (next.valid()) next.wait();
       return s;
     }
-    for (size_t j = begin; j < end; ++j) {
-      if (options.progress)
-        options.progress(jobs[j].bytes, result.logical_bytes);
+    for (const SlabJob& job : batch[i]) {
+      if (options.progress) options.progress(job.bytes, result.logical_bytes);
     }
+    if (batch[i ^ 1].empty()) return absl::OkStatus();
   }
-  return absl::OkStatus();
 }
 
 // Writes the whole HDF5 file `tmp` (named `output` in messages): root
@@ -613,9 +676,8 @@ absl::Status WriteFile(const std::string& tmp, Reader& reader,
   FileWriter w(tmp, result.output, options);
   CKPT_RETURN_IF_ERROR(w.Create());
   CKPT_RETURN_IF_ERROR(w.WriteRootAttributes(reader.manifest()));
-  CKPT_ASSIGN_OR_RETURN(std::vector<SlabJob> jobs,
-                        CreateDatasets(w, reader, result, options));
-  CKPT_RETURN_IF_ERROR(StreamTensors(w, reader, result, jobs, options));
+  CKPT_RETURN_IF_ERROR(CreateDatasets(w, reader, result, options));
+  CKPT_RETURN_IF_ERROR(StreamTensors(w, reader, result, options));
   return w.Close();
 }
 
@@ -672,6 +734,8 @@ absl::StatusOr<Hdf5ExportResult> ExportHdf5(const std::string& source,
   ro.io_threads = options.io_threads;
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
                         Reader::Open(source, ro));
+  CKPT_RETURN_IF_ERROR(
+      CheckSourceShards(DefaultStorage(), reader->path(), reader->manifest()));
   CKPT_ASSIGN_OR_RETURN(Hdf5ExportResult result,
                         PlanExport(*reader, output, options));
   CKPT_RETURN_IF_ERROR(CheckOutput(output, options.overwrite));

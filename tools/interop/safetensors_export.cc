@@ -14,6 +14,7 @@
 #include "ckpt/format/status_macros.h"
 #include "ckpt/interop/safetensors.h"
 #include "ckpt/reader.h"
+#include "common/source_shards.h"
 #include "interop/file_io.h"
 #include "interop/safetensors_meta.h"
 
@@ -265,6 +266,9 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
                         Reader::Open(source, ro));
   const format::Manifest& m = reader->manifest();
+  // What is planned below (shards, header offsets) follows the manifest's
+  // declared sizes: only once the shard files vouch for them.
+  CKPT_RETURN_IF_ERROR(CheckSourceShards(DefaultStorage(), reader->path(), m));
   SafetensorsExportResult r;
   r.checkpoint_dir = reader->path();
   r.output = output;

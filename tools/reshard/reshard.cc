@@ -14,6 +14,7 @@
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
 #include "common/escaped_output.h"
+#include "common/source_shards.h"
 #include "common/tool_util.h"
 #include "diff/local_range.h"
 #include "reshard/layout.h"
@@ -141,7 +142,10 @@ std::string CodecName(format::Codec c) {
 }
 
 // Opens SRC and checks it against the options: InvalidArgument when it was
-// not saved on --from ranks, or when DST is a checkpoint directory.
+// not saved on --from ranks, or when DST is a checkpoint directory. Every
+// shard of SRC is checked against the manifest before anything is planned
+// from it (CheckSourceShards), so that the output's layout and block tables
+// are sized by what SRC's files hold, not by what its manifest declares.
 absl::StatusOr<std::unique_ptr<Reader>> OpenSource(const ReshardOptions& o,
                                                    Storage* storage) {
   ReaderOptions ro;
@@ -162,6 +166,7 @@ absl::StatusOr<std::unique_ptr<Reader>> OpenSource(const ReshardOptions& o,
                      "root (the output goes "
                      "to DST/step-NNNNNNNN)"));
   }
+  CKPT_RETURN_IF_ERROR(CheckSourceShards(storage, reader->path(), m));
   return reader;
 }
 
@@ -176,8 +181,9 @@ absl::StatusOr<Overrides> ReadOverrides(const ReshardOptions& o,
 }
 
 // How DST is saved: SRC's codec (zstd if any chunk uses it) and block size
-// unless --codec says otherwise, its metadata, and the I/O threads shared
-// by the ranks.
+// (the largest of its stored chunks', so that DST's block tables are no
+// larger than SRC's) unless --codec says otherwise, its metadata, and the
+// I/O threads shared by the ranks.
 SaveOptions SaveOptionsFor(const format::Manifest& m, const ReshardOptions& o) {
   SaveOptions so;
   so.codec = format::Codec::kNone;
@@ -185,7 +191,8 @@ SaveOptions SaveOptionsFor(const format::Manifest& m, const ReshardOptions& o) {
   for (const EntryRecord& e : m.entries) {
     for (const auto& c : e.chunks) {
       if (c.codec == format::Codec::kZstd) so.codec = format::Codec::kZstd;
-      if (!have_block_size && c.stored_length > 0) {
+      if (c.stored_length > 0 &&
+          (!have_block_size || c.block_size > so.block_size)) {
         so.block_size = c.block_size;
         have_block_size = true;
       }

@@ -140,6 +140,17 @@ std::vector<ChunkRef> MatchIndexChunks(const ManifestIndex& manifest,
                                        const format::ShardIndex& shard_index,
                                        std::vector<IndexProblem>* problems);
 
+// §5.6 step 5 and §8.6 on the index of the shard file at `path`: its
+// CHECKPOINT_INFO and METADATA (CheckIndexInfo, CheckIndexMetadata) and its
+// chunks (MatchIndexChunks against index.ChunksOf(shard)), stopping at the
+// first problem: DataLoss naming the file and, where one is concerned, the
+// entry and chunk. Returns the matched chunks; `shard_index` must outlive
+// them. What a load checks before it reads a shard, and what a tool that
+// sizes work from the manifest checks first (tools/common/source_shards.h).
+absl::StatusOr<std::vector<ChunkRef>> CheckShardIndex(
+    const ManifestIndex& index, uint32_t shard, const std::string& path,
+    const format::ShardIndex& shard_index);
+
 // §5.2: appends a problem for each chunk of `matched` (sorted by
 // data_offset, as MatchIndexChunks returns them) whose payload overlaps an
 // earlier one.
