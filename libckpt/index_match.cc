@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ckpt/format/names.h"
 #include "ckpt/internal/shard_file.h"
 
 namespace ckpt::internal {
@@ -255,8 +256,8 @@ void FindPayloadOverlaps(const format::Manifest& manifest,
       Add(&problems, manifest.entries[r.entry].name, r.chunk,
           absl::StrCat("payload at offset ", r.indexed->data_offset,
                        " overlaps that of chunk ", prev->chunk, " of '",
-                       manifest.entries[prev->entry].name, "' (offset ",
-                       prev->indexed->data_offset, ", ",
+                       format::EscapeText(manifest.entries[prev->entry].name),
+                       "' (offset ", prev->indexed->data_offset, ", ",
                        prev->indexed->stored_length, " bytes)"));
     }
     if (prev == nullptr || end(r) > end(*prev)) prev = &r;
