@@ -3,6 +3,7 @@
 #include <zstd.h>
 
 #include <cstring>
+#include <memory>
 
 #include "absl/strings/str_format.h"
 #include "ckpt/format/checksum.h"
@@ -21,9 +22,13 @@ BlockEncoder::BlockEncoder(int level) : impl_(new Impl) {
 BlockEncoder::~BlockEncoder() = default;
 
 absl::Status BlockEncoder::EncodeZstd(absl::string_view raw, std::string* out) {
-  out->resize(ZSTD_compressBound(raw.size()));
-  size_t n = ZSTD_compressCCtx(impl_->cctx, out->data(), out->size(),
-                               raw.data(), raw.size(), impl_->level);
+  // The frame goes to a buffer that is not zero-filled, so that only the
+  // bytes zstd writes take memory: the bound is the raw size and more (a
+  // block of zeros of 1 GiB makes a frame of 33 KiB).
+  const size_t bound = ZSTD_compressBound(raw.size());
+  std::unique_ptr<char[]> frame(new char[bound]);
+  size_t n = ZSTD_compressCCtx(impl_->cctx, frame.get(), bound, raw.data(),
+                               raw.size(), impl_->level);
   if (ZSTD_isError(n)) {
     return absl::InternalError(
         absl::StrFormat("zstd compression failed: %s", ZSTD_getErrorName(n)));
@@ -31,7 +36,7 @@ absl::Status BlockEncoder::EncodeZstd(absl::string_view raw, std::string* out) {
   if (n >= raw.size()) {
     out->assign(raw.data(), raw.size());
   } else {
-    out->resize(n);
+    out->assign(frame.get(), n);
   }
   return absl::OkStatus();
 }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/internal/scratch_budget.h"
 
 namespace ckpt::internal {
 
@@ -110,6 +111,13 @@ absl::Status LoadRun::ReadGranule(Scratch& s, const OpenShard& shard,
     CKPT_ASSIGN_OR_RETURN(pinned,
                           s.uploader->Next(std::max(hi - lo, stored_size)));
   }
+  // A zstd granule that one host destination takes whole is decoded into
+  // it: no scratch for its raw bytes (a block may be 1 GiB).
+  const Copy* whole =
+      decode && pinned == nullptr ? TakesWhole(read, lo, hi, *cursor) : nullptr;
+  const bool raw_scratch = decode && pinned == nullptr && whole == nullptr;
+  ScratchLease lease((pinned == nullptr || decode ? stored_size : 0) +
+                     (raw_scratch ? hi - lo : 0));
   char* stored = pinned;
   if (pinned == nullptr || decode) {
     s.stored.resize(stored_size);
@@ -118,7 +126,10 @@ absl::Status LoadRun::ReadGranule(Scratch& s, const OpenShard& shard,
   absl::Status st = internal::ReadExactly(file, first, stored_size, stored);
   if (!st.ok()) return Annotate(st, Where(shard, e, read, b0));
   char* bytes = decode ? pinned : stored;  // the raw bytes, once decoded
-  if (decode && bytes == nullptr) {
+  if (whole != nullptr) {
+    bytes = static_cast<char*>(reqs_[whole->request].data) + whole->dst +
+            (lo - whole->src);
+  } else if (raw_scratch) {
     s.raw.resize(hi - lo);
     bytes = s.raw.data();
   }
@@ -133,9 +144,36 @@ absl::Status LoadRun::ReadGranule(Scratch& s, const OpenShard& shard,
   }
   bytes_read_ += stored_size;
   blocks_verified_ += b1 - b0;
+  ReleaseLargeScratch(s.stored);
+  if (whole != nullptr) {
+    Finish(whole->request, hi - lo);
+    return absl::OkStatus();
+  }
   internal::DeviceUploader* uploader = pinned ? s.uploader.get() : nullptr;
-  CKPT_RETURN_IF_ERROR(CopyOut(read, lo, hi, bytes, cursor, uploader));
+  absl::Status copied = CopyOut(read, lo, hi, bytes, cursor, uploader);
+  ReleaseLargeScratch(s.raw);
+  CKPT_RETURN_IF_ERROR(copied);
   return uploader != nullptr ? uploader->Submit() : absl::OkStatus();
+}
+
+// The copy that takes every raw byte of [lo, hi) of `read` when it is the
+// only one to take any of them and its destination is host memory; null
+// otherwise. Copies before `cursor` end before `lo`.
+const Copy* LoadRun::TakesWhole(const BlockRead& read, uint64_t lo, uint64_t hi,
+                                size_t cursor) const {
+  const Copy* only = nullptr;
+  for (size_t i = cursor; i < read.copies.size() && read.copies[i].src < hi;
+       ++i) {
+    const Copy& c = read.copies[i];
+    if (c.src + c.bytes <= lo) continue;
+    if (only != nullptr) return nullptr;
+    only = &c;
+  }
+  if (only == nullptr || only->src > lo || only->src + only->bytes < hi ||
+      reqs_[only->request].memory != MemoryKind::kHost) {
+    return nullptr;
+  }
+  return only;
 }
 
 // Copies the raw bytes [lo, hi) of the read's chunk, at `raw`, to the

@@ -104,6 +104,8 @@ class LoadRun {
     std::unique_ptr<internal::DeviceUploader> uploader;  // device destinations
   };
   bool IsDirect(const BlockRead& read) const;
+  const Copy* TakesWhole(const BlockRead& read, uint64_t lo, uint64_t hi,
+                         size_t cursor) const;
   bool ToDevice(const BlockRead& read) const;
   absl::Status ReadDirect(const OpenShard& shard, File& file,
                           const format::EntryRecord& e, const BlockRead& read);

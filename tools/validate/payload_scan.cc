@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/block_codec.h"
 #include "ckpt/format/geometry.h"
+#include "ckpt/internal/scratch_budget.h"
 #include "ckpt/internal/shard_file.h"
 #include "ckpt/internal/thread_pool.h"
 #include "ckpt/mutex.h"
@@ -170,6 +171,7 @@ class PayloadScan {
   void Values(const OpenedShard& s, const ChunkRef& r, uint64_t offset,
               const char* p, uint64_t n);
   void VerifyGranule(Scratch& sc, const Granule& g);
+  uint64_t RawScratch(const Granule& g) const;
   void VerifyPiece(Scratch& sc, const OpenedShard& s, const Piece& piece,
                    const char* p);
   void ReportNonFinite();
@@ -235,6 +237,7 @@ void PayloadScan::Values(const OpenedShard& s, const ChunkRef& r,
 void PayloadScan::VerifyGranule(Scratch& sc, const Granule& g) {
   const OpenedShard& s = *g.shard;
   const uint64_t n = g.hi - g.lo;
+  ::ckpt::internal::ScratchLease lease(n + RawScratch(g));
   if (sc.buf.size() < n) sc.buf.resize(n);
   absl::Status read =
       ::ckpt::internal::ReadExactly(*s.file.file, g.lo, n, sc.buf.data());
@@ -253,10 +256,26 @@ void PayloadScan::VerifyGranule(Scratch& sc, const Granule& g) {
   for (const Piece& piece : g.pieces) {
     VerifyPiece(sc, s, piece, sc.buf.data() + (piece.offset - g.lo));
   }
+  ::ckpt::internal::ReleaseLargeScratch(sc.buf);
+  ::ckpt::internal::ReleaseLargeScratch(sc.raw);
   if (options_.progress) {
     MutexLock l(&mu_);
     progress_->Add(n);
   }
+}
+
+// The scratch that decoding the largest zstd block of `g` takes.
+uint64_t PayloadScan::RawScratch(const Granule& g) const {
+  uint64_t most = 0;
+  for (const Piece& piece : g.pieces) {
+    const ChunkRecord& c = *piece.ref->indexed;
+    if (c.codec == format::Codec::kNone) continue;
+    const uint64_t raw_total =
+        ::ckpt::internal::ChunkRawBytes(manifest_.entries[piece.ref->entry], c);
+    most = std::max(
+        most, std::min(c.block_size, raw_total - piece.b0 * c.block_size));
+  }
+  return most;
 }
 
 // Verifies the blocks of `piece`, whose stored bytes start at `p`: a
