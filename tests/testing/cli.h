@@ -72,6 +72,40 @@ inline CliResult RunCli(const std::string& binary,
   return r;
 }
 
+// Whether this build runs under a sanitizer that reserves terabytes of
+// address space (ASan, TSan, MSan): a limit on the address space cannot
+// be applied to its binaries.
+inline constexpr bool kSanitizerReservesAddressSpace =
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+    true;
+#else
+    false;
+#endif
+#else
+    false;
+#endif
+
+// RunCli under an address-space limit of `limit_bytes` (bash's ulimit -v,
+// i.e. RLIMIT_AS): the resource-bound tests of hostile inputs (issue 28,
+// SECURITY.md "Resource use"), where an allocation past what the files on
+// disk justify fails and must be reported, not crash. REQUIRES:
+// !kSanitizerReservesAddressSpace (those tests skip).
+inline CliResult RunCliUnderMemoryLimit(const std::string& binary,
+                                        const std::vector<std::string>& args,
+                                        const std::string& scratch,
+                                        uint64_t limit_bytes) {
+  std::vector<std::string> sh = {
+      "-c",
+      "ulimit -v " + std::to_string(limit_bytes / 1024) + " && exec \"$@\"",
+      "ulimit", binary};
+  sh.insert(sh.end(), args.begin(), args.end());
+  return RunCli("/bin/sh", sh, scratch);
+}
+
 // The Python interpreter the tests run scripts with: the project's
 // .venv/bin/python (CKPT_TEST_PYTHON, tests/CMakeLists.txt), where torch,
 // safetensors and h5py are installed; "" when the build found none (the

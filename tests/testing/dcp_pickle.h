@@ -52,10 +52,15 @@ inline std::string Dict(
   return s + "u";
 }
 
-// An object of DCP's metadata module with BUILD state `state`.
+// An object of class `module`.`cls` with BUILD state `state`.
+inline std::string ObjIn(const std::string& module, const std::string& cls,
+                         const std::string& state) {
+  return Global(module, cls) + ")\x81" + state + "b";
+}
+
+// An object of DCP's metadata module.
 inline std::string Obj(const std::string& cls, const std::string& state) {
-  return Global("torch.distributed.checkpoint.metadata", cls) + ")\x81" +
-         state + "b";
+  return ObjIn("torch.distributed.checkpoint.metadata", cls, state);
 }
 
 // TensorStorageMetadata of a float32 tensor of `size`; `chunks` the pickle
@@ -75,15 +80,30 @@ inline std::string Chunk(const std::vector<int64_t>& offsets,
                                            {Str("sizes"), IntTuple(sizes)}}));
 }
 
-// Metadata of `tensors` (name and TensorStorageMetadata pickle each), no
-// storage items.
+// A storage_data item: the chunk of `fqn` at `offsets` is stored in
+// `path` at [offset, offset + length). Key and value pickles.
+inline std::pair<std::string, std::string> StorageItem(
+    const std::string& fqn, const std::vector<int64_t>& offsets,
+    const std::string& path, int64_t offset, int64_t length) {
+  return {Obj("MetadataIndex", Dict({{Str("fqn"), Str(fqn)},
+                                     {Str("offset"), IntTuple(offsets)},
+                                     {Str("index"), "N"}})),
+          ObjIn("torch.distributed.checkpoint.filesystem", "_StorageInfo",
+                Dict({{Str("relative_path"), Str(path)},
+                      {Str("offset"), Int(offset)},
+                      {Str("length"), Int(length)}}))};
+}
+
+// Metadata of `tensors` (name and TensorStorageMetadata pickle each) and
+// `storage` (StorageItem pickles).
 inline std::string Metadata(
-    const std::vector<std::pair<std::string, std::string>>& tensors) {
+    const std::vector<std::pair<std::string, std::string>>& tensors,
+    const std::vector<std::pair<std::string, std::string>>& storage = {}) {
   std::vector<std::pair<std::string, std::string>> sdm;
   for (const auto& [name, t] : tensors) sdm.emplace_back(Str(name), t);
   return "\x80\x02" +
          Obj("Metadata", Dict({{Str("state_dict_metadata"), Dict(sdm)},
-                               {Str("storage_data"), "}"}})) +
+                               {Str("storage_data"), Dict(storage)}})) +
          ".";
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -31,6 +32,10 @@ double Since(Clock::time_point t) {
 }
 
 constexpr char kStepObject[] = "step";
+// Bounds on the model that synth.* metadata may describe: every dim, and
+// all elements together, below 2^62 (so that no count overflows).
+constexpr uint64_t kMaxModelDim = uint64_t{1} << 62;
+constexpr uint64_t kMaxModelElements = uint64_t{1} << 62;
 
 absl::Status ValidateConfig(const ModelConfig& c) {
   if (c.layers < 1 || c.hidden < 1 || c.ffn < 1 || c.vocab < 1) {
@@ -449,6 +454,57 @@ absl::StatusOr<uint64_t> ReadSynthMetadata(const Meta& meta,
   return recorded_seed;
 }
 
+// The checkpoint's own records bound what its synth.* metadata may ask
+// verify to plan (issue 28: layers or ranks of 2^20 in a 1 MB checkpoint
+// made it plan 2^20 layers' tensors and ranks' loads): the ranks that wrote
+// it are its world size (a shard file each), the model's tensors are no
+// more than its entries, and every tensor of the model has a shape the
+// format allows, whose elements all fit in int64 together. InvalidArgument
+// naming the metadata and both values otherwise.
+absl::Status CheckMetadataAgainstCheckpoint(const format::Manifest& m,
+                                            const VerifyResult& res) {
+  if (static_cast<uint64_t>(res.written_ranks) != m.info.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        res.path, ": metadata '", kMetaRanks, "' is ", res.written_ranks,
+        ", but the checkpoint was written by ", m.info.world_size, " ranks"));
+  }
+  // 3 x (embedding, final norm and 7 tensors a layer): parameters and the
+  // two optimizer states.
+  const uint64_t tensors =
+      3 * (2 + 7 * static_cast<uint64_t>(res.config.layers));
+  if (tensors > m.entries.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        res.path, ": metadata '", kMetaLayers, "' is ", res.config.layers,
+        ", a model of ", tensors, " tensors, but the checkpoint holds ",
+        m.entries.size(), " entries"));
+  }
+  const ModelConfig& c = res.config;
+  if (c.hidden > (kMaxModelDim / 3) || c.ffn > kMaxModelDim ||
+      c.vocab > kMaxModelDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(res.path, ": metadata hidden ", c.hidden, ", ffn ", c.ffn,
+                     ", vocab ", c.vocab, " make a tensor dim past 2^62"));
+  }
+  const Model model = DescribeModel(c, res.dtype);
+  uint64_t elements = 0;
+  for (const SynthTensor& t : model.tensors) {
+    absl::Status shape = ValidateShape(t.shape, DTypeSize(t.dtype));
+    if (!shape.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          res.path, ": the model of its synth.* metadata has tensor '", t.name,
+          "' of ", shape.message()));
+    }
+    if (t.numel > kMaxModelElements - elements) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(res.path,
+                       ": the model of its synth.* metadata has more "
+                       "than 2^62 elements"));
+    }
+    elements += t.numel;
+  }
+  return absl::OkStatus();
+}
+
 // The finding for a --seed other than the recorded one.
 Mismatch SeedMismatch(uint64_t given, uint64_t recorded) {
   Mismatch m;
@@ -543,61 +599,80 @@ std::vector<std::string> MatchEntries(
   return checkable;
 }
 
-// Each loading rank's destinations, in model order: its piece of every
-// checkable tensor under `res.layout` for `res.ranks` ranks, and the
-// objects spread over the ranks (the step object on rank 0). The Work
-// items point into `checkable` and `expected`.
-std::vector<std::vector<Work>> PlanWork(
-    const Model& model, const std::map<std::string, Expected>& expected,
-    const std::vector<std::string>& checkable, const VerifyResult& res) {
-  std::vector<std::vector<Work>> work(res.ranks);
+// Rank `rank`'s destinations, in model order: its piece of every checkable
+// tensor under `res.layout` for `res.ranks` ranks, and its share of the
+// objects, spread over the ranks in turn (the step object on rank 0). The
+// Work items point into `checkable` and `expected`. Planned one rank at a
+// time, as it is loaded: what all ranks load together is ranks x tensors.
+std::vector<Work> PlanRank(const Model& model,
+                           const std::map<std::string, Expected>& expected,
+                           const std::vector<std::string>& checkable,
+                           const VerifyResult& res, int rank) {
+  std::vector<Work> work;
   int next_object_rank = 0;
   for (const std::string& name : checkable) {
     const Expected& exp = expected.at(name);
     if (exp.tensor == nullptr) {
       const int r = name == kStepObject ? 0 : next_object_rank++ % res.ranks;
-      work[r].push_back(
-          Work{&name, nullptr, &exp.object, FlatRange{}, exp.object.size()});
+      if (r == rank) {
+        work.push_back(
+            Work{&name, nullptr, &exp.object, FlatRange{}, exp.object.size()});
+      }
       continue;
     }
-    for (int r = 0; r < res.ranks; ++r) {
-      SynthPiece p = PieceOf(model, *exp.tensor, res.layout, r, res.ranks);
-      const uint64_t bytes =
-          RegionElements(p.region) * DTypeSize(exp.tensor->dtype);
-      if (bytes == 0) continue;
-      work[r].push_back(Work{&name, exp.tensor, nullptr, p.region, bytes});
-    }
+    SynthPiece p = PieceOf(model, *exp.tensor, res.layout, rank, res.ranks);
+    const uint64_t bytes =
+        RegionElements(p.region) * DTypeSize(exp.tensor->dtype);
+    if (bytes == 0) continue;
+    work.push_back(Work{&name, exp.tensor, nullptr, p.region, bytes});
   }
   return work;
 }
 
+// The bytes that all `res.ranks` ranks load together.
+uint64_t TotalWorkBytes(const Model& model,
+                        const std::map<std::string, Expected>& expected,
+                        const std::vector<std::string>& checkable,
+                        const VerifyResult& res) {
+  uint64_t total = 0;
+  for (int r = 0; r < res.ranks; ++r) {
+    for (const Work& w : PlanRank(model, expected, checkable, res, r)) {
+      total += w.bytes;
+    }
+  }
+  return total;
+}
+
 constexpr int kRanksPerReader = 64;
 
-// Loads and checks `work` as `work.size()` ranks, up to kParallelRanks at
-// a time: each thread opens the checkpoint `dir` itself (as a separate
-// process would; again every kRanksPerReader ranks) and loads each of its
-// ranks' destinations in batches of about `o.batch_bytes`. What each rank finds
-// goes to its RankOutcome; the first error is returned.
-absl::Status LoadAllRanks(const std::string& dir, const ReaderOptions& ro,
-                          const std::vector<std::vector<Work>>& work,
-                          uint64_t seed, const VerifyOptions& o,
-                          std::vector<std::unique_ptr<RankOutcome>>& outcomes) {
+// Loads and checks the destinations of `plan` (a rank's, by PlanRank) as
+// `outcomes.size()` ranks, up to kParallelRanks at a time: each thread
+// opens the checkpoint `dir` itself (as a separate process would; again
+// every kRanksPerReader ranks), plans its rank and loads its destinations
+// in batches of about `o.batch_bytes`. What each rank finds goes to its
+// RankOutcome; the first error is returned.
+absl::Status LoadAllRanks(
+    const std::string& dir, const ReaderOptions& ro,
+    const std::function<std::vector<Work>(int rank)>& plan, uint64_t seed,
+    const VerifyOptions& o,
+    std::vector<std::unique_ptr<RankOutcome>>& outcomes) {
   std::vector<std::unique_ptr<Reader>> readers(kParallelRanks);
   std::vector<int> uses(kParallelRanks, 0);
   return internal::ParallelFor(
-      kParallelRanks, work.size(), [&](int t, size_t r) -> absl::Status {
+      kParallelRanks, outcomes.size(), [&](int t, size_t r) -> absl::Status {
         // A Reader keeps open every shard it has read: reopened every
         // kRanksPerReader ranks, so that open files stay bounded.
         if (uses[t]++ % kRanksPerReader == 0) {
           readers[t].reset();
           CKPT_ASSIGN_OR_RETURN(readers[t], Reader::Open(dir, ro));
         }
+        const std::vector<Work> work = plan(static_cast<int>(r));
         std::vector<const Work*> batch;
         uint64_t batch_bytes = 0;
-        for (size_t i = 0; i < work[r].size(); ++i) {
-          batch.push_back(&work[r][i]);
-          batch_bytes += work[r][i].bytes;
-          if (batch_bytes >= o.batch_bytes || i + 1 == work[r].size()) {
+        for (size_t i = 0; i < work.size(); ++i) {
+          batch.push_back(&work[i]);
+          batch_bytes += work[i].bytes;
+          if (batch_bytes >= o.batch_bytes || i + 1 == work.size()) {
             CKPT_RETURN_IF_ERROR(
                 LoadAndCheck(*readers[t], seed, batch, o, *outcomes[r]));
             batch.clear();
@@ -658,6 +733,7 @@ absl::StatusOr<VerifyResult> VerifySynth(const VerifyOptions& o) {
   const Meta meta(manifest.metadata.begin(), manifest.metadata.end());
   CKPT_ASSIGN_OR_RETURN(uint64_t recorded_seed,
                         ReadSynthMetadata(meta, res.path, res));
+  CKPT_RETURN_IF_ERROR(CheckMetadataAgainstCheckpoint(manifest, res));
   res.ranks = o.ranks > 0 ? o.ranks : res.written_ranks;
   res.layout = o.layout.value_or(res.written_layout);
   res.seed = o.seed.value_or(recorded_seed);
@@ -669,20 +745,17 @@ absl::StatusOr<VerifyResult> VerifySynth(const VerifyOptions& o) {
   MismatchMap found;
   const std::vector<std::string> checkable =
       MatchEntries(manifest, *reader, expected, found);
-  const std::vector<std::vector<Work>> work =
-      PlanWork(model, expected, checkable, res);
+  auto plan = [&](int rank) {
+    return PlanRank(model, expected, checkable, res, rank);
+  };
   if (o.progress_start) {
-    uint64_t total = 0;
-    for (const auto& ws : work) {
-      for (const Work& w : ws) total += w.bytes;
-    }
-    o.progress_start(total);
+    o.progress_start(TotalWorkBytes(model, expected, checkable, res));
   }
 
   // Load and compare, then merge what the ranks found.
   std::vector<std::unique_ptr<RankOutcome>> outcomes(res.ranks);
   for (auto& oc : outcomes) oc = std::make_unique<RankOutcome>();
-  CKPT_RETURN_IF_ERROR(LoadAllRanks(res.path, ro, work, res.seed, o, outcomes));
+  CKPT_RETURN_IF_ERROR(LoadAllRanks(res.path, ro, plan, res.seed, o, outcomes));
   MergeOutcomes(outcomes, checkable, res, found);
   if (o.seed && *o.seed != recorded_seed) {
     res.mismatches.push_back(SeedMismatch(*o.seed, recorded_seed));
