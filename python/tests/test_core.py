@@ -1,6 +1,8 @@
 """The core binding (import ckpt): numpy arrays through the buffer
 protocol, regions, dtypes, inspection, exceptions and callbacks."""
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -127,6 +129,31 @@ def test_status_codes_map_to_exception_classes(tmp_path):
         ckpt.Reader(str(tmp_path / "nothing"))
     with pytest.raises(ckpt.AlreadyExistsError):
         save_one(tmp_path, "a", np.ones(3, np.float32))
+
+
+def test_failed_allocation_is_resource_exhausted_not_a_bare_memory_error(tmp_path):
+    # A 64 MiB object read under an address-space limit 32 MiB above the
+    # process's size: the library's allocation fails (std::bad_alloc), which
+    # reaches Python as ckpt.ResourceExhaustedError (a MemoryError), not as
+    # pybind11's bare "MemoryError: std::bad_alloc".
+    w = ckpt.Writer()
+    w.set_object("big", b"\1" * (64 << 20))
+    w.save(str(tmp_path), 1, ckpt.save_options(codec="zstd"))
+    child = f"""
+import re, resource, ckpt
+r = ckpt.Reader({str(tmp_path)!r})
+vm = int(re.search(r"VmSize:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1))
+resource.setrlimit(resource.RLIMIT_AS, ((vm << 10) + (32 << 20), resource.RLIM_INFINITY))
+try:
+    r.read_object("big")
+except ckpt.ResourceExhaustedError as e:
+    assert isinstance(e, MemoryError)
+    print("refused:", e)
+"""
+    p = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "refused: out of memory: an allocation failed (std::bad_alloc)\n"
 
 
 def test_corrupt_shard_is_data_loss_naming_the_file(tmp_path):
