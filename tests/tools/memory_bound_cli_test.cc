@@ -14,6 +14,7 @@
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
@@ -274,6 +275,25 @@ TEST_F(MemoryBoundCli, SynthVerifyRefusesRanksOtherThanTheWorldSize) {
       "ckpt-synth",
       "metadata 'synth.ranks' is 1048576, but the checkpoint was written by 1 "
       "ranks");
+}
+
+// Where an allocation can still fail (here a legitimate 96 MiB object,
+// which ckpt-diff reads whole, under a limit of 128 MiB), the tool says so
+// in one line and exits 2: it aborted with std::bad_alloc (exit 134)
+// before.
+TEST_F(MemoryBoundCli, FailedAllocationIsOneLineAndExitTwo) {
+  auto w = Writer::Create({});
+  ASSERT_TRUE(w.ok()) << w.status();
+  CKPT_ASSERT_OK((*w)->SetObject("big", std::string(96 << 20, '\0')));
+  SaveOptions so;
+  so.codec = format::Codec::kZstd;
+  auto saved = (*w)->Save(dir_ / "big", 1, so);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  CliResult r =
+      RunCliUnderMemoryLimit(CKPT_DIFF_BIN, {saved->path, saved->path},
+                             dir_.path(), uint64_t{128} << 20);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err, "ckpt-diff: error: out of memory (an allocation failed)\n");
 }
 
 }  // namespace
