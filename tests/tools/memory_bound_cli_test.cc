@@ -93,6 +93,34 @@ class MemoryBoundCli : public ::testing::Test {
     return bytes.size();
   }
 
+  // A valid checkpoint (one object, written by the library) whose user
+  // metadata is that of a ckpt-synth checkpoint but for `key` = `value`;
+  // returns its directory.
+  std::string WriteWithSynthMetadata(const std::string& root,
+                                     const std::string& key,
+                                     const std::string& value) {
+    const std::string real = WriteSynthCheckpoint(root + ".real");
+    auto m = format::DecodeManifest(
+        ReadFileBytes(real + "/" + format::kManifestFileName));
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (!m.ok()) return "";
+    SaveOptions so;
+    so.metadata = m->metadata;
+    for (auto& [k, v] : so.metadata) {
+      if (k == key) v = value;
+    }
+    auto w = Writer::Create({});
+    EXPECT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE((*w)->SetObject("step", "100").ok());
+    auto saved = (*w)->Save(dir_ / root, 100, so);
+    EXPECT_TRUE(saved.ok()) << saved.status();
+    return saved.ok() ? saved->path : "";
+  }
+
+  static uint64_t ManifestBytes(const std::string& dir) {
+    return fs::file_size(dir + "/" + format::kManifestFileName);
+  }
+
   TempDir dir_;
 };
 
@@ -250,31 +278,23 @@ TEST_F(MemoryBoundCli, DcpChunkLargerThanItsRecordIsRefused) {
 // 2^20 in a small checkpoint aborted it, or took minutes and tens of GiB.
 // The checkpoint's own entries and world size bound what it plans.
 TEST_F(MemoryBoundCli, SynthVerifyRefusesLayersTheCheckpointDoesNotHold) {
-  const std::string dir = WriteSynthCheckpoint("layers");
-  const uint64_t meta = EditManifest(dir, [](format::Manifest& m) {
-    for (auto& [k, v] : m.metadata) {
-      if (k == synth::kMetaLayers) v = "1048576";
-    }
-  });
-  ExpectOneLineError(
-      Run(CKPT_SYNTH_BIN, {"verify", dir, "--io-threads", "1"}, meta),
-      "ckpt-synth",
-      "metadata 'synth.layers' is 1048576, a model of 22020102 tensors, but "
-      "the checkpoint holds ");
+  const std::string dir =
+      WriteWithSynthMetadata("layers", synth::kMetaLayers, "1048576");
+  ExpectOneLineError(Run(CKPT_SYNTH_BIN, {"verify", dir, "--io-threads", "1"},
+                         ManifestBytes(dir)),
+                     "ckpt-synth",
+                     "metadata 'synth.layers' is 1048576, a model of 22020102 "
+                     "tensors, but the checkpoint holds 1 entries");
 }
 
 TEST_F(MemoryBoundCli, SynthVerifyRefusesRanksOtherThanTheWorldSize) {
-  const std::string dir = WriteSynthCheckpoint("ranks");
-  const uint64_t meta = EditManifest(dir, [](format::Manifest& m) {
-    for (auto& [k, v] : m.metadata) {
-      if (k == synth::kMetaRanks) v = "1048576";
-    }
-  });
-  ExpectOneLineError(
-      Run(CKPT_SYNTH_BIN, {"verify", dir, "--io-threads", "1"}, meta),
-      "ckpt-synth",
-      "metadata 'synth.ranks' is 1048576, but the checkpoint was written by 1 "
-      "ranks");
+  const std::string dir =
+      WriteWithSynthMetadata("ranks", synth::kMetaRanks, "1048576");
+  ExpectOneLineError(Run(CKPT_SYNTH_BIN, {"verify", dir, "--io-threads", "1"},
+                         ManifestBytes(dir)),
+                     "ckpt-synth",
+                     "metadata 'synth.ranks' is 1048576, but the checkpoint "
+                     "was written by 1 ranks");
 }
 
 // Where an allocation can still fail (here a legitimate 96 MiB object,

@@ -21,6 +21,7 @@
 #include "ckpt/mutex.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
+#include "common/source_shards.h"
 #include "diff/local_range.h"
 
 namespace ckpt::synth {
@@ -726,6 +727,11 @@ absl::StatusOr<VerifyResult> VerifySynth(const VerifyOptions& o) {
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
                         Reader::Open(o.path, ro));
   const format::Manifest& manifest = reader->manifest();
+  // The loads below are sized by the manifest's shapes: only once the
+  // shard files vouch for them.
+  CKPT_RETURN_IF_ERROR(tools::CheckSourceShards(
+      o.storage != nullptr ? o.storage : DefaultStorage(), reader->path(),
+      manifest));
   VerifyResult res;
   res.path = reader->path();
   res.step = manifest.info.step;
