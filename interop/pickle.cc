@@ -118,6 +118,12 @@ Role RoleOf(absl::string_view name) {
 // deque nodes and node map.
 constexpr uint64_t kValueBytes = sizeof(PyValue) + 8;
 
+// A memo index further than this past twice the indices set so far goes
+// to the sparse memo, which counts this many bytes an entry (a hash slot
+// and its share of the table's growth).
+constexpr uint64_t kDenseMemoSlack = 1024;
+constexpr uint64_t kSparseMemoBytes = 64;
+
 // Text is kept in blocks of this size; a longer text gets a block of its
 // own.
 constexpr size_t kTextBlockBytes = 16 << 10;
@@ -202,7 +208,12 @@ class Unpickler {
   MemoryBudget budget_;
   std::vector<const PyValue*> stack_;
   std::vector<size_t> marks_;
-  std::vector<const PyValue*> memo_;  // null where never set
+  // The memo: indices up to about twice those set so far in a vector (null
+  // where never set), others in a hash map; memo_count_ of them set
+  // (Python's len(memo), the index MEMOIZE takes).
+  std::vector<const PyValue*> memo_;
+  absl::flat_hash_map<uint64_t, const PyValue*> sparse_memo_;
+  uint64_t memo_count_ = 0;
   const PyValue* none_ = nullptr;
   const PyValue* true_ = nullptr;
   const PyValue* false_ = nullptr;
@@ -355,18 +366,38 @@ absl::Status Unpickler::Memo(uint64_t index) {
     return absl::ResourceExhaustedError(
         absl::StrCat("pickle: memo index ", index, " over the limit"));
   }
+  if (index > 2 * memo_.size() + kDenseMemoSlack) {
+    // Far past the indices set so far (pickle writers number them 0, 1,
+    // ...): one hash entry, not a vector up to it.
+    auto [it, added] = sparse_memo_.try_emplace(index, nullptr);
+    if (added) {
+      absl::Status charged = Charge(kSparseMemoBytes);
+      if (!charged.ok()) {
+        sparse_memo_.erase(it);
+        return charged;
+      }
+      ++memo_count_;
+    }
+    it->second = stack_.back();
+    return absl::OkStatus();
+  }
   if (index >= memo_.size()) {
     CKPT_RETURN_IF_ERROR(Reserve(memo_, index + 1 - memo_.size()));
     memo_.resize(index + 1, nullptr);
   }
+  if (memo_[index] == nullptr) ++memo_count_;
   memo_[index] = stack_.back();
   return absl::OkStatus();
 }
 
 absl::Status Unpickler::Get(uint64_t index) {
-  if (index >= memo_.size() || memo_[index] == nullptr)
-    return Fail(absl::StrCat("memo ", index, " was never set"));
-  return PushValue(memo_[index]);
+  const PyValue* v = index < memo_.size() ? memo_[index] : nullptr;
+  if (v == nullptr) {
+    auto it = sparse_memo_.find(index);
+    if (it != sparse_memo_.end()) v = it->second;
+  }
+  if (v == nullptr) return Fail(absl::StrCat("memo ", index, " was never set"));
+  return PushValue(v);
 }
 
 absl::Status Unpickler::Global(absl::string_view module,
@@ -724,7 +755,7 @@ absl::Status Unpickler::Step(uint8_t op) {
     case 'r':
       return MemoAt(4);  // LONG_BINPUT
     case 0x94:
-      return Memo(memo_.size());  // MEMOIZE
+      return Memo(memo_count_);  // MEMOIZE
     case 'h':
       return GetAt(1);  // BINGET
     case 'j':

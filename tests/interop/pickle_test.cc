@@ -216,6 +216,20 @@ TEST(PickleTest, PathOfManyReferencesIsCountedBeforeItIsJoined) {
   EXPECT_EQ(u.root->text.size(), 1001u * 4096 + 1000);
 }
 
+// A memo index far past those set (LONG_BINPUT 2^24 - 1) is one hash
+// entry, not a vector of 2^24 slots (128 MiB from a 5-byte opcode).
+TEST(PickleTest, SparseMemoIndexCostsAnEntryNotAVector) {
+  // None; PUT 2^24 - 1; POP; GET 2^24 - 1; MEMOIZE (index 1: one set so
+  // far); POP; GET 1.
+  const std::string body = std::string("N") +
+                           std::string("r\xff\xff\xff\x00", 5) + "0" +
+                           std::string("j\xff\xff\xff\x00", 5) + "\x94" + "0" +
+                           std::string("h\x01", 2);
+  CKPT_ASSERT_OK_AND_ASSIGN(Unpickled u, Unpickle(P2(body)));
+  EXPECT_TRUE(u.root->Is(Kind::kNone));
+  EXPECT_LT(u.memory.used(), 4096u);
+}
+
 TEST(PickleTest, ExtraValuesOnTheStackAtStop) {
   EXPECT_THAT(Unpickle(P2("NN")),
               StatusIs(absl::StatusCode::kDataLoss, "2 values on the stack"));
