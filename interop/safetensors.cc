@@ -11,6 +11,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/geometry.h"
 #include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/interop/strict_json.h"
@@ -68,10 +70,19 @@ absl::StatusOr<SafetensorsTensor> DecodeTensor(const std::string& name,
   if (!v.contains("shape") || !v["shape"].is_array()) {
     return Bad(absl::StrCat(where, ": shape missing or not an array"));
   }
+  if (v["shape"].size() > format::kMaxDims) {
+    return Bad(absl::StrCat(where, ": shape has ", v["shape"].size(),
+                            " dims; the limit is ", format::kMaxDims));
+  }
   for (const auto& d : v["shape"]) {
     CKPT_ASSIGN_OR_RETURN(uint64_t n,
                           Unsigned(d, absl::StrCat(where, ": a dim")));
     t.shape.push_back(n);
+  }
+  // As ckpt's own shapes: every dim, the element and the byte count in
+  // int64 (a zero dim beside a dim of 2^64 - 1 passes the byte count).
+  if (absl::Status s = ValidateShape(t.shape, DTypeSize(t.dtype)); !s.ok()) {
+    return Bad(absl::StrCat(where, ": ", s.message()));
   }
   const auto& off =
       v.contains("data_offsets") ? v["data_offsets"] : nlohmann::json();

@@ -239,6 +239,30 @@ TEST(SafetensorsTest, ShapeOverflow) {
               StatusIs(absl::StatusCode::kDataLoss, "overflows"));
 }
 
+// Issue 28 §3: a foreign shape goes through ckpt's own shape check. A zero
+// dim makes the byte count 0 whatever the other dims, so a dim of 2^64 - 1
+// passed the reference's check; ckpt refuses it, and more than 32 dims.
+TEST(SafetensorsTest, DimBeyondInt64IsRefusedEvenBesideAZeroDim) {
+  EXPECT_THAT(DecodeImage(Image(
+                  R"({"x":{"dtype":"U8","shape":[0,18446744073709551615],)"
+                  R"("data_offsets":[0,0]}})",
+                  0)),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "tensor 'x': shape [0, 18446744073709551615]: dim "
+                       "18446744073709551615 exceeds int64"));
+}
+
+TEST(SafetensorsTest, MoreThan32DimsAreRefused) {
+  std::string dims = "1";
+  for (int i = 1; i < 33; ++i) dims += ",1";
+  EXPECT_THAT(
+      DecodeImage(Image(absl::StrCat(R"({"x":{"dtype":"U8","shape":[)", dims,
+                                     R"(],"data_offsets":[0,1]}})"),
+                        1)),
+      StatusIs(absl::StatusCode::kDataLoss,
+               "tensor 'x': shape has 33 dims; the limit is 32"));
+}
+
 TEST(SafetensorsTest, MetadataValueNotString) {
   EXPECT_THAT(
       DecodeImage(Image(R"({"__metadata__":{"a":1}})", 0)),
