@@ -1,9 +1,9 @@
 #include "ckpt/format/manifest.h"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ckpt/format/checksum.h"
@@ -67,6 +67,36 @@ std::string EncodeManifest(const Manifest& m) {
 
 namespace {
 
+// "duplicate shard id" or "duplicate shard file name" unless both are
+// unique. Sorts arrays of 4-byte indices: hash sets of the ids and names
+// took more memory than the records on disk (up to 2^20 of 4 bytes).
+absl::Status CheckUniqueShards(const std::vector<ShardInfo>& shards) {
+  std::vector<uint32_t> order(shards.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
+  auto sorted_by = [&](auto key) {
+    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+      return std::make_pair(key(shards[a]), a) <
+             std::make_pair(key(shards[b]), b);
+    });
+  };
+  sorted_by([](const ShardInfo& x) { return x.shard_id; });
+  for (size_t k = 1; k < order.size(); ++k) {
+    if (shards[order[k]].shard_id == shards[order[k - 1]].shard_id) {
+      return absl::DataLossError(
+          absl::StrCat("duplicate shard id ", shards[order[k]].shard_id));
+    }
+  }
+  sorted_by(
+      [](const ShardInfo& x) -> absl::string_view { return x.file_name; });
+  for (size_t k = 1; k < order.size(); ++k) {
+    if (shards[order[k]].file_name == shards[order[k - 1]].file_name) {
+      return absl::DataLossError(absl::StrCat("duplicate shard file name '",
+                                              shards[order[k]].file_name, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<ShardInfo>> DecodeShards(const RawSection& s) {
   ByteReader r(s.body, s.offset + kSectionHeaderSize);
   CKPT_ASSIGN_OR_RETURN(uint64_t n,
@@ -74,8 +104,6 @@ absl::StatusOr<std::vector<ShardInfo>> DecodeShards(const RawSection& s) {
   std::vector<ShardInfo> shards;
   // A record takes at least 4 bytes: id, name length, name, file size.
   shards.reserve(std::min<uint64_t>(n, r.remaining() / 4));
-  absl::flat_hash_set<uint32_t> ids;
-  absl::flat_hash_set<std::string> files;
   for (uint64_t i = 0; i < n; ++i) {
     ShardInfo si;
     CKPT_ASSIGN_OR_RETURN(uint64_t id,
@@ -96,17 +124,10 @@ absl::StatusOr<std::vector<ShardInfo>> DecodeShards(const RawSection& s) {
                        " is smaller than a header and a tail (",
                        kShardHeaderSize + kShardTailSize, ")"));
     }
-    if (!ids.insert(si.shard_id).second) {
-      return absl::DataLossError(
-          absl::StrCat("duplicate shard id ", si.shard_id));
-    }
-    if (!files.insert(si.file_name).second) {
-      return absl::DataLossError(
-          absl::StrCat("duplicate shard file name '", si.file_name, "'"));
-    }
     shards.push_back(std::move(si));
   }
   CKPT_RETURN_IF_ERROR(internal::CheckNoTrailingBytes(s, r, "shard"));
+  CKPT_RETURN_IF_ERROR(CheckUniqueShards(shards));
   return shards;
 }
 
@@ -254,18 +275,18 @@ absl::Status CheckShardTable(const Manifest& m) {
 
 // Every chunk must live in a listed shard, inside its payload area.
 absl::Status CheckChunkLocations(const Manifest& m) {
-  absl::flat_hash_map<uint32_t, uint64_t> sizes;
+  // CheckShardTable made the ids exactly 0 .. world_size - 1.
+  std::vector<uint64_t> sizes(m.shards.size());
   for (const ShardInfo& s : m.shards) sizes[s.shard_id] = s.file_size;
   for (const EntryRecord& e : m.entries) {
     for (size_t i = 0; i < e.chunks.size(); ++i) {
       const ChunkRecord& c = e.chunks[i];
-      auto it = sizes.find(c.shard);
-      if (it == sizes.end()) {
+      if (c.shard >= sizes.size()) {
         return absl::DataLossError(
             absl::StrCat("manifest: entry '", EscapeText(e.name), "': chunk ",
                          i, ": shard ", c.shard, " is not in the shard table"));
       }
-      uint64_t payload_end = it->second - kShardTailSize;
+      uint64_t payload_end = sizes[c.shard] - kShardTailSize;
       if (c.stored_length > 0 &&
           (c.data_offset < kShardHeaderSize || c.data_offset > payload_end ||
            c.stored_length > payload_end - c.data_offset)) {

@@ -5,8 +5,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/types/span.h"
 #include "ckpt/format/names.h"
 #include "ckpt/internal/shard_file.h"
 
@@ -57,7 +59,7 @@ std::string CodecName(format::Codec c) {
 // beyond, in one last problem: a hostile index must not make the list grow
 // with the manifest's chunks (2^24 chunks missing from an index were 2^24
 // messages, over 3 GB).
-constexpr size_t kMaxListedProblems = 1000;
+constexpr size_t kMaxListedProblems = 100;
 
 class Problems {
  public:
@@ -147,50 +149,33 @@ std::string ChunkFieldDiff(const ChunkRecord& ic, const ChunkRecord& mc) {
   return absl::StrJoin(d, ", ");
 }
 
-// Matches the manifest chunks `mine` of entry `me` (index `e`) with the
-// chunks of its index entry `ie`: a merge by key, after sorting both sides
-// unless they are already in the same order (writers list a shard's chunks
-// in the same order in both places). Appends matches to `matched`.
-void MatchEntryChunks(const EntryRecord& me, uint32_t e,
-                      std::vector<ChunkRef> mine, const EntryRecord& ie,
-                      std::vector<ChunkRef>* matched, Problems* problems) {
-  std::vector<const ChunkRecord*> theirs;
-  for (const ChunkRecord& c : ie.chunks) theirs.push_back(&c);
-  auto mc = [&](size_t i) -> const ChunkRecord& {
-    return me.chunks[mine[i].chunk];
-  };
-  bool same_order = mine.size() == theirs.size();
-  for (size_t k = 0; same_order && k < mine.size(); ++k) {
-    same_order = SameKey(mc(k), *theirs[k]);
-  }
-  if (!same_order) {
-    std::sort(mine.begin(), mine.end(),
-              [&](const ChunkRef& x, const ChunkRef& y) {
-                return ChunkKeyLess(me.chunks[x.chunk], me.chunks[y.chunk]);
-              });
-    std::sort(theirs.begin(), theirs.end(),
-              [](const ChunkRecord* x, const ChunkRecord* y) {
-                return ChunkKeyLess(*x, *y);
-              });
-  }
+// Merges the manifest chunks `mine` of entry `me` (index `e`) with the
+// index chunks theirs(0 .. n_theirs - 1), both sorted by key (or in the
+// same order): appends matches to `matched`, a problem for each chunk
+// without a match or whose other fields differ.
+void MergeEntryChunks(const EntryRecord& me, uint32_t e,
+                      absl::FunctionRef<uint32_t(size_t)> mine, size_t n_mine,
+                      absl::FunctionRef<const ChunkRecord*(size_t)> theirs,
+                      size_t n_theirs, std::vector<ChunkRef>* matched,
+                      Problems* problems) {
+  auto mc = [&](size_t i) -> const ChunkRecord& { return me.chunks[mine(i)]; };
   size_t i = 0, j = 0;
-  while (i < mine.size() || j < theirs.size()) {
-    if (j == theirs.size() ||
-        (i < mine.size() && ChunkKeyLess(mc(i), *theirs[j]))) {
-      Add(problems, me.name, mine[i].chunk,
+  while (i < n_mine || j < n_theirs) {
+    if (j == n_theirs || (i < n_mine && ChunkKeyLess(mc(i), *theirs(j)))) {
+      Add(problems, me.name, mine(i),
           absl::StrCat(
               "not in the shard index (the manifest puts it at offset ",
               mc(i).data_offset, ", ", mc(i).stored_length, " bytes)"));
       ++i;
-    } else if (i == mine.size() || ChunkKeyLess(*theirs[j], mc(i))) {
-      Add(problems, me.name, -1, UnlistedChunk(*theirs[j]));
+    } else if (i == n_mine || ChunkKeyLess(*theirs(j), mc(i))) {
+      Add(problems, me.name, -1, UnlistedChunk(*theirs(j)));
       ++j;
     } else {
-      std::string diff = ChunkFieldDiff(*theirs[j], mc(i));
+      std::string diff = ChunkFieldDiff(*theirs(j), mc(i));
       if (diff.empty()) {
-        matched->push_back(ChunkRef{e, mine[i].chunk, theirs[j]});
+        matched->push_back(ChunkRef{e, mine(i), theirs(j)});
       } else {
-        Add(problems, me.name, mine[i].chunk,
+        Add(problems, me.name, mine(i),
             absl::StrCat("the shard index differs from the manifest: ", diff,
                          " (index != manifest)"));
       }
@@ -198,6 +183,42 @@ void MatchEntryChunks(const EntryRecord& me, uint32_t e,
       ++j;
     }
   }
+}
+
+// Matches the manifest chunks `listed` of entry `me` (index `e`) with the
+// chunks of its index entry `ie`: a merge by key, after sorting copies of
+// both sides unless they are already in the same order (writers list a
+// shard's chunks in the same order in both places; no copy is made then).
+void MatchEntryChunks(const EntryRecord& me, uint32_t e,
+                      absl::Span<const ChunkRef> listed, const EntryRecord& ie,
+                      std::vector<ChunkRef>* matched, Problems* problems) {
+  bool same_order = listed.size() == ie.chunks.size();
+  for (size_t k = 0; same_order && k < listed.size(); ++k) {
+    same_order = SameKey(me.chunks[listed[k].chunk], ie.chunks[k]);
+  }
+  if (same_order) {
+    MergeEntryChunks(
+        me, e, [&](size_t i) { return listed[i].chunk; }, listed.size(),
+        [&](size_t j) { return &ie.chunks[j]; }, ie.chunks.size(), matched,
+        problems);
+    return;
+  }
+  // Chunk numbers (4 bytes each) rather than ChunkRefs (16).
+  std::vector<uint32_t> mine(listed.size());
+  for (size_t i = 0; i < mine.size(); ++i) mine[i] = listed[i].chunk;
+  std::sort(mine.begin(), mine.end(), [&](uint32_t x, uint32_t y) {
+    return ChunkKeyLess(me.chunks[x], me.chunks[y]);
+  });
+  std::vector<const ChunkRecord*> theirs;
+  theirs.reserve(ie.chunks.size());
+  for (const ChunkRecord& c : ie.chunks) theirs.push_back(&c);
+  std::sort(theirs.begin(), theirs.end(),
+            [](const ChunkRecord* x, const ChunkRecord* y) {
+              return ChunkKeyLess(*x, *y);
+            });
+  MergeEntryChunks(
+      me, e, [&](size_t i) { return mine[i]; }, mine.size(),
+      [&](size_t j) { return theirs[j]; }, theirs.size(), matched, problems);
 }
 
 }  // namespace
@@ -218,7 +239,7 @@ std::vector<ChunkRef> MatchIndexChunks(const ManifestIndex& m, uint32_t shard,
     const EntryRecord& me = m.manifest().entries[e];
     auto it = index_of.find(e);
     if (it != index_of.end()) {
-      MatchEntryChunks(me, e, {listed.begin() + a, listed.begin() + b},
+      MatchEntryChunks(me, e, absl::MakeConstSpan(listed).subspan(a, b - a),
                        *it->second, &matched, &problems);
     } else if (!bad.contains(e)) {
       Add(&problems, me.name, listed[a].chunk,

@@ -37,6 +37,13 @@ std::string LocationText(absl::string_view file, absl::string_view entry,
 
 ManifestIndex::ManifestIndex(const format::Manifest& manifest)
     : manifest_(&manifest), by_shard_(manifest.info.world_size) {
+  // Exact sizes first: no growth slack on top of 16 bytes a chunk.
+  std::vector<uint64_t> count(by_shard_.size(), 0);
+  for (const EntryRecord& entry : manifest.entries) {
+    for (const format::ChunkRecord& c : entry.chunks) ++count[c.shard];
+  }
+  for (size_t s = 0; s < by_shard_.size(); ++s) by_shard_[s].reserve(count[s]);
+  by_name_.reserve(manifest.entries.size());
   for (size_t e = 0; e < manifest.entries.size(); ++e) {
     const EntryRecord& entry = manifest.entries[e];
     by_name_[entry.name] = static_cast<uint32_t>(e);

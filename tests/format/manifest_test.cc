@@ -1,5 +1,6 @@
 #include "ckpt/format/manifest.h"
 
+#include <malloc.h>
 #include <sys/mman.h>
 
 #include <cstring>
@@ -300,6 +301,32 @@ TEST(ManifestTest, MoreChunksWithElementsThanElementsAreRefusedAsRead) {
   e.chunks.insert(e.chunks.end(), 20, empty);
   m.entries[3].chunks.resize(1);
   CKPT_EXPECT_OK(DecodeManifest(EncodeManifest(m)));
+}
+
+// SECURITY.md "Resource use": a decoded manifest takes at most 16 bytes of
+// memory per byte of the file. The smallest records in number (chunks
+// without elements, 9 bytes) become 144-byte ChunkRecords. Heap use is
+// glibc's count (mallinfo2), which sanitizers' allocators do not keep.
+TEST(ManifestTest, DecodedManifestTakesAtMost16BytesPerByte) {
+  EXPECT_LE(sizeof(ChunkRecord), 144u);
+  Manifest m = SampleManifest();
+  EntryRecord& e = m.entries[1];  // 'optimizer.exp_avg', 10 elements
+  ChunkRecord empty = e.chunks[0];
+  empty.region = FlatRange{10, 0};
+  empty.stored_length = 0;
+  empty.data_offset = 0;
+  e.chunks.insert(e.chunks.end(), 1 << 16, empty);
+  const std::string bytes = EncodeManifest(m);
+  m = Manifest();
+  const struct mallinfo2 before = mallinfo2();
+  absl::StatusOr<Manifest> d = DecodeManifest(bytes);
+  const struct mallinfo2 after = mallinfo2();
+  CKPT_ASSERT_OK(d);
+  if (after.uordblks + after.hblkhd == before.uordblks + before.hblkhd) {
+    GTEST_SKIP() << "this allocator does not report to mallinfo2";
+  }
+  EXPECT_LE(after.uordblks + after.hblkhd - before.uordblks - before.hblkhd,
+            16 * bytes.size());
 }
 
 TEST(ManifestTest, UncoveredTensorFailsCoverageUnlessPartial) {

@@ -186,6 +186,7 @@ absl::StatusOr<bool> Validator::ReadManifest(const std::string& mpath) {
     Add(Severity::kError, mpath, std::string(m.status().message()));
     return false;
   }
+  *bytes = std::string();  // decoded: the records are all that is needed
   manifest_ = *std::move(m);
   index_ = std::make_unique<core::ManifestIndex>(manifest_);
   report_->manifest_ok = true;
@@ -251,6 +252,7 @@ void Validator::OpenShard(size_t i) {
   auto file = core::OpenShardFile(storage_, s->path, info, manifest_.info.id);
   if (!file.ok()) return AddIfError(s->path, file.status());
   s->file = *std::move(file);
+  s->file.meta = {};  // decoded; only a cooperative load shares the bytes
   AddIfError(s->path, core::CheckIndexInfo(s->file.index, manifest_));
   AddIfError(s->path, core::CheckIndexMetadata(s->file.index, manifest_));
   MatchChunks(*s, info.shard_id);

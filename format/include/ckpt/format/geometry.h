@@ -85,6 +85,9 @@ std::string ShapeToString(absl::Span<const uint64_t> shape);
 // that differ in three or more dims are swept along the dim in which the
 // fewest pairs overlap; when even that needs more than 64 * n + 2^22 box
 // comparisons, the layout is refused rather than checked for minutes.
+// Memory and work are bounded by the regions given, never by the sizes
+// they declare (ckpt/format/coverage.h, which also checks regions in
+// place).
 // Errors are InvalidArgument:
 //   "chunks 3 and 7 overlap in [0:4, 8:16]"
 //   "elements not covered by any chunk, e.g. [4:8, 0:16] (96 of 256 elements

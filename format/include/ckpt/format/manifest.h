@@ -24,7 +24,11 @@ std::string EncodeManifest(const Manifest& m);
 //    file kind or with the wrong required flag, bytes after the last field
 //    of a section other than CHECKPOINT_INFO, bad names, chunk outside its
 //    tensor, unknown shard, shard table not one file per rank, duplicate
-//    entry names, limits).
+//    entry names, limits, more chunks with elements in an entry than it
+//    has elements: they overlap).
+// The result takes at most 16 bytes of memory per byte of `bytes`, plus
+// the dims of boxes and shapes beyond 4 and names beyond 15 bytes (each
+// also on disk); see SECURITY.md "Resource use".
 // Messages name the field and, where known, the entry and chunk. Coverage
 // (overlap, gaps) is checked separately by ValidateCoverage: it costs more
 // and is not needed to list entries.

@@ -132,7 +132,7 @@ struct IndexProblem {
 // appends to `problems` one item per index entry unknown to the manifest
 // or described differently, per manifest chunk missing from the index or
 // described differently, and per index chunk the manifest does not list:
-// at most 1000 of them, the rest counted in one last item (entry "", chunk
+// at most 100 of them, the rest counted in one last item (entry "", chunk
 // -1), so that the list never grows with what a hostile file declares.
 // FindPayloadOverlaps lists as many. `shard_index` must outlive the result.
 std::vector<ChunkRef> MatchIndexChunks(const ManifestIndex& manifest,
