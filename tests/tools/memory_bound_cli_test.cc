@@ -276,25 +276,27 @@ TEST_F(MemoryBoundCli, DcpChunkLargerThanItsRecordIsRefused) {
 
 // Issue 28: ckpt-synth verify trusted synth.* metadata: layers or ranks of
 // 2^20 in a small checkpoint aborted it, or took minutes and tens of GiB.
-// The checkpoint's own entries and world size bound what it plans.
+// The checkpoint's own entries bound what it plans.
 TEST_F(MemoryBoundCli, SynthVerifyRefusesLayersTheCheckpointDoesNotHold) {
   const std::string dir =
       WriteWithSynthMetadata("layers", synth::kMetaLayers, "1048576");
   ExpectOneLineError(Run(CKPT_SYNTH_BIN, {"verify", dir, "--io-threads", "1"},
                          ManifestBytes(dir)),
                      "ckpt-synth",
-                     "metadata 'synth.layers' is 1048576, a model of 22020102 "
-                     "tensors, but the checkpoint holds 1 entries");
+                     "metadata 'synth.layers' 1048576 and 'synth.ranks' 1 "
+                     "describe 22020104 entries, more than twice the "
+                     "checkpoint's 1 + 1024");
 }
 
-TEST_F(MemoryBoundCli, SynthVerifyRefusesRanksOtherThanTheWorldSize) {
+TEST_F(MemoryBoundCli, SynthVerifyRefusesRanksTheCheckpointDoesNotHold) {
   const std::string dir =
       WriteWithSynthMetadata("ranks", synth::kMetaRanks, "1048576");
   ExpectOneLineError(Run(CKPT_SYNTH_BIN, {"verify", dir, "--io-threads", "1"},
                          ManifestBytes(dir)),
                      "ckpt-synth",
-                     "metadata 'synth.ranks' is 1048576, but the checkpoint "
-                     "was written by 1 ranks");
+                     "metadata 'synth.layers' 2 and 'synth.ranks' 1048576 "
+                     "describe 1048625 entries, more than twice the "
+                     "checkpoint's 1 + 1024");
 }
 
 // Where an allocation can still fail (here a legitimate 96 MiB object,
