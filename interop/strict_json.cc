@@ -23,6 +23,63 @@ bool AllStringsValid(const nlohmann::ordered_json& v) {
   return true;
 }
 
+// Bytes counted for what a parse keeps, from above: a value (a json node);
+// a container's storage, or a string's (a std::string of its own); an
+// object member (a node of the object's map and of the key set of the
+// duplicate check); text beyond the small-string buffer, once in each.
+constexpr uint64_t kValueBytes = 16;
+constexpr uint64_t kContainerBytes = 64;
+constexpr uint64_t kStringBytes = 48;
+constexpr uint64_t kMemberBytes = 176;
+uint64_t TextBytes(size_t n) { return n > 15 ? n + 1 : 0; }
+
+// Counts the bytes a parse keeps against a limit; once past it, Charge
+// returns false from then on.
+class JsonBudget {
+ public:
+  explicit JsonBudget(uint64_t limit) : limit_(limit) {}
+  bool Charge(uint64_t bytes) {
+    if (over_ || bytes > limit_ - used_) {
+      over_ = true;
+      return false;
+    }
+    used_ += bytes;
+    return true;
+  }
+  bool over() const { return over_; }
+  uint64_t limit() const { return limit_; }
+
+ private:
+  uint64_t limit_, used_ = 0;
+  bool over_ = false;
+};
+
+// What an event of the parse keeps.
+uint64_t EventBytes(nlohmann::json::parse_event_t event,
+                    const nlohmann::json& parsed) {
+  using E = nlohmann::json::parse_event_t;
+  switch (event) {
+    case E::object_start:
+    case E::array_start:
+      return kValueBytes + kContainerBytes;
+    case E::key:
+      return kMemberBytes +
+             2 * TextBytes(parsed.is_string()
+                               ? parsed.get_ref<const std::string&>().size()
+                               : 0);
+    case E::value:
+      return kValueBytes +
+             (parsed.is_string()
+                  ? kStringBytes +
+                        TextBytes(parsed.get_ref<const std::string&>().size())
+                  : 0);
+    case E::object_end:
+    case E::array_end:
+      break;
+  }
+  return 0;
+}
+
 }  // namespace
 
 bool IsValidUtf8(absl::string_view s) {
@@ -58,6 +115,13 @@ bool IsValidUtf8(absl::string_view s) {
 
 absl::StatusOr<nlohmann::json> ParseStrictJson(absl::string_view text,
                                                absl::string_view what) {
+  return ParseStrictJson(text, what,
+                         kJsonBudgetPerByte * text.size() + kJsonBudgetFixed);
+}
+
+absl::StatusOr<nlohmann::json> ParseStrictJson(absl::string_view text,
+                                               absl::string_view what,
+                                               uint64_t memory_budget) {
   // nlohmann's lexer takes a NUL byte for the end of the input, so that
   // "{...}\0<anything>" would parse as "{...}". A raw NUL is never valid
   // JSON (inside a string it must be escaped), and the reference
@@ -69,9 +133,12 @@ absl::StatusOr<nlohmann::json> ParseStrictJson(absl::string_view text,
   std::vector<std::set<std::string>> keys;
   std::string duplicate;
   bool too_deep = false;
+  JsonBudget budget(memory_budget);
   auto callback = [&](int depth, nlohmann::json::parse_event_t event,
                       nlohmann::json& parsed) -> bool {
     using E = nlohmann::json::parse_event_t;
+    // Past the budget every value is discarded: nothing more is kept.
+    if (!budget.Charge(EventBytes(event, parsed))) return false;
     if (event == E::object_start || event == E::array_start) {
       if (depth >= kMaxJsonDepth) too_deep = true;
       if (event == E::object_start) keys.emplace_back();
@@ -91,6 +158,11 @@ absl::StatusOr<nlohmann::json> ParseStrictJson(absl::string_view text,
   if (too_deep) {
     return absl::DataLossError(
         absl::StrCat(what, " nests deeper than ", kMaxJsonDepth, " levels"));
+  }
+  if (budget.over()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, " of ", text.size(), " bytes would take more than ",
+        budget.limit(), " bytes of memory to parse; metadata needs far less"));
   }
   if (doc.is_discarded()) {
     return absl::DataLossError(
