@@ -552,22 +552,29 @@ absl::Status CheckCoverOf(const Shape& shape, size_t n, RegionAt region_at,
   uint64_t numel = 1;
   for (uint64_t s : shape) numel *= s;
   // Every region that is one run of the flattening is an interval; the
-  // other boxes wait for the box check.
-  std::vector<Run> runs;
-  runs.reserve(n);
+  // other boxes wait for the box check. Regions without elements take no
+  // part (nor memory: counted first).
+  auto run_of = [&](size_t i, FlatRange* f) {
+    const Region& r = region_at(i);
+    if (const Box* b = std::get_if<Box>(&r)) return BoxAsFlat(shape, *b, f);
+    *f = std::get<FlatRange>(r);
+    return true;
+  };
+  size_t with_elements = 0;
   bool irregular = false;
   for (size_t i = 0; i < n; ++i) {
-    const Region& r = region_at(i);
     FlatRange f;
-    if (const Box* b = std::get_if<Box>(&r)) {
-      if (!BoxAsFlat(shape, *b, &f)) {
-        irregular = true;
-        continue;
-      }
-    } else {
-      f = std::get<FlatRange>(r);
+    if (!run_of(i, &f)) {
+      irregular = true;
+    } else if (f.length != 0) {
+      ++with_elements;
     }
-    if (f.length != 0) {
+  }
+  std::vector<Run> runs;
+  runs.reserve(with_elements);
+  for (size_t i = 0; i < n; ++i) {
+    FlatRange f;
+    if (run_of(i, &f) && f.length != 0) {
       runs.push_back(Run{f.start, f.length, static_cast<uint32_t>(i)});
     }
   }

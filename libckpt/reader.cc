@@ -402,6 +402,7 @@ absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(
   auto& [dir, bytes] = dir_and_bytes;
   CKPT_ASSIGN_OR_RETURN(format::Manifest m,
                         internal::DecodeManifestFile(dir, bytes));
+  bytes = std::string();  // decoded: not held while the reader lives
   CKPT_RETURN_IF_ERROR(Annotate(format::ValidateCoverage(m),
                                 JoinPath(dir, format::kManifestFileName)));
   return std::unique_ptr<Reader>(

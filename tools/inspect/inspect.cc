@@ -5,6 +5,7 @@
 #include <cmath>
 #include <thread>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -62,7 +63,27 @@ std::string MetadataValue(const std::string& v) {
   return printable ? v : absl::StrCat("<", v.size(), " bytes>");
 }
 
-// Left-aligned columns separated by two spaces, no trailing blanks.
+// Left-aligned columns separated by two spaces, no trailing blanks: row
+// `r` of a table whose columns are `width` wide.
+void PrintRow(const std::vector<size_t>& width,
+              const std::vector<std::string>& r, std::ostream& out) {
+  std::string line;
+  for (size_t i = 0; i < r.size(); ++i) {
+    line += r[i];
+    if (i + 1 < r.size()) line.append(width[i] - r[i].size() + 2, ' ');
+  }
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  out << line << "\n";
+}
+
+void Widen(const std::vector<std::string>& r, std::vector<size_t>* width) {
+  width->resize(std::max(width->size(), r.size()), 0);
+  for (size_t i = 0; i < r.size(); ++i) {
+    (*width)[i] = std::max((*width)[i], r[i].size());
+  }
+}
+
+// A table of a few rows, held until printed.
 class Table {
  public:
   explicit Table(std::vector<std::string> header) {
@@ -70,26 +91,27 @@ class Table {
   }
   void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
   void Print(std::ostream& out) const {
-    std::vector<size_t> width(rows_[0].size(), 0);
-    for (const auto& r : rows_) {
-      for (size_t i = 0; i < r.size(); ++i)
-        width[i] = std::max(width[i], r[i].size());
-    }
-    std::string line;
-    for (const auto& r : rows_) {
-      line.clear();
-      for (size_t i = 0; i < r.size(); ++i) {
-        line += r[i];
-        if (i + 1 < r.size()) line.append(width[i] - r[i].size() + 2, ' ');
-      }
-      while (!line.empty() && line.back() == ' ') line.pop_back();
-      out << line << "\n";
-    }
+    std::vector<size_t> width;
+    for (const auto& r : rows_) Widen(r, &width);
+    for (const auto& r : rows_) PrintRow(width, r, out);
   }
 
  private:
   std::vector<std::vector<std::string>> rows_;
 };
+
+// A table of `n` rows after `header`, row i made by row(i) twice (once to
+// size the columns, once to print it) rather than held: a checkpoint may
+// list 2^24 entries, whose cells took more memory than the manifest.
+void PrintRows(const std::vector<std::string>& header, size_t n,
+               absl::FunctionRef<std::vector<std::string>(size_t)> row,
+               std::ostream& out) {
+  std::vector<size_t> width;
+  Widen(header, &width);
+  for (size_t i = 0; i < n; ++i) Widen(row(i), &width);
+  PrintRow(width, header, out);
+  for (size_t i = 0; i < n; ++i) PrintRow(width, row(i), out);
+}
 
 std::vector<std::string> StatsCells(const EntrySummary& e) {
   if (!e.has_stats) return {"-", "-", "-", "-", "-", "-"};
@@ -352,23 +374,25 @@ void PrintInspectText(const CheckpointSummary& s, std::ostream& out) {
                                      "SIZE", "STORED", "SHARDING"};
   if (stats)
     header.insert(header.end(), {"MIN", "MAX", "MEAN", "L2", "NAN", "INF"});
-  Table t(std::move(header));
-  for (const EntrySummary& row : s.entries) {
-    const EntryRecord& e = m.entries[row.index];
-    std::vector<std::string> cells = {EscapeText(e.name),
-                                      DTypeText(e),
-                                      ShapeText(e.shape),
-                                      absl::StrCat(e.chunks.size()),
-                                      HumanBytes(row.logical_bytes),
-                                      HumanBytes(row.stored_bytes),
-                                      row.sharding};
-    if (stats) {
-      auto v = StatsCells(row);
-      cells.insert(cells.end(), v.begin(), v.end());
-    }
-    t.Add(std::move(cells));
-  }
-  t.Print(out);
+  PrintRows(
+      header, s.entries.size(),
+      [&](size_t i) {
+        const EntrySummary& row = s.entries[i];
+        const EntryRecord& e = m.entries[row.index];
+        std::vector<std::string> cells = {EscapeText(e.name),
+                                          DTypeText(e),
+                                          ShapeText(e.shape),
+                                          absl::StrCat(e.chunks.size()),
+                                          HumanBytes(row.logical_bytes),
+                                          HumanBytes(row.stored_bytes),
+                                          row.sharding};
+        if (stats) {
+          auto v = StatsCells(row);
+          cells.insert(cells.end(), v.begin(), v.end());
+        }
+        return cells;
+      },
+      out);
 }
 
 void PrintEntryText(const CheckpointSummary& s, size_t index,
@@ -407,18 +431,23 @@ void PrintEntryText(const CheckpointSummary& s, size_t index,
   std::vector<std::string> files(s.manifest.info.world_size);
   for (const format::ShardInfo& sh : s.manifest.shards)
     files[sh.shard_id] = sh.file_name;
-  Table t({"CHUNK", "REGION", "ELEMENTS", "SHARD", "FILE", "OFFSET", "STORED",
-           "CODEC", "BLOCKS"});
-  for (size_t i = 0; i < e.chunks.size(); ++i) {
-    const ChunkRecord& c = e.chunks[i];
-    t.Add({absl::StrCat(i), RegionToString(c.region),
-           absl::StrCat(RegionElements(c.region)), absl::StrCat(c.shard),
-           files[c.shard],
-           c.stored_length > 0 ? absl::StrCat(c.data_offset) : "-",
-           HumanBytes(c.stored_length), CodecText(c.codec),
-           absl::StrCat(format::NumBlocks(RawBytes(e, c), c.block_size))});
-  }
-  t.Print(out);
+  PrintRows(
+      {"CHUNK", "REGION", "ELEMENTS", "SHARD", "FILE", "OFFSET", "STORED",
+       "CODEC", "BLOCKS"},
+      e.chunks.size(),
+      [&](size_t i) -> std::vector<std::string> {
+        const ChunkRecord& c = e.chunks[i];
+        return {absl::StrCat(i),
+                RegionToString(c.region),
+                absl::StrCat(RegionElements(c.region)),
+                absl::StrCat(c.shard),
+                files[c.shard],
+                c.stored_length > 0 ? absl::StrCat(c.data_offset) : "-",
+                HumanBytes(c.stored_length),
+                CodecText(c.codec),
+                absl::StrCat(format::NumBlocks(RawBytes(e, c), c.block_size))};
+      },
+      out);
 }
 
 nlohmann::ordered_json InspectJson(const CheckpointSummary& s, int64_t only) {
