@@ -130,8 +130,10 @@ absl::StatusOr<DcpTensor> DecodeTensor(const std::string& fqn, const PyValue& v,
   }
   // A chunk list or chunk the pickle shares between tensors is copied into
   // each: what is built is charged to the pickle's budget.
-  const std::string what = absl::StrCat("DCP metadata: the chunks of tensor '",
-                                        format::EscapeText(fqn), "'");
+  auto what = [&] {
+    return absl::StrCat("DCP metadata: the chunks of tensor '",
+                        format::EscapeText(fqn), "'");
+  };
   CKPT_RETURN_IF_ERROR(
       budget.Charge(chunks->items.size() * sizeof(DcpChunk), what));
   t.chunks.reserve(chunks->items.size());
@@ -191,21 +193,22 @@ absl::StatusOr<DcpStorage> DecodeStorage(const PyValue& key,
       s.offset, NonNegative(Field(info, "offset"), "_StorageInfo.offset"));
   CKPT_ASSIGN_OR_RETURN(
       s.length, NonNegative(Field(info, "length"), "_StorageInfo.length"));
+  auto what = [&] {
+    return absl::StrCat("DCP metadata: the storage of '",
+                        format::EscapeText(s.fqn), "'");
+  };
   CKPT_RETURN_IF_ERROR(
       budget.Charge(sizeof(DcpStorage) + TextBytes(s.fqn.size()) +
                         TextBytes(s.relative_path.size()) +
                         DimsBytes(s.offsets ? s.offsets->size() : 0),
-                    absl::StrCat("DCP metadata: the storage of '",
-                                 format::EscapeText(s.fqn), "'")));
+                    what));
   const PyValue* td = Field(info, "transform_descriptors");
   if (td != nullptr && (td->Is(Kind::kList) || td->Is(Kind::kTuple))) {
     for (const PyValue* x : td->items) {
       if (!x->Is(Kind::kStr))
         return Bad("a transform descriptor is not a string");
       CKPT_RETURN_IF_ERROR(
-          budget.Charge(sizeof(std::string) + TextBytes(x->text.size()),
-                        absl::StrCat("DCP metadata: the storage of '",
-                                     format::EscapeText(s.fqn), "'")));
+          budget.Charge(sizeof(std::string) + TextBytes(x->text.size()), what));
       s.transform_descriptors.emplace_back(x->text);
     }
   }
@@ -225,8 +228,10 @@ absl::Status DecodeStateDict(const PyValue* sdm, DcpMetadata& m,
     CKPT_RETURN_IF_ERROR(
         budget.Charge(sizeof(DcpTensor) +
                           2 * (sizeof(std::string) + TextBytes(k->text.size())),
-                      absl::StrCat("DCP metadata: the item '",
-                                   format::EscapeText(k->text), "'")));
+                      [&] {
+                        return absl::StrCat("DCP metadata: the item '",
+                                            format::EscapeText(k->text), "'");
+                      }));
     if (IsDcpClass(*v, "BytesStorageMetadata")) {
       m.bytes_items.emplace_back(k->text);
     } else if (IsDcpClass(*v, "TensorStorageMetadata")) {

@@ -223,9 +223,10 @@ class Unpickler {
 };
 
 absl::Status Unpickler::Charge(uint64_t bytes) {
-  return budget_.Charge(
-      bytes, absl::StrFormat("pickle: the values up to offset %d of %d bytes",
-                             pos_, data_.size()));
+  return budget_.Charge(bytes, [&] {
+    return absl::StrFormat("pickle: the values up to offset %d of %d bytes",
+                           pos_, data_.size());
+  });
 }
 
 template <typename T>
@@ -869,10 +870,11 @@ uint64_t PickleMemoryBudget(uint64_t pickle_bytes) {
   return kPickleBudgetPerByte * pickle_bytes + kPickleBudgetFixed;
 }
 
-absl::Status MemoryBudget::Charge(uint64_t bytes, absl::string_view what) {
+absl::Status MemoryBudget::Charge(uint64_t bytes,
+                                  absl::FunctionRef<std::string()> what) {
   if (bytes > limit_ - used_) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        what, " need more than ", limit_,
+        what(), " need more than ", limit_,
         " bytes of memory, the budget of decoding it (", kPickleBudgetPerByte,
         " bytes per byte of the pickle + ", kPickleBudgetFixed >> 20,
         " MiB); checkpoint metadata needs far less"));

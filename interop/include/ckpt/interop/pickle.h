@@ -41,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -60,9 +61,10 @@ uint64_t PickleMemoryBudget(uint64_t pickle_bytes);
 class MemoryBudget {
  public:
   explicit MemoryBudget(uint64_t limit) : limit_(limit) {}
-  // Counts `bytes` about to be allocated for `what`; ResourceExhausted
-  // (nothing counted) if that would pass the limit.
-  absl::Status Charge(uint64_t bytes, absl::string_view what);
+  // Counts `bytes` about to be allocated; ResourceExhausted (nothing
+  // counted) if that would pass the limit, naming `what()` (called only
+  // then) as what needs the memory.
+  absl::Status Charge(uint64_t bytes, absl::FunctionRef<std::string()> what);
   uint64_t used() const { return used_; }
   uint64_t limit() const { return limit_; }
 
