@@ -500,32 +500,38 @@ absl::Status CheckSweep(uint64_t numel, const BoxList& boxes, size_t num_chunks,
 }
 
 // The boxes of all `n` regions, flat ranges cut into boxes, in the order
-// of the regions; TooComplex, before anything is allocated, when the cut
-// adds more than kCoverExtraCoordinates / ndim boxes.
+// of the regions; TooComplex, before anything is allocated, when the boxes
+// cut from flat ranges would take more than kCoverFlatCoordinates + 8 per
+// flat range with elements (a flat range's record takes at least 9 bytes
+// on disk; a box of ndim dims 16 * ndim bytes in memory). Counting stops
+// there too, so the work is bounded by the same.
 // REQUIRES: shape.size() >= 2 (a layout of fewer dims is all runs).
 absl::StatusOr<BoxList> ToBoxes(const Shape& shape, size_t n,
                                 RegionAt region_at) {
   const size_t ndim = shape.size();
   const Dims stride = Strides(shape);
-  const uint64_t max_extra = kCoverExtraCoordinates / ndim;
-  uint64_t boxes = 0, extra = 0;
-  for (size_t i = 0; i < n && extra <= max_extra; ++i) {
+  uint64_t allowed = kCoverFlatCoordinates;
+  for (size_t i = 0; i < n; ++i) {
+    const FlatRange* f = std::get_if<FlatRange>(&region_at(i));
+    if (f != nullptr && f->length != 0) allowed += 8;
+  }
+  uint64_t boxes = 0, coords = 0;
+  for (size_t i = 0; i < n && coords <= allowed; ++i) {
     const FlatRange* f = std::get_if<FlatRange>(&region_at(i));
     if (f == nullptr) {
       ++boxes;
       continue;
     }
-    uint64_t pieces = 0;
     ForEachFlatPiece(shape, stride, *f, [&](const Dims&, size_t, uint64_t) {
-      return ++pieces <= 1 || extra + pieces - 1 <= max_extra;
+      ++boxes;
+      coords += ndim;
+      return coords <= allowed;
     });
-    boxes += pieces;
-    if (pieces > 1) extra += pieces - 1;
   }
-  if (extra > max_extra) {
-    return TooComplex(n, absl::StrCat("cutting its flat ranges into boxes of ",
-                                      ndim, " dims adds more than ", max_extra,
-                                      " boxes, the limit"));
+  if (coords > allowed) {
+    return TooComplex(n, absl::StrCat("its flat ranges cut into boxes of ",
+                                      ndim, " dims would take more than ",
+                                      allowed, " coordinates, the limit"));
   }
   BoxList out(ndim);
   out.Reserve(boxes);

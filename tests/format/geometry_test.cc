@@ -315,7 +315,7 @@ TEST(GeometryTest, OverlappingFlatRangesAreFoundBeforeAnyBoxIsMade) {
 
 // The same entry with flat ranges that do not overlap, each 39 boxes of 32
 // dims: the boxes they would be cut into are counted before any is made,
-// and past 2^18 coordinates the layout is refused.
+// and past 2^18 coordinates (+ 8 a flat range) the layout is refused.
 TEST(GeometryTest, FlatRangesCutIntoTooManyBoxesAreRefused) {
   const Shape shape(32, 2);
   Box irregular = FullBox(shape);
@@ -329,14 +329,31 @@ TEST(GeometryTest, FlatRangesCutIntoTooManyBoxesAreRefused) {
   EXPECT_THAT(CheckCover(shape, r, /*allow_gaps=*/true),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "irregular chunk layout too complex to verify (1001 "
-                       "chunks): cutting its flat ranges into boxes of 32 "
-                       "dims adds more than 8192 boxes, the limit"));
-  r.resize(100);  // 99 ranges: 3762 boxes more, within the limit
+                       "chunks): its flat ranges cut into boxes of 32 dims "
+                       "would take more than 270144 coordinates, the limit"));
+  r.resize(100);  // 99 ranges: 3861 boxes, 123552 coordinates
   CKPT_EXPECT_OK(CheckCover(shape, r, /*allow_gaps=*/true));
   r.push_back(FlatRange{(1ull << 31) + 3, 1});  // inside the box
   EXPECT_THAT(CheckCover(shape, r, /*allow_gaps=*/true),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "chunks 0 and 100 overlap in [1:2, 0:1, 0:1, "));
+}
+
+// A flat range that is one box still becomes a box of 32 dims (512 bytes)
+// from a record of 13 bytes: those count towards the limit too.
+TEST(GeometryTest, FlatRangesOfOneBoxEachCountTowardsTheLimit) {
+  const Shape shape(32, 2);
+  Box irregular = FullBox(shape);
+  irregular.offset[0] = 1;
+  irregular.size[0] = 1;
+  irregular.size[2] = 1;
+  std::vector<Region> r = {irregular};
+  for (uint64_t k = 0; k < 20000; ++k) r.push_back(FlatRange{2 * k, 2});
+  EXPECT_THAT(CheckCover(shape, r, /*allow_gaps=*/true),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "would take more than 422144 coordinates, the limit"));
+  r.resize(2001);  // 2000 boxes, 64000 coordinates
+  CKPT_EXPECT_OK(CheckCover(shape, r, /*allow_gaps=*/true));
 }
 
 // Splits `shape` into `pieces` boxes by cutting a random box along a random

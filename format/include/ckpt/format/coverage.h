@@ -9,10 +9,11 @@
 //    that are one run) are checked as intervals: O(n log n), 24 bytes per
 //    non-empty one; overlaps among them are found before anything else;
 //  - when other boxes remain, every region becomes boxes (a flat range
-//    that is not a box is cut into up to 2 * ndim - 1 of them). The count
-//    is known before anything is allocated, and the layout is refused as
-//    too complex to verify when the cut adds more than
-//    kCoverExtraCoordinates / ndim boxes; each box takes 16 * ndim bytes;
+//    is cut into up to 2 * ndim - 1 of them). The count is known before
+//    anything is allocated, and the layout is refused as too complex to
+//    verify when the boxes cut from flat ranges would have more than
+//    kCoverFlatCoordinates + 8 per flat range coordinates (ndim a box);
+//    each box takes 16 * ndim bytes;
 //  - those boxes are checked on the grid of their boundaries when it has
 //    at most max(8 * boxes, 2^16) cells (4 bytes each), else swept, and a
 //    sweep that would compare more than 64 * boxes + 2^22 pairs is refused.
@@ -29,9 +30,9 @@
 
 namespace ckpt {
 
-// Boxes of ndim dims that cutting flat ranges may add, times ndim: 2^18
-// coordinates, 4 MiB of boxes.
-inline constexpr uint64_t kCoverExtraCoordinates = 1u << 18;
+// Coordinates (ndim a box) that the boxes cut from an entry's flat ranges
+// may take beyond 8 per flat range: 2^18, 4 MiB of boxes.
+inline constexpr uint64_t kCoverFlatCoordinates = 1u << 18;
 
 // The region of the i-th of the regions checked, for i < their count. The
 // reference must stay valid until the next call.
