@@ -69,10 +69,8 @@ def venv(wheel, tmp_path_factory):
     env_dir = tmp_path_factory.mktemp("venv")
     base = getattr(sys, "_base_executable", sys.executable)
     run([base, "-m", "venv", str(env_dir)], env=clean_env())
-    # --no-compile: no .pyc for the modules of torch the smoke test never
-    # imports (a third of the install's time).
     run([str(env_dir / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
-         "--no-compile", "torch==2.13.0", str(wheel)], env=clean_env())
+         "torch==2.13.0", str(wheel)], env=clean_env())
     return env_dir
 
 

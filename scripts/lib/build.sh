@@ -105,10 +105,10 @@ ckpt_venv() {
   fi
   local start=$SECONDS
   # pip's own chatter is dropped; its errors (and a failed exit) go through.
-  # --no-compile: no .pyc for the tens of thousands of modules of torch and
-  # transformers that nothing imports (a third of the install's time); Python
-  # writes them for the modules it does import, on first use.
-  if ! .venv/bin/pip install --disable-pip-version-check --no-compile -q -r requirements.txt \
+  # Not --no-compile (a third of the install's time): the Python tests run
+  # with PYTHONDONTWRITEBYTECODE=1, so every process they start would then
+  # compile torch's modules from source (python.training 35 s -> 81 s).
+  if ! .venv/bin/pip install --disable-pip-version-check -q -r requirements.txt \
        > .venv/ckpt-pip.log 2>&1; then
     grep -v '^WARNING: Location' .venv/ckpt-pip.log >&2
     echo "venv: pip install -r requirements.txt FAILED (log in .venv/ckpt-pip.log)" >&2
