@@ -1,6 +1,7 @@
 #include <sstream>
 
 #include "common/escaped_output.h"
+#include "common/json_writer.h"
 #include "common/tool_util.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -80,6 +81,60 @@ TEST(JsonText, AsciiOnly) {
   j["n"] = std::string("a\x1b\x7f\xc2\x9b\xc3\xa9\xff", 8);
   EXPECT_EQ(JsonText(j, -1),
             "{\"n\":\"a\\u001b\\u007f\\u009b\\u00e9\\ufffd\"}");
+}
+
+// JsonWriter writes what JsonText gives for the document held whole: empty
+// and nested containers, members after a streamed array, escaped keys and
+// values, multi-line elements indented to their depth.
+TEST(JsonWriter, SameTextAsJsonText) {
+  using json = nlohmann::ordered_json;
+  json head = {{"a", 1},
+               {"k\x1b\xc3\xa9", std::string("v\n\xff", 3)},
+               {"empty_array", json::array()},
+               {"empty_object", json::object()},
+               {"nested", {{"x", {1, 2}}, {"y", nullptr}}}};
+  json element = {{"name", "e"}, {"shape", {4, 8}}, {"stats", {{"n", 2.5}}}};
+  json doc = head;
+  doc["none"] = json::array();
+  doc["items"] = {element, 7, json::array(), json::object(),
+                  json{{"head", 1}, {"list", {element, element}}}};
+  doc["after"] = json::array({"x"});
+
+  std::ostringstream out;
+  JsonWriter w(out);
+  w.BeginObject();
+  w.Members(head);
+  w.BeginArray("none");
+  w.End();
+  w.BeginArray("items");
+  w.Element(element);
+  w.Element(7);
+  w.Element(json::array());
+  w.Element(json::object());
+  w.BeginObject();
+  w.Member("head", 1);
+  w.BeginArray("list");
+  w.Element(element);
+  w.Element(element);
+  w.End();
+  w.End();
+  w.End();
+  w.BeginArray("after");
+  w.Element("x");
+  w.End();
+  w.End();
+  EXPECT_EQ(out.str(), JsonText(doc));
+}
+
+TEST(JsonWriter, EmptyDocumentObject) {
+  std::ostringstream out;
+  JsonWriter w(out);
+  w.BeginObject();
+  w.BeginObject("o");
+  w.End();
+  w.End();
+  EXPECT_EQ(out.str(), JsonText(nlohmann::ordered_json{
+                           {"o", nlohmann::ordered_json::object()}}));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "ckpt/internal/checkpoint_dir.h"
 #include "ckpt/mutex.h"
 #include "common/escaped_output.h"
+#include "common/json_writer.h"
 #include "common/tool_util.h"
 #include "validate/validate.h"
 
@@ -450,7 +451,10 @@ void PrintEntryText(const CheckpointSummary& s, size_t index,
       out);
 }
 
-nlohmann::ordered_json InspectJson(const CheckpointSummary& s, int64_t only) {
+namespace {
+
+// The members of the --json document before "entries".
+nlohmann::ordered_json HeadJson(const CheckpointSummary& s) {
   using json = nlohmann::ordered_json;
   const format::Manifest& m = s.manifest;
   json j;
@@ -479,41 +483,83 @@ nlohmann::ordered_json InspectJson(const CheckpointSummary& s, int64_t only) {
   j["raw_bytes"] = s.raw_bytes;
   j["stored_bytes"] = s.stored_bytes;
   j["compression_ratio"] = s.compression_ratio();
+  return j;
+}
+
+// An element of "entries", without its "chunk_map".
+nlohmann::ordered_json EntryJson(const CheckpointSummary& s,
+                                 const EntrySummary& row) {
+  using json = nlohmann::ordered_json;
+  const EntryRecord& e = s.manifest.entries[row.index];
+  json x;
+  x["name"] = e.name;
+  x["kind"] = IsObject(e) ? "object" : "tensor";
+  x["dtype"] = std::string(DTypeName(e.dtype));
+  x["shape"] = std::vector<uint64_t>(e.shape.begin(), e.shape.end());
+  x["partial"] = (e.flags & format::kEntryFlagPartial) != 0;
+  x["chunks"] = e.chunks.size();
+  x["logical_bytes"] = row.logical_bytes;
+  x["stored_bytes"] = row.stored_bytes;
+  x["sharding"] = row.sharding;
+  if (row.has_stats) x["stats"] = StatsJson(row.stats);
+  return x;
+}
+
+// An element of "chunk_map": chunk `c` of entry `e`.
+nlohmann::ordered_json ChunkJson(const EntryRecord& e, const ChunkRecord& c) {
+  nlohmann::ordered_json cj = RegionJson(c.region);
+  cj["region_text"] = RegionToString(c.region);
+  cj["elements"] = RegionElements(c.region);
+  cj["shard"] = c.shard;
+  cj["data_offset"] = c.data_offset;
+  cj["stored_length"] = c.stored_length;
+  cj["codec"] = CodecText(c.codec);
+  cj["block_size"] = c.block_size;
+  cj["blocks"] = format::NumBlocks(RawBytes(e, c), c.block_size);
+  return cj;
+}
+
+}  // namespace
+
+nlohmann::ordered_json InspectJson(const CheckpointSummary& s, int64_t only) {
+  using json = nlohmann::ordered_json;
+  json j = HeadJson(s);
   json entries = json::array();
   for (const EntrySummary& row : s.entries) {
     if (only >= 0 && row.index != static_cast<size_t>(only)) continue;
-    const EntryRecord& e = m.entries[row.index];
-    json x;
-    x["name"] = e.name;
-    x["kind"] = IsObject(e) ? "object" : "tensor";
-    x["dtype"] = std::string(DTypeName(e.dtype));
-    x["shape"] = std::vector<uint64_t>(e.shape.begin(), e.shape.end());
-    x["partial"] = (e.flags & format::kEntryFlagPartial) != 0;
-    x["chunks"] = e.chunks.size();
-    x["logical_bytes"] = row.logical_bytes;
-    x["stored_bytes"] = row.stored_bytes;
-    x["sharding"] = row.sharding;
-    if (row.has_stats) x["stats"] = StatsJson(row.stats);
+    json x = EntryJson(s, row);
     if (only >= 0) {
+      const EntryRecord& e = s.manifest.entries[row.index];
       json map = json::array();
-      for (const ChunkRecord& c : e.chunks) {
-        json cj = RegionJson(c.region);
-        cj["region_text"] = RegionToString(c.region);
-        cj["elements"] = RegionElements(c.region);
-        cj["shard"] = c.shard;
-        cj["data_offset"] = c.data_offset;
-        cj["stored_length"] = c.stored_length;
-        cj["codec"] = CodecText(c.codec);
-        cj["block_size"] = c.block_size;
-        cj["blocks"] = format::NumBlocks(RawBytes(e, c), c.block_size);
-        map.push_back(std::move(cj));
-      }
+      for (const ChunkRecord& c : e.chunks) map.push_back(ChunkJson(e, c));
       x["chunk_map"] = std::move(map);
     }
     entries.push_back(std::move(x));
   }
   j["entries"] = std::move(entries);
   return j;
+}
+
+void PrintInspectJson(const CheckpointSummary& s, int64_t only,
+                      std::ostream& out) {
+  JsonWriter w(out);
+  w.BeginObject();
+  w.Members(HeadJson(s));
+  w.BeginArray("entries");
+  if (only < 0) {
+    for (const EntrySummary& row : s.entries) w.Element(EntryJson(s, row));
+  } else {
+    const EntryRecord& e = s.manifest.entries[static_cast<size_t>(only)];
+    w.BeginObject();
+    w.Members(EntryJson(s, s.entries[static_cast<size_t>(only)]));
+    w.BeginArray("chunk_map");
+    for (const ChunkRecord& c : e.chunks) w.Element(ChunkJson(e, c));
+    w.End();
+    w.End();
+  }
+  w.End();
+  w.End();
+  out << "\n";
 }
 
 absl::StatusOr<int> RunInspect(const InspectOptions& o, std::ostream& out) {
@@ -527,7 +573,7 @@ absl::StatusOr<int> RunInspect(const InspectOptions& o, std::ostream& out) {
     CKPT_RETURN_IF_ERROR(
         AddStats(&s, o.entry, o.threads, o.storage, o.progress));
   if (o.json) {
-    out << JsonText(InspectJson(s, entry)) << "\n";
+    PrintInspectJson(s, entry, out);
   } else if (entry >= 0) {
     PrintEntryText(s, static_cast<size_t>(entry), out);
   } else {

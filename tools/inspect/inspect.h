@@ -86,9 +86,16 @@ void PrintEntryText(const CheckpointSummary& s, size_t entry,
                     std::ostream& out);
 
 // The --json document (schema in tools/README.md (ckpt-inspect)). With `entry`
-// >= 0, "entries" holds only that entry, with its "chunk_map".
+// >= 0, "entries" holds only that entry, with its "chunk_map". Held whole:
+// it takes many times the manifest's memory for a large checkpoint.
 nlohmann::ordered_json InspectJson(const CheckpointSummary& s,
                                    int64_t entry = -1);
+
+// What ckpt-inspect --json prints: JsonText(InspectJson(s, entry)) and a
+// newline, written one entry (with `entry` >= 0, one chunk) at a time, so
+// that output takes the memory of one element, not of the document.
+void PrintInspectJson(const CheckpointSummary& s, int64_t entry,
+                      std::ostream& out);
 
 struct InspectOptions {
   std::string path;   // checkpoint directory or root

@@ -9,6 +9,7 @@
 #include "ckpt/format/status_macros.h"
 #include "ckpt/interop/safetensors.h"
 #include "common/escaped_output.h"
+#include "common/json_writer.h"
 #include "common/tool_util.h"
 #include "interop/dcp_reader.h"
 #include "interop/safetensors_import.h"
@@ -114,14 +115,16 @@ void InspectDcpJson(const InspectOptions& o, const DcpInput& in,
         nlohmann::json::parse(in.megatron_json, nullptr, false);
     j["common_state"] = s.common;
   }
-  nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+  JsonWriter w(out);
+  w.BeginObject();
+  w.Members(j);
+  w.BeginArray("entries");
   for (const auto& t : in.meta.tensors) {
-    entries.push_back(
-        {{"name", t.fqn},
-         {"kind", "tensor"},
-         {"dtype", std::string(DTypeName(t.dtype))},
-         {"shape", std::vector<uint64_t>(t.size.begin(), t.size.end())},
-         {"chunks", t.chunks.size()}});
+    w.Element({{"name", t.fqn},
+               {"kind", "tensor"},
+               {"dtype", std::string(DTypeName(t.dtype))},
+               {"shape", std::vector<uint64_t>(t.size.begin(), t.size.end())},
+               {"chunks", t.chunks.size()}});
   }
   for (const auto& b : in.meta.bytes_items) {
     nlohmann::ordered_json e = {{"name", b}, {"kind", "bytes"}};
@@ -129,10 +132,11 @@ void InspectDcpJson(const InspectOptions& o, const DcpInput& in,
       e["converted_name"] = name;
     e["bytes"] = in.bytes_storage.at(b)->length;
     e["value"] = DescribeBytesItem(in, b);
-    entries.push_back(std::move(e));
+    w.Element(e);
   }
-  j["entries"] = std::move(entries);
-  out << JsonText(j) << "\n";
+  w.End();
+  w.End();
+  out << "\n";
 }
 
 // The bytes items whose ckpt object name differs (Megatron ShardedObjects).
@@ -273,9 +277,12 @@ void InspectSafetensorsJson(const InspectOptions& o, const SafetensorsInput& in,
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
   for (const auto& [k, v] : in.metadata) meta[k] = v;
   j["metadata"] = std::move(meta);
-  nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+  JsonWriter w(out);
+  w.BeginObject();
+  w.Members(j);
+  w.BeginArray("entries");
   for (const auto& r : in.tensors) {
-    entries.push_back(
+    w.Element(
         {{"name", r.name},
          {"dtype", std::string(interop::SafetensorsDTypeName(r.tensor->dtype))},
          {"shape", std::vector<uint64_t>(r.tensor->shape.begin(),
@@ -283,8 +290,9 @@ void InspectSafetensorsJson(const InspectOptions& o, const SafetensorsInput& in,
          {"file", FileName(in, r.file)},
          {"bytes", r.tensor->end - r.tensor->begin}});
   }
-  j["entries"] = std::move(entries);
-  out << JsonText(j) << "\n";
+  w.End();
+  w.End();
+  out << "\n";
 }
 
 void InspectSafetensorsText(const InspectOptions& o, const SafetensorsInput& in,
@@ -417,9 +425,17 @@ void PrintForeignValidation(const ForeignValidation& v, bool json,
     j["format"] = v.format;
     j["valid"] = v.errors.empty();
     j["checked"] = v.checked;
-    j["errors"] = v.errors;
-    j["warnings"] = v.warnings;
-    out << JsonText(j) << "\n";
+    JsonWriter w(out);
+    w.BeginObject();
+    w.Members(j);
+    w.BeginArray("errors");
+    for (const std::string& e : v.errors) w.Element(e);
+    w.End();
+    w.BeginArray("warnings");
+    for (const std::string& x : v.warnings) w.Element(x);
+    w.End();
+    w.End();
+    out << "\n";
     return;
   }
   out << "Format      " << EscapeText(v.format) << "\n";

@@ -17,6 +17,7 @@
 #include "ckpt/internal/thread_pool.h"
 #include "ckpt/mutex.h"
 #include "common/escaped_output.h"
+#include "common/json_writer.h"
 #include "common/tool_util.h"
 #include "nlohmann/json.hpp"
 #include "validate/validate_internal.h"
@@ -364,7 +365,10 @@ void PrintValidateText(const ValidateReport& r, std::ostream& out) {
   }
 }
 
-void PrintValidateJson(const ValidateReport& r, std::ostream& out) {
+namespace {
+
+// The members of the --json document before "findings".
+nlohmann::ordered_json ReportHeadJson(const ValidateReport& r) {
   using json = nlohmann::ordered_json;
   json j;
   j["valid"] = r.valid();
@@ -394,21 +398,36 @@ void PrintValidateJson(const ValidateReport& r, std::ostream& out) {
   j["errors"] = r.errors();
   j["warnings"] = r.warnings();
   j["findings_dropped"] = r.findings_dropped;
-  json list = json::array();
-  for (const Finding& f : r.findings) {
-    json x;
-    x["severity"] = std::string(SeverityName(f.severity));
-    x["file"] = f.file.empty() ? json(nullptr) : json(f.file);
-    x["entry"] = f.entry.empty() ? json(nullptr) : json(f.entry);
-    x["chunk"] = f.chunk < 0 ? json(nullptr) : json(f.chunk);
-    x["region"] = f.region.empty() ? json(nullptr) : json(f.region);
-    x["block"] = f.block < 0 ? json(nullptr) : json(f.block);
-    x["message"] = f.message;
-    x["text"] = FindingText(f);
-    list.push_back(std::move(x));
-  }
-  j["findings"] = std::move(list);
-  out << JsonText(j) << "\n";
+  return j;
+}
+
+nlohmann::ordered_json FindingJson(const Finding& f) {
+  using json = nlohmann::ordered_json;
+  json x;
+  x["severity"] = std::string(SeverityName(f.severity));
+  x["file"] = f.file.empty() ? json(nullptr) : json(f.file);
+  x["entry"] = f.entry.empty() ? json(nullptr) : json(f.entry);
+  x["chunk"] = f.chunk < 0 ? json(nullptr) : json(f.chunk);
+  x["region"] = f.region.empty() ? json(nullptr) : json(f.region);
+  x["block"] = f.block < 0 ? json(nullptr) : json(f.block);
+  x["message"] = f.message;
+  x["text"] = FindingText(f);
+  return x;
+}
+
+}  // namespace
+
+// One finding at a time: with a large max_findings, the findings held
+// whole as JSON took many times their own memory.
+void PrintValidateJson(const ValidateReport& r, std::ostream& out) {
+  JsonWriter w(out);
+  w.BeginObject();
+  w.Members(ReportHeadJson(r));
+  w.BeginArray("findings");
+  for (const Finding& f : r.findings) w.Element(FindingJson(f));
+  w.End();
+  w.End();
+  out << "\n";
 }
 
 absl::StatusOr<int> RunValidate(const ValidateOptions& options, bool json,

@@ -142,7 +142,8 @@ absl::StatusOr<ValidateReport> Validate(const ValidateOptions& options);
 
 // Human-readable report (what ckpt-validate prints).
 void PrintValidateText(const ValidateReport& report, std::ostream& out);
-// The --json document (schema in tools/README.md (ckpt-validate)).
+// The --json document (schema in tools/README.md (ckpt-validate)), written
+// one finding at a time.
 void PrintValidateJson(const ValidateReport& report, std::ostream& out);
 
 // Runs ckpt-validate: validates, prints the report (JSON if `json`) to

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "ckpt/format/status_macros.h"
+#include "common/escaped_output.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
 #include "tools/inspect/fixture.h"
@@ -231,6 +232,21 @@ TEST(InspectJson, RequiredFields) {
   ASSERT_EQ(one["entries"][0]["chunk_map"].size(), 2u);
   EXPECT_EQ(one["entries"][0]["chunk_map"][1]["flat"]["start"], 4);
   EXPECT_EQ(one["entries"][0]["chunk_map"][1]["shard"], 1);
+}
+
+// What --json prints, one element at a time, is the document's text, with
+// stats and with an entry's chunk map.
+TEST(PrintInspectJson, SameTextAsTheDocument) {
+  TempDir tmp;
+  WriteCheckpoint(tmp.path(), StandardSpec());
+  CKPT_ASSERT_OK_AND_ASSIGN(CheckpointSummary s, LoadSummary(tmp.path()));
+  CKPT_ASSERT_OK(AddStats(&s, "", 2));
+  const int64_t grads8 = static_cast<int64_t>(s.FindEntry("grads8").value());
+  for (int64_t entry : {int64_t{-1}, int64_t{0}, grads8}) {
+    std::ostringstream out;
+    PrintInspectJson(s, entry, out);
+    EXPECT_EQ(out.str(), JsonText(InspectJson(s, entry)) + "\n") << entry;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <sstream>
 
 #include "ckpt/fault_injection.h"
 #include "ckpt/format/latest.h"
@@ -13,6 +14,7 @@
 #include "ckpt/mutex.h"
 #include "ckpt/writer.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "testing/forwarding_storage.h"
 #include "testing/status_matchers.h"
 #include "tools/inspect/fixture.h"
@@ -735,6 +737,30 @@ TEST(Validate, MultiRankWriterCheckpointIsValid) {
   }));
   ValidateReport r = MustValidate(tmp.path());
   EXPECT_TRUE(r.valid()) << AllFindings(r);
+}
+
+// The findings are written one at a time as the document nlohmann would
+// write held whole: parsing the output and dumping it again gives the same
+// text, for a report with findings (a name that is not ASCII, a byte that is
+// not UTF-8) and for one without.
+TEST(PrintValidateJson, SameTextAsTheDocument) {
+  ValidateReport r;
+  r.checkpoint_dir = "/ckpt/step-00000001";
+  Finding f;
+  f.file = r.checkpoint_dir + "/MANIFEST";
+  f.entry = "w\xc3\xa9\x1b";
+  f.chunk = 3;
+  f.region = "[0:4]";
+  f.message = "bad \xff byte";
+  r.findings = {f, Finding{}};
+  for (int findings : {2, 0}) {
+    r.findings.resize(findings);
+    std::ostringstream out;
+    PrintValidateJson(r, out);
+    const auto j = nlohmann::ordered_json::parse(out.str());
+    EXPECT_EQ(j["findings"].size(), static_cast<size_t>(findings));
+    EXPECT_EQ(out.str(), j.dump(2, ' ', true) + "\n");
+  }
 }
 
 }  // namespace
