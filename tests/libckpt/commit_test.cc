@@ -9,7 +9,7 @@
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/manifest.h"
-#include "ckpt/power_loss.h"
+#include "ckpt/testing/power_loss.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/status_matchers.h"

@@ -12,12 +12,12 @@
 #include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
 #include "ckpt/reader.h"
+#include "ckpt/testing/fake_device.h"
 #include "ckpt/writer.h"
 #include "gtest/gtest.h"
 #include "libckpt/forwarding_communicator.h"
 #include "libckpt/row_bands.h"
 #include "libckpt/test_util.h"
-#include "testing/fake_device.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt {

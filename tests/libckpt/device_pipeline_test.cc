@@ -8,13 +8,13 @@
 #include <thread>
 #include <vector>
 
-#include "ckpt/fault_injection.h"
 #include "ckpt/reader.h"
+#include "ckpt/testing/fake_device.h"
+#include "ckpt/testing/fault_injection.h"
 #include "ckpt/writer.h"
 #include "device_upload.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
-#include "testing/fake_device.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt {

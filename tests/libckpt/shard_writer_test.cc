@@ -11,7 +11,7 @@
 #include "ckpt/format/block_codec.h"
 #include "ckpt/format/checksum.h"
 #include "ckpt/format/shard.h"
-#include "ckpt/power_loss.h"
+#include "ckpt/testing/power_loss.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
 

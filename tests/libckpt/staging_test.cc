@@ -5,11 +5,11 @@
 #include <thread>
 #include <vector>
 
+#include "ckpt/testing/fake_device.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "stager.h"
 #include "staging_pool.h"
-#include "testing/fake_device.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt::internal {

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "ckpt/fault_injection.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/in_process.h"
+#include "ckpt/testing/fault_injection.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "posix_storage.h"

@@ -3,8 +3,8 @@
 // until the test allows it, ...) derives from them and overrides only the
 // calls it watches. Injecting failures is FaultInjectingStorage's job
 // (ckpt/fault_injection.h), which also counts calls by kind.
-#ifndef CKPT_TESTS_TESTING_FORWARDING_STORAGE_H_
-#define CKPT_TESTS_TESTING_FORWARDING_STORAGE_H_
+#ifndef CKPT_TESTING_FORWARDING_STORAGE_H_
+#define CKPT_TESTING_FORWARDING_STORAGE_H_
 
 #include <memory>
 #include <string>
@@ -82,4 +82,4 @@ class ForwardingStorage : public Storage {
 
 }  // namespace ckpt::testing
 
-#endif  // CKPT_TESTS_TESTING_FORWARDING_STORAGE_H_
+#endif  // CKPT_TESTING_FORWARDING_STORAGE_H_

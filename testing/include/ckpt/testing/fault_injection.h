@@ -12,8 +12,8 @@
 // storage"; data written before it stays, synced or not. To observe the
 // loss of unsynced writes, use PowerLossStorage (power_loss.h), which
 // models the page cache.
-#ifndef CKPT_FAULT_INJECTION_H_
-#define CKPT_FAULT_INJECTION_H_
+#ifndef CKPT_TESTING_FAULT_INJECTION_H_
+#define CKPT_TESTING_FAULT_INJECTION_H_
 
 #include <array>
 #include <cstddef>
@@ -212,4 +212,4 @@ class FaultInjectingStorage final : public Storage {
 
 }  // namespace ckpt
 
-#endif  // CKPT_FAULT_INJECTION_H_
+#endif  // CKPT_TESTING_FAULT_INJECTION_H_

@@ -1,4 +1,4 @@
-#include "ckpt/power_loss.h"
+#include "ckpt/testing/power_loss.h"
 
 #include <algorithm>
 #include <cstring>

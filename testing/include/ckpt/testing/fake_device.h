@@ -3,8 +3,8 @@
 // after a latency, completing DeviceEvents as a GPU would. It counts calls
 // (batched and strided ones separately), can fail a copy, can run "kernels"
 // on a caller's stream, and reports what it allocated for staging.
-#ifndef CKPT_TESTS_TESTING_FAKE_DEVICE_H_
-#define CKPT_TESTS_TESTING_FAKE_DEVICE_H_
+#ifndef CKPT_TESTING_FAKE_DEVICE_H_
+#define CKPT_TESTING_FAKE_DEVICE_H_
 
 #include <atomic>
 #include <chrono>
@@ -247,4 +247,4 @@ inline absl::Status FakeStream::CopyAsync(CopyKind kind,
 
 }  // namespace ckpt::testing
 
-#endif  // CKPT_TESTS_TESTING_FAKE_DEVICE_H_
+#endif  // CKPT_TESTING_FAKE_DEVICE_H_

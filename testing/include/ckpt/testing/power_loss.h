@@ -33,8 +33,8 @@
 //
 // Thread-safe: every call takes one lock, so the calls of several in-process
 // ranks are numbered in the order they reach the storage.
-#ifndef CKPT_POWER_LOSS_H_
-#define CKPT_POWER_LOSS_H_
+#ifndef CKPT_TESTING_POWER_LOSS_H_
+#define CKPT_TESTING_POWER_LOSS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -148,4 +148,4 @@ class PowerLossStorage final : public Storage {
 
 }  // namespace ckpt
 
-#endif  // CKPT_POWER_LOSS_H_
+#endif  // CKPT_TESTING_POWER_LOSS_H_
