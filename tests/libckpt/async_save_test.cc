@@ -15,7 +15,6 @@
 
 #include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
-#include "ckpt/mutex.h"
 #include "ckpt/reader.h"
 #include "ckpt/testing/fake_device.h"
 #include "ckpt/testing/fault_injection.h"
@@ -24,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/status_matchers.h"
+#include "util/mutex.h"
 
 namespace ckpt {
 namespace {

@@ -1,6 +1,6 @@
 // Cooperative loads into device destinations through a communicator with a
-// device data plane (libckpt/coop_device.h): on in-process ranks with the
-// fake device (device memory is host memory) and a communicator that
+// device data plane (libckpt/load/coop/device_exchange.h): on in-process ranks
+// with the fake device (device memory is host memory) and a communicator that
 // reports SupportsDeviceMemory() and runs AllToAll(kCuda) as the host one.
 #include <atomic>
 #include <chrono>

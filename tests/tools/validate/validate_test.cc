@@ -10,7 +10,6 @@
 #include "ckpt/format/latest.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
-#include "ckpt/mutex.h"
 #include "ckpt/testing/fault_injection.h"
 #include "ckpt/testing/forwarding_storage.h"
 #include "ckpt/writer.h"
@@ -18,6 +17,7 @@
 #include "nlohmann/json.hpp"
 #include "testing/status_matchers.h"
 #include "tools/inspect/fixture.h"
+#include "util/mutex.h"
 
 namespace ckpt::tools {
 namespace {

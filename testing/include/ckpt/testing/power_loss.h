@@ -45,8 +45,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "ckpt/mutex.h"
 #include "ckpt/storage.h"
+#include "util/mutex.h"
 
 namespace ckpt {
 
