@@ -71,8 +71,8 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "ckpt/reader.h"
+#include "ckpt/testing/fake_device.h"
 #include "ckpt/writer.h"
-#include "testing/fake_device.h"
 #ifdef CKPT_BENCH_CUDA
 #include <cuda_runtime_api.h>
 

@@ -36,10 +36,10 @@
 #include "absl/strings/str_format.h"
 #include "ckpt/format/plan_record.h"
 #include "ckpt/in_process.h"
-#include "ckpt/internal/coop_plan.h"
 #include "ckpt/writer.h"
-#include "save_plan.h"
-#include "wire.h"
+#include "load/coop/coop_plan.h"
+#include "save/save_messages.h"
+#include "save/save_plan.h"
 
 namespace {
 
@@ -271,7 +271,7 @@ int RunSynthetic(int ranks, uint64_t tensors, int repeats) {
   return 0;
 }
 
-// --load: the plan of a cooperative load (ckpt/internal/coop_plan.h) of a
+// --load: the plan of a cooperative load (libckpt/load/coop/coop_plan.h) of a
 // synthetic job as every rank computes it: `ranks` ranks, tensor parallel
 // (TP 8) x data parallel, load the checkpoint that such a job saved, each
 // rank its own TP piece of every tensor (so each piece is wanted by

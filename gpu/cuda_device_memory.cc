@@ -6,6 +6,7 @@
 #include "ckpt/format/status_macros.h"
 #include "ckpt/gpu/scoped_device.h"
 #include "ckpt/gpu/status_macros.h"
+#include "util/mutex.h"
 
 namespace ckpt::gpu {
 namespace {
@@ -166,41 +167,62 @@ absl::StatusOr<cudaStream_t> NewStream(int device) {
   return s;
 }
 
+struct PooledStream {
+  int device;
+  cudaStream_t stream;
+};
+
 }  // namespace
 
-CudaDeviceMemory::~CudaDeviceMemory() {
-  for (const PooledStream& s : idle_) {
-    ScopedDevice scope;
-    (void)scope.Enter(s.device);
-    (void)cudaStreamDestroy(s.stream);
-  }
-}
-
-absl::StatusOr<CudaDeviceMemory::PooledStream> CudaDeviceMemory::TakeStream(
-    int device) {
-  {
+class CudaDeviceMemory::StreamPool {
+ public:
+  StreamPool() = default;
+  StreamPool(const StreamPool&) = delete;
+  StreamPool& operator=(const StreamPool&) = delete;
+  ~StreamPool() {
     MutexLock l(&mu_);
-    for (size_t i = 0; i < idle_.size(); ++i) {
-      if (idle_[i].device == device) {
-        PooledStream s = idle_[i];
-        idle_.erase(idle_.begin() + i);
-        return s;
-      }
+    for (const PooledStream& s : idle_) {
+      ScopedDevice scope;
+      (void)scope.Enter(s.device);
+      (void)cudaStreamDestroy(s.stream);
     }
   }
-  absl::StatusOr<cudaStream_t> s = NewStream(device);
-  if (!s.ok()) return s.status();
-  return PooledStream{device, *s};
-}
 
-void CudaDeviceMemory::GiveStream(PooledStream s) {
-  MutexLock l(&mu_);
-  idle_.push_back(s);
-}
+  // An idle stream of `device`, or a new one.
+  absl::StatusOr<PooledStream> Take(int device) {
+    {
+      MutexLock l(&mu_);
+      for (size_t i = 0; i < idle_.size(); ++i) {
+        if (idle_[i].device == device) {
+          PooledStream s = idle_[i];
+          idle_.erase(idle_.begin() + i);
+          return s;
+        }
+      }
+    }
+    absl::StatusOr<cudaStream_t> s = NewStream(device);
+    if (!s.ok()) return s.status();
+    return PooledStream{device, *s};
+  }
+
+  void Give(PooledStream s) {
+    MutexLock l(&mu_);
+    idle_.push_back(s);
+  }
+
+ private:
+  Mutex mu_;
+  std::vector<PooledStream> idle_ ABSL_GUARDED_BY(mu_);
+};
+
+CudaDeviceMemory::CudaDeviceMemory()
+    : streams_(std::make_unique<StreamPool>()) {}
+
+CudaDeviceMemory::~CudaDeviceMemory() = default;
 
 absl::Status CudaDeviceMemory::CopySync(void* dst, const void* src, size_t n,
                                         int device, cudaMemcpyKind kind) {
-  absl::StatusOr<PooledStream> s = TakeStream(device);
+  absl::StatusOr<PooledStream> s = streams_->Take(device);
   if (!s.ok()) return s.status();
   absl::Status status = [&]() -> absl::Status {
     ScopedDevice scope;
@@ -209,7 +231,7 @@ absl::Status CudaDeviceMemory::CopySync(void* dst, const void* src, size_t n,
     CKPT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s->stream));
     return absl::OkStatus();
   }();
-  GiveStream(*s);
+  streams_->Give(*s);
   return status;
 }
 

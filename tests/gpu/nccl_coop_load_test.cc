@@ -1,8 +1,8 @@
 // A cooperative load (ReaderOptions::communicator) into CUDA memory through
 // NcclCommunicator, with one rank (NCCL needs a device per rank, so one
-// GPU runs one rank): the device data plane (libckpt/coop_device.h) runs,
-// every byte is read by this rank, and device and host destinations get
-// their bytes. Skips without a device.
+// GPU runs one rank): the device data plane
+// (libckpt/load/coop/device_exchange.h) runs, every byte is read by this rank,
+// and device and host destinations get their bytes. Skips without a device.
 #include <cuda_runtime_api.h>
 
 #include <memory>

@@ -1,8 +1,6 @@
-// internal::SaveInBatches (ckpt/internal/batch_save.h): the checkpoint of N
+// internal::SaveInBatches (libckpt/save/world_save.h): the checkpoint of N
 // ranks written a few ranks at a time equals the one N Writer ranks save,
 // and one named test per way it fails.
-#include "ckpt/internal/batch_save.h"
-
 #include <filesystem>
 #include <vector>
 
@@ -11,6 +9,7 @@
 #include "ckpt/reader.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
+#include "save/world_save.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt::internal {

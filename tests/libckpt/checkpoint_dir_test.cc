@@ -1,6 +1,6 @@
-// Locating a checkpoint (ckpt/internal/checkpoint_dir.h): a root or a
+// Locating a checkpoint (libckpt/storage/checkpoint_dir.h): a root or a
 // checkpoint directory, `latest` and its failure modes (spec §4, §4.2).
-#include "ckpt/internal/checkpoint_dir.h"
+#include "storage/checkpoint_dir.h"
 
 #include <filesystem>
 #include <fstream>

@@ -1,7 +1,7 @@
-// The directory-level steps of the commit protocol (libckpt/commit.h), on
+// The directory-level steps of the commit protocol (libckpt/save/commit.h), on
 // the in-memory power-loss model so that each test can also check what
 // survives a power cut right after the step, and on POSIX for the locks.
-#include "commit.h"
+#include "save/commit.h"
 
 #include <string>
 #include <vector>
@@ -9,7 +9,7 @@
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/manifest.h"
-#include "ckpt/power_loss.h"
+#include "ckpt/testing/power_loss.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/status_matchers.h"

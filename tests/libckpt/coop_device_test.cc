@@ -1,6 +1,6 @@
 // Cooperative loads into device destinations through a communicator with a
-// device data plane (libckpt/coop_device.h): on in-process ranks with the
-// fake device (device memory is host memory) and a communicator that
+// device data plane (libckpt/load/coop/device_exchange.h): on in-process ranks
+// with the fake device (device memory is host memory) and a communicator that
 // reports SupportsDeviceMemory() and runs AllToAll(kCuda) as the host one.
 #include <atomic>
 #include <chrono>
@@ -12,12 +12,12 @@
 #include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
 #include "ckpt/reader.h"
+#include "ckpt/testing/fake_device.h"
 #include "ckpt/writer.h"
 #include "gtest/gtest.h"
 #include "libckpt/forwarding_communicator.h"
 #include "libckpt/row_bands.h"
 #include "libckpt/test_util.h"
-#include "testing/fake_device.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt {

@@ -10,19 +10,19 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/fault_injection.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
-#include "ckpt/mutex.h"
 #include "ckpt/reader.h"
+#include "ckpt/testing/fake_device.h"
+#include "ckpt/testing/fault_injection.h"
+#include "ckpt/testing/forwarding_storage.h"
 #include "ckpt/writer.h"
 #include "gtest/gtest.h"
 #include "libckpt/forwarding_communicator.h"
 #include "libckpt/row_bands.h"
 #include "libckpt/test_util.h"
-#include "testing/fake_device.h"
-#include "testing/forwarding_storage.h"
 #include "testing/status_matchers.h"
+#include "util/mutex.h"
 
 namespace ckpt {
 namespace {

@@ -1,6 +1,6 @@
-// The cooperative load plan (ckpt/internal/coop_plan.h): pure functions,
+// The cooperative load plan (libckpt/load/coop/coop_plan.h): pure functions,
 // tested on hand-made manifests and block tables against brute force.
-#include "ckpt/internal/coop_plan.h"
+#include "load/coop/coop_plan.h"
 
 #include <algorithm>
 #include <map>

@@ -1,20 +1,20 @@
-// The staged device pipelines of Writer and Reader (libckpt/stager.h,
-// device_upload.h), without a GPU: through the fake asynchronous device of
-// tests/testing/fake_device.h, whose copies run on stream threads after a
-// latency and complete through events.
+// The staged device pipelines of Writer and Reader
+// (libckpt/staging/save_stager.h, load_stager.h), without a GPU: through the
+// fake asynchronous device of tests/testing/fake_device.h, whose copies run on
+// stream threads after a latency and complete through events.
 #include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "ckpt/fault_injection.h"
 #include "ckpt/reader.h"
+#include "ckpt/testing/fake_device.h"
+#include "ckpt/testing/fault_injection.h"
 #include "ckpt/writer.h"
-#include "device_upload.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
-#include "testing/fake_device.h"
+#include "staging/load_stager.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt {

@@ -1,4 +1,4 @@
-#include "ckpt/fault_injection.h"
+#include "ckpt/testing/fault_injection.h"
 
 #include <stdlib.h>
 

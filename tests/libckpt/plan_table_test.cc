@@ -1,13 +1,13 @@
-// The coordinator's columnar table of local plans (libckpt/plan_table.h):
+// The coordinator's columnar table of local plans (libckpt/save/plan_table.h):
 // interning, rank spans, and one named test per malformed message.
-#include "plan_table.h"
+#include "save/plan_table.h"
 
 #include <string>
 #include <vector>
 
 #include "ckpt/format/coding.h"
 #include "gtest/gtest.h"
-#include "save_plan.h"
+#include "save/save_plan.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt::internal {

@@ -1,6 +1,6 @@
 // PowerLossStorage: the page-cache model that the power-loss tests of the
 // writer rely on (tests/reliability/power_loss_test.cc).
-#include "ckpt/power_loss.h"
+#include "ckpt/testing/power_loss.h"
 
 #include <memory>
 #include <string>

@@ -1,6 +1,6 @@
-// The block-read plan (ckpt/internal/read_plan.h): pure functions, tested
+// The block-read plan (libckpt/read/read_plan.h): pure functions, tested
 // on hand-made manifests and block tables, without any file.
-#include "ckpt/internal/read_plan.h"
+#include "read/read_plan.h"
 
 #include <map>
 #include <random>

@@ -11,10 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/reader.h"
+#include "ckpt/testing/forwarding_storage.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "synth/synth.h"
-#include "testing/forwarding_storage.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt {

@@ -9,7 +9,7 @@
 #include "format/golden_spec.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
-#include "reader_impl.h"  // NameOrder
+#include "load/reader_impl.h"  // NameOrder
 #include "testing/status_matchers.h"
 #include "tools/inspect/fixture.h"
 

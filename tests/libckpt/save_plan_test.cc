@@ -1,15 +1,15 @@
-// The save planner (libckpt/save_plan.h) as a pure function: which rank
+// The save planner (libckpt/save/save_plan.h) as a pure function: which rank
 // writes which chunk, and one named test per way the ranks' registrations
 // can disagree.
-#include "save_plan.h"
+#include "save/save_plan.h"
 
 #include <string>
 #include <vector>
 
 #include "ckpt/format/plan_record.h"
 #include "gtest/gtest.h"
+#include "save/save_messages.h"
 #include "testing/status_matchers.h"
-#include "wire.h"
 
 namespace ckpt::internal {
 namespace {

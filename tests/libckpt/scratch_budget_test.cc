@@ -1,4 +1,4 @@
-#include "ckpt/internal/scratch_budget.h"
+#include "read/scratch_budget.h"
 
 #include <atomic>
 #include <chrono>

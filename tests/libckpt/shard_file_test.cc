@@ -1,19 +1,20 @@
-// The shared read core's shard checks (ckpt/internal/shard_file.h): opening
-// a shard against the manifest, index-against-manifest checks, chunk
-// matching (§8.6), overlaps (§5.2), §5.7, and block reading/verification.
-// One test per failure mode, asserting code and message.
-#include "ckpt/internal/shard_file.h"
+// The shared read core's shard checks (libckpt/read/shard_file.h,
+// index_check.h): opening a shard against the manifest, index-against-manifest
+// checks, chunk matching (§8.6), overlaps (§5.2), §5.7, and block
+// reading/verification. One test per failure mode, asserting code and message.
+#include "read/shard_file.h"
 
 #include <filesystem>
 #include <fstream>
 
 #include "ckpt/format/checksum.h"
 #include "ckpt/format/manifest.h"
-#include "ckpt/internal/checkpoint_dir.h"
 #include "ckpt/writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
+#include "read/index_check.h"
+#include "storage/checkpoint_dir.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt::internal {

@@ -1,6 +1,6 @@
 // ShardHandles: at most `capacity` files open, the least recently used idle
 // one closed first, a file in use never closed.
-#include "shard_handles.h"
+#include "read/shard_handles.h"
 
 #include <map>
 #include <memory>

@@ -1,8 +1,8 @@
-// One shard file written by libckpt/shard_writer.h, read back with the
+// One shard file written by libckpt/save/shard_writer.h, read back with the
 // format's own decoders: layout, block checksums, codecs, sources, device
 // staging, and the fsync the commit protocol relies on (F2 of
 // spec/FORMAT.md §4.1).
-#include "shard_writer.h"
+#include "save/shard_writer.h"
 
 #include <cstring>
 #include <string>
@@ -11,7 +11,7 @@
 #include "ckpt/format/block_codec.h"
 #include "ckpt/format/checksum.h"
 #include "ckpt/format/shard.h"
-#include "ckpt/power_loss.h"
+#include "ckpt/testing/power_loss.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
 

@@ -1,15 +1,15 @@
-// The staging pool and the Stager (libckpt/staging_pool.h, stager.h),
-// through the fake asynchronous device.
+// The staging pool and the Stager (libckpt/staging/staging_pool.h,
+// save_stager.h), through the fake asynchronous device.
 #include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "ckpt/testing/fake_device.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
-#include "stager.h"
-#include "staging_pool.h"
-#include "testing/fake_device.h"
+#include "staging/save_stager.h"
+#include "staging/staging_pool.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt::internal {

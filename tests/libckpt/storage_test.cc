@@ -21,7 +21,7 @@
 #include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "posix_storage.h"
+#include "storage/posix_storage.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt {

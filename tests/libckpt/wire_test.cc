@@ -1,12 +1,12 @@
-// The messages ranks exchange during a save (libckpt/wire.h): a round trip
-// of each, and one test per way a message can be malformed.
-#include "wire.h"
-
+// The messages ranks exchange during a save (libckpt/save/save_messages.h): a
+// round trip of each, and one test per way a message can be malformed.
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "save/save_messages.h"
 #include "testing/status_matchers.h"
+#include "util/rank_status.h"
 
 namespace ckpt::internal {
 namespace {

@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "ckpt/fault_injection.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/reader.h"
+#include "ckpt/testing/fault_injection.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "testing/status_matchers.h"

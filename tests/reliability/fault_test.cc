@@ -26,15 +26,15 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "ckpt/fault_injection.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/in_process.h"
+#include "ckpt/testing/fault_injection.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
-#include "posix_storage.h"
 #include "reliability/model.h"
 #include "reliability/root_check.h"
 #include "reliability/subprocess.h"
+#include "storage/posix_storage.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt::reliability {

@@ -20,15 +20,15 @@ BUILD = 'build'
 if args and not re.match(r'F\d$', args[0]):
     BUILD = args.pop(0)
 cases = {
- 'F1 parent fsync after creating the root (EnsureRoot)': ('libckpt/commit.cc', '  return storage->SyncDir(ParentDir(root));', '  (void)&ParentDir;\n  return absl::OkStatus();'),
- 'F2 shard file fsync (FinishShard)': ('libckpt/shard_writer.cc', '  CKPT_RETURN_IF_ERROR(file->Sync());  // F2 of spec/FORMAT.md §4.1\n', ''),
- 'F3 MANIFEST fsync (CommitCheckpoint)': ('libckpt/storage.cc', '  CKPT_RETURN_IF_ERROR(file->Sync());', '  if (path.find("MANIFEST") == std::string::npos) CKPT_RETURN_IF_ERROR(file->Sync());'),
- 'F4 temporary directory fsync (CommitCheckpoint)': ('libckpt/commit.cc', '  CKPT_RETURN_IF_ERROR(storage->SyncDir(tmp));\n', ''),
- 'F5 root fsync after rename (CommitDir)': ('libckpt/commit.cc', '  // F5: the checkpoint is committed.\n  CKPT_RETURN_IF_ERROR(storage->SyncDir(root));\n', ''),
- 'F6 latest temp file fsync (UpdateLatest)': ('libckpt/storage.cc', '  CKPT_RETURN_IF_ERROR(file->Sync());', '  if (path.find("latest-") == std::string::npos) CKPT_RETURN_IF_ERROR(file->Sync());'),
- 'F7 root fsync after latest rename (UpdateLatest)': ('libckpt/commit.cc', '  // F7.\n  return storage->SyncDir(root);', '  return absl::OkStatus();'),
- 'F8 step directory fsync after MANIFEST unlink (PruneOld)': ('libckpt/commit.cc', '    // F8.\n    CKPT_RETURN_IF_ERROR(storage->SyncDir(dir));\n', ''),
- 'F9 root fsync after pruning (PruneOld)': ('libckpt/commit.cc', '  // F9.\n  return storage->SyncDir(root);', '  return absl::OkStatus();'),
+ 'F1 parent fsync after creating the root (EnsureRoot)': ('libckpt/save/commit.cc', '  return storage->SyncDir(ParentDir(root));', '  (void)&ParentDir;\n  return absl::OkStatus();'),
+ 'F2 shard file fsync (FinishShard)': ('libckpt/save/shard_writer.cc', '  CKPT_RETURN_IF_ERROR(file->Sync());  // F2 of spec/FORMAT.md §4.1\n', ''),
+ 'F3 MANIFEST fsync (CommitCheckpoint)': ('libckpt/storage/storage.cc', '  CKPT_RETURN_IF_ERROR(file->Sync());', '  if (path.find("MANIFEST") == std::string::npos) CKPT_RETURN_IF_ERROR(file->Sync());'),
+ 'F4 temporary directory fsync (CommitCheckpoint)': ('libckpt/save/commit.cc', '  CKPT_RETURN_IF_ERROR(storage->SyncDir(tmp));\n', ''),
+ 'F5 root fsync after rename (CommitDir)': ('libckpt/save/commit.cc', '  // F5: the checkpoint is committed.\n  CKPT_RETURN_IF_ERROR(storage->SyncDir(root));\n', ''),
+ 'F6 latest temp file fsync (UpdateLatest)': ('libckpt/storage/storage.cc', '  CKPT_RETURN_IF_ERROR(file->Sync());', '  if (path.find("latest-") == std::string::npos) CKPT_RETURN_IF_ERROR(file->Sync());'),
+ 'F7 root fsync after latest rename (UpdateLatest)': ('libckpt/save/commit.cc', '  // F7.\n  return storage->SyncDir(root);', '  return absl::OkStatus();'),
+ 'F8 step directory fsync after MANIFEST unlink (PruneOld)': ('libckpt/save/commit.cc', '    // F8.\n    CKPT_RETURN_IF_ERROR(storage->SyncDir(dir));\n', ''),
+ 'F9 root fsync after pruning (PruneOld)': ('libckpt/save/commit.cc', '  // F9.\n  return storage->SyncDir(root);', '  return absl::OkStatus();'),
 }
 only = args
 for name,(f,old,new) in cases.items():

@@ -22,7 +22,7 @@
 // With several in-process ranks the order of the ranks' calls while they
 // write their shards varies from run to run; N does not, and every order
 // must pass.
-#include "ckpt/power_loss.h"
+#include "ckpt/testing/power_loss.h"
 
 #include <algorithm>
 #include <cctype>

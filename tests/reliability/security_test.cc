@@ -85,8 +85,8 @@ TEST_F(ReliabilitySecurity, DirectoryInPlaceOfAShardFileIsACleanError) {
 
 // A FIFO named like a shard file or MANIFEST (from an untrusted archive, say)
 // must fail the load, not block it forever in open(2).
-// (libckpt/posix_storage.cc opens with O_NONBLOCK and refuses anything but
-// a regular file.)
+// (libckpt/storage/posix_storage.cc opens with O_NONBLOCK and refuses anything
+// but a regular file.)
 TEST_F(ReliabilitySecurity, FifoInPlaceOfAShardFileFailsInsteadOfBlocking) {
   MakeFifo("shard-00000.ckpt");
   EXPECT_EQ(VerifyInChild(root_, std::chrono::seconds(5)), kCleanError);

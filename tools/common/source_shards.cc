@@ -1,7 +1,8 @@
 #include "common/source_shards.h"
 
 #include "ckpt/format/status_macros.h"
-#include "ckpt/internal/shard_file.h"
+#include "read/index_check.h"
+#include "read/shard_file.h"
 
 namespace ckpt::tools {
 

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "ckpt/mutex.h"
+#include "util/mutex.h"
 
 namespace ckpt::tools::hdf5 {
 namespace {

@@ -17,8 +17,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "ckpt/mutex.h"
 #include "ckpt/types.h"
+#include "util/mutex.h"
 
 namespace ckpt::tools::hdf5 {
 

@@ -14,11 +14,11 @@
 #include "ckpt/format/geometry.h"
 #include "ckpt/format/manifest.h"
 #include "ckpt/format/status_macros.h"
-#include "ckpt/internal/checkpoint_dir.h"
-#include "ckpt/mutex.h"
 #include "common/escaped_output.h"
 #include "common/json_writer.h"
 #include "common/tool_util.h"
+#include "storage/checkpoint_dir.h"
+#include "util/mutex.h"
 #include "validate/validate.h"
 
 namespace ckpt::tools {

@@ -12,10 +12,10 @@
 #include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
-#include "ckpt/mutex.h"
 #include "ckpt/writer.h"
 #include "interop/dcp_reader.h"
 #include "nlohmann/json.hpp"
+#include "util/mutex.h"
 
 namespace ckpt::tools {
 namespace fs = std::filesystem;

@@ -9,8 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/format/status_macros.h"
-#include "ckpt/internal/batch_save.h"
-#include "ckpt/mutex.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
 #include "common/escaped_output.h"
@@ -19,6 +17,8 @@
 #include "diff/local_range.h"
 #include "reshard/layout.h"
 #include "reshard/overrides.h"
+#include "save/world_save.h"
+#include "util/mutex.h"
 
 namespace ckpt::tools {
 namespace {

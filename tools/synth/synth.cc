@@ -16,13 +16,13 @@
 #include "absl/strings/str_join.h"
 #include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
-#include "ckpt/internal/batch_save.h"
-#include "ckpt/internal/thread_pool.h"
-#include "ckpt/mutex.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
 #include "common/source_shards.h"
 #include "diff/local_range.h"
+#include "save/world_save.h"
+#include "util/mutex.h"
+#include "util/parallel_for.h"
 
 namespace ckpt::synth {
 namespace {

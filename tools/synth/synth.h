@@ -1,6 +1,6 @@
 // ckpt-synth's library: writes a synthetic transformer-shaped checkpoint
 // of N ranks through the library's planner, shard writer and commit (a
-// batch save, ckpt/internal/batch_save.h: 8 ranks written at a time, values
+// batch save, libckpt/save/world_save.h: 8 ranks written at a time, values
 // generated as the shards are written), and verifies one by
 // loading it as any number of ranks (resharding as needed) and checking
 // every element against the generator.

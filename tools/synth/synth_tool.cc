@@ -6,9 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ckpt/format/status_macros.h"
-#include "ckpt/mutex.h"
 #include "common/escaped_output.h"
 #include "common/tool_util.h"
+#include "util/mutex.h"
 
 namespace ckpt::synth {
 namespace {

@@ -27,7 +27,7 @@
 //
 // A problem is a Finding, not an error: Validate returns an error status
 // only when it cannot validate at all (see Validate). The checks and their
-// messages are libckpt's read core (ckpt/internal/), shared with
+// messages are libckpt's read core (libckpt/read/), shared with
 // ckpt::Reader; this library collects every problem and reports them. A shard
 // that fails to open is reported once and its chunks are not read; everything
 // else goes on.
@@ -43,8 +43,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "ckpt/format/records.h"
-#include "ckpt/internal/shard_file.h"
 #include "ckpt/storage.h"
+#include "read/shard_file.h"
 
 namespace ckpt::tools {
 

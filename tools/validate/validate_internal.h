@@ -10,9 +10,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "ckpt/format/records.h"
-#include "ckpt/internal/shard_file.h"
-#include "ckpt/mutex.h"
 #include "ckpt/storage.h"
+#include "read/index_check.h"
+#include "read/shard_file.h"
+#include "util/mutex.h"
 #include "validate/validate.h"
 
 namespace ckpt::tools::internal {

@@ -1,6 +1,6 @@
-// In-process communicator: ranks are threads of one process. The embedded
-// default, used by tests, single-node tools (ckpt-synth, ckpt-reshard) and
-// benchmarks.
+// In-process communicator: ranks are threads of one process. Tests and
+// benchmarks model a multi-rank job with it, and ckpt-convert's DCP import
+// saves the ranks it imports through it.
 // Its AllToAll moves each byte once: every rank publishes the address of
 // its send buffers, and each receiver copies its parts straight from them
 // (the senders wait until every receiver has copied). Its ranks share one
@@ -17,10 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "ckpt/communicator.h"
-#include "ckpt/mutex.h"
 
 namespace ckpt {
 
@@ -43,14 +41,11 @@ class InProcessWorld {
   // Deposits `mine`, waits for all ranks, returns every rank's contribution.
   std::vector<std::string> Exchange(int rank, std::string mine);
 
+  class Rendezvous;  // in_process.cc
+
   const int size_;
   const std::vector<std::string> node_names_;
-  Mutex mu_;
-  CondVar round_done_;  // generation_ moved on
-  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<std::string> slots_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> result_ ABSL_GUARDED_BY(mu_);
+  const std::unique_ptr<Rendezvous> rendezvous_;
   std::vector<std::unique_ptr<Communicator>> comms_;
 };
 

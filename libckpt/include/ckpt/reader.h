@@ -23,7 +23,7 @@
 //    them as a single-rank Open does, with the same errors.
 //  * Load: the ranks exchange their requests (entry and region; every rank
 //    first checks its own as a single-rank Load does), and every rank
-//    computes the same plan (ckpt/internal/coop_plan.h): each shard index
+//    computes the same plan (libckpt/load/coop/coop_plan.h): each shard index
 //    the job needs is read by one rank and sent to all (each receiver
 //    checks it as if it had read it); each needed stored block is read
 //    once per job, by one rank (one that needs it, unless that would

@@ -7,17 +7,17 @@
 #include <filesystem>
 #include <sstream>
 
-#include "ckpt/fault_injection.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
-#include "ckpt/mutex.h"
+#include "ckpt/testing/fault_injection.h"
+#include "ckpt/testing/forwarding_storage.h"
 #include "ckpt/writer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "testing/forwarding_storage.h"
 #include "testing/status_matchers.h"
 #include "tools/inspect/fixture.h"
+#include "util/mutex.h"
 
 namespace ckpt::tools {
 namespace {

@@ -5,7 +5,7 @@
 // It is a cache, never a source of data: a reader of tensors ignores it, and
 // a writer uses it only when every rank's structure fingerprint equals the
 // one recorded for that rank and its coordinator finds that it writes every
-// registered piece exactly once (libckpt/save_plan.h's PlanOnCoordinator).
+// registered piece exactly once (libckpt/save/save_plan.h's PlanOnCoordinator).
 #ifndef CKPT_FORMAT_PLAN_RECORD_H_
 #define CKPT_FORMAT_PLAN_RECORD_H_
 

@@ -28,16 +28,14 @@
 #include <memory>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "ckpt/device_memory.h"
-#include "ckpt/mutex.h"
 
 namespace ckpt::gpu {
 
 class CudaDeviceMemory final : public DeviceMemory {
  public:
-  CudaDeviceMemory() = default;
+  CudaDeviceMemory();
   // Destroys the streams kept for synchronous copies (after their work).
   ~CudaDeviceMemory() override;
 
@@ -73,17 +71,14 @@ class CudaDeviceMemory final : public DeviceMemory {
   static std::unique_ptr<DeviceEvent> WrapEvent(cudaEvent_t event);
 
  private:
-  struct PooledStream {
-    int device;
-    cudaStream_t stream;
-  };
-  absl::StatusOr<PooledStream> TakeStream(int device);
-  void GiveStream(PooledStream s);
+  // The streams of the synchronous copies, kept between calls
+  // (cuda_device_memory.cc).
+  class StreamPool;
+
   absl::Status CopySync(void* dst, const void* src, size_t n, int device,
                         cudaMemcpyKind kind);
 
-  Mutex mu_;
-  std::vector<PooledStream> idle_ ABSL_GUARDED_BY(mu_);
+  const std::unique_ptr<StreamPool> streams_;
 };
 
 }  // namespace ckpt::gpu

@@ -1,0 +1,386 @@
+#include "load/coop/coop_plan.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/status_macros.h"
+
+namespace ckpt::internal {
+namespace {
+
+constexpr uint8_t kBox = 0, kFlat = 1;
+
+void PutRegion(std::string* out, const Region& region) {
+  if (const Box* b = std::get_if<Box>(&region)) {
+    format::PutFixed8(out, kBox);
+    format::PutVarint(out, b->offset.size());
+    for (uint64_t v : b->offset) format::PutVarint(out, v);
+    for (uint64_t v : b->size) format::PutVarint(out, v);
+  } else {
+    const FlatRange& f = std::get<FlatRange>(region);
+    format::PutFixed8(out, kFlat);
+    format::PutVarint(out, f.start);
+    format::PutVarint(out, f.length);
+  }
+}
+
+// Bound on a box's rank in exchanged requests (the format's is lower).
+constexpr uint64_t kMaxRank = 64;
+
+absl::StatusOr<PlanRequest> ReadRequest(format::ByteReader* r) {
+  PlanRequest out;
+  CKPT_ASSIGN_OR_RETURN(uint64_t entry,
+                        r->ReadVarintAtMost("entry", UINT32_MAX));
+  out.entry = static_cast<uint32_t>(entry);
+  CKPT_ASSIGN_OR_RETURN(uint8_t kind, r->Read8("region kind"));
+  if (kind == kBox) {
+    CKPT_ASSIGN_OR_RETURN(uint64_t n, r->ReadVarintAtMost("rank", kMaxRank));
+    Box b;
+    b.offset.resize(n);
+    b.size.resize(n);
+    for (uint64_t& v : b.offset) {
+      CKPT_ASSIGN_OR_RETURN(v, r->ReadVarint("offset"));
+    }
+    for (uint64_t& v : b.size) {
+      CKPT_ASSIGN_OR_RETURN(v, r->ReadVarint("size"));
+    }
+    out.region = std::move(b);
+  } else if (kind == kFlat) {
+    FlatRange f;
+    CKPT_ASSIGN_OR_RETURN(f.start, r->ReadVarint("start"));
+    CKPT_ASSIGN_OR_RETURN(f.length, r->ReadVarint("length"));
+    out.region = f;
+  } else {
+    return absl::DataLossError(absl::StrCat("region kind ", kind));
+  }
+  return out;
+}
+
+absl::Status CheckRequest(const format::Manifest& m, const PlanRequest& p,
+                          uint32_t rank, uint64_t i) {
+  if (p.entry >= m.entries.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, ": request ", i, ": entry ", p.entry,
+        " is not in the manifest (", m.entries.size(), " entries)"));
+  }
+  absl::Status s = ValidateRegion(p.region, m.entries[p.entry].shape);
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError(
+      absl::StrCat("rank ", rank, ": request ", i, ": entry '",
+                   m.entries[p.entry].name, "': ", s.message()));
+}
+
+// Bytes read per bin (a node or a rank) and the reads of each bin, the
+// most recently given last.
+struct Bins {
+  std::vector<uint64_t> load;
+  std::vector<std::vector<uint32_t>> reads;
+};
+
+// Moves reads out of the bins of `members` that read more than `limit`
+// bytes (the last of theirs first) to the least loaded bin of `members`
+// while that lowers the giver's load; moved(read, to) is told each move.
+template <typename Moved>
+void Rebalance(uint64_t limit, const std::vector<uint32_t>& members,
+               const std::vector<CoopRead>& reads, Bins* bins, Moved&& moved) {
+  std::set<std::pair<uint64_t, uint32_t>> by_load;
+  for (uint32_t b : members) by_load.insert({bins->load[b], b});
+  for (uint32_t b : members) {
+    std::vector<uint32_t>& mine = bins->reads[b];
+    while (bins->load[b] > limit && !mine.empty()) {
+      const uint32_t i = mine.back();
+      const uint64_t n = reads[i].read.length;
+      const auto [least, to] = *by_load.begin();
+      if (least + n >= bins->load[b]) break;
+      by_load.erase({bins->load[b], b});
+      by_load.erase({least, to});
+      bins->load[b] -= n;
+      bins->load[to] += n;
+      by_load.insert({bins->load[b], b});
+      by_load.insert({bins->load[to], to});
+      mine.pop_back();
+      bins->reads[to].push_back(i);
+      moved(i, to);
+    }
+  }
+}
+
+// The rank of `members` that reads the fewest bytes (the lowest on ties).
+uint32_t LeastLoaded(const std::vector<uint32_t>& members,
+                     const std::vector<uint64_t>& load) {
+  return *std::min_element(
+      members.begin(), members.end(), [&](uint32_t a, uint32_t b) {
+        return std::make_pair(load[a], a) < std::make_pair(load[b], b);
+      });
+}
+
+// Indexes of `reads`, the largest read first (stable).
+std::vector<uint32_t> LargestFirst(const std::vector<CoopRead>& reads) {
+  std::vector<uint32_t> order(reads.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return reads[a].read.length > reads[b].read.length;
+  });
+  return order;
+}
+
+// Step 1 of PlanCooperativeReads' contract: each read, largest first, to a
+// holder on the least loaded node, the least loaded rank there. Fills the
+// nodes' bins and the ranks' loads; returns the largest read.
+uint64_t AssignToHolders(const RequestGroups& g, std::vector<CoopRead>* reads,
+                         Bins* nodes, Bins* ranks) {
+  uint64_t largest = 0;
+  for (uint32_t i : LargestFirst(*reads)) {
+    CoopRead& cr = (*reads)[i];
+    std::tuple<uint64_t, uint64_t, uint32_t> best{UINT64_MAX, UINT64_MAX, 0};
+    ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy&) {
+      best = std::min(best, std::make_tuple(nodes->load[g.node[h.rank]],
+                                            ranks->load[h.rank], h.rank));
+    });
+    cr.reader = std::get<2>(best);
+    const uint32_t node = g.node[cr.reader];
+    nodes->load[node] += cr.read.length;
+    nodes->reads[node].push_back(i);
+    ranks->load[cr.reader] += cr.read.length;
+    largest = std::max(largest, cr.read.length);
+  }
+  return largest;
+}
+
+// Assigns each read to a rank (CoopRead::reader) as the contract of
+// PlanCooperativeReads says; returns the bytes per rank.
+std::vector<uint64_t> AssignReaders(const RequestGroups& g,
+                                    std::vector<CoopRead>* reads) {
+  Bins nodes{std::vector<uint64_t>(g.nodes, 0),
+             std::vector<std::vector<uint32_t>>(g.nodes)};
+  Bins ranks{std::vector<uint64_t>(g.ranks, 0),
+             std::vector<std::vector<uint32_t>>(g.ranks)};
+  std::vector<std::vector<uint32_t>> ranks_of(g.nodes);
+  for (uint32_t r = 0; r < g.ranks; ++r) ranks_of[g.node[r]].push_back(r);
+  std::vector<uint32_t> all_nodes(g.nodes);
+  std::iota(all_nodes.begin(), all_nodes.end(), 0);
+  const uint64_t largest = AssignToHolders(g, reads, &nodes, &ranks);
+  uint64_t total = 0;
+  for (uint64_t n : nodes.load) total += n;
+  Rebalance(total / std::max<uint32_t>(1, g.nodes) + largest, all_nodes, *reads,
+            &nodes, [&](uint32_t i, uint32_t to) {
+              CoopRead& cr = (*reads)[i];
+              const uint32_t r = LeastLoaded(ranks_of[to], ranks.load);
+              ranks.load[cr.reader] -= cr.read.length;
+              ranks.load[r] += cr.read.length;
+              cr.reader = r;
+            });
+  if (g.nodes == g.ranks) return ranks.load;  // one rank each
+  for (uint32_t i : LargestFirst(*reads)) {   // smallest last
+    ranks.reads[(*reads)[i].reader].push_back(i);
+  }
+  for (uint32_t n = 0; n < g.nodes; ++n) {
+    const uint64_t mean = nodes.load[n] / ranks_of[n].size();
+    Rebalance(mean, ranks_of[n], *reads, &ranks,
+              [&](uint32_t i, uint32_t to) { (*reads)[i].reader = to; });
+  }
+  return ranks.load;
+}
+
+// Puts each read of rank s, in plan order, into the first round that is
+// no earlier than s's previous send nor than any of its receivers' previous
+// receipt, and in which the bytes s sends and each receiver gets stay
+// within `budget` (a read that exceeds it alone opens a round). Rounds only
+// grow per rank, on both sides, so that each read costs O(its holders).
+// Returns the number of rounds.
+uint32_t AssignRounds(const RequestGroups& g, uint64_t budget,
+                      std::vector<CoopRead>* reads) {
+  std::vector<uint32_t> cur(g.ranks, 0), last(g.ranks, 0);
+  std::vector<uint64_t> sent(g.ranks, 0), got(g.ranks, 0), amount(g.ranks, 0);
+  std::vector<uint32_t> to;  // receivers of the current read
+  uint32_t rounds = 0;
+  for (CoopRead& cr : *reads) {
+    const uint32_t s = cr.reader;
+    uint64_t total = 0;
+    to.clear();
+    ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy& c) {
+      if (h.rank == s) return;
+      if (amount[h.rank] == 0) to.push_back(h.rank);
+      amount[h.rank] += c.bytes;
+      total += c.bytes;
+    });
+    uint32_t k = cur[s];
+    if (sent[s] > 0 && sent[s] + total > budget) k = cur[s] + 1;
+    for (uint32_t d : to) {
+      const bool full = got[d] > 0 && got[d] + amount[d] > budget;
+      k = std::max(k, last[d] + (full ? 1 : 0));
+    }
+    if (k != cur[s]) sent[s] = 0;
+    cur[s] = k;
+    sent[s] += total;
+    for (uint32_t d : to) {
+      if (k != last[d]) got[d] = 0;
+      last[d] = k;
+      got[d] += amount[d];
+      amount[d] = 0;
+    }
+    cr.round = k;
+    rounds = std::max(rounds, k + 1);
+  }
+  return rounds;
+}
+
+std::vector<CoopRead> Flatten(ReadPlan plan) {
+  std::vector<CoopRead> out;
+  for (ShardReads& sr : plan.shards) {
+    for (BlockRead& r : sr.reads) {
+      CoopRead cr;
+      cr.shard = sr.shard;
+      cr.read = std::move(r);
+      out.push_back(std::move(cr));
+    }
+  }
+  return out;
+}
+
+// The node of a rank that sent `name`: a new one for "" or a new name.
+uint32_t NodeId(absl::string_view name,
+                absl::flat_hash_map<absl::string_view, uint32_t>* ids,
+                uint32_t* nodes) {
+  if (!name.empty()) {
+    auto [it, fresh] = ids->emplace(name, *nodes);
+    if (!fresh) return it->second;
+  }
+  return (*nodes)++;
+}
+
+// Decodes one rank's requests (the rest of `bytes`, which `r` reads):
+// appends the unique id of each to `uid` and each request not seen before
+// (`ids`: its encoding -> unique id) to g->unique. Returns the count;
+// InvalidArgument for a request that does not fit `manifest`, DataLoss for
+// bytes that do not decode.
+absl::StatusOr<uint32_t> DecodeRequests(
+    const format::Manifest& manifest, uint32_t rank, absl::string_view bytes,
+    format::ByteReader* r,
+    absl::flat_hash_map<absl::string_view, uint32_t>* ids, RequestGroups* g,
+    std::vector<uint32_t>* uid) {
+  CKPT_ASSIGN_OR_RETURN(uint64_t n, r->ReadVarintAtMost("count", bytes.size()));
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t begin = r->offset();
+    CKPT_ASSIGN_OR_RETURN(PlanRequest p, ReadRequest(r));
+    const absl::string_view key(bytes.data() + begin, r->offset() - begin);
+    auto [it, inserted] =
+        ids->emplace(key, static_cast<uint32_t>(g->unique.size()));
+    if (inserted) {
+      CKPT_RETURN_IF_ERROR(CheckRequest(manifest, p, rank, i));
+      g->unique.push_back(std::move(p));
+    }
+    uid->push_back(it->second);
+  }
+  if (!r->empty()) return absl::DataLossError("trailing bytes");
+  return static_cast<uint32_t>(n);
+}
+
+}  // namespace
+
+std::string EncodeRankRequests(absl::string_view node_name,
+                               const std::vector<PlanRequest>& requests) {
+  std::string out;
+  format::PutString(&out, node_name);
+  format::PutVarint(&out, requests.size());
+  for (const PlanRequest& p : requests) {
+    format::PutVarint(&out, p.entry);
+    PutRegion(&out, p.region);
+  }
+  return out;
+}
+
+absl::StatusOr<RequestGroups> GroupRequests(
+    const format::Manifest& manifest, const std::vector<std::string>& encoded) {
+  RequestGroups g;
+  g.ranks = static_cast<uint32_t>(encoded.size());
+  absl::flat_hash_map<absl::string_view, uint32_t> ids;
+  std::vector<uint32_t> uid;  // unique id of every request, rank by rank
+  std::vector<uint32_t> count_of_rank(encoded.size());
+  // Data-parallel replicas send identical requests: decode each distinct
+  // list once.
+  absl::flat_hash_map<absl::string_view, uint32_t> same;  // bytes -> rank
+  absl::flat_hash_map<absl::string_view, uint32_t> node_ids;
+  std::vector<uint64_t> begin_of_rank(encoded.size());
+  for (uint32_t rank = 0; rank < encoded.size(); ++rank) {
+    auto wire = [&](const absl::Status& s) {
+      return absl::InternalError(absl::StrCat("the requests of rank ", rank,
+                                              " do not decode: ", s.message()));
+    };
+    format::ByteReader r(encoded[rank]);
+    auto node = r.ReadString("node name", encoded[rank].size());
+    if (!node.ok()) return wire(node.status());
+    g.node.push_back(NodeId(*node, &node_ids, &g.nodes));
+    const absl::string_view bytes =
+        absl::string_view(encoded[rank]).substr(r.offset());
+    begin_of_rank[rank] = uid.size();
+    auto [it, fresh] = same.emplace(bytes, rank);
+    if (!fresh) {
+      const uint32_t twin = it->second;
+      count_of_rank[rank] = count_of_rank[twin];
+      const uint64_t b = begin_of_rank[twin];
+      for (uint64_t k = 0; k < count_of_rank[twin]; ++k) {
+        uid.push_back(uid[b + k]);
+      }
+      continue;
+    }
+    absl::StatusOr<uint32_t> n =
+        DecodeRequests(manifest, rank, encoded[rank], &r, &ids, &g, &uid);
+    if (!n.ok()) {
+      return absl::IsInvalidArgument(n.status()) ? n.status()
+                                                 : wire(n.status());
+    }
+    count_of_rank[rank] = *n;
+  }
+  g.first.assign(g.unique.size() + 1, 0);
+  for (uint32_t u : uid) ++g.first[u + 1];
+  for (size_t u = 0; u < g.unique.size(); ++u) g.first[u + 1] += g.first[u];
+  std::vector<uint64_t> next(g.first.begin(), g.first.end() - 1);
+  g.holders.resize(uid.size());
+  size_t k = 0;
+  for (uint32_t rank = 0; rank < encoded.size(); ++rank) {
+    for (uint32_t i = 0; i < count_of_rank[rank]; ++i) {
+      g.holders[next[uid[k++]]++] = Holder{rank, i};
+    }
+  }
+  return g;
+}
+
+CoopPlan PlanCooperativeReads(const format::Manifest& manifest,
+                              const RequestGroups& groups,
+                              const std::vector<ChunkPiece>& pieces,
+                              const BlockTableLookup& lookup,
+                              const CoopOptions& options) {
+  CoopPlan plan;
+  ReadPlan reads =
+      PlanBlockReads(manifest, pieces, lookup, options.max_read_bytes);
+  // Enough reads to spread: about four per rank, if blocks allow.
+  const uint64_t spread =
+      reads.stored_bytes / (4 * std::max<uint64_t>(1, groups.ranks));
+  if (spread < options.max_read_bytes) {
+    reads =
+        PlanBlockReads(manifest, pieces, lookup, std::max<uint64_t>(1, spread));
+  }
+  plan.stored_bytes = reads.stored_bytes;
+  plan.reads = Flatten(std::move(reads));
+  plan.bytes_read = AssignReaders(groups, &plan.reads);
+  plan.rounds = AssignRounds(groups, options.round_bytes, &plan.reads);
+  return plan;
+}
+
+std::vector<uint64_t> BytesReadPerNode(const RequestGroups& groups,
+                                       const CoopPlan& plan) {
+  std::vector<uint64_t> out(groups.nodes, 0);
+  for (uint32_t r = 0; r < plan.bytes_read.size(); ++r) {
+    out[groups.node[r]] += plan.bytes_read[r];
+  }
+  return out;
+}
+
+}  // namespace ckpt::internal

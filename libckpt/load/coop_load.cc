@@ -1,0 +1,476 @@
+// Cooperative loads (ckpt/reader.h, "Cooperative loads"): the ranks of
+// ReaderOptions::communicator exchange their requests, share the shard
+// indexes, compute the same plan (ckpt/internal/coop_plan.h) and read every
+// needed block once between them, exchanging the bytes with AllToAll
+// (or, for ranks of one address space loading into host memory, writing
+// them straight into each other's destinations: coop_direct.cc).
+//
+// Every rank goes through the same collectives in the same order whatever
+// happens locally: a step that can fail on one rank is followed by Agree,
+// which makes every rank return the first failing rank's status.
+#include "load/coop_load.h"
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/status_macros.h"
+#include "load/coop/device_exchange.h"
+#include "load/reader_impl.h"
+#include "util/parallel_for.h"
+#include "util/rank_status.h"
+
+namespace ckpt::internal {
+
+absl::Status Agree(Communicator* comm, const absl::Status& local) {
+  const int n = comm->size(), me = comm->rank();
+  std::vector<int64_t> flag = {local.ok() ? 0 : n - me};
+  CKPT_RETURN_IF_ERROR(comm->AllReduceMax(&flag));
+  if (flag[0] == 0) return absl::OkStatus();
+  const int root = n - static_cast<int>(flag[0]);
+  std::string msg;
+  if (me == root) msg = EncodeStatusOr(absl::StatusOr<std::string>(local));
+  CKPT_RETURN_IF_ERROR(comm->Broadcast(&msg, root));
+  absl::Status s = DecodeStatusOr(msg).status();
+  if (s.ok()) return absl::InternalError("a failing rank sent no error");
+  return absl::Status(
+      s.code(), absl::StrCat("rank ", root, " of ", n, ": ", s.message()));
+}
+
+void FinishReport(const Prepared& p, const LoadRun& run, LoadReport* report) {
+  for (const LoadRequest& r : p.reqs) {
+    report->bytes_loaded += RegionElements(r.region) * DTypeSize(r.dtype);
+  }
+  report->bytes_read = run.bytes_read();
+  report->blocks_verified = run.blocks_verified();
+  std::sort(report->loaded.begin(), report->loaded.end());
+}
+
+namespace {
+
+// [u32 shard][u64 file size][string head][string tail][string index]...
+void PutShardMeta(std::string* out, uint32_t id, const ShardMetaBytes& m) {
+  format::PutFixed32(out, id);
+  format::PutFixed64(out, m.file_size);
+  format::PutString(out, m.head);
+  format::PutString(out, m.tail);
+  format::PutString(out, m.index);
+}
+
+absl::StatusOr<std::vector<std::pair<uint32_t, ShardMetaBytes>>>
+DecodeShardMetas(absl::string_view bytes) {
+  std::vector<std::pair<uint32_t, ShardMetaBytes>> out;
+  format::ByteReader r(bytes);
+  while (!r.empty()) {
+    ShardMetaBytes m;
+    CKPT_ASSIGN_OR_RETURN(uint32_t id, r.Read32("shard"));
+    CKPT_ASSIGN_OR_RETURN(m.file_size, r.Read64("file size"));
+    for (std::string* s : {&m.head, &m.tail, &m.index}) {
+      CKPT_ASSIGN_OR_RETURN(absl::string_view v,
+                            r.ReadString("bytes", bytes.size()));
+      s->assign(v.data(), v.size());
+    }
+    out.emplace_back(id, std::move(m));
+  }
+  return out;
+}
+
+// The shards whose indexes the plan needs: those of the pieces, and all
+// when a requested entry has no chunk (CheckChunkless reads them all).
+std::vector<uint32_t> NeededShards(const format::Manifest& m,
+                                   const RequestGroups& g,
+                                   const std::vector<ChunkPiece>& pieces) {
+  for (const PlanRequest& p : g.unique) {
+    if (!m.entries[p.entry].chunks.empty()) continue;
+    std::vector<uint32_t> all;
+    for (const format::ShardInfo& s : m.shards) all.push_back(s.shard_id);
+    return all;
+  }
+  return ShardsOf(m, pieces);
+}
+
+// This rank's part of one exchange round: its reads, and the reads of
+// other ranks that send it bytes, by sending rank; plan indexes in plan
+// order (the order in which the sender lays out the bytes).
+struct Round {
+  std::vector<uint32_t> reads;
+  std::vector<std::vector<uint32_t>> incoming;  // [sender]
+};
+
+std::vector<Round> RoundsOf(const RequestGroups& g, const CoopPlan& plan,
+                            uint32_t me) {
+  std::vector<Round> rounds(plan.rounds);
+  for (Round& r : rounds) r.incoming.resize(g.ranks);
+  for (uint32_t i = 0; i < plan.reads.size(); ++i) {
+    const CoopRead& cr = plan.reads[i];
+    if (cr.reader == me) {
+      rounds[cr.round].reads.push_back(i);
+      continue;
+    }
+    bool for_me = false;
+    ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy&) {
+      for_me = for_me || h.rank == me;
+    });
+    if (for_me) rounds[cr.round].incoming[cr.reader].push_back(i);
+  }
+  return rounds;
+}
+
+// Device data plane (coop_device.h): the bytes for holder `h` travel in
+// device memory. Exchanged bytes are counted by "lane": lane d for rank
+// d's bytes through host memory, lane ranks + d for those through device
+// memory (none without `dx`).
+bool ViaDevice(const DeviceExchange* dx, const Holder& h) {
+  return dx != nullptr && dx->OnDevice(h);
+}
+uint32_t Lane(const RequestGroups& g, const DeviceExchange* dx, uint32_t rank,
+              const Holder& h) {
+  return (ViaDevice(dx, h) ? g.ranks : 0) + rank;
+}
+
+// Bytes this rank sends to each rank over the whole load, by lane.
+std::vector<uint64_t> TotalSends(const RequestGroups& g, const CoopPlan& plan,
+                                 uint32_t me, const DeviceExchange* dx) {
+  std::vector<uint64_t> to(2 * g.ranks, 0);
+  for (const CoopRead& cr : plan.reads) {
+    if (cr.reader != me) continue;
+    ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy& c) {
+      if (h.rank != me) to[Lane(g, dx, h.rank, h)] += c.bytes;
+    });
+  }
+  return to;
+}
+
+// The reads of one round as LoadRun executes them: copies to this rank's
+// own requests keep their destination (Holder::index); copies for rank d
+// go to request `slots + lane`, the send buffer of that lane, at
+// consecutive offsets. Returns the reads and the bytes for each lane.
+std::pair<std::vector<BlockRead>, std::vector<uint64_t>> RoundReads(
+    const RequestGroups& g, const CoopPlan& plan, const Round& round,
+    uint32_t me, uint32_t slots, const DeviceExchange* dx) {
+  std::vector<BlockRead> reads;
+  std::vector<uint64_t> off(2 * g.ranks, 0);
+  for (uint32_t i : round.reads) {
+    const BlockRead& src = plan.reads[i].read;
+    BlockRead r = src;
+    r.copies.clear();
+    ForEachDelivery(g, src, [&](const Holder& h, const Copy& c) {
+      if (h.rank == me) {
+        r.copies.push_back(Copy{h.index, c.src, c.dst, c.bytes});
+      } else {
+        const uint32_t lane = Lane(g, dx, h.rank, h);
+        r.copies.push_back(Copy{slots + lane, c.src, off[lane], c.bytes});
+        off[lane] += c.bytes;
+      }
+    });
+    reads.push_back(std::move(r));
+  }
+  return {std::move(reads), std::move(off)};
+}
+
+// A read of another rank with bytes for this rank: where they are in the
+// bytes received from its reader.
+struct Incoming {
+  uint32_t sender = 0;
+  uint32_t read = 0;    // plan index
+  uint64_t offset = 0;  // in what `sender` sends this rank
+};
+
+// The reads of `round` that send this rank bytes, and (in `sizes`) how
+// many bytes each rank sends it, by lane (offsets: in host memory).
+std::vector<Incoming> IncomingOf(const RequestGroups& g, const CoopPlan& plan,
+                                 const Round& round, uint32_t me,
+                                 const DeviceExchange* dx,
+                                 std::vector<uint64_t>* sizes) {
+  std::vector<Incoming> out;
+  sizes->assign(2 * g.ranks, 0);
+  for (uint32_t s = 0; s < g.ranks; ++s) {
+    for (uint32_t i : round.incoming[s]) {
+      out.push_back(Incoming{s, i, (*sizes)[s]});
+      ForEachDelivery(g, plan.reads[i].read,
+                      [&](const Holder& h, const Copy& c) {
+                        if (h.rank == me)
+                          (*sizes)[Lane(g, dx, s, h)] += c.bytes;
+                      });
+    }
+  }
+  return out;
+}
+
+// Writes the bytes of one incoming read (at `bytes`, in the order its
+// reader laid them out) to this rank's destinations; those that travel in
+// device memory are DeviceExchange::Deliver's.
+absl::Status Unpack(const RequestGroups& g, const BlockRead& read, uint32_t me,
+                    const char* bytes, LoadRun* run, const DeviceExchange* dx) {
+  absl::Status st;
+  ForEachDelivery(g, read, [&](const Holder& h, const Copy& c) {
+    if (h.rank != me || ViaDevice(dx, h) || !st.ok()) return;
+    st = run->Deliver(h.index, c.dst, bytes, c.bytes);
+    bytes += c.bytes;
+  });
+  return st;
+}
+
+// A buffer reused from round to round, grown when a round needs more.
+class Arena {
+ public:
+  char* Get(uint64_t n) {
+    if (n > size_) {
+      data_.reset(new char[n]);
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<char[]> data_;
+  uint64_t size_ = 0;
+};
+
+uint64_t Sum(const std::vector<uint64_t>& v, size_t begin, size_t end) {
+  return std::accumulate(v.begin() + begin, v.begin() + end, uint64_t{0});
+}
+
+// The device lanes (n .. 2n) of per-lane byte counts.
+std::vector<uint64_t> DeviceLanes(const std::vector<uint64_t>& lanes,
+                                  uint32_t n) {
+  return std::vector<uint64_t>(lanes.begin() + n, lanes.end());
+}
+
+// `p`'s requests, then one flat uint8 "request" per lane (of `lanes`, n
+// ranks): the bytes this rank sends rank d over the whole load (total[d]),
+// which each round points at its send buffer (lanes n.. : staged for the
+// device send buffer).
+Prepared WithSendSlots(const Prepared& p, const std::vector<uint64_t>& total,
+                       uint32_t lanes, uint32_t n) {
+  Prepared ext = p;
+  for (uint32_t d = 0; d < lanes; ++d) {
+    LoadRequest slot;
+    slot.name = absl::StrCat(
+        d < n ? "(bytes for rank " : "(device bytes for rank ", d % n, ")");
+    slot.dtype = DType::kUInt8;
+    slot.region = FlatRange{0, total[d]};
+    ext.reqs.push_back(std::move(slot));
+  }
+  return ext;
+}
+
+// One round on this rank: its reads as LoadRun runs them (RoundReads) and
+// their shards, the bytes it sends and receives by lane, where the bytes
+// of each incoming read are, and the AllToAll buffers over the arenas.
+struct RoundIo {
+  std::vector<BlockRead> reads;
+  std::vector<uint32_t> shards;        // [read]
+  std::vector<uint64_t> sends, sizes;  // [lane]
+  std::vector<Incoming> incoming;
+  std::vector<SendBuffer> send;
+  std::vector<RecvBuffer> recv;
+  std::vector<char*> from;  // [sender]: its bytes in the receive arena
+};
+
+// Lays out `round` in `out` (send) and `in` (receive), pointing the host
+// send slots of `ext` (WithSendSlots) at this round's send buffers.
+RoundIo LayOutRound(const RequestGroups& g, const CoopPlan& plan,
+                    const Round& round, uint32_t me, uint32_t slots,
+                    const DeviceExchange* dx, Arena* out, Arena* in,
+                    Prepared* ext) {
+  const uint32_t n = g.ranks;
+  RoundIo io;
+  std::tie(io.reads, io.sends) = RoundReads(g, plan, round, me, slots, dx);
+  for (uint32_t i : round.reads) io.shards.push_back(plan.reads[i].shard);
+  io.incoming = IncomingOf(g, plan, round, me, dx, &io.sizes);
+  char* send_base = out->Get(Sum(io.sends, 0, n));
+  char* recv_base = in->Get(Sum(io.sizes, 0, n));
+  for (uint32_t d = 0; d < n; ++d) {
+    ext->reqs[slots + d].data = send_base;
+    io.send.push_back(SendBuffer{send_base, io.sends[d]});
+    send_base += io.sends[d];
+    io.from.push_back(recv_base);
+    io.recv.push_back(RecvBuffer{recv_base, io.sizes[d]});
+    recv_base += io.sizes[d];
+  }
+  return io;
+}
+
+// The device send and receive buffers of a round; points the device send
+// slots of `ext` at the staged send buffer.
+absl::Status StageDeviceSends(DeviceExchange* dx, const RoundIo& io, uint32_t n,
+                              uint32_t slots, Prepared* ext) {
+  CKPT_ASSIGN_OR_RETURN(char* staged, dx->Prepare(Sum(io.sends, n, 2 * n),
+                                                  Sum(io.sizes, n, 2 * n)));
+  for (uint32_t d = 0; d < n; ++d) {
+    ext->reqs[slots + n + d].data = staged;
+    staged += io.sends[n + d];
+  }
+  return absl::OkStatus();
+}
+
+// After a round's exchange: the received bytes to this rank's
+// destinations (host by Unpack, device by DeviceExchange::Deliver).
+absl::Status Receive(const RequestGroups& g, const CoopPlan& plan,
+                     const Round& round, const RoundIo& io, uint32_t me,
+                     int threads, DeviceExchange* dx, const Prepared& ext,
+                     LoadRun* run) {
+  CKPT_RETURN_IF_ERROR(
+      ParallelFor(threads, io.incoming.size(), [&](int, size_t k) {
+        const Incoming& in = io.incoming[k];
+        return Unpack(g, plan.reads[in.read].read, me,
+                      io.from[in.sender] + in.offset, run, dx);
+      }));
+  if (dx == nullptr) return absl::OkStatus();
+  return dx->Deliver(g, plan, round.incoming, ext.reqs, run);
+}
+
+}  // namespace
+
+absl::Status ReaderImpl::ShareShards(const std::vector<uint32_t>& ids,
+                                     int threads) {
+  Communicator* comm = options_.communicator;
+  const size_t n = comm->size(), me = comm->rank();
+  std::vector<uint32_t> own;  // spread over ranks: shard ids[i] on rank i % n
+  for (size_t i = me; i < ids.size(); i += n) own.push_back(ids[i]);
+  CKPT_RETURN_IF_ERROR(Agree(comm, OpenShards(own, threads)));
+  std::string mine;
+  for (uint32_t id : own) {
+    CKPT_ASSIGN_OR_RETURN(const OpenShard* s, GetShard(id));
+    PutShardMeta(&mine, id, s->file.meta);
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all, comm->AllGather(mine));
+  absl::Status adopted;
+  for (size_t r = 0; r < n && adopted.ok(); ++r) {
+    if (r == me) continue;
+    auto metas = DecodeShardMetas(all[r]);
+    if (!metas.ok()) {
+      adopted = absl::InternalError(
+          absl::StrCat("the shard indexes sent by rank ", r,
+                       " do not decode: ", metas.status().message()));
+      break;
+    }
+    for (auto& [id, meta] : *metas) {
+      adopted.Update(AdoptShard(id, std::move(meta)));
+    }
+  }
+  return Agree(comm, adopted);
+}
+
+absl::StatusOr<LoadReport> ReaderImpl::LoadCooperative(
+    const std::vector<LoadRequest>& requests, const LoadOptions& options) {
+  Communicator* comm = options_.communicator;
+  LoadReport report;
+  absl::StatusOr<Prepared> p =
+      options.local_error.ok() ? Prepare(requests, options, &report)
+                               : absl::StatusOr<Prepared>(options.local_error);
+  CKPT_RETURN_IF_ERROR(Agree(comm, p.status()));
+  std::vector<PlanRequest> mine;
+  for (size_t i = 0; i < p->reqs.size(); ++i) {
+    mine.push_back(PlanRequest{p->entry[i], p->reqs[i].region});
+  }
+  CKPT_ASSIGN_OR_RETURN(
+      std::vector<std::string> all,
+      comm->AllGather(EncodeRankRequests(comm->NodeName(), mine)));
+  // From here every rank computes the same from the same inputs: an error
+  // is the same on every rank.
+  CKPT_ASSIGN_OR_RETURN(RequestGroups groups, GroupRequests(manifest_, all));
+  all = {};
+  CKPT_ASSIGN_OR_RETURN(std::vector<ChunkPiece> pieces,
+                        PairRequests(manifest_, groups.unique));
+  const int threads = IoThreads(options);
+  CKPT_RETURN_IF_ERROR(
+      ShareShards(NeededShards(manifest_, groups, pieces), threads));
+  CKPT_RETURN_IF_ERROR(Agree(comm, CheckChunkless(*p, threads)));
+  auto lookup = [&](uint32_t entry, uint32_t chunk) {
+    const uint32_t shard = manifest_.entries[entry].chunks[chunk].shard;
+    const OpenShard* s = *GetShard(shard);  // adopted by ShareShards
+    return s->indexed.at(ChunkKey(entry, chunk));
+  };
+  CoopOptions co;
+  co.max_read_bytes = kTaskBytes;
+  co.round_bytes = std::max<uint64_t>(1, options.exchange_bytes_per_round);
+  const CoopPlan plan =
+      PlanCooperativeReads(manifest_, groups, pieces, lookup, co);
+  if (comm->SharesAddressSpace()) {
+    CKPT_ASSIGN_OR_RETURN(std::optional<AllDestinations> all,
+                          ShareDestinations(*p));
+    if (all.has_value()) {
+      return RunDirect(*p, *all, groups, plan, threads, std::move(report));
+    }
+  }
+  return RunCooperative(*p, groups, plan, options, threads, std::move(report));
+}
+
+absl::StatusOr<StagingPool*> ReaderImpl::AgreeOnUploadPool(const Prepared& p) {
+  StagingPool* pool = nullptr;
+  absl::Status st;
+  if (std::any_of(p.reqs.begin(), p.reqs.end(), [](const LoadRequest& r) {
+        return r.memory == MemoryKind::kCuda;
+      })) {
+    absl::StatusOr<StagingPool*> got = UploadPool();
+    st = got.status();
+    if (got.ok()) pool = *got;
+  }
+  CKPT_RETURN_IF_ERROR(Agree(options_.communicator, st));
+  return pool;
+}
+
+absl::Status ReaderImpl::RunReads(LoadRun* run,
+                                  const std::vector<BlockRead>& reads,
+                                  const std::vector<uint32_t>& shards,
+                                  int threads) {
+  return ParallelFor(threads, reads.size(), [&](int t, size_t i) {
+    CKPT_ASSIGN_OR_RETURN(ShardHandles::Lease file,
+                          GetShardForReading(shards[i]));
+    const OpenShard* s = *GetShard(shards[i]);  // opened or adopted
+    return run->Run(t, *s, file.file(), manifest_.entries[reads[i].entry],
+                    reads[i]);
+  });
+}
+
+absl::StatusOr<LoadReport> ReaderImpl::RunCooperative(
+    const Prepared& p, const RequestGroups& groups, const CoopPlan& plan,
+    const LoadOptions& options, int threads, LoadReport report) {
+  Communicator* comm = options_.communicator;
+  const uint32_t me = comm->rank(), n = comm->size();
+  const uint32_t slots = static_cast<uint32_t>(p.reqs.size());
+  // Device data plane: null unless the communicator and every rank can.
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceExchange> dx,
+                        DeviceExchange::Create(comm, options_.device_memory,
+                                               options.device_ready, p.reqs));
+  Prepared ext = WithSendSlots(p, TotalSends(groups, plan, me, dx.get()),
+                               dx ? 2 * n : n, n);
+  CKPT_ASSIGN_OR_RETURN(StagingPool * pool, AgreeOnUploadPool(p));
+  LoadRun run(ext, options_.device_memory, pool, options.device_ready, threads);
+  run.CompleteEmpty();
+  absl::Status pending;  // a local failure to report at the next agreement
+  Arena out, in;         // this rank's send and receive buffers, by peer
+  for (const Round& round : RoundsOf(groups, plan, me)) {
+    const RoundIo io =
+        LayOutRound(groups, plan, round, me, slots, dx.get(), &out, &in, &ext);
+    report.bytes_received += Sum(io.sizes, 0, 2 * n);
+    if (dx != nullptr && pending.ok()) {
+      pending = StageDeviceSends(dx.get(), io, n, slots, &ext);
+    }
+    if (pending.ok()) pending = RunReads(&run, io.reads, io.shards, threads);
+    if (dx != nullptr && pending.ok()) pending = dx->Upload();
+    CKPT_RETURN_IF_ERROR(Agree(comm, pending));
+    CKPT_RETURN_IF_ERROR(comm->AllToAll(io.send, io.recv, MemoryKind::kHost));
+    if (dx != nullptr) {
+      CKPT_RETURN_IF_ERROR(dx->Exchange(comm, DeviceLanes(io.sends, n),
+                                        DeviceLanes(io.sizes, n)));
+    }
+    pending =
+        Receive(groups, plan, round, io, me, threads, dx.get(), ext, &run);
+  }
+  if (pending.ok()) pending = run.CheckAllWritten();
+  CKPT_RETURN_IF_ERROR(Agree(comm, pending));
+  FinishReport(p, run, &report);
+  return report;
+}
+
+}  // namespace ckpt::internal

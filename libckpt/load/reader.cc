@@ -1,0 +1,413 @@
+#include "ckpt/reader.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <numeric>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ckpt/format/block_codec.h"
+#include "ckpt/format/coding.h"
+#include "ckpt/format/manifest.h"
+#include "ckpt/format/names.h"
+#include "ckpt/format/status_macros.h"
+#include "load/reader_impl.h"
+#include "read/index_check.h"
+#include "read/read_executor.h"
+#include "read/read_plan.h"
+#include "read/shard_file.h"
+#include "staging/staging_pool.h"
+#include "storage/checkpoint_dir.h"
+#include "util/mutex.h"
+#include "util/parallel_for.h"
+#include "util/rank_status.h"
+
+namespace ckpt {
+namespace internal {
+
+using format::ChunkRecord;
+
+// Opens shard `id` and checks it against the manifest (§5.6), stopping at
+// the first problem: DataLoss naming the file (and the entry and chunk
+// where one is concerned).
+absl::StatusOr<std::unique_ptr<OpenShard>> ReaderImpl::OpenAndCheck(
+    uint32_t id) {
+  const format::ShardInfo& info = *shard_info_.at(id);
+  auto s = std::make_unique<OpenShard>();
+  s->path = JoinPath(dir_, info.file_name);
+  OpenOptions oo;
+  oo.direct = options_.direct_io;
+  ShardHandles::Slot slot = handles_.Reserve();
+  auto file =
+      internal::OpenShardFile(storage_, s->path, info, manifest_.info.id, oo);
+  if (!file.ok()) return Annotate(file.status(), s->path);
+  s->file = *std::move(file);
+  slot.Fill(id, std::move(s->file.file));
+  CKPT_RETURN_IF_ERROR(CheckIndex(id, s.get()));
+  return s;
+}
+
+absl::Status ReaderImpl::CheckIndex(uint32_t id, OpenShard* s) const {
+  CKPT_ASSIGN_OR_RETURN(
+      std::vector<internal::ChunkRef> matched,
+      internal::CheckShardIndex(index_, id, s->path, s->file.index));
+  for (const internal::ChunkRef& r : matched) {
+    s->indexed[ChunkKey(r.entry, r.chunk)] = r.indexed;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReaderImpl::AdoptShard(uint32_t id,
+                                    internal::ShardMetaBytes meta) {
+  {
+    MutexLock l(&mu_);
+    if (shards_.count(id) != 0) return absl::OkStatus();
+  }
+  const format::ShardInfo& info = *shard_info_.at(id);
+  auto s = std::make_unique<OpenShard>();
+  s->path = JoinPath(dir_, info.file_name);
+  auto file =
+      internal::DecodeShardMeta(std::move(meta), info, manifest_.info.id);
+  if (!file.ok()) return Annotate(file.status(), s->path);
+  s->file = *std::move(file);
+  CKPT_RETURN_IF_ERROR(CheckIndex(id, s.get()));
+  MutexLock l(&mu_);
+  shards_.emplace(id, std::move(s));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ShardHandles::Lease> ReaderImpl::GetShardForReading(
+    uint32_t id) {
+  CKPT_ASSIGN_OR_RETURN(const OpenShard* s, GetShard(id));
+  return handles_.Get(id, [&]() -> absl::StatusOr<std::unique_ptr<File>> {
+    OpenOptions oo;
+    oo.direct = options_.direct_io;
+    auto file =
+        internal::OpenShardHandle(storage_, s->path, *shard_info_.at(id), oo);
+    if (!file.ok()) return Annotate(file.status(), s->path);
+    return file;
+  });
+}
+
+absl::StatusOr<const OpenShard*> ReaderImpl::GetShard(uint32_t id) {
+  {
+    MutexLock l(&mu_);
+    auto it = shards_.find(id);
+    if (it != shards_.end()) return it->second.get();
+  }
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<OpenShard> shard, OpenAndCheck(id));
+  MutexLock l(&mu_);
+  auto [it, inserted] = shards_.emplace(id, std::move(shard));
+  return it->second.get();
+}
+
+absl::Status ReaderImpl::OpenShards(const std::vector<uint32_t>& ids,
+                                    int threads) {
+  return internal::ParallelFor(threads, ids.size(), [&](int, size_t i) {
+    return GetShard(ids[i]).status();
+  });
+}
+
+absl::Status ReaderImpl::CheckRequest(const LoadRequest& r,
+                                      const LoadOptions& o,
+                                      const EntryRecord** out) {
+  const EntryRecord* e = Find(r.name);
+  if (e == nullptr) return internal::EntryNotInCheckpoint(r.name, dir_);
+  if (o.filter && !o.filter(r.name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("entry '", format::EscapeText(r.name),
+                     "' is requested but excluded by the filter"));
+  }
+  *out = e;
+  if (r.object != nullptr) {
+    if (e->kind != format::EntryKind::kObject) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("entry '", format::EscapeText(r.name),
+                       "' is a tensor, requested as an object"));
+    }
+    return absl::OkStatus();
+  }
+  if (e->kind != format::EntryKind::kTensor) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("entry '", format::EscapeText(r.name),
+                     "' is an object, requested as a tensor"));
+  }
+  if (e->dtype != r.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        format::EscapeText(r.name), ": dtype ", DTypeName(e->dtype),
+        " in checkpoint, ", DTypeName(r.dtype), " requested"));
+  }
+  if (e->shape != r.shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        format::EscapeText(r.name), ": global shape ", ShapeToString(e->shape),
+        " in checkpoint, ", ShapeToString(r.shape), " requested"));
+  }
+  CKPT_RETURN_IF_ERROR(
+      Annotate(ValidateRegion(r.region, r.shape), format::EscapeText(r.name)));
+  if (r.data == nullptr && RegionElements(r.region) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(format::EscapeText(r.name), ": destination is null"));
+  }
+  if (r.memory == MemoryKind::kCuda && options_.device_memory == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(format::EscapeText(r.name),
+                     ": destination is CUDA memory but "
+                     "ReaderOptions::device_memory is not set"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<uint32_t> NameOrder(const format::Manifest& m) {
+  std::vector<uint32_t> order(m.entries.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto by_name = [&](uint32_t a, uint32_t b) {
+    return m.entries[a].name < m.entries[b].name;
+  };
+  if (!std::is_sorted(order.begin(), order.end(), by_name)) {
+    std::sort(order.begin(), order.end(), by_name);
+  }
+  return order;
+}
+
+// Checks every request (CheckRequest), turns object requests into 1-d
+// uint8 requests into their strings, and lists the entries not requested
+// in `report` (FailedPrecondition when that is not allowed).
+absl::StatusOr<Prepared> ReaderImpl::Prepare(
+    const std::vector<LoadRequest>& requests, const LoadOptions& options,
+    LoadReport* report) {
+  Prepared p;
+  p.reqs = requests;
+  absl::flat_hash_set<std::string> requested;
+  for (LoadRequest& r : p.reqs) {
+    const EntryRecord* e = nullptr;
+    CKPT_RETURN_IF_ERROR(CheckRequest(r, options, &e));
+    p.entry.push_back(static_cast<uint32_t>(e - manifest_.entries.data()));
+    if (r.object != nullptr) {
+      r.object->assign(e->shape[0], '\0');
+      r.dtype = DType::kUInt8;
+      r.shape = e->shape;
+      r.region = FlatRange{0, e->shape[0]};
+      r.data = r.object->data();
+      r.memory = MemoryKind::kHost;
+    }
+    requested.insert(r.name);
+  }
+  std::vector<std::string> missing;
+  for (uint32_t i : name_order_) {
+    const EntryRecord& e = manifest_.entries[i];
+    if (requested.contains(e.name)) continue;
+    const char* why = nullptr;
+    if (options.filter && !options.filter(e.name)) {
+      why = "excluded by filter";
+    } else if (options.allow_unrequested) {
+      why = "not requested";
+    } else {
+      missing.push_back(e.name);
+    }
+    if (why != nullptr && options.report_not_loaded) {
+      report->not_loaded.emplace_back(e.name, why);
+    }
+  }
+  if (!missing.empty()) {
+    size_t shown = std::min<size_t>(missing.size(), 10);
+    return absl::FailedPreconditionError(absl::StrCat(
+        missing.size(), " entries in the checkpoint were not requested: ",
+        absl::StrJoin(missing.begin(), missing.begin() + shown, ", "),
+        missing.size() > shown ? ", ..." : "",
+        " (set LoadOptions::filter to load a subset on purpose)"));
+  }
+  report->loaded.assign(requested.begin(), requested.end());
+  return p;
+}
+
+// §5.7: a requested entry with no chunk in the manifest must be listed by
+// some shard index; this opens every shard (only when there is such an
+// entry). DataLoss naming the checkpoint and the entry.
+absl::Status ReaderImpl::CheckChunkless(const Prepared& p, int threads) {
+  auto no_chunks = [&](uint32_t e) {
+    return manifest_.entries[e].chunks.empty();
+  };
+  if (std::none_of(p.entry.begin(), p.entry.end(), no_chunks)) {
+    return absl::OkStatus();
+  }
+  std::vector<uint32_t> all;
+  std::vector<const format::ShardIndex*> indexes;
+  for (const format::ShardInfo& s : manifest_.shards) all.push_back(s.shard_id);
+  CKPT_RETURN_IF_ERROR(OpenShards(all, threads));
+  for (uint32_t id : all) indexes.push_back(&(*GetShard(id))->file.index);
+  for (uint32_t e : internal::UnindexedChunklessEntries(manifest_, indexes)) {
+    if (std::find(p.entry.begin(), p.entry.end(), e) == p.entry.end()) continue;
+    return Annotate(
+        internal::ChunklessEntryNotIndexed(),
+        internal::LocationText(dir_, manifest_.entries[e].name, -1, "", -1));
+  }
+  return absl::OkStatus();
+}
+
+// Pairs the requests with the chunks (failing on an uncovered region before
+// any I/O), opens the shards concerned and plans the block reads.
+absl::StatusOr<internal::ReadPlan> ReaderImpl::Plan(const Prepared& p,
+                                                    int threads) {
+  std::vector<internal::PlanRequest> plan_reqs;
+  for (size_t i = 0; i < p.reqs.size(); ++i) {
+    plan_reqs.push_back(internal::PlanRequest{p.entry[i], p.reqs[i].region});
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<internal::ChunkPiece> pieces,
+                        internal::PairRequests(manifest_, plan_reqs));
+  CKPT_RETURN_IF_ERROR(
+      OpenShards(internal::ShardsOf(manifest_, pieces), threads));
+  CKPT_RETURN_IF_ERROR(CheckChunkless(p, threads));
+  auto lookup = [&](uint32_t entry, uint32_t chunk) -> const ChunkRecord* {
+    const uint32_t shard = manifest_.entries[entry].chunks[chunk].shard;
+    const OpenShard* s = *GetShard(shard);  // opened above
+    return s->indexed.at(ChunkKey(entry, chunk));
+  };
+  return internal::PlanBlockReads(manifest_, pieces, lookup, kTaskBytes);
+}
+
+// Runs every read of `plan` on `threads` threads; the first error stops
+// the load.
+absl::Status ReaderImpl::Execute(const internal::ReadPlan& plan, LoadRun* run,
+                                 int threads) {
+  struct Task {
+    uint32_t id;
+    const OpenShard* shard;
+    const BlockRead* read;
+  };
+  std::vector<Task> tasks;
+  for (const internal::ShardReads& sr : plan.shards) {
+    CKPT_ASSIGN_OR_RETURN(const OpenShard* shard, GetShard(sr.shard));
+    for (const BlockRead& r : sr.reads)
+      tasks.push_back(Task{sr.shard, shard, &r});
+  }
+  run->CompleteEmpty();
+  return internal::ParallelFor(threads, tasks.size(), [&](int t, size_t i) {
+    const Task& task = tasks[i];
+    CKPT_ASSIGN_OR_RETURN(ShardHandles::Lease file,
+                          GetShardForReading(task.id));
+    return run->Run(t, *task.shard, file.file(),
+                    manifest_.entries[task.read->entry], *task.read);
+  });
+}
+
+absl::StatusOr<internal::StagingPool*> ReaderImpl::UploadPool() {
+  MutexLock l(&pool_mu_);
+  if (pool_ == nullptr) {
+    // Two buffers per I/O thread; 64 threads' worth at most, allocated only
+    // as threads need them.
+    const uint64_t buffer = std::max(kGranuleBytes, format::kDefaultBlockSize);
+    CKPT_ASSIGN_OR_RETURN(
+        pool_, internal::StagingPool::Create(options_.device_memory, buffer,
+                                             128 * buffer));
+  }
+  return pool_.get();
+}
+
+int ReaderImpl::IoThreads(const LoadOptions& options) const {
+  return std::max(
+      1, internal::EffectiveIoThreads(
+             options.io_threads > 0 ? options.io_threads : options_.io_threads,
+             options_.direct_io));
+}
+
+absl::StatusOr<LoadReport> ReaderImpl::Load(
+    const std::vector<LoadRequest>& requests, const LoadOptions& options) {
+  if (options_.communicator != nullptr) {
+    return LoadCooperative(requests, options);
+  }
+  return LoadLocal(requests, options);
+}
+
+absl::StatusOr<LoadReport> ReaderImpl::LoadLocal(
+    const std::vector<LoadRequest>& requests, const LoadOptions& options) {
+  CKPT_RETURN_IF_ERROR(options.local_error);
+  LoadReport report;
+  CKPT_ASSIGN_OR_RETURN(Prepared p, Prepare(requests, options, &report));
+  const int threads = IoThreads(options);
+  CKPT_ASSIGN_OR_RETURN(internal::ReadPlan plan, Plan(p, threads));
+  internal::StagingPool* pool = nullptr;
+  if (std::any_of(p.reqs.begin(), p.reqs.end(), [](const LoadRequest& r) {
+        return r.memory == MemoryKind::kCuda;
+      })) {
+    CKPT_ASSIGN_OR_RETURN(pool, UploadPool());
+  }
+  LoadRun run(p, options_.device_memory, pool, options.device_ready, threads);
+  CKPT_RETURN_IF_ERROR(Execute(plan, &run, threads));
+  CKPT_RETURN_IF_ERROR(run.CheckAllWritten());
+  for (const LoadRequest& r : p.reqs) {
+    report.bytes_loaded += RegionElements(r.region) * DTypeSize(r.dtype);
+  }
+  report.bytes_read = run.bytes_read();
+  report.blocks_verified = run.blocks_verified();
+  std::sort(report.loaded.begin(), report.loaded.end());
+  return report;
+}
+
+}  // namespace internal
+
+namespace {
+
+// The checkpoint directory `path` names and its MANIFEST bytes: read here,
+// or, with a communicator, read by rank 0 and broadcast with its error.
+absl::StatusOr<std::pair<std::string, std::string>> ReadManifestBytes(
+    Storage* storage, const std::string& path, Communicator* comm) {
+  auto read = [&]() -> absl::StatusOr<std::pair<std::string, std::string>> {
+    CKPT_ASSIGN_OR_RETURN(std::string dir,
+                          internal::ResolveCheckpointDir(storage, path));
+    CKPT_ASSIGN_OR_RETURN(
+        std::string bytes,
+        storage->ReadFile(JoinPath(dir, format::kManifestFileName)));
+    return std::make_pair(std::move(dir), std::move(bytes));
+  };
+  if (comm == nullptr) return read();
+  std::string msg;
+  if (comm->rank() == 0) {
+    auto got = read();
+    std::string body;
+    if (got.ok()) {
+      format::PutString(&body, got->first);
+      body += got->second;
+    }
+    msg = internal::EncodeStatusOr(got.ok() ? absl::StatusOr<std::string>(body)
+                                            : got.status());
+  }
+  CKPT_RETURN_IF_ERROR(comm->Broadcast(&msg, 0));
+  CKPT_ASSIGN_OR_RETURN(std::string body, internal::DecodeStatusOr(msg));
+  format::ByteReader r(body);
+  auto dir = r.ReadString("directory", body.size());
+  if (!dir.ok()) {
+    return absl::InternalError(
+        absl::StrCat("the manifest broadcast by rank 0 does not decode: ",
+                     dir.status().message()));
+  }
+  return std::make_pair(std::string(*dir),
+                        body.substr(body.size() - r.remaining()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Reader>> Reader::Open(
+    const std::string& path, const ReaderOptions& options) {
+  if (options.max_open_files < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReaderOptions::max_open_files is ",
+                     options.max_open_files, ", must be at least 1"));
+  }
+  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  CKPT_ASSIGN_OR_RETURN(auto dir_and_bytes,
+                        ReadManifestBytes(storage, path, options.communicator));
+  auto& [dir, bytes] = dir_and_bytes;
+  CKPT_ASSIGN_OR_RETURN(format::Manifest m,
+                        internal::DecodeManifestFile(dir, bytes));
+  bytes = std::string();  // decoded: not held while the reader lives
+  CKPT_RETURN_IF_ERROR(Annotate(format::ValidateCoverage(m),
+                                JoinPath(dir, format::kManifestFileName)));
+  return std::unique_ptr<Reader>(
+      new internal::ReaderImpl(storage, std::move(dir), std::move(m), options));
+}
+
+}  // namespace ckpt

@@ -1,0 +1,133 @@
+// Internal to libckpt: the execution of a load's block reads, shared by
+// the single-rank and the cooperative Reader::Load (reader.cc,
+// coop_load.cc): reading, verifying and decoding blocks and copying their
+// raw bytes out to the destinations.
+#ifndef CKPT_LIBCKPT_READ_READ_EXECUTOR_H_
+#define CKPT_LIBCKPT_READ_READ_EXECUTOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "ckpt/format/block_codec.h"
+#include "ckpt/format/records.h"
+#include "ckpt/reader.h"
+#include "read/read_plan.h"
+#include "read/shard_file.h"
+#include "staging/load_stager.h"
+#include "staging/staging_pool.h"
+
+namespace ckpt::internal {
+
+constexpr uint64_t kTaskBytes = 8ull << 20;     // largest read of one task
+constexpr uint64_t kGranuleBytes = 1ull << 20;  // read-then-verify granule
+
+// A shard file opened and checked against the manifest. Its file handle
+// (file.file) is null: the Reader's ShardHandles hold the open files.
+struct OpenShard {
+  std::string path;
+  internal::ShardFile file;
+  // (entry << 32 | chunk) of a manifest chunk -> its index record.
+  absl::flat_hash_map<uint64_t, const format::ChunkRecord*> indexed;
+};
+
+inline uint64_t ChunkKey(uint32_t entry, uint32_t chunk) {
+  return uint64_t{entry} << 32 | chunk;
+}
+
+// The requests of one Load after CheckRequest, objects turned into 1-d
+// uint8 requests into their strings.
+struct Prepared {
+  std::vector<LoadRequest> reqs;
+  std::vector<uint32_t> entry;  // manifest entry of each request
+};
+
+// The state of one Load while its reads run on several threads. With a
+// staging `pool` (device destinations), a read with device destinations
+// goes through pinned buffers of its thread's DeviceUploader: the copies to
+// the device of one granule run while the next is read, after `after` (the
+// caller's event, may be null).
+class LoadRun {
+ public:
+  LoadRun(const Prepared& p, DeviceMemory* dm, internal::StagingPool* pool,
+          DeviceEvent* after, int threads)
+      : reqs_(p.reqs), dm_(dm), remaining_(p.reqs.size()), scratch_(threads) {
+    for (size_t i = 0; i < reqs_.size(); ++i) {
+      const LoadRequest& r = reqs_[i];
+      remaining_[i] = RegionElements(r.region) * DTypeSize(r.dtype);
+    }
+    if (pool == nullptr) return;
+    for (Scratch& s : scratch_) {
+      s.uploader = std::make_unique<internal::DeviceUploader>(
+          pool, dm, after,
+          [this](size_t request, uint64_t bytes) { Finish(request, bytes); });
+    }
+  }
+
+  // Calls on_complete of the requests with nothing to load.
+  void CompleteEmpty() {
+    for (size_t i = 0; i < reqs_.size(); ++i) {
+      if (remaining_[i] == 0 && reqs_[i].on_complete) reqs_[i].on_complete();
+    }
+  }
+
+  // Reads, verifies and copies out one read of the plan from `file`,
+  // shard's open file; thread `t`.
+  absl::Status Run(int t, const OpenShard& shard, File& file,
+                   const format::EntryRecord& e, const BlockRead& read);
+
+  // Writes `n` bytes that another rank read (a cooperative load) to bytes
+  // [dst, dst + n) of request `request`'s destination (memcpy, or a
+  // synchronous copy to device memory) and counts them towards its
+  // completion. Thread-safe for disjoint destination bytes.
+  absl::Status Deliver(uint32_t request, uint64_t dst, const char* bytes,
+                       uint64_t n);
+
+  // Counts `n` bytes that the caller wrote to request `request`'s
+  // destination itself (a cooperative load's device-to-device copies,
+  // load/coop/device_exchange.h) towards its completion, once they landed.
+  void Delivered(uint32_t request, uint64_t n) { Finish(request, n); }
+
+  // InternalError naming a request that was not completely written.
+  absl::Status CheckAllWritten() const;
+  uint64_t bytes_read() const { return bytes_read_; }
+  uint64_t blocks_verified() const { return blocks_verified_; }
+
+ private:
+  struct Scratch {
+    std::string stored, raw;
+    format::BlockDecoder decoder;
+    std::unique_ptr<internal::DeviceUploader> uploader;  // device destinations
+  };
+  bool IsDirect(const BlockRead& read) const;
+  const Copy* TakesWhole(const BlockRead& read, uint64_t lo, uint64_t hi,
+                         size_t cursor) const;
+  bool ToDevice(const BlockRead& read) const;
+  absl::Status ReadDirect(const OpenShard& shard, File& file,
+                          const format::EntryRecord& e, const BlockRead& read);
+  absl::Status ReadGranule(Scratch& s, const OpenShard& shard, File& file,
+                           const format::EntryRecord& e, const BlockRead& read,
+                           uint64_t b0, uint64_t b1, size_t* cursor);
+  // `uploader`: copies to device destinations go through it (raw is in
+  // its pinned buffer); null: synchronous DeviceMemory::CopyFromHost.
+  absl::Status CopyOut(const BlockRead& read, uint64_t lo, uint64_t hi,
+                       const char* raw, size_t* cursor,
+                       internal::DeviceUploader* uploader);
+  void Finish(uint32_t request, uint64_t bytes);
+  std::string Where(const OpenShard& shard, const format::EntryRecord& e,
+                    const BlockRead& read, uint64_t b) const;
+
+  const std::vector<LoadRequest>& reqs_;
+  DeviceMemory* dm_;
+  std::vector<std::atomic<uint64_t>> remaining_;
+  std::vector<Scratch> scratch_;
+  std::atomic<uint64_t> bytes_read_{0}, blocks_verified_{0};
+};
+
+}  // namespace ckpt::internal
+
+#endif  // CKPT_LIBCKPT_READ_READ_EXECUTOR_H_

@@ -1,0 +1,173 @@
+#include "read/read_plan.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "ckpt/format/names.h"
+
+namespace ckpt::internal {
+namespace {
+
+using format::ChunkRecord;
+using format::EntryRecord;
+
+// Block span [first, second) of a chunk.
+using Span = std::pair<uint64_t, uint64_t>;
+
+// The blocks of block size `bs` that the copies of `pieces` read, merged
+// into sorted, disjoint spans (adjacent spans are joined).
+std::vector<Span> BlockSpans(const std::vector<const ChunkPiece*>& pieces,
+                             uint64_t bs) {
+  std::vector<Span> spans;
+  for (const ChunkPiece* p : pieces) {
+    for (const Copy& c : p->copies) {
+      spans.emplace_back(c.src / bs, (c.src + c.bytes + bs - 1) / bs);
+    }
+  }
+  std::sort(spans.begin(), spans.end());
+  std::vector<Span> merged;
+  for (const Span& s : spans) {
+    if (!merged.empty() && s.first <= merged.back().second) {
+      merged.back().second = std::max(merged.back().second, s.second);
+    } else {
+      merged.push_back(s);
+    }
+  }
+  return merged;
+}
+
+// Cuts `spans` of chunk `c` (raw size raw_total) into reads of at most
+// `per_read` blocks, with their stored and raw byte ranges.
+std::vector<BlockRead> CutReads(const std::vector<Span>& spans,
+                                const ChunkRecord& c, uint64_t raw_total,
+                                uint64_t per_read) {
+  std::vector<uint64_t> stored(c.blocks.size() + 1);  // prefix sums
+  stored[0] = c.data_offset;
+  for (size_t b = 0; b < c.blocks.size(); ++b) {
+    stored[b + 1] = stored[b] + c.blocks[b].stored_size;
+  }
+  std::vector<BlockRead> reads;
+  for (const Span& s : spans) {
+    for (uint64_t b = s.first; b < s.second; b += per_read) {
+      BlockRead r;
+      r.indexed = &c;
+      r.b0 = b;
+      r.b1 = std::min(s.second, b + per_read);
+      r.offset = stored[r.b0];
+      r.length = stored[r.b1] - stored[r.b0];
+      r.raw_begin = r.b0 * c.block_size;
+      r.raw_end = std::min(r.b1 * c.block_size, raw_total);
+      reads.push_back(std::move(r));
+    }
+  }
+  return reads;
+}
+
+// Gives each read (sorted, disjoint) the parts of the pieces' copies that
+// lie in its raw bytes, sorted by src then request.
+void AssignCopies(const std::vector<const ChunkPiece*>& pieces,
+                  std::vector<BlockRead>* reads) {
+  std::vector<Copy> all;
+  for (const ChunkPiece* p : pieces) {
+    all.insert(all.end(), p->copies.begin(), p->copies.end());
+  }
+  std::sort(all.begin(), all.end(), [](const Copy& x, const Copy& y) {
+    return std::tie(x.src, x.request) < std::tie(y.src, y.request);
+  });
+  for (const Copy& c : all) {
+    auto it = std::partition_point(
+        reads->begin(), reads->end(),
+        [&](const BlockRead& r) { return r.raw_end <= c.src; });
+    for (; it != reads->end() && it->raw_begin < c.src + c.bytes; ++it) {
+      const uint64_t a = std::max(c.src, it->raw_begin);
+      const uint64_t z = std::min(c.src + c.bytes, it->raw_end);
+      it->copies.push_back(Copy{c.request, a, c.dst + (a - c.src), z - a});
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ChunkPiece>> PairRequests(
+    const format::Manifest& manifest,
+    const std::vector<PlanRequest>& requests) {
+  std::vector<ChunkPiece> pieces;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const PlanRequest& r = requests[i];
+    const EntryRecord& e = manifest.entries[r.entry];
+    const uint64_t es = DTypeSize(e.dtype);
+    const uint64_t want = RegionElements(r.region);
+    if (want == 0) continue;
+    uint64_t covered = 0;
+    for (size_t c = 0; c < e.chunks.size(); ++c) {
+      ChunkPiece p{
+          static_cast<uint32_t>(i), r.entry, static_cast<uint32_t>(c), {}};
+      covered += ForEachRun(
+          e.shape, e.chunks[c].region, r.region,
+          [&](uint64_t s, uint64_t d, uint64_t k) {
+            p.copies.push_back(Copy{p.request, s * es, d * es, k * es});
+          });
+      if (!p.copies.empty()) pieces.push_back(std::move(p));
+    }
+    if (covered != want) {
+      return absl::DataLossError(absl::StrCat(
+          "entry '", format::EscapeText(e.name), "': requested region ",
+          RegionToString(r.region), " is not covered by the checkpoint: ",
+          want - covered, " of ", want, " elements missing"));
+    }
+  }
+  return pieces;
+}
+
+std::vector<uint32_t> ShardsOf(const format::Manifest& manifest,
+                               const std::vector<ChunkPiece>& pieces) {
+  std::set<uint32_t> ids;
+  for (const ChunkPiece& p : pieces) {
+    ids.insert(manifest.entries[p.entry].chunks[p.chunk].shard);
+  }
+  return {ids.begin(), ids.end()};
+}
+
+ReadPlan PlanBlockReads(const format::Manifest& manifest,
+                        const std::vector<ChunkPiece>& pieces,
+                        const BlockTableLookup& lookup,
+                        uint64_t max_read_bytes) {
+  // Pieces by stored chunk, in manifest order for a deterministic plan.
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<const ChunkPiece*>>
+      groups;
+  for (const ChunkPiece& p : pieces) groups[{p.entry, p.chunk}].push_back(&p);
+  std::map<uint32_t, ShardReads> by_shard;
+  ReadPlan plan;
+  for (const auto& [key, group] : groups) {
+    const EntryRecord& e = manifest.entries[key.first];
+    const ChunkRecord& c = *lookup(key.first, key.second);
+    const uint64_t per_read =
+        std::max<uint64_t>(1, max_read_bytes / c.block_size);
+    std::vector<BlockRead> reads =
+        CutReads(BlockSpans(group, c.block_size), c,
+                 RegionElements(c.region) * DTypeSize(e.dtype), per_read);
+    AssignCopies(group, &reads);
+    ShardReads& sr = by_shard[c.shard];
+    sr.shard = c.shard;
+    for (BlockRead& r : reads) {
+      r.entry = key.first;
+      r.chunk = key.second;
+      plan.stored_bytes += r.length;
+      sr.reads.push_back(std::move(r));
+    }
+  }
+  for (auto& [id, sr] : by_shard) {
+    std::stable_sort(sr.reads.begin(), sr.reads.end(),
+                     [](const BlockRead& x, const BlockRead& y) {
+                       return x.offset < y.offset;
+                     });
+    plan.shards.push_back(std::move(sr));
+  }
+  return plan;
+}
+
+}  // namespace ckpt::internal

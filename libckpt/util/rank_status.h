@@ -1,0 +1,26 @@
+// util/: small pieces every subsystem of libckpt may use (locks, parallel
+// loops, the status of a rank as bytes). This header: a status, or a payload,
+// sent from one rank to the others.
+//
+// Messages between ranks never reach a disk and are exchanged between
+// processes of one job (one library version).
+#ifndef CKPT_LIBCKPT_UTIL_RANK_STATUS_H_
+#define CKPT_LIBCKPT_UTIL_RANK_STATUS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace ckpt::internal {
+
+// A status (code and message) or a payload, as bytes: [u8 code][message or
+// payload]. Wraps every reply of a coordinator and every shard report, so
+// that an error on one rank reaches the others with its code and message.
+std::string EncodeStatusOr(const absl::StatusOr<std::string>& s);
+// InternalError "empty message from another rank" for no bytes.
+absl::StatusOr<std::string> DecodeStatusOr(absl::string_view bytes);
+
+}  // namespace ckpt::internal
+
+#endif  // CKPT_LIBCKPT_UTIL_RANK_STATUS_H_
