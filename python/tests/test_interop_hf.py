@@ -1,7 +1,7 @@
 """safetensors and Hugging Face against the real libraries (issue 22, item 5).
 
 ckpt's safetensors writer and reader (ckpt-convert --to/--from safetensors,
-tools/interop/safetensors_*) were written from the format's specification;
+interop/io/safetensors_*) were written from the format's specification;
 here the reference implementation (the `safetensors` package), huggingface_hub
 and transformers read what ckpt writes and write what ckpt reads, and every
 value is compared bit for bit:

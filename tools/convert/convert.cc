@@ -8,15 +8,26 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/interop/hdf5/hdf5_export.h"
+#include "ckpt/interop/hdf5/hdf5_import.h"
 #include "common/escaped_output.h"
 #include "common/tool_util.h"
 #include "convert/convert_interop.h"
-#include "convert/hdf5_export.h"
-#include "convert/hdf5_import.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt::tools {
 namespace {
+
+using interop::ExportHdf5;
+using interop::Hdf5Compression;
+using interop::Hdf5ExportedEntry;
+using interop::Hdf5ExportOptions;
+using interop::Hdf5ExportResult;
+using interop::Hdf5ImportOptions;
+using interop::Hdf5ImportResult;
+using interop::ImportHdf5;
+using interop::ImportPlanEntry;
+using interop::ImportSkipped;
 
 constexpr char kHdf5[] = "hdf5";
 constexpr char kSafetensors[] = "safetensors";

@@ -6,8 +6,8 @@
 //   ckpt-convert IN DST --from safetensors [--ranks N]
 //   ckpt-convert DIR DST --from dcp        PyTorch DCP / Megatron torch_dist
 //
-// HDF5: hdf5_export.h, hdf5_import.h; safetensors and DCP:
-// convert_interop.h and tools/interop/ (the mappings are documented in
+// HDF5: ckpt/interop/hdf5/hdf5_export.h, hdf5_import.h; safetensors and DCP:
+// convert_interop.h and interop/io/ (the mappings are documented in
 // tools/README.md (ckpt-convert)). RunConvert holds the
 // logic of main(): it checks the option combination, runs the conversion
 // and prints the human or JSON report.

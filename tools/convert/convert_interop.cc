@@ -6,16 +6,26 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/interop/io/dcp_import.h"
+#include "ckpt/interop/io/safetensors_export.h"
+#include "ckpt/interop/io/safetensors_import.h"
 #include "ckpt/interop/safetensors.h"
 #include "common/escaped_output.h"
 #include "common/tool_util.h"
-#include "interop/dcp_import.h"
-#include "interop/safetensors_export.h"
-#include "interop/safetensors_import.h"
 #include "nlohmann/json.hpp"
 
 namespace ckpt::tools {
 namespace {
+
+using interop::DcpImportOptions;
+using interop::DcpImportResult;
+using interop::ExportSafetensors;
+using interop::ImportDcp;
+using interop::ImportSafetensors;
+using interop::SafetensorsExportOptions;
+using interop::SafetensorsExportResult;
+using interop::SafetensorsImportOptions;
+using interop::SafetensorsImportResult;
 
 absl::Status OnlyFor(const char* flag, const char* mode) {
   return absl::InvalidArgumentError(

@@ -1,6 +1,6 @@
 // The safetensors and DCP directions of ckpt-convert (RunConvert dispatches
 // here for --to safetensors, --from safetensors and --from dcp; the
-// conversions themselves are in tools/interop/).
+// conversions themselves are in interop/io/).
 #ifndef CKPT_TOOLS_CONVERT_CONVERT_INTEROP_H_
 #define CKPT_TOOLS_CONVERT_CONVERT_INTEROP_H_
 

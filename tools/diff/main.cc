@@ -5,7 +5,7 @@
 #include "CLI/CLI.hpp"
 #include "common/tool_util.h"
 #include "diff/diff.h"
-#include "interop/foreign.h"
+#include "diff/foreign_diff.h"
 
 int main(int argc, char** argv) {
   CLI::App app(

@@ -3,8 +3,8 @@
 
 #include "CLI/CLI.hpp"
 #include "common/tool_util.h"
+#include "inspect/foreign_inspect.h"
 #include "inspect/inspect.h"
-#include "interop/foreign.h"
 
 int main(int argc, char** argv) {
   CLI::App app(

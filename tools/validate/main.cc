@@ -4,7 +4,7 @@
 
 #include "CLI/CLI.hpp"
 #include "common/tool_util.h"
-#include "interop/foreign.h"
+#include "validate/foreign_validate.h"
 #include "validate/validate.h"
 
 int main(int argc, char** argv) {

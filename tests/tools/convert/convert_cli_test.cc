@@ -8,12 +8,12 @@
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "interop/hdf5/h5_builder.h"
 #include "nlohmann/json.hpp"
 #include "testing/cli.h"
 #include "testing/expected_output.h"
 #include "testing/status_matchers.h"
 #include "tools/convert/convert_fixture.h"
-#include "tools/convert/h5_builder.h"
 
 namespace ckpt::tools {
 namespace {

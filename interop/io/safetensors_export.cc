@@ -1,0 +1,332 @@
+#include "ckpt/interop/io/safetensors_export.h"
+
+#include <fnmatch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "ckpt/format/names.h"
+#include "ckpt/format/status_macros.h"
+#include "ckpt/interop/io/file_io.h"
+#include "ckpt/interop/io/safetensors_meta.h"
+#include "ckpt/interop/safetensors.h"
+#include "ckpt/reader.h"
+#include "common/source_shards.h"
+
+namespace ckpt::interop {
+namespace fs = std::filesystem;
+namespace {
+
+struct Selected {
+  const format::EntryRecord* entry;
+  uint64_t bytes;
+};
+
+uint64_t EntryBytes(const format::EntryRecord& e) {
+  uint64_t n = e.kind == format::EntryKind::kObject ? 1 : DTypeSize(e.dtype);
+  for (uint64_t d : e.shape) n *= d;
+  return n;
+}
+
+absl::StatusOr<std::vector<Selected>> SelectEntries(
+    const format::Manifest& m, const SafetensorsExportOptions& o,
+    size_t* excluded) {
+  std::vector<Selected> out;
+  for (const format::EntryRecord& e : m.entries) {
+    if (!SelectedByGlobs(e.name, o.include, o.exclude)) {
+      ++*excluded;
+      continue;
+    }
+    if (e.flags & format::kEntryFlagPartial) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "entry '", format::EscapeText(e.name),
+          "' is partial: its chunks do not cover the tensor, so there is no "
+          "whole tensor to export (leave it out with --exclude)"));
+    }
+    out.push_back({&e, EntryBytes(e)});
+  }
+  if (out.empty()) {
+    return absl::InvalidArgumentError(
+        "--include/--exclude select no entry of the checkpoint");
+  }
+  return out;
+}
+
+// Shards as transformers' save_pretrained plans them (huggingface_hub's
+// split_state_dict_into_shards_factory): in order, a new shard when the
+// next entry would take the current one past `max`; an entry larger than
+// `max` is a shard of its own, placed when it is reached, while the current
+// shard stays open for the entries after it. 0: one shard.
+std::vector<std::vector<Selected>> PlanShards(
+    const std::vector<Selected>& entries, uint64_t max) {
+  if (max == 0) return {entries};
+  std::vector<std::vector<Selected>> shards;
+  std::vector<Selected> current;
+  uint64_t size = 0;
+  for (const Selected& s : entries) {
+    if (s.bytes > max) {
+      shards.push_back({s});
+      continue;
+    }
+    if (s.bytes > max - size) {  // size <= max: no overflow
+      shards.push_back(std::move(current));
+      current.clear();
+      size = 0;
+    }
+    current.push_back(s);
+    size += s.bytes;
+  }
+  if (!current.empty()) shards.push_back(std::move(current));
+  return shards;
+}
+
+// Appends the bytes of tensor `e` to `file`, loading flat pieces of at most
+// `slab` bytes.
+absl::Status StreamTensor(Reader& reader, const format::EntryRecord& e,
+                          uint64_t slab, OutputFile& file,
+                          const SafetensorsExportOptions& o, uint64_t total) {
+  const uint64_t es = DTypeSize(e.dtype);
+  uint64_t n = 1;
+  for (uint64_t d : e.shape) n *= d;
+  if (n == 0) return absl::OkStatus();
+  const uint64_t per = std::max<uint64_t>(1, slab / es);
+  std::string buf;
+  for (uint64_t start = 0; start < n; start += per) {
+    const uint64_t len = std::min(per, n - start);
+    buf.resize(len * es);
+    LoadRequest r;
+    r.name = e.name;
+    r.dtype = e.dtype;
+    r.shape = e.shape;
+    r.region =
+        len == n ? Region(FullBox(e.shape)) : Region(FlatRange{start, len});
+    r.data = buf.data();
+    LoadOptions lo;
+    lo.allow_unrequested = true;
+    CKPT_RETURN_IF_ERROR(reader.Load({r}, lo).status());
+    CKPT_RETURN_IF_ERROR(file.Append(buf));
+    if (o.progress) o.progress(buf.size(), total);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteShard(Reader& reader, const std::string& path,
+                        const std::vector<Selected>& entries,
+                        const StringPairs& metadata,
+                        const SafetensorsExportOptions& o, uint64_t total) {
+  std::vector<interop::SafetensorsTensor> tensors;
+  uint64_t offset = 0;
+  for (const Selected& s : entries) {
+    interop::SafetensorsTensor t;
+    t.name = s.entry->name;
+    const bool object = s.entry->kind == format::EntryKind::kObject;
+    t.dtype = object ? DType::kUInt8 : s.entry->dtype;
+    t.shape = s.entry->shape;
+    t.begin = offset;
+    t.end = offset += s.bytes;
+    tensors.push_back(std::move(t));
+  }
+  CKPT_ASSIGN_OR_RETURN(std::string header,
+                        interop::EncodeSafetensorsHeader(tensors, metadata));
+  CKPT_ASSIGN_OR_RETURN(OutputFile file, OutputFile::Create(path));
+  CKPT_RETURN_IF_ERROR(file.Append(header));
+  for (const Selected& s : entries) {
+    if (s.entry->kind == format::EntryKind::kObject) {
+      CKPT_ASSIGN_OR_RETURN(std::string bytes,
+                            reader.ReadObject(s.entry->name));
+      CKPT_RETURN_IF_ERROR(file.Append(bytes));
+      if (o.progress) o.progress(bytes.size(), total);
+    } else {
+      CKPT_RETURN_IF_ERROR(
+          StreamTensor(reader, *s.entry, o.slab_bytes, file, o, total));
+    }
+  }
+  return file.Commit();
+}
+
+// True for the names a sharded export writes into its directory:
+// "model-00001-of-00003.safetensors" (interop::HfShardName: at least five
+// digits each) and the index.
+bool IsShardSetName(absl::string_view name) {
+  if (name == interop::kHfIndexName) return true;
+  auto digits = [&](size_t n) {
+    size_t k = 0;
+    while (k < name.size() && absl::ascii_isdigit(name[k])) ++k;
+    if (k < n) return false;
+    name.remove_prefix(k);
+    return true;
+  };
+  return absl::ConsumePrefix(&name, "model-") && digits(5) &&
+         absl::ConsumePrefix(&name, "-of-") && digits(5) &&
+         name == ".safetensors";
+}
+
+// --force replaces the directory of a sharded export whole, so it must hold
+// nothing but a previous export's files: FailedPrecondition naming the
+// first other entry (in name order) otherwise.
+absl::Status CheckOnlyShardSet(const std::string& output) {
+  std::error_code ec;
+  std::vector<std::string> others;
+  for (fs::directory_iterator it(output, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (!IsShardSetName(name) || !it->is_regular_file())
+      others.push_back(std::move(name));
+  }
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(output, ": cannot list: ", ec.message()));
+  }
+  if (others.empty()) return absl::OkStatus();
+  std::sort(others.begin(), others.end());
+  return absl::FailedPreconditionError(absl::StrCat(
+      output, ": holds '", format::EscapeText(others[0]), "'",
+      others.size() > 1 ? absl::StrCat(" and ", others.size() - 1, " more")
+                        : "",
+      ", not written by ckpt-convert; --force replaces only a directory of "
+      "model-NNNNN-of-NNNNN.safetensors shards and ",
+      interop::kHfIndexName,
+      " (move the other files or choose another "
+      "directory)"));
+}
+
+absl::Status CheckOutput(const std::string& output, bool sharded,
+                         bool overwrite) {
+  std::error_code ec;
+  auto st = fs::symlink_status(output, ec);
+  if (!ec && fs::exists(st)) {
+    if (!sharded && fs::is_directory(st)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(output, ": is a directory"));
+    }
+    if (sharded && !fs::is_directory(st)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          output,
+          ": exists and is not a directory (shards go into a directory)"));
+    }
+    if (!overwrite) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(output, ": already exists (use --force to replace it)"));
+    }
+    if (sharded) CKPT_RETURN_IF_ERROR(CheckOnlyShardSet(output));
+  }
+  fs::path parent = fs::path(output).parent_path();
+  if (!parent.empty() && !fs::is_directory(parent, ec)) {
+    return absl::NotFoundError(absl::StrCat(
+        output, ": directory ", parent.string(), " does not exist"));
+  }
+  return absl::OkStatus();
+}
+
+// Moves the finished directory `tmp` to `output`, replacing what is there.
+absl::Status PublishDir(const std::string& tmp, const std::string& output) {
+  std::error_code ec;
+  const std::string old = absl::StrCat(output, ".old-", ::getpid());
+  const bool replace = fs::exists(output, ec);
+  if (replace) {
+    fs::rename(output, old, ec);
+    if (ec)
+      return absl::InternalError(
+          absl::StrCat("renaming ", output, ": ", ec.message()));
+  }
+  fs::rename(tmp, output, ec);
+  if (ec)
+    return absl::InternalError(
+        absl::StrCat("renaming ", tmp, ": ", ec.message()));
+  if (replace) fs::remove_all(old, ec);
+  std::string dir = fs::path(output).parent_path().string();
+  return SyncDir(dir.empty() ? "." : dir);
+}
+
+}  // namespace
+
+bool SelectedByGlobs(const std::string& name,
+                     const std::vector<std::string>& include,
+                     const std::vector<std::string>& exclude) {
+  bool in = include.empty();
+  for (const std::string& g : include)
+    in = in || fnmatch(g.c_str(), name.c_str(), 0) == 0;
+  for (const std::string& g : exclude)
+    in = in && fnmatch(g.c_str(), name.c_str(), 0) != 0;
+  return in;
+}
+
+absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
+    const std::string& source, const std::string& output,
+    const SafetensorsExportOptions& o) {
+  const bool sharded = o.max_shard_bytes > 0;
+  CKPT_RETURN_IF_ERROR(CheckOutput(output, sharded, o.overwrite));
+  ReaderOptions ro;
+  ro.io_threads = std::max(1, o.io_threads);
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
+                        Reader::Open(source, ro));
+  const format::Manifest& m = reader->manifest();
+  // What is planned below (shards, header offsets) follows the manifest's
+  // declared sizes: only once the shard files vouch for them.
+  CKPT_RETURN_IF_ERROR(
+      tools::CheckSourceShards(DefaultStorage(), reader->path(), m));
+  SafetensorsExportResult r;
+  r.checkpoint_dir = reader->path();
+  r.output = output;
+  r.info = m.info;
+  r.metadata_count = m.metadata.size();
+  CKPT_ASSIGN_OR_RETURN(std::vector<Selected> selected,
+                        SelectEntries(m, o, &r.excluded));
+  std::vector<std::string> objects;
+  for (const Selected& s : selected) {
+    if (s.entry->kind == format::EntryKind::kObject)
+      objects.push_back(s.entry->name);
+    r.total_size += s.bytes;
+  }
+  const StringPairs metadata = ExportMetadata(m.info, m.metadata, objects);
+  const auto shards = PlanShards(selected, o.max_shard_bytes);
+
+  const std::string dir =
+      sharded ? absl::StrCat(output, ".tmp-", ::getpid()) : "";
+  std::error_code ec;
+  if (sharded && !fs::create_directory(dir, ec)) {
+    return absl::InternalError(
+        absl::StrCat(dir, ": cannot create: ", ec.message()));
+  }
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code e;
+      if (!dir.empty()) fs::remove_all(dir, e);
+    }
+  } cleanup{dir};
+  interop::HfIndex index;
+  index.total_size = r.total_size;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string name = sharded ? interop::HfShardName(i, shards.size())
+                                     : fs::path(output).filename().string();
+    const std::string path = sharded ? (fs::path(dir) / name).string() : output;
+    CKPT_RETURN_IF_ERROR(
+        WriteShard(*reader, path, shards[i], metadata, o, r.total_size));
+    r.files.emplace_back(name, fs::file_size(path, ec));
+    for (const Selected& s : shards[i]) {
+      r.entries.push_back({s.entry->name, s.entry->kind,
+                           s.entry->kind == format::EntryKind::kObject
+                               ? DType::kUInt8
+                               : s.entry->dtype,
+                           s.entry->shape, name, s.bytes});
+      index.weight_map.emplace_back(s.entry->name, name);
+    }
+  }
+  if (!sharded) return r;
+  CKPT_ASSIGN_OR_RETURN(
+      OutputFile idx,
+      OutputFile::Create((fs::path(dir) / interop::kHfIndexName).string()));
+  CKPT_RETURN_IF_ERROR(idx.Append(interop::EncodeHfIndex(index)));
+  CKPT_RETURN_IF_ERROR(idx.Commit());
+  CKPT_RETURN_IF_ERROR(PublishDir(dir, output));
+  cleanup.dir.clear();
+  return r;
+}
+
+}  // namespace ckpt::interop
