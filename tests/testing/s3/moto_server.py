@@ -27,6 +27,7 @@ except under CI=true, where a missing moto fails (exit 1).
 Also a module for Python tests: `with MotoServer() as info: ...`.
 """
 import argparse
+import importlib
 import json
 import os
 import signal
@@ -113,8 +114,8 @@ class MotoServer:
 
 def _missing_moto() -> str:
     try:
-        import moto.server  # noqa: F401
-        import boto3  # noqa: F401
+        for module in ("moto.server", "boto3"):
+            importlib.import_module(module)
     except ImportError as e:
         return (f"moto[server] is not installed ({e}); scripts/setup "
                 f"installs it into .venv/ from requirements.txt")
