@@ -12,10 +12,14 @@ program's output, next to its full .log):
   {loc}-peers-{k}.json             bench/peers/peers.py, round k
   plan.json / plan-synthetic.json  ckpt-bench-plan (.log: one line per repeat)
   inspect.json or inspect.skip     ckpt-bench-inspect, or why it did not run
+  torch.json or torch.skip         bench/peers/pytorch.py (ckpt next to DCP,
+                                   safetensors and torch.save), or why not
 Writes OUT/latest.txt (the table), OUT/latest.json, OUT/latest.md (table and
-machine, for bench/README.md) and OUT/latest.png (matplotlib, if installed).
-With --readme, the text between the "latest run" markers of that file is
-replaced by latest.md.
+machine, for bench/README.md), OUT/torch.md (the PyTorch peers' table, for
+the README) and OUT/latest.png (matplotlib, if installed). With --readme,
+the text between the "latest run" markers of that file is replaced by
+latest.md; with --torch-readme, the text between the "torch peers" markers
+of that file by torch.md.
 
 Every figure is the median over all runs (rounds x repeats) with its spread
 [min - max]. A ratio of ckpt to the limit is the median of per-run ratios
@@ -32,6 +36,8 @@ import re
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 PEERS = ("h5py", "torch", "numpy")
 LOCATION_TITLE = {"shm": "/dev/shm", "disk": "disk"}
@@ -382,7 +388,7 @@ def metadata_rows(md):
     return out
 
 
-def render(raw, out_dir, readme):
+def render(raw, out_dir, readme, torch_readme=None):
     params = load_json(os.path.join(raw, "params.json"))
     mach = load_json(os.path.join(raw, "machine.json"))
     # Recorded by scripts/bench when the measurements ended (a later render
@@ -399,27 +405,36 @@ def render(raw, out_dir, readme):
         for L in res["locations"].values():
             L["peers_skipped"] = open(skip).read().strip()
     res["metadata"] = gather_metadata(raw, params.get("quick"))
+    torch_res, torch_md = gather_torch(raw, mach, end_load)
+    if torch_res is not None:
+        res["torch"] = torch_res
 
-    any_loc = next(iter(res["locations"].values()))
-    nbytes = any_loc["bytes"]
-    runs = any_loc["limit"]["write_GBps"]["runs"]
-    lines = [f"ckpt benchmark{' (--quick)' if params.get('quick') else ''}: "
-             f"{nbytes / 2**30:.2f} GiB of float32 in {nbytes // 2**26} tensors of 64 MiB, "
-             f"{params['rounds']} rounds, {len(runs)} runs per figure; GB/s = 1e9 bytes/s; "
-             f"median [min - max]",
-             "machine: " + machine_line(mach, end_load), ""]
+    lines = []
+    if res["locations"]:
+        any_loc = next(iter(res["locations"].values()))
+        nbytes = any_loc["bytes"]
+        runs = any_loc["limit"]["write_GBps"]["runs"]
+        lines += [f"ckpt benchmark{' (--quick)' if params.get('quick') else ''}: "
+                  f"{nbytes / 2**30:.2f} GiB of float32 in {nbytes // 2**26} tensors of 64 MiB, "
+                  f"{params['rounds']} rounds, {len(runs)} runs per figure; GB/s = 1e9 bytes/s; "
+                  f"median [min - max]"]
+    else:
+        lines.append("ckpt benchmark: the PyTorch peers only")
+    lines += ["machine: " + machine_line(mach, end_load), ""]
     for loc, L in res["locations"].items():
         base = params["locations"].get(loc, L["dir"])
         fs = mach.get("filesystems", {}).get(base, {})
         title = f"{LOCATION_TITLE[loc]} ({base}, {fs.get('fstype', '?')})"
         lines += render_rows(title, location_rows(loc, L)) + [""]
-    lines.append("metadata")
-    lines += metadata_rows(res["metadata"]) + [""]
-    checks, tl = targets(res, params.get("quick"))
-    res["targets"] = checks
-    note = " (a --quick run: the targets are for 2 GiB)" if params.get("quick") else ""
-    lines.append(f"targets{note}")
-    lines += tl
+    if res["locations"]:
+        lines.append("metadata")
+        lines += metadata_rows(res["metadata"]) + [""]
+        checks, tl = targets(res, params.get("quick"))
+        res["targets"] = checks
+        note = " (a --quick run: the targets are for 2 GiB)" if params.get("quick") else ""
+        lines.append(f"targets{note}")
+        lines += tl + [""]
+    lines += torch_lines(raw, torch_res)
     text = "\n".join(lines) + "\n"
 
     # The flat keys of the /dev/shm run (headline: uncompressed, 4 ranks).
@@ -451,26 +466,61 @@ def render(raw, out_dir, readme):
           + "\n".join(lines[3:]) + "\n```\n")
     with open(os.path.join(out_dir, "latest.md"), "w") as f:
         f.write(md)
+    if torch_md:
+        with open(os.path.join(out_dir, "torch.md"), "w") as f:
+            f.write(torch_md)
     sys.stdout.write(text)
     chart = chart_png(res, os.path.join(out_dir, "latest.png"))
-    print(f"wrote {out_dir}/latest.txt, latest.json, latest.md{', latest.png' if chart else ''}")
+    print(f"wrote {out_dir}/latest.txt, latest.json, latest.md{', torch.md' if torch_md else ''}"
+          f"{', latest.png' if chart else ''}")
     if not chart:
         print("chart: not drawn (python3-matplotlib is not installed)")
-    if readme:
+    if readme and res["locations"]:
         update_readme(readme, md)
+    if torch_readme and torch_md:
+        update_readme(torch_readme, torch_md, TORCH_BEGIN, TORCH_END)
 
 
 BEGIN, END = "<!-- latest run: begin -->", "<!-- latest run: end -->"
+TORCH_BEGIN, TORCH_END = "<!-- torch peers: begin -->", "<!-- torch peers: end -->"
 
 
-def update_readme(path, md):
+def update_readme(path, md, begin=BEGIN, end=END):
     text = open(path).read()
-    a, b = text.find(BEGIN), text.find(END)
+    a, b = text.find(begin), text.find(end)
     if a < 0 or b < a:
-        raise SystemExit(f"{path}: no '{BEGIN}' ... '{END}' markers")
+        raise SystemExit(f"{path}: no '{begin}' ... '{end}' markers")
     with open(path, "w") as f:
-        f.write(text[: a + len(BEGIN)] + "\n" + md + text[b:])
+        f.write(text[: a + len(begin)] + "\n" + md + text[b:])
     print(f"updated {path}")
+
+
+# ---- the PyTorch peers (bench/peers/pytorch.py) ----
+
+
+def gather_torch(raw, mach, end_load):
+    """(pytorch.py's JSON, its markdown table) or (None, None)."""
+    p = os.path.join(raw, "torch.json")
+    if not os.path.exists(p):
+        return None, None
+    import pytorch  # bench/peers/pytorch.py, beside this file
+    res = load_json(p)
+    cpu = f"{mach.get('cpu', '?')}, {mach.get('cores')} cores, {mach.get('ram_GiB')} GiB RAM"
+    cmd = "scripts/bench --torch-only" + (f" --torch-gib {res['gib']:g}" if res["gib"] != 1 else "")
+    return res, pytorch.markdown(res, machine=cpu, command=cmd)
+
+
+def torch_lines(raw, res):
+    if res is None:
+        skip = os.path.join(raw, "torch.skip")
+        if os.path.exists(skip):
+            return [f"PyTorch peers: skipped ({open(skip).read().strip()})"]
+        return []
+    import pytorch
+    la0, la1 = res["loadavg_start"][0], res["loadavg_end"][0]
+    return [f"PyTorch peers (bench/peers/pytorch.py): {res['gib']:g} GiB, {res['runs']} runs per "
+            f"figure; seconds, median [min-max]; load average {la0:.1f} at the start, "
+            f"{la1:.1f} at the end", pytorch.render(res)]
 
 
 def chart_png(res, path):
@@ -482,8 +532,14 @@ def chart_png(res, path):
     except Exception:
         return False
     locs = list(res["locations"].items())
-    fig, axes = plt.subplots(1, len(locs), figsize=(7 * len(locs), 5.5), squeeze=False)
-    for ax, (loc, L) in zip(axes[0], locs):
+    torch_panels = torch_chart_panels(res.get("torch"))
+    rows = (1 if locs else 0) + (1 if torch_panels else 0)
+    if rows == 0:
+        return False
+    cols = max(len(locs), len(torch_panels), 1)
+    fig = plt.figure(figsize=(7 * cols, 5.5 * rows))
+    for k, (loc, L) in enumerate(locs):
+        ax = fig.add_subplot(rows, cols, k + 1)
         bars = [("limit\nwrite", L["limit"]["write_GBps"], "0.6"), ("limit\nread", L["limit"]["read_GBps"], "0.6")]
         for c in L["ckpt"]:
             tag = ("" if c["codec"] == "none" else " zstd") + (" direct" if c["io"] == "direct" else "")
@@ -506,10 +562,63 @@ def chart_png(res, path):
         ax.axhline(L["limit"]["write_GBps"]["median"], color="0.4", lw=0.8, ls="--", label="limit: write")
         ax.axhline(L["limit"]["read_GBps"]["median"], color="0.4", lw=0.8, ls=":", label="limit: read")
         ax.legend(loc="upper right", fontsize=7)
+    first = (1 if locs else 0) * cols
+    for k, (title, bars) in enumerate(torch_panels):
+        ax = fig.add_subplot(rows, cols, first + k + 1)
+        ys = range(len(bars))
+        med = [b[1]["median"] for b in bars]
+        err = [[b[1]["median"] - b[1]["min"] for b in bars], [b[1]["max"] - b[1]["median"] for b in bars]]
+        ax.barh(ys, med, xerr=err, color=[torch_color(b[0]) for b in bars], capsize=2)
+        ax.set_yticks(list(ys))
+        ax.set_yticklabels([b[0] for b in bars], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds (median, bars: min-max; shorter is better)")
+        ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def torch_color(label):
+    name = label.split(": ", 1)[-1]
+    if "ckpt" in name:
+        return "tab:cyan" if "dcp+ckpt" in name else "tab:blue"
+    if name.startswith("dcp"):
+        return "tab:orange"
+    if "safetensors" in name:
+        return "tab:green"
+    return "tab:red"  # torch.save
+
+
+def torch_chart_panels(res):
+    """[(title, [(label, stat), ...]), ...] of pytorch.py's figures."""
+    if not res:
+        return []
+    panels = {}
+    for r in res["rows"]:
+        if r["s"] is None:
+            continue
+        sec = r["section"]
+        if sec.startswith("resharded"):
+            title = "resharded loads (" + sec.split("(")[0].split(",")[1].strip().split(" ")[2] + " processes saved)"
+            label = sec.split(",")[1].split("(")[0].strip().replace("loaded on ", "to ").replace(
+                " processes", "") + " " + r["what"].split()[0] + ": " + " ".join(r["what"].split()[1:])
+        elif sec.startswith("one process") or sec.startswith("consolidation"):
+            title = "one process; consolidation to safetensors"
+            op = "consolidate" if sec.startswith("consolidation") else " ".join(r["what"].split()[:-1])
+            label = f"{op}: {r['what'].split()[-1] if not sec.startswith('consolidation') else r['what']}"
+        else:
+            title = sec
+            w = r["what"]
+            if w.startswith("async"):
+                name, _, kind = w[len("async "):].rpartition(": ")
+                label = f"async {kind}: {name}"
+            else:
+                op, _, name = w.partition("  ")
+                label = f"{op}: {name.strip()}"
+        panels.setdefault(title, []).append((label, r["s"]))
+    return list(panels.items())
 
 
 def main():
@@ -521,11 +630,12 @@ def main():
     r.add_argument("--raw", required=True)
     r.add_argument("--out", required=True)
     r.add_argument("--readme")
+    r.add_argument("--torch-readme", help="a file with the 'torch peers' markers (README.md)")
     args = ap.parse_args()
     if args.cmd == "machine":
         print(json.dumps(machine(args.dirs)))
     else:
-        render(args.raw, args.out, args.readme)
+        render(args.raw, args.out, args.readme, args.torch_readme)
 
 
 if __name__ == "__main__":

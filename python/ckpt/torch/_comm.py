@@ -5,6 +5,7 @@ import json
 import socket
 from typing import Dict, List
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -73,12 +74,15 @@ class ProcessGroupCommunicator:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         return [int(x) for x in t]
 
-    def all_to_all(self, parts: List[bytes]) -> List[bytes]:
-        """parts[d] goes to rank d; returns the part every rank sent here,
-        by rank. Two all_to_all_single calls (gloo has no list all_to_all):
-        the sizes, then the concatenated parts with uneven splits, so each
-        byte moves once. REQUIRES: len(parts) == size on every rank (ckpt
-        checks it on every rank before calling)."""
+    def all_to_all(self, parts: List[bytes]) -> List[memoryview]:
+        """parts[d] (bytes-like) goes to rank d; returns the part every rank
+        sent here, by rank, as read-only memoryviews of one buffer. Two
+        all_to_all_single calls (gloo has no list all_to_all): the sizes,
+        then the concatenated parts with uneven splits, so each byte moves
+        once. The parts are copied once, into the send buffer, and the
+        received bytes not at all: a cooperative load moves most of a
+        checkpoint through here. REQUIRES: len(parts) == size on every rank
+        (ckpt checks it on every rank before calling)."""
         if len(parts) != self.size:
             raise InvalidArgumentError(
                 f"all_to_all: {len(parts)} parts for {self.size} ranks")
@@ -87,13 +91,16 @@ class ProcessGroupCommunicator:
         dist.all_to_all_single(arriving, torch.tensor(sent, dtype=torch.int64),
                                group=self.group)
         received = [int(n) for n in arriving]
-        joined = b"".join(parts)
-        send = (torch.frombuffer(bytearray(joined), dtype=torch.uint8) if joined
-                else torch.empty(0, dtype=torch.uint8))
+        send = torch.empty(sum(sent), dtype=torch.uint8)
+        staged, at = send.numpy(), 0
+        for p, n in zip(parts, sent):
+            if n:
+                staged[at:at + n] = np.frombuffer(p, dtype=np.uint8)
+            at += n
         out = torch.empty(sum(received), dtype=torch.uint8)
         dist.all_to_all_single(out, send, output_split_sizes=received,
                                input_split_sizes=sent, group=self.group)
-        data, offsets = out.numpy().tobytes(), [0]
+        data, offsets = memoryview(out.numpy()).toreadonly(), [0]
         for n in received:
             offsets.append(offsets[-1] + n)
         return [data[a:b] for a, b in zip(offsets, offsets[1:])]

@@ -6,19 +6,27 @@ saved through torch.distributed.checkpoint.state_dict's
 get_optimizer_state_dict (FQN keys, DTensor values) and restored through
 set_optimizer_state_dict (ckpt.torch._stateful); a ZeroRedundancyOptimizer
 passed that way uses optimizer_state_dict below."""
+import sys
 from typing import Any, Dict
 
 import torch
 
 
+def is_zero_redundancy(optimizer) -> bool:
+    """Whether `optimizer` is a ZeroRedundancyOptimizer. Its class is looked
+    up among the imported modules, never imported here: an instance exists
+    only once its module was imported, and importing
+    torch.distributed.optim compiles its functional optimizers with
+    TorchScript (about 3 s, once per process, on a 2-core machine), which
+    would land inside the first save."""
+    mod = sys.modules.get("torch.distributed.optim.zero_redundancy_optimizer")
+    return mod is not None and isinstance(optimizer, mod.ZeroRedundancyOptimizer)
+
+
 def _local_optimizer(optimizer):
     """The optimizer whose state this rank holds: a ZeroRedundancyOptimizer's
     partition (optimizer.optim), or the optimizer itself."""
-    try:
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-    except ImportError:  # torch built without distributed
-        return optimizer
-    return optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
+    return optimizer.optim if is_zero_redundancy(optimizer) else optimizer
 
 
 def _init_state(opt) -> None:

@@ -62,14 +62,6 @@ def _dsd():
         return None
 
 
-def _is_zero(optimizer) -> bool:
-    try:
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-    except ImportError:
-        return False
-    return isinstance(optimizer, ZeroRedundancyOptimizer)
-
-
 def _modules(state: Dict) -> List[torch.nn.Module]:
     """The modules among the values of `state`, nested dicts included (each
     dict once: a dict that contains itself ends the walk, not the stack)."""
@@ -108,7 +100,8 @@ def _handlers(name: str, obj, modules: Callable[[], List[torch.nn.Module]]):
                 lambda sd: dsd.set_model_state_dict(obj, sd))
     if isinstance(obj, torch.optim.Optimizer):
         model = _model_of(name, obj, modules())
-        if _is_zero(obj) or dsd is None:
+        from ._optim import is_zero_redundancy
+        if is_zero_redundancy(obj) or dsd is None:
             from ._optim import optimizer_state_dict, set_optimizer_state_dict
             return (lambda: optimizer_state_dict(model, obj),
                     lambda sd: set_optimizer_state_dict(model, obj, sd))
