@@ -13,7 +13,7 @@
 #include "util/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "s3/s3_test_server.h"
+#include "s3_test_server.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt::s3 {

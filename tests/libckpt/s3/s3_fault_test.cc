@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "s3/s3_client.h"
 #include "s3/s3_object_writer.h"
-#include "s3/s3_test_server.h"
+#include "s3_test_server.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt::s3 {

@@ -12,7 +12,7 @@
 #include "ckpt/format/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "s3/s3_test_server.h"
+#include "s3_test_server.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt::s3 {

@@ -8,7 +8,7 @@
 //    (examplebucket, 20130524T000000Z, key AKIAIOSFODNN7EXAMPLE).
 // Each expected value is the published one: canonical request, string to
 // sign or signature.
-#include "s3_sigv4.h"
+#include "s3/s3_sigv4.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "s3/s3_test_server.h"
+#include "s3_test_server.h"
 
 #include <curl/curl.h>
 #include <fcntl.h>
