@@ -19,8 +19,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "util/mutex.h"
 #include "s3/s3_sigv4.h"
+#include "util/mutex.h"
 
 namespace ckpt::s3 {
 

@@ -27,8 +27,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "util/mutex.h"
 #include "s3/s3_client.h"
+#include "util/mutex.h"
 
 namespace ckpt::s3 {
 

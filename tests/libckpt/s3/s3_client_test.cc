@@ -10,11 +10,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/status_macros.h"
-#include "util/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "s3_test_server.h"
 #include "testing/status_matchers.h"
+#include "util/mutex.h"
 
 namespace ckpt::s3 {
 namespace {
