@@ -1,4 +1,6 @@
-// The default AllToAll (every rank's payload for every peer goes through
+// comm/: the implementations of ckpt::Communicator (ckpt/communicator.h):
+// in-process ranks (in_process.cc), MPI (mpi/, its own library ckpt_mpi),
+// and here the default AllToAll (every rank's payload for every peer goes through
 // AllGather, each rank keeping what is addressed to it) and the helpers that
 // every AllToAll shares.
 #include "ckpt/communicator.h"

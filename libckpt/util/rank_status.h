@@ -9,8 +9,10 @@
 
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "ckpt/communicator.h"
 
 namespace ckpt::internal {
 
@@ -20,6 +22,11 @@ namespace ckpt::internal {
 std::string EncodeStatusOr(const absl::StatusOr<std::string>& s);
 // InternalError "empty message from another rank" for no bytes.
 absl::StatusOr<std::string> DecodeStatusOr(absl::string_view bytes);
+
+// Rank 0 runs `fn`; its status (and payload) reach every rank. Collective
+// (one Broadcast); a failure of the Broadcast is returned as it is.
+absl::StatusOr<std::string> OnRankZero(
+    Communicator* comm, absl::FunctionRef<absl::StatusOr<std::string>()> fn);
 
 }  // namespace ckpt::internal
 
