@@ -277,19 +277,15 @@ absl::StatusOr<std::pair<std::string, std::string>> ReadManifestBytes(
     return std::make_pair(std::move(dir), std::move(bytes));
   };
   if (comm == nullptr) return read();
-  std::string msg;
-  if (comm->rank() == 0) {
-    auto got = read();
-    std::string body;
-    if (got.ok()) {
-      format::PutString(&body, got->first);
-      body += got->second;
-    }
-    msg = internal::EncodeStatusOr(got.ok() ? absl::StatusOr<std::string>(body)
-                                            : got.status());
-  }
-  CKPT_RETURN_IF_ERROR(comm->Broadcast(&msg, 0));
-  CKPT_ASSIGN_OR_RETURN(std::string body, internal::DecodeStatusOr(msg));
+  CKPT_ASSIGN_OR_RETURN(
+      std::string body,
+      internal::OnRankZero(comm, [&]() -> absl::StatusOr<std::string> {
+        CKPT_ASSIGN_OR_RETURN(auto got, read());
+        std::string out;
+        format::PutString(&out, got.first);
+        out += got.second;
+        return out;
+      }));
   format::ByteReader r(body);
   auto dir = r.ReadString("directory", body.size());
   if (!dir.ok()) {

@@ -150,7 +150,7 @@ absl::Status ReadExecutor::ReadGranule(Scratch& s, const OpenShard& shard,
     Finish(whole->request, hi - lo);
     return absl::OkStatus();
   }
-  internal::DeviceUploader* uploader = pinned ? s.uploader.get() : nullptr;
+  internal::LoadStager* uploader = pinned ? s.uploader.get() : nullptr;
   absl::Status copied = CopyOut(read, lo, hi, bytes, cursor, uploader);
   ReleaseLargeScratch(s.raw);
   CKPT_RETURN_IF_ERROR(copied);
@@ -181,7 +181,7 @@ const Copy* ReadExecutor::TakesWhole(const BlockRead& read, uint64_t lo,
 // destinations of the copies that overlap them.
 absl::Status ReadExecutor::CopyOut(const BlockRead& read, uint64_t lo,
                                    uint64_t hi, const char* raw, size_t* cursor,
-                                   internal::DeviceUploader* uploader) {
+                                   internal::LoadStager* uploader) {
   // Runs of consecutive copies into one device destination: one batch, in
   // which equal rows at constant pitches become one strided copy.
   std::vector<internal::CopyRun> runs;

@@ -36,7 +36,7 @@ struct Prepared {
 
 // The state of one Load while its reads run on several threads. With a
 // staging `pool` (device destinations), a read with device destinations
-// goes through pinned buffers of its thread's DeviceUploader: the copies to
+// goes through pinned buffers of its thread's LoadStager: the copies to
 // the device of one granule run while the next is read, after `after` (the
 // caller's event, may be null).
 class ReadExecutor {
@@ -50,7 +50,7 @@ class ReadExecutor {
     }
     if (pool == nullptr) return;
     for (Scratch& s : scratch_) {
-      s.uploader = std::make_unique<internal::DeviceUploader>(
+      s.uploader = std::make_unique<internal::LoadStager>(
           pool, dm, after,
           [this](size_t request, uint64_t bytes) { Finish(request, bytes); });
     }
@@ -89,7 +89,7 @@ class ReadExecutor {
   struct Scratch {
     std::string stored, raw;
     format::BlockDecoder decoder;
-    std::unique_ptr<internal::DeviceUploader> uploader;  // device destinations
+    std::unique_ptr<internal::LoadStager> uploader;  // device destinations
   };
   bool IsDirect(const BlockRead& read) const;
   const Copy* TakesWhole(const BlockRead& read, uint64_t lo, uint64_t hi,
@@ -104,7 +104,7 @@ class ReadExecutor {
   // its pinned buffer); null: synchronous DeviceMemory::CopyFromHost.
   absl::Status CopyOut(const BlockRead& read, uint64_t lo, uint64_t hi,
                        const char* raw, size_t* cursor,
-                       internal::DeviceUploader* uploader);
+                       internal::LoadStager* uploader);
   void Finish(uint32_t request, uint64_t bytes);
   std::string Where(const OpenShard& shard, const format::EntryRecord& e,
                     const BlockRead& read, uint64_t b) const;

@@ -98,7 +98,7 @@ absl::StatusOr<std::unique_ptr<AsyncSnapshot>> MakeAsyncSnapshot(
   CKPT_ASSIGN_OR_RETURN(std::vector<const void*> on_device,
                         device_snapshot->Copy(items, writes, options,
                                               &snap->device_snapshot_bytes));
-  snap->stager = std::make_unique<Stager>(
+  snap->stager = std::make_unique<SaveStager>(
       pool, device_memory, options.device_ready, segment, 0,
       options.snapshot_threads > 0 ? options.snapshot_threads
                                    : DefaultSnapshotThreads());

@@ -1,4 +1,4 @@
-// SaveAsync's snapshot: a Stager over copies of everything a rank writes
+// SaveAsync's snapshot: a SaveStager over copies of everything a rank writes
 // (geometry, sources), staged from the registered memory or from copies
 // made on the device (SaveOptions::snapshot_to_device), and the write items
 // that read from it. The machinery that runs it in the background is
@@ -54,11 +54,11 @@ class DeviceSnapshotMemory {
 };
 
 struct AsyncSnapshot {
-  std::vector<LocalItem> items;    // copies: registrations may change meanwhile
-  std::vector<WriteItem> writes;   // point into `items` and `stager`
-  std::unique_ptr<Stager> stager;  // until AsyncSave takes it
-  size_t foreground_items = 0;     // staged before SaveAsync returns
-  uint64_t staged_bytes = 0;       // what the stager can use at once
+  std::vector<LocalItem> items;   // copies: registrations may change meanwhile
+  std::vector<WriteItem> writes;  // point into `items` and `stager`
+  std::unique_ptr<SaveStager> stager;  // until AsyncSave takes it
+  size_t foreground_items = 0;         // staged before SaveAsync returns
+  uint64_t staged_bytes = 0;           // what the stager can use at once
   uint64_t device_snapshot_bytes = 0;
 };
 

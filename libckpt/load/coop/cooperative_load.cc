@@ -24,19 +24,12 @@
 namespace ckpt::internal {
 
 absl::Status CooperativeLoad::Agree(const absl::Status& local) {
-  Communicator* comm = src_.comm;
-  const int n = comm->size(), me = comm->rank();
-  std::vector<int64_t> flag = {local.ok() ? 0 : n - me};
-  CKPT_RETURN_IF_ERROR(comm->AllReduceMax(&flag));
-  if (flag[0] == 0) return absl::OkStatus();
-  const int root = n - static_cast<int>(flag[0]);
-  std::string msg;
-  if (me == root) msg = EncodeStatusOr(absl::StatusOr<std::string>(local));
-  CKPT_RETURN_IF_ERROR(comm->Broadcast(&msg, root));
-  absl::Status s = DecodeStatusOr(msg).status();
-  if (s.ok()) return absl::InternalError("a failing rank sent no error");
+  int root = -1;
+  absl::Status s = AgreeOnFirstError(*src_.comm, local, nullptr, &root);
+  if (root < 0) return s;
   return absl::Status(
-      s.code(), absl::StrCat("rank ", root, " of ", n, ": ", s.message()));
+      s.code(), absl::StrCat("rank ", root, " of ", src_.comm->size(), ": ",
+                             s.message()));
 }
 
 void CooperativeLoad::FinishReport(const Prepared& p, const ReadExecutor& run,
