@@ -93,6 +93,26 @@ absl::Status ReadExecutor::Run(int t, const OpenShard& shard, File& file,
   return absl::OkStatus();
 }
 
+absl::Status ReadExecutor::VerifyBlocks(Scratch& s, const OpenShard& shard,
+                                        const EntryRecord& e,
+                                        const BlockRead& read, uint64_t b0,
+                                        uint64_t b1, const char* stored,
+                                        char* raw) {
+  const ChunkRecord& c = *read.indexed;
+  const char* p = stored;
+  for (uint64_t b = b0; b < b1; ++b) {
+    const uint64_t size = c.blocks[b].stored_size;
+    auto verified = internal::VerifyBlock(
+        e, c, b, absl::string_view(p, size), &s.decoder,
+        raw != nullptr ? raw + (b - b0) * c.block_size : nullptr);
+    if (!verified.ok()) {
+      return Annotate(verified.status(), Where(shard, e, read, b));
+    }
+    p += size;
+  }
+  return absl::OkStatus();
+}
+
 // Blocks [b0, b1) of `read`: read, verify (and decode), copy out.
 // `cursor` carries CopyOut's position from one granule to the next.
 absl::Status ReadExecutor::ReadGranule(Scratch& s, const OpenShard& shard,
@@ -134,15 +154,8 @@ absl::Status ReadExecutor::ReadGranule(Scratch& s, const OpenShard& shard,
     s.raw.resize(hi - lo);
     bytes = s.raw.data();
   }
-  const char* p = stored;
-  for (uint64_t b = b0; b < b1; ++b) {
-    const uint64_t size = c.blocks[b].stored_size;
-    auto raw =
-        internal::VerifyBlock(e, c, b, absl::string_view(p, size), &s.decoder,
-                              decode ? bytes + (b - b0) * bs : nullptr);
-    if (!raw.ok()) return Annotate(raw.status(), Where(shard, e, read, b));
-    p += size;
-  }
+  CKPT_RETURN_IF_ERROR(VerifyBlocks(s, shard, e, read, b0, b1, stored,
+                                    decode ? bytes : nullptr));
   bytes_read_ += stored_size;
   blocks_verified_ += b1 - b0;
   ReleaseLargeScratch(s.stored);

@@ -97,6 +97,12 @@ class ReadExecutor {
   bool ToDevice(const BlockRead& read) const;
   absl::Status ReadDirect(const OpenShard& shard, File& file,
                           const format::EntryRecord& e, const BlockRead& read);
+  // Verifies blocks [b0, b1) of `read` from their stored bytes `stored`,
+  // decoding them into `raw` when not null (a codec).
+  absl::Status VerifyBlocks(Scratch& s, const OpenShard& shard,
+                            const format::EntryRecord& e, const BlockRead& read,
+                            uint64_t b0, uint64_t b1, const char* stored,
+                            char* raw);
   absl::Status ReadGranule(Scratch& s, const OpenShard& shard, File& file,
                            const format::EntryRecord& e, const BlockRead& read,
                            uint64_t b0, uint64_t b1, size_t* cursor);
