@@ -207,7 +207,7 @@ void Verify(const State& s, const std::string& root) {
 }
 
 // The copy of the library's snapshot without the library: every tensor
-// copied in pieces of 4 MiB (as the Stager splits them) by `threads`
+// copied in pieces of 4 MiB (as the SaveStager splits them) by `threads`
 // threads taking pieces in turn, into memory allocated and faulted in as the
 // staging pool's (2 MiB aligned, MADV_HUGEPAGE, every page touched). The
 // best of three rounds.
@@ -316,152 +316,206 @@ double DeviceSnapshotLimit(const State& s) {
 }
 #endif
 
-}  // namespace
+struct Options {
+  std::string dir;
+  double gib = 2;
+  bool device = false;  // after CheckOptions: --device or --fake-device
+  bool fake_device = false;
+  bool device_snapshot = false;
+  int threads = 4;
+  int snapshot_threads = ckpt::DefaultSnapshotThreads();
+};
 
-int main(int argc, char** argv) {
+// -1 when the benchmark goes on, else the exit code (--help: 0).
+int ParseOptions(int argc, char** argv, Options* o) {
   CLI::App app(
       "ckpt-bench-async: the trainer's stall for SaveAsync, against a snapshot "
       "and Save");
-  std::string dir;
-  double gib = 2;
-  bool device = false;
-  int threads = 4;
-  int snapshot_threads = ckpt::DefaultSnapshotThreads();
-  app.add_option("--dir", dir,
+  app.add_option("--dir", o->dir,
                  "directory for the checkpoints (e.g. /dev/shm/b)")
       ->required();
-  app.add_option("--gib", gib, "size of the state in GiB");
-  app.add_flag("--device", device, "tensors in CUDA device memory");
-  bool fake_device = false;
-  app.add_flag("--fake-device", fake_device,
+  app.add_option("--gib", o->gib, "size of the state in GiB");
+  app.add_flag("--device", o->device, "tensors in CUDA device memory");
+  app.add_flag("--fake-device", o->fake_device,
                "the device path through the tests' fake device (no GPU): "
                "the pipeline's overhead at host copy speed");
-  bool device_snapshot = false;
-  app.add_flag("--device-snapshot", device_snapshot,
+  app.add_flag("--device-snapshot", o->device_snapshot,
                "with --device: SaveAsync snapshots into spare device memory "
                "(SaveOptions::snapshot_to_device, Writer::Options::"
                "device_snapshot_bytes = the state's size)");
-  app.add_option("--threads", threads, "SaveOptions::io_threads");
-  app.add_option("--snapshot-threads", snapshot_threads,
+  app.add_option("--threads", o->threads, "SaveOptions::io_threads");
+  app.add_option("--snapshot-threads", o->snapshot_threads,
                  "SaveOptions::snapshot_threads, and the threads of the host "
                  "snapshot limit (default: ckpt::DefaultSnapshotThreads())");
   CLI11_PARSE(app, argc, argv);
-#ifndef CKPT_BENCH_CUDA
-  if (device) Die("--device needs a build with the CUDA Toolkit (gpu/)");
-#endif
-  if (device && fake_device)
-    Die("--device and --fake-device exclude each other");
-  if (device_snapshot && !device && !fake_device)
-    Die("--device-snapshot needs --device or --fake-device");
-  device = device || fake_device;
+  return -1;
+}
 
+// Dies on options that exclude each other; --fake-device implies the
+// device path.
+void CheckOptions(Options* o) {
+#ifndef CKPT_BENCH_CUDA
+  if (o->device) Die("--device needs a build with the CUDA Toolkit (gpu/)");
+#endif
+  if (o->device && o->fake_device)
+    Die("--device and --fake-device exclude each other");
+  if (o->device_snapshot && !o->device && !o->fake_device)
+    Die("--device-snapshot needs --device or --fake-device");
+  o->device = o->device || o->fake_device;
+}
+
+// The state: --gib of 64 MiB tensors on the host.
+State MakeState(const Options& o) {
   State s;
   const uint64_t n = std::max<uint64_t>(
-      1, static_cast<uint64_t>(gib * (1ull << 30)) / kTensorBytes);
+      1, static_cast<uint64_t>(o.gib * (1ull << 30)) / kTensorBytes);
   for (uint64_t i = 0; i < n; ++i) {
     s.host.emplace_back(new char[kTensorBytes]);
     Fill(s.host.back().get(), kTensorBytes, i + 1);
   }
+  return s;
+}
+
+// With a device, copies the state there and returns its DeviceMemory (null
+// on the host); *limit is the snapshot limit of where the state lives.
+std::unique_ptr<ckpt::DeviceMemory> PrepareDevice(const Options& o, State* s,
+                                                  double* limit) {
   std::unique_ptr<ckpt::DeviceMemory> dm;
-  double limit = 0;
-  if (fake_device) {
+  if (o.fake_device) {
     dm = std::make_unique<ckpt::testing::FakeDevice>(
         std::chrono::microseconds(0));
-    ToFakeDevice(&s, dm.get());
-    limit = FakeSnapshotLimit(s, dm.get());
-  } else if (device) {
+    ToFakeDevice(s, dm.get());
+    *limit = FakeSnapshotLimit(*s, dm.get());
+  } else if (o.device) {
 #ifdef CKPT_BENCH_CUDA
-    ToDevice(&s);
+    ToDevice(s);
     dm = std::make_unique<ckpt::gpu::CudaDeviceMemory>();
-    limit = DeviceSnapshotLimit(s);
+    *limit = DeviceSnapshotLimit(*s);
 #endif
   } else {
-    limit = HostSnapshotLimit(s, snapshot_threads);
+    *limit = HostSnapshotLimit(*s, o.snapshot_threads);
   }
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  return dm;
+}
+
+struct Results {
+  double limit = 0;  // the snapshot limit
+  double sync_save = 0, sync_cpu = 0;
+  double host_sync = 0;  // with a device: the same save from host memory
+  bool snapshot_to_device = false;
+  Async full, capped;  // SaveAsync without and with a staging cap
+};
+
+// The saves: synchronous (and from the host, with a device), asynchronous,
+// and asynchronous with a quarter of the state as staging cap; each
+// checkpoint is verified against the state.
+void RunSaves(const Options& o, const State& s, ckpt::DeviceMemory* dm,
+              Results* r) {
+  std::filesystem::remove_all(o.dir);
+  std::filesystem::create_directories(o.dir);
   ckpt::SaveOptions so;
-  so.io_threads = threads;
-  so.snapshot_threads = snapshot_threads;
+  so.io_threads = o.threads;
+  so.snapshot_threads = o.snapshot_threads;
   ckpt::SaveOptions async_so = so;
-  async_so.snapshot_to_device = device && device_snapshot;
+  async_so.snapshot_to_device = o.device && o.device_snapshot;
+  r->snapshot_to_device = async_so.snapshot_to_device;
   const uint64_t device_bytes = async_so.snapshot_to_device ? s.bytes() : 0;
   so.keep_last = 1;
   uint64_t step = 0;
-
-  auto w = MakeWriter(s, device, dm.get(), 0, device_bytes);
-  double sync_cpu = 0;
-  const double sync_save =
-      SyncSave(w.get(), dir + "/sync", &step, so, &sync_cpu);
-  Verify(s, dir + "/sync");
-  double host_sync = 0;
-  if (device) {
+  auto w = MakeWriter(s, o.device, dm, 0, device_bytes);
+  r->sync_save = SyncSave(w.get(), o.dir + "/sync", &step, so, &r->sync_cpu);
+  Verify(s, o.dir + "/sync");
+  if (o.device) {
     auto hw = MakeWriter(s, false, nullptr, 0);
-    host_sync = SyncSave(hw.get(), dir + "/host", &step, so);
-    std::filesystem::remove_all(dir + "/host");
+    r->host_sync = SyncSave(hw.get(), o.dir + "/host", &step, so);
+    std::filesystem::remove_all(o.dir + "/host");
   }
-  std::filesystem::remove_all(dir + "/sync");
-  const Async full = AsyncSave(w.get(), dir + "/async", &step, async_so);
-  Verify(s, dir + "/async");
-  std::filesystem::remove_all(dir + "/async");
+  std::filesystem::remove_all(o.dir + "/sync");
+  r->full = AsyncSave(w.get(), o.dir + "/async", &step, async_so);
+  Verify(s, o.dir + "/async");
+  std::filesystem::remove_all(o.dir + "/async");
   w.reset();  // its pool goes
   const uint64_t quarter = s.bytes() / 4 / (64ull << 20) * (64ull << 20);
-  auto cw = MakeWriter(s, device, dm.get(),
+  auto cw = MakeWriter(s, o.device, dm,
                        std::max<uint64_t>(quarter, 64ull << 20), device_bytes);
-  const Async capped = AsyncSave(cw.get(), dir + "/capped", &step, async_so);
-  Verify(s, dir + "/capped");
+  r->capped = AsyncSave(cw.get(), o.dir + "/capped", &step, async_so);
+  Verify(s, o.dir + "/capped");
   cw.reset();
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(o.dir);
+}
 
+void PrintFigures(const Options& o, const State& s, const Results& r) {
   const double gb = s.bytes() / 1e9;
   std::printf("state            %.3f GB in %zu tensors (%s)\n", gb,
               s.host.size(),
-              fake_device ? "fake device"
-              : device    ? "device"
-                          : "host");
-  std::printf("snapshot limit   %.3f s  (%.2f GB/s)\n", limit, gb / limit);
-  std::printf("sync save        %.3f s  (%.2f GB/s)\n", sync_save,
-              gb / sync_save);
-  if (device) {
+              o.fake_device ? "fake device"
+              : o.device    ? "device"
+                            : "host");
+  std::printf("snapshot limit   %.3f s  (%.2f GB/s)\n", r.limit, gb / r.limit);
+  std::printf("sync save        %.3f s  (%.2f GB/s)\n", r.sync_save,
+              gb / r.sync_save);
+  if (o.device) {
     std::printf(
         "host sync save   %.3f s  (device/host write throughput %.2f)\n",
-        host_sync, host_sync / sync_save);
+        r.host_sync, r.host_sync / r.sync_save);
   }
   std::printf("cpu (user+sys)   sync save %.3f s, async save %.3f s\n",
-              sync_cpu, full.cpu);
+              r.sync_cpu, r.full.cpu);
   std::printf("async stall      %.3f s  (%.2fx the snapshot limit)\n",
-              full.stall, full.stall / limit);
-  std::printf("async durable    %.3f s  (%.2fx the sync save)\n", full.durable,
-              full.durable / sync_save);
+              r.full.stall, r.full.stall / r.limit);
+  std::printf("async durable    %.3f s  (%.2fx the sync save)\n",
+              r.full.durable, r.full.durable / r.sync_save);
   std::printf("peak staging     %llu of cap %llu\n",
-              (unsigned long long)full.peak, (unsigned long long)full.cap);
+              (unsigned long long)r.full.peak, (unsigned long long)r.full.cap);
   std::printf(
       "capped stall     %.3f s, durable %.3f s, peak %llu of cap %llu\n",
-      capped.stall, capped.durable, (unsigned long long)capped.peak,
-      (unsigned long long)capped.cap);
-  // The targets of the issue that asked for SaveAsync, judged on this run.
-  const double stall_target = device ? 1.15 : 1.2;
-  const bool stall_met = full.stall <= stall_target * limit;
-  const bool durable_met = full.durable <= 1.15 * sync_save;
-  const bool peak_met = full.peak <= full.cap && capped.peak <= capped.cap;
-  const bool throughput_met = !device || host_sync >= 0.9 * sync_save;
+      r.capped.stall, r.capped.durable, (unsigned long long)r.capped.peak,
+      (unsigned long long)r.capped.cap);
+}
+
+// The targets of the issue that asked for SaveAsync, judged on this run.
+struct Targets {
+  double stall_target = 0;
+  bool stall_met = false, durable_met = false, peak_met = false,
+       throughput_met = false;
+  bool met = false;
+};
+
+Targets Judge(const Options& o, const Results& r) {
+  Targets t;
+  t.stall_target = o.device ? 1.15 : 1.2;
+  t.stall_met = r.full.stall <= t.stall_target * r.limit;
+  t.durable_met = r.full.durable <= 1.15 * r.sync_save;
+  t.peak_met = r.full.peak <= r.full.cap && r.capped.peak <= r.capped.cap;
+  t.throughput_met = !o.device || r.host_sync >= 0.9 * r.sync_save;
+  t.met = t.stall_met && t.peak_met &&
+          (o.device ? t.throughput_met : t.durable_met);
+  return t;
+}
+
+void PrintTargets(const Options& o, const Results& r, const Targets& t) {
   auto verdict = [](bool met) { return met ? "met" : "MISSED"; };
   std::printf("target           stall <= %.2fx the %s limit: %.2fx %s\n",
-              stall_target,
-              fake_device ? "fake D2H"
-              : device    ? "pinned D2H"
-                          : "memcpy",
-              full.stall / limit, verdict(stall_met));
+              t.stall_target,
+              o.fake_device ? "fake D2H"
+              : o.device    ? "pinned D2H"
+                            : "memcpy",
+              r.full.stall / r.limit, verdict(t.stall_met));
   std::printf("target           durable <= 1.15x the sync save%s: %.2fx %s\n",
-              device ? " (a host target)" : "", full.durable / sync_save,
-              verdict(durable_met));
+              o.device ? " (a host target)" : "", r.full.durable / r.sync_save,
+              verdict(t.durable_met));
   std::printf("target           peak staging <= cap (and capped): %s\n",
-              verdict(peak_met));
-  if (device) {
+              verdict(t.peak_met));
+  if (o.device) {
     std::printf(
         "target           device write throughput >= 0.90 of host: %.2f %s\n",
-        host_sync / sync_save, verdict(throughput_met));
+        r.host_sync / r.sync_save, verdict(t.throughput_met));
   }
+}
+
+// The last line: the JSON object of bench/README.md.
+std::string Json(const Options& o, const State& s, const Results& r,
+                 const Targets& t) {
   std::string json = absl::StrFormat(
       "{\"bytes\": %d, \"device\": %s, \"stall_s\": %.4f, \"sync_save_s\": "
       "%.4f, "
@@ -469,35 +523,47 @@ int main(int argc, char** argv) {
       "\"peak_staging_bytes\": %d, "
       "\"staging_cap_bytes\": %d, \"snapshot_threads\": %d, "
       "\"device_snapshot\": %s, \"fake_device\": %s",
-      s.bytes(), device ? "true" : "false", full.stall, sync_save, full.durable,
-      limit, full.peak, full.cap, snapshot_threads,
-      async_so.snapshot_to_device ? "true" : "false",
-      fake_device ? "true" : "false");
-  if (device)
-    absl::StrAppendFormat(&json, ", \"host_sync_save_s\": %.4f", host_sync);
+      s.bytes(), o.device ? "true" : "false", r.full.stall, r.sync_save,
+      r.full.durable, r.limit, r.full.peak, r.full.cap, o.snapshot_threads,
+      r.snapshot_to_device ? "true" : "false",
+      o.fake_device ? "true" : "false");
+  if (o.device)
+    absl::StrAppendFormat(&json, ", \"host_sync_save_s\": %.4f", r.host_sync);
   absl::StrAppendFormat(
       &json,
       ", \"capped\": {\"stall_s\": %.4f, \"async_durable_s\": %.4f, "
       "\"peak_staging_bytes\": %d, \"staging_cap_bytes\": %d}",
-      capped.stall, capped.durable, capped.peak, capped.cap);
+      r.capped.stall, r.capped.durable, r.capped.peak, r.capped.cap);
   absl::StrAppendFormat(
       &json,
       ", \"targets\": {\"stall_vs_limit\": %.3f, \"stall_target\": %.2f, "
       "\"durable_vs_sync\": %.3f, \"durable_target\": 1.15, "
       "\"peak_within_cap\": %s",
-      full.stall / limit, stall_target, full.durable / sync_save,
-      peak_met ? "true" : "false");
-  if (device) {
+      r.full.stall / r.limit, t.stall_target, r.full.durable / r.sync_save,
+      t.peak_met ? "true" : "false");
+  if (o.device) {
     absl::StrAppendFormat(&json,
                           ", \"device_vs_host_write\": %.3f, "
                           "\"device_vs_host_target\": 0.90",
-                          host_sync / sync_save);
+                          r.host_sync / r.sync_save);
   }
-  absl::StrAppendFormat(
-      &json, ", \"met\": %s}}",
-      stall_met && peak_met && (device ? throughput_met : durable_met)
-          ? "true"
-          : "false");
-  std::printf("%s\n", json.c_str());
+  absl::StrAppendFormat(&json, ", \"met\": %s}}", t.met ? "true" : "false");
+  return json;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (int rc = ParseOptions(argc, argv, &o); rc >= 0) return rc;
+  CheckOptions(&o);
+  State s = MakeState(o);
+  Results r;
+  std::unique_ptr<ckpt::DeviceMemory> dm = PrepareDevice(o, &s, &r.limit);
+  RunSaves(o, s, dm.get(), &r);
+  PrintFigures(o, s, r);
+  const Targets t = Judge(o, r);
+  PrintTargets(o, r, t);
+  std::printf("%s\n", Json(o, s, r, t).c_str());
   return 0;
 }

@@ -40,6 +40,7 @@
 #include "ckpt/format/shard.h"
 #include "ckpt/writer.h"
 #include "inspect/inspect.h"
+#include "util/align.h"
 #include "validate/validate.h"
 
 namespace {
@@ -87,7 +88,57 @@ void WriteFileOrDie(const std::string& path, const std::string& data) {
   close(fd);
 }
 
-uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+constexpr uint64_t kManyChunksCols = 16;
+constexpr uint64_t kManyChunksAlign = 64;
+
+// The chunk of rank `r` of tensor `t` of checkpoint 1 (BuildManyChunks).
+ckpt::Region ManyChunksRegion(uint32_t t, uint32_t r) {
+  if (t % 2 == 0) return ckpt::Box{{r, 0}, {1, kManyChunksCols}};
+  uint64_t start = (r / 2) * 32 + (r % 2) * 8;
+  return ckpt::FlatRange{start, r % 2 == 0 ? 8u : 24u};
+}
+
+// Rank r's shard file of checkpoint 1; adds its chunks to m's entries.
+std::string BuildManyChunksShard(uint32_t r, uint32_t tensors,
+                                 ckpt::format::Manifest* m) {
+  using namespace ckpt;
+  using namespace ckpt::format;
+  std::vector<float> values(32);
+  ShardHeader h;
+  h.checkpoint_id = m->info.id;
+  h.shard_id = r;
+  h.alignment = kManyChunksAlign;
+  std::string file = EncodeShardHeader(h);
+  ShardIndex index;
+  index.info = m->info;
+  index.entries.reserve(tensors);
+  for (uint32_t t = 0; t < tensors; ++t) {
+    ChunkRecord c;
+    c.region = ManyChunksRegion(t, r);
+    c.shard = r;
+    const uint64_t n = RegionElements(c.region) * 4;
+    for (size_t i = 0; i < n / 4; ++i)
+      values[i] = static_cast<float>(t + r + i) * 0.5f;
+    file.resize(ckpt::internal::AlignUp(file.size(), kManyChunksAlign), '\0');
+    c.data_offset = file.size();
+    c.stored_length = n;
+    file.append(reinterpret_cast<const char*>(values.data()), n);
+    m->entries[t].chunks.push_back(c);
+    c.blocks.push_back(
+        BlockRecord{n, Checksum(file.data() + c.data_offset, n)});
+    EntryRecord e;
+    e.name = m->entries[t].name;
+    e.dtype = m->entries[t].dtype;
+    e.shape = m->entries[t].shape;
+    e.chunks.push_back(std::move(c));
+    index.entries.push_back(std::move(e));
+  }
+  std::string idx = EncodeShardIndex(index);
+  ShardTail tail{file.size(), idx.size(), Checksum(idx)};
+  file += idx;
+  file += EncodeShardTail(tail);
+  return file;
+}
 
 // Checkpoint 1: `tensors` float32 tensors of shape [ranks, 16], each split
 // into one chunk per rank. Even tensors: box rows (dim0 x ranks). Odd
@@ -105,56 +156,16 @@ std::string BuildManyChunks(const std::string& root, uint32_t ranks,
   m.info.world_size = ranks;
   m.info.created_unix_ns = 1795219200000000000;
   m.info.writer = "ckpt-bench-inspect";
-  constexpr uint64_t kCols = 16;
-  constexpr uint64_t kAlign = 64;
-  auto region_of = [&](uint32_t t, uint32_t r) -> Region {
-    if (t % 2 == 0) return Box{{r, 0}, {1, kCols}};
-    uint64_t start = (r / 2) * 32 + (r % 2) * 8;
-    return FlatRange{start, r % 2 == 0 ? 8u : 24u};
-  };
   m.entries.resize(tensors);
   for (uint32_t t = 0; t < tensors; ++t) {
     m.entries[t].name =
         absl::StrFormat("layers.%04d.%s", t / 2, t % 2 == 0 ? "w" : "exp_avg");
     m.entries[t].dtype = DType::kFloat32;
-    m.entries[t].shape = {ranks, kCols};
+    m.entries[t].shape = {ranks, kManyChunksCols};
     m.entries[t].chunks.reserve(ranks);
   }
-  std::vector<float> values(32);
   for (uint32_t r = 0; r < ranks; ++r) {
-    ShardHeader h;
-    h.checkpoint_id = m.info.id;
-    h.shard_id = r;
-    h.alignment = kAlign;
-    std::string file = EncodeShardHeader(h);
-    ShardIndex index;
-    index.info = m.info;
-    index.entries.reserve(tensors);
-    for (uint32_t t = 0; t < tensors; ++t) {
-      ChunkRecord c;
-      c.region = region_of(t, r);
-      c.shard = r;
-      const uint64_t n = RegionElements(c.region) * 4;
-      for (size_t i = 0; i < n / 4; ++i)
-        values[i] = static_cast<float>(t + r + i) * 0.5f;
-      file.resize(AlignUp(file.size(), kAlign), '\0');
-      c.data_offset = file.size();
-      c.stored_length = n;
-      file.append(reinterpret_cast<const char*>(values.data()), n);
-      m.entries[t].chunks.push_back(c);
-      c.blocks.push_back(
-          BlockRecord{n, Checksum(file.data() + c.data_offset, n)});
-      EntryRecord e;
-      e.name = m.entries[t].name;
-      e.dtype = m.entries[t].dtype;
-      e.shape = m.entries[t].shape;
-      e.chunks.push_back(std::move(c));
-      index.entries.push_back(std::move(e));
-    }
-    std::string idx = EncodeShardIndex(index);
-    ShardTail tail{file.size(), idx.size(), Checksum(idx)};
-    file += idx;
-    file += EncodeShardTail(tail);
+    const std::string file = BuildManyChunksShard(r, tensors, &m);
     std::string name = ShardFileName(r);
     m.shards.push_back(ShardInfo{r, name, file.size()});
     WriteFileOrDie(dir + "/" + name, file);
@@ -232,11 +243,7 @@ double PlainRead(const std::string& dir, int threads) {
   return total / Since(t0) / 1e9;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{
-      "ckpt-inspect metadata speed (1M chunks) and ckpt-validate throughput"};
+struct Options {
   std::string dir;
   uint32_t ranks = 1024, tensors = 1024;
   int large_tensors = 16;
@@ -244,137 +251,175 @@ int main(int argc, char** argv) {
       static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int repeats = 3;
   bool keep = false;
-  app.add_option("--dir", dir, "directory to write into (removed afterwards)")
+};
+
+// -1 when the benchmark goes on, else the exit code (--help: 0).
+int ParseOptions(int argc, char** argv, Options* o) {
+  CLI::App app{
+      "ckpt-inspect metadata speed (1M chunks) and ckpt-validate throughput"};
+  app.add_option("--dir", o->dir,
+                 "directory to write into (removed afterwards)")
       ->required();
-  app.add_option("--ranks", ranks, "shards of the many-chunk checkpoint");
+  app.add_option("--ranks", o->ranks, "shards of the many-chunk checkpoint");
   app.add_option(
-      "--tensors", tensors,
+      "--tensors", o->tensors,
       "tensors of the many-chunk checkpoint (chunks = ranks x tensors)");
-  app.add_option("--large-tensors", large_tensors,
+  app.add_option("--large-tensors", o->large_tensors,
                  "64 MiB tensors of the large checkpoint");
-  app.add_option("--threads", threads, "validate and read threads");
-  app.add_option("--repeats", repeats, "runs per figure (median)");
-  app.add_flag("--keep", keep,
+  app.add_option("--threads", o->threads, "validate and read threads");
+  app.add_option("--repeats", o->repeats, "runs per figure (median)");
+  app.add_flag("--keep", o->keep,
                "keep the checkpoints (for profiling the tools)");
   CLI11_PARSE(app, argc, argv);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  return -1;
+}
 
-  auto t = Clock::now();
-  const std::string many = BuildManyChunks(dir + "/many", ranks, tensors);
-  std::cout << absl::StrFormat("built %u chunks in %u shards in %.1f s\n",
-                               uint64_t{ranks} * tensors, ranks, Since(t));
+// The figures of checkpoint 1 (metadata) and checkpoint 2 (throughput).
+struct Figures {
   std::vector<double> inspect_ms, inspect_cpu_ms, validate_many_s;
   size_t out_bytes = 0;
+  std::vector<double> validate_gbps, read_gbps, read1_gbps, ratio, validate_cpu,
+      read_cpu;
+};
+
+// ckpt-inspect's text output of checkpoint `many`, `repeats` times.
+void TimeInspect(const std::string& many, int repeats, Figures* f) {
   for (int i = 0; i < repeats; ++i) {
-    t = Clock::now();
+    auto t = Clock::now();
     double cpu = CpuSeconds();
     auto s = ckpt::tools::LoadSummary(many);
     Check(s.status(), "inspect");
     std::ostringstream out;
     ckpt::tools::PrintInspectText(*s, out);
-    inspect_ms.push_back(Since(t) * 1e3);
-    inspect_cpu_ms.push_back((CpuSeconds() - cpu) * 1e3);
-    out_bytes = out.str().size();
+    f->inspect_ms.push_back(Since(t) * 1e3);
+    f->inspect_cpu_ms.push_back((CpuSeconds() - cpu) * 1e3);
+    f->out_bytes = out.str().size();
   }
-  for (int i = 0; i < repeats; ++i) {
-    ckpt::tools::ValidateOptions o;
-    o.path = many;
-    o.threads = threads;
-    auto r = ckpt::tools::Validate(o);
-    Check(r.status(), "validate");
-    if (!r->valid()) {
-      std::cerr << "the generated checkpoint is not valid: "
-                << ckpt::tools::FindingText(r->findings[0]) << "\n";
-      return 1;
-    }
-    validate_many_s.push_back(r->seconds);
+}
+
+// ckpt-validate of checkpoint `path` on `threads` threads; exits when the
+// checkpoint is not valid.
+ckpt::tools::ValidateReport ValidateOrDie(const std::string& path, int threads,
+                                          const char* what) {
+  ckpt::tools::ValidateOptions o;
+  o.path = path;
+  o.threads = threads;
+  auto r = ckpt::tools::Validate(o);
+  Check(r.status(), "validate");
+  if (!r->valid()) {
+    std::cerr << "the " << what << " checkpoint is not valid: "
+              << ckpt::tools::FindingText(r->findings[0]) << "\n";
+    std::exit(1);
   }
-  {
-    // Where the (CPU) time of one inspect goes.
-    double c;
-    c = CpuSeconds();
-    std::string bytes;
-    Check(ckpt::DefaultStorage()->ReadFile(many + "/MANIFEST").status(),
-          "read");
-    bytes = *ckpt::DefaultStorage()->ReadFile(many + "/MANIFEST");
-    double read_ms = (CpuSeconds() - c) * 1e3;
-    c = CpuSeconds();
-    auto m = ckpt::format::DecodeManifest(bytes);
-    Check(m.status(), "decode");
-    double decode_ms = (CpuSeconds() - c) * 1e3;
-    c = CpuSeconds();
-    auto s = ckpt::tools::Summarize(many, *std::move(m));
-    double summarize_ms = (CpuSeconds() - c) * 1e3;
-    c = CpuSeconds();
-    std::ostringstream out;
-    ckpt::tools::PrintInspectText(s, out);
-    double print_ms = (CpuSeconds() - c) * 1e3;
-    c = CpuSeconds();
-    s = ckpt::tools::CheckpointSummary();
-    double free_ms = (CpuSeconds() - c) * 1e3;
-    std::cout << absl::StrFormat(
-        "inspect phases (CPU): read %.0f ms (%zu bytes), decode %.0f ms, "
-        "summarize %.0f ms, print %.0f "
-        "ms, free %.0f ms\n",
-        read_ms, bytes.size(), decode_ms, summarize_ms, print_ms, free_ms);
+  return *std::move(r);
+}
+
+// Where the (CPU) time of one inspect of checkpoint `many` goes.
+void PrintInspectPhases(const std::string& many) {
+  double c;
+  c = CpuSeconds();
+  std::string bytes;
+  Check(ckpt::DefaultStorage()->ReadFile(many + "/MANIFEST").status(), "read");
+  bytes = *ckpt::DefaultStorage()->ReadFile(many + "/MANIFEST");
+  double read_ms = (CpuSeconds() - c) * 1e3;
+  c = CpuSeconds();
+  auto m = ckpt::format::DecodeManifest(bytes);
+  Check(m.status(), "decode");
+  double decode_ms = (CpuSeconds() - c) * 1e3;
+  c = CpuSeconds();
+  auto s = ckpt::tools::Summarize(many, *std::move(m));
+  double summarize_ms = (CpuSeconds() - c) * 1e3;
+  c = CpuSeconds();
+  std::ostringstream out;
+  ckpt::tools::PrintInspectText(s, out);
+  double print_ms = (CpuSeconds() - c) * 1e3;
+  c = CpuSeconds();
+  s = ckpt::tools::CheckpointSummary();
+  double free_ms = (CpuSeconds() - c) * 1e3;
+  std::cout << absl::StrFormat(
+      "inspect phases (CPU): read %.0f ms (%zu bytes), decode %.0f ms, "
+      "summarize %.0f ms, print %.0f "
+      "ms, free %.0f ms\n",
+      read_ms, bytes.size(), decode_ms, summarize_ms, print_ms, free_ms);
+}
+
+// Checkpoint 1: inspect and validate of a million chunks of metadata.
+void MeasureManyChunks(const Options& o, Figures* f) {
+  auto t = Clock::now();
+  const std::string many = BuildManyChunks(o.dir + "/many", o.ranks, o.tensors);
+  std::cout << absl::StrFormat("built %u chunks in %u shards in %.1f s\n",
+                               uint64_t{o.ranks} * o.tensors, o.ranks,
+                               Since(t));
+  TimeInspect(many, o.repeats, f);
+  for (int i = 0; i < o.repeats; ++i) {
+    f->validate_many_s.push_back(
+        ValidateOrDie(many, o.threads, "generated").seconds);
   }
+  PrintInspectPhases(many);
   std::cout << absl::StrFormat(
       "inspect (metadata, %u chunks, %u entries, %zu bytes of output): %.0f ms "
       "(%.0f ms CPU)\n",
-      uint64_t{ranks} * tensors, tensors, out_bytes, Median(inspect_ms),
-      Median(inspect_cpu_ms));
+      uint64_t{o.ranks} * o.tensors, o.tensors, f->out_bytes,
+      Median(f->inspect_ms), Median(f->inspect_cpu_ms));
   std::cout << absl::StrFormat(
       "validate of the same (every block verified): %.2f s\n",
-      Median(validate_many_s));
-  if (!keep) std::filesystem::remove_all(dir + "/many");
+      Median(f->validate_many_s));
+  if (!o.keep) std::filesystem::remove_all(o.dir + "/many");
+}
 
-  t = Clock::now();
-  const std::string large = BuildLarge(dir + "/large", large_tensors);
-  std::cout << absl::StrFormat("saved %d MiB in %.1f s\n", large_tensors * 64,
+// Checkpoint 2: validate against a plain read of the same files.
+void MeasureLarge(const Options& o, Figures* f) {
+  auto t = Clock::now();
+  const std::string large = BuildLarge(o.dir + "/large", o.large_tensors);
+  std::cout << absl::StrFormat("saved %d MiB in %.1f s\n", o.large_tensors * 64,
                                Since(t));
-  std::vector<double> validate_gbps, read_gbps, read1_gbps, ratio, validate_cpu,
-      read_cpu;
-  for (int i = 0; i < repeats; ++i) {
+  for (int i = 0; i < o.repeats; ++i) {
     double c = ProcessCpuSeconds();
-    double rd = PlainRead(large, threads);
-    read_cpu.push_back(ProcessCpuSeconds() - c);
-    ckpt::tools::ValidateOptions o;
-    o.path = large;
-    o.threads = threads;
+    double rd = PlainRead(large, o.threads);
+    f->read_cpu.push_back(ProcessCpuSeconds() - c);
     c = ProcessCpuSeconds();
-    auto r = ckpt::tools::Validate(o);
-    validate_cpu.push_back(ProcessCpuSeconds() - c);
-    Check(r.status(), "validate");
-    if (!r->valid()) {
-      std::cerr << "the saved checkpoint is not valid: "
-                << ckpt::tools::FindingText(r->findings[0]) << "\n";
-      return 1;
-    }
-    double v = r->bytes_verified / r->seconds / 1e9;
-    read1_gbps.push_back(PlainRead(large, 1));
-    validate_gbps.push_back(v);
-    read_gbps.push_back(rd);
-    ratio.push_back(v / rd);
+    ckpt::tools::ValidateReport r = ValidateOrDie(large, o.threads, "saved");
+    f->validate_cpu.push_back(ProcessCpuSeconds() - c);
+    double v = r.bytes_verified / r.seconds / 1e9;
+    f->read1_gbps.push_back(PlainRead(large, 1));
+    f->validate_gbps.push_back(v);
+    f->read_gbps.push_back(rd);
+    f->ratio.push_back(v / rd);
   }
-  const double gb = large_tensors * 64.0 * (1 << 20) / 1e9;
+}
+
+void Report(const Options& o, const Figures& f) {
+  const double gb = o.large_tensors * 64.0 * (1 << 20) / 1e9;
   std::cout << absl::StrFormat(
       "validate %.2f GB/s, plain read %.2f GB/s on %d threads (%.0f%%), %.2f "
       "GB/s on 1 thread\n"
       "CPU cost: validate %.2f s/GB, plain read %.2f s/GB: validation is "
       "I/O-bound, at the "
       "device's speed, on devices slower than about %.1f GB/s per core\n",
-      Median(validate_gbps), Median(read_gbps), threads, Median(ratio) * 100,
-      Median(read1_gbps), Median(validate_cpu) / gb, Median(read_cpu) / gb,
-      gb / std::max(1e-9, Median(validate_cpu)));
-  if (!keep) std::filesystem::remove_all(dir);
+      Median(f.validate_gbps), Median(f.read_gbps), o.threads,
+      Median(f.ratio) * 100, Median(f.read1_gbps), Median(f.validate_cpu) / gb,
+      Median(f.read_cpu) / gb, gb / std::max(1e-9, Median(f.validate_cpu)));
+  if (!o.keep) std::filesystem::remove_all(o.dir);
   std::cout << absl::StrFormat(
       "{\"inspect_1m_chunks_ms\":%.1f,\"inspect_1m_chunks_cpu_ms\":%.1f,"
       "\"validate_1m_chunks_s\":%.2f,\"validate_GBps\":%.2f,"
       "\"read_GBps\":%.2f,\"read_1thread_GBps\":%.2f,\"validate_vs_read\":%.2f,"
       "\"validate_cpu_s_per_GB\":%.3f,\"read_cpu_s_per_GB\":%.3f}\n",
-      Median(inspect_ms), Median(inspect_cpu_ms), Median(validate_many_s),
-      Median(validate_gbps), Median(read_gbps), Median(read1_gbps),
-      Median(ratio), Median(validate_cpu) / gb, Median(read_cpu) / gb);
+      Median(f.inspect_ms), Median(f.inspect_cpu_ms), Median(f.validate_many_s),
+      Median(f.validate_gbps), Median(f.read_gbps), Median(f.read1_gbps),
+      Median(f.ratio), Median(f.validate_cpu) / gb, Median(f.read_cpu) / gb);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (int rc = ParseOptions(argc, argv, &o); rc >= 0) return rc;
+  std::filesystem::remove_all(o.dir);
+  std::filesystem::create_directories(o.dir);
+  Figures f;
+  MeasureManyChunks(o, &f);
+  MeasureLarge(o, &f);
+  Report(o, f);
   return 0;
 }

@@ -567,61 +567,75 @@ void DumpInputs(const std::string& path, const Data& d) {
   std::fclose(f);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{
-      "ckpt save/load throughput vs. sequential I/O on the same directory"};
+struct Options {
   std::string dir, ranks_arg = "1", codecs_arg = "none", inputs, dump;
   double gib = 2;
   int threads = 4, repeats = 3, reshard_to = 0, zstd_level = 3;
   bool evict = false, direct = false;
+};
+
+// -1 when the benchmark goes on, else the exit code (--help: 0).
+int ParseOptions(int argc, char** argv, Options* o) {
+  CLI::App app{
+      "ckpt save/load throughput vs. sequential I/O on the same directory"};
   app.add_option(
-         "--dir", dir,
+         "--dir", o->dir,
          "directory to write into (created; what is written is removed)")
       ->required();
-  app.add_option("--gib", gib, "GiB of data (64 MiB tensors)");
-  app.add_option("--threads", threads, "I/O threads of each rank");
-  app.add_option("--repeats", repeats,
+  app.add_option("--gib", o->gib, "GiB of data (64 MiB tensors)");
+  app.add_option("--threads", o->threads, "I/O threads of each rank");
+  app.add_option("--repeats", o->repeats,
                  "runs; each figure is the median, each ratio the median of "
                  "per-run ratios (0: "
                  "only generate and --dump-inputs)");
-  app.add_option("--ranks", ranks_arg,
+  app.add_option("--ranks", o->ranks_arg,
                  "comma-separated in-process rank counts, e.g. 1,4");
-  app.add_option("--codecs", codecs_arg, "comma-separated codecs: none, zstd");
-  app.add_option("--zstd-level", zstd_level, "zstd level");
-  app.add_option("--reshard-to", reshard_to,
+  app.add_option("--codecs", o->codecs_arg,
+                 "comma-separated codecs: none, zstd");
+  app.add_option("--zstd-level", o->zstd_level, "zstd level");
+  app.add_option("--reshard-to", o->reshard_to,
                  "also load the checkpoint of the most ranks on this many "
                  "ranks, by columns (0: off)");
-  app.add_flag("--direct", direct,
+  app.add_flag("--direct", o->direct,
                "also save and load uncompressed with O_DIRECT "
                "(SaveOptions/ReaderOptions::direct_io)");
-  app.add_flag("--evict", evict,
+  app.add_flag("--evict", o->evict,
                "drop every file's cached pages before it is read (cold reads)");
-  app.add_option("--inputs", inputs,
+  app.add_option("--inputs", o->inputs,
                  "read the tensors from this file (written by --dump-inputs)");
-  app.add_option("--dump-inputs", dump,
+  app.add_option("--dump-inputs", o->dump,
                  "write the tensors to this file (raw float32) and PATH.json");
   CLI11_PARSE(app, argc, argv);
+  return -1;
+}
 
-  Data d;
-  if (!inputs.empty()) {
-    ReadInputs(inputs, d);
+// The tensors: read from --inputs or generated, and dumped with
+// --dump-inputs.
+void MakeInputs(const Options& o, Data* d) {
+  if (!o.inputs.empty()) {
+    ReadInputs(o.inputs, *d);
   } else {
     const int n =
-        std::max<int>(1, static_cast<int>(gib * (1ull << 30) / kTensorBytes));
-    d.src.resize(n);
-    ParallelOver(n, [&](int i) { Generate(i, d.src[i].data()); });
+        std::max<int>(1, static_cast<int>(o.gib * (1ull << 30) / kTensorBytes));
+    d->src.resize(n);
+    ParallelOver(n, [&](int i) { Generate(i, d->src[i].data()); });
   }
-  if (!dump.empty()) DumpInputs(dump, d);
-  if (repeats < 1) return 0;  // --repeats 0: only generate (and dump)
-  d.dst.resize(d.src.size());
-  const int ntensors = static_cast<int>(d.src.size());
+  if (!o.dump.empty()) DumpInputs(o.dump, *d);
+}
 
+// What to measure: every codec on every rank count (and O_DIRECT with
+// --direct), and the resharded loads of the most ranks' checkpoint.
+struct Plan {
   std::vector<Config> configs;
-  const std::vector<int> rank_counts = ParseInts(ranks_arg);
+  int reshard_from = 0, reshard_to = 0;
+  bool reshard = false;
+};
+
+Plan MakePlan(const Options& o) {
+  Plan p;
+  const std::vector<int> rank_counts = ParseInts(o.ranks_arg);
   for (absl::string_view c :
-       absl::StrSplit(codecs_arg, ',', absl::SkipEmpty())) {
+       absl::StrSplit(o.codecs_arg, ',', absl::SkipEmpty())) {
     format::Codec codec;
     if (c == "none") {
       codec = format::Codec::kNone;
@@ -631,77 +645,85 @@ int main(int argc, char** argv) {
       Die(absl::StrCat("unknown codec '", c, "'"));
     }
     for (int r : rank_counts)
-      configs.push_back(Config{r, codec, std::string(c)});
+      p.configs.push_back(Config{r, codec, std::string(c)});
   }
-  if (direct) {
+  if (o.direct) {
     for (int r : rank_counts)
-      configs.push_back(Config{r, format::Codec::kNone, "none", true});
+      p.configs.push_back(Config{r, format::Codec::kNone, "none", true});
   }
-  const int reshard_from =
-      *std::max_element(rank_counts.begin(), rank_counts.end());
-  const bool reshard =
-      reshard_to > 0 &&
-      std::any_of(configs.begin(), configs.end(), [&](auto& c) {
-        return c.ranks == reshard_from && c.codec == format::Codec::kNone;
+  p.reshard_from = *std::max_element(rank_counts.begin(), rank_counts.end());
+  p.reshard_to = o.reshard_to;
+  p.reshard =
+      o.reshard_to > 0 &&
+      std::any_of(p.configs.begin(), p.configs.end(), [&](auto& c) {
+        return c.ranks == p.reshard_from && c.codec == format::Codec::kNone;
       });
+  return p;
+}
 
-  std::filesystem::create_directories(dir);
-  const int hw = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<double> v_write, v_read, v_write_cpu, v_read_cpu, v_memcpy1,
-      v_memcpyn;
-  ReshardFigures rf;
+// The limits, one figure per run.
+struct Limits {
+  std::vector<double> write, read, write_cpu, read_cpu, memcpy1, memcpyn;
+  int cores = 1;
+};
+
+// One run: the limits, then every configuration's save and load (and the
+// resharded loads), next to each other so that all see the machine in the
+// same state. Prints the run's line.
+void RunOnce(int rep, const Options& o, Data& d, Limits* l, Plan* p,
+             ReshardFigures* rf) {
   const double gb = d.bytes() / 1e9;
-  for (int rep = 0; rep < repeats; ++rep) {
-    // The limit is measured next to each ckpt run so that both see the
-    // machine in the same state.
-    auto [wt, rt] = Sequential(dir, d, evict);
-    const double ws = gb / wt.wall, rs = gb / rt.wall;
-    v_write.push_back(ws);
-    v_read.push_back(rs);
-    v_write_cpu.push_back(wt.cpu / gb);
-    v_read_cpu.push_back(rt.cpu / gb);
-    v_memcpy1.push_back(Memcpy(d, 1));
-    v_memcpyn.push_back(Memcpy(d, hw));
-    std::string line = absl::StrFormat(
-        "run %d: limit write %.2f read %.2f memcpy %.2f/%.2f GB/s", rep + 1, ws,
-        rs, v_memcpy1.back(), v_memcpyn.back());
-    for (Config& c : configs) {
-      const std::string root =
-          absl::StrFormat("%s/ckpt-%d-%s%s", dir, c.ranks, c.codec_name,
-                          c.direct ? "-direct" : "");
-      SaveOutcome so = Save(root, d, c, zstd_level, threads);
-      const Timing lt =
-          LoadSameLayout(root, d, c.ranks, threads, c.direct, evict);
-      c.save.push_back(gb / so.time.wall);
-      c.load.push_back(gb / lt.wall);
-      c.save_cpu.push_back(so.time.cpu / gb);
-      c.load_cpu.push_back(lt.cpu / gb);
-      c.save_vs_limit.push_back(c.save.back() / ws);
-      c.load_vs_limit.push_back(c.load.back() / rs);
-      c.ratio = so.stored ? double(so.logical) / so.stored : 0;
-      absl::StrAppendFormat(&line, "; %s x%d save %.2f load %.2f", c.Label(),
-                            c.ranks, c.save.back(), c.load.back());
-      if (reshard && c.ranks == reshard_from &&
-          c.codec == format::Codec::kNone && !c.direct) {
-        MeasureReshard(root, d, reshard_from, reshard_to, threads, evict,
-                       so.stored, lt.wall, &rf, &line);
-      }
-      std::filesystem::remove_all(root);
+  auto [wt, rt] = Sequential(o.dir, d, o.evict);
+  const double ws = gb / wt.wall, rs = gb / rt.wall;
+  l->write.push_back(ws);
+  l->read.push_back(rs);
+  l->write_cpu.push_back(wt.cpu / gb);
+  l->read_cpu.push_back(rt.cpu / gb);
+  l->memcpy1.push_back(Memcpy(d, 1));
+  l->memcpyn.push_back(Memcpy(d, l->cores));
+  std::string line = absl::StrFormat(
+      "run %d: limit write %.2f read %.2f memcpy %.2f/%.2f GB/s", rep + 1, ws,
+      rs, l->memcpy1.back(), l->memcpyn.back());
+  for (Config& c : p->configs) {
+    const std::string root =
+        absl::StrFormat("%s/ckpt-%d-%s%s", o.dir, c.ranks, c.codec_name,
+                        c.direct ? "-direct" : "");
+    SaveOutcome so = Save(root, d, c, o.zstd_level, o.threads);
+    const Timing lt =
+        LoadSameLayout(root, d, c.ranks, o.threads, c.direct, o.evict);
+    c.save.push_back(gb / so.time.wall);
+    c.load.push_back(gb / lt.wall);
+    c.save_cpu.push_back(so.time.cpu / gb);
+    c.load_cpu.push_back(lt.cpu / gb);
+    c.save_vs_limit.push_back(c.save.back() / ws);
+    c.load_vs_limit.push_back(c.load.back() / rs);
+    c.ratio = so.stored ? double(so.logical) / so.stored : 0;
+    absl::StrAppendFormat(&line, "; %s x%d save %.2f load %.2f", c.Label(),
+                          c.ranks, c.save.back(), c.load.back());
+    if (p->reshard && c.ranks == p->reshard_from &&
+        c.codec == format::Codec::kNone && !c.direct) {
+      MeasureReshard(root, d, p->reshard_from, p->reshard_to, o.threads,
+                     o.evict, so.stored, lt.wall, rf, &line);
     }
-    std::cout << line << "\n" << std::flush;
+    std::filesystem::remove_all(root);
   }
+  std::cout << line << "\n" << std::flush;
+}
 
+void PrintSummary(const Options& o, const Data& d, const Limits& l,
+                  const Plan& p, const ReshardFigures& rf) {
   std::printf(
       "dir %s, %.2f GiB in %d tensors of 64 MiB, %d threads per rank, median "
       "of %d runs\n",
-      dir.c_str(), d.bytes() / double(1ull << 30), ntensors, threads, repeats);
+      o.dir.c_str(), d.bytes() / double(1ull << 30),
+      static_cast<int>(d.src.size()), o.threads, o.repeats);
   std::printf(
       "limit: sequential write+fsync %.2f GB/s (%.2f CPU s/GB), read %.2f GB/s "
       "(%.2f CPU "
       "s/GB); memcpy %.2f GB/s (1 thread), %.2f GB/s (%d threads)\n",
-      Median(v_write), Median(v_write_cpu), Median(v_read), Median(v_read_cpu),
-      Median(v_memcpy1), Median(v_memcpyn), hw);
-  for (const Config& c : configs) {
+      Median(l.write), Median(l.write_cpu), Median(l.read), Median(l.read_cpu),
+      Median(l.memcpy1), Median(l.memcpyn), l.cores);
+  for (const Config& c : p.configs) {
     std::printf(
         "ckpt %s, %d rank%s: save %.2f GB/s (%.0f%% of the limit, %.2f CPU "
         "s/GB), load "
@@ -713,21 +735,24 @@ int main(int argc, char** argv) {
       std::printf(", compression ratio %.3f", c.ratio);
     std::printf("\n");
   }
-  if (reshard) {
-    std::printf(
-        "resharded load %d -> %d ranks (rows to columns): %.2f GB/s (%.2fx the "
-        "same-layout time, read amplification %.3f); cooperative %.2f GB/s "
-        "(%.2fx, read amplification %.3f)\n",
-        reshard_from, reshard_to, Median(rf.load), Median(rf.vs_same),
-        Median(rf.amp_indep), Median(rf.coop_load), Median(rf.coop_vs_same),
-        Median(rf.amp));
-    std::printf(
-        "replicated load on %d ranks (each loads everything): %.3f s (read "
-        "amplification %.3f); cooperative %.3f s (read amplification %.3f)\n",
-        reshard_from, Median(rf.rep_s_indep), Median(rf.rep_amp_indep),
-        Median(rf.rep_s), Median(rf.rep_amp));
-  }
+  if (!p.reshard) return;
+  std::printf(
+      "resharded load %d -> %d ranks (rows to columns): %.2f GB/s (%.2fx the "
+      "same-layout time, read amplification %.3f); cooperative %.2f GB/s "
+      "(%.2fx, read amplification %.3f)\n",
+      p.reshard_from, p.reshard_to, Median(rf.load), Median(rf.vs_same),
+      Median(rf.amp_indep), Median(rf.coop_load), Median(rf.coop_vs_same),
+      Median(rf.amp));
+  std::printf(
+      "replicated load on %d ranks (each loads everything): %.3f s (read "
+      "amplification %.3f); cooperative %.3f s (read amplification %.3f)\n",
+      p.reshard_from, Median(rf.rep_s_indep), Median(rf.rep_amp_indep),
+      Median(rf.rep_s), Median(rf.rep_amp));
+}
 
+// The last line: the JSON object of bench/README.md.
+std::string JsonLine(const Options& o, const Data& d, const Limits& l,
+                     const Plan& p, const ReshardFigures& rf) {
   std::string json = absl::StrFormat(
       "{\"dir\": \"%s\", \"bytes\": %llu, \"tensors\": %d, \"tensor_shape\": "
       "[%llu, %llu], "
@@ -737,13 +762,13 @@ int main(int argc, char** argv) {
       "\"read_cpu_s_per_GB\": %s, \"memcpy_GBps\": %s, "
       "\"memcpy_all_cores_GBps\": %s}, "
       "\"ckpt\": [",
-      dir, static_cast<unsigned long long>(d.bytes()), ntensors,
-      static_cast<unsigned long long>(kRows),
-      static_cast<unsigned long long>(kCols), threads, repeats,
-      evict ? "true" : "false", hw, Json(v_write), Json(v_read),
-      Json(v_write_cpu), Json(v_read_cpu), Json(v_memcpy1), Json(v_memcpyn));
-  for (size_t i = 0; i < configs.size(); ++i) {
-    const Config& c = configs[i];
+      o.dir, static_cast<unsigned long long>(d.bytes()),
+      static_cast<int>(d.src.size()), static_cast<unsigned long long>(kRows),
+      static_cast<unsigned long long>(kCols), o.threads, o.repeats,
+      o.evict ? "true" : "false", l.cores, Json(l.write), Json(l.read),
+      Json(l.write_cpu), Json(l.read_cpu), Json(l.memcpy1), Json(l.memcpyn));
+  for (size_t i = 0; i < p.configs.size(); ++i) {
+    const Config& c = p.configs[i];
     absl::StrAppendFormat(
         &json,
         "%s{\"ranks\": %d, \"codec\": \"%s\", \"io\": \"%s\", \"save_GBps\": "
@@ -756,7 +781,7 @@ int main(int argc, char** argv) {
         Json(c.load_vs_limit), Json(c.save_cpu), Json(c.load_cpu), c.ratio);
   }
   json += "]";
-  if (reshard) {
+  if (p.reshard) {
     absl::StrAppendFormat(
         &json,
         ", \"reshard\": {\"from\": %d, \"to\": %d, \"load_GBps\": %s, "
@@ -766,12 +791,31 @@ int main(int argc, char** argv) {
         "\"seconds\": %s, \"seconds_independent\": %s, "
         "\"read_amplification\": %s, \"read_amplification_independent\": "
         "%s}}",
-        reshard_from, reshard_to, Json(rf.load), Json(rf.vs_same), Json(rf.amp),
-        Json(rf.amp_indep), Json(rf.coop_load), Json(rf.coop_vs_same),
-        reshard_from, Json(rf.rep_s), Json(rf.rep_s_indep), Json(rf.rep_amp),
-        Json(rf.rep_amp_indep));
+        p.reshard_from, p.reshard_to, Json(rf.load), Json(rf.vs_same),
+        Json(rf.amp), Json(rf.amp_indep), Json(rf.coop_load),
+        Json(rf.coop_vs_same), p.reshard_from, Json(rf.rep_s),
+        Json(rf.rep_s_indep), Json(rf.rep_amp), Json(rf.rep_amp_indep));
   }
   json += "}";
-  std::printf("%s\n", json.c_str());
+  return json;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (int rc = ParseOptions(argc, argv, &o); rc >= 0) return rc;
+  Data d;
+  MakeInputs(o, &d);
+  if (o.repeats < 1) return 0;  // --repeats 0: only generate (and dump)
+  d.dst.resize(d.src.size());
+  Plan p = MakePlan(o);
+  std::filesystem::create_directories(o.dir);
+  Limits l;
+  l.cores = std::max(1u, std::thread::hardware_concurrency());
+  ReshardFigures rf;
+  for (int rep = 0; rep < o.repeats; ++rep) RunOnce(rep, o, d, &l, &p, &rf);
+  PrintSummary(o, d, l, p, rf);
+  std::printf("%s\n", JsonLine(o, d, l, p, rf).c_str());
   return 0;
 }

@@ -91,70 +91,90 @@ Piece PieceOf(uint64_t i, int rank, int world) {
   }
 }
 
+// One rank of RunInProcess's job: registers its pieces, then saves three
+// times into `root`, recording each save's planning time and cache outcome.
+absl::Status SaveThreeTimes(ckpt::Communicator& comm, int ranks,
+                            uint64_t tensors, const std::string& root,
+                            const std::vector<char>& data,
+                            std::vector<std::vector<double>>* plan_ms,
+                            std::vector<std::vector<bool>>* hits) {
+  ckpt::Writer::Options wo;
+  wo.comm = &comm;
+  auto writer = ckpt::Writer::Create(wo);
+  if (!writer.ok()) return writer.status();
+  for (uint64_t i = 0; i < tensors; ++i) {
+    Piece p = PieceOf(i, comm.rank(), ranks);
+    ckpt::TensorOptions o;
+    o.replica = p.replica;
+    absl::Status s = (*writer)->AddTensor(
+        absl::StrFormat("layers.%d.t%d", i / 16, i % 16), ckpt::DType::kFloat32,
+        p.shape, p.region, data.data(), o);
+    if (!s.ok()) return s;
+  }
+  absl::Status s =
+      (*writer)->SetObject(absl::StrFormat("rng.rank%d", comm.rank()), "state");
+  if (!s.ok()) return s;
+  ckpt::SaveOptions so;
+  so.reuse_recorded_plan = false;
+  so.io_threads = 1;
+  so.alignment = 1;
+  for (int k = 0; k < 3; ++k) {
+    // Ranks reach a save together in a trainer; skew from the previous
+    // save's end is not planning cost.
+    absl::Status b = comm.Barrier();
+    if (!b.ok()) return b;
+    auto r = (*writer)->Save(root, k + 1, so);
+    if (!r.ok()) return r.status();
+    (*plan_ms)[k][comm.rank()] = r->plan_seconds * 1e3;
+    (*hits)[k][comm.rank()] = r->plan_cache_hit;
+  }
+  return absl::OkStatus();
+}
+
+// One repeat of RunInProcess: the slowest rank's planning time of the first
+// save (a miss) into *miss, of the two others (hits) into *hit. False, with
+// a message, when a save fails or the cache does not behave.
+bool TimeInProcessRepeat(int ranks, uint64_t tensors, const std::string& root,
+                         std::vector<double>* miss, std::vector<double>* hit) {
+  const std::vector<char> data(16 * 8 * 4, 1);
+  std::filesystem::remove_all(root);
+  ckpt::InProcessWorld world(ranks);
+  std::vector<std::vector<double>> plan_ms(3, std::vector<double>(ranks));
+  std::vector<std::vector<bool>> hits(3, std::vector<bool>(ranks));
+  absl::Status st = ckpt::RunRanks(world, [&](ckpt::Communicator& comm) {
+    return SaveThreeTimes(comm, ranks, tensors, root, data, &plan_ms, &hits);
+  });
+  std::filesystem::remove_all(root);
+  if (!st.ok()) {
+    std::cerr << "ckpt-bench-plan: " << st << "\n";
+    return false;
+  }
+  for (int k = 0; k < 3; ++k) {
+    bool all_hit =
+        std::all_of(hits[k].begin(), hits[k].end(), [](bool b) { return b; });
+    if (all_hit != (k > 0)) {
+      std::cerr << "ckpt-bench-plan: unexpected cache outcome at save " << k + 1
+                << "\n";
+      return false;
+    }
+    double slowest = *std::max_element(plan_ms[k].begin(), plan_ms[k].end());
+    (k == 0 ? miss : hit)->push_back(slowest);
+  }
+  return true;
+}
+
+// The planning cost of a save on `ranks` in-process ranks with `tensors`
+// tensors each, on a plan-cache miss and on hits (medians over `repeats`).
 int RunInProcess(int ranks, uint64_t tensors, int repeats,
                  const std::string& dir_arg) {
   std::string base = dir_arg;
   if (base.empty())
     base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp";
   std::vector<double> miss, hit;
-  const std::vector<char> data(16 * 8 * 4, 1);
   for (int rep = 0; rep < repeats; ++rep) {
     std::string root =
         absl::StrFormat("%s/ckpt-bench-plan-%d-%d", base, getpid(), rep);
-    std::filesystem::remove_all(root);
-    ckpt::InProcessWorld world(ranks);
-    std::vector<std::vector<double>> plan_ms(3, std::vector<double>(ranks));
-    std::vector<std::vector<bool>> hits(3, std::vector<bool>(ranks));
-    absl::Status st =
-        ckpt::RunRanks(world, [&](ckpt::Communicator& comm) -> absl::Status {
-          ckpt::Writer::Options wo;
-          wo.comm = &comm;
-          auto writer = ckpt::Writer::Create(wo);
-          if (!writer.ok()) return writer.status();
-          for (uint64_t i = 0; i < tensors; ++i) {
-            Piece p = PieceOf(i, comm.rank(), ranks);
-            ckpt::TensorOptions o;
-            o.replica = p.replica;
-            absl::Status s = (*writer)->AddTensor(
-                absl::StrFormat("layers.%d.t%d", i / 16, i % 16),
-                ckpt::DType::kFloat32, p.shape, p.region, data.data(), o);
-            if (!s.ok()) return s;
-          }
-          absl::Status s = (*writer)->SetObject(
-              absl::StrFormat("rng.rank%d", comm.rank()), "state");
-          if (!s.ok()) return s;
-          ckpt::SaveOptions so;
-          so.reuse_recorded_plan = false;
-          so.io_threads = 1;
-          so.alignment = 1;
-          for (int k = 0; k < 3; ++k) {
-            // Ranks reach a save together in a trainer; skew from the previous
-            // save's end is not planning cost.
-            absl::Status b = comm.Barrier();
-            if (!b.ok()) return b;
-            auto r = (*writer)->Save(root, k + 1, so);
-            if (!r.ok()) return r.status();
-            plan_ms[k][comm.rank()] = r->plan_seconds * 1e3;
-            hits[k][comm.rank()] = r->plan_cache_hit;
-          }
-          return absl::OkStatus();
-        });
-    std::filesystem::remove_all(root);
-    if (!st.ok()) {
-      std::cerr << "ckpt-bench-plan: " << st << "\n";
-      return 2;
-    }
-    for (int k = 0; k < 3; ++k) {
-      bool all_hit =
-          std::all_of(hits[k].begin(), hits[k].end(), [](bool b) { return b; });
-      if (all_hit != (k > 0)) {
-        std::cerr << "ckpt-bench-plan: unexpected cache outcome at save "
-                  << k + 1 << "\n";
-        return 2;
-      }
-      double slowest = *std::max_element(plan_ms[k].begin(), plan_ms[k].end());
-      (k == 0 ? miss : hit).push_back(slowest);
-    }
+    if (!TimeInProcessRepeat(ranks, tensors, root, &miss, &hit)) return 2;
     std::printf("repeat %d: miss %.1f ms, hits %.2f / %.2f ms\n", rep,
                 miss.back(), hit[hit.size() - 2], hit.back());
   }
@@ -205,6 +225,30 @@ std::string SyntheticRankPlan(int r, uint64_t tensors) {
   return ckpt::internal::EncodeRankPlan(rp);
 }
 
+// The PLAN record of a synthetic job's plan: every unique piece written
+// once (8 pieces per tensor plus the objects). The most writes of one rank
+// in *max_writes; false, with a message, otherwise.
+bool CheckSyntheticRecord(const std::string& body, int ranks, uint64_t tensors,
+                          uint64_t* max_writes) {
+  auto record = ckpt::format::DecodePlanRecord(body);
+  if (!record.ok()) {
+    std::cerr << "ckpt-bench-plan: " << record.status() << "\n";
+    return false;
+  }
+  uint64_t writes = 0;
+  *max_writes = 0;
+  for (const auto& rk : record->ranks) {
+    writes += rk.writes.size();
+    *max_writes = std::max<uint64_t>(*max_writes, rk.writes.size());
+  }
+  if (writes != tensors * kTp + ranks) {
+    std::cerr << "ckpt-bench-plan: plan assigns " << writes
+              << " writes, expected " << tensors * kTp + ranks << "\n";
+    return false;
+  }
+  return true;
+}
+
 // Times internal::PlanOnCoordinator, the coordinator's whole planning of a
 // save (decode every message, check, de-duplicate, balance, encode the
 // record), over the messages of a synthetic job (made afresh, untimed, for
@@ -234,20 +278,8 @@ int RunSynthetic(int ranks, uint64_t tensors, int repeats) {
       return 2;
     }
     record_bytes = planned->body.size();
-    auto record = ckpt::format::DecodePlanRecord(planned->body);
-    if (!record.ok()) {
-      std::cerr << "ckpt-bench-plan: " << record.status() << "\n";
-      return 2;
-    }
-    uint64_t writes = 0, max_writes = 0;
-    for (const auto& rk : record->ranks) {
-      writes += rk.writes.size();
-      max_writes = std::max<uint64_t>(max_writes, rk.writes.size());
-    }
-    // Every unique piece written once: 8 pieces per tensor plus the objects.
-    if (writes != tensors * kTp + ranks) {
-      std::cerr << "ckpt-bench-plan: plan assigns " << writes
-                << " writes, expected " << tensors * kTp + ranks << "\n";
+    uint64_t max_writes = 0;
+    if (!CheckSyntheticRecord(planned->body, ranks, tensors, &max_writes)) {
       return 2;
     }
     std::printf(
@@ -281,21 +313,26 @@ int RunSynthetic(int ranks, uint64_t tensors, int repeats) {
 // rank's requests, pairing them with the chunks, planning and assigning
 // the reads; reported with the bytes each rank and each node reads (ranks
 // r / per_node share a node; per_node 0: nodes unknown).
-int RunLoadPlan(int ranks, uint64_t tensors, int repeats, int per_node) {
-  namespace fmt = ckpt::format;
-  using ckpt::internal::PlanRequest;
-  constexpr int kTp = 8;
-  constexpr uint64_t kR = 8192, kC = 4096, kBlock = 1 << 20;
-  if (ranks % kTp != 0) {
-    std::cerr << "ckpt-bench-plan: --synthetic-ranks must be a multiple of 8\n";
-    return 2;
-  }
-  auto piece = [&](uint64_t i, int tp) -> ckpt::Box {
-    if (i % 2 == 0) return ckpt::Box{{tp * kR / kTp, 0}, {kR / kTp, kC}};
-    return ckpt::Box{{0, tp * kC / kTp}, {kR, kC / kTp}};
-  };
-  fmt::Manifest m;
+namespace load_plan {
+
+namespace fmt = ckpt::format;
+constexpr uint64_t kR = 8192, kC = 4096, kBlock = 1 << 20;
+
+// The TP piece `tp` of tensor `i`: rows for even tensors, columns for odd.
+ckpt::Box Piece(uint64_t i, int tp) {
+  if (i % 2 == 0) return ckpt::Box{{tp * kR / kTp, 0}, {kR / kTp, kC}};
+  return ckpt::Box{{0, tp * kC / kTp}, {kR, kC / kTp}};
+}
+
+// The inputs of the plan: the manifest of the saved checkpoint, the block
+// tables of its chunks, and every rank's encoded requests.
+struct Inputs {
+  fmt::Manifest manifest;
   std::map<std::pair<uint32_t, uint32_t>, fmt::ChunkRecord> indexed;
+  std::vector<std::string> encoded;  // [rank]
+};
+
+void AddTensors(int ranks, uint64_t tensors, Inputs* in) {
   std::vector<uint64_t> end(ranks, 0);
   for (uint64_t i = 0; i < tensors; ++i) {
     fmt::EntryRecord e;
@@ -304,7 +341,7 @@ int RunLoadPlan(int ranks, uint64_t tensors, int repeats, int per_node) {
     e.shape = {kR, kC};
     for (int tp = 0; tp < kTp; ++tp) {
       fmt::ChunkRecord c;
-      c.region = piece(i, tp);
+      c.region = Piece(i, tp);
       c.shard = static_cast<uint32_t>((kTp * i + tp) % ranks);
       c.block_size = kBlock;
       c.data_offset = 64 + end[c.shard];
@@ -314,62 +351,74 @@ int RunLoadPlan(int ranks, uint64_t tensors, int repeats, int per_node) {
       for (uint64_t b = 0; b * kBlock < c.stored_length; ++b) {
         with.blocks.push_back(fmt::BlockRecord{kBlock, 0});
       }
-      indexed[{static_cast<uint32_t>(i), static_cast<uint32_t>(tp)}] = with;
+      in->indexed[{static_cast<uint32_t>(i), static_cast<uint32_t>(tp)}] = with;
       e.chunks.push_back(c);
     }
-    m.entries.push_back(std::move(e));
+    in->manifest.entries.push_back(std::move(e));
   }
-  std::vector<std::string> encoded(ranks);
+}
+
+void AddRequests(int ranks, uint64_t tensors, int per_node, Inputs* in) {
+  in->encoded.resize(ranks);
   for (int r = 0; r < ranks; ++r) {
-    std::vector<PlanRequest> reqs;
+    std::vector<ckpt::internal::PlanRequest> reqs;
     for (uint64_t i = 0; i < tensors; ++i) {
-      reqs.push_back({static_cast<uint32_t>(i), piece(i, r % kTp)});
+      reqs.push_back({static_cast<uint32_t>(i), Piece(i, r % kTp)});
     }
     const std::string node =
         per_node > 0 ? absl::StrCat("node", r / per_node) : "";
-    encoded[r] = ckpt::internal::EncodeRankRequests(node, reqs);
+    in->encoded[r] = ckpt::internal::EncodeRankRequests(node, reqs);
   }
-  auto lookup = [&](uint32_t e, uint32_t c) { return &indexed.at({e, c}); };
+}
+
+// What the repeats measured: times, and the last plan with the bytes it
+// reads per node.
+struct Timings {
   std::vector<double> times, cpu_times;
   ckpt::internal::CoopPlan plan;
-  std::vector<uint64_t> node_bytes;  // bytes read per node
+  std::vector<uint64_t> node_bytes;
+};
+
+// Plans `repeats` times as every rank would; false, with a message, on an
+// error.
+bool TimePlans(const Inputs& in, int repeats, Timings* t) {
+  auto lookup = [&](uint32_t e, uint32_t c) { return &in.indexed.at({e, c}); };
   for (int rep = 0; rep < repeats; ++rep) {
-    auto t = Clock::now();
+    auto start = Clock::now();
     double cpu0 = ThreadCpuMs();
-    auto groups = ckpt::internal::GroupRequests(m, encoded);
+    auto groups = ckpt::internal::GroupRequests(in.manifest, in.encoded);
     if (!groups.ok()) {
       std::cerr << "ckpt-bench-plan: " << groups.status() << "\n";
-      return 2;
+      return false;
     }
-    auto pieces = ckpt::internal::PairRequests(m, groups->unique);
+    auto pieces = ckpt::internal::PairRequests(in.manifest, groups->unique);
     if (!pieces.ok()) {
       std::cerr << "ckpt-bench-plan: " << pieces.status() << "\n";
-      return 2;
+      return false;
     }
-    plan = ckpt::internal::PlanCooperativeReads(
-        m, *groups, *pieces, lookup,
+    t->plan = ckpt::internal::PlanCooperativeReads(
+        in.manifest, *groups, *pieces, lookup,
         ckpt::internal::CoopOptions{});  // the Reader's defaults
-    times.push_back(MsSince(t));
-    cpu_times.push_back(ThreadCpuMs() - cpu0);
-    std::printf("repeat %d: %.0f ms, cpu %.0f ms\n", rep, times.back(),
-                cpu_times.back());
-    node_bytes = ckpt::internal::BytesReadPerNode(*groups, plan);
+    t->times.push_back(MsSince(start));
+    t->cpu_times.push_back(ThreadCpuMs() - cpu0);
+    std::printf("repeat %d: %.0f ms, cpu %.0f ms\n", rep, t->times.back(),
+                t->cpu_times.back());
+    t->node_bytes = ckpt::internal::BytesReadPerNode(*groups, t->plan);
   }
-  // Each stored byte is read once.
-  if (plan.stored_bytes != tensors * kR * kC * 2) {
-    std::cerr << "ckpt-bench-plan: the plan reads " << plan.stored_bytes
-              << " bytes, the checkpoint stores " << tensors * kR * kC * 2
-              << "\n";
-    return 2;
-  }
+  return true;
+}
+
+void Report(int ranks, uint64_t tensors, int repeats, int per_node,
+            const Timings& t) {
+  const ckpt::internal::CoopPlan& plan = t.plan;
   const auto [lo, hi] =
       std::minmax_element(plan.bytes_read.begin(), plan.bytes_read.end());
   const double mean = double(plan.stored_bytes) / ranks;
   const auto [nlo, nhi] =
-      std::minmax_element(node_bytes.begin(), node_bytes.end());
-  const size_t nodes = node_bytes.size();
+      std::minmax_element(t.node_bytes.begin(), t.node_bytes.end());
+  const size_t nodes = t.node_bytes.size();
   const double nmean = double(plan.stored_bytes) / nodes;
-  const double ms = Median(times), cpu_ms = Median(cpu_times);
+  const double ms = Median(t.times), cpu_ms = Median(t.cpu_times);
   std::printf(
       "cooperative load plan, %d ranks x %llu tensors (%llu requests, %.1f "
       "GiB stored, %zu reads, %u rounds): %.0f ms; bytes read per rank min "
@@ -394,6 +443,30 @@ int RunLoadPlan(int ranks, uint64_t tensors, int repeats, int per_node) {
       static_cast<unsigned long long>(*hi), *hi / mean, per_node, nodes,
       static_cast<unsigned long long>(*nlo), nmean,
       static_cast<unsigned long long>(*nhi), *nhi / nmean);
+}
+
+}  // namespace load_plan
+
+int RunLoadPlan(int ranks, uint64_t tensors, int repeats, int per_node) {
+  using load_plan::kC;
+  using load_plan::kR;
+  if (ranks % kTp != 0) {
+    std::cerr << "ckpt-bench-plan: --synthetic-ranks must be a multiple of 8\n";
+    return 2;
+  }
+  load_plan::Inputs in;
+  load_plan::AddTensors(ranks, tensors, &in);
+  load_plan::AddRequests(ranks, tensors, per_node, &in);
+  load_plan::Timings t;
+  if (!load_plan::TimePlans(in, repeats, &t)) return 2;
+  // Each stored byte is read once.
+  if (t.plan.stored_bytes != tensors * kR * kC * 2) {
+    std::cerr << "ckpt-bench-plan: the plan reads " << t.plan.stored_bytes
+              << " bytes, the checkpoint stores " << tensors * kR * kC * 2
+              << "\n";
+    return 2;
+  }
+  load_plan::Report(ranks, tensors, repeats, per_node, t);
   return 0;
 }
 

@@ -124,57 +124,64 @@ uint64_t RegionElements(const Region& region) {
   return std::get<FlatRange>(region).length;
 }
 
-uint64_t ForEachRun(const Shape& shape, const Region& src, const Region& dst,
-                    absl::FunctionRef<void(uint64_t, uint64_t, uint64_t)> fn) {
-  RunEmitter out(fn);
-  const FlatRange* sf = std::get_if<FlatRange>(&src);
-  const FlatRange* df = std::get_if<FlatRange>(&dst);
-  if (sf && df) {
-    uint64_t lo = std::max(sf->start, df->start);
-    uint64_t hi = std::min(sf->start + sf->length, df->start + df->length);
-    if (lo < hi) out.Add(lo - sf->start, lo - df->start, hi - lo);
-    return out.Finish();
+namespace {
+
+// The one run of two flat ranges: their overlap, if any.
+void FlatRuns(const FlatRange& sf, const FlatRange& df, RunEmitter* out) {
+  uint64_t lo = std::max(sf.start, df.start);
+  uint64_t hi = std::min(sf.start + sf.length, df.start + df.length);
+  if (lo < hi) out->Add(lo - sf.start, lo - df.start, hi - lo);
+}
+
+// The box of elements that two regions, not both flat ranges, may share:
+// the intersection of two boxes, or the box of a box and a flat range.
+// False when they share nothing.
+bool SharedBox(const Box* sb, const Box* db, const FlatRange* flat,
+               Box* inter) {
+  if (sb && db) return IntersectBoxes(*sb, *db, inter);
+  *inter = sb ? *sb : *db;
+  return flat->length != 0 && BoxElements(*inter) != 0;
+}
+
+// Cuts off the rows of dim 0 of `inter` that `flat` (if not null) cannot
+// touch. False when nothing is left.
+bool ClipToFlat(const Dims& stride, const FlatRange* flat, Box* inter) {
+  for (uint64_t s : inter->size) {
+    if (s == 0) return false;
   }
-  const size_t n = shape.size();
-  const Box* sb = std::get_if<Box>(&src);
-  const Box* db = std::get_if<Box>(&dst);
+  if (flat == nullptr) return true;
+  const uint64_t flat_end = flat->start + flat->length;
+  uint64_t first0 = flat->start / stride[0];
+  uint64_t last0 = (flat_end - 1) / stride[0];
+  uint64_t lo = std::max(inter->offset[0], first0);
+  uint64_t hi = std::min(inter->offset[0] + inter->size[0], last0 + 1);
+  if (lo >= hi) return false;
+  inter->size[0] = hi - lo;
+  inter->offset[0] = lo;
+  return true;
+}
+
+// The index, in box `b` (row-major, strides `bstride`), of the element at
+// coordinates c[0 .. n-2] and `last` in the last dim.
+uint64_t LocalIndex(const Box& b, const Dims& bstride, const Dims& c,
+                    uint64_t last) {
+  const size_t n = b.offset.size();
+  uint64_t idx = 0;
+  for (size_t d = 0; d + 1 < n; ++d) idx += (c[d] - b.offset[d]) * bstride[d];
+  return idx + (last - b.offset[n - 1]);
+}
+
+// The runs of every row (along the last dim) of `inter`, in row-major
+// order, clipped to the flat range of sf or df if there is one; the other
+// side's positions are local to its box (sb or db).
+void RowRuns(const Dims& stride, const Box& inter, const Box* sb, const Box* db,
+             const FlatRange* sf, const FlatRange* df, RunEmitter* out) {
+  const size_t n = inter.offset.size();
   const FlatRange* flat = sf ? sf : df;
-  Box inter;
-  if (sb && db) {
-    if (!IntersectBoxes(*sb, *db, &inter)) return 0;
-  } else {
-    inter = sb ? *sb : *db;
-    if (flat->length == 0 || BoxElements(inter) == 0) return 0;
-  }
-  if (n == 0) {
-    out.Add(0, 0, 1);
-    return out.Finish();
-  }
-  for (uint64_t s : inter.size) {
-    if (s == 0) return 0;
-  }
-  Dims stride = Strides(shape);
-  uint64_t flat_end = 0;
-  if (flat) {
-    flat_end = flat->start + flat->length;
-    uint64_t first0 = flat->start / stride[0];
-    uint64_t last0 = (flat_end - 1) / stride[0];
-    uint64_t lo = std::max(inter.offset[0], first0);
-    uint64_t hi = std::min(inter.offset[0] + inter.size[0], last0 + 1);
-    if (lo >= hi) return 0;
-    inter.size[0] = hi - lo;
-    inter.offset[0] = lo;
-  }
+  const uint64_t flat_end = flat ? flat->start + flat->length : 0;
   Dims sstride, dstride;
   if (sb) sstride = Strides(sb->size);
   if (db) dstride = Strides(db->size);
-  auto local = [&](const Box* b, const Dims& bstride, const Dims& c,
-                   uint64_t last) {
-    uint64_t idx = 0;
-    for (size_t d = 0; d + 1 < n; ++d)
-      idx += (c[d] - b->offset[d]) * bstride[d];
-    return idx + (last - b->offset[n - 1]);
-  };
   const uint64_t row_len = inter.size[n - 1];
   Dims c(inter.offset.begin(), inter.offset.end());
   while (true) {
@@ -189,9 +196,9 @@ uint64_t ForEachRun(const Shape& shape, const Region& src, const Region& dst,
     }
     if (lo < hi) {
       uint64_t last = inter.offset[n - 1] + (lo - g);
-      uint64_t s = sb ? local(sb, sstride, c, last) : lo - sf->start;
-      uint64_t d = db ? local(db, dstride, c, last) : lo - df->start;
-      out.Add(s, d, hi - lo);
+      uint64_t s = sb ? LocalIndex(*sb, sstride, c, last) : lo - sf->start;
+      uint64_t d = db ? LocalIndex(*db, dstride, c, last) : lo - df->start;
+      out->Add(s, d, hi - lo);
     }
     size_t d = n - 1;
     bool done = true;
@@ -204,6 +211,30 @@ uint64_t ForEachRun(const Shape& shape, const Region& src, const Region& dst,
     }
     if (done) break;
   }
+}
+
+}  // namespace
+
+uint64_t ForEachRun(const Shape& shape, const Region& src, const Region& dst,
+                    absl::FunctionRef<void(uint64_t, uint64_t, uint64_t)> fn) {
+  RunEmitter out(fn);
+  const FlatRange* sf = std::get_if<FlatRange>(&src);
+  const FlatRange* df = std::get_if<FlatRange>(&dst);
+  if (sf && df) {
+    FlatRuns(*sf, *df, &out);
+    return out.Finish();
+  }
+  const Box* sb = std::get_if<Box>(&src);
+  const Box* db = std::get_if<Box>(&dst);
+  Box inter;
+  if (!SharedBox(sb, db, sf ? sf : df, &inter)) return 0;
+  if (shape.empty()) {
+    out.Add(0, 0, 1);
+    return out.Finish();
+  }
+  const Dims stride = Strides(shape);
+  if (!ClipToFlat(stride, sf ? sf : df, &inter)) return 0;
+  RowRuns(stride, inter, sb, db, sf, df, &out);
   return out.Finish();
 }
 

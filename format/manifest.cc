@@ -131,18 +131,17 @@ absl::StatusOr<std::vector<ShardInfo>> DecodeShards(const RawSection& s) {
   return shards;
 }
 
-// The fixed header and tail (spec §6.1, §6.2): magic, version, size limits,
-// checksum, reserved field and feature bits. Fills the version and features
-// of `m`.
-absl::Status DecodeManifestFrame(absl::string_view bytes, Manifest* m) {
-  constexpr uint64_t kMin = kManifestHeaderSize + kManifestTailSize;
-  // §2 stable prefix: magic and major come before every check that depends
-  // on the v1 layout, so a newer major is Unsupported whatever its size.
+constexpr uint64_t kMinManifestSize = kManifestHeaderSize + kManifestTailSize;
+
+// §2 stable prefix: magic and major come before every check that depends
+// on the v1 layout, so a newer major is Unsupported whatever its size.
+// Fills the minor version of `m`.
+absl::Status CheckManifestPrefix(absl::string_view bytes, Manifest* m) {
   constexpr size_t kPrefix = kMagicSize + 4;
   if (bytes.size() < kPrefix) {
     return absl::DataLossError(
         absl::StrFormat("manifest: truncated: %d bytes, at least %d needed",
-                        bytes.size(), kMin));
+                        bytes.size(), kMinManifestSize));
   }
   if (std::memcmp(bytes.data(), kManifestMagic, kMagicSize) != 0) {
     return absl::DataLossError(
@@ -150,21 +149,25 @@ absl::Status DecodeManifestFrame(absl::string_view bytes, Manifest* m) {
   }
   uint16_t major = LoadFixed16(bytes.data() + 8);
   m->minor_version = LoadFixed16(bytes.data() + 10);
-  if (major != kFormatMajor) {
-    if (major > kFormatMajor) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "manifest: format version %d.%d is newer than this reader supports "
-          "(%d.x); upgrade ckpt",
-          major, m->minor_version, kFormatMajor));
-    }
-    return absl::DataLossError(absl::StrFormat(
-        "manifest: format major version %d is invalid (expected %d)", major,
-        kFormatMajor));
+  if (major == kFormatMajor) return absl::OkStatus();
+  if (major > kFormatMajor) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "manifest: format version %d.%d is newer than this reader supports "
+        "(%d.x); upgrade ckpt",
+        major, m->minor_version, kFormatMajor));
   }
-  if (bytes.size() < kMin) {
+  return absl::DataLossError(
+      absl::StrFormat("manifest: format major version %d is invalid "
+                      "(expected %d)",
+                      major, kFormatMajor));
+}
+
+// The size limits and the tail (spec §6.2): its magic and the checksum.
+absl::Status CheckManifestSizeAndTail(absl::string_view bytes) {
+  if (bytes.size() < kMinManifestSize) {
     return absl::DataLossError(
         absl::StrFormat("manifest: truncated: %d bytes, at least %d needed",
-                        bytes.size(), kMin));
+                        bytes.size(), kMinManifestSize));
   }
   if (bytes.size() > kMaxManifestSize) {
     return absl::DataLossError(
@@ -184,6 +187,12 @@ absl::Status DecodeManifestFrame(absl::string_view bytes, Manifest* m) {
         "manifest: checksum 0x%016x != 0x%016x (stored != computed)", stored,
         actual));
   }
+  return absl::OkStatus();
+}
+
+// The header's reserved field and feature bits (spec §6.1); fills the
+// features of `m`.
+absl::Status DecodeManifestFeatures(absl::string_view bytes, Manifest* m) {
   uint32_t reserved = LoadFixed32(bytes.data() + 12);
   if (reserved != 0) {
     return absl::DataLossError(absl::StrFormat(
@@ -197,6 +206,15 @@ absl::Status DecodeManifestFrame(absl::string_view bytes, Manifest* m) {
         m->required_features & ~kKnownRequiredFeatures));
   }
   return absl::OkStatus();
+}
+
+// The fixed header and tail (spec §6.1, §6.2): magic, version, size limits,
+// checksum, reserved field and feature bits. Fills the version and features
+// of `m`.
+absl::Status DecodeManifestFrame(absl::string_view bytes, Manifest* m) {
+  CKPT_RETURN_IF_ERROR(CheckManifestPrefix(bytes, m));
+  CKPT_RETURN_IF_ERROR(CheckManifestSizeAndTail(bytes));
+  return DecodeManifestFeatures(bytes, m);
 }
 
 // The sections between header and tail (spec §7), each decoded by its codec;

@@ -367,6 +367,51 @@ absl::Status CheckUniqueNames(const std::vector<EntryRecord>& entries) {
   return absl::OkStatus();
 }
 
+// The kind, dtype and flags of an entry record (spec §8.2).
+absl::Status DecodeEntryType(ByteReader& r, EntryRecord* e) {
+  CKPT_ASSIGN_OR_RETURN(uint8_t kind, r.Read8("entry kind"));
+  if (kind != 1 && kind != 2) {
+    return absl::DataLossError(
+        absl::StrCat("unknown entry kind ", static_cast<int>(kind)));
+  }
+  e->kind = static_cast<EntryKind>(kind);
+  CKPT_ASSIGN_OR_RETURN(uint8_t code, r.Read8("dtype"));
+  CKPT_ASSIGN_OR_RETURN(e->dtype, DTypeFromCode(code));
+  CKPT_ASSIGN_OR_RETURN(uint8_t flags, r.Read8("entry flags"));
+  if ((flags & ~kEntryFlagsKnown) != 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "reserved entry flag bits 0x%x are set", flags & ~kEntryFlagsKnown));
+  }
+  e->flags = flags;
+  return absl::OkStatus();
+}
+
+// The global shape of an entry record, checked against its dtype and kind.
+absl::Status DecodeEntryShape(ByteReader& r, EntryRecord* e) {
+  CKPT_ASSIGN_OR_RETURN(uint64_t ndim, r.ReadVarintAtMost("ndim", kMaxDims));
+  e->shape.resize(ndim);
+  for (uint64_t d = 0; d < ndim; ++d) {
+    CKPT_ASSIGN_OR_RETURN(e->shape[d], r.ReadVarint("dim"));
+  }
+  absl::Status ss = ValidateShape(e->shape, DTypeSize(e->dtype));
+  if (!ss.ok()) return absl::DataLossError(ss.message());
+  if (e->kind == EntryKind::kObject &&
+      (e->dtype != DType::kUInt8 || e->shape.size() != 1)) {
+    return absl::DataLossError("an object must be a 1-d uint8 entry");
+  }
+  return absl::OkStatus();
+}
+
+// An entry record after its name: type, shape and chunks. Messages name
+// nothing; the caller adds the entry.
+absl::Status DecodeEntryBody(ByteReader& r, bool with_blocks, EntryRecord* e) {
+  CKPT_RETURN_IF_ERROR(DecodeEntryType(r, e));
+  CKPT_RETURN_IF_ERROR(DecodeEntryShape(r, e));
+  CKPT_ASSIGN_OR_RETURN(uint64_t nchunks,
+                        r.ReadVarintAtMost("chunk count", kMaxChunksPerEntry));
+  return DecodeEntryChunks(r, nchunks, with_blocks, e);
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<EntryRecord>> DecodeEntries(const RawSection& s,
@@ -381,51 +426,13 @@ absl::StatusOr<std::vector<EntryRecord>> DecodeEntries(const RawSection& s,
     CKPT_ASSIGN_OR_RETURN(auto name,
                           r.ReadString("entry name", kMaxNameLength));
     e.name = std::string(name);
-    std::string where = absl::StrCat("entry ", i);
     absl::Status ns = ValidateEntryName(e.name);
-    if (!ns.ok()) return Corrupt(ns, where);
-    where = absl::StrCat("entry '", EscapeText(e.name), "'");
-    auto fail = [&](const absl::Status& st) {
-      return absl::Status(st.code(), absl::StrCat(where, ": ", st.message()));
-    };
-    auto kind = r.Read8("entry kind");
-    if (!kind.ok()) return fail(kind.status());
-    if (*kind != 1 && *kind != 2) {
-      return fail(absl::DataLossError(
-          absl::StrCat("unknown entry kind ", static_cast<int>(*kind))));
+    if (!ns.ok()) return Corrupt(ns, absl::StrCat("entry ", i));
+    absl::Status es = DecodeEntryBody(r, with_blocks, &e);
+    if (!es.ok()) {
+      return absl::Status(es.code(), absl::StrCat("entry '", EscapeText(e.name),
+                                                  "': ", es.message()));
     }
-    e.kind = static_cast<EntryKind>(*kind);
-    auto code = r.Read8("dtype");
-    if (!code.ok()) return fail(code.status());
-    auto dtype = DTypeFromCode(*code);
-    if (!dtype.ok()) return fail(dtype.status());
-    e.dtype = *dtype;
-    auto flags = r.Read8("entry flags");
-    if (!flags.ok()) return fail(flags.status());
-    if ((*flags & ~kEntryFlagsKnown) != 0) {
-      return fail(absl::DataLossError(
-          absl::StrFormat("reserved entry flag bits 0x%x are set",
-                          *flags & ~kEntryFlagsKnown)));
-    }
-    e.flags = *flags;
-    auto ndim = r.ReadVarintAtMost("ndim", kMaxDims);
-    if (!ndim.ok()) return fail(ndim.status());
-    e.shape.resize(*ndim);
-    for (uint64_t d = 0; d < *ndim; ++d) {
-      auto v = r.ReadVarint("dim");
-      if (!v.ok()) return fail(v.status());
-      e.shape[d] = *v;
-    }
-    absl::Status ss = ValidateShape(e.shape, DTypeSize(e.dtype));
-    if (!ss.ok()) return fail(absl::DataLossError(ss.message()));
-    if (e.kind == EntryKind::kObject &&
-        (e.dtype != DType::kUInt8 || e.shape.size() != 1)) {
-      return fail(absl::DataLossError("an object must be a 1-d uint8 entry"));
-    }
-    auto nchunks = r.ReadVarintAtMost("chunk count", kMaxChunksPerEntry);
-    if (!nchunks.ok()) return fail(nchunks.status());
-    absl::Status cs = DecodeEntryChunks(r, *nchunks, with_blocks, &e);
-    if (!cs.ok()) return fail(cs);
     entries.push_back(std::move(e));
   }
   CKPT_RETURN_IF_ERROR(CheckNoTrailingBytes(s, r, "entry"));

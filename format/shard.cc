@@ -34,34 +34,41 @@ std::string EncodeShardHeader(const ShardHeader& h) {
   return out;
 }
 
-absl::StatusOr<ShardHeader> DecodeShardHeader(absl::string_view bytes) {
-  // §2 stable prefix: magic and major come before the v1 size, so a newer
-  // major is Unsupported even when its header is shorter.
-  auto truncated = [&] {
-    return absl::DataLossError(
-        absl::StrFormat("shard header: truncated: %d bytes, %d needed",
-                        bytes.size(), kShardHeaderSize));
-  };
-  if (bytes.size() < kMagicSize + 4) return truncated();
+namespace {
+
+absl::Status TruncatedShardHeader(absl::string_view bytes) {
+  return absl::DataLossError(
+      absl::StrFormat("shard header: truncated: %d bytes, %d needed",
+                      bytes.size(), kShardHeaderSize));
+}
+
+// §2 stable prefix: magic and major come before the v1 size, so a newer
+// major is Unsupported even when its header is shorter. Fills the minor
+// version of `h`.
+absl::Status CheckShardHeaderPrefix(absl::string_view bytes, ShardHeader* h) {
+  if (bytes.size() < kMagicSize + 4) return TruncatedShardHeader(bytes);
   if (std::memcmp(bytes.data(), kShardMagic, kMagicSize) != 0) {
     return absl::DataLossError(
         "shard header: bad magic at offset 0: not a ckpt shard file");
   }
-  ShardHeader h;
   uint16_t major = LoadFixed16(bytes.data() + 8);
-  h.minor_version = LoadFixed16(bytes.data() + 10);
+  h->minor_version = LoadFixed16(bytes.data() + 10);
   if (major > kFormatMajor) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "shard header: format version %d.%d is newer than this reader supports "
         "(%d.x); upgrade ckpt",
-        major, h.minor_version, kFormatMajor));
+        major, h->minor_version, kFormatMajor));
   }
   if (major != kFormatMajor) {
     return absl::DataLossError(absl::StrFormat(
         "shard header: format major version %d is invalid (expected %d)", major,
         kFormatMajor));
   }
-  if (bytes.size() < kShardHeaderSize) return truncated();
+  return absl::OkStatus();
+}
+
+// The checksum and the reserved fields of a whole v1 header (spec §5.1).
+absl::Status CheckShardHeaderIntegrity(absl::string_view bytes) {
   uint64_t stored = LoadFixed64(bytes.data() + 56);
   uint64_t actual = Checksum(bytes.data(), 56);
   if (stored != actual) {
@@ -81,20 +88,36 @@ absl::StatusOr<ShardHeader> DecodeShardHeader(absl::string_view bytes) {
           static_cast<unsigned char>(bytes[i])));
     }
   }
-  std::memcpy(h.checkpoint_id.data(), bytes.data() + 16, 16);
-  h.shard_id = LoadFixed32(bytes.data() + 32);
-  h.alignment = LoadFixed32(bytes.data() + 36);
-  if (h.shard_id >= kMaxShards) {
+  return absl::OkStatus();
+}
+
+// The checkpoint id, shard id and alignment, checked (spec §5.1).
+absl::Status DecodeShardHeaderFields(absl::string_view bytes, ShardHeader* h) {
+  std::memcpy(h->checkpoint_id.data(), bytes.data() + 16, 16);
+  h->shard_id = LoadFixed32(bytes.data() + 32);
+  h->alignment = LoadFixed32(bytes.data() + 36);
+  if (h->shard_id >= kMaxShards) {
     return absl::DataLossError(
         absl::StrFormat("shard header: shard id %d exceeds the limit %d",
-                        h.shard_id, kMaxShards - 1));
+                        h->shard_id, kMaxShards - 1));
   }
-  if (h.alignment == 0 || (h.alignment & (h.alignment - 1)) != 0 ||
-      h.alignment > kMaxAlignment) {
+  if (h->alignment == 0 || (h->alignment & (h->alignment - 1)) != 0 ||
+      h->alignment > kMaxAlignment) {
     return absl::DataLossError(absl::StrFormat(
         "shard header: alignment %d is not a power of two in [1, %d]",
-        h.alignment, kMaxAlignment));
+        h->alignment, kMaxAlignment));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ShardHeader> DecodeShardHeader(absl::string_view bytes) {
+  ShardHeader h;
+  CKPT_RETURN_IF_ERROR(CheckShardHeaderPrefix(bytes, &h));
+  if (bytes.size() < kShardHeaderSize) return TruncatedShardHeader(bytes);
+  CKPT_RETURN_IF_ERROR(CheckShardHeaderIntegrity(bytes));
+  CKPT_RETURN_IF_ERROR(DecodeShardHeaderFields(bytes, &h));
   return h;
 }
 

@@ -115,7 +115,7 @@ class CudaStream final : public DeviceStream {
  private:
   // Contiguous copies: one cudaMemcpyBatchAsync where the runtime has it
   // (CUDA 12.8 and later; the copies of one batch are unordered, which the
-  // Stager's and the loader's copies, to and from disjoint ranges, allow),
+  // SaveStager's and the loader's copies, to and from disjoint ranges, allow),
   // else one cudaMemcpyAsync each. A batch the driver refuses is retried
   // copy by copy, so that an error names the copy that fails.
   absl::Status CopyContiguous(absl::Span<const DeviceCopy> copies,

@@ -16,6 +16,7 @@
 #include "ckpt/writer.h"
 #include "nlohmann/json.hpp"
 #include "util/mutex.h"
+#include "util/rank_status.h"
 
 namespace ckpt::interop {
 namespace fs = std::filesystem;
@@ -122,30 +123,6 @@ absl::Status RegisterRank(const DcpInput& in, int rank, Writer& w,
   return absl::OkStatus();
 }
 
-// Collective (one AllGather): every rank passes its own status and every
-// rank returns that of the lowest rank that failed, or OK. A rank that
-// failed thus still takes part, and no rank goes on into a collective of
-// the save that the failed one will never join.
-absl::Status AgreeOnFirstError(Communicator& comm, const absl::Status& mine) {
-  const std::string sent =
-      mine.ok()
-          ? std::string()
-          : absl::StrCat(static_cast<int>(mine.code()), " ", mine.message());
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all, comm.AllGather(sent));
-  for (const std::string& s : all) {
-    if (s.empty()) continue;
-    const size_t space = s.find(' ');
-    int code = static_cast<int>(absl::StatusCode::kUnknown);
-    if (space == std::string::npos ||
-        !absl::SimpleAtoi(s.substr(0, space), &code)) {
-      return absl::InternalError(absl::StrCat("a rank failed with: ", s));
-    }
-    return absl::Status(static_cast<absl::StatusCode>(code),
-                        s.substr(space + 1));
-  }
-  return absl::OkStatus();
-}
-
 // One rank's part of the conversion: registers what it writes, agrees with
 // the others that every rank could, then saves.
 absl::StatusOr<std::string> ConvertRank(
@@ -160,7 +137,7 @@ absl::StatusOr<std::string> ConvertRank(
     CKPT_ASSIGN_OR_RETURN(w, Writer::Create(wo));
     return RegisterRank(in, comm.rank(), *w, sources, progress);
   }();
-  CKPT_RETURN_IF_ERROR(AgreeOnFirstError(comm, registered));
+  CKPT_RETURN_IF_ERROR(internal::AgreeOnFirstError(comm, registered));
   CKPT_ASSIGN_OR_RETURN(SaveResult saved, w->Save(root, step, so));
   return saved.path;
 }

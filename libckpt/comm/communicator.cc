@@ -1,6 +1,8 @@
-// The default AllToAll (every rank's payload for every peer goes through
-// AllGather, each rank keeping what is addressed to it) and the helpers that
-// every AllToAll shares.
+// comm/: the implementations of ckpt::Communicator (ckpt/communicator.h):
+// in-process ranks (in_process.cc), MPI (mpi/, its own library ckpt_mpi),
+// and here the default AllToAll (every rank's payload for every peer goes
+// through AllGather, each rank keeping what is addressed to it) and the helpers
+// that every AllToAll shares.
 #include "ckpt/communicator.h"
 
 #include <cstring>
@@ -101,20 +103,7 @@ absl::Status Communicator::AllToAllSizeMismatch(int sender, uint64_t sent,
 
 absl::Status Communicator::AgreeOnFirstError(const absl::Status& mine,
                                              std::vector<int64_t>* max_values) {
-  std::vector<int64_t> values;
-  if (max_values != nullptr) values = *max_values;
-  // The maximum of size - rank over the failing ranks names the lowest.
-  values.push_back(mine.ok() ? 0 : size() - rank());
-  CKPT_RETURN_IF_ERROR(AllReduceMax(&values));
-  const int64_t first = values.back();
-  values.pop_back();
-  if (max_values != nullptr) *max_values = std::move(values);
-  if (first == 0) return absl::OkStatus();
-  const int root = static_cast<int>(size() - first);
-  std::string message;
-  if (rank() == root) message = internal::EncodeStatusOr(mine);
-  CKPT_RETURN_IF_ERROR(Broadcast(&message, root));
-  return internal::DecodeStatusOr(message).status();
+  return internal::AgreeOnFirstError(*this, mine, max_values);
 }
 
 absl::Status Communicator::AllToAll(absl::Span<const SendBuffer> send,

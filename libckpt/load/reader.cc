@@ -15,6 +15,7 @@
 #include "ckpt/format/manifest.h"
 #include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
+#include "load/coop/cooperative_load.h"
 #include "load/reader_impl.h"
 #include "read/index_check.h"
 #include "read/read_executor.h"
@@ -30,87 +31,6 @@ namespace ckpt {
 namespace internal {
 
 using format::ChunkRecord;
-
-// Opens shard `id` and checks it against the manifest (§5.6), stopping at
-// the first problem: DataLoss naming the file (and the entry and chunk
-// where one is concerned).
-absl::StatusOr<std::unique_ptr<OpenShard>> ReaderImpl::OpenAndCheck(
-    uint32_t id) {
-  const format::ShardInfo& info = *shard_info_.at(id);
-  auto s = std::make_unique<OpenShard>();
-  s->path = JoinPath(dir_, info.file_name);
-  OpenOptions oo;
-  oo.direct = options_.direct_io;
-  ShardHandles::Slot slot = handles_.Reserve();
-  auto file =
-      internal::OpenShardFile(storage_, s->path, info, manifest_.info.id, oo);
-  if (!file.ok()) return Annotate(file.status(), s->path);
-  s->file = *std::move(file);
-  slot.Fill(id, std::move(s->file.file));
-  CKPT_RETURN_IF_ERROR(CheckIndex(id, s.get()));
-  return s;
-}
-
-absl::Status ReaderImpl::CheckIndex(uint32_t id, OpenShard* s) const {
-  CKPT_ASSIGN_OR_RETURN(
-      std::vector<internal::ChunkRef> matched,
-      internal::CheckShardIndex(index_, id, s->path, s->file.index));
-  for (const internal::ChunkRef& r : matched) {
-    s->indexed[ChunkKey(r.entry, r.chunk)] = r.indexed;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ReaderImpl::AdoptShard(uint32_t id,
-                                    internal::ShardMetaBytes meta) {
-  {
-    MutexLock l(&mu_);
-    if (shards_.count(id) != 0) return absl::OkStatus();
-  }
-  const format::ShardInfo& info = *shard_info_.at(id);
-  auto s = std::make_unique<OpenShard>();
-  s->path = JoinPath(dir_, info.file_name);
-  auto file =
-      internal::DecodeShardMeta(std::move(meta), info, manifest_.info.id);
-  if (!file.ok()) return Annotate(file.status(), s->path);
-  s->file = *std::move(file);
-  CKPT_RETURN_IF_ERROR(CheckIndex(id, s.get()));
-  MutexLock l(&mu_);
-  shards_.emplace(id, std::move(s));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<ShardHandles::Lease> ReaderImpl::GetShardForReading(
-    uint32_t id) {
-  CKPT_ASSIGN_OR_RETURN(const OpenShard* s, GetShard(id));
-  return handles_.Get(id, [&]() -> absl::StatusOr<std::unique_ptr<File>> {
-    OpenOptions oo;
-    oo.direct = options_.direct_io;
-    auto file =
-        internal::OpenShardHandle(storage_, s->path, *shard_info_.at(id), oo);
-    if (!file.ok()) return Annotate(file.status(), s->path);
-    return file;
-  });
-}
-
-absl::StatusOr<const OpenShard*> ReaderImpl::GetShard(uint32_t id) {
-  {
-    MutexLock l(&mu_);
-    auto it = shards_.find(id);
-    if (it != shards_.end()) return it->second.get();
-  }
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<OpenShard> shard, OpenAndCheck(id));
-  MutexLock l(&mu_);
-  auto [it, inserted] = shards_.emplace(id, std::move(shard));
-  return it->second.get();
-}
-
-absl::Status ReaderImpl::OpenShards(const std::vector<uint32_t>& ids,
-                                    int threads) {
-  return internal::ParallelFor(threads, ids.size(), [&](int, size_t i) {
-    return GetShard(ids[i]).status();
-  });
-}
 
 absl::Status ReaderImpl::CheckRequest(const LoadRequest& r,
                                       const LoadOptions& o,
@@ -224,30 +144,6 @@ absl::StatusOr<Prepared> ReaderImpl::Prepare(
   return p;
 }
 
-// §5.7: a requested entry with no chunk in the manifest must be listed by
-// some shard index; this opens every shard (only when there is such an
-// entry). DataLoss naming the checkpoint and the entry.
-absl::Status ReaderImpl::CheckChunkless(const Prepared& p, int threads) {
-  auto no_chunks = [&](uint32_t e) {
-    return manifest_.entries[e].chunks.empty();
-  };
-  if (std::none_of(p.entry.begin(), p.entry.end(), no_chunks)) {
-    return absl::OkStatus();
-  }
-  std::vector<uint32_t> all;
-  std::vector<const format::ShardIndex*> indexes;
-  for (const format::ShardInfo& s : manifest_.shards) all.push_back(s.shard_id);
-  CKPT_RETURN_IF_ERROR(OpenShards(all, threads));
-  for (uint32_t id : all) indexes.push_back(&(*GetShard(id))->file.index);
-  for (uint32_t e : internal::UnindexedChunklessEntries(manifest_, indexes)) {
-    if (std::find(p.entry.begin(), p.entry.end(), e) == p.entry.end()) continue;
-    return Annotate(
-        internal::ChunklessEntryNotIndexed(),
-        internal::LocationText(dir_, manifest_.entries[e].name, -1, "", -1));
-  }
-  return absl::OkStatus();
-}
-
 // Pairs the requests with the chunks (failing on an uncovered region before
 // any I/O), opens the shards concerned and plans the block reads.
 absl::StatusOr<internal::ReadPlan> ReaderImpl::Plan(const Prepared& p,
@@ -259,11 +155,11 @@ absl::StatusOr<internal::ReadPlan> ReaderImpl::Plan(const Prepared& p,
   CKPT_ASSIGN_OR_RETURN(std::vector<internal::ChunkPiece> pieces,
                         internal::PairRequests(manifest_, plan_reqs));
   CKPT_RETURN_IF_ERROR(
-      OpenShards(internal::ShardsOf(manifest_, pieces), threads));
-  CKPT_RETURN_IF_ERROR(CheckChunkless(p, threads));
+      shards_.Open(internal::ShardsOf(manifest_, pieces), threads));
+  CKPT_RETURN_IF_ERROR(shards_.CheckChunkless(p.entry, threads));
   auto lookup = [&](uint32_t entry, uint32_t chunk) -> const ChunkRecord* {
     const uint32_t shard = manifest_.entries[entry].chunks[chunk].shard;
-    const OpenShard* s = *GetShard(shard);  // opened above
+    const OpenShard* s = *shards_.Get(shard);  // opened above
     return s->indexed.at(ChunkKey(entry, chunk));
   };
   return internal::PlanBlockReads(manifest_, pieces, lookup, kTaskBytes);
@@ -271,8 +167,8 @@ absl::StatusOr<internal::ReadPlan> ReaderImpl::Plan(const Prepared& p,
 
 // Runs every read of `plan` on `threads` threads; the first error stops
 // the load.
-absl::Status ReaderImpl::Execute(const internal::ReadPlan& plan, LoadRun* run,
-                                 int threads) {
+absl::Status ReaderImpl::Execute(const internal::ReadPlan& plan,
+                                 ReadExecutor* run, int threads) {
   struct Task {
     uint32_t id;
     const OpenShard* shard;
@@ -280,7 +176,7 @@ absl::Status ReaderImpl::Execute(const internal::ReadPlan& plan, LoadRun* run,
   };
   std::vector<Task> tasks;
   for (const internal::ShardReads& sr : plan.shards) {
-    CKPT_ASSIGN_OR_RETURN(const OpenShard* shard, GetShard(sr.shard));
+    CKPT_ASSIGN_OR_RETURN(const OpenShard* shard, shards_.Get(sr.shard));
     for (const BlockRead& r : sr.reads)
       tasks.push_back(Task{sr.shard, shard, &r});
   }
@@ -288,7 +184,7 @@ absl::Status ReaderImpl::Execute(const internal::ReadPlan& plan, LoadRun* run,
   return internal::ParallelFor(threads, tasks.size(), [&](int t, size_t i) {
     const Task& task = tasks[i];
     CKPT_ASSIGN_OR_RETURN(ShardHandles::Lease file,
-                          GetShardForReading(task.id));
+                          shards_.GetForReading(task.id));
     return run->Run(t, *task.shard, file.file(),
                     manifest_.entries[task.read->entry], *task.read);
   });
@@ -322,6 +218,22 @@ absl::StatusOr<LoadReport> ReaderImpl::Load(
   return LoadLocal(requests, options);
 }
 
+absl::StatusOr<LoadReport> ReaderImpl::LoadCooperative(
+    const std::vector<LoadRequest>& requests, const LoadOptions& options) {
+  LoadReport report;
+  absl::StatusOr<Prepared> p =
+      options.local_error.ok() ? Prepare(requests, options, &report)
+                               : absl::StatusOr<Prepared>(options.local_error);
+  CooperativeLoad::Source source;
+  source.manifest = &manifest_;
+  source.shards = &shards_;
+  source.comm = options_.communicator;
+  source.device_memory = options_.device_memory;
+  source.upload_pool = [this] { return UploadPool(); };
+  return CooperativeLoad(std::move(source), IoThreads(options))
+      .Run(p, options, std::move(report));
+}
+
 absl::StatusOr<LoadReport> ReaderImpl::LoadLocal(
     const std::vector<LoadRequest>& requests, const LoadOptions& options) {
   CKPT_RETURN_IF_ERROR(options.local_error);
@@ -335,7 +247,8 @@ absl::StatusOr<LoadReport> ReaderImpl::LoadLocal(
       })) {
     CKPT_ASSIGN_OR_RETURN(pool, UploadPool());
   }
-  LoadRun run(p, options_.device_memory, pool, options.device_ready, threads);
+  ReadExecutor run(p, options_.device_memory, pool, options.device_ready,
+                   threads);
   CKPT_RETURN_IF_ERROR(Execute(plan, &run, threads));
   CKPT_RETURN_IF_ERROR(run.CheckAllWritten());
   for (const LoadRequest& r : p.reqs) {
@@ -364,19 +277,15 @@ absl::StatusOr<std::pair<std::string, std::string>> ReadManifestBytes(
     return std::make_pair(std::move(dir), std::move(bytes));
   };
   if (comm == nullptr) return read();
-  std::string msg;
-  if (comm->rank() == 0) {
-    auto got = read();
-    std::string body;
-    if (got.ok()) {
-      format::PutString(&body, got->first);
-      body += got->second;
-    }
-    msg = internal::EncodeStatusOr(got.ok() ? absl::StatusOr<std::string>(body)
-                                            : got.status());
-  }
-  CKPT_RETURN_IF_ERROR(comm->Broadcast(&msg, 0));
-  CKPT_ASSIGN_OR_RETURN(std::string body, internal::DecodeStatusOr(msg));
+  CKPT_ASSIGN_OR_RETURN(
+      std::string body,
+      internal::OnRankZero(comm, [&]() -> absl::StatusOr<std::string> {
+        CKPT_ASSIGN_OR_RETURN(auto got, read());
+        std::string out;
+        format::PutString(&out, got.first);
+        out += got.second;
+        return out;
+      }));
   format::ByteReader r(body);
   auto dir = r.ReadString("directory", body.size());
   if (!dir.ok()) {

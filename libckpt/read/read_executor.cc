@@ -13,14 +13,14 @@ namespace ckpt::internal {
 using format::ChunkRecord;
 using format::EntryRecord;
 
-std::string LoadRun::Where(const OpenShard& shard, const EntryRecord& e,
-                           const BlockRead& read, uint64_t b) const {
+std::string ReadExecutor::Where(const OpenShard& shard, const EntryRecord& e,
+                                const BlockRead& read, uint64_t b) const {
   return internal::LocationText(shard.path, e.name, read.chunk,
                                 RegionToString(read.indexed->region),
                                 static_cast<int64_t>(b));
 }
 
-void LoadRun::Finish(uint32_t request, uint64_t bytes) {
+void ReadExecutor::Finish(uint32_t request, uint64_t bytes) {
   if (bytes != 0 && (remaining_[request] -= bytes) == 0 &&
       reqs_[request].on_complete) {
     reqs_[request].on_complete();
@@ -29,7 +29,7 @@ void LoadRun::Finish(uint32_t request, uint64_t bytes) {
 
 // Uncompressed, one host destination taking every byte of the read: the
 // bytes can be read straight into it.
-bool LoadRun::IsDirect(const BlockRead& read) const {
+bool ReadExecutor::IsDirect(const BlockRead& read) const {
   if (read.indexed->codec != format::Codec::kNone || read.copies.size() != 1) {
     return false;
   }
@@ -40,8 +40,9 @@ bool LoadRun::IsDirect(const BlockRead& read) const {
 
 // Reads a direct read into its destination a granule at a time and
 // verifies each granule while it is still in cache.
-absl::Status LoadRun::ReadDirect(const OpenShard& shard, File& file,
-                                 const EntryRecord& e, const BlockRead& read) {
+absl::Status ReadExecutor::ReadDirect(const OpenShard& shard, File& file,
+                                      const EntryRecord& e,
+                                      const BlockRead& read) {
   const ChunkRecord& c = *read.indexed;
   const uint64_t bs = c.block_size;
   const Copy& copy = read.copies[0];
@@ -67,15 +68,15 @@ absl::Status LoadRun::ReadDirect(const OpenShard& shard, File& file,
   return absl::OkStatus();
 }
 
-bool LoadRun::ToDevice(const BlockRead& read) const {
+bool ReadExecutor::ToDevice(const BlockRead& read) const {
   for (const Copy& c : read.copies) {
     if (reqs_[c.request].memory == MemoryKind::kCuda) return true;
   }
   return false;
 }
 
-absl::Status LoadRun::Run(int t, const OpenShard& shard, File& file,
-                          const EntryRecord& e, const BlockRead& read) {
+absl::Status ReadExecutor::Run(int t, const OpenShard& shard, File& file,
+                               const EntryRecord& e, const BlockRead& read) {
   if (IsDirect(read)) return ReadDirect(shard, file, e, read);
   // A granule of blocks at a time, so that the bytes stay in cache from
   // read through verification to the copies out.
@@ -92,12 +93,32 @@ absl::Status LoadRun::Run(int t, const OpenShard& shard, File& file,
   return absl::OkStatus();
 }
 
+absl::Status ReadExecutor::VerifyBlocks(Scratch& s, const OpenShard& shard,
+                                        const EntryRecord& e,
+                                        const BlockRead& read, uint64_t b0,
+                                        uint64_t b1, const char* stored,
+                                        char* raw) {
+  const ChunkRecord& c = *read.indexed;
+  const char* p = stored;
+  for (uint64_t b = b0; b < b1; ++b) {
+    const uint64_t size = c.blocks[b].stored_size;
+    auto verified = internal::VerifyBlock(
+        e, c, b, absl::string_view(p, size), &s.decoder,
+        raw != nullptr ? raw + (b - b0) * c.block_size : nullptr);
+    if (!verified.ok()) {
+      return Annotate(verified.status(), Where(shard, e, read, b));
+    }
+    p += size;
+  }
+  return absl::OkStatus();
+}
+
 // Blocks [b0, b1) of `read`: read, verify (and decode), copy out.
 // `cursor` carries CopyOut's position from one granule to the next.
-absl::Status LoadRun::ReadGranule(Scratch& s, const OpenShard& shard,
-                                  File& file, const EntryRecord& e,
-                                  const BlockRead& read, uint64_t b0,
-                                  uint64_t b1, size_t* cursor) {
+absl::Status ReadExecutor::ReadGranule(Scratch& s, const OpenShard& shard,
+                                       File& file, const EntryRecord& e,
+                                       const BlockRead& read, uint64_t b0,
+                                       uint64_t b1, size_t* cursor) {
   const ChunkRecord& c = *read.indexed;
   const uint64_t bs = c.block_size;
   const uint64_t lo = b0 * bs, hi = std::min(b1 * bs, read.raw_end);
@@ -133,15 +154,8 @@ absl::Status LoadRun::ReadGranule(Scratch& s, const OpenShard& shard,
     s.raw.resize(hi - lo);
     bytes = s.raw.data();
   }
-  const char* p = stored;
-  for (uint64_t b = b0; b < b1; ++b) {
-    const uint64_t size = c.blocks[b].stored_size;
-    auto raw =
-        internal::VerifyBlock(e, c, b, absl::string_view(p, size), &s.decoder,
-                              decode ? bytes + (b - b0) * bs : nullptr);
-    if (!raw.ok()) return Annotate(raw.status(), Where(shard, e, read, b));
-    p += size;
-  }
+  CKPT_RETURN_IF_ERROR(VerifyBlocks(s, shard, e, read, b0, b1, stored,
+                                    decode ? bytes : nullptr));
   bytes_read_ += stored_size;
   blocks_verified_ += b1 - b0;
   ReleaseLargeScratch(s.stored);
@@ -149,7 +163,7 @@ absl::Status LoadRun::ReadGranule(Scratch& s, const OpenShard& shard,
     Finish(whole->request, hi - lo);
     return absl::OkStatus();
   }
-  internal::DeviceUploader* uploader = pinned ? s.uploader.get() : nullptr;
+  internal::LoadStager* uploader = pinned ? s.uploader.get() : nullptr;
   absl::Status copied = CopyOut(read, lo, hi, bytes, cursor, uploader);
   ReleaseLargeScratch(s.raw);
   CKPT_RETURN_IF_ERROR(copied);
@@ -159,8 +173,8 @@ absl::Status LoadRun::ReadGranule(Scratch& s, const OpenShard& shard,
 // The copy that takes every raw byte of [lo, hi) of `read` when it is the
 // only one to take any of them and its destination is host memory; null
 // otherwise. Copies before `cursor` end before `lo`.
-const Copy* LoadRun::TakesWhole(const BlockRead& read, uint64_t lo, uint64_t hi,
-                                size_t cursor) const {
+const Copy* ReadExecutor::TakesWhole(const BlockRead& read, uint64_t lo,
+                                     uint64_t hi, size_t cursor) const {
   const Copy* only = nullptr;
   for (size_t i = cursor; i < read.copies.size() && read.copies[i].src < hi;
        ++i) {
@@ -178,9 +192,9 @@ const Copy* LoadRun::TakesWhole(const BlockRead& read, uint64_t lo, uint64_t hi,
 
 // Copies the raw bytes [lo, hi) of the read's chunk, at `raw`, to the
 // destinations of the copies that overlap them.
-absl::Status LoadRun::CopyOut(const BlockRead& read, uint64_t lo, uint64_t hi,
-                              const char* raw, size_t* cursor,
-                              internal::DeviceUploader* uploader) {
+absl::Status ReadExecutor::CopyOut(const BlockRead& read, uint64_t lo,
+                                   uint64_t hi, const char* raw, size_t* cursor,
+                                   internal::LoadStager* uploader) {
   // Runs of consecutive copies into one device destination: one batch, in
   // which equal rows at constant pitches become one strided copy.
   std::vector<internal::CopyRun> runs;
@@ -228,8 +242,8 @@ absl::Status LoadRun::CopyOut(const BlockRead& read, uint64_t lo, uint64_t hi,
   return flush();
 }
 
-absl::Status LoadRun::Deliver(uint32_t request, uint64_t dst, const char* bytes,
-                              uint64_t n) {
+absl::Status ReadExecutor::Deliver(uint32_t request, uint64_t dst,
+                                   const char* bytes, uint64_t n) {
   const LoadRequest& r = reqs_[request];
   char* out = static_cast<char*>(r.data) + dst;
   if (r.memory == MemoryKind::kHost) {
@@ -241,7 +255,7 @@ absl::Status LoadRun::Deliver(uint32_t request, uint64_t dst, const char* bytes,
   return absl::OkStatus();
 }
 
-absl::Status LoadRun::CheckAllWritten() const {
+absl::Status ReadExecutor::CheckAllWritten() const {
   for (size_t i = 0; i < reqs_.size(); ++i) {
     if (remaining_[i] != 0) {
       return absl::InternalError(

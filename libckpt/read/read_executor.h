@@ -1,7 +1,7 @@
-// Internal to libckpt: the execution of a load's block reads, shared by
-// the single-rank and the cooperative Reader::Load (reader.cc,
-// coop_load.cc): reading, verifying and decoding blocks and copying their
-// raw bytes out to the destinations.
+// The execution of a load's block reads (read_plan.h's BlockRead), shared
+// by the single-rank and the cooperative loads (load/reader.cc,
+// load/coop/): reading, verifying and decoding blocks and copying their raw
+// bytes out to the destinations.
 #ifndef CKPT_LIBCKPT_READ_READ_EXECUTOR_H_
 #define CKPT_LIBCKPT_READ_READ_EXECUTOR_H_
 
@@ -18,6 +18,7 @@
 #include "ckpt/reader.h"
 #include "read/read_plan.h"
 #include "read/shard_file.h"
+#include "read/shard_set.h"
 #include "staging/load_stager.h"
 #include "staging/staging_pool.h"
 
@@ -25,19 +26,6 @@ namespace ckpt::internal {
 
 constexpr uint64_t kTaskBytes = 8ull << 20;     // largest read of one task
 constexpr uint64_t kGranuleBytes = 1ull << 20;  // read-then-verify granule
-
-// A shard file opened and checked against the manifest. Its file handle
-// (file.file) is null: the Reader's ShardHandles hold the open files.
-struct OpenShard {
-  std::string path;
-  internal::ShardFile file;
-  // (entry << 32 | chunk) of a manifest chunk -> its index record.
-  absl::flat_hash_map<uint64_t, const format::ChunkRecord*> indexed;
-};
-
-inline uint64_t ChunkKey(uint32_t entry, uint32_t chunk) {
-  return uint64_t{entry} << 32 | chunk;
-}
 
 // The requests of one Load after CheckRequest, objects turned into 1-d
 // uint8 requests into their strings.
@@ -48,13 +36,13 @@ struct Prepared {
 
 // The state of one Load while its reads run on several threads. With a
 // staging `pool` (device destinations), a read with device destinations
-// goes through pinned buffers of its thread's DeviceUploader: the copies to
+// goes through pinned buffers of its thread's LoadStager: the copies to
 // the device of one granule run while the next is read, after `after` (the
 // caller's event, may be null).
-class LoadRun {
+class ReadExecutor {
  public:
-  LoadRun(const Prepared& p, DeviceMemory* dm, internal::StagingPool* pool,
-          DeviceEvent* after, int threads)
+  ReadExecutor(const Prepared& p, DeviceMemory* dm, internal::StagingPool* pool,
+               DeviceEvent* after, int threads)
       : reqs_(p.reqs), dm_(dm), remaining_(p.reqs.size()), scratch_(threads) {
     for (size_t i = 0; i < reqs_.size(); ++i) {
       const LoadRequest& r = reqs_[i];
@@ -62,7 +50,7 @@ class LoadRun {
     }
     if (pool == nullptr) return;
     for (Scratch& s : scratch_) {
-      s.uploader = std::make_unique<internal::DeviceUploader>(
+      s.uploader = std::make_unique<internal::LoadStager>(
           pool, dm, after,
           [this](size_t request, uint64_t bytes) { Finish(request, bytes); });
     }
@@ -101,7 +89,7 @@ class LoadRun {
   struct Scratch {
     std::string stored, raw;
     format::BlockDecoder decoder;
-    std::unique_ptr<internal::DeviceUploader> uploader;  // device destinations
+    std::unique_ptr<internal::LoadStager> uploader;  // device destinations
   };
   bool IsDirect(const BlockRead& read) const;
   const Copy* TakesWhole(const BlockRead& read, uint64_t lo, uint64_t hi,
@@ -109,6 +97,12 @@ class LoadRun {
   bool ToDevice(const BlockRead& read) const;
   absl::Status ReadDirect(const OpenShard& shard, File& file,
                           const format::EntryRecord& e, const BlockRead& read);
+  // Verifies blocks [b0, b1) of `read` from their stored bytes `stored`,
+  // decoding them into `raw` when not null (a codec).
+  absl::Status VerifyBlocks(Scratch& s, const OpenShard& shard,
+                            const format::EntryRecord& e, const BlockRead& read,
+                            uint64_t b0, uint64_t b1, const char* stored,
+                            char* raw);
   absl::Status ReadGranule(Scratch& s, const OpenShard& shard, File& file,
                            const format::EntryRecord& e, const BlockRead& read,
                            uint64_t b0, uint64_t b1, size_t* cursor);
@@ -116,7 +110,7 @@ class LoadRun {
   // its pinned buffer); null: synchronous DeviceMemory::CopyFromHost.
   absl::Status CopyOut(const BlockRead& read, uint64_t lo, uint64_t hi,
                        const char* raw, size_t* cursor,
-                       internal::DeviceUploader* uploader);
+                       internal::LoadStager* uploader);
   void Finish(uint32_t request, uint64_t bytes);
   std::string Where(const OpenShard& shard, const format::EntryRecord& e,
                     const BlockRead& read, uint64_t b) const;

@@ -35,9 +35,10 @@ void LowerPriority(int nice) {
 
 }  // namespace
 
-AsyncSave::AsyncSave(std::unique_ptr<Stager> stager, size_t foreground_items,
-                     SaveResult partial, WriteFn write, CommitFn commit,
-                     bool commit_in_background, int background_nice)
+AsyncSave::AsyncSave(std::unique_ptr<SaveStager> stager,
+                     size_t foreground_items, SaveResult partial, WriteFn write,
+                     CommitFn commit, bool commit_in_background,
+                     int background_nice)
     : stager_(std::move(stager)),
       foreground_items_(foreground_items),
       partial_(std::move(partial)),
@@ -124,8 +125,8 @@ void DeviceStaging::Start(std::vector<WriteItem>* writes, StagingPool* pool,
         w.staged != nullptr)
       continue;
     if (stager_ == nullptr) {
-      stager_ =
-          std::make_unique<Stager>(pool, dm, after, segment_bytes, max_buffers);
+      stager_ = std::make_unique<SaveStager>(pool, dm, after, segment_bytes,
+                                             max_buffers);
     }
     StageInput in;
     in.name = w.item->name;

@@ -5,7 +5,7 @@
 // SaveAsync, on the trainer's thread: plan and prepare (collectives on the
 // trainer's communicator), then AsyncSave::Start: the background thread
 // starts writing the shard while the trainer's thread stages the snapshot
-// (Stager::Run); Start returns once every byte is staged. The background
+// (SaveStager::Run); Start returns once every byte is staged. The background
 // then finishes the shard (write, fsync) and, when the Writer allows it
 // (single process or a dedicated background communicator), commits.
 // Otherwise Wait() runs the commit on the trainer's thread.
@@ -44,7 +44,7 @@ class AsyncSave {
   // Items [0, foreground_items) of `stager` are staged by Start on the
   // caller's thread; the rest (copies of a device snapshot, which the
   // caller may not touch anyway) on a thread of their own afterwards.
-  AsyncSave(std::unique_ptr<Stager> stager, size_t foreground_items,
+  AsyncSave(std::unique_ptr<SaveStager> stager, size_t foreground_items,
             SaveResult partial, WriteFn write, CommitFn commit,
             bool commit_in_background, int background_nice);
   // Waits for the background thread (a save must have been Wait()ed by the
@@ -65,7 +65,7 @@ class AsyncSave {
  private:
   void Background(SaveResult base);
 
-  std::unique_ptr<Stager> stager_;
+  std::unique_ptr<SaveStager> stager_;
   const size_t foreground_items_;
   SaveResult partial_;
   WriteFn write_;
@@ -89,7 +89,7 @@ class AsyncSave {
 };
 
 // Device staging of a synchronous Save: the device items of `writes` get
-// their bytes from a Stager that runs on its own thread, at most
+// their bytes from a SaveStager that runs on its own thread, at most
 // `max_buffers` buffers ahead of the writer, so device-to-host copies
 // overlap hashing and writing. Host items are untouched.
 class DeviceStaging {
@@ -98,7 +98,7 @@ class DeviceStaging {
   // Waits for the staging thread (after Finish).
   ~DeviceStaging() { (void)Stop(); }
   // Starts staging if any item of `writes` is in device memory (and not a
-  // source); sets their `staged`. `pool`, `dm`, `after` as Stager.
+  // source); sets their `staged`. `pool`, `dm`, `after` as SaveStager.
   void Start(std::vector<WriteItem>* writes, StagingPool* pool,
              DeviceMemory* dm, DeviceEvent* after, uint64_t segment_bytes,
              int max_buffers);
@@ -108,7 +108,7 @@ class DeviceStaging {
   uint64_t peak_bytes() const { return stager_ ? stager_->peak_bytes() : 0; }
 
  private:
-  std::unique_ptr<Stager> stager_;
+  std::unique_ptr<SaveStager> stager_;
   std::thread thread_;
   absl::Status status_;
 };

@@ -7,17 +7,17 @@
 #include "ckpt/format/coding.h"
 #include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
+#include "util/region_codec.h"
 
 namespace ckpt::internal {
 namespace {
 
 constexpr size_t kBlockBytes = 64 * 1024;
 
-// Interned shapes are their dimensions and interned regions a geometry tag
-// followed by their coordinates, as host-order uint64 values (the keys
-// never leave the process).
-constexpr char kBoxTag = 1;
-constexpr char kFlatTag = 2;
+// Interned shapes are their dimensions and interned regions their geometry
+// (util/region_codec.h's kRegionBox, kRegionFlat) followed by their
+// coordinates, as host-order uint64 values (the keys never leave the
+// process).
 
 uint64_t LoadU64(const char* p) {
   uint64_t v;
@@ -59,7 +59,7 @@ Shape PlanTable::shape(uint32_t id) const {
 Region PlanTable::region(uint32_t id) const {
   absl::string_view k = regions_.Get(id);
   const char* v = k.data() + 1;
-  if (k[0] == kFlatTag) return FlatRange{LoadU64(v), LoadU64(v + 8)};
+  if (k[0] == kRegionFlat) return FlatRange{LoadU64(v), LoadU64(v + 8)};
   const size_t ndim = (k.size() - 1) / 16;
   Box b;
   b.offset.resize(ndim);
@@ -74,7 +74,7 @@ Region PlanTable::region(uint32_t id) const {
 uint64_t PlanTable::RegionElements(uint32_t region_id) const {
   absl::string_view k = regions_.Get(region_id);
   const char* v = k.data() + 1;
-  if (k[0] == kFlatTag) return LoadU64(v + 8);
+  if (k[0] == kRegionFlat) return LoadU64(v + 8);
   const size_t ndim = (k.size() - 1) / 16;
   uint64_t n = 1;
   for (size_t d = 0; d < ndim; ++d) n *= LoadU64(v + 8 * (ndim + d));
@@ -120,55 +120,61 @@ absl::Status PlanTable::DecodeItems(absl::string_view bytes) {
   // Hints: the previous rank's item at the same position.
   const size_t prev = begin_.size() >= 2 ? begin_[begin_.size() - 2] : 0;
   const size_t prev_n = items_.size() - prev;
-  uint64_t dims[format::kMaxDims];
-  char key[1 + 16 * format::kMaxDims];
   for (uint64_t i = 0; i < n; ++i) {
     const bool hinted = i < prev_n;
     const PlanItem hint = hinted ? items_[prev + i] : PlanItem{};
-    auto h = [&](uint32_t id) { return hinted ? id : Interner::kNoHint; };
     PlanItem it;
-    CKPT_ASSIGN_OR_RETURN(absl::string_view name,
-                          r.ReadString("name", format::kMaxNameLength));
-    it.name = names_.Intern(name, h(hint.name));
-    CKPT_ASSIGN_OR_RETURN(uint8_t kind, r.Read8("kind"));
-    if (kind != static_cast<uint8_t>(format::EntryKind::kTensor) &&
-        kind != static_cast<uint8_t>(format::EntryKind::kObject)) {
-      return absl::DataLossError(absl::StrCat(
-          "entry '", format::EscapeText(name), "': unknown kind ", kind));
-    }
-    it.kind = static_cast<format::EntryKind>(kind);
-    CKPT_ASSIGN_OR_RETURN(uint8_t dtype, r.Read8("dtype"));
-    CKPT_ASSIGN_OR_RETURN(it.dtype, DTypeFromCode(dtype));
-    CKPT_ASSIGN_OR_RETURN(uint8_t flags, r.Read8("flags"));
-    it.replica = flags & 1;
-    it.partial = flags & 2;
-    CKPT_ASSIGN_OR_RETURN(uint64_t ndim,
-                          r.ReadVarintAtMost("ndim", format::kMaxDims));
-    for (uint64_t d = 0; d < ndim; ++d) {
-      CKPT_ASSIGN_OR_RETURN(dims[d], r.ReadVarint("dim"));
-    }
-    it.shape = shapes_.Intern(
-        absl::string_view(reinterpret_cast<const char*>(dims), 8 * ndim),
-        h(hint.shape));
-    CKPT_ASSIGN_OR_RETURN(uint8_t geom, r.Read8("geometry"));
-    const uint64_t coords = geom == kBoxTag ? 2 * ndim : 2;
-    if (geom != kBoxTag && geom != kFlatTag) {
-      return absl::DataLossError(absl::StrCat(
-          "entry '", format::EscapeText(name), "': unknown geometry ", geom));
-    }
-    key[0] = static_cast<char>(geom);
-    for (uint64_t c = 0; c < coords; ++c) {
-      CKPT_ASSIGN_OR_RETURN(uint64_t v, r.ReadVarint("region"));
-      std::memcpy(key + 1 + 8 * c, &v, 8);
-    }
-    it.region =
-        regions_.Intern(absl::string_view(key, 1 + 8 * coords), h(hint.region));
+    CKPT_RETURN_IF_ERROR(DecodeItem(&r, hinted, hint, &it));
     items_.push_back(it);
   }
   if (!r.empty()) {
     return absl::DataLossError(absl::StrCat(
         "local plan: ", r.remaining(), " trailing bytes after ", n, " items"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status PlanTable::DecodeItem(format::ByteReader* r, bool hinted,
+                                   const PlanItem& hint, PlanItem* it) {
+  auto h = [&](uint32_t id) { return hinted ? id : Interner::kNoHint; };
+  CKPT_ASSIGN_OR_RETURN(absl::string_view name,
+                        r->ReadString("name", format::kMaxNameLength));
+  it->name = names_.Intern(name, h(hint.name));
+  CKPT_ASSIGN_OR_RETURN(uint8_t kind, r->Read8("kind"));
+  if (kind != static_cast<uint8_t>(format::EntryKind::kTensor) &&
+      kind != static_cast<uint8_t>(format::EntryKind::kObject)) {
+    return absl::DataLossError(absl::StrCat("entry '", format::EscapeText(name),
+                                            "': unknown kind ", kind));
+  }
+  it->kind = static_cast<format::EntryKind>(kind);
+  CKPT_ASSIGN_OR_RETURN(uint8_t dtype, r->Read8("dtype"));
+  CKPT_ASSIGN_OR_RETURN(it->dtype, DTypeFromCode(dtype));
+  CKPT_ASSIGN_OR_RETURN(uint8_t flags, r->Read8("flags"));
+  it->replica = flags & 1;
+  it->partial = flags & 2;
+  uint64_t dims[format::kMaxDims];
+  CKPT_ASSIGN_OR_RETURN(uint64_t ndim,
+                        r->ReadVarintAtMost("ndim", format::kMaxDims));
+  for (uint64_t d = 0; d < ndim; ++d) {
+    CKPT_ASSIGN_OR_RETURN(dims[d], r->ReadVarint("dim"));
+  }
+  it->shape = shapes_.Intern(
+      absl::string_view(reinterpret_cast<const char*>(dims), 8 * ndim),
+      h(hint.shape));
+  char key[1 + 16 * format::kMaxDims];
+  CKPT_ASSIGN_OR_RETURN(uint8_t geom, r->Read8("geometry"));
+  const uint64_t coords = RegionCoordinates(geom, ndim);
+  if (geom != kRegionBox && geom != kRegionFlat) {
+    return absl::DataLossError(absl::StrCat("entry '", format::EscapeText(name),
+                                            "': unknown geometry ", geom));
+  }
+  key[0] = static_cast<char>(geom);
+  for (uint64_t c = 0; c < coords; ++c) {
+    CKPT_ASSIGN_OR_RETURN(uint64_t v, r->ReadVarint("region"));
+    std::memcpy(key + 1 + 8 * c, &v, 8);
+  }
+  it->region =
+      regions_.Intern(absl::string_view(key, 1 + 8 * coords), h(hint.region));
   return absl::OkStatus();
 }
 

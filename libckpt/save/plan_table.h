@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "ckpt/format/coding.h"
 #include "ckpt/format/format_constants.h"
 #include "ckpt/types.h"
 
@@ -89,6 +90,10 @@ class PlanTable {
 
  private:
   absl::Status DecodeItems(absl::string_view bytes);
+  // One item into *it; `hint` (when `hinted`) is the previous rank's item
+  // at the same position.
+  absl::Status DecodeItem(format::ByteReader* r, bool hinted,
+                          const PlanItem& hint, PlanItem* it);
 
   Interner names_, shapes_, regions_;
   std::vector<PlanItem> items_;

@@ -15,6 +15,7 @@
 #include "ckpt/format/plan_record.h"
 #include "ckpt/format/status_macros.h"
 #include "save/save_messages.h"
+#include "util/region_codec.h"
 
 namespace ckpt::internal {
 namespace {
@@ -22,19 +23,6 @@ namespace {
 using format::PutFixed8;
 using format::PutString;
 using format::PutVarint;
-
-void PutRegion(std::string* out, const Region& r) {
-  if (const Box* b = std::get_if<Box>(&r)) {
-    PutFixed8(out, 1);
-    for (uint64_t o : b->offset) PutVarint(out, o);
-    for (uint64_t s : b->size) PutVarint(out, s);
-  } else {
-    const FlatRange& f = std::get<FlatRange>(r);
-    PutFixed8(out, 2);
-    PutVarint(out, f.start);
-    PutVarint(out, f.length);
-  }
-}
 
 void PutItem(std::string* out, const LocalItem& it, bool with_object_size) {
   PutString(out, it.name);

@@ -1,4 +1,6 @@
-// Internal: the save planner. Every rank describes what it holds (a
+// save/: ckpt::Writer, from the registrations of every rank to a committed
+// checkpoint (plan, write, commit; synchronous and asynchronous). This
+// header: the save planner. Every rank describes what it holds (a
 // LocalPlan); the coordinator checks the union, de-duplicates replicas and
 // assigns every unique chunk to one holder, balancing bytes across ranks.
 // The coordinator decodes the ranks' plans straight into a columnar

@@ -11,6 +11,7 @@
 #include "ckpt/format/names.h"
 #include "ckpt/format/shard.h"
 #include "ckpt/format/status_macros.h"
+#include "util/align.h"
 #include "util/mutex.h"
 #include "util/parallel_for.h"
 
@@ -23,8 +24,6 @@ using format::Codec;
 
 constexpr uint64_t kTaskBytes = 8ull << 20;   // unit of work per thread
 constexpr uint64_t kWriteBytes = 2ull << 20;  // hash-then-write granule
-
-uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 struct ChunkPlan {
   const WriteItem* w;

@@ -24,14 +24,14 @@ struct WriteItem {
   int device = 0;
   const TensorSource* source =
       nullptr;  // if set, bytes come from here, not `data`
-  // If set, the bytes were staged by a Stager (staging/save_stager.h) and come
-  // from here, not from `data` or `source`.
+  // If set, the bytes were staged by a SaveStager (staging/save_stager.h) and
+  // come from here, not from `data` or `source`.
   StagedBytes* staged = nullptr;
 };
 
 // The shard writer asks for an item's bytes in ranges that never cross a
 // multiple of this (a multiple of options.block_size): the segment size a
-// Stager must use for items written with `options`.
+// SaveStager must use for items written with `options`.
 uint64_t StagingSegmentBytes(const SaveOptions& options);
 
 struct ShardWriteResult {

@@ -12,6 +12,7 @@
 #include "save/save_plan.h"
 #include "save/shard_writer.h"
 #include "util/parallel_for.h"
+#include "util/timing.h"
 
 namespace ckpt::internal {
 
@@ -89,11 +90,6 @@ absl::Status RankContents::SetObject(const std::string& name,
 }
 
 namespace {
-
-double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since)
-      .count();
-}
 
 format::Fingerprint LocalFingerprint(const RankContents& c) {
   return CombineFingerprints(
@@ -174,9 +170,9 @@ absl::Status WriteRank(Storage* storage, const Prepared& p, int r,
 
 }  // namespace
 
-absl::StatusOr<SaveResult> SaveInBatches(const std::string& root, uint64_t step,
-                                         int world, const FillRank& fill,
-                                         const BatchSaveOptions& options) {
+absl::StatusOr<SaveResult> SaveWorld(const std::string& root, uint64_t step,
+                                     int world, const FillRank& fill,
+                                     const WorldSaveOptions& options) {
   if (world < 1 || options.parallel_ranks < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("a batch save needs world >= 1 and parallel_ranks >= 1, "
@@ -194,7 +190,7 @@ absl::StatusOr<SaveResult> SaveInBatches(const std::string& root, uint64_t step,
                         PlanOnCoordinator(std::move(messages)));
   CKPT_ASSIGN_OR_RETURN(format::PlanRecord record,
                         format::DecodePlanRecord(planned.body));
-  result.plan_seconds = Seconds(t0);
+  result.plan_seconds = SecondsSince(t0);
 
   CKPT_ASSIGN_OR_RETURN(Prepared p,
                         Prepare(storage, root, step, world, record, so));
@@ -208,7 +204,7 @@ absl::StatusOr<SaveResult> SaveInBatches(const std::string& root, uint64_t step,
                       so, &reports[r], &stored[r]),
             absl::StrCat("rank ", r));
       });
-  result.write_seconds = Seconds(t1);
+  result.write_seconds = SecondsSince(t1);
   const auto t2 = std::chrono::steady_clock::now();
   CommitSummary summary;
   if (status.ok()) {
@@ -222,7 +218,7 @@ absl::StatusOr<SaveResult> SaveInBatches(const std::string& root, uint64_t step,
     (void)storage->RemoveAll(p.tmp);  // best effort; the error is what matters
     return status;
   }
-  result.commit_seconds = Seconds(t2);
+  result.commit_seconds = SecondsSince(t2);
   result.stored_bytes = summary.stored_bytes;
   result.logical_bytes = summary.logical_bytes;
   for (uint64_t s : stored) result.local_stored_bytes += s;

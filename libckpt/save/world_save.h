@@ -37,7 +37,7 @@ class RankContents {
   RankContents(const RankContents&) = delete;
   RankContents& operator=(const RankContents&) = delete;
 
-  // `data` must stay valid and unmodified until SaveInBatches is done with
+  // `data` must stay valid and unmodified until SaveWorld is done with
   // this rank (the FillRank call's owner keeps it).
   absl::Status AddTensor(const std::string& name, DType dtype,
                          const Shape& shape, const Region& local,
@@ -66,7 +66,7 @@ class RankContents {
 using FillRank = std::function<absl::Status(int rank, RankContents& contents,
                                             std::shared_ptr<void>& keep)>;
 
-struct BatchSaveOptions {
+struct WorldSaveOptions {
   SaveOptions save;            // as for Writer::Save (io_threads per rank)
   Storage* storage = nullptr;  // not owned; null = DefaultStorage()
   int parallel_ranks = 4;      // ranks filled and written at once (>= 1)
@@ -79,9 +79,9 @@ struct BatchSaveOptions {
 // (prefixed "rank R: "; once one fails no further rank is started).
 // Nothing is committed on error and the temporary directory is removed.
 // REQUIRES: options.save valid as Writer::Save checks it.
-absl::StatusOr<SaveResult> SaveInBatches(const std::string& root, uint64_t step,
-                                         int world, const FillRank& fill,
-                                         const BatchSaveOptions& options);
+absl::StatusOr<SaveResult> SaveWorld(const std::string& root, uint64_t step,
+                                     int world, const FillRank& fill,
+                                     const WorldSaveOptions& options);
 
 }  // namespace ckpt::internal
 

@@ -40,13 +40,13 @@ std::vector<DeviceCopy> CoalesceRuns(const std::vector<CopyRun>& runs,
   return out;
 }
 
-DeviceUploader::~DeviceUploader() {
+LoadStager::~LoadStager() {
   for (Slot& s : slots_) {
     for (auto& e : s.events) (void)e->Wait();
   }
 }
 
-absl::Status DeviceUploader::Complete(Slot& slot) {
+absl::Status LoadStager::Complete(Slot& slot) {
   absl::Status status;
   for (auto& e : slot.events) {
     absl::Status s = e->Wait();
@@ -60,7 +60,7 @@ absl::Status DeviceUploader::Complete(Slot& slot) {
   return status;
 }
 
-absl::StatusOr<char*> DeviceUploader::Next(uint64_t n) {
+absl::StatusOr<char*> LoadStager::Next(uint64_t n) {
   if (n > pool_->buffer_bytes()) return nullptr;
   current_ = current_ == 0 ? 1 : 0;
   Slot& slot = slots_[current_];
@@ -72,7 +72,7 @@ absl::StatusOr<char*> DeviceUploader::Next(uint64_t n) {
   return slot.lease.data();
 }
 
-absl::StatusOr<DeviceStream*> DeviceUploader::StreamFor(int device) {
+absl::StatusOr<DeviceStream*> LoadStager::StreamFor(int device) {
   for (auto& [d, s] : streams_) {
     if (d == device) return s.get();
   }
@@ -83,9 +83,8 @@ absl::StatusOr<DeviceStream*> DeviceUploader::StreamFor(int device) {
   return streams_.back().second.get();
 }
 
-absl::Status DeviceUploader::Copy(int device,
-                                  const std::vector<DeviceCopy>& copies,
-                                  size_t request, uint64_t bytes) {
+absl::Status LoadStager::Copy(int device, const std::vector<DeviceCopy>& copies,
+                              size_t request, uint64_t bytes) {
   CKPT_ASSIGN_OR_RETURN(DeviceStream * s, StreamFor(device));
   CKPT_RETURN_IF_ERROR(s->CopyAsync(CopyKind::kHostToDevice, copies));
   if (std::find(devices_.begin(), devices_.end(), device) == devices_.end()) {
@@ -95,7 +94,7 @@ absl::Status DeviceUploader::Copy(int device,
   return absl::OkStatus();
 }
 
-absl::Status DeviceUploader::Submit() {
+absl::Status LoadStager::Submit() {
   for (int device : devices_) {
     CKPT_ASSIGN_OR_RETURN(DeviceStream * s, StreamFor(device));
     CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceEvent> e, s->Record());
@@ -105,7 +104,7 @@ absl::Status DeviceUploader::Submit() {
   return absl::OkStatus();
 }
 
-absl::Status DeviceUploader::Drain() {
+absl::Status LoadStager::Drain() {
   absl::Status status;
   for (Slot& s : slots_) {
     absl::Status st = Complete(s);

@@ -33,14 +33,13 @@ std::vector<DeviceCopy> CoalesceRuns(const std::vector<CopyRun>& runs,
 
 // Not thread-safe: one per I/O thread. `pool`, `dm` and `after` (may be
 // null) are not owned and must outlive it.
-class DeviceUploader {
+class LoadStager {
  public:
   using Done = std::function<void(size_t request, uint64_t bytes)>;
-  DeviceUploader(StagingPool* pool, DeviceMemory* dm, DeviceEvent* after,
-                 Done done)
+  LoadStager(StagingPool* pool, DeviceMemory* dm, DeviceEvent* after, Done done)
       : pool_(pool), dm_(dm), after_(after), done_(std::move(done)) {}
   // Waits for queued copies (errors are not reported: call Drain first).
-  ~DeviceUploader();
+  ~LoadStager();
 
   // A pinned buffer of at least `n` bytes for the next granule, free of
   // earlier copies; null when n exceeds the pool's buffers (the caller then

@@ -7,20 +7,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/status_macros.h"
+#include "util/align.h"
 #include "util/parallel_for.h"
+#include "util/timing.h"
 
 namespace ckpt::internal {
 namespace {
 
-uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
-
 // Host copies are split into pieces of this size among the copy threads.
 constexpr uint64_t kCopyPiece = 4ull << 20;
-
-double Since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t)
-      .count();
-}
 
 }  // namespace
 
@@ -36,8 +31,9 @@ void StagedBytes::Abort(absl::Status status) {
   stager_->Fail(std::move(status));
 }
 
-Stager::Stager(StagingPool* pool, DeviceMemory* dm, DeviceEvent* after,
-               uint64_t segment_bytes, int max_buffers, int copy_threads)
+SaveStager::SaveStager(StagingPool* pool, DeviceMemory* dm, DeviceEvent* after,
+                       uint64_t segment_bytes, int max_buffers,
+                       int copy_threads)
     : pool_(pool),
       dm_(dm),
       after_(after),
@@ -46,9 +42,9 @@ Stager::Stager(StagingPool* pool, DeviceMemory* dm, DeviceEvent* after,
                                    : pool->max_buffers()),
       copy_threads_(std::max(copy_threads, 1)) {}
 
-Stager::~Stager() { Finish(); }
+SaveStager::~SaveStager() { Finish(); }
 
-StagedBytes* Stager::Add(StageInput input) {
+StagedBytes* SaveStager::Add(StageInput input) {
   Item item;
   item.input = std::move(input);
   item.view.reset(new StagedBytes(this, items_.size()));
@@ -56,7 +52,7 @@ StagedBytes* Stager::Add(StageInput input) {
   return items_.back().view.get();
 }
 
-void Stager::Fail(absl::Status status) {
+void SaveStager::Fail(absl::Status status) {
   {
     MutexLock l(&mu_);
     if (status_.ok()) status_ = std::move(status);
@@ -64,7 +60,7 @@ void Stager::Fail(absl::Status status) {
   changed_.SignalAll();
 }
 
-void Stager::Finish() {
+void SaveStager::Finish() {
   {
     MutexLock l(&mu_);
     finished_ = true;
@@ -74,7 +70,7 @@ void Stager::Finish() {
   changed_.SignalAll();
 }
 
-absl::StatusOr<Stager::Buffer*> Stager::NextBuffer() {
+absl::StatusOr<SaveStager::Buffer*> SaveStager::NextBuffer() {
   const auto t0 = std::chrono::steady_clock::now();
   {
     MutexLock l(&mu_);
@@ -86,7 +82,7 @@ absl::StatusOr<Stager::Buffer*> Stager::NextBuffer() {
   }
   absl::StatusOr<StagingPool::Lease> lease = pool_->Acquire();
   MutexLock l(&mu_);
-  stall_seconds_ += Since(t0);
+  stall_seconds_ += SecondsSince(t0);
   if (!lease.ok() || finished_) {
     if (!finished_) --held_;
     return lease.ok() ? absl::CancelledError("staging stopped")
@@ -101,8 +97,8 @@ absl::StatusOr<Stager::Buffer*> Stager::NextBuffer() {
 
 // Lays the next segments, in item order, out in buffer `b`: host bytes go
 // to `host`, device bytes to `copies` (per device); sources are called now.
-absl::Status Stager::PackBuffer(Buffer* b, size_t* item, uint64_t* offset,
-                                size_t end, Packed* packed) {
+absl::Status SaveStager::PackBuffer(Buffer* b, size_t* item, uint64_t* offset,
+                                    size_t end, Packed* packed) {
   const uint64_t cap = pool_->buffer_bytes();
   uint64_t cursor = 0;
   while (*item < end) {
@@ -141,7 +137,7 @@ absl::Status Stager::PackBuffer(Buffer* b, size_t* item, uint64_t* offset,
   return absl::OkStatus();
 }
 
-std::vector<DeviceCopy>& Stager::Packed::CopiesOf(int device) {
+std::vector<DeviceCopy>& SaveStager::Packed::CopiesOf(int device) {
   for (auto& [d, list] : device_copies) {
     if (d == device) return list;
   }
@@ -152,7 +148,8 @@ std::vector<DeviceCopy>& Stager::Packed::CopiesOf(int device) {
 // Fills one buffer with the next segments: host bytes are copied now,
 // device copies are queued (one batch per device) and complete through the
 // buffer's `ready` events; then the segments are published to consumers.
-absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset, size_t end) {
+absl::Status SaveStager::StageBuffer(size_t* item, uint64_t* offset,
+                                     size_t end) {
   CKPT_ASSIGN_OR_RETURN(Buffer * b, NextBuffer());
   Packed packed;
   CKPT_RETURN_IF_ERROR(PackBuffer(b, item, offset, end, &packed));
@@ -176,7 +173,7 @@ absl::Status Stager::StageBuffer(size_t* item, uint64_t* offset, size_t end) {
   return absl::OkStatus();
 }
 
-void Stager::CopyHost(const std::vector<HostCopy>& copies) const {
+void SaveStager::CopyHost(const std::vector<HostCopy>& copies) const {
   std::vector<HostCopy> pieces;
   for (const HostCopy& c : copies) {
     for (uint64_t off = 0; off < c.n; off += kCopyPiece) {
@@ -190,7 +187,7 @@ void Stager::CopyHost(const std::vector<HostCopy>& copies) const {
   });
 }
 
-absl::StatusOr<DeviceStream*> Stager::StreamFor(int device) {
+absl::StatusOr<DeviceStream*> SaveStager::StreamFor(int device) {
   for (auto& [d, s] : streams_) {
     if (d == device) return s.get();
   }
@@ -205,7 +202,7 @@ absl::StatusOr<DeviceStream*> Stager::StreamFor(int device) {
   return streams_.back().second.get();
 }
 
-absl::Status Stager::Run(size_t end) {
+absl::Status SaveStager::Run(size_t end) {
   end = std::min(end, items_.size());
   absl::Status status;
   for (;;) {
@@ -229,8 +226,9 @@ absl::Status Stager::Run(size_t end) {
   return status;
 }
 
-absl::StatusOr<const char*> Stager::AcquireBytes(size_t index, uint64_t offset,
-                                                 uint64_t n) {
+absl::StatusOr<const char*> SaveStager::AcquireBytes(size_t index,
+                                                     uint64_t offset,
+                                                     uint64_t n) {
   const char* host = nullptr;
   std::vector<std::shared_ptr<DeviceEvent>> ready;
   {
@@ -266,7 +264,7 @@ absl::StatusOr<const char*> Stager::AcquireBytes(size_t index, uint64_t offset,
   return host;
 }
 
-void Stager::ReleaseBytes(size_t index, uint64_t offset, uint64_t n) {
+void SaveStager::ReleaseBytes(size_t index, uint64_t offset, uint64_t n) {
   {
     MutexLock l(&mu_);
     const Item& item = items_[index];
@@ -284,12 +282,12 @@ void Stager::ReleaseBytes(size_t index, uint64_t offset, uint64_t n) {
   changed_.SignalAll();
 }
 
-double Stager::stall_seconds() const {
+double SaveStager::stall_seconds() const {
   MutexLock l(&mu_);
   return stall_seconds_;
 }
 
-uint64_t Stager::peak_bytes() const {
+uint64_t SaveStager::peak_bytes() const {
   MutexLock l(&mu_);
   return static_cast<uint64_t>(peak_held_) * pool_->buffer_bytes();
 }

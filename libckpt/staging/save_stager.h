@@ -1,16 +1,16 @@
-// Internal: the staged pipeline. A Stager copies the bytes of the items a
+// Internal: the staged pipeline. A SaveStager copies the bytes of the items a
 // rank writes (host memory by memcpy, device memory by asynchronous
 // device-to-host copies, TensorSources by calling them) into buffers of a
 // StagingPool, while the shard writer's threads hash and write what is
 // already staged. A buffer goes back to the pool as soon as every byte staged
 // in it has been written, so staging never holds more than the pool's cap
-// (or the Stager's own limit) and stalls, counted, until space frees up.
+// (or the SaveStager's own limit) and stalls, counted, until space frees up.
 //
 // Used by Writer::Save for device tensors (the copies overlap the writes)
 // and by Writer::SaveAsync for everything (the staged bytes are the
 // snapshot: the caller's buffers may change once Run() returned).
 //
-//   Stager stager(pool, dm, after, segment, limit);
+//   SaveStager stager(pool, dm, after, segment, limit);
 //   StagedBytes* a = stager.Add(...);          // one per item, before Run
 //   std::thread t([&] { status = stager.Run(); });
 //   ... consumers: a->Acquire(off, n) ... write ... a->Release(off, n)
@@ -34,7 +34,7 @@
 
 namespace ckpt::internal {
 
-class Stager;
+class SaveStager;
 
 // What to stage for one item: `size` bytes from host or device `data`, or
 // from `source`. Pointers are not owned and must stay valid until Run()
@@ -60,31 +60,32 @@ class StagedBytes {
   // buffer is released the buffer returns to the pool.
   void Release(uint64_t offset, uint64_t n);
   // The consumer failed with `status`: staging stops and every waiting or
-  // later Acquire of the Stager's items returns `status`.
+  // later Acquire of the SaveStager's items returns `status`.
   void Abort(absl::Status status);
 
  private:
-  friend class Stager;
-  StagedBytes(Stager* stager, size_t index) : stager_(stager), index_(index) {}
-  Stager* stager_;
+  friend class SaveStager;
+  StagedBytes(SaveStager* stager, size_t index)
+      : stager_(stager), index_(index) {}
+  SaveStager* stager_;
   size_t index_;
 };
 
-class Stager {
+class SaveStager {
  public:
   // `pool` and `dm` (null: no device items) are not owned and must outlive
-  // the Stager. Device copies are ordered after `after` (may be null; not
+  // the SaveStager. Device copies are ordered after `after` (may be null; not
   // owned; must stay valid until Run returned). Segments of an item are
   // multiples of `segment_bytes` (<= pool->buffer_bytes()). At most
   // `max_buffers` buffers are held at once (0: the pool's maximum). Host
   // bytes are copied by `copy_threads` threads (>= 1; Run's thread and
   // copy_threads - 1 short-lived helpers per buffer).
-  Stager(StagingPool* pool, DeviceMemory* dm, DeviceEvent* after,
-         uint64_t segment_bytes, int max_buffers, int copy_threads = 1);
+  SaveStager(StagingPool* pool, DeviceMemory* dm, DeviceEvent* after,
+             uint64_t segment_bytes, int max_buffers, int copy_threads = 1);
   // REQUIRES: Finish() was called if Run() was.
-  ~Stager();
+  ~SaveStager();
 
-  // Adds an item; the pointer is owned by the Stager. REQUIRES: before Run.
+  // Adds an item; the pointer is owned by the SaveStager. REQUIRES: before Run.
   StagedBytes* Add(StageInput input);
 
   // Stages the items in order, on the calling thread, up to (not
@@ -106,7 +107,7 @@ class Stager {
 
   // Seconds Run() spent waiting for staging space (pool or limit).
   double stall_seconds() const;
-  // Most bytes of staging buffers this Stager held at once.
+  // Most bytes of staging buffers this SaveStager held at once.
   uint64_t peak_bytes() const;
 
  private:
@@ -115,7 +116,7 @@ class Stager {
     StagingPool::Lease lease;
     // The buffer's memory, read once: Finish() may release the lease
     // while a failing save's Run() still fills it (the pool, and so the
-    // memory, outlives the Stager, and no other save uses the pool then).
+    // memory, outlives the SaveStager, and no other save uses the pool then).
     char* data = nullptr;
     uint64_t unreleased = 0;  // staged bytes not yet released
     // Device copies into it; empty for host bytes. Set when published.

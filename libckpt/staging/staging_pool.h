@@ -1,4 +1,6 @@
-// Internal: the bounded pool of host staging buffers that device tensors
+// staging/: pinned host buffers between device memory and the I/O threads,
+// for saves (save_stager.h) and loads (load_stager.h). This header: the
+// bounded pool of host staging buffers that device tensors
 // (every save and load with device memory) and asynchronous snapshots go
 // through.
 //

@@ -1,5 +1,7 @@
-// The POSIX (Linux) implementation of ckpt::Storage. Internal: callers get it
-// through ckpt::DefaultStorage().
+// storage/: the implementations of ckpt::Storage and the layout of a
+// checkpoint root on any Storage (checkpoint_dir.h). This header: the POSIX
+// (Linux) implementation of ckpt::Storage; callers get it through
+// ckpt::DefaultStorage().
 #ifndef CKPT_LIBCKPT_STORAGE_POSIX_STORAGE_H_
 #define CKPT_LIBCKPT_STORAGE_POSIX_STORAGE_H_
 

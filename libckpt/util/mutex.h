@@ -1,5 +1,6 @@
-// The one mutex type of ckpt (libckpt, tools and gpu): a std::mutex with
-// clang's thread-safety annotations, a scoped lock and a condition variable.
+// The one mutex type of ckpt (libckpt, tools, gpu and the test doubles;
+// not installed): a std::mutex with clang's thread-safety annotations, a
+// scoped lock and a condition variable.
 //
 // Why not absl::Mutex: Debian's libabsl is not built with ThreadSanitizer,
 // so TSan does not see its lock and unlock and reports races on the data it
@@ -22,7 +23,6 @@
 #ifndef CKPT_LIBCKPT_UTIL_MUTEX_H_
 #define CKPT_LIBCKPT_UTIL_MUTEX_H_
 
-#include <chrono>
 #include <condition_variable>
 #include <mutex>
 
@@ -41,9 +41,6 @@ class ABSL_LOCKABLE Mutex {
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
   // REQUIRES: the calling thread holds the lock.
   void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
-  // Tells the analysis that the lock is held where it cannot see it (a
-  // callback run under the lock). Checks nothing at run time.
-  void AssertHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
 
  private:
   friend class CondVar;
@@ -78,16 +75,6 @@ class CondVar {
     std::unique_lock<std::mutex> l(mu->mu_, std::adopt_lock);
     cv_.wait(l);
     l.release();  // still held, and owned by the caller again
-  }
-  // As Wait, but returns by `deadline` at the latest. Returns true when the
-  // deadline passed (the caller re-checks its condition either way).
-  bool WaitUntil(Mutex* mu, std::chrono::steady_clock::time_point deadline)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    std::unique_lock<std::mutex> l(mu->mu_, std::adopt_lock);
-    const bool timed_out =
-        cv_.wait_until(l, deadline) == std::cv_status::timeout;
-    l.release();
-    return timed_out;
   }
   // Wakes one waiter (Signal) or all of them (SignalAll). The caller need
   // not hold the mutex.

@@ -7,10 +7,14 @@
 #ifndef CKPT_LIBCKPT_UTIL_RANK_STATUS_H_
 #define CKPT_LIBCKPT_UTIL_RANK_STATUS_H_
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "ckpt/communicator.h"
 
 namespace ckpt::internal {
 
@@ -20,6 +24,23 @@ namespace ckpt::internal {
 std::string EncodeStatusOr(const absl::StatusOr<std::string>& s);
 // InternalError "empty message from another rank" for no bytes.
 absl::StatusOr<std::string> DecodeStatusOr(absl::string_view bytes);
+
+// The first error of the ranks of `comm`. Collective (one AllReduceMax,
+// plus one Broadcast when some rank failed): every rank passes its own
+// verdict; every rank returns OK, or the verdict (code and message) of the
+// lowest rank whose verdict is an error, that rank then in *failing_rank
+// (may be null; -1 otherwise). `max_values` (null, or the same count on
+// every rank) are reduced with max in the same AllReduceMax, so that a
+// caller agrees on its parameters and on success in one round trip. A
+// failure of the collectives themselves is returned as it is.
+absl::Status AgreeOnFirstError(Communicator& comm, const absl::Status& mine,
+                               std::vector<int64_t>* max_values = nullptr,
+                               int* failing_rank = nullptr);
+
+// Rank 0 runs `fn`; its status (and payload) reach every rank. Collective
+// (one Broadcast); a failure of the Broadcast is returned as it is.
+absl::StatusOr<std::string> OnRankZero(
+    Communicator* comm, absl::FunctionRef<absl::StatusOr<std::string>()> fn);
 
 }  // namespace ckpt::internal
 

@@ -1,4 +1,4 @@
-// internal::SaveInBatches (libckpt/save/world_save.h): the checkpoint of N
+// internal::SaveWorld (libckpt/save/world_save.h): the checkpoint of N
 // ranks written a few ranks at a time equals the one N Writer ranks save,
 // and one named test per way it fails.
 #include <filesystem>
@@ -45,8 +45,8 @@ absl::Status Register(W& w, int r) {
   return w.SetObject("rng." + std::to_string(r), std::string(5 + r, 'a' + r));
 }
 
-BatchSaveOptions Options() {
-  BatchSaveOptions o;
+WorldSaveOptions Options() {
+  WorldSaveOptions o;
   o.parallel_ranks = 2;
   o.save.io_threads = 1;
   return o;
@@ -61,7 +61,7 @@ FillRank Fill() {
 TEST(BatchSaveTest, WritesTheCheckpointThatWriterRanksWrite) {
   TempDir dir;
   const std::string a = dir.path() + "/batch", b = dir.path() + "/writer";
-  auto saved = SaveInBatches(a, 5, kWorld, Fill(), Options());
+  auto saved = SaveWorld(a, 5, kWorld, Fill(), Options());
   ASSERT_THAT(saved, IsOk());
   EXPECT_EQ(saved->path, a + "/step-00000005");
   InProcessWorld world(kWorld);
@@ -116,9 +116,9 @@ TEST(BatchSaveTest, StructureChangedBetweenPassesFailsAndCommitsNothing) {
     if (r == 1 && ++calls == 2) return c.SetObject("late", "x");
     return absl::OkStatus();
   };
-  BatchSaveOptions o = Options();
+  WorldSaveOptions o = Options();
   o.parallel_ranks = 1;
-  EXPECT_THAT(SaveInBatches(dir.path(), 5, kWorld, fill, o),
+  EXPECT_THAT(SaveWorld(dir.path(), 5, kWorld, fill, o),
               StatusIs(absl::StatusCode::kInternal,
                        "rank 1: registered another structure"));
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/step-00000005"));
@@ -134,7 +134,7 @@ TEST(BatchSaveTest, FillErrorNamesTheRankAndCommitsNothing) {
     if (r == 2) return absl::NotFoundError("no such source");
     return Register(c, r);
   };
-  EXPECT_THAT(SaveInBatches(dir.path(), 5, kWorld, fill, Options()),
+  EXPECT_THAT(SaveWorld(dir.path(), 5, kWorld, fill, Options()),
               StatusIs(absl::StatusCode::kNotFound, "rank 2: no such source"));
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/step-00000005"));
 }
@@ -145,7 +145,7 @@ TEST(BatchSaveTest, OverlappingPiecesAreRejectedByThePlanner) {
     return c.AddTensor("w", DType::kFloat32, kRows, FullBox(kRows),
                        kRowValues.data());
   };
-  EXPECT_THAT(SaveInBatches(dir.path(), 5, 2, fill, Options()),
+  EXPECT_THAT(SaveWorld(dir.path(), 5, 2, fill, Options()),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "none of them is marked as a replica"));
 }
@@ -159,7 +159,7 @@ TEST(BatchSaveTest, DuplicateNameIsAlreadyExists) {
 
 TEST(BatchSaveTest, BadWorldIsInvalidArgument) {
   TempDir dir;
-  EXPECT_THAT(SaveInBatches(dir.path(), 5, 0, Fill(), Options()),
+  EXPECT_THAT(SaveWorld(dir.path(), 5, 0, Fill(), Options()),
               StatusIs(absl::StatusCode::kInvalidArgument, "world >= 1"));
 }
 

@@ -1,4 +1,4 @@
-// The staging pool and the Stager (libckpt/staging/staging_pool.h,
+// The staging pool and the SaveStager (libckpt/staging/staging_pool.h,
 // save_stager.h), through the fake asynchronous device.
 #include <atomic>
 #include <string>
@@ -149,7 +149,7 @@ TEST(StagerTest, HostDeviceAndSourceItemsAreStagedByteExact) {
     std::memcpy(dst, sourced.data() + off, n);
     return absl::OkStatus();
   };
-  Stager stager(pool.get(), &dev, nullptr, seg, 0);
+  SaveStager stager(pool.get(), &dev, nullptr, seg, 0);
   std::vector<StagedBytes*> views = {
       stager.Add(
           {"h", host.size(), host.data(), MemoryKind::kHost, 0, nullptr}),
@@ -183,7 +183,7 @@ TEST(StagerTest, HostBytesCopiedBySeveralThreadsAreByteExact) {
       ReferenceBytes(DType::kUInt8, {(9 << 20) + 123}, 7),
       ReferenceBytes(DType::kUInt8, {77777}, 8),
       ReferenceBytes(DType::kUInt8, {(5 << 20) + 5}, 9)};
-  Stager stager(pool.get(), nullptr, nullptr, seg, 0, /*copy_threads=*/3);
+  SaveStager stager(pool.get(), nullptr, nullptr, seg, 0, /*copy_threads=*/3);
   std::vector<StagedBytes*> views;
   std::vector<uint64_t> sizes;
   for (const std::string& d : data) {
@@ -208,7 +208,7 @@ TEST(StagerTest, RunStopsBeforeTheGivenItemAndTheNextRunGoesOnFromThere) {
   std::string a = ReferenceBytes(DType::kUInt8, {kBuf + 10}, 21);
   std::string empty;
   std::string b = ReferenceBytes(DType::kUInt8, {3000}, 22);
-  Stager stager(pool.get(), &dev, nullptr, 4096, 0);
+  SaveStager stager(pool.get(), &dev, nullptr, 4096, 0);
   StagedBytes* va =
       stager.Add({"a", a.size(), a.data(), MemoryKind::kHost, 0, nullptr});
   stager.Add({"empty", 0, nullptr, MemoryKind::kHost, 0, nullptr});
@@ -240,7 +240,7 @@ TEST(StagerTest, DeviceCopiesWaitForTheCallersEvent) {
     std::fill(tensor.begin(), tensor.end(), 'b');
   });
   auto ready = caller->Record().value();
-  Stager stager(pool.get(), &dev, ready.get(), 4096, 0);
+  SaveStager stager(pool.get(), &dev, ready.get(), 4096, 0);
   StagedBytes* v = stager.Add(
       {"t", tensor.size(), tensor.data(), MemoryKind::kCuda, 0, nullptr});
   CKPT_ASSERT_OK(stager.Run());
@@ -253,7 +253,7 @@ TEST(StagerTest, LimitBoundsBuffersHeldAndRunWaitsForReleases) {
   FakeDevice dev;
   auto pool = StagingPool::Create(&dev, kBuf, 8 * kBuf).value();
   std::string device = ReferenceBytes(DType::kUInt8, {10 * kBuf}, 5);
-  Stager stager(pool.get(), &dev, nullptr, kBuf, /*max_buffers=*/2);
+  SaveStager stager(pool.get(), &dev, nullptr, kBuf, /*max_buffers=*/2);
   StagedBytes* v = stager.Add(
       {"d", device.size(), device.data(), MemoryKind::kCuda, 0, nullptr});
   absl::Status run;
@@ -273,7 +273,7 @@ TEST(StagerTest, DeviceCopyErrorReachesRunAndConsumers) {
   dev.FailAfterBytes(3 * kBuf, absl::DataLossError("ECC error"));
   auto pool = StagingPool::Create(&dev, kBuf, 8 * kBuf).value();
   std::string device(6 * kBuf, 'x');
-  Stager stager(pool.get(), &dev, nullptr, kBuf, 0);
+  SaveStager stager(pool.get(), &dev, nullptr, kBuf, 0);
   StagedBytes* v = stager.Add(
       {"d", device.size(), device.data(), MemoryKind::kCuda, 0, nullptr});
   EXPECT_THAT(stager.Run(), StatusIs(absl::StatusCode::kDataLoss, "ECC error"));
@@ -286,7 +286,7 @@ TEST(StagerTest, FinishStopsARunWaitingForSpace) {
   FakeDevice dev;
   auto pool = StagingPool::Create(&dev, kBuf, kBuf).value();
   std::string host(4 * kBuf, 'x');
-  Stager stager(pool.get(), &dev, nullptr, kBuf, 0);
+  SaveStager stager(pool.get(), &dev, nullptr, kBuf, 0);
   stager.Add({"h", host.size(), host.data(), MemoryKind::kHost, 0, nullptr});
   absl::Status run;
   std::thread t([&] { run = stager.Run(); });  // stages 1 buffer, then waits
@@ -299,7 +299,7 @@ TEST(StagerTest, FinishStopsARunWaitingForSpace) {
 TEST(StagerTest, RangesCrossingASegmentAreAnInternalError) {
   auto pool = StagingPool::Create(nullptr, kBuf, 2 * kBuf).value();
   std::string host(2 * kBuf, 'x');
-  Stager stager(pool.get(), nullptr, nullptr, kBuf, 0);
+  SaveStager stager(pool.get(), nullptr, nullptr, kBuf, 0);
   StagedBytes* v = stager.Add(
       {"h", host.size(), host.data(), MemoryKind::kHost, 0, nullptr});
   CKPT_ASSERT_OK(stager.Run());

@@ -263,7 +263,7 @@ absl::Status RegisterRank(internal::RankContents& contents, int rank,
 }
 
 // Saves DST as `o.to` ranks, min(--threads, N) of them written at a time
-// (internal::SaveInBatches: no thread per output rank, memory bounded by
+// (internal::SaveWorld: no thread per output rank, memory bounded by
 // the ranks in flight). Returns the save's result.
 absl::StatusOr<SaveResult> WriteRanks(const ReshardOptions& o, Storage* storage,
                                       const std::vector<EntryLayout>& plans,
@@ -271,12 +271,12 @@ absl::StatusOr<SaveResult> WriteRanks(const ReshardOptions& o, Storage* storage,
                                       SourceContext& sources,
                                       const Objects& objects, SaveOptions so,
                                       uint64_t step) {
-  internal::BatchSaveOptions bo;
+  internal::WorldSaveOptions bo;
   bo.parallel_ranks = std::min(o.threads, o.to);
   so.io_threads = std::max(1, o.threads / bo.parallel_ranks);
   bo.save = std::move(so);
   bo.storage = storage;
-  return internal::SaveInBatches(
+  return internal::SaveWorld(
       o.dst, step, o.to,
       [&](int rank, internal::RankContents& contents, std::shared_ptr<void>&) {
         return RegisterRank(contents, rank, plans, by_name, sources, objects);

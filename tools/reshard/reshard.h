@@ -7,7 +7,7 @@
 //   o.to = 8;
 //   auto report = ckpt::tools::Reshard(o);
 //
-// The output is written as N ranks by internal::SaveInBatches (the Writer's
+// The output is written as N ranks by internal::SaveWorld (the Writer's
 // planner, shard writer and commit protocol, min(threads, N) ranks at a
 // time: no thread per output rank), so it is committed atomically
 // (manifest last, rename, then DST/latest) and is an ordinary checkpoint.

@@ -351,13 +351,13 @@ absl::StatusOr<SynthResult> WriteSynth(const SynthOptions& o) {
   }
   const SaveOptions so = SynthSaveOptions(o, config, model);
 
-  internal::BatchSaveOptions bo;
+  internal::WorldSaveOptions bo;
   bo.save = so;
   bo.storage = o.storage;
   bo.parallel_ranks = std::min(o.ranks, kParallelRanks);
   CKPT_ASSIGN_OR_RETURN(
       SaveResult saved,
-      internal::SaveInBatches(
+      internal::SaveWorld(
           o.dir, o.step, o.ranks,
           [&](int r, internal::RankContents& c, std::shared_ptr<void>&) {
             return RegisterSynthRank(c, model, o, r);

@@ -17,47 +17,27 @@
 // Load are collective (see there) and one Load runs at a time per rank.
 //
 // Cooperative loads. With a communicator, the ranks of a job read the
-// checkpoint between them instead of each reading what it needs:
-//  * Open: rank 0 alone resolves `latest` and reads MANIFEST, and
-//    broadcasts the bytes (or its error); every rank decodes and checks
-//    them as a single-rank Open does, with the same errors.
-//  * Load: the ranks exchange their requests (entry and region; every rank
-//    first checks its own as a single-rank Load does), and every rank
-//    computes the same plan (libckpt/load/coop/coop_plan.h): each shard index
-//    the job needs is read by one rank and sent to all (each receiver
-//    checks it as if it had read it); each needed stored block is read
-//    once per job, by one rank (one that needs it, unless that would
-//    unbalance the bytes read per node or per rank: reads are spread
-//    evenly over the nodes of Communicator::NodeName, then over the ranks
-//    of each node; with no node names, over ranks), which verifies it and
-//    sends the
-//    raw bytes each other rank needs through Communicator::AllToAll, in
-//    rounds of at most LoadOptions::exchange_bytes_per_round bytes sent
-//    and received per rank. Bytes for host destinations travel in host
-//    memory (AllToAll kHost). Bytes for device (kCuda) destinations travel
-//    in device memory when the communicator SupportsDeviceMemory() (e.g.
-//    ckpt::gpu::NcclCommunicator) and every rank has a
-//    ReaderOptions::device_memory and kCuda destinations, all on one
-//    device: the reading rank uploads what it sends them into a device
-//    buffer (one host-to-device copy per round, on the library's stream),
-//    AllToAll(kCuda) moves them into a device buffer of the receiver, and
-//    the receiver copies them device-to-device (strided pieces as one 2-D
-//    copy) into its destinations. These buffers are allocated with
-//    DeviceMemory::AllocateDevice, within the round's bytes, reused across
-//    rounds and freed when the Load returns. Otherwise (one AllGather
-//    decides it, the same way on every rank) they travel in host memory
-//    and the receiver copies them to the device, as it does for what it
-//    reads.
-//    When the ranks share one address space (Communicator::
-//    SharesAddressSpace, e.g. in-process ranks) and every rank's
-//    destinations are host memory, there is no exchange: the ranks share
-//    their destination addresses and each writes the verified bytes of its
-//    reads straight into the destinations of every rank that needs them;
-//    each rank's on_complete callbacks then run on the thread that called
-//    Load, once every rank's reads succeeded.
-//  * Per rank, the guarantees of a single-rank Load hold: strictness
-//    (LoadOptions), completeness, verification (by the rank that read the
-//    block), on_complete once per destination.
+// checkpoint between them instead of each reading what it needs: each
+// shard index the job needs, and each needed stored block, is read once per
+// job, by one rank, which verifies it and delivers its bytes to every rank
+// whose requests need them (how: docs/cooperative-load.md).
+//  * Open is collective: rank 0 alone resolves `latest` and reads MANIFEST;
+//    every rank decodes and checks the bytes as a single-rank Open does,
+//    with the same errors.
+//  * Load is collective: every rank first checks its own requests as a
+//    single-rank Load does. Per rank, the guarantees of a single-rank Load
+//    hold: strictness (LoadOptions), completeness, verification (by the
+//    rank that read the block), on_complete once per destination. When the
+//    ranks share one address space (Communicator::SharesAddressSpace) and
+//    every rank's destinations are host memory, each rank's on_complete
+//    callbacks run on the thread that called Load, once every rank's reads
+//    succeeded.
+//  * Memory: the bytes exchanged between ranks go in rounds of at most
+//    LoadOptions::exchange_bytes_per_round bytes sent and received per rank.
+//    With a communicator that SupportsDeviceMemory() (e.g. ckpt::gpu::
+//    NcclCommunicator), bytes for device destinations may travel in device
+//    buffers allocated with DeviceMemory::AllocateDevice, within a round's
+//    bytes, and freed when the Load returns.
 //  * A failure on any rank (a bad request, a missing or corrupt shard, a
 //    read error, a checksum mismatch) fails the Load on every rank with
 //    the same code and message, "rank R of N: " followed by the failing

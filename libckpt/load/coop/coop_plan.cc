@@ -10,64 +10,38 @@
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/coding.h"
 #include "ckpt/format/status_macros.h"
+#include "util/region_codec.h"
 
 namespace ckpt::internal {
 namespace {
 
-constexpr uint8_t kBox = 0, kFlat = 1;
-
-void PutRegion(std::string* out, const Region& region) {
-  if (const Box* b = std::get_if<Box>(&region)) {
-    format::PutFixed8(out, kBox);
-    format::PutVarint(out, b->offset.size());
-    for (uint64_t v : b->offset) format::PutVarint(out, v);
-    for (uint64_t v : b->size) format::PutVarint(out, v);
-  } else {
-    const FlatRange& f = std::get<FlatRange>(region);
-    format::PutFixed8(out, kFlat);
-    format::PutVarint(out, f.start);
-    format::PutVarint(out, f.length);
-  }
+absl::Status EntryNotInManifest(const format::Manifest& m, uint64_t entry,
+                                uint32_t rank, uint64_t i) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("rank ", rank, ": request ", i, ": entry ", entry,
+                   " is not in the manifest (", m.entries.size(), " entries)"));
 }
 
-// Bound on a box's rank in exchanged requests (the format's is lower).
-constexpr uint64_t kMaxRank = 64;
-
-absl::StatusOr<PlanRequest> ReadRequest(format::ByteReader* r) {
+// Request `i` of rank `rank`: its entry, then its region (util/
+// region_codec.h, as many dimensions as the entry has). InvalidArgument for
+// an entry that is not in `m`.
+absl::StatusOr<PlanRequest> ReadRequest(const format::Manifest& m,
+                                        uint32_t rank, uint64_t i,
+                                        format::ByteReader* r) {
   PlanRequest out;
   CKPT_ASSIGN_OR_RETURN(uint64_t entry,
                         r->ReadVarintAtMost("entry", UINT32_MAX));
+  if (entry >= m.entries.size()) return EntryNotInManifest(m, entry, rank, i);
   out.entry = static_cast<uint32_t>(entry);
-  CKPT_ASSIGN_OR_RETURN(uint8_t kind, r->Read8("region kind"));
-  if (kind == kBox) {
-    CKPT_ASSIGN_OR_RETURN(uint64_t n, r->ReadVarintAtMost("rank", kMaxRank));
-    Box b;
-    b.offset.resize(n);
-    b.size.resize(n);
-    for (uint64_t& v : b.offset) {
-      CKPT_ASSIGN_OR_RETURN(v, r->ReadVarint("offset"));
-    }
-    for (uint64_t& v : b.size) {
-      CKPT_ASSIGN_OR_RETURN(v, r->ReadVarint("size"));
-    }
-    out.region = std::move(b);
-  } else if (kind == kFlat) {
-    FlatRange f;
-    CKPT_ASSIGN_OR_RETURN(f.start, r->ReadVarint("start"));
-    CKPT_ASSIGN_OR_RETURN(f.length, r->ReadVarint("length"));
-    out.region = f;
-  } else {
-    return absl::DataLossError(absl::StrCat("region kind ", kind));
-  }
+  CKPT_ASSIGN_OR_RETURN(out.region,
+                        ReadRegion(r, m.entries[out.entry].shape.size()));
   return out;
 }
 
 absl::Status CheckRequest(const format::Manifest& m, const PlanRequest& p,
                           uint32_t rank, uint64_t i) {
   if (p.entry >= m.entries.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", rank, ": request ", i, ": entry ", p.entry,
-        " is not in the manifest (", m.entries.size(), " entries)"));
+    return EntryNotInManifest(m, p.entry, rank, i);
   }
   absl::Status s = ValidateRegion(p.region, m.entries[p.entry].shape);
   if (s.ok()) return s;
@@ -268,7 +242,7 @@ absl::StatusOr<uint32_t> DecodeRequests(
   CKPT_ASSIGN_OR_RETURN(uint64_t n, r->ReadVarintAtMost("count", bytes.size()));
   for (uint64_t i = 0; i < n; ++i) {
     const uint64_t begin = r->offset();
-    CKPT_ASSIGN_OR_RETURN(PlanRequest p, ReadRequest(r));
+    CKPT_ASSIGN_OR_RETURN(PlanRequest p, ReadRequest(manifest, rank, i, r));
     const absl::string_view key(bytes.data() + begin, r->offset() - begin);
     auto [it, inserted] =
         ids->emplace(key, static_cast<uint32_t>(g->unique.size()));

@@ -146,9 +146,9 @@ absl::Status DeviceExchange::Exchange(Communicator* comm,
 absl::Status DeviceExchange::Deliver(
     const RequestGroups& g, const CoopPlan& plan,
     const std::vector<std::vector<uint32_t>>& incoming,
-    const std::vector<LoadRequest>& reqs, LoadRun* run) {
+    const std::vector<LoadRequest>& reqs, ReadExecutor* run) {
   // The received bytes lie by sender, then in plan and delivery order, as
-  // the senders laid them out (coop_load.cc, RoundReads).
+  // the senders laid them out (cooperative_load.cc, RoundReads).
   std::map<uint32_t, std::vector<CopyRun>> runs;  // by request
   uint64_t cursor = 0;
   for (const std::vector<uint32_t>& from : incoming) {

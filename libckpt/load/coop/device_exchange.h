@@ -6,7 +6,7 @@
 // buffer, uploads them once per round into a device send buffer, the ranks
 // exchange them with AllToAll(kCuda) into a device receive buffer, and the
 // receiver copies them device-to-device into its destinations. Bytes for
-// host destinations keep the host AllToAll (coop_load.cc).
+// host destinations keep the host AllToAll (cooperative_load.cc).
 #ifndef CKPT_LIBCKPT_LOAD_COOP_DEVICE_EXCHANGE_H_
 #define CKPT_LIBCKPT_LOAD_COOP_DEVICE_EXCHANGE_H_
 
@@ -65,7 +65,7 @@ class DeviceExchange {
   // requests' completion in `run`. Local.
   absl::Status Deliver(const RequestGroups& g, const CoopPlan& plan,
                        const std::vector<std::vector<uint32_t>>& incoming,
-                       const std::vector<LoadRequest>& reqs, LoadRun* run);
+                       const std::vector<LoadRequest>& reqs, ReadExecutor* run);
 
  private:
   struct Buffer {

@@ -1,14 +1,9 @@
-// Cooperative loads (ckpt/reader.h, "Cooperative loads"): the ranks of
-// ReaderOptions::communicator exchange their requests, share the shard
-// indexes, compute the same plan (ckpt/internal/coop_plan.h) and read every
-// needed block once between them, exchanging the bytes with AllToAll
-// (or, for ranks of one address space loading into host memory, writing
-// them straight into each other's destinations: coop_direct.cc).
-//
-// Every rank goes through the same collectives in the same order whatever
-// happens locally: a step that can fail on one rank is followed by Agree,
-// which makes every rank return the first failing rank's status.
-#include "load/coop_load.h"
+// The ranks exchange their requests, share the shard indexes, compute the
+// same plan (coop_plan.h) and read every needed block once between them,
+// exchanging the bytes with AllToAll (or, for ranks of one address space
+// loading into host memory, writing them straight into each other's
+// destinations: direct_delivery.cc).
+#include "load/coop/cooperative_load.h"
 
 #include <algorithm>
 #include <memory>
@@ -23,28 +18,22 @@
 #include "ckpt/format/coding.h"
 #include "ckpt/format/status_macros.h"
 #include "load/coop/device_exchange.h"
-#include "load/reader_impl.h"
 #include "util/parallel_for.h"
 #include "util/rank_status.h"
 
 namespace ckpt::internal {
 
-absl::Status Agree(Communicator* comm, const absl::Status& local) {
-  const int n = comm->size(), me = comm->rank();
-  std::vector<int64_t> flag = {local.ok() ? 0 : n - me};
-  CKPT_RETURN_IF_ERROR(comm->AllReduceMax(&flag));
-  if (flag[0] == 0) return absl::OkStatus();
-  const int root = n - static_cast<int>(flag[0]);
-  std::string msg;
-  if (me == root) msg = EncodeStatusOr(absl::StatusOr<std::string>(local));
-  CKPT_RETURN_IF_ERROR(comm->Broadcast(&msg, root));
-  absl::Status s = DecodeStatusOr(msg).status();
-  if (s.ok()) return absl::InternalError("a failing rank sent no error");
+absl::Status CooperativeLoad::Agree(const absl::Status& local) {
+  int root = -1;
+  absl::Status s = AgreeOnFirstError(*src_.comm, local, nullptr, &root);
+  if (root < 0) return s;
   return absl::Status(
-      s.code(), absl::StrCat("rank ", root, " of ", n, ": ", s.message()));
+      s.code(), absl::StrCat("rank ", root, " of ", src_.comm->size(), ": ",
+                             s.message()));
 }
 
-void FinishReport(const Prepared& p, const LoadRun& run, LoadReport* report) {
+void CooperativeLoad::FinishReport(const Prepared& p, const ReadExecutor& run,
+                                   LoadReport* report) {
   for (const LoadRequest& r : p.reqs) {
     report->bytes_loaded += RegionElements(r.region) * DTypeSize(r.dtype);
   }
@@ -148,7 +137,7 @@ std::vector<uint64_t> TotalSends(const RequestGroups& g, const CoopPlan& plan,
   return to;
 }
 
-// The reads of one round as LoadRun executes them: copies to this rank's
+// The reads of one round as ReadExecutor executes them: copies to this rank's
 // own requests keep their destination (Holder::index); copies for rank d
 // go to request `slots + lane`, the send buffer of that lane, at
 // consecutive offsets. Returns the reads and the bytes for each lane.
@@ -208,7 +197,8 @@ std::vector<Incoming> IncomingOf(const RequestGroups& g, const CoopPlan& plan,
 // reader laid them out) to this rank's destinations; those that travel in
 // device memory are DeviceExchange::Deliver's.
 absl::Status Unpack(const RequestGroups& g, const BlockRead& read, uint32_t me,
-                    const char* bytes, LoadRun* run, const DeviceExchange* dx) {
+                    const char* bytes, ReadExecutor* run,
+                    const DeviceExchange* dx) {
   absl::Status st;
   ForEachDelivery(g, read, [&](const Holder& h, const Copy& c) {
     if (h.rank != me || ViaDevice(dx, h) || !st.ok()) return;
@@ -262,7 +252,7 @@ Prepared WithSendSlots(const Prepared& p, const std::vector<uint64_t>& total,
   return ext;
 }
 
-// One round on this rank: its reads as LoadRun runs them (RoundReads) and
+// One round on this rank: its reads as ReadExecutor runs them (RoundReads) and
 // their shards, the bytes it sends and receives by lane, where the bytes
 // of each incoming read are, and the AllToAll buffers over the arenas.
 struct RoundIo {
@@ -317,7 +307,7 @@ absl::Status StageDeviceSends(DeviceExchange* dx, const RoundIo& io, uint32_t n,
 absl::Status Receive(const RequestGroups& g, const CoopPlan& plan,
                      const Round& round, const RoundIo& io, uint32_t me,
                      int threads, DeviceExchange* dx, const Prepared& ext,
-                     LoadRun* run) {
+                     ReadExecutor* run) {
   CKPT_RETURN_IF_ERROR(
       ParallelFor(threads, io.incoming.size(), [&](int, size_t k) {
         const Incoming& in = io.incoming[k];
@@ -330,16 +320,15 @@ absl::Status Receive(const RequestGroups& g, const CoopPlan& plan,
 
 }  // namespace
 
-absl::Status ReaderImpl::ShareShards(const std::vector<uint32_t>& ids,
-                                     int threads) {
-  Communicator* comm = options_.communicator;
+absl::Status CooperativeLoad::ShareShards(const std::vector<uint32_t>& ids) {
+  Communicator* comm = src_.comm;
   const size_t n = comm->size(), me = comm->rank();
   std::vector<uint32_t> own;  // spread over ranks: shard ids[i] on rank i % n
   for (size_t i = me; i < ids.size(); i += n) own.push_back(ids[i]);
-  CKPT_RETURN_IF_ERROR(Agree(comm, OpenShards(own, threads)));
+  CKPT_RETURN_IF_ERROR(Agree(src_.shards->Open(own, threads_)));
   std::string mine;
   for (uint32_t id : own) {
-    CKPT_ASSIGN_OR_RETURN(const OpenShard* s, GetShard(id));
+    CKPT_ASSIGN_OR_RETURN(const OpenShard* s, src_.shards->Get(id));
     PutShardMeta(&mine, id, s->file.meta);
   }
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all, comm->AllGather(mine));
@@ -354,20 +343,18 @@ absl::Status ReaderImpl::ShareShards(const std::vector<uint32_t>& ids,
       break;
     }
     for (auto& [id, meta] : *metas) {
-      adopted.Update(AdoptShard(id, std::move(meta)));
+      adopted.Update(src_.shards->Adopt(id, std::move(meta)));
     }
   }
-  return Agree(comm, adopted);
+  return Agree(adopted);
 }
 
-absl::StatusOr<LoadReport> ReaderImpl::LoadCooperative(
-    const std::vector<LoadRequest>& requests, const LoadOptions& options) {
-  Communicator* comm = options_.communicator;
-  LoadReport report;
-  absl::StatusOr<Prepared> p =
-      options.local_error.ok() ? Prepare(requests, options, &report)
-                               : absl::StatusOr<Prepared>(options.local_error);
-  CKPT_RETURN_IF_ERROR(Agree(comm, p.status()));
+absl::StatusOr<LoadReport> CooperativeLoad::Run(
+    const absl::StatusOr<Prepared>& p, const LoadOptions& options,
+    LoadReport report) {
+  Communicator* comm = src_.comm;
+  const format::Manifest& manifest = *src_.manifest;
+  CKPT_RETURN_IF_ERROR(Agree(p.status()));
   std::vector<PlanRequest> mine;
   for (size_t i = 0; i < p->reqs.size(); ++i) {
     mine.push_back(PlanRequest{p->entry[i], p->reqs[i].region});
@@ -377,75 +364,75 @@ absl::StatusOr<LoadReport> ReaderImpl::LoadCooperative(
       comm->AllGather(EncodeRankRequests(comm->NodeName(), mine)));
   // From here every rank computes the same from the same inputs: an error
   // is the same on every rank.
-  CKPT_ASSIGN_OR_RETURN(RequestGroups groups, GroupRequests(manifest_, all));
+  CKPT_ASSIGN_OR_RETURN(RequestGroups groups, GroupRequests(manifest, all));
   all = {};
   CKPT_ASSIGN_OR_RETURN(std::vector<ChunkPiece> pieces,
-                        PairRequests(manifest_, groups.unique));
-  const int threads = IoThreads(options);
-  CKPT_RETURN_IF_ERROR(
-      ShareShards(NeededShards(manifest_, groups, pieces), threads));
-  CKPT_RETURN_IF_ERROR(Agree(comm, CheckChunkless(*p, threads)));
+                        PairRequests(manifest, groups.unique));
+  CKPT_RETURN_IF_ERROR(ShareShards(NeededShards(manifest, groups, pieces)));
+  CKPT_RETURN_IF_ERROR(Agree(src_.shards->CheckChunkless(p->entry, threads_)));
   auto lookup = [&](uint32_t entry, uint32_t chunk) {
-    const uint32_t shard = manifest_.entries[entry].chunks[chunk].shard;
-    const OpenShard* s = *GetShard(shard);  // adopted by ShareShards
+    const uint32_t shard = manifest.entries[entry].chunks[chunk].shard;
+    const OpenShard* s = *src_.shards->Get(shard);  // adopted by ShareShards
     return s->indexed.at(ChunkKey(entry, chunk));
   };
   CoopOptions co;
   co.max_read_bytes = kTaskBytes;
   co.round_bytes = std::max<uint64_t>(1, options.exchange_bytes_per_round);
   const CoopPlan plan =
-      PlanCooperativeReads(manifest_, groups, pieces, lookup, co);
+      PlanCooperativeReads(manifest, groups, pieces, lookup, co);
   if (comm->SharesAddressSpace()) {
     CKPT_ASSIGN_OR_RETURN(std::optional<AllDestinations> all,
                           ShareDestinations(*p));
     if (all.has_value()) {
-      return RunDirect(*p, *all, groups, plan, threads, std::move(report));
+      return RunDirect(*p, *all, groups, plan, std::move(report));
     }
   }
-  return RunCooperative(*p, groups, plan, options, threads, std::move(report));
+  return RunExchange(*p, groups, plan, options, std::move(report));
 }
 
-absl::StatusOr<StagingPool*> ReaderImpl::AgreeOnUploadPool(const Prepared& p) {
+absl::StatusOr<StagingPool*> CooperativeLoad::AgreeOnUploadPool(
+    const Prepared& p) {
   StagingPool* pool = nullptr;
   absl::Status st;
   if (std::any_of(p.reqs.begin(), p.reqs.end(), [](const LoadRequest& r) {
         return r.memory == MemoryKind::kCuda;
       })) {
-    absl::StatusOr<StagingPool*> got = UploadPool();
+    absl::StatusOr<StagingPool*> got = src_.upload_pool();
     st = got.status();
     if (got.ok()) pool = *got;
   }
-  CKPT_RETURN_IF_ERROR(Agree(options_.communicator, st));
+  CKPT_RETURN_IF_ERROR(Agree(st));
   return pool;
 }
 
-absl::Status ReaderImpl::RunReads(LoadRun* run,
-                                  const std::vector<BlockRead>& reads,
-                                  const std::vector<uint32_t>& shards,
-                                  int threads) {
-  return ParallelFor(threads, reads.size(), [&](int t, size_t i) {
+absl::Status CooperativeLoad::RunReads(ReadExecutor* run,
+                                       const std::vector<BlockRead>& reads,
+                                       const std::vector<uint32_t>& shards) {
+  return ParallelFor(threads_, reads.size(), [&](int t, size_t i) {
     CKPT_ASSIGN_OR_RETURN(ShardHandles::Lease file,
-                          GetShardForReading(shards[i]));
-    const OpenShard* s = *GetShard(shards[i]);  // opened or adopted
-    return run->Run(t, *s, file.file(), manifest_.entries[reads[i].entry],
+                          src_.shards->GetForReading(shards[i]));
+    const OpenShard* s = *src_.shards->Get(shards[i]);  // opened or adopted
+    return run->Run(t, *s, file.file(), src_.manifest->entries[reads[i].entry],
                     reads[i]);
   });
 }
 
-absl::StatusOr<LoadReport> ReaderImpl::RunCooperative(
+absl::StatusOr<LoadReport> CooperativeLoad::RunExchange(
     const Prepared& p, const RequestGroups& groups, const CoopPlan& plan,
-    const LoadOptions& options, int threads, LoadReport report) {
-  Communicator* comm = options_.communicator;
+    const LoadOptions& options, LoadReport report) {
+  Communicator* comm = src_.comm;
+  const int threads = threads_;
   const uint32_t me = comm->rank(), n = comm->size();
   const uint32_t slots = static_cast<uint32_t>(p.reqs.size());
   // Device data plane: null unless the communicator and every rank can.
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceExchange> dx,
-                        DeviceExchange::Create(comm, options_.device_memory,
+                        DeviceExchange::Create(comm, src_.device_memory,
                                                options.device_ready, p.reqs));
   Prepared ext = WithSendSlots(p, TotalSends(groups, plan, me, dx.get()),
                                dx ? 2 * n : n, n);
   CKPT_ASSIGN_OR_RETURN(StagingPool * pool, AgreeOnUploadPool(p));
-  LoadRun run(ext, options_.device_memory, pool, options.device_ready, threads);
+  ReadExecutor run(ext, src_.device_memory, pool, options.device_ready,
+                   threads);
   run.CompleteEmpty();
   absl::Status pending;  // a local failure to report at the next agreement
   Arena out, in;         // this rank's send and receive buffers, by peer
@@ -456,9 +443,9 @@ absl::StatusOr<LoadReport> ReaderImpl::RunCooperative(
     if (dx != nullptr && pending.ok()) {
       pending = StageDeviceSends(dx.get(), io, n, slots, &ext);
     }
-    if (pending.ok()) pending = RunReads(&run, io.reads, io.shards, threads);
+    if (pending.ok()) pending = RunReads(&run, io.reads, io.shards);
     if (dx != nullptr && pending.ok()) pending = dx->Upload();
-    CKPT_RETURN_IF_ERROR(Agree(comm, pending));
+    CKPT_RETURN_IF_ERROR(Agree(pending));
     CKPT_RETURN_IF_ERROR(comm->AllToAll(io.send, io.recv, MemoryKind::kHost));
     if (dx != nullptr) {
       CKPT_RETURN_IF_ERROR(dx->Exchange(comm, DeviceLanes(io.sends, n),
@@ -468,7 +455,7 @@ absl::StatusOr<LoadReport> ReaderImpl::RunCooperative(
         Receive(groups, plan, round, io, me, threads, dx.get(), ext, &run);
   }
   if (pending.ok()) pending = run.CheckAllWritten();
-  CKPT_RETURN_IF_ERROR(Agree(comm, pending));
+  CKPT_RETURN_IF_ERROR(Agree(pending));
   FinishReport(p, run, &report);
   return report;
 }

@@ -1,5 +1,6 @@
 // Cooperative loads of ranks that share one address space
-// (Communicator::SharesAddressSpace): the plan is that of coop_load.cc, but
+// (Communicator::SharesAddressSpace): the plan is that of
+// cooperative_load.cc, but
 // each reading rank writes the verified bytes of its reads straight into
 // the destinations of every rank that needs them (read directly into a
 // destination when all its bytes go to one, else read once, verified, and
@@ -15,8 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/coding.h"
 #include "ckpt/format/status_macros.h"
-#include "load/coop_load.h"
-#include "load/reader_impl.h"
+#include "load/coop/cooperative_load.h"
 #include "util/parallel_for.h"
 
 namespace ckpt::internal {
@@ -106,9 +106,9 @@ absl::Status CheckDelivered(const RequestGroups& g, const CoopPlan& plan,
 
 }  // namespace
 
-absl::StatusOr<std::optional<AllDestinations>> ReaderImpl::ShareDestinations(
-    const Prepared& p) {
-  Communicator* comm = options_.communicator;
+absl::StatusOr<std::optional<AllDestinations>>
+CooperativeLoad::ShareDestinations(const Prepared& p) {
+  Communicator* comm = src_.comm;
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> encoded,
                         comm->AllGather(EncodeDestinations(p)));
   // Every rank decodes the same bytes: the same outcome on every rank.
@@ -129,25 +129,25 @@ absl::StatusOr<std::optional<AllDestinations>> ReaderImpl::ShareDestinations(
   return out;
 }
 
-absl::StatusOr<LoadReport> ReaderImpl::RunDirect(
+absl::StatusOr<LoadReport> CooperativeLoad::RunDirect(
     const Prepared& p, const AllDestinations& all, const RequestGroups& groups,
-    const CoopPlan& plan, int threads, LoadReport report) {
-  Communicator* comm = options_.communicator;
+    const CoopPlan& plan, LoadReport report) {
+  Communicator* comm = src_.comm;
   const uint32_t me = comm->rank();
-  for (const LoadRequest& r : p.reqs) {  // as LoadRun::CompleteEmpty
+  for (const LoadRequest& r : p.reqs) {  // as ReadExecutor::CompleteEmpty
     if (RequestBytes(r) == 0 && r.on_complete) r.on_complete();
   }
-  LoadRun run(all.all, options_.device_memory, nullptr, nullptr, threads);
+  ReadExecutor run(all.all, src_.device_memory, nullptr, nullptr, threads_);
   std::vector<uint32_t> shards;
   const std::vector<BlockRead> reads =
       DirectReads(groups, plan, all, me, &shards);
-  absl::Status pending = RunReads(&run, reads, shards, threads);
+  absl::Status pending = RunReads(&run, reads, shards);
   if (pending.ok()) {
     pending = CheckDelivered(groups, plan, p, me, &report.bytes_received);
   }
   // After this, every rank's reads are done: this rank's destinations are
   // complete and verified.
-  CKPT_RETURN_IF_ERROR(Agree(comm, pending));
+  CKPT_RETURN_IF_ERROR(Agree(pending));
   for (const LoadRequest& r : p.reqs) {
     if (RequestBytes(r) != 0 && r.on_complete) r.on_complete();
   }

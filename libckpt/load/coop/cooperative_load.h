@@ -1,0 +1,116 @@
+// load/coop/: cooperative loads (ckpt/reader.h, "Cooperative loads"; how
+// they work: docs/cooperative-load.md), in which the ranks of a
+// communicator read every needed stored block once between them and deliver
+// its bytes to the ranks whose requests need them. This header: one such
+// load, which the Reader runs over its shards (CooperativeLoad::Source).
+//
+// Every rank goes through the same collectives in the same order whatever
+// happens locally: a step that can fail on one rank is followed by an
+// agreement that makes every rank return the first failing rank's status.
+#ifndef CKPT_LIBCKPT_LOAD_COOP_COOPERATIVE_LOAD_H_
+#define CKPT_LIBCKPT_LOAD_COOP_COOPERATIVE_LOAD_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ckpt/communicator.h"
+#include "ckpt/device_memory.h"
+#include "ckpt/format/records.h"
+#include "ckpt/reader.h"
+#include "load/coop/coop_plan.h"
+#include "read/read_executor.h"
+#include "read/read_plan.h"
+#include "read/shard_set.h"
+#include "staging/staging_pool.h"
+
+namespace ckpt::internal {
+
+// The destinations of every rank of a cooperative load as one list, for
+// ranks that share one address space (Communicator::SharesAddressSpace):
+// local request i of rank r is all.reqs[first[r] + i], a 1-d uint8
+// request of its bytes at the rank's host pointer, without on_complete.
+struct AllDestinations {
+  Prepared all;
+  std::vector<uint32_t> first;  // ranks + 1 offsets
+};
+
+class CooperativeLoad {
+ public:
+  // What the load uses of the Reader that runs it; all must outlive the
+  // load.
+  struct Source {
+    const format::Manifest* manifest = nullptr;
+    ShardSet* shards = nullptr;  // of that manifest's checkpoint
+    Communicator* comm = nullptr;
+    DeviceMemory* device_memory = nullptr;  // may be null
+    // The pinned buffers of loads into device memory (made on first need).
+    std::function<absl::StatusOr<StagingPool*>()> upload_pool;
+  };
+
+  // A load on `threads` I/O threads per rank.
+  CooperativeLoad(Source source, int threads)
+      : src_(std::move(source)), threads_(threads) {}
+
+  // Collective: every rank of source.comm calls it with its checked
+  // requests (the Reader's Prepare), or with why they are not: then the
+  // load fails on every rank. `report` holds what Prepare listed. Returns
+  // this rank's report, or on every rank the status of the lowest failing
+  // rank R, its message prefixed with "rank R of N: " (failures of the
+  // collectives themselves as they are).
+  absl::StatusOr<LoadReport> Run(const absl::StatusOr<Prepared>& prepared,
+                                 const LoadOptions& options, LoadReport report);
+
+ private:
+  // OK on every rank if `local` is OK on every rank; otherwise, on every
+  // rank, the status of the lowest failing rank R, prefixed "rank R of N: ".
+  absl::Status Agree(const absl::Status& local);
+  // Opens the shards of `ids` between the ranks (shard ids[i] on rank
+  // i % size) and shares their indexes, so that every rank holds every
+  // one (ShardSet::Adopt). Collective.
+  absl::Status ShareShards(const std::vector<uint32_t>& ids);
+  // The upload pool when `p` has device destinations, else null;
+  // collective (the ranks agree on the outcome).
+  absl::StatusOr<StagingPool*> AgreeOnUploadPool(const Prepared& p);
+  // Runs `reads` (reads[i] of shard shards[i]) on threads_ threads.
+  absl::Status RunReads(ReadExecutor* run, const std::vector<BlockRead>& reads,
+                        const std::vector<uint32_t>& shards);
+  // The bytes exchanged with AllToAll, in rounds of at most
+  // LoadOptions::exchange_bytes_per_round (and device memory through
+  // device_exchange.h where the communicator can).
+  absl::StatusOr<LoadReport> RunExchange(const Prepared& p,
+                                         const RequestGroups& groups,
+                                         const CoopPlan& plan,
+                                         const LoadOptions& options,
+                                         LoadReport report);
+
+  // With a communicator that SharesAddressSpace (direct_delivery.cc):
+  // every rank's destinations as one list, or nullopt on every rank if
+  // some rank has a destination that is not host memory. Collective (one
+  // AllGather).
+  absl::StatusOr<std::optional<AllDestinations>> ShareDestinations(
+      const Prepared& p);
+  // The load without exchange: each rank runs its reads of `plan` with the
+  // copies going straight to `all`'s destinations, then the ranks agree,
+  // and each calls its own requests' on_complete.
+  absl::StatusOr<LoadReport> RunDirect(const Prepared& p,
+                                       const AllDestinations& all,
+                                       const RequestGroups& groups,
+                                       const CoopPlan& plan, LoadReport report);
+
+  // Fills the figures of `report` that every cooperative load reports
+  // alike once its bytes are delivered: bytes loaded (of `p`), bytes read
+  // and blocks verified (by `run`), and sorts the entry lists.
+  static void FinishReport(const Prepared& p, const ReadExecutor& run,
+                           LoadReport* report);
+
+  const Source src_;
+  const int threads_;
+};
+
+}  // namespace ckpt::internal
+
+#endif  // CKPT_LIBCKPT_LOAD_COOP_COOPERATIVE_LOAD_H_
