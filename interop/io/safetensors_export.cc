@@ -15,8 +15,8 @@
 #include "ckpt/interop/io/file_io.h"
 #include "ckpt/interop/io/safetensors_meta.h"
 #include "ckpt/interop/safetensors.h"
+#include "ckpt/ops/source_shards.h"
 #include "ckpt/reader.h"
-#include "common/source_shards.h"
 
 namespace ckpt::interop {
 namespace fs = std::filesystem;
@@ -269,7 +269,7 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
   // What is planned below (shards, header offsets) follows the manifest's
   // declared sizes: only once the shard files vouch for them.
   CKPT_RETURN_IF_ERROR(
-      tools::CheckSourceShards(DefaultStorage(), reader->path(), m));
+      ops::CheckSourceShards(DefaultStorage(), reader->path(), m));
   SafetensorsExportResult r;
   r.checkpoint_dir = reader->path();
   r.output = output;

@@ -12,7 +12,7 @@
 #include "ckpt/format/latest.h"
 #include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
-#include "reshard/reshard.h"
+#include "ckpt/ops/reshard.h"
 
 namespace ckpt::interop {
 namespace fs = std::filesystem;
@@ -233,9 +233,9 @@ absl::Status Register(const SafetensorsInput& in, const ImportedMetadata& meta,
 absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
     const std::string& input, const std::string& root,
     const SafetensorsImportOptions& o) {
-  if (o.ranks < 1 || o.ranks > tools::kMaxReshardRanks) {
+  if (o.ranks < 1 || o.ranks > ops::kMaxReshardRanks) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--ranks ", o.ranks, " is outside 1..", tools::kMaxReshardRanks));
+        "--ranks ", o.ranks, " is outside 1..", ops::kMaxReshardRanks));
   }
   CKPT_ASSIGN_OR_RETURN(SafetensorsInput in, OpenSafetensors(input));
   auto meta = ImportMetadata(in.metadata);
@@ -271,14 +271,13 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
   CKPT_ASSIGN_OR_RETURN(SaveResult saved, writer->Save(target, r.step, so));
   r.checkpoint = saved.path;
   if (!reshard) return r;
-  tools::ReshardOptions ro;
+  ops::ReshardOptions ro;
   ro.src = saved.path;
   ro.dst = root;
   ro.to = o.ranks;
   ro.codec = o.codec;
   ro.threads = std::max(1, o.io_threads);
-  ro.progress = false;
-  CKPT_ASSIGN_OR_RETURN(tools::ReshardReport report, tools::Reshard(ro));
+  CKPT_ASSIGN_OR_RETURN(ops::ReshardReport report, ops::Reshard(ro));
   r.checkpoint = report.dst_dir;
   return r;
 }

@@ -1,11 +1,11 @@
-#include "validate/values.h"
+#include "ckpt/ops/values.h"
 
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
 
-namespace ckpt::tools {
+namespace ckpt::ops {
 namespace {
 
 template <typename T>
@@ -203,4 +203,4 @@ std::string CompactNumber(double v) {
   return absl::StrFormat("%.6g", v);
 }
 
-}  // namespace ckpt::tools
+}  // namespace ckpt::ops

@@ -1,4 +1,4 @@
-#include "diff/compare.h"
+#include "ckpt/ops/compare.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_format.h"
 
-namespace ckpt::tools {
+namespace ckpt::ops {
 namespace {
 
 // Elements are little-endian on disk (spec/FORMAT.md §9), whatever the host.
@@ -268,4 +268,4 @@ void CompareElements(DType dtype, const char* a, const char* b, uint64_t n,
   }
 }
 
-}  // namespace ckpt::tools
+}  // namespace ckpt::ops

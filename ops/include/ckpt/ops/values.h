@@ -4,8 +4,8 @@
 //
 // Elements are little-endian (§9); this code assumes a little-endian host,
 // as the rest of ckpt does. Pure computation, no I/O.
-#ifndef CKPT_TOOLS_VALIDATE_VALUES_H_
-#define CKPT_TOOLS_VALIDATE_VALUES_H_
+#ifndef CKPT_OPS_VALUES_H_
+#define CKPT_OPS_VALUES_H_
 
 #include <cstdint>
 #include <limits>
@@ -13,7 +13,7 @@
 
 #include "ckpt/format/dtype.h"
 
-namespace ckpt::tools {
+namespace ckpt::ops {
 
 // Exact conversions of the narrow floating-point formats (every value of
 // each is representable as a double). NaN payloads become a quiet NaN.
@@ -68,6 +68,6 @@ NonFiniteCount CountNonFinite(DType dtype, const char* data, uint64_t n);
 // "inf"), for tables.
 std::string CompactNumber(double v);
 
-}  // namespace ckpt::tools
+}  // namespace ckpt::ops
 
-#endif  // CKPT_TOOLS_VALIDATE_VALUES_H_
+#endif  // CKPT_OPS_VALUES_H_
