@@ -27,11 +27,6 @@ using interop::SafetensorsExportResult;
 using interop::SafetensorsImportOptions;
 using interop::SafetensorsImportResult;
 
-absl::Status OnlyFor(const char* flag, const char* mode) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(flag, " applies to ", mode, " only"));
-}
-
 std::string Plural(size_t n, const char* one, const char* many) {
   return absl::StrCat(n, " ", n == 1 ? one : many);
 }
@@ -71,11 +66,25 @@ absl::Status CheckInteropOptions(const ConvertOptions& o) {
     }
     if (o.from == "dcp" && o.ranks > 0)
       return OnlyFor("--ranks", "--from safetensors");
-    if (!o.codec.empty() && o.codec != "none" && o.codec != "zstd") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown codec '", o.codec, "' for --codec; supported: none, zstd"));
-    }
+    CKPT_RETURN_IF_ERROR(CheckCodec(o));
   }
+  return CheckThreads(o);
+}
+
+absl::Status OnlyFor(const char* flag, const char* mode) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, " applies to ", mode, " only"));
+}
+
+absl::Status CheckCodec(const ConvertOptions& o) {
+  if (!o.codec.empty() && o.codec != "none" && o.codec != "zstd") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown codec '", o.codec, "' for --codec; supported: none, zstd"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckThreads(const ConvertOptions& o) {
   if (o.threads < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--threads ", o.threads, " must be >= 1"));

@@ -12,15 +12,16 @@
 #include <string>
 
 #include "ckpt/format/dtype.h"
+#include "ckpt/format/narrow_float.h"
 
 namespace ckpt::ops {
 
-// Exact conversions of the narrow floating-point formats (every value of
-// each is representable as a double). NaN payloads become a quiet NaN.
-double Float16ToDouble(uint16_t bits);
-double BFloat16ToDouble(uint16_t bits);
-double Float8E4M3FNToDouble(uint8_t bits);
-double Float8E5M2ToDouble(uint8_t bits);
+// Exact conversions of the narrow floating-point formats
+// (ckpt/format/narrow_float.h).
+using format::BFloat16ToDouble;
+using format::Float16ToDouble;
+using format::Float8E4M3FNToDouble;
+using format::Float8E5M2ToDouble;
 
 // Running statistics of the elements of a tensor. min, max, sum and the L2
 // norm are over the finite elements only; NaN and +-Inf are counted apart.
