@@ -19,59 +19,51 @@ std::string FormatDiff(double d) {
   return absl::StrFormat("%g", d);
 }
 
-}  // namespace
+// "A: PATH (step S, N ranks, E entries)".
+void PrintSide(const char* label, const ops::DiffSide& s, std::ostream& out) {
+  out << label << ": " << s.path << " (step " << s.step << ", " << s.world_size
+      << (s.world_size == 1 ? " rank, " : " ranks, ") << s.entries
+      << (s.entries == 1 ? " entry)\n" : " entries)\n");
+}
 
-void PrintDiffText(const DiffReport& r, std::ostream& out) {
-  auto side = [&](const char* label, const ops::DiffSide& s) {
-    out << label << ": " << s.path << " (step " << s.step << ", "
-        << s.world_size << (s.world_size == 1 ? " rank, " : " ranks, ")
-        << s.entries << (s.entries == 1 ? " entry)\n" : " entries)\n");
-  };
-  side("A", r.a);
-  side("B", r.b);
-  if (!r.tolerance.exact()) {
-    out << "tolerance: atol " << absl::StrFormat("%g", r.tolerance.atol)
-        << ", rtol " << absl::StrFormat("%g", r.tolerance.rtol) << "\n";
+void PrintStructural(const std::vector<StructuralDiff>& structural,
+                     std::ostream& out) {
+  out << "structural differences: " << structural.size() << "\n";
+  for (const StructuralDiff& s : structural) {
+    out << "  " << absl::StrFormat("%-9s", s.change) << EscapeText(s.entry);
+    if (s.change == "removed") {
+      out << " (only in A)";
+    } else if (s.change == "added") {
+      out << " (only in B)";
+    } else if (s.change == "coverage") {
+      out << ": chunks cover different elements (" << s.a << " in A, " << s.b
+          << " in B)";
+    } else {
+      out << ": " << EscapeText(s.a) << " in A, " << EscapeText(s.b) << " in B";
+    }
+    out << "\n";
   }
-  for (const DiffNote& n : r.notes) {
-    out << "note: " << EscapeText(n.what) << ": " << EscapeText(n.a)
-        << " in A, " << EscapeText(n.b) << " in B\n";
-  }
-  if (!r.structural.empty()) {
-    out << "structural differences: " << r.structural.size() << "\n";
-    for (const StructuralDiff& s : r.structural) {
-      out << "  " << absl::StrFormat("%-9s", s.change) << EscapeText(s.entry);
-      if (s.change == "removed") {
-        out << " (only in A)";
-      } else if (s.change == "added") {
-        out << " (only in B)";
-      } else if (s.change == "coverage") {
-        out << ": chunks cover different elements (" << s.a << " in A, " << s.b
-            << " in B)";
-      } else {
-        out << ": " << EscapeText(s.a) << " in A, " << EscapeText(s.b)
-            << " in B";
-      }
-      out << "\n";
+}
+
+void PrintValues(const DiffReport& r, std::ostream& out) {
+  out << "value differences: " << r.values.size() << " of "
+      << r.entries_compared << " entries compared\n";
+  for (const ValueDiff& v : r.values) {
+    out << "  " << EscapeText(v.entry) << ": ";
+    if (v.object) {
+      out << "object, " << v.differing << " of " << v.total << " bytes differ ("
+          << HumanBytes(v.size_a) << " in A, " << HumanBytes(v.size_b)
+          << " in B)\n";
+    } else {
+      out << v.differing << " of " << v.total
+          << " elements differ, max abs diff " << FormatDiff(v.max_abs_diff)
+          << ", first at " << ShapeText(v.first_at) << ": " << v.first_a
+          << " in A, " << v.first_b << " in B\n";
     }
   }
-  if (!r.values.empty()) {
-    out << "value differences: " << r.values.size() << " of "
-        << r.entries_compared << " entries compared\n";
-    for (const ValueDiff& v : r.values) {
-      out << "  " << EscapeText(v.entry) << ": ";
-      if (v.object) {
-        out << "object, " << v.differing << " of " << v.total
-            << " bytes differ (" << HumanBytes(v.size_a) << " in A, "
-            << HumanBytes(v.size_b) << " in B)\n";
-      } else {
-        out << v.differing << " of " << v.total
-            << " elements differ, max abs diff " << FormatDiff(v.max_abs_diff)
-            << ", first at " << ShapeText(v.first_at) << ": " << v.first_a
-            << " in A, " << v.first_b << " in B\n";
-      }
-    }
-  }
+}
+
+void PrintResult(const DiffReport& r, std::ostream& out) {
   if (r.equal()) {
     out << "result: equal (" << r.entries_compared
         << (r.entries_compared == 1 ? " entry, " : " entries, ")
@@ -82,6 +74,24 @@ void PrintDiffText(const DiffReport& r, std::ostream& out) {
         << (r.values.size() == 1 ? " value difference)\n"
                                  : " value differences)\n");
   }
+}
+
+}  // namespace
+
+void PrintDiffText(const DiffReport& r, std::ostream& out) {
+  PrintSide("A", r.a, out);
+  PrintSide("B", r.b, out);
+  if (!r.tolerance.exact()) {
+    out << "tolerance: atol " << absl::StrFormat("%g", r.tolerance.atol)
+        << ", rtol " << absl::StrFormat("%g", r.tolerance.rtol) << "\n";
+  }
+  for (const DiffNote& n : r.notes) {
+    out << "note: " << EscapeText(n.what) << ": " << EscapeText(n.a)
+        << " in A, " << EscapeText(n.b) << " in B\n";
+  }
+  if (!r.structural.empty()) PrintStructural(r.structural, out);
+  if (!r.values.empty()) PrintValues(r, out);
+  PrintResult(r, out);
 }
 
 nlohmann::ordered_json DiffToJson(const DiffReport& r) {
