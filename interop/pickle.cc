@@ -788,6 +788,33 @@ absl::StatusOr<Unpickled> Unpickler::Run() {
   return out;
 }
 
+void Describe(const PyValue& v, int depth, std::string& out, size_t max_chars);
+
+// `items` described between `open` and `close`, comma-separated.
+void DescribeItems(const std::vector<const PyValue*>& items, const char* open,
+                   const char* close, int depth, std::string& out,
+                   size_t max_chars) {
+  out += open;
+  for (size_t i = 0; i < items.size() && out.size() <= max_chars; ++i) {
+    if (i) out += ", ";
+    Describe(*items[i], depth - 1, out, max_chars);
+  }
+  out += close;
+}
+
+// A dict as "{key: value, ...}".
+void DescribeDict(const PyValue& v, int depth, std::string& out,
+                  size_t max_chars) {
+  out += "{";
+  for (size_t i = 0; i < v.DictSize() && out.size() <= max_chars; ++i) {
+    if (i) out += ", ";
+    Describe(*v.Key(i), depth - 1, out, max_chars);
+    out += ": ";
+    Describe(*v.Value(i), depth - 1, out, max_chars);
+  }
+  out += "}";
+}
+
 void Describe(const PyValue& v, int depth, std::string& out, size_t max_chars) {
   if (out.size() > max_chars) return;
   if (depth <= 0) {
@@ -796,12 +823,7 @@ void Describe(const PyValue& v, int depth, std::string& out, size_t max_chars) {
   }
   auto list = [&](const std::vector<const PyValue*>& items, const char* open,
                   const char* close) {
-    out += open;
-    for (size_t i = 0; i < items.size() && out.size() <= max_chars; ++i) {
-      if (i) out += ", ";
-      Describe(*items[i], depth - 1, out, max_chars);
-    }
-    out += close;
+    DescribeItems(items, open, close, depth, out, max_chars);
   };
   switch (v.kind) {
     case Kind::kNone:
@@ -841,14 +863,7 @@ void Describe(const PyValue& v, int depth, std::string& out, size_t max_chars) {
       list(v.items, absl::StrCat(v.text, "(").c_str(), ")");
       break;
     case Kind::kDict:
-      out += "{";
-      for (size_t i = 0; i < v.DictSize() && out.size() <= max_chars; ++i) {
-        if (i) out += ", ";
-        Describe(*v.Key(i), depth - 1, out, max_chars);
-        out += ": ";
-        Describe(*v.Value(i), depth - 1, out, max_chars);
-      }
-      out += "}";
+      DescribeDict(v, depth, out, max_chars);
       break;
   }
 }

@@ -19,15 +19,7 @@
 
 #include "ckpt/interop/dcp_metadata.h"
 #include "ckpt/interop/pickle.h"
-
-#define FUZZ_CHECK(cond)                                               \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, \
-                   __LINE__, #cond);                                   \
-      __builtin_trap();                                                \
-    }                                                                  \
-  } while (0)
+#include "fuzz_util.h"
 
 using namespace ckpt::interop;
 

@@ -13,15 +13,7 @@
 #include <string>
 
 #include "ckpt/interop/safetensors.h"
-
-#define FUZZ_CHECK(cond)                                               \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, \
-                   __LINE__, #cond);                                   \
-      __builtin_trap();                                                \
-    }                                                                  \
-  } while (0)
+#include "fuzz_util.h"
 
 namespace {
 

@@ -22,8 +22,8 @@
 #include "ckpt/interop/hdf5/hdf5_output.h"
 #include "ckpt/interop/hdf5/hdf5_types.h"
 #include "ckpt/interop/hdf5/hdf5_util.h"
+#include "ckpt/ops/source_shards.h"
 #include "ckpt/reader.h"
-#include "common/source_shards.h"
 
 namespace ckpt::interop {
 namespace {
@@ -734,8 +734,8 @@ absl::StatusOr<Hdf5ExportResult> ExportHdf5(const std::string& source,
   ro.io_threads = options.io_threads;
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
                         Reader::Open(source, ro));
-  CKPT_RETURN_IF_ERROR(tools::CheckSourceShards(
-      DefaultStorage(), reader->path(), reader->manifest()));
+  CKPT_RETURN_IF_ERROR(ops::CheckSourceShards(DefaultStorage(), reader->path(),
+                                              reader->manifest()));
   CKPT_ASSIGN_OR_RETURN(Hdf5ExportResult result,
                         PlanExport(*reader, output, options));
   CKPT_RETURN_IF_ERROR(CheckOutput(output, options.overwrite));

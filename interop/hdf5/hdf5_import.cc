@@ -1,12 +1,12 @@
 #include "ckpt/interop/hdf5/hdf5_import.h"
 
-#include <filesystem>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/latest.h"
 #include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/ops/checkpoint_root.h"
 
 namespace ckpt::interop {
 
@@ -14,32 +14,6 @@ using hdf5::Handle;
 using hdf5::Hdf5Lock;
 
 namespace {
-
-// `root` is a directory or does not exist yet.
-absl::Status CheckRoot(const std::string& root) {
-  std::error_code ec;
-  auto st = std::filesystem::status(root, ec);
-  if (!ec && std::filesystem::exists(st) &&
-      !std::filesystem::is_directory(st)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        root, ": exists and is not a directory (a checkpoint root)"));
-  }
-  return absl::OkStatus();
-}
-
-// The step directory does not exist, unless `overwrite`.
-absl::Status CheckStepIsFree(const std::string& root, uint64_t step,
-                             bool overwrite) {
-  std::error_code ec;
-  const std::string step_dir =
-      (std::filesystem::path(root) / format::StepDirName(step)).string();
-  if (!overwrite && std::filesystem::exists(step_dir, ec)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat(step_dir, ": a checkpoint of step ", step,
-                     " already exists (use --force to replace it)"));
-  }
-  return absl::OkStatus();
-}
 
 // Registers every entry of `plan` with `writer`: objects read now, tensors
 // as sources that read their elements from `fid` when the save asks.
@@ -86,7 +60,8 @@ absl::Status AddEntries(Writer* writer, hid_t fid, const ImportPlan& plan,
 absl::StatusOr<Hdf5ImportResult> ImportHdf5(const std::string& input,
                                             const std::string& root,
                                             const Hdf5ImportOptions& options) {
-  CKPT_RETURN_IF_ERROR(CheckRoot(root));
+  CKPT_RETURN_IF_ERROR(
+      ops::CheckRootIsDirectoryOrAbsent(DefaultStorage(), root));
   Hdf5ImportResult result;
   result.input = input;
   Handle file;
@@ -110,7 +85,8 @@ absl::StatusOr<Hdf5ImportResult> ImportHdf5(const std::string& input,
   } close_file{file};
 
   result.step = options.step.value_or(result.plan.step.value_or(0));
-  CKPT_RETURN_IF_ERROR(CheckStepIsFree(root, result.step, options.overwrite));
+  CKPT_RETURN_IF_ERROR(ops::CheckStepIsFree(DefaultStorage(), root, result.step,
+                                            options.overwrite));
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Writer> writer,
                         Writer::Create(Writer::Options{}));
   CKPT_RETURN_IF_ERROR(

@@ -104,39 +104,52 @@ herr_t CollectLink(hid_t, const char* name, const LinkInfo* info, void* data) {
   return 0;
 }
 
-// The paths of all datasets reachable through hard links from the root,
-// each dataset once (another hard link to a dataset already seen is
-// ignored), sorted. Soft, external and user-defined links are not
-// followed. Bounded: kMaxVisitedObjects links, paths of kMaxPath bytes.
-absl::Status ListDatasets(hid_t file, std::vector<std::string>* datasets,
-                          std::vector<ImportSkipped>* skipped,
-                          bool skip_unsupported) {
-  absl::flat_hash_set<std::string> seen;
-  {
+// The walk of ListDatasets: the groups still to visit, the objects seen
+// and what was found.
+class DatasetWalk {
+ public:
+  DatasetWalk(hid_t file, std::vector<std::string>* datasets,
+              std::vector<ImportSkipped>* skipped, bool skip_unsupported)
+      : file_(file),
+        datasets_(datasets),
+        skipped_(skipped),
+        skip_unsupported_(skip_unsupported) {}
+
+  absl::Status Run() {
     ObjectInfo info;
-    if (GetObjectInfoByName(file, "/", &info) < 0) {
+    if (GetObjectInfoByName(file_, "/", &info) < 0) {
       return Hdf5Error(absl::StatusCode::kDataLoss, "the root group");
     }
-    seen.insert(ObjectKey(info));
-  }
-  auto problem = [&](const std::string& what,
-                     std::string message) -> absl::Status {
-    absl::Status s = absl::InvalidArgumentError(std::move(message));
-    if (!skip_unsupported) return s;
-    skipped->push_back({what, std::string(s.message())});
+    seen_.insert(ObjectKey(info));
+    std::vector<std::string> stack = {""};  // group paths; "" is the root
+    while (!stack.empty()) {
+      const std::string group_path = std::move(stack.back());
+      stack.pop_back();
+      CKPT_RETURN_IF_ERROR(VisitGroup(group_path, stack));
+    }
+    std::sort(datasets_->begin(), datasets_->end());
     return absl::OkStatus();
-  };
-  std::vector<std::string> stack = {""};  // group paths; "" is the root
-  uint64_t total = 0;
-  while (!stack.empty()) {
-    const std::string group_path = std::move(stack.back());
-    stack.pop_back();
+  }
+
+ private:
+  // An unsupported link or group: the error, or (skip_unsupported) a skip.
+  absl::Status Problem(const std::string& what, std::string message) {
+    absl::Status s = absl::InvalidArgumentError(std::move(message));
+    if (!skip_unsupported_) return s;
+    skipped_->push_back({what, std::string(s.message())});
+    return absl::OkStatus();
+  }
+
+  // The links of group `group_path`: datasets found, groups pushed on
+  // `stack`.
+  absl::Status VisitGroup(const std::string& group_path,
+                          std::vector<std::string>& stack) {
     const std::string shown = group_path.empty() ? "/" : group_path;
     const std::string where = absl::StrCat("group '", Shown(shown), "'");
-    Handle g(H5Gopen2(file, shown.c_str(), H5P_DEFAULT));
+    Handle g(H5Gopen2(file_, shown.c_str(), H5P_DEFAULT));
     if (!g.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, where);
     GroupLinks links;
-    links.total = &total;
+    links.total = &total_;
     if (IterateLinks(g.get(), CollectLink, &links) < 0) {
       return Hdf5Error(absl::StatusCode::kDataLoss,
                        absl::StrCat(where, ": its links"));
@@ -146,46 +159,66 @@ absl::Status ListDatasets(hid_t file, std::vector<std::string>* datasets,
           absl::StrCat("more than ", kMaxVisitedObjects, " links in the file"));
     }
     if (!links.links.empty() && group_path.size() > kMaxPath) {
-      CKPT_RETURN_IF_ERROR(problem(
-          shown,
-          absl::StrCat(where, ": nested too deep (a path of ",
-                       group_path.size(), " bytes; entry names have at most ",
-                       format::kMaxNameLength, ")")));
-      continue;
+      return Problem(shown, absl::StrCat(where, ": nested too deep (a path of ",
+                                         group_path.size(),
+                                         " bytes; entry names have at most ",
+                                         format::kMaxNameLength, ")"));
     }
     for (const GroupLinks::Link& link : links.links) {
       if (!link.hard) continue;  // not followed
-      const std::string path = absl::StrCat(group_path, "/", link.name);
-      if (link.name.size() > kMaxPath) {
-        CKPT_RETURN_IF_ERROR(
-            problem(path, absl::StrCat(where, ": a link name of more than ",
-                                       kMaxPath, " bytes")));
-        continue;
-      }
-      if (link.name.empty() || link.name == "." ||
-          link.name.find('/') != std::string::npos) {
-        CKPT_RETURN_IF_ERROR(
-            problem(path, absl::StrCat(where, ": link name '", Shown(link.name),
-                                       "' is not a path part")));
-        continue;
-      }
-      ObjectInfo oinfo;
-      if (GetObjectInfoByName(g.get(), link.name.c_str(), &oinfo) < 0) {
-        return Hdf5Error(absl::StatusCode::kDataLoss,
-                         absl::StrCat("object '", Shown(path), "'"));
-      }
-      if (!seen.insert(ObjectKey(oinfo)).second)
-        continue;  // another hard link to it
-      if (oinfo.type == H5O_TYPE_GROUP) {
-        stack.push_back(path);
-      } else if (oinfo.type == H5O_TYPE_DATASET) {
-        datasets->push_back(path);
-      }
-      // Named datatypes hold no data.
+      CKPT_RETURN_IF_ERROR(VisitLink(g.get(), group_path, where, link, stack));
     }
+    return absl::OkStatus();
   }
-  std::sort(datasets->begin(), datasets->end());
-  return absl::OkStatus();
+
+  // The hard link `link` of group `g`: its target, once.
+  absl::Status VisitLink(hid_t g, const std::string& group_path,
+                         const std::string& where, const GroupLinks::Link& link,
+                         std::vector<std::string>& stack) {
+    const std::string path = absl::StrCat(group_path, "/", link.name);
+    if (link.name.size() > kMaxPath) {
+      return Problem(path, absl::StrCat(where, ": a link name of more than ",
+                                        kMaxPath, " bytes"));
+    }
+    if (link.name.empty() || link.name == "." ||
+        link.name.find('/') != std::string::npos) {
+      return Problem(path,
+                     absl::StrCat(where, ": link name '", Shown(link.name),
+                                  "' is not a path part"));
+    }
+    ObjectInfo oinfo;
+    if (GetObjectInfoByName(g, link.name.c_str(), &oinfo) < 0) {
+      return Hdf5Error(absl::StatusCode::kDataLoss,
+                       absl::StrCat("object '", Shown(path), "'"));
+    }
+    if (!seen_.insert(ObjectKey(oinfo)).second) {
+      return absl::OkStatus();  // another hard link to it
+    }
+    if (oinfo.type == H5O_TYPE_GROUP) {
+      stack.push_back(path);
+    } else if (oinfo.type == H5O_TYPE_DATASET) {
+      datasets_->push_back(path);
+    }
+    // Named datatypes hold no data.
+    return absl::OkStatus();
+  }
+
+  const hid_t file_;
+  std::vector<std::string>* const datasets_;
+  std::vector<ImportSkipped>* const skipped_;
+  const bool skip_unsupported_;
+  absl::flat_hash_set<std::string> seen_;
+  uint64_t total_ = 0;  // links seen in the whole file
+};
+
+// The paths of all datasets reachable through hard links from the root,
+// each dataset once (another hard link to a dataset already seen is
+// ignored), sorted. Soft, external and user-defined links are not
+// followed. Bounded: kMaxVisitedObjects links, paths of kMaxPath bytes.
+absl::Status ListDatasets(hid_t file, std::vector<std::string>* datasets,
+                          std::vector<ImportSkipped>* skipped,
+                          bool skip_unsupported) {
+  return DatasetWalk(file, datasets, skipped, skip_unsupported).Run();
 }
 
 absl::StatusOr<std::optional<std::string>> SmallStringAttr(
@@ -247,30 +280,15 @@ absl::Status CheckStorage(hid_t ds, uint64_t type_size,
   return absl::OkStatus();
 }
 
-absl::StatusOr<ImportPlanEntry> PlanDataset(hid_t file,
-                                            const std::string& path) {
-  const std::string where = DatasetWhere(path);
-  ImportPlanEntry e;
-  e.path = path;
-  CKPT_ASSIGN_OR_RETURN(e.name, hdf5::EntryNameOfPath(path));
-  Handle ds(H5Dopen2(file, path.c_str(), H5P_DEFAULT));
-  if (!ds.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, where);
-  CKPT_ASSIGN_OR_RETURN(std::optional<std::string> dtype_attr,
-                        SmallStringAttr(ds.get(), hdf5::kDTypeAttr, where));
-  CKPT_ASSIGN_OR_RETURN(std::optional<std::string> kind_attr,
-                        SmallStringAttr(ds.get(), hdf5::kKindAttr, where));
-  Handle type(H5Dget_type(ds.get()));
-  if (!type.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, where);
-  CKPT_ASSIGN_OR_RETURN(hdf5::ImportType it,
-                        hdf5::ClassifyType(type.get(), dtype_attr, where));
-  e.dtype = it.dtype;
-  e.mem = it.mem;
-
-  Handle space(H5Dget_space(ds.get()));
+// The shape of dataset `ds` from its dataspace, into *shape ([] for a
+// scalar). InvalidArgument for a null dataspace, DataLoss when HDF5 cannot
+// read it.
+absl::Status DatasetShape(hid_t ds, const std::string& where, Shape* shape) {
+  Handle space(H5Dget_space(ds));
   if (!space.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, where);
   switch (H5Sget_simple_extent_type(space.get())) {
     case H5S_SCALAR:
-      break;
+      return absl::OkStatus();
     case H5S_SIMPLE: {
       int nd = H5Sget_simple_extent_ndims(space.get());
       if (nd < 0 || nd > H5S_MAX_RANK)
@@ -279,8 +297,8 @@ absl::StatusOr<ImportPlanEntry> PlanDataset(hid_t file,
       if (H5Sget_simple_extent_dims(space.get(), dims, nullptr) < 0) {
         return Hdf5Error(absl::StatusCode::kDataLoss, where);
       }
-      e.shape.assign(dims, dims + nd);
-      break;
+      shape->assign(dims, dims + nd);
+      return absl::OkStatus();
     }
     case H5S_NULL:
       return absl::InvalidArgumentError(absl::StrCat(
@@ -288,13 +306,16 @@ absl::StatusOr<ImportPlanEntry> PlanDataset(hid_t file,
     default:
       return Hdf5Error(absl::StatusCode::kDataLoss, where);
   }
-  CKPT_RETURN_IF_ERROR(Annotate(
-      ValidateShape(e.shape, static_cast<int>(it.element_size)), where));
-  CKPT_RETURN_IF_ERROR(CheckStorage(ds.get(), it.element_size, where));
-  uint64_t numel = 1;
-  for (uint64_t d : e.shape) numel *= d;  // ValidateShape: fits in int64
-  e.bytes = numel * it.element_size;
+}
 
+// Makes `e` (of type `it`, HDF5 type `type`) an object when its
+// ckpt_kind attribute says so or its type is opaque: uint8 of shape
+// {bytes}. InvalidArgument for a kind attribute of another value, an opaque
+// dataset that would be a tensor or is not 1-d, an "object" that is not a
+// 1-d uint8 array, or an object over kMaxImportObjectBytes.
+absl::Status ApplyKind(const std::optional<std::string>& kind_attr,
+                       const hdf5::ImportType& it, hid_t type,
+                       const std::string& where, ImportPlanEntry& e) {
   const bool object_attr =
       kind_attr.has_value() && *kind_attr == hdf5::kKindObject;
   if (kind_attr.has_value() && !object_attr &&
@@ -318,19 +339,47 @@ absl::StatusOr<ImportPlanEntry> PlanDataset(hid_t file,
               e.shape.size() != 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": attribute ", hdf5::kKindAttr,
-        " is 'object' but the dataset is ", hdf5::TypeDescription(type.get()),
-        " ", ShapeToString(e.shape), ", not a 1-d array of uint8"));
+        " is 'object' but the dataset is ", hdf5::TypeDescription(type), " ",
+        ShapeToString(e.shape), ", not a 1-d array of uint8"));
   }
-  if (it.opaque || object_attr) {
-    if (e.bytes > kMaxImportObjectBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": an object of ", e.bytes,
-                       " bytes; the limit is ", kMaxImportObjectBytes));
-    }
-    e.kind = format::EntryKind::kObject;
-    e.dtype = DType::kUInt8;
-    e.shape = {e.bytes};
+  if (!it.opaque && !object_attr) return absl::OkStatus();
+  if (e.bytes > kMaxImportObjectBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": an object of ", e.bytes, " bytes; the limit is ",
+                     kMaxImportObjectBytes));
   }
+  e.kind = format::EntryKind::kObject;
+  e.dtype = DType::kUInt8;
+  e.shape = {e.bytes};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ImportPlanEntry> PlanDataset(hid_t file,
+                                            const std::string& path) {
+  const std::string where = DatasetWhere(path);
+  ImportPlanEntry e;
+  e.path = path;
+  CKPT_ASSIGN_OR_RETURN(e.name, hdf5::EntryNameOfPath(path));
+  Handle ds(H5Dopen2(file, path.c_str(), H5P_DEFAULT));
+  if (!ds.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, where);
+  CKPT_ASSIGN_OR_RETURN(std::optional<std::string> dtype_attr,
+                        SmallStringAttr(ds.get(), hdf5::kDTypeAttr, where));
+  CKPT_ASSIGN_OR_RETURN(std::optional<std::string> kind_attr,
+                        SmallStringAttr(ds.get(), hdf5::kKindAttr, where));
+  Handle type(H5Dget_type(ds.get()));
+  if (!type.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, where);
+  CKPT_ASSIGN_OR_RETURN(hdf5::ImportType it,
+                        hdf5::ClassifyType(type.get(), dtype_attr, where));
+  e.dtype = it.dtype;
+  e.mem = it.mem;
+  CKPT_RETURN_IF_ERROR(DatasetShape(ds.get(), where, &e.shape));
+  CKPT_RETURN_IF_ERROR(Annotate(
+      ValidateShape(e.shape, static_cast<int>(it.element_size)), where));
+  CKPT_RETURN_IF_ERROR(CheckStorage(ds.get(), it.element_size, where));
+  uint64_t numel = 1;
+  for (uint64_t d : e.shape) numel *= d;  // ValidateShape: fits in int64
+  e.bytes = numel * it.element_size;
+  CKPT_RETURN_IF_ERROR(ApplyKind(kind_attr, it, type.get(), where, e));
   return e;
 }
 
@@ -409,14 +458,14 @@ absl::Status PlanRootAttribute(hid_t root, const std::string& name,
   if (name == hdf5::kAttrFormatVersion) {
     CKPT_ASSIGN_OR_RETURN(plan->format_version,
                           SmallStringAttr(root, name, where));
-    std::vector<absl::string_view> parts =
-        absl::StrSplit(*plan->format_version, '.');
+    // Listed, so present: an attribute gone since reads as "".
+    const std::string version = plan->format_version.value_or("");
+    std::vector<absl::string_view> parts = absl::StrSplit(version, '.');
     uint32_t major = 0, minor = 0;
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &major) ||
         !absl::SimpleAtoi(parts[1], &minor)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": '", Shown(*plan->format_version),
-                       "' is not a version MAJOR.MINOR"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": '", Shown(version), "' is not a version MAJOR.MINOR"));
     }
     if (major != format::kFormatMajor) {
       return absl::FailedPreconditionError(

@@ -21,15 +21,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "ckpt/format/names.h"
 #include "ckpt/interop/hdf5/hdf5_plan.h"
-
-#define FUZZ_CHECK(cond)                                               \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s\n", __FILE__, \
-                   __LINE__, #cond);                                   \
-      __builtin_trap();                                                \
-    }                                                                  \
-  } while (0)
+#include "fuzz_util.h"
 
 namespace {
 

@@ -159,17 +159,17 @@ absl::StatusOr<Handle> FileTypeFor(DType d) {
   return t;
 }
 
-absl::StatusOr<ImportType> ClassifyType(
-    hid_t type, const std::optional<std::string>& ckpt_dtype,
-    absl::string_view where) {
-  const H5T_class_t cls = H5Tget_class(type);
+namespace {
+
+// The element type of HDF5 type `type` by its class: integers, IEEE
+// floats, the bool enum, opaque bytes; Unsupported otherwise.
+absl::StatusOr<ImportType> TypeOfClass(hid_t type, absl::string_view where) {
   const size_t size = H5Tget_size(type);
   ImportType t;
-  switch (cls) {
+  switch (H5Tget_class(type)) {
     case H5T_INTEGER:
       if (!IsPlainInteger(type, size)) return Unsupported(where, type);
-      t = IntegerType(size, H5Tget_sign(type) == H5T_SGN_2);
-      break;
+      return IntegerType(size, H5Tget_sign(type) == H5T_SGN_2);
     case H5T_FLOAT:
       if (!IsIeeeFloat(type, size)) return Unsupported(where, type);
       t.element_size = size;
@@ -177,35 +177,42 @@ absl::StatusOr<ImportType> ClassifyType(
                           : (size == 4 ? DType::kFloat32 : DType::kFloat64);
       t.mem = size == 2 ? MemKind::kF16
                         : (size == 4 ? MemKind::kF32 : MemKind::kF64);
-      break;
+      return t;
     case H5T_ENUM:
       if (!IsBoolEnum(type)) return Unsupported(where, type);
       t.dtype = DType::kBool;
       t.mem = MemKind::kBool;
       t.element_size = 1;
-      break;
+      return t;
     case H5T_OPAQUE:
       if (size == 0 || size > (1u << 30)) return Unsupported(where, type);
       t.dtype = DType::kUInt8;
       t.mem = MemKind::kOpaque;
       t.element_size = size;
       t.opaque = true;
-      break;
+      return t;
     default:
       return Unsupported(where, type);
   }
-  if (!ckpt_dtype.has_value()) return t;
+}
 
-  auto named = DTypeFromName(*ckpt_dtype);
+// `t`, the type of HDF5 type `type`, as the ckpt_dtype attribute
+// `ckpt_dtype` names it: a dtype stored as raw integers of its size, or the
+// same dtype; InvalidArgument when the two disagree.
+absl::StatusOr<ImportType> WithDTypeAttr(ImportType t, hid_t type,
+                                         const std::string& ckpt_dtype,
+                                         absl::string_view where) {
+  auto named = DTypeFromName(ckpt_dtype);
   if (!named.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": attribute ", kDTypeAttr, ": ", named.status().message()));
   }
   if (StoredRaw(*named)) {
-    if (cls != H5T_INTEGER || size != static_cast<size_t>(DTypeSize(*named))) {
+    if (H5Tget_class(type) != H5T_INTEGER ||
+        H5Tget_size(type) != static_cast<size_t>(DTypeSize(*named))) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": attribute ", kDTypeAttr, " is '",
-          format::EscapeText(*ckpt_dtype), "', which is stored as ",
+          format::EscapeText(ckpt_dtype), "', which is stored as ",
           DTypeSize(*named) * 8, "-bit integers, but the HDF5 type is ",
           TypeDescription(type)));
     }
@@ -215,10 +222,20 @@ absl::StatusOr<ImportType> ClassifyType(
   if (t.opaque || *named != t.dtype) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": attribute ", kDTypeAttr, " is '",
-                     format::EscapeText(*ckpt_dtype), "' but the HDF5 type is ",
+                     format::EscapeText(ckpt_dtype), "' but the HDF5 type is ",
                      TypeDescription(type)));
   }
   return t;
+}
+
+}  // namespace
+
+absl::StatusOr<ImportType> ClassifyType(
+    hid_t type, const std::optional<std::string>& ckpt_dtype,
+    absl::string_view where) {
+  CKPT_ASSIGN_OR_RETURN(ImportType t, TypeOfClass(type, where));
+  if (!ckpt_dtype.has_value()) return t;
+  return WithDTypeAttr(std::move(t), type, *ckpt_dtype, where);
 }
 
 absl::StatusOr<Handle> MemTypeFor(MemKind mem, hid_t file_type) {

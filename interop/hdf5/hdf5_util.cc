@@ -283,6 +283,82 @@ absl::Status WriteUInt32Attribute(hid_t obj, absl::string_view name,
   return WriteScalar(obj, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &value);
 }
 
+namespace {
+
+// An attribute that is neither a string nor a 1-d byte array.
+absl::Status WrongBytesAttribute(hid_t type, int64_t points,
+                                 absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, ": expected a string or a 1-d byte array, found ",
+      TypeDescription(type),
+      points == -1
+          ? " with a null dataspace"
+          : (points == -2 ? " with more than one dimension"
+                          : absl::StrCat(" with ", points, " elements"))));
+}
+
+absl::Status BytesAttributeTooLong(uint64_t n, uint64_t max_bytes,
+                                   absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": ", n, " bytes, the limit is ", max_bytes));
+}
+
+// A scalar string attribute of type `type` (variable or fixed length; a
+// fixed-length one ends at its first NUL).
+absl::StatusOr<std::string> ReadStringAttribute(hid_t attr, hid_t type,
+                                                uint64_t max_bytes,
+                                                absl::string_view what) {
+  Handle mem(H5Tget_native_type(type, H5T_DIR_DEFAULT));
+  if (!mem.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, what);
+  if (H5Tis_variable_str(type) > 0) {
+    char* p = nullptr;
+    if (H5Aread(attr, mem.get(), &p) < 0)
+      return Hdf5Error(absl::StatusCode::kDataLoss, what);
+    // The string HDF5 allocated is freed however this returns.
+    std::unique_ptr<char, herr_t (*)(void*)> owned(p, H5free_memory);
+    std::string out;
+    if (p != nullptr) {
+      size_t n = strnlen(p, max_bytes + 1);
+      if (n > max_bytes) return BytesAttributeTooLong(n, max_bytes, what);
+      out.assign(p, n);
+    }
+    return out;
+  }
+  const size_t size = H5Tget_size(type);
+  if (size == 0 || size > max_bytes + 1)
+    return BytesAttributeTooLong(size, max_bytes, what);
+  std::string buf(size, '\0');
+  if (H5Aread(attr, mem.get(), buf.data()) < 0) {
+    return Hdf5Error(absl::StatusCode::kDataLoss, what);
+  }
+  size_t nul = buf.find('\0');
+  if (nul != std::string::npos) buf.resize(nul);
+  if (buf.size() > max_bytes)
+    return BytesAttributeTooLong(buf.size(), max_bytes, what);
+  return buf;
+}
+
+// A 1-d array attribute of `points` one-byte integers of type `type`.
+absl::StatusOr<std::string> ReadByteArrayAttribute(hid_t attr, hid_t type,
+                                                   int64_t points,
+                                                   uint64_t max_bytes,
+                                                   absl::string_view what) {
+  Handle space(H5Aget_space(attr));
+  if (H5Sget_simple_extent_type(space.get()) != H5S_SIMPLE)
+    return WrongBytesAttribute(type, points, what);
+  if (static_cast<uint64_t>(points) > max_bytes)
+    return BytesAttributeTooLong(points, max_bytes, what);
+  std::string buf(points, '\0');
+  hid_t mem =
+      H5Tget_sign(type) == H5T_SGN_2 ? H5T_NATIVE_SCHAR : H5T_NATIVE_UCHAR;
+  if (points > 0 && H5Aread(attr, mem, buf.data()) < 0) {
+    return Hdf5Error(absl::StatusCode::kDataLoss, what);
+  }
+  return buf;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> ReadBytesAttributeById(hid_t attr,
                                                    uint64_t max_bytes,
                                                    absl::string_view what) {
@@ -290,61 +366,14 @@ absl::StatusOr<std::string> ReadBytesAttributeById(hid_t attr,
   if (!type.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, what);
   CKPT_ASSIGN_OR_RETURN(int64_t points, AttributePoints(attr, what));
   const H5T_class_t cls = H5Tget_class(type.get());
-  const size_t size = H5Tget_size(type.get());
-  auto wrong = [&]() {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": expected a string or a 1-d byte array, found ",
-        TypeDescription(type.get()),
-        points == -1
-            ? " with a null dataspace"
-            : (points == -2 ? " with more than one dimension"
-                            : absl::StrCat(" with ", points, " elements"))));
-  };
-  auto too_long = [&](uint64_t n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", n, " bytes, the limit is ", max_bytes));
-  };
   if (cls == H5T_STRING) {
-    if (points != 1) return wrong();
-    Handle mem(H5Tget_native_type(type.get(), H5T_DIR_DEFAULT));
-    if (!mem.valid()) return Hdf5Error(absl::StatusCode::kDataLoss, what);
-    if (H5Tis_variable_str(type.get()) > 0) {
-      char* p = nullptr;
-      if (H5Aread(attr, mem.get(), &p) < 0)
-        return Hdf5Error(absl::StatusCode::kDataLoss, what);
-      // The string HDF5 allocated is freed however this returns.
-      std::unique_ptr<char, herr_t (*)(void*)> owned(p, H5free_memory);
-      std::string out;
-      if (p != nullptr) {
-        size_t n = strnlen(p, max_bytes + 1);
-        if (n > max_bytes) return too_long(n);
-        out.assign(p, n);
-      }
-      return out;
-    }
-    if (size == 0 || size > max_bytes + 1) return too_long(size);
-    std::string buf(size, '\0');
-    if (H5Aread(attr, mem.get(), buf.data()) < 0) {
-      return Hdf5Error(absl::StatusCode::kDataLoss, what);
-    }
-    size_t nul = buf.find('\0');
-    if (nul != std::string::npos) buf.resize(nul);
-    if (buf.size() > max_bytes) return too_long(buf.size());
-    return buf;
+    if (points != 1) return WrongBytesAttribute(type.get(), points, what);
+    return ReadStringAttribute(attr, type.get(), max_bytes, what);
   }
-  if (cls == H5T_INTEGER && size == 1 && points >= 0) {
-    Handle space(H5Aget_space(attr));
-    if (H5Sget_simple_extent_type(space.get()) != H5S_SIMPLE) return wrong();
-    if (static_cast<uint64_t>(points) > max_bytes) return too_long(points);
-    std::string buf(points, '\0');
-    hid_t mem = H5Tget_sign(type.get()) == H5T_SGN_2 ? H5T_NATIVE_SCHAR
-                                                     : H5T_NATIVE_UCHAR;
-    if (points > 0 && H5Aread(attr, mem, buf.data()) < 0) {
-      return Hdf5Error(absl::StatusCode::kDataLoss, what);
-    }
-    return buf;
+  if (cls == H5T_INTEGER && H5Tget_size(type.get()) == 1 && points >= 0) {
+    return ReadByteArrayAttribute(attr, type.get(), points, max_bytes, what);
   }
-  return wrong();
+  return WrongBytesAttribute(type.get(), points, what);
 }
 
 absl::StatusOr<std::optional<std::string>> ReadBytesAttribute(

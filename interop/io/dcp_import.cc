@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
@@ -13,13 +12,13 @@
 #include "ckpt/format/status_macros.h"
 #include "ckpt/in_process.h"
 #include "ckpt/interop/io/dcp_reader.h"
+#include "ckpt/ops/checkpoint_root.h"
 #include "ckpt/writer.h"
 #include "nlohmann/json.hpp"
 #include "util/mutex.h"
 #include "util/rank_status.h"
 
 namespace ckpt::interop {
-namespace fs = std::filesystem;
 namespace {
 
 // The bytes of one chunk, read on the first request and dropped once every
@@ -192,19 +191,10 @@ absl::StatusOr<DcpImportResult> ImportOpenedDcp(const DcpInput& in,
   so.overwrite = o.overwrite;
   so.metadata = UserMetadata(in);
   r.metadata_keys = so.metadata.size();
-  std::error_code ec;
-  auto st = fs::status(root, ec);
-  if (!ec && fs::exists(st) && !fs::is_directory(st)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        root, ": exists and is not a directory (a checkpoint root)"));
-  }
-  const std::string step_dir =
-      (fs::path(root) / format::StepDirName(r.step)).string();
-  if (!o.overwrite && fs::exists(step_dir, ec)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat(step_dir, ": a checkpoint of step ", r.step,
-                     " already exists (use --force to replace it)"));
-  }
+  CKPT_RETURN_IF_ERROR(
+      ops::CheckRootIsDirectoryOrAbsent(DefaultStorage(), root));
+  CKPT_RETURN_IF_ERROR(
+      ops::CheckStepIsFree(DefaultStorage(), root, r.step, o.overwrite));
   Mutex progress_mu;
   std::function<void(uint64_t)> progress;
   if (o.progress) {

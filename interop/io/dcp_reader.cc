@@ -184,73 +184,98 @@ absl::Status CheckRecordHolds(const DcpInput& in, const interop::DcpStorage& s,
       RegionToString(box), " (", bytes, " bytes of ", DTypeName(t.dtype), ")"));
 }
 
-// Each chunk has exactly one storage item; each item names a chunk or a
-// bytes item; chunks cover their tensor without overlap.
-absl::Status MatchStorage(DcpInput& in) {
-  const std::string& md = in.metadata_where;
-  // Keys as std::vector: gcc 12 warns (maybe-uninitialized) about
-  // temporary empty InlinedVectors.
-  using Key = std::pair<std::string, std::vector<uint64_t>>;
-  std::map<Key, const interop::DcpStorage*> by_key;
+// Storage items by (name, chunk offsets); bytes items have no offsets.
+// Keys as std::vector: gcc 12 warns (maybe-uninitialized) about temporary
+// empty InlinedVectors.
+using StorageKey = std::pair<std::string, std::vector<uint64_t>>;
+using StorageByKey = std::map<StorageKey, const interop::DcpStorage*>;
+
+// Every storage item of `in` by its key; DataLoss for two of one key.
+absl::StatusOr<StorageByKey> IndexStorage(const DcpInput& in) {
+  StorageByKey by_key;
   for (const interop::DcpStorage& s : in.meta.storage) {
     std::vector<uint64_t> offs;
     if (s.offsets.has_value())
       offs.assign(s.offsets->begin(), s.offsets->end());
-    if (!by_key.emplace(Key(s.fqn, offs), &s).second) {
+    if (!by_key.emplace(StorageKey(s.fqn, offs), &s).second) {
       return absl::DataLossError(
-          absl::StrCat(md, ": '", format::EscapeText(s.fqn), "' at ",
-                       ShapeToString(offs), " has two storage items"));
+          absl::StrCat(in.metadata_where, ": '", format::EscapeText(s.fqn),
+                       "' at ", ShapeToString(offs), " has two storage items"));
     }
   }
-  size_t used = 0;
-  for (const interop::DcpTensor& t : in.meta.tensors) {
-    in.chunk_storage[t.fqn];  // present even for a tensor without chunks
-    std::vector<Region> regions;
-    for (const interop::DcpChunk& c : t.chunks) {
-      Box box{c.offsets, c.sizes};
-      absl::Status v = ValidateRegion(box, t.size);
-      if (!v.ok())
-        return absl::DataLossError(absl::StrCat(
-            md, ": tensor '", format::EscapeText(t.fqn), "': ", v.message()));
-      regions.push_back(box);
-      auto it = by_key.find(Key(
-          t.fqn, std::vector<uint64_t>(c.offsets.begin(), c.offsets.end())));
-      if (it == by_key.end()) {
-        return absl::DataLossError(
-            absl::StrCat(md, ": chunk ", RegionToString(box), " of '",
-                         format::EscapeText(t.fqn), "' has no storage item"));
-      }
-      CKPT_RETURN_IF_ERROR(CheckRecordHolds(in, *it->second, t, box));
-      in.chunk_storage[t.fqn].push_back(it->second);
-      in.tensor_bytes += RegionElements(box) * DTypeSize(t.dtype);
-      ++used;
-    }
-    absl::Status cover = CheckCover(t.size, regions, /*allow_gaps=*/false);
-    if (!cover.ok()) {
+  return by_key;
+}
+
+// The storage item of each chunk of tensor `t` (into in.chunk_storage),
+// each chunk inside the tensor and holding its bytes, the chunks covering
+// it without overlap. Counts the items used in *used.
+absl::Status MatchTensor(DcpInput& in, const interop::DcpTensor& t,
+                         const StorageByKey& by_key, size_t* used) {
+  const std::string& md = in.metadata_where;
+  in.chunk_storage[t.fqn];  // present even for a tensor without chunks
+  std::vector<Region> regions;
+  for (const interop::DcpChunk& c : t.chunks) {
+    Box box{c.offsets, c.sizes};
+    absl::Status v = ValidateRegion(box, t.size);
+    if (!v.ok())
       return absl::DataLossError(absl::StrCat(
-          md, ": tensor '", format::EscapeText(t.fqn), "': ", cover.message()));
-    }
-  }
-  for (const std::string& b : in.meta.bytes_items) {
-    auto it = by_key.find(Key(b, std::vector<uint64_t>()));
+          md, ": tensor '", format::EscapeText(t.fqn), "': ", v.message()));
+    regions.push_back(box);
+    auto it = by_key.find(StorageKey(
+        t.fqn, std::vector<uint64_t>(c.offsets.begin(), c.offsets.end())));
     if (it == by_key.end()) {
-      return absl::DataLossError(absl::StrCat(md, ": bytes item '",
-                                              format::EscapeText(b),
-                                              "' has no storage item"));
+      return absl::DataLossError(
+          absl::StrCat(md, ": chunk ", RegionToString(box), " of '",
+                       format::EscapeText(t.fqn), "' has no storage item"));
+    }
+    CKPT_RETURN_IF_ERROR(CheckRecordHolds(in, *it->second, t, box));
+    in.chunk_storage[t.fqn].push_back(it->second);
+    in.tensor_bytes += RegionElements(box) * DTypeSize(t.dtype);
+    ++*used;
+  }
+  absl::Status cover = CheckCover(t.size, regions, /*allow_gaps=*/false);
+  if (!cover.ok()) {
+    return absl::DataLossError(absl::StrCat(
+        md, ": tensor '", format::EscapeText(t.fqn), "': ", cover.message()));
+  }
+  return absl::OkStatus();
+}
+
+// The storage item of each bytes item (into in.bytes_storage), counted in
+// *used.
+absl::Status MatchBytesItems(DcpInput& in, const StorageByKey& by_key,
+                             size_t* used) {
+  for (const std::string& b : in.meta.bytes_items) {
+    auto it = by_key.find(StorageKey(b, std::vector<uint64_t>()));
+    if (it == by_key.end()) {
+      return absl::DataLossError(
+          absl::StrCat(in.metadata_where, ": bytes item '",
+                       format::EscapeText(b), "' has no storage item"));
     }
     in.bytes_storage[b] = it->second;
     in.bytes_item_bytes += it->second->length;
-    ++used;
+    ++*used;
   }
-  if (used != in.meta.storage.size()) {
-    for (const interop::DcpStorage& s : in.meta.storage) {
-      bool known = in.bytes_storage.count(s.fqn) > 0;
-      for (const auto* p : in.chunk_storage[s.fqn]) known = known || p == &s;
-      if (!known) {
-        return absl::DataLossError(
-            absl::StrCat(md, ": storage item of '", format::EscapeText(s.fqn),
-                         "' names no chunk of the metadata"));
-      }
+  return absl::OkStatus();
+}
+
+// Each chunk has exactly one storage item; each item names a chunk or a
+// bytes item; chunks cover their tensor without overlap.
+absl::Status MatchStorage(DcpInput& in) {
+  CKPT_ASSIGN_OR_RETURN(const StorageByKey by_key, IndexStorage(in));
+  size_t used = 0;
+  for (const interop::DcpTensor& t : in.meta.tensors) {
+    CKPT_RETURN_IF_ERROR(MatchTensor(in, t, by_key, &used));
+  }
+  CKPT_RETURN_IF_ERROR(MatchBytesItems(in, by_key, &used));
+  if (used == in.meta.storage.size()) return absl::OkStatus();
+  for (const interop::DcpStorage& s : in.meta.storage) {
+    bool known = in.bytes_storage.count(s.fqn) > 0;
+    for (const auto* p : in.chunk_storage[s.fqn]) known = known || p == &s;
+    if (!known) {
+      return absl::DataLossError(absl::StrCat(
+          in.metadata_where, ": storage item of '", format::EscapeText(s.fqn),
+          "' names no chunk of the metadata"));
     }
   }
   return absl::OkStatus();

@@ -15,8 +15,8 @@
 #include "ckpt/interop/io/file_io.h"
 #include "ckpt/interop/io/safetensors_meta.h"
 #include "ckpt/interop/safetensors.h"
+#include "ckpt/ops/source_shards.h"
 #include "ckpt/reader.h"
-#include "common/source_shards.h"
 
 namespace ckpt::interop {
 namespace fs = std::filesystem;
@@ -243,6 +243,96 @@ absl::Status PublishDir(const std::string& tmp, const std::string& output) {
   return SyncDir(dir.empty() ? "." : dir);
 }
 
+// Opens the checkpoint `source` and checks its shard files against its
+// manifest: what the export plans (shards, header offsets) follows the
+// manifest's declared sizes, so only once the shard files vouch for them.
+absl::StatusOr<std::unique_ptr<Reader>> OpenSource(const std::string& source,
+                                                   int io_threads) {
+  ReaderOptions ro;
+  ro.io_threads = std::max(1, io_threads);
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
+                        Reader::Open(source, ro));
+  CKPT_RETURN_IF_ERROR(ops::CheckSourceShards(DefaultStorage(), reader->path(),
+                                              reader->manifest()));
+  return reader;
+}
+
+// The directory the shards are written into before they are published,
+// removed on destruction unless released. Empty: no directory (one file).
+class ShardDir {
+ public:
+  static absl::StatusOr<ShardDir> Create(const std::string& output,
+                                         bool sharded) {
+    ShardDir d;
+    if (!sharded) return d;
+    d.path_ = absl::StrCat(output, ".tmp-", ::getpid());
+    std::error_code ec;
+    if (!fs::create_directory(d.path_, ec)) {
+      const std::string path = std::move(d.path_);
+      d.path_.clear();
+      return absl::InternalError(
+          absl::StrCat(path, ": cannot create: ", ec.message()));
+    }
+    return d;
+  }
+  ShardDir(ShardDir&& o) noexcept : path_(std::move(o.path_)) {
+    o.path_.clear();
+  }
+  ShardDir& operator=(ShardDir&&) = delete;
+  ~ShardDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  void Release() { path_.clear(); }
+
+ private:
+  ShardDir() = default;
+  std::string path_;
+};
+
+// Writes each of `shards` as a safetensors file: `output` itself, or
+// (sharded) the shard files in `dir`. Lists them and their entries in `r`
+// and the entries' files in `index`.
+absl::Status WriteShards(Reader& reader, const std::string& output,
+                         const std::string& dir,
+                         const std::vector<std::vector<Selected>>& shards,
+                         const StringPairs& metadata,
+                         const SafetensorsExportOptions& o,
+                         SafetensorsExportResult& r, interop::HfIndex& index) {
+  const bool sharded = !dir.empty();
+  std::error_code ec;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string name = sharded ? interop::HfShardName(i, shards.size())
+                                     : fs::path(output).filename().string();
+    const std::string path = sharded ? (fs::path(dir) / name).string() : output;
+    CKPT_RETURN_IF_ERROR(
+        WriteShard(reader, path, shards[i], metadata, o, r.total_size));
+    r.files.emplace_back(name, fs::file_size(path, ec));
+    for (const Selected& s : shards[i]) {
+      r.entries.push_back({s.entry->name, s.entry->kind,
+                           s.entry->kind == format::EntryKind::kObject
+                               ? DType::kUInt8
+                               : s.entry->dtype,
+                           s.entry->shape, name, s.bytes});
+      index.weight_map.emplace_back(s.entry->name, name);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Writes the index into the shard directory `dir`, then moves it to
+// `output`.
+absl::Status PublishShardSet(const std::string& dir, const std::string& output,
+                             const interop::HfIndex& index) {
+  CKPT_ASSIGN_OR_RETURN(
+      OutputFile idx,
+      OutputFile::Create((fs::path(dir) / interop::kHfIndexName).string()));
+  CKPT_RETURN_IF_ERROR(idx.Append(interop::EncodeHfIndex(index)));
+  CKPT_RETURN_IF_ERROR(idx.Commit());
+  return PublishDir(dir, output);
+}
+
 }  // namespace
 
 bool SelectedByGlobs(const std::string& name,
@@ -261,20 +351,15 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
     const SafetensorsExportOptions& o) {
   const bool sharded = o.max_shard_bytes > 0;
   CKPT_RETURN_IF_ERROR(CheckOutput(output, sharded, o.overwrite));
-  ReaderOptions ro;
-  ro.io_threads = std::max(1, o.io_threads);
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
-                        Reader::Open(source, ro));
+                        OpenSource(source, o.io_threads));
   const format::Manifest& m = reader->manifest();
-  // What is planned below (shards, header offsets) follows the manifest's
-  // declared sizes: only once the shard files vouch for them.
-  CKPT_RETURN_IF_ERROR(
-      tools::CheckSourceShards(DefaultStorage(), reader->path(), m));
   SafetensorsExportResult r;
   r.checkpoint_dir = reader->path();
   r.output = output;
   r.info = m.info;
   r.metadata_count = m.metadata.size();
+  // Plan: the entries selected, the metadata, the shards.
   CKPT_ASSIGN_OR_RETURN(std::vector<Selected> selected,
                         SelectEntries(m, o, &r.excluded));
   std::vector<std::string> objects;
@@ -285,47 +370,15 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
   }
   const StringPairs metadata = ExportMetadata(m.info, m.metadata, objects);
   const auto shards = PlanShards(selected, o.max_shard_bytes);
-
-  const std::string dir =
-      sharded ? absl::StrCat(output, ".tmp-", ::getpid()) : "";
-  std::error_code ec;
-  if (sharded && !fs::create_directory(dir, ec)) {
-    return absl::InternalError(
-        absl::StrCat(dir, ": cannot create: ", ec.message()));
-  }
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() {
-      std::error_code e;
-      if (!dir.empty()) fs::remove_all(dir, e);
-    }
-  } cleanup{dir};
+  // Write, then publish the shard set.
+  CKPT_ASSIGN_OR_RETURN(ShardDir dir, ShardDir::Create(output, sharded));
   interop::HfIndex index;
   index.total_size = r.total_size;
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const std::string name = sharded ? interop::HfShardName(i, shards.size())
-                                     : fs::path(output).filename().string();
-    const std::string path = sharded ? (fs::path(dir) / name).string() : output;
-    CKPT_RETURN_IF_ERROR(
-        WriteShard(*reader, path, shards[i], metadata, o, r.total_size));
-    r.files.emplace_back(name, fs::file_size(path, ec));
-    for (const Selected& s : shards[i]) {
-      r.entries.push_back({s.entry->name, s.entry->kind,
-                           s.entry->kind == format::EntryKind::kObject
-                               ? DType::kUInt8
-                               : s.entry->dtype,
-                           s.entry->shape, name, s.bytes});
-      index.weight_map.emplace_back(s.entry->name, name);
-    }
-  }
+  CKPT_RETURN_IF_ERROR(
+      WriteShards(*reader, output, dir.path(), shards, metadata, o, r, index));
   if (!sharded) return r;
-  CKPT_ASSIGN_OR_RETURN(
-      OutputFile idx,
-      OutputFile::Create((fs::path(dir) / interop::kHfIndexName).string()));
-  CKPT_RETURN_IF_ERROR(idx.Append(interop::EncodeHfIndex(index)));
-  CKPT_RETURN_IF_ERROR(idx.Commit());
-  CKPT_RETURN_IF_ERROR(PublishDir(dir, output));
-  cleanup.dir.clear();
+  CKPT_RETURN_IF_ERROR(PublishShardSet(dir.path(), output, index));
+  dir.Release();
   return r;
 }
 

@@ -12,7 +12,8 @@
 #include "ckpt/format/latest.h"
 #include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
-#include "reshard/reshard.h"
+#include "ckpt/ops/checkpoint_root.h"
+#include "ckpt/ops/reshard.h"
 
 namespace ckpt::interop {
 namespace fs = std::filesystem;
@@ -164,24 +165,6 @@ absl::StatusOr<SafetensorsInput> OpenSafetensors(const std::string& path) {
 
 namespace {
 
-absl::Status CheckStepFree(const std::string& root, uint64_t step,
-                           bool overwrite) {
-  std::error_code ec;
-  auto st = fs::status(root, ec);
-  if (!ec && fs::exists(st) && !fs::is_directory(st)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        root, ": exists and is not a directory (a checkpoint root)"));
-  }
-  const std::string step_dir =
-      (fs::path(root) / format::StepDirName(step)).string();
-  if (!overwrite && fs::exists(step_dir, ec)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat(step_dir, ": a checkpoint of step ", step,
-                     " already exists (use --force to replace it)"));
-  }
-  return absl::OkStatus();
-}
-
 // Registers every tensor of `in` with `writer` (objects as objects).
 absl::Status Register(const SafetensorsInput& in, const ImportedMetadata& meta,
                       Writer& writer, SafetensorsImportResult& r,
@@ -233,9 +216,9 @@ absl::Status Register(const SafetensorsInput& in, const ImportedMetadata& meta,
 absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
     const std::string& input, const std::string& root,
     const SafetensorsImportOptions& o) {
-  if (o.ranks < 1 || o.ranks > tools::kMaxReshardRanks) {
+  if (o.ranks < 1 || o.ranks > ops::kMaxReshardRanks) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--ranks ", o.ranks, " is outside 1..", tools::kMaxReshardRanks));
+        "--ranks ", o.ranks, " is outside 1..", ops::kMaxReshardRanks));
   }
   CKPT_ASSIGN_OR_RETURN(SafetensorsInput in, OpenSafetensors(input));
   auto meta = ImportMetadata(in.metadata);
@@ -246,7 +229,10 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
   r.ranks = o.ranks;
   r.files = in.files.size();
   r.metadata_keys = meta->user.size();
-  CKPT_RETURN_IF_ERROR(CheckStepFree(root, r.step, o.overwrite));
+  CKPT_RETURN_IF_ERROR(
+      ops::CheckRootIsDirectoryOrAbsent(DefaultStorage(), root));
+  CKPT_RETURN_IF_ERROR(
+      ops::CheckStepIsFree(DefaultStorage(), root, r.step, o.overwrite));
   // With --ranks N the file is imported on one rank into a temporary root
   // beside `root` and resharded from there (ckpt-reshard's inference).
   const bool reshard = o.ranks > 1;
@@ -271,14 +257,13 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
   CKPT_ASSIGN_OR_RETURN(SaveResult saved, writer->Save(target, r.step, so));
   r.checkpoint = saved.path;
   if (!reshard) return r;
-  tools::ReshardOptions ro;
+  ops::ReshardOptions ro;
   ro.src = saved.path;
   ro.dst = root;
   ro.to = o.ranks;
   ro.codec = o.codec;
   ro.threads = std::max(1, o.io_threads);
-  ro.progress = false;
-  CKPT_ASSIGN_OR_RETURN(tools::ReshardReport report, tools::Reshard(ro));
+  CKPT_ASSIGN_OR_RETURN(ops::ReshardReport report, ops::Reshard(ro));
   r.checkpoint = report.dst_dir;
   return r;
 }

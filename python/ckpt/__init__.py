@@ -18,6 +18,12 @@ The core API mirrors the C++ library (ckpt/writer.h, ckpt/reader.h):
 Arrays cross without copies: numpy arrays (and anything with the buffer
 protocol) and DLPack tensors (torch). A non-contiguous array is refused.
 Save and load release the GIL. PyTorch users want ckpt.torch.
+
+Operations on whole checkpoints, as the tools run them (ckpt.ops):
+
+    report = ckpt.validate("/tmp/run")      # report.valid, report.findings
+    d = ckpt.diff("/tmp/run", "/tmp/run2")  # d.equal, d.structural, d.values
+    ckpt.reshard("/tmp/run", "/tmp/run3", to=3, verify=True)
 """
 
 from . import _ckpt
@@ -29,6 +35,8 @@ from ._errors import (AbortedError, AlreadyExistsError, CancelledError, DataLoss
                       InvalidArgumentError, NotFoundError, OutOfRangeError,
                       PermissionDeniedError, ResourceExhaustedError, UnauthenticatedError,
                       UnavailableError, UnimplementedError, UnknownError)
+from .ops import (DiffReport, Finding, ReshardReport, ValidateReport, diff, reshard,
+                  validate)
 
 __version__ = _ckpt.__version__
 

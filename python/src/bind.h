@@ -21,6 +21,7 @@ pybind11::object FromRegion(const Region& region);
 
 void BindWriter(pybind11::module_& m);
 void BindReader(pybind11::module_& m);
+void BindOps(pybind11::module_& m);
 
 }  // namespace ckpt::python
 

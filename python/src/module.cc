@@ -158,4 +158,5 @@ PYBIND11_MODULE(_ckpt, m) {
   BindCommunicators(m);
   BindWriter(m);
   BindReader(m);
+  BindOps(m);
 }

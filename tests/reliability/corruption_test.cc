@@ -44,12 +44,12 @@
 #include "ckpt/format/latest.h"
 #include "ckpt/format/shard.h"
 #include "ckpt/in_process.h"
+#include "ckpt/ops/validate.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 #include "reliability/model.h"
 #include "testing/files.h"
 #include "testing/status_matchers.h"
-#include "validate/validate.h"
 #ifdef CKPT_VALIDATE_BIN
 #include "reliability/subprocess.h"
 #endif
@@ -236,13 +236,13 @@ class CorruptionTest : public ::testing::Test {
     // Every case starts from the pristine root; a test that failed midway
     // must not leave damage for the next.
     for (const FileInfo& f : *files_) WriteFileBytes(f.path, f.pristine);
-    auto clean = tools::Validate(ValidateOptionsFor(root_));
+    auto clean = ops::Validate(ValidateOptionsFor(root_));
     ASSERT_THAT(clean, IsOk());
-    ASSERT_TRUE(clean->valid()) << tools::FindingText(clean->findings.at(0));
+    ASSERT_TRUE(clean->valid()) << ops::FindingText(clean->findings.at(0));
   }
 
-  static tools::ValidateOptions ValidateOptionsFor(const std::string& path) {
-    tools::ValidateOptions o;
+  static ops::ValidateOptions ValidateOptionsFor(const std::string& path) {
+    ops::ValidateOptions o;
     o.path = path;
     o.threads = 1;
     return o;
@@ -343,7 +343,7 @@ class CorruptionTest : public ::testing::Test {
                                  ? root_
                                  : f.checkpoint;
 
-    auto report = tools::Validate(ValidateOptionsFor(path));
+    auto report = ops::Validate(ValidateOptionsFor(path));
     auto loaded = VerifyCheckpoint(path, kScale);
     ASSERT_FALSE(!loaded.ok() && IsWrongData(loaded.status()))
         << loaded.status();
@@ -351,9 +351,8 @@ class CorruptionTest : public ::testing::Test {
     if (d.only_padding) {
       ++harmless_;
       ASSERT_THAT(report, IsOk());
-      EXPECT_TRUE(report->valid())
-          << "padding is not checked (§5.2), yet: "
-          << tools::FindingText(report->findings.at(0));
+      EXPECT_TRUE(report->valid()) << "padding is not checked (§5.2), yet: "
+                                   << ops::FindingText(report->findings.at(0));
       EXPECT_THAT(loaded, IsOk());
       return;
     }
@@ -374,16 +373,16 @@ class CorruptionTest : public ::testing::Test {
     ASSERT_THAT(report, IsOk());
     EXPECT_FALSE(report->valid());
     bool named = false;
-    for (const tools::Finding& x : report->findings) {
-      if (x.severity != tools::Severity::kError || x.file != f.path) continue;
+    for (const ops::Finding& x : report->findings) {
+      if (x.severity != ops::Severity::kError || x.file != f.path) continue;
       if (d.block != nullptr &&
           (x.entry != d.block->entry || x.block != d.block->block))
         continue;
       named = true;
     }
     std::string all;
-    for (const tools::Finding& x : report->findings)
-      absl::StrAppend(&all, "\n  ", tools::FindingText(x));
+    for (const ops::Finding& x : report->findings)
+      absl::StrAppend(&all, "\n  ", ops::FindingText(x));
     EXPECT_TRUE(named) << "no error names " << f.path
                        << (d.block ? absl::StrCat(", entry '", d.block->entry,
                                                   "', block ", d.block->block)

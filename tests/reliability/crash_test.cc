@@ -240,12 +240,12 @@ TEST(ReliabilityCrash, MultiRankCheckpointPassesValidate) {
   const std::string root = dir / "root";
   SaveConfig config;
   ASSERT_THAT(SaveInProcess(root, 1, 2, config), ::ckpt::testing::IsOk());
-  tools::ValidateOptions vo;
+  ops::ValidateOptions vo;
   vo.path = root;
-  auto report = tools::Validate(vo);
+  auto report = ops::Validate(vo);
   ASSERT_THAT(report, ::ckpt::testing::IsOk());
-  for (const tools::Finding& f : report->findings)
-    ADD_FAILURE() << tools::FindingText(f);
+  for (const ops::Finding& f : report->findings)
+    ADD_FAILURE() << ops::FindingText(f);
 }
 #endif
 

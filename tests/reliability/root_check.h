@@ -13,7 +13,7 @@
 #include "reliability/model.h"
 #include "testing/status_matchers.h"
 #ifdef CKPT_HAVE_VALIDATE
-#include "validate/validate.h"
+#include "ckpt/ops/validate.h"
 #endif
 
 namespace ckpt::reliability {
@@ -66,20 +66,20 @@ inline RootCheck CheckRoot(const std::string& root, int scale) {
     }
   }
 #ifdef CKPT_HAVE_VALIDATE
-  tools::ValidateOptions vo;
+  ops::ValidateOptions vo;
   vo.path = root;
   vo.threads = 2;
-  auto report = tools::Validate(vo);
+  auto report = ops::Validate(vo);
   EXPECT_THAT(report, ::ckpt::testing::IsOk()) << "validate " << root;
   if (report.ok()) {
     out.validated = true;
     std::vector<std::string> flagged;
-    for (const tools::Finding& f : report->findings) {
-      EXPECT_EQ(f.severity, tools::Severity::kWarning) << tools::FindingText(f);
-      if (f.severity != tools::Severity::kWarning) continue;
+    for (const ops::Finding& f : report->findings) {
+      EXPECT_EQ(f.severity, ops::Severity::kWarning) << ops::FindingText(f);
+      if (f.severity != ops::Severity::kWarning) continue;
       ++out.validate_warnings;
       const std::string prefix = JoinPath(root, format::kTempDirPrefix);
-      EXPECT_TRUE(absl::StartsWith(f.file, prefix)) << tools::FindingText(f);
+      EXPECT_TRUE(absl::StartsWith(f.file, prefix)) << ops::FindingText(f);
       flagged.push_back(f.file.substr(root.size() + 1));
     }
     std::sort(flagged.begin(), flagged.end());

@@ -112,6 +112,23 @@ void LazyProgress::Finish() {
   if (progress_) progress_->Finish();
 }
 
+ops::ProgressFn ProgressBars::Callback() {
+  return [this](const ops::ProgressUpdate& u) {
+    if (progress_ == nullptr) {
+      progress_ = std::make_unique<Progress>(label_(u.phase), u.total);
+      done_ = 0;
+    }
+    if (u.done > done_) progress_->Add(u.done - done_);
+    done_ = u.done;
+    if (u.finished) Finish();
+  };
+}
+
+void ProgressBars::Finish() {
+  if (progress_) progress_->Finish();
+  progress_.reset();
+}
+
 void Progress::Draw(bool final) {
   constexpr int kWidth = 30;
   double frac =

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "ckpt/ops/progress.h"
 
 namespace CLI {
 class App;
@@ -86,6 +87,25 @@ class LazyProgress {
  private:
   std::string label_;
   std::unique_ptr<Progress> progress_;
+};
+
+// The progress of an operation of ckpt/ops/ as bars on stderr (Progress):
+// one bar per phase, labelled `label(phase)`, started by the phase's first
+// update and finished by its last (or by Finish). The callback refers to
+// this object, which must outlive its calls; the operation serializes them.
+class ProgressBars {
+ public:
+  explicit ProgressBars(
+      std::function<std::string(absl::string_view phase)> label)
+      : label_(std::move(label)) {}
+  ops::ProgressFn Callback();
+  // Ends the current bar, if one was started.
+  void Finish();
+
+ private:
+  std::function<std::string(absl::string_view)> label_;
+  uint64_t done_ = 0;
+  std::unique_ptr<Progress> progress_;  // the phase's bar; null between phases
 };
 
 // The body of a tool's main(): parses `argc/argv` with `app` (which must

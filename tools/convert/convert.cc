@@ -45,14 +45,10 @@ absl::Status CheckFormat(const std::string& format, const char* flag) {
 }
 
 absl::Status CheckOptions(const ConvertOptions& o, bool to) {
-  auto only = [](const char* flag, const char* mode) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " applies to ", mode, " only"));
-  };
   if (to) {
-    if (o.step.has_value()) return only("--step", "--from hdf5");
-    if (o.skip_unsupported) return only("--skip-unsupported", "--from hdf5");
-    if (!o.codec.empty()) return only("--codec", "--from hdf5");
+    if (o.step.has_value()) return OnlyFor("--step", "--from hdf5");
+    if (o.skip_unsupported) return OnlyFor("--skip-unsupported", "--from hdf5");
+    if (!o.codec.empty()) return OnlyFor("--codec", "--from hdf5");
     if (!o.compression.empty() && o.compression != "none" &&
         o.compression != "deflate") {
       return absl::InvalidArgumentError(
@@ -67,18 +63,11 @@ absl::Status CheckOptions(const ConvertOptions& o, bool to) {
           absl::StrCat("--level ", o.level, " is outside 0..9"));
     }
   } else {
-    if (!o.compression.empty()) return only("--compression", "--to hdf5");
-    if (o.level >= 0) return only("--level", "--to hdf5");
-    if (!o.codec.empty() && o.codec != "none" && o.codec != "zstd") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown codec '", o.codec, "' for --codec; supported: none, zstd"));
-    }
+    if (!o.compression.empty()) return OnlyFor("--compression", "--to hdf5");
+    if (o.level >= 0) return OnlyFor("--level", "--to hdf5");
+    CKPT_RETURN_IF_ERROR(CheckCodec(o));
   }
-  if (o.threads < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--threads ", o.threads, " must be >= 1"));
-  }
-  return absl::OkStatus();
+  return CheckThreads(o);
 }
 
 const char* KindName(format::EntryKind k) {

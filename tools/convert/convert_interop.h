@@ -16,6 +16,14 @@ namespace ckpt::tools {
 // a flag of another mode, naming the flag and its mode).
 absl::Status CheckInteropOptions(const ConvertOptions& options);
 
+// The option checks every mode shares (InvalidArgument):
+// "FLAG applies to MODE only";
+absl::Status OnlyFor(const char* flag, const char* mode);
+// an unknown --codec (imports);
+absl::Status CheckCodec(const ConvertOptions& options);
+// --threads below 0.
+absl::Status CheckThreads(const ConvertOptions& options);
+
 // Sets what every import (HDF5, safetensors, DCP) takes from the command
 // line: --step, --force, --codec and --threads.
 template <typename ImportOptions>

@@ -5,23 +5,12 @@
 #include "common/tool_util.h"
 #include "convert/convert.h"
 
-int main(int argc, char** argv) {
-  CLI::App app(
-      "Converts a checkpoint to one HDF5 file (--to hdf5: SRC is a checkpoint "
-      "directory or a "
-      "root whose 'latest' is followed, DST the .h5 file) or to safetensors "
-      "(--to "
-      "safetensors: one file, or Hugging Face shards with --max-shard-size), "
-      "or imports an "
-      "HDF5 file (--from hdf5), a safetensors file or Hugging Face index "
-      "directory (--from "
-      "safetensors) or a PyTorch DCP / Megatron torch_dist directory (--from "
-      "dcp) into the "
-      "checkpoint root DST. Exit 0: converted; 2: usage or I/O error, "
-      "unsupported input.",
-      "ckpt-convert");
-  ckpt::tools::ConvertOptions opts;
-  uint64_t step = 0;
+namespace {
+
+using ckpt::tools::ConvertOptions;
+
+// SRC, DST, the direction and what every mode takes.
+void AddCommonFlags(CLI::App& app, ConvertOptions& opts) {
   app.add_option("SRC", opts.source, "Checkpoint (--to) or HDF5 file (--from)")
       ->required();
   app.add_option("DST", opts.destination,
@@ -45,12 +34,21 @@ int main(int argc, char** argv) {
                  "compression "
                  "(default: one per core)")
       ->check(CLI::Range(1, 1024));
+}
+
+// --to hdf5.
+void AddHdf5ExportFlags(CLI::App& app, ConvertOptions& opts) {
   app.add_option("--compression", opts.compression,
                  "--to: HDF5 compression, none or deflate (default deflate, "
                  "with shuffle)");
   app.add_option("--level", opts.level, "--to: deflate level 0..9 (default 4)")
       ->check(CLI::Range(0, 9));
-  auto* step_opt =
+}
+
+// --from: the imports. The step goes to `step`; the option is returned.
+CLI::Option* AddImportFlags(CLI::App& app, ConvertOptions& opts,
+                            uint64_t& step) {
+  CLI::Option* step_opt =
       app.add_option("--step", step,
                      "--from: step of the new checkpoint (default: the file's "
                      "ckpt_step attribute, else 0)");
@@ -60,6 +58,11 @@ int main(int argc, char** argv) {
       "instead of failing");
   app.add_option("--codec", opts.codec,
                  "--from: checkpoint codec, none or zstd (default none)");
+  return step_opt;
+}
+
+// --to and --from safetensors.
+void AddSafetensorsFlags(CLI::App& app, ConvertOptions& opts) {
   app.add_option(
       "--max-shard-size", opts.max_shard_size,
       "--to safetensors: write Hugging Face shards of at most SIZE (5GB, "
@@ -76,6 +79,31 @@ int main(int argc, char** argv) {
                  "(layouts inferred as "
                  "ckpt-reshard does)")
       ->check(CLI::Range(1, 1024));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app(
+      "Converts a checkpoint to one HDF5 file (--to hdf5: SRC is a checkpoint "
+      "directory or a "
+      "root whose 'latest' is followed, DST the .h5 file) or to safetensors "
+      "(--to "
+      "safetensors: one file, or Hugging Face shards with --max-shard-size), "
+      "or imports an "
+      "HDF5 file (--from hdf5), a safetensors file or Hugging Face index "
+      "directory (--from "
+      "safetensors) or a PyTorch DCP / Megatron torch_dist directory (--from "
+      "dcp) into the "
+      "checkpoint root DST. Exit 0: converted; 2: usage or I/O error, "
+      "unsupported input.",
+      "ckpt-convert");
+  ConvertOptions opts;
+  uint64_t step = 0;
+  AddCommonFlags(app, opts);
+  AddHdf5ExportFlags(app, opts);
+  CLI::Option* step_opt = AddImportFlags(app, opts, step);
+  AddSafetensorsFlags(app, opts);
   return ckpt::tools::RunToolMain(app, argc, argv, [&] {
     if (step_opt->count() > 0) opts.step = step;
     return ckpt::tools::RunConvert(opts, std::cout);

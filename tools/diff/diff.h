@@ -1,110 +1,31 @@
-// ckpt-diff: structural and value differences between two checkpoints,
-// whatever world sizes and shardings they were saved with.
-//
-//   ckpt::tools::DiffOptions o;
-//   o.a = "/ckpt/run1";            // a root (latest is followed) or a step dir
-//   o.b = "/ckpt/run1-resharded";
-//   auto report = ckpt::tools::Diff(o);   // report->equal()
-//
-// Tensors are compared as global tensors, window by window: each window is
-// at most `window_bytes` per side and is loaded from both checkpoints with
-// ckpt::Reader (which verifies every block it reads), so memory stays
-// bounded (about 2 * window_bytes) whatever the size of the checkpoints.
-// Objects are compared byte by byte (each object is read whole).
-//
-// Findings (they make two checkpoints different):
-//  - structural: an entry only in A ("removed") or only in B ("added"); a
-//    kind (tensor/object), dtype, global shape or partial-flag change; for
-//    entries flagged partial, chunks covering different elements;
-//  - values: per entry with equal structure, the count of differing
-//    elements (bytes for objects) and the max absolute difference.
-// Informational notes (never findings): step, world size and user
-// metadata differences. Shardings, codecs and block sizes are not compared.
-//
-// Thread safety: Diff may be called from several threads at once.
+// ckpt-diff: prints what ops::Diff (ckpt/ops/diff.h) finds between two
+// checkpoints, as text or one JSON document, and maps it to an exit code.
 #ifndef CKPT_TOOLS_DIFF_DIFF_H_
 #define CKPT_TOOLS_DIFF_DIFF_H_
 
-#include <cstdint>
 #include <ostream>
-#include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
-#include "ckpt/storage.h"
-#include "diff/compare.h"
-#include "nlohmann/json.hpp"
+#include "ckpt/ops/diff.h"
+#include "common/diff_report.h"
 
 namespace ckpt::tools {
 
-struct DiffOptions {
-  std::string a, b;     // checkpoint roots or directories
-  Tolerance tolerance;  // default: exact (bitwise)
-  // Largest window loaded per side at once (at least one element).
-  uint64_t window_bytes = 64ull << 20;
-  int io_threads = 4;
-  Storage* storage = nullptr;  // not owned; null = POSIX
-  bool progress = true;        // progress bar on stderr when it is a terminal
+// The operation's report, as this tool prints it.
+using ops::DiffNote;
+using ops::DiffReport;
+using ops::StructuralDiff;
+using ops::Tolerance;
+using ops::ValueDiff;
+
+// What ckpt-diff runs: the operation's options, and whether to draw
+// progress bars on stderr (only when it is a terminal).
+struct DiffOptions : ops::DiffOptions {
+  bool progress = true;
 };
 
-// A structural difference of one entry.
-struct StructuralDiff {
-  std::string entry;
-  // "removed" (only in A), "added" (only in B), "kind", "dtype", "shape",
-  // "partial", "coverage" (partial entries whose chunks cover different
-  // elements).
-  std::string change;
-  std::string a, b;  // the two values ("" for added/removed)
-};
-
-// A value difference of one entry whose structure is equal on both sides.
-struct ValueDiff {
-  std::string entry;
-  bool object = false;
-  uint64_t differing = 0;   // elements (bytes for objects)
-  uint64_t total = 0;       // elements compared (for objects: the larger size)
-  double max_abs_diff = 0;  // tensors only; may be +inf
-  // Tensors: where the first difference is, and the two values there.
-  Dims first_at;
-  std::string first_a, first_b;
-  // Objects: the two sizes in bytes.
-  uint64_t size_a = 0, size_b = 0;
-};
-
-// A difference that is reported but does not make the checkpoints differ.
-struct DiffNote {
-  std::string what;  // "step", "world size", "metadata 'key'"
-  std::string a, b;  // "(absent)" when a metadata key is missing on a side
-};
-
-struct CheckpointSummary {
-  std::string path;  // the checkpoint directory
-  uint64_t step = 0;
-  uint32_t world_size = 0;
-  uint64_t entries = 0;
-};
-
-struct DiffReport {
-  CheckpointSummary a, b;
-  Tolerance tolerance;
-  std::vector<DiffNote> notes;
-  std::vector<StructuralDiff> structural;  // sorted by entry name
-  std::vector<ValueDiff> values;           // sorted by entry name
-  uint64_t entries_compared = 0;  // entries on both sides with equal structure
-  uint64_t bytes_compared = 0;    // per side
-  bool equal() const { return structural.empty() && values.empty(); }
-};
-
-// Compares the checkpoints at options.a and options.b. Errors (never
-// findings): a path that is not a checkpoint (NotFound, as
-// ckpt::Reader::Open says), corruption found while reading (DataLoss naming
-// the file, entry and block), InvalidArgument for bad options.
+// ops::Diff, with progress bars when options.progress.
 absl::StatusOr<DiffReport> Diff(const DiffOptions& options);
-
-// The human-readable report (format in tools/README.md (ckpt-diff)).
-void PrintDiffText(const DiffReport& report, std::ostream& out);
-// The --json document (schema in tools/README.md (ckpt-diff)).
-nlohmann::ordered_json DiffToJson(const DiffReport& report);
 
 // What main() runs: Diff, then print; returns the exit code (0 equal,
 // 1 different); errors are returned as a Status (exit code 2).

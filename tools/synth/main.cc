@@ -7,13 +7,10 @@
 #include "common/tool_util.h"
 #include "synth/synth_tool.h"
 
-int main(int argc, char** argv) {
-  CLI::App app(
-      "Writes and verifies synthetic checkpoints (tools/README.md "
-      "(ckpt-synth))",
-      "ckpt-synth");
-  app.require_subcommand(1);
-  ckpt::synth::WriteArgs w;
+namespace {
+
+// `ckpt-synth write`, its values into `w`.
+CLI::App* AddWriteCommand(CLI::App& app, ckpt::synth::WriteArgs& w) {
   CLI::App* write = app.add_subcommand("write",
                                        "Write a synthetic checkpoint from N "
                                        "ranks through the library");
@@ -46,9 +43,13 @@ int main(int argc, char** argv) {
   write->add_flag("--overwrite", w.overwrite,
                   "Replace an existing checkpoint of this step");
   write->add_flag("--json", w.json, "One JSON document on stdout");
+  return write;
+}
 
-  ckpt::synth::VerifyArgs v;
-  uint64_t seed = 0;
+// `ckpt-synth verify`, its values into `v` and the --seed given into
+// `seed` (its option into `seed_opt`).
+CLI::App* AddVerifyCommand(CLI::App& app, ckpt::synth::VerifyArgs& v,
+                           uint64_t& seed, CLI::Option** seed_opt) {
   CLI::App* verify =
       app.add_subcommand("verify",
                          "Load a synthetic checkpoint as N ranks and check "
@@ -63,12 +64,28 @@ int main(int argc, char** argv) {
       ->add_option("--layout", v.layout,
                    "Loading layout (default: the one recorded)")
       ->check(CLI::IsMember({"tp", "fsdp", "replicated", "mixed"}));
-  CLI::Option* seed_opt = verify->add_option(
-      "--seed", seed, "Expected seed (default: the one recorded)");
+  *seed_opt = verify->add_option("--seed", seed,
+                                 "Expected seed (default: the one recorded)");
   verify->add_option("--io-threads", v.io_threads, "I/O threads per rank")
       ->capture_default_str();
   verify->add_flag("--json", v.json, "One JSON document on stdout");
+  return verify;
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app(
+      "Writes and verifies synthetic checkpoints (tools/README.md "
+      "(ckpt-synth))",
+      "ckpt-synth");
+  app.require_subcommand(1);
+  ckpt::synth::WriteArgs w;
+  CLI::App* write = AddWriteCommand(app, w);
+  ckpt::synth::VerifyArgs v;
+  uint64_t seed = 0;
+  CLI::Option* seed_opt = nullptr;
+  AddVerifyCommand(app, v, seed, &seed_opt);
   return ckpt::tools::RunToolMain(
       app, argc, argv, [&]() -> absl::StatusOr<int> {
         if (write->parsed()) return ckpt::synth::RunWrite(w, std::cout);

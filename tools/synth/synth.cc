@@ -16,10 +16,10 @@
 #include "absl/strings/str_join.h"
 #include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
+#include "ckpt/ops/local_range.h"
+#include "ckpt/ops/source_shards.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
-#include "common/source_shards.h"
-#include "diff/local_range.h"
 #include "save/world_save.h"
 #include "util/mutex.h"
 #include "util/parallel_for.h"
@@ -295,7 +295,7 @@ TensorSource GeneratedPiece(uint64_t seed, const SynthTensor* t, Region piece,
     }
     char* out = static_cast<char*>(dst);
     for (const Region& sub :
-         tools::LocalRangeToRegions(piece, offset / es, (offset + n) / es)) {
+         ops::LocalRangeToRegions(piece, offset / es, (offset + n) / es)) {
       FillRegion(seed, *t, sub, out);
       out += RegionElements(sub) * es;
     }
@@ -730,7 +730,7 @@ absl::StatusOr<VerifyResult> VerifySynth(const VerifyOptions& o) {
   const format::Manifest& manifest = reader->manifest();
   // The loads below are sized by the manifest's shapes: only once the
   // shard files vouch for them.
-  CKPT_RETURN_IF_ERROR(tools::CheckSourceShards(
+  CKPT_RETURN_IF_ERROR(ops::CheckSourceShards(
       o.storage != nullptr ? o.storage : DefaultStorage(), reader->path(),
       manifest));
   VerifyResult res;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "ckpt/format/narrow_float.h"
 
 namespace ckpt::synth {
 namespace {
@@ -138,30 +139,11 @@ uint16_t FloatToHalf(float f) {
 }
 
 float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1F;
-  const uint32_t mant = h & 0x3FF;
-  float v;
-  if (exp == 0) {
-    v = std::ldexp(static_cast<float>(mant), -24);
-  } else if (exp == 31) {
-    v = mant == 0 ? INFINITY : NAN;
-  } else {
-    v = std::ldexp(static_cast<float>(mant | 0x400),
-                   static_cast<int>(exp) - 25);
-  }
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  bits |= sign;
-  std::memcpy(&v, &bits, 4);
-  return v;
+  return static_cast<float>(format::Float16ToDouble(h));
 }
 
 float BFloat16ToFloat(uint16_t b) {
-  uint32_t x = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
+  return static_cast<float>(format::BFloat16ToDouble(b));
 }
 
 void ElementValue(uint64_t seed, absl::string_view name, DType dtype,

@@ -34,7 +34,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", opts.threads,
                  "Reader threads (default: one per core)")
       ->check(CLI::Range(1, 1024));
-  opts.progress = true;  // drawn only when stderr is a terminal
+  // Drawn only when stderr is a terminal.
+  ckpt::tools::ProgressBars bars(
+      [](absl::string_view phase) { return std::string(phase); });
+  opts.on_progress = bars.Callback();
   return ckpt::tools::RunToolMain(app, argc, argv, [&] {
     return ckpt::tools::RunValidateAnyFormat(opts, json, std::cout);
   });

@@ -3,9 +3,10 @@
 #include <filesystem>
 
 #include "ckpt/format/status_macros.h"
+#include "ckpt/ops/reshard_layout.h"
 #include "ckpt/reader.h"
+#include "diff/diff.h"
 #include "gtest/gtest.h"
-#include "reshard/layout.h"
 #include "testing/status_matchers.h"
 #include "tools/diff/fixtures.h"
 

@@ -1,19 +1,25 @@
-#include "reshard/layout.h"
+#include "ckpt/ops/reshard_layout.h"
 
 #include <algorithm>
 #include <set>
 #include <utility>
 #include <variant>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ckpt/format/format_constants.h"
+#include "ckpt/format/names.h"
 #include "ckpt/format/status_macros.h"
-#include "common/escaped_output.h"
+#include "json_string.h"
 
-namespace ckpt::tools {
+namespace ckpt::ops {
 namespace {
 
 using format::EntryRecord;
+using format::EscapeText;
 
 bool IsPartial(const EntryRecord& e) {
   return (e.flags & format::kEntryFlagPartial) != 0;
@@ -210,4 +216,95 @@ absl::StatusOr<EntryLayout> PlanEntry(const EntryRecord& e, int n,
   return out;
 }
 
-}  // namespace ckpt::tools
+std::string QuotedForMessage(absl::string_view s) {
+  std::string out = internal::JsonStringLiteral(s.substr(0, 80));
+  if (s.size() > 80) out.insert(out.size() - 1, "...");
+  return out;
+}
+
+std::string Split::ToString() const {
+  switch (kind) {
+    case Kind::kDim:
+      return absl::StrCat("dim", dim);
+    case Kind::kFlat:
+      return "flat";
+    case Kind::kReplicated:
+      return "replicated";
+  }
+  return "?";
+}
+
+absl::StatusOr<Split> ParseSplit(absl::string_view text) {
+  Split s;
+  if (text == "flat") {
+    s.kind = Split::Kind::kFlat;
+    return s;
+  }
+  if (text == "replicated") {
+    s.kind = Split::Kind::kReplicated;
+    return s;
+  }
+  if (absl::StartsWith(text, "dim")) {
+    absl::string_view digits = text.substr(3);
+    int dim = 0;
+    const bool canonical =
+        !digits.empty() && digits.size() <= 2 &&
+        absl::ascii_isdigit(digits[0]) &&
+        (digits.size() == 1 ||
+         (digits[0] != '0' && absl::ascii_isdigit(digits[1])));
+    if (canonical && absl::SimpleAtoi(digits, &dim) &&
+        dim < static_cast<int>(format::kMaxDims)) {
+      s.kind = Split::Kind::kDim;
+      s.dim = dim;
+      return s;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "split: expected ", kSplitForms, ", got ", QuotedForMessage(text)));
+}
+
+bool OverrideRule::is_glob() const {
+  return pattern.find_first_of("*?") != std::string::npos;
+}
+
+absl::StatusOr<const OverrideRule*> Overrides::Find(
+    absl::string_view name) const {
+  const OverrideRule* found = nullptr;
+  std::vector<std::string> globs;
+  for (const OverrideRule& r : rules) {
+    if (r.pattern == name) return &r;
+    if (r.is_glob() && GlobMatch(r.pattern, name)) {
+      if (found == nullptr) found = &r;
+      globs.push_back(QuotedForMessage(r.pattern));
+    }
+  }
+  if (globs.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "entry '", EscapeText(name), "' matches several patterns: ",
+        absl::StrJoin(globs, ", "), " (give it its own key)"));
+  }
+  return found;
+}
+
+bool GlobMatch(absl::string_view p, absl::string_view s) {
+  // Greedy with one backtrack point (the last '*'): O(|p| * |s|).
+  size_t pi = 0, si = 0, star = absl::string_view::npos, mark = 0;
+  while (si < s.size()) {
+    if (pi < p.size() && (p[pi] == '?' || p[pi] == s[si])) {
+      ++pi;
+      ++si;
+    } else if (pi < p.size() && p[pi] == '*') {
+      star = pi++;
+      mark = si;
+    } else if (star != absl::string_view::npos) {
+      pi = star + 1;
+      si = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+}  // namespace ckpt::ops

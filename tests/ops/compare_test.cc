@@ -1,4 +1,4 @@
-#include "diff/compare.h"
+#include "ckpt/ops/compare.h"
 
 #include <cmath>
 #include <cstring>
@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 
-namespace ckpt::tools {
+namespace ckpt::ops {
 namespace {
 
 std::string U16(uint16_t v) {
@@ -205,4 +205,4 @@ TEST(CompareElements, LowPrecisionFloatsWithTolerance) {
 }
 
 }  // namespace
-}  // namespace ckpt::tools
+}  // namespace ckpt::ops

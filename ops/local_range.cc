@@ -1,8 +1,8 @@
-#include "diff/local_range.h"
+#include "ckpt/ops/local_range.h"
 
 #include <variant>
 
-namespace ckpt::tools {
+namespace ckpt::ops {
 namespace {
 
 // Appends the boxes of local elements [b, e) of the sub-box of `box` whose
@@ -94,4 +94,4 @@ Dims GlobalCoordinates(const Shape& shape, const Region& region,
   return coord;
 }
 
-}  // namespace ckpt::tools
+}  // namespace ckpt::ops

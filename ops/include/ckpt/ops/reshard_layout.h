@@ -1,5 +1,7 @@
-// Layouts of ckpt-reshard: inferring how an entry is split from its stored
-// chunks, and the piece each of the N output ranks holds.
+// Layouts of Reshard (reshard.h): how an entry is split over the N ranks of
+// the output, the override rules that say it for some entries (ckpt-reshard
+// reads them from its --layout file, tools/reshard/overrides.h), inferring
+// it from the stored chunks for the others, and the piece each rank holds.
 //
 // Inference (tools/README.md (ckpt-reshard)):
 //  - a single chunk holding the whole tensor (or a tensor with no elements)
@@ -12,19 +14,66 @@
 //    inferred: the override file must give the layout.
 // Even splits give the first (n mod N) ranks one element (or index) more.
 // Entries flagged partial keep their chunks as stored, chunk i on rank i.
-#ifndef CKPT_TOOLS_RESHARD_LAYOUT_H_
-#define CKPT_TOOLS_RESHARD_LAYOUT_H_
+#ifndef CKPT_OPS_RESHARD_LAYOUT_H_
+#define CKPT_OPS_RESHARD_LAYOUT_H_
 
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "ckpt/format/records.h"
 #include "ckpt/types.h"
-#include "reshard/overrides.h"
 
-namespace ckpt::tools {
+namespace ckpt::ops {
+
+// How an entry is laid out over the N ranks of the output.
+struct Split {
+  enum class Kind { kDim, kFlat, kReplicated };
+  Kind kind = Kind::kReplicated;
+  int dim = 0;  // kDim only
+  // "dim0", "flat", "replicated".
+  std::string ToString() const;
+  friend bool operator==(const Split& a, const Split& b) {
+    return a.kind == b.kind && (a.kind != Kind::kDim || a.dim == b.dim);
+  }
+};
+
+// The forms ParseSplit accepts, as messages name them.
+inline constexpr char kSplitForms[] =
+    "\"dim<k>\" (k < 32), \"flat\" or \"replicated\"";
+
+// Parses "dim<k>" (k in [0, 32), no leading zeros), "flat" or
+// "replicated". InvalidArgument naming the expected forms and `text`.
+absl::StatusOr<Split> ParseSplit(absl::string_view text);
+
+// An override: entries named `pattern` (or matching it, a glob) get `split`.
+struct OverrideRule {
+  std::string pattern;  // an entry name or a glob
+  Split split;
+  bool is_glob() const;
+};
+
+struct Overrides {
+  std::vector<OverrideRule> rules;  // in file order, patterns unique
+
+  // The rule for entry `name`, or nullptr: a rule whose key is `name`
+  // itself, else the one glob that matches. InvalidArgument naming the
+  // patterns if several globs match.
+  absl::StatusOr<const OverrideRule*> Find(absl::string_view name) const;
+};
+
+// True iff `name` matches the glob `pattern` ('*' matches any run of
+// characters, '?' one character; no escapes). Linear in |pattern| * |name|
+// at worst.
+bool GlobMatch(absl::string_view pattern, absl::string_view name);
+
+// `s` in messages about override rules: a JSON string, ASCII only (as
+// nlohmann::json's dump with ensure_ascii and invalid UTF-8 replaced by
+// U+FFFD writes it), cut after 80 bytes ("...") so that a fuzzed megabyte
+// key stays readable.
+std::string QuotedForMessage(absl::string_view s);
 
 // The split inferred from `e`'s stored chunks, and a description of them
 // ("4 parts along dim0", "2 x 2 grid", "3 flat ranges", "whole").
@@ -66,6 +115,6 @@ struct EntryLayout {
 absl::StatusOr<EntryLayout> PlanEntry(const format::EntryRecord& e, int n,
                                       const OverrideRule* rule);
 
-}  // namespace ckpt::tools
+}  // namespace ckpt::ops
 
-#endif  // CKPT_TOOLS_RESHARD_LAYOUT_H_
+#endif  // CKPT_OPS_RESHARD_LAYOUT_H_

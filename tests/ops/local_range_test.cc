@@ -1,11 +1,11 @@
-#include "diff/local_range.h"
+#include "ckpt/ops/local_range.h"
 
 #include <variant>
 
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
 
-namespace ckpt::tools {
+namespace ckpt::ops {
 namespace {
 
 using ::ckpt::testing::Extract;
@@ -82,4 +82,4 @@ TEST(GlobalCoordinates, MatchesBruteForce) {
 }
 
 }  // namespace
-}  // namespace ckpt::tools
+}  // namespace ckpt::ops

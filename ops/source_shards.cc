@@ -1,23 +1,24 @@
-#include "common/source_shards.h"
+#include "ckpt/ops/source_shards.h"
 
 #include "ckpt/format/status_macros.h"
 #include "read/index_check.h"
 #include "read/shard_file.h"
 
-namespace ckpt::tools {
+namespace ckpt::ops {
 
 absl::Status CheckSourceShards(Storage* storage, const std::string& dir,
                                const format::Manifest& manifest) {
-  const internal::ManifestIndex index(manifest);
+  const ::ckpt::internal::ManifestIndex index(manifest);
   for (const format::ShardInfo& info : manifest.shards) {
     const std::string path = JoinPath(dir, info.file_name);
-    auto file = internal::OpenShardFile(storage, path, info, manifest.info.id);
+    auto file =
+        ::ckpt::internal::OpenShardFile(storage, path, info, manifest.info.id);
     if (!file.ok()) return Annotate(file.status(), path);
-    CKPT_RETURN_IF_ERROR(
-        internal::CheckShardIndex(index, info.shard_id, path, file->index)
-            .status());
+    CKPT_RETURN_IF_ERROR(::ckpt::internal::CheckShardIndex(index, info.shard_id,
+                                                           path, file->index)
+                             .status());
   }
   return absl::OkStatus();
 }
 
-}  // namespace ckpt::tools
+}  // namespace ckpt::ops

@@ -5,8 +5,8 @@
 // tables follow the source's chunks) and ckpt-convert's exports call this
 // right after opening the source, so that what they plan is bounded by the
 // bytes on disk.
-#ifndef CKPT_TOOLS_COMMON_SOURCE_SHARDS_H_
-#define CKPT_TOOLS_COMMON_SOURCE_SHARDS_H_
+#ifndef CKPT_OPS_SOURCE_SHARDS_H_
+#define CKPT_OPS_SOURCE_SHARDS_H_
 
 #include <string>
 
@@ -14,7 +14,7 @@
 #include "ckpt/format/records.h"
 #include "ckpt/storage.h"
 
-namespace ckpt::tools {
+namespace ckpt::ops {
 
 // Opens every shard file of the checkpoint directory `dir`, whose manifest
 // is `manifest`, one at a time, and checks it as a load does before it
@@ -27,6 +27,6 @@ namespace ckpt::tools {
 absl::Status CheckSourceShards(Storage* storage, const std::string& dir,
                                const format::Manifest& manifest);
 
-}  // namespace ckpt::tools
+}  // namespace ckpt::ops
 
-#endif  // CKPT_TOOLS_COMMON_SOURCE_SHARDS_H_
+#endif  // CKPT_OPS_SOURCE_SHARDS_H_

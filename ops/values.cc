@@ -1,11 +1,11 @@
-#include "validate/values.h"
+#include "ckpt/ops/values.h"
 
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
 
-namespace ckpt::tools {
+namespace ckpt::ops {
 namespace {
 
 template <typename T>
@@ -59,40 +59,6 @@ NonFiniteCount CountIeee(const char* data, uint64_t n, T exp_mask,
 }
 
 }  // namespace
-
-double Float16ToDouble(uint16_t bits) {
-  const double sign = (bits & 0x8000) ? -1.0 : 1.0;
-  const int e = (bits >> 10) & 0x1f;
-  const int m = bits & 0x3ff;
-  if (e == 0x1f) return m == 0 ? sign * HUGE_VAL : std::nan("");
-  if (e == 0) return sign * std::ldexp(m, -24);
-  return sign * std::ldexp(1024 + m, e - 25);
-}
-
-double BFloat16ToDouble(uint16_t bits) {
-  uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return std::isnan(f) ? std::nan("") : static_cast<double>(f);
-}
-
-double Float8E4M3FNToDouble(uint8_t bits) {
-  const double sign = (bits & 0x80) ? -1.0 : 1.0;
-  const int e = (bits >> 3) & 0xf;
-  const int m = bits & 0x7;
-  if (e == 0xf && m == 0x7) return std::nan("");  // the only NaNs; no Inf
-  if (e == 0) return sign * std::ldexp(m, -9);
-  return sign * std::ldexp(8 + m, e - 10);
-}
-
-double Float8E5M2ToDouble(uint8_t bits) {
-  const double sign = (bits & 0x80) ? -1.0 : 1.0;
-  const int e = (bits >> 2) & 0x1f;
-  const int m = bits & 0x3;
-  if (e == 0x1f) return m == 0 ? sign * HUGE_VAL : std::nan("");
-  if (e == 0) return sign * std::ldexp(m, -16);
-  return sign * std::ldexp(4 + m, e - 17);
-}
 
 void ValueStats::AddFinite(double v) {
   ++finite;
@@ -203,4 +169,4 @@ std::string CompactNumber(double v) {
   return absl::StrFormat("%.6g", v);
 }
 
-}  // namespace ckpt::tools
+}  // namespace ckpt::ops

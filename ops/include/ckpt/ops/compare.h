@@ -11,15 +11,15 @@
 //    difference; bool compares truth values (any non-zero byte is true).
 // The absolute difference reported for a differing pair is |a - b| in
 // double, +inf when exactly one side is NaN, and 0 when both are NaN.
-#ifndef CKPT_TOOLS_DIFF_COMPARE_H_
-#define CKPT_TOOLS_DIFF_COMPARE_H_
+#ifndef CKPT_OPS_COMPARE_H_
+#define CKPT_OPS_COMPARE_H_
 
 #include <cstdint>
 #include <string>
 
 #include "ckpt/types.h"
 
-namespace ckpt::tools {
+namespace ckpt::ops {
 
 struct Tolerance {
   double atol = 0;
@@ -50,6 +50,6 @@ std::string ElementToString(DType dtype, const char* p);
 // Floats of every width are decoded as spec/FORMAT.md §9 specifies.
 double ElementToDouble(DType dtype, const char* p);
 
-}  // namespace ckpt::tools
+}  // namespace ckpt::ops
 
-#endif  // CKPT_TOOLS_DIFF_COMPARE_H_
+#endif  // CKPT_OPS_COMPARE_H_

@@ -4,23 +4,24 @@
 //
 // Elements are little-endian (§9); this code assumes a little-endian host,
 // as the rest of ckpt does. Pure computation, no I/O.
-#ifndef CKPT_TOOLS_VALIDATE_VALUES_H_
-#define CKPT_TOOLS_VALIDATE_VALUES_H_
+#ifndef CKPT_OPS_VALUES_H_
+#define CKPT_OPS_VALUES_H_
 
 #include <cstdint>
 #include <limits>
 #include <string>
 
 #include "ckpt/format/dtype.h"
+#include "ckpt/format/narrow_float.h"
 
-namespace ckpt::tools {
+namespace ckpt::ops {
 
-// Exact conversions of the narrow floating-point formats (every value of
-// each is representable as a double). NaN payloads become a quiet NaN.
-double Float16ToDouble(uint16_t bits);
-double BFloat16ToDouble(uint16_t bits);
-double Float8E4M3FNToDouble(uint8_t bits);
-double Float8E5M2ToDouble(uint8_t bits);
+// Exact conversions of the narrow floating-point formats
+// (ckpt/format/narrow_float.h).
+using format::BFloat16ToDouble;
+using format::Float16ToDouble;
+using format::Float8E4M3FNToDouble;
+using format::Float8E5M2ToDouble;
 
 // Running statistics of the elements of a tensor. min, max, sum and the L2
 // norm are over the finite elements only; NaN and +-Inf are counted apart.
@@ -68,6 +69,6 @@ NonFiniteCount CountNonFinite(DType dtype, const char* data, uint64_t n);
 // "inf"), for tables.
 std::string CompactNumber(double v);
 
-}  // namespace ckpt::tools
+}  // namespace ckpt::ops
 
-#endif  // CKPT_TOOLS_VALIDATE_VALUES_H_
+#endif  // CKPT_OPS_VALUES_H_

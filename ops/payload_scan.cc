@@ -15,16 +15,16 @@
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/block_codec.h"
 #include "ckpt/format/geometry.h"
-#include "common/tool_util.h"
+#include "ckpt/ops/values.h"
+#include "progress_reporter.h"
 #include "read/index_check.h"
 #include "read/scratch_budget.h"
 #include "read/shard_file.h"
 #include "util/mutex.h"
 #include "util/parallel_for.h"
-#include "validate/validate_internal.h"
-#include "validate/values.h"
+#include "validate_internal.h"
 
-namespace ckpt::tools::internal {
+namespace ckpt::ops::internal {
 namespace {
 
 using format::ChunkRecord;
@@ -187,7 +187,8 @@ class PayloadScan {
   std::atomic<uint64_t> blocks_verified_{0}, bytes_verified_{0};
   Mutex mu_;
   std::map<const ChunkRef*, NonFiniteChunk> non_finite_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<Progress> progress_ ABSL_PT_GUARDED_BY(mu_);
+  // Set by Run before the threads start.
+  std::unique_ptr<ProgressReporter> progress_;
 };
 
 void PayloadScan::ChunkFinding(const OpenedShard& s, const ChunkRef& r,
@@ -259,10 +260,7 @@ void PayloadScan::VerifyGranule(Scratch& sc, const Granule& g) {
   }
   ::ckpt::internal::ReleaseLargeScratch(sc.buf);
   ::ckpt::internal::ReleaseLargeScratch(sc.raw);
-  if (options_.progress) {
-    MutexLock l(&mu_);
-    progress_->Add(n);
-  }
+  if (progress_ != nullptr) progress_->Add(n);
 }
 
 // The scratch that decoding the largest zstd block of `g` takes.
@@ -337,11 +335,11 @@ void PayloadScan::ReportNonFinite() {
 }
 
 PayloadResult PayloadScan::Run() {
-  if (options_.progress) {
+  if (options_.on_progress) {
     uint64_t total = 0;
     for (const Granule& g : granules_) total += g.hi - g.lo;
-    MutexLock l(&mu_);
-    progress_ = std::make_unique<Progress>("verifying", total);
+    progress_ = std::make_unique<ProgressReporter>(options_.on_progress,
+                                                   kPhaseVerifying, total);
   }
   (void)::ckpt::internal::ParallelFor(
       threads_, tasks_.size(), [&](int t, size_t i) {
@@ -350,10 +348,7 @@ PayloadResult PayloadScan::Run() {
         }
         return absl::OkStatus();
       });
-  if (options_.progress) {
-    MutexLock l(&mu_);
-    progress_->Finish();
-  }
+  if (progress_ != nullptr) progress_->Finish();
   ReportNonFinite();
   return PayloadResult{blocks_verified_.load(), bytes_verified_.load()};
 }
@@ -367,4 +362,4 @@ PayloadResult ScanPayload(const ValidateOptions& options,
   return PayloadScan(options, manifest, shards, threads, findings).Run();
 }
 
-}  // namespace ckpt::tools::internal
+}  // namespace ckpt::ops::internal

@@ -1,4 +1,4 @@
-#include "diff/compare.h"
+#include "ckpt/ops/compare.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,9 +6,15 @@
 #include <limits>
 
 #include "absl/strings/str_format.h"
+#include "ckpt/format/narrow_float.h"
 
-namespace ckpt::tools {
+namespace ckpt::ops {
 namespace {
+
+using format::BFloat16ToDouble;
+using format::Float16ToDouble;
+using format::Float8E4M3FNToDouble;
+using format::Float8E5M2ToDouble;
 
 // Elements are little-endian on disk (spec/FORMAT.md §9), whatever the host.
 uint64_t LoadLE(const char* p, int n) {
@@ -16,47 +22,6 @@ uint64_t LoadLE(const char* p, int n) {
   for (int i = 0; i < n; ++i)
     v |= uint64_t{static_cast<uint8_t>(p[i])} << (8 * i);
   return v;
-}
-
-double Float16ToDouble(uint16_t h) {
-  const int sign = h >> 15, exp = (h >> 10) & 0x1f, frac = h & 0x3ff;
-  double v;
-  if (exp == 0) {
-    v = std::ldexp(frac, -24);  // subnormal: frac / 2^10 * 2^-14
-  } else if (exp == 31) {
-    v = frac != 0 ? std::numeric_limits<double>::quiet_NaN()
-                  : std::numeric_limits<double>::infinity();
-  } else {
-    v = std::ldexp(1024 + frac, exp - 25);  // (1 + frac / 2^10) * 2^(exp - 15)
-  }
-  return sign ? -v : v;
-}
-
-double Float8E4M3FNToDouble(uint8_t x) {
-  const int sign = x >> 7, exp = (x >> 3) & 0xf, frac = x & 0x7;
-  double v;
-  if (exp == 15 && frac == 7) {
-    v = std::numeric_limits<double>::quiet_NaN();  // no infinities in E4M3FN
-  } else if (exp == 0) {
-    v = std::ldexp(frac, -9);  // frac / 2^3 * 2^-6
-  } else {
-    v = std::ldexp(8 + frac, exp - 10);  // (1 + frac / 2^3) * 2^(exp - 7)
-  }
-  return sign ? -v : v;
-}
-
-double Float8E5M2ToDouble(uint8_t x) {
-  const int sign = x >> 7, exp = (x >> 2) & 0x1f, frac = x & 0x3;
-  double v;
-  if (exp == 31) {
-    v = frac != 0 ? std::numeric_limits<double>::quiet_NaN()
-                  : std::numeric_limits<double>::infinity();
-  } else if (exp == 0) {
-    v = std::ldexp(frac, -16);  // frac / 2^2 * 2^-14
-  } else {
-    v = std::ldexp(4 + frac, exp - 17);  // (1 + frac / 2^2) * 2^(exp - 15)
-  }
-  return sign ? -v : v;
 }
 
 enum class Category { kBool, kSigned, kUnsigned, kFloat };
@@ -132,12 +97,8 @@ double ElementToDouble(DType dtype, const char* p) {
       return p[0] != 0 ? 1.0 : 0.0;
     case DType::kFloat16:
       return Float16ToDouble(static_cast<uint16_t>(LoadLE(p, 2)));
-    case DType::kBFloat16: {
-      uint32_t bits = static_cast<uint32_t>(LoadLE(p, 2)) << 16;
-      float f;
-      std::memcpy(&f, &bits, 4);
-      return f;
-    }
+    case DType::kBFloat16:
+      return BFloat16ToDouble(static_cast<uint16_t>(LoadLE(p, 2)));
     case DType::kFloat32: {
       uint32_t bits = static_cast<uint32_t>(LoadLE(p, 4));
       float f;
@@ -268,4 +229,4 @@ void CompareElements(DType dtype, const char* a, const char* b, uint64_t n,
   }
 }
 
-}  // namespace ckpt::tools
+}  // namespace ckpt::ops

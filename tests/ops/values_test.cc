@@ -1,4 +1,4 @@
-#include "validate/values.h"
+#include "ckpt/ops/values.h"
 
 #include <cmath>
 #include <cstring>
@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 
-namespace ckpt::tools {
+namespace ckpt::ops {
 namespace {
 
 template <typename T>
@@ -176,4 +176,4 @@ TEST(CompactNumber, Formats) {
 }
 
 }  // namespace
-}  // namespace ckpt::tools
+}  // namespace ckpt::ops

@@ -1,7 +1,7 @@
-// Internal to ckpt_tool_validate: state shared between the metadata checks
+// Internal to ckpt_ops: state shared between the metadata checks
 // (validate.cc) and the payload scan (payload_scan.cc).
-#ifndef CKPT_TOOLS_VALIDATE_VALIDATE_INTERNAL_H_
-#define CKPT_TOOLS_VALIDATE_VALIDATE_INTERNAL_H_
+#ifndef CKPT_OPS_VALIDATE_INTERNAL_H_
+#define CKPT_OPS_VALIDATE_INTERNAL_H_
 
 #include <cstdint>
 #include <memory>
@@ -10,13 +10,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "ckpt/format/records.h"
+#include "ckpt/ops/validate.h"
 #include "ckpt/storage.h"
 #include "read/index_check.h"
 #include "read/shard_file.h"
 #include "util/mutex.h"
-#include "validate/validate.h"
 
-namespace ckpt::tools::internal {
+namespace ckpt::ops::internal {
 
 // Thread-safe list of findings, keeping the first `max` and counting the
 // rest.
@@ -61,6 +61,6 @@ PayloadResult ScanPayload(const ValidateOptions& options,
 std::string ElementCoordinates(const Shape& shape, const Region& region,
                                uint64_t index);
 
-}  // namespace ckpt::tools::internal
+}  // namespace ckpt::ops::internal
 
-#endif  // CKPT_TOOLS_VALIDATE_VALIDATE_INTERNAL_H_
+#endif  // CKPT_OPS_VALIDATE_INTERNAL_H_

@@ -2,15 +2,15 @@
 // loaded with one ckpt::Reader::Load. Shared by ckpt-diff (which compares
 // global tensors window by window) and ckpt-reshard (whose tensor sources
 // serve byte ranges of a destination piece).
-#ifndef CKPT_TOOLS_DIFF_LOCAL_RANGE_H_
-#define CKPT_TOOLS_DIFF_LOCAL_RANGE_H_
+#ifndef CKPT_OPS_LOCAL_RANGE_H_
+#define CKPT_OPS_LOCAL_RANGE_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "ckpt/types.h"
 
-namespace ckpt::tools {
+namespace ckpt::ops {
 
 // The elements [begin, end) of region `region`, counted in the region's own
 // layout (box-local row-major, or the flat range in order), as regions of
@@ -33,6 +33,6 @@ std::vector<Region> LocalRangeToRegions(const Region& region, uint64_t begin,
 Dims GlobalCoordinates(const Shape& shape, const Region& region,
                        uint64_t local);
 
-}  // namespace ckpt::tools
+}  // namespace ckpt::ops
 
-#endif  // CKPT_TOOLS_DIFF_LOCAL_RANGE_H_
+#endif  // CKPT_OPS_LOCAL_RANGE_H_

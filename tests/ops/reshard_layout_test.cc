@@ -1,10 +1,10 @@
-#include "reshard/layout.h"
+#include "ckpt/ops/reshard_layout.h"
 
 #include "ckpt/format/status_macros.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
 
-namespace ckpt::tools {
+namespace ckpt::ops {
 namespace {
 
 using ::ckpt::testing::StatusIs;
@@ -207,4 +207,4 @@ TEST(PlanEntry, PartialKeepsChunksOnePerRank) {
 }
 
 }  // namespace
-}  // namespace ckpt::tools
+}  // namespace ckpt::ops

@@ -1,0 +1,295 @@
+#include "ckpt/ops/diff.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "ckpt/format/geometry.h"
+#include "ckpt/format/status_macros.h"
+#include "ckpt/ops/local_range.h"
+#include "ckpt/reader.h"
+#include "progress_reporter.h"
+
+namespace ckpt::ops {
+namespace {
+
+constexpr char kAbsent[] = "(absent)";
+
+std::string KindName(const EntryView& e) {
+  return e.is_object() ? "object" : "tensor";
+}
+
+uint64_t EntryBytes(const EntryView& e) {
+  uint64_t n = 1;
+  for (uint64_t d : e.shape()) n *= d;
+  return n * DTypeSize(e.dtype());
+}
+
+DiffSide Summarize(const Reader& r) {
+  DiffSide s;
+  s.path = r.path();
+  s.step = r.description().step;
+  s.world_size = r.description().world_size;
+  s.entries = r.entries().size();
+  return s;
+}
+
+std::vector<DiffNote> Notes(const CheckpointDescription& a,
+                            const CheckpointDescription& b) {
+  std::vector<DiffNote> notes;
+  if (a.step != b.step) {
+    notes.push_back({"step", absl::StrCat(a.step), absl::StrCat(b.step)});
+  }
+  if (a.world_size != b.world_size) {
+    notes.push_back(
+        {"world size", absl::StrCat(a.world_size), absl::StrCat(b.world_size)});
+  }
+  std::map<std::string, std::pair<std::string, std::string>> meta;
+  for (const auto& [k, v] : a.metadata) meta[k] = {v, kAbsent};
+  for (const auto& [k, v] : b.metadata) {
+    auto it = meta.find(k);
+    if (it == meta.end()) {
+      meta[k] = {kAbsent, v};
+    } else {
+      it->second.second = v;
+    }
+  }
+  for (const auto& [k, v] : meta) {
+    if (v.first != v.second)
+      notes.push_back({absl::StrCat("metadata '", k, "'"), v.first, v.second});
+  }
+  return notes;
+}
+
+// Elements of the partial entry `a` that `b` stores too, and in total.
+uint64_t CoveredByBoth(const EntryView& a, const EntryView& b) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < a.num_chunks(); ++i) {
+    for (size_t j = 0; j < b.num_chunks(); ++j) {
+      n +=
+          IntersectionElements(a.shape(), a.chunk_region(i), b.chunk_region(j));
+    }
+  }
+  return n;
+}
+uint64_t Stored(const EntryView& e) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < e.num_chunks(); ++i)
+    n += RegionElements(e.chunk_region(i));
+  return n;
+}
+
+class Differ {
+ public:
+  Differ(const DiffOptions& o, Reader* a, Reader* b,
+         internal::ProgressReporter* progress)
+      : o_(o), a_(a), b_(b), progress_(progress) {}
+
+  // Compares the values of a tensor entry whose structure is equal in A and
+  // B (and, if partial, whose chunks cover the same elements).
+  absl::StatusOr<std::optional<ValueDiff>> CompareTensor(const EntryView& e) {
+    const uint64_t es = DTypeSize(e.dtype());
+    const uint64_t window = std::max<uint64_t>(1, o_.window_bytes / es);
+    std::vector<Region> regions;
+    if (e.partial()) {
+      for (size_t i = 0; i < e.num_chunks(); ++i)
+        regions.push_back(e.chunk_region(i));
+    } else {
+      regions.push_back(FullBox(e.shape()));
+    }
+    CompareStats stats;
+    ValueDiff vd;
+    vd.entry = e.name();
+    for (const Region& region : regions) {
+      const uint64_t n = RegionElements(region);
+      for (uint64_t begin = 0; begin < n; begin += window) {
+        const uint64_t end = std::min(n, begin + window);
+        const uint64_t bytes = (end - begin) * es;
+        if (buf_a_.size() < bytes) {
+          buf_a_.resize(bytes);
+          buf_b_.resize(bytes);
+        }
+        std::vector<Region> subs = LocalRangeToRegions(region, begin, end);
+        CKPT_RETURN_IF_ERROR(LoadWindow(a_, e, subs, buf_a_.data()));
+        CKPT_RETURN_IF_ERROR(LoadWindow(b_, e, subs, buf_b_.data()));
+        const bool had_first = stats.has_first;
+        CompareElements(e.dtype(), buf_a_.data(), buf_b_.data(), end - begin,
+                        begin, o_.tolerance, &stats);
+        if (!had_first && stats.has_first) {
+          vd.first_at = GlobalCoordinates(e.shape(), region, stats.first_index);
+        }
+        vd.total += end - begin;
+        progress_->Add(bytes);
+      }
+    }
+    if (stats.differing == 0) return std::nullopt;
+    vd.differing = stats.differing;
+    vd.max_abs_diff = stats.max_abs_diff;
+    vd.first_a = stats.first_a;
+    vd.first_b = stats.first_b;
+    return vd;
+  }
+
+  absl::StatusOr<std::optional<ValueDiff>> CompareObject(const EntryView& e) {
+    CKPT_ASSIGN_OR_RETURN(std::string x, a_->ReadObject(e.name()));
+    CKPT_ASSIGN_OR_RETURN(std::string y, b_->ReadObject(e.name()));
+    progress_->Add(x.size());
+    ValueDiff vd;
+    vd.entry = e.name();
+    vd.object = true;
+    vd.size_a = x.size();
+    vd.size_b = y.size();
+    const size_t common = std::min(x.size(), y.size());
+    vd.total = std::max(x.size(), y.size());
+    vd.differing = vd.total - common;
+    for (size_t i = 0; i < common; ++i) vd.differing += x[i] != y[i];
+    if (vd.differing == 0) return std::nullopt;
+    return vd;
+  }
+
+ private:
+  absl::Status LoadWindow(Reader* r, const EntryView& e,
+                          const std::vector<Region>& subs, char* dst) {
+    std::vector<LoadRequest> reqs;
+    reqs.reserve(subs.size());
+    for (const Region& sub : subs) {
+      LoadRequest q;
+      q.name = e.name();
+      q.dtype = e.dtype();
+      q.shape = e.shape();
+      q.region = sub;
+      q.data = dst;
+      dst += RegionElements(sub) * DTypeSize(e.dtype());
+      reqs.push_back(std::move(q));
+    }
+    LoadOptions lo;
+    lo.allow_unrequested = true;
+    lo.io_threads = o_.io_threads;
+    return r->Load(reqs, lo).status();
+  }
+
+  const DiffOptions& o_;
+  Reader* a_;
+  Reader* b_;
+  internal::ProgressReporter* progress_;
+  std::string buf_a_, buf_b_;
+};
+
+absl::Status CheckDiffOptions(const DiffOptions& o) {
+  const Tolerance& tol = o.tolerance;
+  if (!(tol.atol >= 0) || !(tol.rtol >= 0) || std::isinf(tol.atol) ||
+      std::isinf(tol.rtol)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tolerances must be finite and >= 0, got atol ", tol.atol,
+                     " and rtol ", tol.rtol));
+  }
+  if (o.io_threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("io_threads must be >= 1, got ", o.io_threads));
+  }
+  return absl::OkStatus();
+}
+
+// The structural differences of entry `name` (present on both sides or
+// not), appended to `out`.
+void CompareStructure(const std::string& name,
+                      const std::optional<EntryView>& ea,
+                      const std::optional<EntryView>& eb,
+                      std::vector<StructuralDiff>* out) {
+  auto add = [&](const char* change, std::string x, std::string y) {
+    out->push_back({name, change, std::move(x), std::move(y)});
+  };
+  if (!eb || !ea) {
+    add(!eb ? "removed" : "added", "", "");
+    return;
+  }
+  if (ea->is_object() != eb->is_object()) {
+    add("kind", KindName(*ea), KindName(*eb));
+    return;
+  }
+  if (ea->is_object()) return;
+  const size_t before = out->size();
+  if (ea->dtype() != eb->dtype()) {
+    add("dtype", std::string(DTypeName(ea->dtype())),
+        std::string(DTypeName(eb->dtype())));
+  }
+  if (ea->shape() != eb->shape())
+    add("shape", ShapeToString(ea->shape()), ShapeToString(eb->shape()));
+  if (ea->partial() != eb->partial()) {
+    add("partial", ea->partial() ? "true" : "false",
+        eb->partial() ? "true" : "false");
+  }
+  if (out->size() == before && ea->partial()) {
+    const uint64_t sa = Stored(*ea), sb = Stored(*eb);
+    uint64_t total = 1;
+    for (uint64_t d : ea->shape()) total *= d;
+    if (sa != sb || CoveredByBoth(*ea, *eb) != sa) {
+      add("coverage", absl::StrCat(sa, " of ", total, " elements"),
+          absl::StrCat(sb, " of ", total, " elements"));
+    }
+  }
+}
+
+// Compares the values of `entries` (equal in structure on both sides).
+absl::Status CompareValues(const DiffOptions& o, Reader* a, Reader* b,
+                           const std::vector<EntryView>& entries,
+                           DiffReport* report) {
+  uint64_t total_bytes = 0;
+  for (const EntryView& e : entries) total_bytes += EntryBytes(e);
+  internal::ProgressReporter progress(o.on_progress, kPhaseComparing,
+                                      total_bytes);
+  Differ differ(o, a, b, &progress);
+  for (const EntryView& e : entries) {
+    std::optional<ValueDiff> vd;
+    if (e.is_object()) {
+      CKPT_ASSIGN_OR_RETURN(vd, differ.CompareObject(e));
+      report->bytes_compared += e.shape()[0];
+    } else {
+      CKPT_ASSIGN_OR_RETURN(vd, differ.CompareTensor(e));
+      report->bytes_compared +=
+          e.partial() ? Stored(e) * DTypeSize(e.dtype()) : EntryBytes(e);
+    }
+    ++report->entries_compared;
+    if (vd) report->values.push_back(*std::move(vd));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DiffReport> Diff(const DiffOptions& o) {
+  CKPT_RETURN_IF_ERROR(CheckDiffOptions(o));
+  ReaderOptions ro;
+  ro.storage = o.storage;
+  ro.io_threads = o.io_threads;
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> a, Reader::Open(o.a, ro));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> b, Reader::Open(o.b, ro));
+
+  DiffReport report;
+  report.a = Summarize(*a);
+  report.b = Summarize(*b);
+  report.tolerance = o.tolerance;
+  report.notes = Notes(a->description(), b->description());
+
+  std::set<std::string> names;
+  for (const EntryView& e : a->entries()) names.insert(e.name());
+  for (const EntryView& e : b->entries()) names.insert(e.name());
+  // Entries to compare by value: those without structural differences.
+  std::vector<EntryView> to_compare;
+  for (const std::string& name : names) {
+    const std::optional<EntryView> ea = a->FindEntry(name);
+    const size_t before = report.structural.size();
+    CompareStructure(name, ea, b->FindEntry(name), &report.structural);
+    if (report.structural.size() == before) to_compare.push_back(*ea);
+  }
+  CKPT_RETURN_IF_ERROR(CompareValues(o, a.get(), b.get(), to_compare, &report));
+  return report;
+}
+
+}  // namespace ckpt::ops
