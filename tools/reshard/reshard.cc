@@ -10,8 +10,6 @@
 #include "common/escaped_output.h"
 #include "common/tool_util.h"
 #include "reshard/overrides.h"
-#include "save/world_save.h"
-#include "util/mutex.h"
 
 namespace ckpt::tools {
 namespace {
