@@ -9,6 +9,7 @@
 #include "ckpt/format/status_macros.h"
 #include "ckpt/internal/thread_pool.h"
 #include "commit.h"
+#include "object_store_commit.h"
 #include "save_plan.h"
 #include "shard_writer.h"
 #include "wire.h"
@@ -136,7 +137,7 @@ absl::StatusOr<Prepared> Prepare(Storage* storage, const std::string& root,
                                  const SaveOptions& options) {
   Prepared p;
   CKPT_ASSIGN_OR_RETURN(SavePrep prep,
-                        BeginSave(storage, root, step, options.overwrite,
+                        BeginSave(storage, root, step, world, options.overwrite,
                                   GlobalFingerprint(record), &p.lock));
   p.tmp = prep.tmp_dir;
   p.info = CheckpointInfoOf(prep, step, static_cast<uint32_t>(world));
@@ -219,7 +220,7 @@ absl::StatusOr<SaveResult> SaveInBatches(const std::string& root, uint64_t step,
         CommitCheckpoint(storage, root, p.tmp, m, so.overwrite, so.keep_last);
   }
   if (!status.ok()) {
-    (void)storage->RemoveAll(p.tmp);  // best effort; the error is what matters
+    (void)DiscardSave(storage, p.tmp, p.info);  // best effort
     return status;
   }
   result.commit_seconds = Seconds(t2);

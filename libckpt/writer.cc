@@ -14,6 +14,7 @@
 #include "ckpt/format/shard.h"
 #include "ckpt/format/status_macros.h"
 #include "commit.h"
+#include "object_store_commit.h"
 #include "save_plan.h"
 #include "shard_writer.h"
 #include "staging_pool.h"
@@ -438,8 +439,9 @@ absl::StatusOr<WriterImpl::PendingSave> WriterImpl::Prepare(
       std::string msg, OnCoordinator([&]() -> absl::StatusOr<std::string> {
         CKPT_ASSIGN_OR_RETURN(
             internal::SavePrep prep,
-            internal::BeginSave(storage_, root, step, options.overwrite,
-                                cache_.global_fp, &p.save_lock));
+            internal::BeginSave(storage_, root, step, comm_->size(),
+                                options.overwrite, cache_.global_fp,
+                                &p.save_lock));
         return internal::EncodeSavePrep(prep);
       }));
   CKPT_ASSIGN_OR_RETURN(internal::SavePrep prep, internal::DecodeSavePrep(msg));
@@ -506,8 +508,9 @@ absl::StatusOr<internal::CommitSummary> WriterImpl::CommitAcrossRanks(
                   options.keep_last);
             }();
             if (!status.ok()) {
-              (void)storage_->RemoveAll(
-                  pending.tmp);  // best effort; the error is what matters
+              (void)internal::DiscardSave(
+                  storage_, pending.tmp,
+                  pending.info);  // best effort; the error is what matters
               return status;
             }
             return internal::EncodeCommitSummary(summary);
