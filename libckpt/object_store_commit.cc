@@ -61,7 +61,9 @@ absl::Status RemoveShardsOf(Storage* storage, const std::string& dir,
 }
 
 // §4.3 "Leftovers": removes what the dead saves of `root` left (their
-// markers older than the stale age). Stops at the first error.
+// markers older than the stale age): their own shard files, by name, and
+// never a step's prefix as a whole, where a save that began after the
+// listing may be writing. Stops at the first error.
 absl::Status RemoveDeadSaves(Storage* storage, const std::string& root,
                              const std::string& own_tag) {
   auto names = storage->List(root);
@@ -70,30 +72,21 @@ absl::Status RemoveDeadSaves(Storage* storage, const std::string& root,
   const int64_t now_s = absl::ToUnixSeconds(absl::Now());
   const int64_t stale_s =
       absl::ToInt64Seconds(storage->traits(root).stale_save_age);
-  std::vector<std::pair<std::string, SaveMarker>> dead;
-  std::set<uint64_t> live_steps;
-  for (const std::string& n : *names) {
+  for (const std::string& name : *names) {
     SaveMarker m;
-    if (!ParseSaveMarkerName(n, &m) || m.save == own_tag) continue;
-    if (now_s - m.created_s >= stale_s) {
-      dead.emplace_back(n, m);
-    } else {
-      live_steps.insert(m.step);
+    if (!ParseSaveMarkerName(name, &m) || m.save == own_tag ||
+        now_s - m.created_s < stale_s) {
+      continue;
     }
-  }
-  for (const auto& [name, m] : dead) {
     const std::string dir = JoinPath(root, format::StepDirName(m.step));
+    // The save may have committed before it died: its shards stay then.
     auto named = NamedShards(storage, dir, nullptr);
-    if (absl::IsNotFound(named.status()) && live_steps.count(m.step) == 0) {
-      // Uncommitted, and no live save writes it: nothing there is needed.
-      CKPT_RETURN_IF_ERROR(storage->RemoveAll(dir));
-    } else if (named.ok() || absl::IsNotFound(named.status())) {
-      CKPT_RETURN_IF_ERROR(
-          RemoveShardsOf(storage, dir, m.save, m.world,
-                         named.ok() ? *named : std::set<std::string>()));
-    } else {
+    if (!named.ok() && !absl::IsNotFound(named.status())) {
       continue;  // a MANIFEST that cannot be read: leave everything
     }
+    CKPT_RETURN_IF_ERROR(
+        RemoveShardsOf(storage, dir, m.save, m.world,
+                       named.ok() ? *named : std::set<std::string>()));
     absl::Status s = storage->RemoveFile(JoinPath(root, name));
     if (!s.ok() && !absl::IsNotFound(s)) return s;
   }

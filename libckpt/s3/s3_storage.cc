@@ -307,13 +307,16 @@ absl::Status S3Storage::RemoveFile(const std::string& path) {
   const std::string op = absl::StrCat("unlink ", path);
   CKPT_ASSIGN_OR_RETURN(S3Url url, ParsePath(op, path));
   auto head = client_->HeadObject(url.bucket, url.key);
-  if (head.ok())
-    return Annotate(client_->DeleteObject(url.bucket, url.key), op);
-  if (!absl::IsNotFound(head.status())) return Annotate(head.status(), op);
-  // No object: a write in progress (a dead save's) is removed all the same.
+  if (head.ok()) {
+    CKPT_RETURN_IF_ERROR(
+        Annotate(client_->DeleteObject(url.bucket, url.key), op));
+  } else if (!absl::IsNotFound(head.status())) {
+    return Annotate(head.status(), op);
+  }
+  // A write in progress under the key (a dead save's) goes too.
   auto aborted = AbortUploadsOf(url.bucket, url.key);
   if (!aborted.ok()) return Annotate(aborted.status(), op);
-  if (*aborted > 0) return absl::OkStatus();
+  if (head.ok() || *aborted > 0) return absl::OkStatus();
   return absl::NotFoundError(absl::StrCat(op, ": no such object"));
 }
 

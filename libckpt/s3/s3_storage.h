@@ -20,9 +20,9 @@
 //                     not exist on an object store.
 //   SyncDir           OK: an acknowledged write is durable.
 //   Rename*           Unimplemented: no rename (the writer needs none).
-//   RemoveFile        HEAD, DeleteObject; NotFound if there was no object
-//                     (and no upload in progress for the key, which it
-//                     aborts).
+//   RemoveFile        HEAD, DeleteObject, and AbortMultipartUpload of the
+//                     uploads in progress for the key; NotFound if there
+//                     was neither an object nor an upload.
 //   RemoveAll         DeleteObjects of every key under "path/", 1000 a
 //                     request, and AbortMultipartUpload of every upload in
 //                     progress under it.
