@@ -250,6 +250,26 @@ absl::StatusOr<std::unique_ptr<File>> FaultInjectingStorage::Open(
   return std::unique_ptr<File>(new FaultFile(this, std::move(file)));
 }
 
+absl::Status FaultInjectingStorage::CreateExclusive(const std::string& path,
+                                                    absl::string_view data) {
+  if (base_->traits(path).atomic_rename) {
+    return Storage::CreateExclusive(path, data);
+  }
+  CKPT_RETURN_IF_ERROR(
+      CheckStatus(StorageOp::kOpen, true, absl::StrCat("create ", path), path));
+  return base_->CreateExclusive(path, data);
+}
+
+absl::Status FaultInjectingStorage::ReplaceFile(const std::string& path,
+                                                absl::string_view data) {
+  if (base_->traits(path).atomic_rename) {
+    return Storage::ReplaceFile(path, data);
+  }
+  CKPT_RETURN_IF_ERROR(CheckStatus(StorageOp::kOpen, true,
+                                   absl::StrCat("replace ", path), path));
+  return base_->ReplaceFile(path, data);
+}
+
 absl::Status FaultInjectingStorage::CreateDir(const std::string& path) {
   CKPT_RETURN_IF_ERROR(CheckStatus(StorageOp::kCreateDir, true,
                                    absl::StrCat("mkdir ", path), path));

@@ -548,13 +548,14 @@ absl::Status S3Client::DeleteObjects(const std::string& bucket,
 absl::StatusOr<ListResult> S3Client::ListObjects(const std::string& bucket,
                                                  const std::string& prefix,
                                                  const std::string& delimiter,
-                                                 int page_size) {
+                                                 int page_size, int max_pages) {
   if (page_size < 1 || page_size > 1000) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ListObjectsV2 page size ", page_size, " is not in 1..1000"));
   }
   ListResult out;
   std::string token;
+  int pages = 0;
   do {
     Call call{S3Op::kListObjects, "GET", &bucket};
     call.query = {{"list-type", "2"},
@@ -584,6 +585,7 @@ absl::StatusOr<ListResult> S3Client::ListObjects(const std::string& bucket,
       out.common_prefixes.push_back(p->ChildText("Prefix"));
     }
     token.clear();
+    if (++pages == max_pages) break;
     if (doc->ChildText("IsTruncated") == "true") {
       token = doc->ChildText("NextContinuationToken");
       if (token.empty()) {

@@ -147,9 +147,12 @@ class S3Client {
   // Every object under `prefix` (ListObjectsV2, following continuation
   // tokens; `page_size` keys per request, at most 1000). With a delimiter,
   // keys holding it after the prefix are rolled up into common_prefixes.
+  // `max_pages` > 0 stops after that many requests (whether anything is
+  // under a prefix: page_size 1, max_pages 1).
   [[nodiscard]] absl::StatusOr<ListResult> ListObjects(
       const std::string& bucket, const std::string& prefix,
-      const std::string& delimiter = "", int page_size = 1000);
+      const std::string& delimiter = "", int page_size = 1000,
+      int max_pages = 0);
 
   // Multipart uploads. Parts are numbered 1..10000; all but the last must
   // have at least 5 MiB (S3's rule). An upload that is neither completed

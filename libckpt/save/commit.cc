@@ -14,6 +14,7 @@
 #include "ckpt/format/records.h"
 #include "ckpt/format/shard.h"
 #include "ckpt/format/status_macros.h"
+#include "save/object_store_commit.h"
 
 namespace ckpt::internal {
 
@@ -196,6 +197,10 @@ absl::Status CommitCheckpoint(Storage* storage, const std::string& root,
                               const std::string& tmp,
                               const format::Manifest& manifest, bool overwrite,
                               int keep_last) {
+  if (!storage->traits(root).atomic_rename) {
+    return CommitObjectStoreCheckpoint(storage, root, tmp, manifest, overwrite,
+                                       keep_last);
+  }
   const std::string dir_name = format::StepDirName(manifest.info.step);
   // F3, then F4.
   CKPT_RETURN_IF_ERROR(
@@ -242,9 +247,14 @@ absl::StatusOr<std::unique_ptr<FileLock>> LockRootForCommit(
 }
 
 absl::StatusOr<SavePrep> BeginSave(Storage* storage, const std::string& root,
-                                   uint64_t step, bool overwrite,
+                                   uint64_t step, uint32_t world,
+                                   bool overwrite,
                                    const format::Fingerprint& fingerprint,
                                    std::unique_ptr<FileLock>* lock) {
+  if (!storage->traits(root).atomic_rename) {
+    return BeginObjectStoreSave(storage, root, step, world, overwrite,
+                                fingerprint);
+  }
   CKPT_RETURN_IF_ERROR(EnsureRoot(storage, root));
   CKPT_ASSIGN_OR_RETURN(*lock, LockRootForSave(storage, root, nullptr));
   const std::string final_dir = JoinPath(root, format::StepDirName(step));

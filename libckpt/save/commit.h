@@ -89,7 +89,9 @@ format::Manifest AssembleManifest(const format::CheckpointInfo& info,
 //   3. `latest` replaced (UpdateLatest) and old steps pruned (PruneOld).
 // The checkpoint is committed once step 2's fsync returns. On error `tmp`
 // is left for the caller to remove; a checkpoint already renamed stays
-// committed. REQUIRES: the caller holds the save lock of `root`.
+// committed. REQUIRES: the caller holds the save lock of `root`. Where
+// renames are not atomic, CommitObjectStoreCheckpoint (object_store_commit.h)
+// with `tmp` the step's prefix instead.
 absl::Status CommitCheckpoint(Storage* storage, const std::string& root,
                               const std::string& tmp,
                               const format::Manifest& manifest, bool overwrite,
@@ -103,9 +105,11 @@ std::array<uint8_t, 16> RandomId();
 // the save returns); AlreadyExists "<root>/step-NNNNNNNN: a checkpoint of
 // step S already exists (set overwrite to replace it)" unless `overwrite`;
 // CreateTempDir. Returns the temporary directory, a new checkpoint id,
-// `fingerprint` and the creation time.
+// `fingerprint` and the creation time. Where renames are not atomic, a save
+// of `world` ranks by BeginObjectStoreSave (object_store_commit.h) instead.
 absl::StatusOr<SavePrep> BeginSave(Storage* storage, const std::string& root,
-                                   uint64_t step, bool overwrite,
+                                   uint64_t step, uint32_t world,
+                                   bool overwrite,
                                    const format::Fingerprint& fingerprint,
                                    std::unique_ptr<FileLock>* lock);
 

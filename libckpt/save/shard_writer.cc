@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -11,6 +12,7 @@
 #include "ckpt/format/names.h"
 #include "ckpt/format/shard.h"
 #include "ckpt/format/status_macros.h"
+#include "save/object_store_commit.h"
 #include "util/align.h"
 #include "util/mutex.h"
 #include "util/parallel_for.h"
@@ -126,11 +128,14 @@ std::vector<ChunkPlan> PlanChunks(const std::vector<WriteItem>& items,
 class PayloadWriter {
  public:
   // `file` and `device_memory` (may be null) must outlive the writer.
+  // `write_padding`: the alignment padding is written as zeros, not left
+  // as holes (Storage::traits(path).sparse_files false).
   PayloadWriter(File* file, const SaveOptions& options,
-                DeviceMemory* device_memory)
+                DeviceMemory* device_memory, bool write_padding)
       : file_(file),
         options_(options),
         device_memory_(device_memory),
+        write_padding_(write_padding),
         threads_(EffectiveIoThreads(options.io_threads, options.direct_io)),
         scratch_(threads_) {}
 
@@ -155,6 +160,16 @@ class PayloadWriter {
   uint64_t Align(uint64_t x) const {
     return AlignUp(x, std::max<uint64_t>(options_.alignment, 1));
   }
+  // Zeros over [from, to) where padding is written.
+  absl::Status Pad(uint64_t from, uint64_t to) {
+    static const std::string* const kZeros = new std::string(1 << 20, '\0');
+    for (; write_padding_ && from < to;) {
+      const uint64_t n = std::min<uint64_t>(to - from, kZeros->size());
+      CKPT_RETURN_IF_ERROR(Write(from, absl::string_view(kZeros->data(), n)));
+      from += n;
+    }
+    return absl::OkStatus();
+  }
 
   // Buffered writes to one file serialise on its inode lock in the kernel;
   // threads hash in parallel and take turns to write. Direct I/O keeps
@@ -168,6 +183,7 @@ class PayloadWriter {
   File* const file_;
   const SaveOptions& options_;
   DeviceMemory* const device_memory_;
+  const bool write_padding_;
   const int threads_;
   std::vector<ThreadScratch> scratch_;  // one per thread
   Mutex write_mu_;
@@ -181,6 +197,7 @@ absl::StatusOr<uint64_t> PayloadWriter::WriteRaw(std::vector<ChunkPlan>* chunks,
   uint64_t end = begin;
   std::vector<Task> tasks;
   for (ChunkPlan& c : *chunks) {
+    CKPT_RETURN_IF_ERROR(Pad(end, Align(end)));
     end = Align(end);
     c.rec.data_offset = c.raw_bytes ? end : 0;
     c.rec.stored_length = c.raw_bytes;
@@ -251,12 +268,15 @@ absl::Status PayloadWriter::WriteCompressedChunk(int thread, ChunkPlan* c,
     payload += block;
   }
   c->rec.stored_length = payload.size();
+  uint64_t pad_from;
   {
     MutexLock l(&end_mu_);
+    pad_from = *end;
     *end = Align(*end);
     c->rec.data_offset = payload.empty() ? 0 : *end;
     *end += payload.size();
   }
+  CKPT_RETURN_IF_ERROR(Pad(pad_from, Align(pad_from)));
   if (payload.empty()) return absl::OkStatus();
   return Write(c->rec.data_offset, payload);
 }
@@ -312,7 +332,8 @@ absl::StatusOr<ShardWriteResult> WriteShardFile(
                         storage->Open(path, OpenMode::kCreateNew, oo));
   CKPT_RETURN_IF_ERROR(file->PWrite(0, format::EncodeShardHeader(header)));
   std::vector<ChunkPlan> chunks = PlanChunks(items, header.shard_id, options);
-  PayloadWriter payloads(file.get(), options, device_memory);
+  PayloadWriter payloads(file.get(), options, device_memory,
+                         !storage->traits(path).sparse_files);
   CKPT_ASSIGN_OR_RETURN(
       uint64_t end,
       options.codec == Codec::kNone
@@ -329,9 +350,10 @@ absl::StatusOr<ShardWriteResult> WriteRankShard(
   header.checkpoint_id = info.id;
   header.shard_id = rank;
   header.alignment = options.alignment;
-  return WriteShardFile(storage, JoinPath(tmp_dir, format::ShardFileName(rank)),
-                        header, info, options.metadata, items, options,
-                        device_memory);
+  return WriteShardFile(
+      storage,
+      JoinPath(tmp_dir, ShardFileNameFor(*storage, tmp_dir, rank, info.id)),
+      header, info, options.metadata, items, options, device_memory);
 }
 
 ShardReport ReportOf(ShardWriteResult written) {

@@ -8,6 +8,7 @@
 #include "ckpt/format/plan_record.h"
 #include "ckpt/format/status_macros.h"
 #include "save/commit.h"
+#include "save/object_store_commit.h"
 #include "save/save_messages.h"
 #include "save/save_plan.h"
 #include "save/shard_writer.h"
@@ -132,7 +133,7 @@ absl::StatusOr<Prepared> Prepare(Storage* storage, const std::string& root,
                                  const SaveOptions& options) {
   Prepared p;
   CKPT_ASSIGN_OR_RETURN(SavePrep prep,
-                        BeginSave(storage, root, step, options.overwrite,
+                        BeginSave(storage, root, step, world, options.overwrite,
                                   GlobalFingerprint(record), &p.lock));
   p.tmp = prep.tmp_dir;
   p.info = CheckpointInfoOf(prep, step, static_cast<uint32_t>(world));
@@ -215,7 +216,7 @@ absl::StatusOr<SaveResult> SaveWorld(const std::string& root, uint64_t step,
         CommitCheckpoint(storage, root, p.tmp, m, so.overwrite, so.keep_last);
   }
   if (!status.ok()) {
-    (void)storage->RemoveAll(p.tmp);  // best effort; the error is what matters
+    (void)DiscardSave(storage, p.tmp, p.info);  // best effort
     return status;
   }
   result.commit_seconds = SecondsSince(t2);

@@ -15,6 +15,7 @@
 #include "save/async_save.h"
 #include "save/async_snapshot.h"
 #include "save/commit.h"
+#include "save/object_store_commit.h"
 #include "save/plan_cache.h"
 #include "save/registration.h"
 #include "save/save_messages.h"
@@ -273,8 +274,9 @@ absl::StatusOr<WriterImpl::PendingSave> WriterImpl::Prepare(
       internal::OnRankZero(comm_, [&]() -> absl::StatusOr<std::string> {
         CKPT_ASSIGN_OR_RETURN(
             internal::SavePrep prep,
-            internal::BeginSave(storage_, root, step, options.overwrite,
-                                cache_.global_fp(), &p.save_lock));
+            internal::BeginSave(storage_, root, step, comm_->size(),
+                                options.overwrite, cache_.global_fp(),
+                                &p.save_lock));
         return internal::EncodeSavePrep(prep);
       }));
   CKPT_ASSIGN_OR_RETURN(internal::SavePrep prep, internal::DecodeSavePrep(msg));
@@ -340,8 +342,9 @@ absl::StatusOr<internal::CommitSummary> WriterImpl::CommitAcrossRanks(
                                             options.keep_last);
         }();
         if (!status.ok()) {
-          (void)storage_->RemoveAll(
-              pending.tmp);  // best effort; the error is what matters
+          (void)internal::DiscardSave(
+              storage_, pending.tmp,
+              pending.info);  // best effort; the error is what matters
           return status;
         }
         return internal::EncodeCommitSummary(summary);

@@ -1,5 +1,7 @@
 #include "ckpt/storage.h"
 
+#include <random>
+
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/status_macros.h"
 #include "storage/posix_storage.h"
@@ -34,6 +36,56 @@ absl::StatusOr<std::unique_ptr<FileLock>> Storage::Lock(const std::string& path,
                                                         LockMode, bool) {
   return absl::UnimplementedError(
       absl::StrCat("lock ", path, ": this storage has no locks"));
+}
+
+StorageTraits Storage::traits(const std::string&) const {
+  return StorageTraits();
+}
+
+namespace {
+
+// A name for a temporary file beside `path`: "<dir>/.tmp-<base>-<random>".
+std::string TempBeside(const std::string& path) {
+  std::random_device rd;
+  const size_t slash = path.rfind('/');
+  const std::string dir =
+      slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  const std::string base =
+      slash == std::string::npos ? path : path.substr(slash + 1);
+  return absl::StrCat(dir, ".tmp-", base, "-", absl::Hex(rd(), absl::kZeroPad8),
+                      absl::Hex(rd(), absl::kZeroPad8));
+}
+
+std::string DirOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+absl::Status Storage::CreateExclusive(const std::string& path,
+                                      absl::string_view data) {
+  const std::string tmp = TempBeside(path);
+  absl::Status s = WriteFileAndSync(tmp, data);
+  if (s.ok()) s = RenameNoReplace(tmp, path);
+  if (!s.ok()) {
+    (void)RemoveFile(tmp);
+    return s;
+  }
+  return SyncDir(DirOf(path));
+}
+
+absl::Status Storage::ReplaceFile(const std::string& path,
+                                  absl::string_view data) {
+  const std::string tmp = TempBeside(path);
+  absl::Status s = WriteFileAndSync(tmp, data);
+  if (s.ok()) s = Rename(tmp, path);
+  if (!s.ok()) {
+    (void)RemoveFile(tmp);
+    return s;
+  }
+  return SyncDir(DirOf(path));
 }
 
 Storage* DefaultStorage() {

@@ -15,6 +15,12 @@ The core API mirrors the C++ library (ckpt/writer.h, ckpt/reader.h):
     note = ckpt.LoadRequest.for_object("note")
     report = r.load([req, note])            # out is written in place
 
+A root may be an S3 URL, s3://bucket/prefix, where the extension was
+built with S3 support (ckpt.has_s3): the store is configured by the AWS
+environment variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION), read at the first
+use of an s3:// root; libckpt/s3/README.md has the rest.
+
 Arrays cross without copies: numpy arrays (and anything with the buffer
 protocol) and DLPack tensors (torch). A non-contiguous array is refused.
 Save and load release the GIL. PyTorch users want ckpt.torch.
@@ -39,6 +45,7 @@ from .ops import (DiffReport, Finding, ReshardReport, ValidateReport, diff, resh
                   validate)
 
 __version__ = _ckpt.__version__
+has_s3: bool = _ckpt.has_s3  # s3:// roots work (the extension has ckpt_s3)
 
 bool_ = DType.bool
 uint8, uint16, uint32, uint64 = DType.uint8, DType.uint16, DType.uint32, DType.uint64

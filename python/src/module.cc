@@ -145,6 +145,11 @@ PYBIND11_MODULE(_ckpt, m) {
   using namespace ckpt::python;
   m.doc() = "ckpt's C++ API (thin binding; use the ckpt package).";
   m.attr("__version__") = CKPT_VERSION_STRING;
+#ifdef CKPT_PYTHON_S3
+  m.attr("has_s3") = true;
+#else
+  m.attr("has_s3") = false;
+#endif
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

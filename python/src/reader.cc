@@ -20,6 +20,7 @@
 #include "buffers.h"
 #include "communicator.h"
 #include "errors.h"
+#include "storage.h"
 
 namespace ckpt::python {
 namespace py = pybind11;
@@ -101,6 +102,7 @@ class PyReader {
       : comm_obj_(std::move(comm)) {
     ReaderOptions o;
     o.device_memory = PythonDeviceMemory();
+    o.storage = PythonStorage();
     o.io_threads = io_threads;
     o.direct_io = direct_io;
     o.max_open_files = max_open_files;

@@ -17,6 +17,7 @@
 #include "buffers.h"
 #include "communicator.h"
 #include "errors.h"
+#include "storage.h"
 
 namespace ckpt::python {
 namespace py = pybind11;
@@ -50,6 +51,7 @@ class PyWriter {
     Writer::Options o;
     o.comm = ResolveCommunicator(comm_obj_, &owned_comm_);
     o.device_memory = PythonDeviceMemory();
+    o.storage = PythonStorage();
     writer_ = ValueOrThrow(Writer::Create(o));
   }
   ~PyWriter() {

@@ -4,13 +4,17 @@
 // spec/FORMAT.md §4.1).
 #include "save/shard_writer.h"
 
+#include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ckpt/format/block_codec.h"
 #include "ckpt/format/checksum.h"
 #include "ckpt/format/shard.h"
+#include "ckpt/testing/forwarding_storage.h"
 #include "ckpt/testing/power_loss.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
@@ -223,6 +227,89 @@ TEST_F(ShardWriterTest, DeviceMemoryWithoutDeviceMemoryIsFailedPrecondition) {
   EXPECT_THAT(Write({Floats("gpu", 4, 1)}, nullptr, MemoryKind::kCuda),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        "entry 'gpu' lives in CUDA memory"));
+}
+
+// Records the byte ranges written to its files; its traits say whether
+// files may have holes.
+class RangeRecorder : public ::ckpt::testing::ForwardingStorage {
+ public:
+  RangeRecorder(Storage* base, bool sparse)
+      : ForwardingStorage(base), sparse_(sparse) {}
+  StorageTraits traits(const std::string&) const override {
+    StorageTraits t;
+    t.sparse_files = sparse_;
+    return t;
+  }
+  absl::StatusOr<std::unique_ptr<File>> Open(
+      const std::string& path, OpenMode mode,
+      const OpenOptions& options) override {
+    auto f = ForwardingStorage::Open(path, mode, options);
+    if (!f.ok()) return f.status();
+    return std::unique_ptr<File>(new Recording(*std::move(f), this));
+  }
+  // The end of the written range that starts at 0.
+  uint64_t WrittenPrefix() {
+    std::lock_guard<std::mutex> l(mu_);
+    std::sort(ranges_.begin(), ranges_.end());
+    uint64_t end = 0;
+    for (const auto& [b, e] : ranges_) {
+      if (b > end) break;
+      end = std::max(end, e);
+    }
+    return end;
+  }
+
+ private:
+  class Recording : public ::ckpt::testing::ForwardingFile {
+   public:
+    Recording(std::unique_ptr<File> base, RangeRecorder* owner)
+        : ForwardingFile(std::move(base)), owner_(owner) {}
+    absl::Status PWrite(uint64_t offset, absl::string_view data) override {
+      {
+        std::lock_guard<std::mutex> l(owner_->mu_);
+        owner_->ranges_.emplace_back(offset, offset + data.size());
+      }
+      return ForwardingFile::PWrite(offset, data);
+    }
+
+   private:
+    RangeRecorder* const owner_;
+  };
+
+  const bool sparse_;
+  std::mutex mu_;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges_;
+};
+
+TEST_F(ShardWriterTest, PaddingIsWrittenWhereTheStorageHasNoSparseFiles) {
+  std::vector<Piece> pieces = {Floats("a", 3000, 7), Floats("b", 5, 3),
+                               Floats("c", 0, 1), Floats("d", 777, 5)};
+  for (format::Codec codec : {format::Codec::kNone, format::Codec::kZstd}) {
+    for (bool sparse : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "codec " << static_cast<int>(codec)
+                                        << " sparse " << sparse);
+      PowerLossStorage disk;
+      ASSERT_THAT(disk.CreateDir("/d"), IsOk());
+      RangeRecorder recorder(&disk, sparse);
+      SaveOptions options = options_;
+      options.codec = codec;
+      items_.clear();
+      for (const Piece& p : pieces) {
+        items_.push_back(
+            WriteItem{&p.item, p.bytes.data(), MemoryKind::kHost, 0, nullptr});
+      }
+      auto result = WriteShardFile(&recorder, kPath, header_, info_, {}, items_,
+                                   options, nullptr);
+      ASSERT_THAT(result, IsOk());
+      if (sparse) {
+        // Holes stay holes (the header's 64 bytes, then the first payload
+        // at 512).
+        EXPECT_LT(recorder.WrittenPrefix(), result->file_size);
+      } else {
+        EXPECT_EQ(recorder.WrittenPrefix(), result->file_size);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace ckpt {
 
@@ -76,6 +77,33 @@ class FileLock {
 
 enum class LockMode { kShared, kExclusive };
 
+// What a storage offers at a path that the commit protocol depends on:
+// writers branch on it once per save (spec/FORMAT.md §4.1 or §4.3). The
+// defaults describe a POSIX file system.
+struct StorageTraits {
+  // Rename and RenameNoReplace are atomic: writers commit by renaming a
+  // temporary directory (§4.1). False for object stores, which have no
+  // rename: writers commit by CreateExclusive of MANIFEST (§4.3).
+  bool atomic_rename = true;
+  // Directories exist by themselves: CreateDir makes an empty one and a
+  // file is created only in an existing directory. False: a directory is
+  // the prefix of the names under it, exists while one does, and CreateDir
+  // and SyncDir write nothing.
+  bool directories = true;
+  // CreateExclusive excludes a concurrent creator of the same path. False
+  // where it is only emulated (an object store without conditional writes,
+  // in single-writer mode: §4.3).
+  bool conditional_create = true;
+  // A file may be written with holes (ranges never written, which read as
+  // zeros) at no cost. False where a hole costs memory until Close (an
+  // object store uploads a part once every byte of it has arrived): the
+  // shard writer then writes its alignment padding itself.
+  bool sparse_files = true;
+  // Without atomic_rename: a save whose marker is older than this is taken
+  // for dead by later saves, which remove its leftovers (§4.3, "Leftovers").
+  absl::Duration stale_save_age = absl::Hours(24);
+};
+
 class Storage {
  public:
   virtual ~Storage() = default;
@@ -88,6 +116,24 @@ class Storage {
   // writers then rely on atomic renames alone.
   [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<FileLock>> Lock(
       const std::string& path, LockMode mode, bool wait);
+
+  // What this storage offers for `path` and the files under it
+  // (StorageTraits); the default is POSIX's. A storage that serves several
+  // kinds of paths (local paths and s3:// URLs) answers by the path.
+  virtual StorageTraits traits(const std::string& path) const;
+
+  // Writes the whole file `path`, which appears complete or not at all, and
+  // only if nothing is at `path`: AlreadyExists otherwise, with nothing
+  // written. The commit point of spec/FORMAT.md §4.3. The default writes a
+  // temporary file beside `path`, fsyncs it, RenameNoReplace's it to
+  // `path` and fsyncs the directory; on error the temporary is removed.
+  [[nodiscard]] virtual absl::Status CreateExclusive(const std::string& path,
+                                                     absl::string_view data);
+  // Replaces (or creates) the whole file `path` atomically: a reader sees
+  // its old bytes or the new ones, never a mix. The default: a temporary
+  // file, fsynced, renamed over `path`, the directory fsynced.
+  [[nodiscard]] virtual absl::Status ReplaceFile(const std::string& path,
+                                                 absl::string_view data);
 
   [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<File>> Open(
       const std::string& path, OpenMode mode,

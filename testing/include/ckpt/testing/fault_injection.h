@@ -150,6 +150,17 @@ class FaultInjectingStorage final : public Storage {
   absl::StatusOr<FileInfo> Stat(const std::string& path) override;
   absl::Status RemoveFile(const std::string& path) override;
   absl::Status RemoveAll(const std::string& path) override;
+  // The base storage's. Over a base with atomic renames, CreateExclusive
+  // and ReplaceFile are Storage's defaults made of the calls above (faults
+  // apply to each); over one without, each is one kOpen call ("create",
+  // "replace"), then forwarded: its write is a single request.
+  StorageTraits traits(const std::string& path) const override {
+    return base_->traits(path);
+  }
+  absl::Status CreateExclusive(const std::string& path,
+                               absl::string_view data) override;
+  absl::Status ReplaceFile(const std::string& path,
+                           absl::string_view data) override;
   // Forwarded to the base storage (no faults: a lock that cannot be taken
   // only costs the writer its mutual exclusion, see storage.h).
   absl::StatusOr<std::unique_ptr<FileLock>> Lock(const std::string& path,

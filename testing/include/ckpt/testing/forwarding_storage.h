@@ -75,6 +75,23 @@ class ForwardingStorage : public Storage {
   absl::Status RemoveAll(const std::string& p) override {
     return base_->RemoveAll(p);
   }
+  StorageTraits traits(const std::string& p) const override {
+    return base_->traits(p);
+  }
+  // Over a base with atomic renames, Storage's defaults, made of the calls
+  // above (so that a wrapper sees them); else the base's.
+  absl::Status CreateExclusive(const std::string& p,
+                               absl::string_view data) override {
+    if (base_->traits(p).atomic_rename) {
+      return Storage::CreateExclusive(p, data);
+    }
+    return base_->CreateExclusive(p, data);
+  }
+  absl::Status ReplaceFile(const std::string& p,
+                           absl::string_view data) override {
+    if (base_->traits(p).atomic_rename) return Storage::ReplaceFile(p, data);
+    return base_->ReplaceFile(p, data);
+  }
 
  private:
   Storage* base_;
