@@ -349,12 +349,19 @@ def markdown(res, machine="", command="scripts/bench --torch-only"):
     for name, r in integrity_rows(res):
         what = r["outcome"]
         if "message" in r:
-            what += f": `{r['message'][:160]}`"
+            # Paths shortened to their last two parts (the run's directory
+            # is a temporary one), DCP's wrapper cut to the error it carries.
+            msg = re.sub(r"/[^\s:']*/([^/\s:']+/[^/\s:']+)", r".../\1", r["message"])
+            what += f": `{msg[:240]}`"
+        elif r.get("wrong_tensors"):
+            what += ": " + ", ".join(f"`{t}`" for t in r["wrong_tensors"])
         out.append(f"| {name} | {what} |")
-    skipped = [(n, why) for job in res["same"] + res["reshard"]
-               for n, why in job.get("skipped", {}).items()] + list(res["skipped"].items())
+    skipped = {}
+    for n, why in [(n, why) for job in res["same"] + res["reshard"]
+                   for n, why in job.get("skipped", {}).items()] + list(res["skipped"].items()):
+        skipped.setdefault(n, why)
     if skipped:
-        out += ["", "Skipped: " + "; ".join(f"{n} ({why})" for n, why in skipped) + "."]
+        out += ["", "Skipped: " + "; ".join(f"{n} ({why})" for n, why in skipped.items()) + "."]
     return "\n".join(out) + "\n"
 
 

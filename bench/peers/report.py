@@ -582,6 +582,8 @@ def chart_png(res, path):
 
 def torch_color(label):
     name = label.split(": ", 1)[-1]
+    if name.startswith("limit"):
+        return "0.6"
     if "ckpt" in name:
         return "tab:cyan" if "dcp+ckpt" in name else "tab:blue"
     if name.startswith("dcp"):
@@ -601,9 +603,10 @@ def torch_chart_panels(res):
             continue
         sec = r["section"]
         if sec.startswith("resharded"):
-            title = "resharded loads (" + sec.split("(")[0].split(",")[1].strip().split(" ")[2] + " processes saved)"
-            label = sec.split(",")[1].split("(")[0].strip().replace("loaded on ", "to ").replace(
-                " processes", "") + " " + r["what"].split()[0] + ": " + " ".join(r["what"].split()[1:])
+            m = re.search(r"saved on (\d+), loaded on (\d+)", sec)
+            title = f"resharded loads of the checkpoints saved on {m.group(1)} processes"
+            layout, name = r["what"].split(None, 1)
+            label = f"on {m.group(2)}, {layout}: {name}"
         elif sec.startswith("one process") or sec.startswith("consolidation"):
             title = "one process; consolidation to safetensors"
             op = "consolidate" if sec.startswith("consolidation") else " ".join(r["what"].split()[:-1])

@@ -127,6 +127,13 @@ def gloo_ranks(rank, world, store):
     assert empty == [b""] * world
     big = comm.all_to_all([bytes([rank, d]) * 100000 for d in range(world)])
     assert big == [bytes([s, rank]) * 100000 for s in range(world)]
+    # all_gather and broadcast: lengths travel with the first 4088 bytes;
+    # longer messages take a second collective (sizes around the edge).
+    for n in (0, 1, 4087, 4088, 4089, 100000):
+        mine = bytes([rank + 1]) * (n + rank)
+        assert comm.all_gather(mine) == [bytes([s + 1]) * (n + s) for s in range(world)], n
+        sent = bytes(range(256)) * (n // 256) + b"x" * (n % 256)
+        assert comm.broadcast(sent if rank == 1 else b"", 1) == sent, n
     dist.barrier()
     # torch 2.x aborts at exit ("terminate called without an active
     # exception") when a gloo group is left for the interpreter to destroy.

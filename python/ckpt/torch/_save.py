@@ -28,14 +28,15 @@ class _SavePlan:
     step: int
 
 
-def _register_distributed(writer, name: str, v, group_ranks) -> bool:
+def _register_distributed(writer, name: str, v, group_ranks, memo=None) -> bool:
     """Registers this rank's box of a DTensor or ShardedTensor, as a
     replica (ranks that hold the same box, e.g. along a Replicate mesh
     dimension, are written once, by one of them). Returns False, having
     registered nothing, for a DTensor that is not one box on every rank:
-    the caller redistributes it once every rank is known to be ready."""
+    the caller redistributes it once every rank is known to be ready.
+    memo: the meshes' ranks of this save (dtensor.value_ranks)."""
     from .dtensor import check_in_group, one_box_everywhere
-    check_in_group(name, v, group_ranks)
+    check_in_group(name, v, group_ranks, memo)
     if not one_box_everywhere(name, v):
         if not hasattr(v, "redistribute"):  # a ShardedTensor
             raise InvalidArgumentError(
@@ -54,6 +55,7 @@ def _register(writer, leaves: List[_Leaf], rank: int, group_ranks=None
     digests the caller takes when verifying), the per-rank names, and the
     DTensor leaves to redistribute before registering (_register_deferred)."""
     values, digests, replicas, per_rank, deferred = {}, {}, {}, [], []
+    meshes = {}  # each DTensor mesh's ranks, looked up once per save
     for leaf in leaves:
         name, v = leaf.name, leaf.value
         if leaf.per_rank:
@@ -68,7 +70,7 @@ def _register(writer, leaves: List[_Leaf], rank: int, group_ranks=None
             else:
                 writer.set_object(entry, _values.encode(v, f"entry '{name}'"))
         elif _is_distributed(v):
-            if not _register_distributed(writer, name, v, group_ranks):
+            if not _register_distributed(writer, name, v, group_ranks, meshes):
                 deferred.append(leaf)
         elif _is_tensor_leaf(v):
             dtype, shape, region, t = _tensor_spec(name, v)
