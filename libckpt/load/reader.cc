@@ -229,6 +229,7 @@ absl::StatusOr<LoadReport> ReaderImpl::LoadCooperative(
   source.shards = &shards_;
   source.comm = options_.communicator;
   source.device_memory = options_.device_memory;
+  source.min_read_bytes = min_read_bytes_;
   source.upload_pool = [this] { return UploadPool(); };
   return CooperativeLoad(std::move(source), IoThreads(options))
       .Run(p, options, std::move(report));

@@ -14,6 +14,7 @@
 #include "ckpt/format/manifest.h"
 #include "ckpt/format/status_macros.h"
 #include "ckpt/reader.h"
+#include "load/coop/coop_plan.h"
 #include "read/index_check.h"
 #include "read/read_executor.h"
 #include "read/read_plan.h"
@@ -39,6 +40,12 @@ class ReaderImpl final : public Reader {
         index_(manifest_),
         name_order_(NameOrder(manifest_)),
         shards_(storage, dir_, index_, o.direct_io, o.max_open_files) {
+    // An object store (no rename, §4.3) answers each request at a cost of
+    // about a megabyte's transfer: a cooperative load does not cut its
+    // reads below kObjectStoreMinReadBytes there.
+    min_read_bytes_ = storage->traits(dir_).atomic_rename
+                          ? 0
+                          : internal::kObjectStoreMinReadBytes;
     description_.step = manifest_.info.step;
     description_.world_size = manifest_.info.world_size;
     description_.id = format::IdToHex(manifest_.info.id);
@@ -109,6 +116,7 @@ class ReaderImpl final : public Reader {
   absl::StatusOr<internal::StagingPool*> UploadPool();
 
   std::string dir_;
+  uint64_t min_read_bytes_ = 0;  // CoopOptions::min_read_bytes
   format::Manifest manifest_;
   ReaderOptions options_;
   internal::ManifestIndex index_;  // over manifest_

@@ -305,6 +305,38 @@ TEST(PlanCooperativeReadsTest, ReplicasSpreadTheReadsEvenly) {
   EXPECT_GT(SmallestRead(p.plan), 0u);
 }
 
+// Regression (issue 26, object stores): spreading a small job's bytes over
+// many ranks cuts reads no smaller than min_read_bytes (S3Storage's 1 MiB),
+// each read being a request to the storage; only a chunk's last read is
+// shorter.
+TEST(PlanCooperativeReadsTest, SpreadReadsAreNotCutBelowMinReadBytes) {
+  std::mt19937_64 rng(5);
+  // 2 entries of 16 rows of 1 MiB (float32) in chunks of 1 to 5 rows and
+  // 64 KiB blocks; 64 replicas: without a floor, reads of 128 KiB
+  // (32 MiB / 256).
+  Fixture f(2, 16, 1 << 18, 64 << 10, rng);
+  std::vector<std::vector<PlanRequest>> per_rank(64);
+  for (auto& reqs : per_rank) {
+    for (uint32_t e = 0; e < 2; ++e) {
+      reqs.push_back({e, Box{{0, 0}, {16, 1 << 18}}});
+    }
+  }
+  CoopOptions o;
+  o.min_read_bytes = 1 << 20;
+  Planned floor = Plan(f, per_rank, o);
+  ASSERT_GT(floor.plan.reads.size(), 0u);
+  for (const CoopRead& cr : floor.plan.reads) {
+    const format::ChunkRecord& c =
+        f.manifest.entries[cr.read.entry].chunks[cr.read.chunk];
+    if (cr.read.offset + cr.read.length < c.data_offset + c.stored_length) {
+      EXPECT_GE(cr.read.length, 1u << 20) << "at " << cr.read.offset;
+    }
+  }
+  EXPECT_EQ(floor.plan.stored_bytes, 32u << 20);
+  Planned none = Plan(f, per_rank);  // the control: no floor
+  EXPECT_LT(SmallestRead(none.plan), 1u << 20);
+}
+
 // Replicas on two nodes of 6 and 2 ranks: each node reads half of the
 // bytes (a node's storage and network link are what a load is bound by),
 // then its ranks share its half evenly. Without node names the node of 6

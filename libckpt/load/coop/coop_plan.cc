@@ -335,8 +335,9 @@ CoopPlan PlanCooperativeReads(const format::Manifest& manifest,
   ReadPlan reads =
       PlanBlockReads(manifest, pieces, lookup, options.max_read_bytes);
   // Enough reads to spread: about four per rank, if blocks allow.
-  const uint64_t spread =
-      reads.stored_bytes / (4 * std::max<uint64_t>(1, groups.ranks));
+  const uint64_t spread = std::max<uint64_t>(
+      reads.stored_bytes / (4 * std::max<uint64_t>(1, groups.ranks)),
+      options.min_read_bytes);
   if (spread < options.max_read_bytes) {
     reads =
         PlanBlockReads(manifest, pieces, lookup, std::max<uint64_t>(1, spread));

@@ -77,11 +77,20 @@ struct CoopRead {
   BlockRead read;
 };
 
+// CoopOptions::min_read_bytes of loads from an object store (issue 26: no
+// request under 1 MiB but the last piece of an object).
+inline constexpr uint64_t kObjectStoreMinReadBytes = uint64_t{1} << 20;
+
 struct CoopOptions {
   // Reads are cut to at most this many bytes (whole blocks), and smaller
-  // (down to one block) when the job's needed bytes would otherwise make
-  // too few reads to spread evenly over the ranks.
+  // (down to min_read_bytes, and at least one block) when the job's needed
+  // bytes would otherwise make too few reads to spread evenly over the
+  // ranks.
   uint64_t max_read_bytes = 8ull << 20;
+  // The floor of that cut: each read is a request to the storage, and on
+  // an object store a request costs about as much as a megabyte
+  // (kObjectStoreMinReadBytes). 0: down to one block.
+  uint64_t min_read_bytes = 0;
   // A rank sends at most this many bytes and receives at most this many in
   // one round (a read larger than that goes alone into a round).
   uint64_t round_bytes = 32ull << 20;  // LoadOptions::exchange_bytes_per_round

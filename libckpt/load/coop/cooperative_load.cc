@@ -377,6 +377,7 @@ absl::StatusOr<LoadReport> CooperativeLoad::Run(
   };
   CoopOptions co;
   co.max_read_bytes = kTaskBytes;
+  co.min_read_bytes = src_.min_read_bytes;
   co.round_bytes = std::max<uint64_t>(1, options.exchange_bytes_per_round);
   const CoopPlan plan =
       PlanCooperativeReads(manifest, groups, pieces, lookup, co);

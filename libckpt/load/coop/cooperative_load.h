@@ -47,6 +47,9 @@ class CooperativeLoad {
     ShardSet* shards = nullptr;  // of that manifest's checkpoint
     Communicator* comm = nullptr;
     DeviceMemory* device_memory = nullptr;  // may be null
+    // CoopOptions::min_read_bytes (kObjectStoreMinReadBytes on an object
+    // store, else 0).
+    uint64_t min_read_bytes = 0;
     // The pinned buffers of loads into device memory (made on first need).
     std::function<absl::StatusOr<StagingPool*>()> upload_pool;
   };
