@@ -409,13 +409,15 @@ absl::Status S3Client::PutObject(const std::string& bucket,
   HttpResponse r;
   absl::Status s = Execute(call, &r);
   if (s.ok() || !options.if_none_match || r.status != 412) return s;
-  if (call.attempts > 1) {
-    // An earlier attempt may have written the object and lost the answer:
-    // then the object's ETag is the MD5 of our bytes.
-    auto head = HeadObject(bucket, key);
-    if (head.ok() && Unquote(head->etag) == HexLower(Md5(data))) {
-      return absl::OkStatus();
-    }
+  // An earlier send may have written the object and lost the answer: then
+  // the object's ETag is the MD5 of our bytes. Not only an earlier attempt
+  // of ours: libcurl itself sends a request again, within one attempt,
+  // when the reused connection it went out on is closed before any answer
+  // (a reset after the server acted), so a refusal on the first attempt
+  // may be our own write too.
+  auto head = HeadObject(bucket, key);
+  if (head.ok() && Unquote(head->etag) == HexLower(Md5(data))) {
+    return absl::OkStatus();
   }
   return absl::AlreadyExistsError(absl::StrCat(
       call.Where(), ": the object exists (If-None-Match: * refused, ",
@@ -662,16 +664,14 @@ absl::Status S3Client::CompleteMultipartUpload(
   HttpResponse r;
   absl::Status s = Execute(call, &r);
   if (s.ok() || !options.if_none_match || r.status != 412) return s;
-  if (call.attempts > 1) {
-    // As in PutObject: the object may be ours. A multipart ETag is the MD5
-    // of the parts' MD5s, a dash and the number of parts.
-    std::string md5s;
-    for (const CompletedPart& p : parts) md5s += HexToBytes(Unquote(p.etag));
-    const std::string ours =
-        absl::StrCat(HexLower(Md5(md5s)), "-", parts.size());
-    auto head = HeadObject(bucket, key);
-    if (head.ok() && Unquote(head->etag) == ours) return absl::OkStatus();
-  }
+  // As in PutObject: the object may be ours, whatever the attempt. A
+  // multipart ETag is the MD5 of the parts' MD5s, a dash and the number of
+  // parts.
+  std::string md5s;
+  for (const CompletedPart& p : parts) md5s += HexToBytes(Unquote(p.etag));
+  const std::string ours = absl::StrCat(HexLower(Md5(md5s)), "-", parts.size());
+  auto head = HeadObject(bucket, key);
+  if (head.ok() && Unquote(head->etag) == ours) return absl::OkStatus();
   return absl::AlreadyExistsError(absl::StrCat(
       call.Where(), ": the object exists (If-None-Match: * refused, ",
       FromHttp(s.message()), ")"));

@@ -91,10 +91,12 @@ S3StorageOptions SmallParts() {
 }
 
 Env MakeEnv(const testing::TestServer& server,
-            S3StorageOptions options = SmallParts()) {
+            S3StorageOptions options = SmallParts(),
+            const ClientOptions* client_options = nullptr) {
   Env e;
-  e.client = std::shared_ptr<S3Client>(
-      std::move(S3Client::Create(TestOptions(server)).value()));
+  e.client = std::shared_ptr<S3Client>(std::move(
+      S3Client::Create(client_options ? *client_options : TestOptions(server))
+          .value()));
   e.storage = std::make_unique<S3Storage>(e.client, options);
   e.bucket = NewBucket(e.client.get());
   e.root = absl::StrCat("s3://", e.bucket, "/run");
@@ -521,6 +523,139 @@ TEST(S3Checkpoint,
   std::cout << "S3 crashes: " << crashed << " of 50 saves crashed; "
             << committed << " committed steps kept\n";
   EXPECT_GE(crashed, 25);
+}
+
+// Faults of the transport during a whole save and a whole load, injected by
+// fault_proxy.py between the storage and moto: 500s, SlowDown, an answer
+// held past the timeout, connections reset or dropped mid-body. Each is
+// retried; the checkpoint loads exact.
+class WholeCheckpointFaults : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    server_ = testing::GetTestServer(&why);
+    if (server_ == nullptr) {
+      if (testing::InCi()) FAIL() << why;
+      GTEST_SKIP() << why;
+    }
+    auto proxy = testing::FaultProxy::Start(server_->endpoint);
+    ASSERT_TRUE(proxy.ok()) << proxy.status();
+    proxy_ = std::move(*proxy);
+  }
+  // Storage through the proxy: request timeout 1 s, up to `attempts`.
+  Env Through(int attempts = 8) {
+    ClientOptions o = TestOptions(*server_, proxy_->endpoint());
+    o.request_timeout = absl::Seconds(1);
+    o.retry.max_attempts = attempts;
+    return MakeEnv(*server_, SmallParts(), &o);
+  }
+  void Rules(const std::string& json) {
+    CKPT_ASSERT_OK(proxy_->SetRules(json));
+  }
+  std::vector<int> Hits() { return proxy_->Hits().value(); }
+
+  const testing::TestServer* server_ = nullptr;
+  std::unique_ptr<testing::FaultProxy> proxy_;
+};
+
+TEST_F(WholeCheckpointFaults, TransientFaultsDuringSaveAndLoadAreRetried) {
+  Env e = Through();
+  const Model model = SmallModel(80);
+  Rules(R"([{"action": "status", "status": 500, "code": "InternalError",
+             "method": "PUT", "path": "partNumber=1&", "times": 1},
+            {"action": "status", "status": 503, "code": "SlowDown",
+             "method": "PUT", "path": "/shard-", "times": 2},
+            {"action": "reset", "method": "PUT", "path": "/MANIFEST",
+             "times": 1},
+            {"action": "delay", "seconds": 2, "method": "PUT",
+             "path": "/latest", "times": 1},
+            {"action": "status", "status": 503, "code": "SlowDown",
+             "method": "HEAD", "times": 1}])");
+  const S3Counters t0 = e.client->counters();
+  CKPT_ASSERT_OK(AllOk(SaveOnRanks({e.storage.get()}, e.root, 1, model, 3)));
+  EXPECT_THAT(Hits(), ::testing::Each(::testing::Ge(1)));
+  const S3Counters t1 = e.client->counters();
+  EXPECT_GE((t1 - t0).retries, 5u);
+
+  Rules(R"([{"action": "truncate", "keep_bytes": 1000, "method": "GET",
+             "path": "/shard-", "times": 2},
+            {"action": "status", "status": 500, "method": "GET",
+             "path": "/MANIFEST", "times": 1},
+            {"action": "delay", "seconds": 2, "method": "GET",
+             "path": "/shard-", "times": 1},
+            {"action": "reset", "method": "GET", "path": "/shard-",
+             "times": 1}])");
+  CKPT_EXPECT_OK(LoadOnRanks(e.storage.get(), e.root, model, 2));
+  EXPECT_THAT(Hits(), ::testing::Each(::testing::Ge(1)));
+  // Not 5: libcurl itself sends again, within one attempt, a request whose
+  // reused connection is reset before any answer.
+  EXPECT_GE((e.client->counters() - t1).retries, 3u);
+}
+
+// A fault that persists fails the load, naming the object, the HTTP status
+// and S3's code; never partial data.
+TEST_F(WholeCheckpointFaults, PersistentSlowDownFailsTheLoadNamingTheObject) {
+  Env e = Through(/*attempts=*/3);
+  const Model model = SmallModel(81);
+  CKPT_ASSERT_OK(AllOk(SaveOnRanks({e.storage.get()}, e.root, 1, model, 2)));
+  Rules(R"([{"action": "status", "status": 503, "code": "SlowDown",
+             "method": "GET", "path": "/shard-00001", "times": null}])");
+  absl::Status s = LoadOnRanks(e.storage.get(), e.root, model, 2);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable,
+                          "step-00000001/shard-00001."));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable, "HTTP 503 SlowDown"));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable, "gave up after 3"));
+}
+
+// Connections dropped mid-body on every attempt: an error, never the bytes
+// that came.
+TEST_F(WholeCheckpointFaults, AlwaysTruncatedReadsFailTheLoad) {
+  Env e = Through(/*attempts=*/3);
+  const Model model = SmallModel(82);
+  CKPT_ASSERT_OK(AllOk(SaveOnRanks({e.storage.get()}, e.root, 1, model, 2)));
+  Rules(R"([{"action": "truncate", "keep_bytes": 100, "method": "GET",
+             "path": "/shard-00000", "times": null}])");
+  EXPECT_THAT(LoadOnRanks(e.storage.get(), e.root, model, 1),
+              StatusIs(absl::StatusCode::kUnavailable, "/shard-00000."));
+}
+
+// 403 and 404 are what they are: one attempt each, and reported as such.
+TEST_F(WholeCheckpointFaults, ForbiddenAndNotFoundAreNotRetried) {
+  Env e = Through();
+  const Model model = SmallModel(83);
+  Rules(R"([{"action": "status", "status": 403, "code": "AccessDenied",
+             "method": "PUT", "path": "/shard-00001", "times": null}])");
+  EXPECT_THAT(
+      AllOk(SaveOnRanks({e.storage.get()}, e.root, 1, model, 2)),
+      StatusIs(absl::StatusCode::kPermissionDenied, "HTTP 403 AccessDenied"));
+  EXPECT_THAT(Hits(), ::testing::ElementsAre(1));
+  EXPECT_THAT(Keys(e, "run/"), ::testing::IsEmpty());
+
+  Rules("[]");
+  CKPT_ASSERT_OK(AllOk(SaveOnRanks({e.storage.get()}, e.root, 2, model, 2)));
+  Rules(R"([{"action": "status", "status": 404, "code": "NoSuchKey",
+             "method": "GET", "path": "/shard-00000", "times": null},
+            {"action": "status", "status": 403, "code": "AccessDenied",
+             "method": "GET", "path": "/shard-00001", "times": null}])");
+  absl::Status s = LoadOnRanks(e.storage.get(), e.root, model, 1);
+  EXPECT_TRUE(absl::IsNotFound(s) || absl::IsPermissionDenied(s)) << s;
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::AnyOf(HasSubstr("HTTP 404 NoSuchKey"),
+                               HasSubstr("HTTP 403 AccessDenied")));
+  for (int h : Hits()) EXPECT_LE(h, 1);
+}
+
+// A byte flipped in transit is caught by ckpt's block checksums.
+TEST_F(WholeCheckpointFaults, ByteFlippedInTransitIsDataLoss) {
+  Env e = Through();
+  const Model model = SmallModel(84);
+  CKPT_ASSERT_OK(AllOk(SaveOnRanks({e.storage.get()}, e.root, 1, model, 1)));
+  // The largest GET of the load is tensor data: flip its 5000th byte.
+  Rules(R"([{"action": "flip", "offset": 5000, "method": "GET",
+             "path": "/shard-00000", "skip": 2, "times": 1}])");
+  absl::Status s = LoadOnRanks(e.storage.get(), e.root, model, 1);
+  EXPECT_THAT(Hits(), ::testing::ElementsAre(1));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kDataLoss, "shard-00000."));
 }
 
 TEST(S3Checkpoint, StoreWithoutConditionalWritesIsRefusedUnlessSingleWriter) {

@@ -144,6 +144,21 @@ TEST_F(Faults, ForbiddenAndNotFoundAreNotRetried) {
   EXPECT_EQ(c->counters().requests, 2u);
 }
 
+// Regression: a HEAD answered 400 has no body, so no S3 code: the error is
+// still InvalidArgument naming the object and the status, after one
+// attempt (a 400 without a code is not RequestTimeout).
+TEST_F(Faults, HeadAnsweredWithBodiless400NamesObjectAndStatus) {
+  Rules(R"([{"action": "status", "status": 400, "code": "BadRequest",
+             "method": "HEAD", "times": null}])");
+  auto c = Client(Options());
+  EXPECT_THAT(
+      c->HeadObject(bucket_, "obj"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               absl::StrCat("HeadObject s3://", bucket_, "/obj: HTTP 400")));
+  EXPECT_THAT(Hits(), ElementsAre(1));
+  EXPECT_EQ(c->counters().requests, 1u);
+}
+
 // An answer held past the client's timeout: the attempt fails and the
 // next one gets the data.
 TEST_F(Faults, SlowAnswerTimesOutAndIsRetried) {
@@ -233,6 +248,30 @@ TEST_F(Faults, ConditionalPutWhoseAnswerWasLostIsStillOurs) {
   // Timed out (no status), refused (412), then the HEAD that shows the
   // object is ours.
   EXPECT_THAT(statuses, ElementsAre(0, 412, 200));
+  EXPECT_THAT(c->PutObject(bucket_, "step/MANIFEST", "theirs", once),
+              StatusIs(absl::StatusCode::kAlreadyExists, "If-None-Match"));
+  EXPECT_EQ(direct_->GetObject(bucket_, "step/MANIFEST").value(), "ours");
+}
+
+// Regression: the same when the connection is reset after the server
+// stored the object. libcurl sends the PUT again on a new connection within
+// the same attempt, so the refusal (412) comes on the first attempt; the
+// save of a whole checkpoint through the proxy failed its commit with
+// AlreadyExists on it.
+TEST_F(Faults, ConditionalPutWhoseConnectionWasResetIsStillOurs) {
+  Rules(R"([{"action": "reset", "method": "PUT", "path": "MANIFEST",
+             "times": 1}])");
+  std::vector<long> statuses;  // one thread: no lock needed
+  auto c = S3Client::Create(Options(), [&](const RequestRecord& r) {
+             statuses.push_back(r.http_status);
+           }).value();
+  PutOptions once;
+  once.if_none_match = true;
+  CKPT_ASSERT_OK(c->PutObject(bucket_, "step/MANIFEST", "ours", once));
+  // Refused, then the HEAD that shows the object is ours.
+  ASSERT_GE(statuses.size(), 2u);
+  EXPECT_EQ(statuses[statuses.size() - 2], 412);
+  EXPECT_EQ(statuses.back(), 200);
   EXPECT_THAT(c->PutObject(bucket_, "step/MANIFEST", "theirs", once),
               StatusIs(absl::StatusCode::kAlreadyExists, "If-None-Match"));
   EXPECT_EQ(direct_->GetObject(bucket_, "step/MANIFEST").value(), "ours");
