@@ -15,6 +15,11 @@
 // past the limit fail with EFBIG. --async 1 saves with Writer::SaveAsync
 // and overwrites the whole state while each save is in flight (the
 // checkpoint must still hold the values of its step).
+//
+// An s3:// root is saved through ckpt::UrlStorage(), configured by the AWS
+// environment variables (ckpt/open_storage.h), when the writer is built
+// with ckpt_s3 (CKPT_CRASH_WRITER_S3); without it such a root is refused
+// (exit 64).
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -24,9 +29,13 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "ckpt/in_process.h"
 #include "reliability/model.h"
+#ifdef CKPT_CRASH_WRITER_S3
+#include "ckpt/open_storage.h"
+#endif
 
 namespace {
 
@@ -102,6 +111,12 @@ bool ParseArgs(int argc, char** argv, Args* a, std::string* why) {
     *why = "--world must be 1..64 and --stride >= 1";
     return false;
   }
+#ifndef CKPT_CRASH_WRITER_S3
+  if (absl::StartsWith(a->root, "s3://")) {
+    *why = "built without ckpt_s3: s3:// roots are not supported";
+    return false;
+  }
+#endif
   return true;
 }
 
@@ -123,11 +138,16 @@ int main(int argc, char** argv) {
     }
   }
 
+  ckpt::Storage* storage = nullptr;  // the Writer's default: POSIX
+#ifdef CKPT_CRASH_WRITER_S3
+  if (absl::StartsWith(args.root, "s3://")) storage = ckpt::UrlStorage();
+#endif
+
   ckpt::InProcessWorld world(args.world);
   absl::Status s =
       ckpt::RunRanks(world, [&](ckpt::Communicator& comm) -> absl::Status {
         CKPT_ASSIGN_OR_RETURN(auto state, ckpt::reliability::RankState::Create(
-                                              &comm, args.save.scale));
+                                              &comm, args.save.scale, storage));
         for (uint64_t i = 0; args.count == 0 || i < args.count; ++i) {
           const uint64_t step = args.first + i * args.stride;
           CKPT_RETURN_IF_ERROR(

@@ -37,10 +37,16 @@ struct RootCheck {
 //    latest checkpoint find no error, and report each .tmp-* entry as a
 //    warning.
 // Step directories without a MANIFEST are not checkpoints; they are listed
-// in the result for the caller to judge.
-inline RootCheck CheckRoot(const std::string& root, int scale) {
+// in the result for the caller to judge. `storage`: the root's storage
+// (null: POSIX). `skip_steps`: committed steps the caller has checked
+// already and that nothing has changed since (they are listed, not loaded
+// again).
+inline RootCheck CheckRoot(const std::string& root, int scale,
+                           Storage* storage = nullptr,
+                           const std::vector<uint64_t>& skip_steps = {}) {
   RootCheck out;
-  auto listing = ListRoot(root);
+  Storage* const fs = storage != nullptr ? storage : DefaultStorage();
+  auto listing = ListRoot(root, fs);
   EXPECT_THAT(listing, ::ckpt::testing::IsOk());
   if (!listing.ok()) return out;
   out.listing = *listing;
@@ -49,7 +55,7 @@ inline RootCheck CheckRoot(const std::string& root, int scale) {
       << absl::StrJoin(out.listing.other, ", ");
   EXPECT_TRUE(out.listing.has_latest) << root << ": no latest";
 
-  auto latest = VerifyCheckpoint(root, scale);
+  auto latest = VerifyCheckpoint(root, scale, storage);
   EXPECT_THAT(latest, ::ckpt::testing::IsOk()) << "latest of " << root;
   if (latest.ok()) {
     out.latest_ok = true;
@@ -58,8 +64,12 @@ inline RootCheck CheckRoot(const std::string& root, int scale) {
     EXPECT_NE(std::find(c.begin(), c.end(), *latest), c.end());
   }
   for (uint64_t step : out.listing.committed) {
+    if (std::find(skip_steps.begin(), skip_steps.end(), step) !=
+        skip_steps.end()) {
+      continue;
+    }
     const std::string dir = JoinPath(root, format::StepDirName(step));
-    auto got = VerifyCheckpoint(dir, scale);
+    auto got = VerifyCheckpoint(dir, scale, storage);
     EXPECT_THAT(got, ::ckpt::testing::IsOk()) << dir;
     if (got.ok()) {
       EXPECT_EQ(*got, step) << dir;
@@ -69,6 +79,7 @@ inline RootCheck CheckRoot(const std::string& root, int scale) {
   ops::ValidateOptions vo;
   vo.path = root;
   vo.threads = 2;
+  vo.storage = storage;
   auto report = ops::Validate(vo);
   EXPECT_THAT(report, ::ckpt::testing::IsOk()) << "validate " << root;
   if (report.ok()) {
