@@ -45,6 +45,10 @@
 //
 // Figures are in GB/s (1e9 bytes) of tensor bytes. The last line printed
 // is one JSON object holding every run's figure.
+//
+// --storage s3://bucket/prefix measures an S3 store instead: counts of
+// requests and bytes, not speeds (bench_io_s3.h; --ranks' largest count
+// saves, --reshard-to loads; --dir is not used).
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -65,6 +69,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -73,6 +78,9 @@
 #include "ckpt/in_process.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
+#ifdef CKPT_BENCH_IO_S3
+#include "bench_io_s3.h"
+#endif
 
 namespace {
 
@@ -569,6 +577,9 @@ void DumpInputs(const std::string& path, const Data& d) {
 
 struct Options {
   std::string dir, ranks_arg = "1", codecs_arg = "none", inputs, dump;
+  std::string storage;  // s3://...: the counts of bench_io_s3.h
+  int part_mib = 16;
+  bool create_bucket = false;
   double gib = 2;
   int threads = 4, repeats = 3, reshard_to = 0, zstd_level = 3;
   bool evict = false, direct = false;
@@ -579,9 +590,16 @@ int ParseOptions(int argc, char** argv, Options* o) {
   CLI::App app{
       "ckpt save/load throughput vs. sequential I/O on the same directory"};
   app.add_option(
-         "--dir", o->dir,
-         "directory to write into (created; what is written is removed)")
-      ->required();
+      "--dir", o->dir,
+      "directory to write into (created; what is written is removed)");
+  app.add_option("--storage", o->storage,
+                 "s3://bucket/prefix: count requests and bytes of a save, a "
+                 "cooperative resharded load and a replicated load on S3 "
+                 "instead (AWS_* environment variables)");
+  app.add_option("--part-mib", o->part_mib,
+                 "with --storage: multipart part size in MiB (>= 5)");
+  app.add_flag("--create-bucket", o->create_bucket,
+               "with --storage: create the bucket first");
   app.add_option("--gib", o->gib, "GiB of data (64 MiB tensors)");
   app.add_option("--threads", o->threads, "I/O threads of each rank");
   app.add_option("--repeats", o->repeats,
@@ -606,7 +624,32 @@ int ParseOptions(int argc, char** argv, Options* o) {
   app.add_option("--dump-inputs", o->dump,
                  "write the tensors to this file (raw float32) and PATH.json");
   CLI11_PARSE(app, argc, argv);
+  if (o->dir.empty() && o->storage.empty()) {
+    std::cerr << "ckpt-bench-io: --dir or --storage is required\n";
+    return 64;
+  }
   return -1;
+}
+
+// --storage: the S3 counts; the process's exit code.
+int RunStorage(const Options& o) {
+#ifdef CKPT_BENCH_IO_S3
+  if (absl::StartsWith(o.storage, "s3://")) {
+    ckpt::bench::S3CountsOptions so;
+    so.url = o.storage;
+    so.gib = o.gib;
+    const std::vector<int> ranks = ParseInts(o.ranks_arg);
+    so.ranks = *std::max_element(ranks.begin(), ranks.end());
+    so.reshard_to = o.reshard_to > 0 ? o.reshard_to : so.ranks + 1;
+    so.threads = o.threads;
+    so.part_mib = o.part_mib;
+    so.create_bucket = o.create_bucket;
+    return ckpt::bench::RunS3Counts(so);
+  }
+#endif
+  std::cerr << "ckpt-bench-io: --storage " << o.storage
+            << ": only s3:// URLs, with a build that has ckpt_s3\n";
+  return 64;
 }
 
 // The tensors: read from --inputs or generated, and dumped with
@@ -805,6 +848,7 @@ std::string JsonLine(const Options& o, const Data& d, const Limits& l,
 int main(int argc, char** argv) {
   Options o;
   if (int rc = ParseOptions(argc, argv, &o); rc >= 0) return rc;
+  if (!o.storage.empty()) return RunStorage(o);
   Data d;
   MakeInputs(o, &d);
   if (o.repeats < 1) return 0;  // --repeats 0: only generate (and dump)
