@@ -261,7 +261,9 @@ def rows_and_targets(res):
             b = best({n: v for n, v in con["results"].items() if n.startswith("dcp")})
             if b:
                 compare("consolidation to safetensors, >= 2x DCP's", "ckpt-convert",
-                        con["results"].get("ckpt-convert"), b, con["results"][b], 2.0)
+                        con["results"].get("ckpt-convert"), b, con["results"][b], 2.0,
+                        extra=bound(con["results"].get("limit"), con["results"][b], b,
+                                    "write(2) of the output"))
     return rows, checks
 
 

@@ -459,3 +459,38 @@ def test_async_save_whose_staged_save_commits_before_dcp_plans_succeeds(tmp_path
     # Control: a plain save of a committed step is still refused.
     with pytest.raises(CheckpointException, match="a checkpoint of step 5 exists"):
         dcp.save(src, storage_writer=ckdcp.Writer(tmp_path, step=5))
+
+
+def test_async_save_reuses_its_local_plan_while_the_structure_stays(tmp_path, monkeypatch):
+    """stage() plans once per structure: the next async_save of a state dict
+    of the same FQNs, shapes and dtypes reuses the plan (and saves the new
+    values); a changed shape or a new key makes a new plan."""
+    from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+    plans = []
+    create = DefaultSavePlanner.create_local_plan
+
+    def counting(self):
+        plans.append(1)
+        return create(self)
+    monkeypatch.setattr(DefaultSavePlanner, "create_local_plan", counting)
+    ckdcp._plans.clear()
+
+    def save_and_check(src, step):
+        n = len(plans)
+        dcp.async_save(src, storage_writer=ckdcp.Writer(tmp_path, step=step)).result()
+        dst = {k: (torch.zeros_like(v) if isinstance(v, torch.Tensor) else None)
+               for k, v in src.items()}
+        dcp.load(dst, storage_reader=ckdcp.Reader(tmp_path, step=step))
+        assert mismatches(full(dst), full(src)) == []
+        return len(plans) - n  # create_local_plan calls: stage()'s and DCP's own
+
+    src = {"w": torch.randn(4, 3), "b": torch.randn(3).bfloat16(), "cfg": "a"}
+    first = save_and_check(src, 1)
+    src = {"w": torch.randn(4, 3), "b": torch.randn(3).bfloat16(), "cfg": "b"}
+    assert save_and_check(src, 2) == first - 1  # stage() reused its plan
+    src = {"w": torch.randn(5, 3), "b": torch.randn(3).bfloat16(), "cfg": "b"}
+    assert save_and_check(src, 3) == first  # a shape changed: planned anew
+    src = {"w": torch.randn(5, 3), "b": torch.randn(3).bfloat16(), "cfg": "b",
+           "new": torch.ones(2)}
+    assert save_and_check(src, 4) == first  # a new key
+    assert save_and_check(src, 5) == first - 1

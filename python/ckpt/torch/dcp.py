@@ -75,7 +75,10 @@ dcp.async_save: ckpt does the staging
 Writer is an AsyncStager, so async_save calls Writer.stage(state_dict) on
 the trainer's thread before it starts DCP's save on its background thread.
 stage() plans the save with a SavePlanner (Writer(planner=...), default
-DefaultSavePlanner()), registers the items and calls ckpt's
+DefaultSavePlanner(); with that one, the local plan of the group's last
+stage() is reused while the state dict keeps its structure: FQNs, shapes,
+dtypes, tensor properties, DTensor meshes and placements), registers the
+items and calls ckpt's
 Writer.save_async, which returns once every tensor is snapshotted into
 ckpt's staging memory (kept by the ckpt Writer of the group and reused by
 the next save; CUDA tensors go through ckpt's pinned staging when the
@@ -395,15 +398,74 @@ def _write_results(items: Sequence[WriteItem], blobs: Dict[str, bytes]) -> Futur
 _writers: Dict[int, tuple] = {}
 
 
+def _group_key(process_group, comm):
+    return "no_dist" if comm is None else (process_group if process_group is not None
+                                           else torch.distributed.group.WORLD)
+
+
 def _group_writer(process_group, no_dist: bool):
     """(the ckpt Writer, its communicator or None) of `process_group`."""
     comm = None if no_dist else _communicator(process_group)
-    key = "no_dist" if comm is None else (process_group if process_group is not None
-                                          else torch.distributed.group.WORLD)
+    key = _group_key(process_group, comm)
     cached = _writers.get(id(key))
     if cached is None or cached[0] is not key:
         cached = _writers[id(key)] = (key, _ckpt.Writer(comm), comm)
     return cached[1], cached[2]
+
+
+# The local plan of the last stage() of each process group (the group object
+# kept with it, as in _writers): (the structure it was made for, the plan).
+# DefaultSavePlanner's create_local_plan builds every write item anew (for a
+# DTensor, its chunk from mesh and placements) although a trainer saves the
+# same structure every time; stage() reuses the plan while the structure is
+# the same, which skips that work on the trainer's thread.
+_plans: Dict[int, tuple] = {}
+
+
+def _plan_structure(planner, is_coordinator: bool):
+    """What DefaultSavePlanner's local plan of `planner.state_dict` (set up)
+    depends on, or None when it cannot say (a planner of another type or
+    with non-default options, a ShardedTensor): per FQN the kind of value,
+    and for a tensor its global shape, dtype, TensorProperties and (a
+    DTensor) mesh and placements; the flattening map; the coordinator
+    flag. Values themselves do not enter the plan (resolve_data reads
+    them)."""
+    from torch.distributed.tensor import DTensor
+    if type(planner) is not DefaultSavePlanner or not planner.flatten_state_dict or getattr(
+            planner, "_enable_plan_caching", False):
+        return None
+    out = [is_coordinator]
+    for fqn, v in planner.state_dict.items():
+        if isinstance(v, DTensor):
+            local = v._local_tensor
+            out.append((fqn, "d", tuple(v.shape), v.dtype, v.device_mesh, tuple(v.placements),
+                        local.layout, local.requires_grad, local.is_pinned()))
+        elif type(v) is torch.Tensor or type(v) is torch.nn.Parameter:
+            out.append((fqn, "t", tuple(v.shape), v.dtype, v.layout, v.requires_grad,
+                        v.is_pinned()))
+        elif isinstance(v, torch.Tensor):
+            return None  # a ShardedTensor or another tensor subclass
+        else:
+            out.append((fqn, "o"))
+    out.append(planner.mappings)
+    return out
+
+
+def _local_plan(key, planner, is_coordinator: bool) -> SavePlan:
+    """planner.create_local_plan(), or the plan of the group's last stage()
+    when the structure it was made for is the same (_plan_structure)."""
+    structure = _plan_structure(planner, is_coordinator)
+    cached = _plans.get(id(key))
+    if structure is not None and cached is not None and cached[0] is key \
+            and cached[1] == structure:
+        planner.plan = cached[2]
+        return cached[2]
+    plan = planner.create_local_plan()
+    if structure is None:
+        _plans.pop(id(key), None)
+    else:
+        _plans[id(key)] = (key, structure, plan)
+    return plan
 
 
 @dataclasses.dataclass
@@ -544,7 +606,7 @@ class Writer(StorageWriter, AsyncStager):
         try:
             planner.set_up_planner(state_dict, storage_meta=self.storage_meta(),
                                    is_coordinator=rank == 0)
-            plan = planner.create_local_plan()
+            plan = _local_plan(_group_key(self.process_group, comm), planner, rank == 0)
             _check_items(plan.items)
             if rank == 0:
                 self._check_step_free()

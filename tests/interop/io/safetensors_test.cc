@@ -51,6 +51,61 @@ TEST_F(SafetensorsTools, OneFileRoundTripIsExact) {
   CKPT_EXPECT_OK(ckpt::testing::SameContent(src_, (dir_ / "back")));
 }
 
+// Windows far smaller than the tensors, and of sizes that are no multiple
+// of any element size: tensors are cut into flat pieces at odd places and
+// windows hold the ends and starts of several of them.
+TEST_F(SafetensorsTools, SmallWindowsRoundTripIsExact) {
+  for (uint64_t slab : {1, 7, 100, 4099}) {
+    SCOPED_TRACE(slab);
+    const std::string name = "m" + std::to_string(slab);
+    SafetensorsExportOptions o;
+    o.slab_bytes = slab;
+    CKPT_ASSERT_OK(
+        ExportSafetensors(src_, dir_ / (name + ".safetensors"), o).status());
+    CKPT_ASSERT_OK(
+        ImportSafetensors(dir_ / (name + ".safetensors"), dir_ / name, {})
+            .status());
+    CKPT_EXPECT_OK(ckpt::testing::SameContent(src_, dir_ / name));
+  }
+}
+
+// A flipped byte in a stored block fails the export with the block's
+// place, and leaves neither the output nor its temporary file. The byte is
+// found by content: the tensor's bytes are stored as they are.
+TEST_F(SafetensorsTools, CorruptBlockFailsAndLeavesNothing) {
+  std::vector<float> w(64 * 1024);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i) + 0.5f;
+  const std::string src = (dir_ / "one");
+  {
+    CKPT_ASSERT_OK_AND_ASSIGN(auto writer, Writer::Create({}));
+    CKPT_ASSERT_OK(writer->AddTensor("w", DType::kFloat32, {64, 1024},
+                                     FullBox({64, 1024}), w.data()));
+    CKPT_ASSERT_OK(writer->Save(src, 1, {}).status());
+  }
+  const std::string shard = "shard-00000.ckpt";
+  {
+    const std::string path = (dir_ / "one/step-00000001/") + shard;
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    const std::string s((std::istreambuf_iterator<char>(io)),
+                        std::istreambuf_iterator<char>());
+    const size_t at = s.find(std::string(
+        reinterpret_cast<const char*>(w.data() + 40000), 4 * sizeof(float)));
+    ASSERT_NE(at, std::string::npos);
+    io.clear();
+    io.seekp(static_cast<std::streamoff>(at));
+    io.put(static_cast<char>(s[at] ^ 0xFF));
+  }
+  const std::string out = (dir_ / "m.safetensors");
+  auto e = ExportSafetensors(src, out, {});
+  EXPECT_THAT(e, StatusIs(absl::StatusCode::kDataLoss, shard));
+  EXPECT_THAT(e, StatusIs(absl::StatusCode::kDataLoss, "of 'w'"));
+  for (const auto& f : fs::directory_iterator(dir_.path())) {
+    EXPECT_EQ(f.path().filename().string().rfind("m.safetensors", 0),
+              std::string::npos)
+        << f.path();
+  }
+}
+
 TEST_F(SafetensorsTools, ShardsRoundTripIsExactAndIndexIsHuggingFaces) {
   const std::string out = (dir_ / "hf");
   SafetensorsExportOptions o;

@@ -13,8 +13,11 @@
 // own where it is reached, and the entries after it go on filling the
 // current shard.
 //
-// Memory stays bounded: a tensor is loaded with ckpt::Reader in flat pieces
-// of at most `slab_bytes` and appended to the file; objects are read whole.
+// Memory stays bounded: the data section is loaded with ckpt::Reader in
+// windows of consecutive tensor bytes (whole tensors or flat pieces of
+// them) of at most min(`slab_bytes`, 4 MiB), three buffers of a window
+// reused from first to last, while a second thread appends the windows
+// loaded before to the file; objects are read whole, one at a time.
 // Files are written under temporary names (a sharded export into a
 // temporary directory) and renamed into place when complete; on error
 // nothing is left at `output`. With `overwrite`, an existing shard
@@ -40,7 +43,7 @@ struct SafetensorsExportOptions {
   std::vector<std::string> include;  // fnmatch globs; empty = every entry
   std::vector<std::string> exclude;  // fnmatch globs
   bool overwrite = false;
-  uint64_t slab_bytes = 64ull << 20;  // most tensor bytes loaded at once
+  uint64_t slab_bytes = 64ull << 20;  // most bytes of a window (above)
   int io_threads = 4;
   std::function<void(uint64_t bytes, uint64_t total)> progress;
 };
