@@ -1,7 +1,11 @@
 #include "ckpt/ops/checkpoint_root.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/latest.h"
+#include "ckpt/format/status_macros.h"
+#include "storage/checkpoint_dir.h"
 
 namespace ckpt::ops {
 
@@ -24,6 +28,16 @@ absl::Status CheckStepIsFree(Storage* storage, const std::string& root,
                      " already exists (use --force to replace it)"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint64_t>> CommittedSteps(Storage* storage,
+                                                     const std::string& root) {
+  CKPT_ASSIGN_OR_RETURN(internal::RootListing listing,
+                        internal::ListRoot(storage, root));
+  std::vector<uint64_t> steps;
+  for (const auto& [step, name] : listing.committed) steps.push_back(step);
+  std::sort(steps.begin(), steps.end());
+  return steps;
 }
 
 }  // namespace ckpt::ops

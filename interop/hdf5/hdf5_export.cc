@@ -730,12 +730,15 @@ absl::StatusOr<Hdf5ExportResult> ExportHdf5(const std::string& source,
                                             const std::string& output,
                                             const Hdf5ExportOptions& options) {
   CKPT_RETURN_IF_ERROR(ValidateOptions(options));
+  Storage* storage =
+      options.storage != nullptr ? options.storage : DefaultStorage();
   ReaderOptions ro;
   ro.io_threads = options.io_threads;
+  ro.storage = storage;
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
                         Reader::Open(source, ro));
-  CKPT_RETURN_IF_ERROR(ops::CheckSourceShards(DefaultStorage(), reader->path(),
-                                              reader->manifest()));
+  CKPT_RETURN_IF_ERROR(
+      ops::CheckSourceShards(storage, reader->path(), reader->manifest()));
   CKPT_ASSIGN_OR_RETURN(Hdf5ExportResult result,
                         PlanExport(*reader, output, options));
   CKPT_RETURN_IF_ERROR(CheckOutput(output, options.overwrite));

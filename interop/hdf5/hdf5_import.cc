@@ -60,8 +60,9 @@ absl::Status AddEntries(Writer* writer, hid_t fid, const ImportPlan& plan,
 absl::StatusOr<Hdf5ImportResult> ImportHdf5(const std::string& input,
                                             const std::string& root,
                                             const Hdf5ImportOptions& options) {
-  CKPT_RETURN_IF_ERROR(
-      ops::CheckRootIsDirectoryOrAbsent(DefaultStorage(), root));
+  Storage* storage =
+      options.storage != nullptr ? options.storage : DefaultStorage();
+  CKPT_RETURN_IF_ERROR(ops::CheckRootIsDirectoryOrAbsent(storage, root));
   Hdf5ImportResult result;
   result.input = input;
   Handle file;
@@ -85,10 +86,11 @@ absl::StatusOr<Hdf5ImportResult> ImportHdf5(const std::string& input,
   } close_file{file};
 
   result.step = options.step.value_or(result.plan.step.value_or(0));
-  CKPT_RETURN_IF_ERROR(ops::CheckStepIsFree(DefaultStorage(), root, result.step,
-                                            options.overwrite));
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Writer> writer,
-                        Writer::Create(Writer::Options{}));
+  CKPT_RETURN_IF_ERROR(
+      ops::CheckStepIsFree(storage, root, result.step, options.overwrite));
+  Writer::Options wo;
+  wo.storage = storage;
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Writer> writer, Writer::Create(wo));
   CKPT_RETURN_IF_ERROR(
       AddEntries(writer.get(), file.get(), result.plan, input, options));
   SaveOptions so;

@@ -125,14 +125,15 @@ absl::Status RegisterRank(const DcpInput& in, int rank, Writer& w,
 // One rank's part of the conversion: registers what it writes, agrees with
 // the others that every rank could, then saves.
 absl::StatusOr<std::string> ConvertRank(
-    const DcpInput& in, Communicator& comm, const std::string& root,
-    uint64_t step, const SaveOptions& so,
+    const DcpInput& in, Communicator& comm, Storage* storage,
+    const std::string& root, uint64_t step, const SaveOptions& so,
     const std::function<void(uint64_t)>& progress) {
   std::unique_ptr<Writer> w;
   std::vector<std::unique_ptr<ChunkSource>> sources;
   absl::Status registered = [&]() -> absl::Status {
     Writer::Options wo;
     wo.comm = &comm;
+    wo.storage = storage;
     CKPT_ASSIGN_OR_RETURN(w, Writer::Create(wo));
     return RegisterRank(in, comm.rank(), *w, sources, progress);
   }();
@@ -191,10 +192,10 @@ absl::StatusOr<DcpImportResult> ImportOpenedDcp(const DcpInput& in,
   so.overwrite = o.overwrite;
   so.metadata = UserMetadata(in);
   r.metadata_keys = so.metadata.size();
+  Storage* storage = o.storage != nullptr ? o.storage : DefaultStorage();
+  CKPT_RETURN_IF_ERROR(ops::CheckRootIsDirectoryOrAbsent(storage, root));
   CKPT_RETURN_IF_ERROR(
-      ops::CheckRootIsDirectoryOrAbsent(DefaultStorage(), root));
-  CKPT_RETURN_IF_ERROR(
-      ops::CheckStepIsFree(DefaultStorage(), root, r.step, o.overwrite));
+      ops::CheckStepIsFree(storage, root, r.step, o.overwrite));
   Mutex progress_mu;
   std::function<void(uint64_t)> progress;
   if (o.progress) {
@@ -206,8 +207,9 @@ absl::StatusOr<DcpImportResult> ImportOpenedDcp(const DcpInput& in,
   InProcessWorld world(in.world_size);
   std::vector<std::string> paths(in.world_size);
   CKPT_RETURN_IF_ERROR(RunRanks(world, [&](Communicator& comm) -> absl::Status {
-    CKPT_ASSIGN_OR_RETURN(paths[comm.rank()],
-                          ConvertRank(in, comm, root, r.step, so, progress));
+    CKPT_ASSIGN_OR_RETURN(
+        paths[comm.rank()],
+        ConvertRank(in, comm, storage, root, r.step, so, progress));
     return absl::OkStatus();
   }));
   r.checkpoint = paths[0];

@@ -422,13 +422,16 @@ absl::Status PublishDir(const std::string& tmp, const std::string& output) {
 // manifest: what the export plans (shards, header offsets) follows the
 // manifest's declared sizes, so only once the shard files vouch for them.
 absl::StatusOr<std::unique_ptr<Reader>> OpenSource(const std::string& source,
-                                                   int io_threads) {
+                                                   int io_threads,
+                                                   Storage* storage) {
+  if (storage == nullptr) storage = DefaultStorage();
   ReaderOptions ro;
   ro.io_threads = std::max(1, io_threads);
+  ro.storage = storage;
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
                         Reader::Open(source, ro));
-  CKPT_RETURN_IF_ERROR(ops::CheckSourceShards(DefaultStorage(), reader->path(),
-                                              reader->manifest()));
+  CKPT_RETURN_IF_ERROR(
+      ops::CheckSourceShards(storage, reader->path(), reader->manifest()));
   return reader;
 }
 
@@ -527,7 +530,7 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
   const bool sharded = o.max_shard_bytes > 0;
   CKPT_RETURN_IF_ERROR(CheckOutput(output, sharded, o.overwrite));
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
-                        OpenSource(source, o.io_threads));
+                        OpenSource(source, o.io_threads, o.storage));
   const format::Manifest& m = reader->manifest();
   SafetensorsExportResult r;
   r.checkpoint_dir = reader->path();

@@ -229,25 +229,27 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
   r.ranks = o.ranks;
   r.files = in.files.size();
   r.metadata_keys = meta->user.size();
+  Storage* storage = o.storage != nullptr ? o.storage : DefaultStorage();
+  CKPT_RETURN_IF_ERROR(ops::CheckRootIsDirectoryOrAbsent(storage, root));
   CKPT_RETURN_IF_ERROR(
-      ops::CheckRootIsDirectoryOrAbsent(DefaultStorage(), root));
-  CKPT_RETURN_IF_ERROR(
-      ops::CheckStepIsFree(DefaultStorage(), root, r.step, o.overwrite));
+      ops::CheckStepIsFree(storage, root, r.step, o.overwrite));
   // With --ranks N the file is imported on one rank into a temporary root
   // beside `root` and resharded from there (ckpt-reshard's inference).
   const bool reshard = o.ranks > 1;
   const std::string target =
       reshard ? absl::StrCat(root, ".import-tmp-", ::getpid()) : root;
   struct Cleanup {
+    Storage* storage;
     std::string dir;
     ~Cleanup() {
-      std::error_code e;
-      if (!dir.empty()) fs::remove_all(dir, e);
+      // Best effort: what is left is an uncommitted temporary root.
+      if (!dir.empty()) storage->RemoveAll(dir).IgnoreError();
     }
-  } cleanup{reshard ? target : ""};
+  } cleanup{storage, reshard ? target : ""};
 
-  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Writer> writer,
-                        Writer::Create(Writer::Options{}));
+  Writer::Options wo;
+  wo.storage = storage;
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Writer> writer, Writer::Create(wo));
   CKPT_RETURN_IF_ERROR(Register(in, *meta, *writer, r, o));
   SaveOptions so;
   so.codec = o.codec;
@@ -263,6 +265,7 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
   ro.to = o.ranks;
   ro.codec = o.codec;
   ro.threads = std::max(1, o.io_threads);
+  ro.storage = storage;
   CKPT_ASSIGN_OR_RETURN(ops::ReshardReport report, ops::Reshard(ro));
   r.checkpoint = report.dst_dir;
   return r;

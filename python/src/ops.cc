@@ -1,7 +1,8 @@
 // ckpt._ckpt's operations on whole checkpoints (ops/): validate, diff and
 // reshard. Each returns a dict with the members of the matching tool's
 // --json report (tools/README.md), which ckpt/ops.py turns into
-// dataclasses. The GIL is released while the operation runs.
+// dataclasses; and the committed steps of a root. The GIL is released while
+// the operation runs. Paths are local or s3:// (PythonStorage).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -14,10 +15,12 @@
 #include "absl/strings/str_cat.h"
 #include "bind.h"
 #include "ckpt/format/format_constants.h"
+#include "ckpt/ops/checkpoint_root.h"
 #include "ckpt/ops/diff.h"
 #include "ckpt/ops/reshard.h"
 #include "ckpt/ops/validate.h"
 #include "errors.h"
+#include "storage.h"
 
 namespace ckpt::python {
 namespace py = pybind11;
@@ -195,6 +198,7 @@ py::dict Validate(const std::string& path, bool quick, bool check_finite,
   o.strict = strict;
   o.threads = threads;
   o.max_findings = max_findings;
+  o.storage = PythonStorage();
   absl::StatusOr<ops::ValidateReport> r;
   {
     py::gil_scoped_release release;
@@ -212,6 +216,7 @@ py::dict Diff(const std::string& a, const std::string& b, double atol,
   o.tolerance.rtol = rtol;
   o.window_bytes = window_bytes;
   o.io_threads = io_threads;
+  o.storage = PythonStorage();
   absl::StatusOr<ops::DiffReport> r;
   {
     py::gil_scoped_release release;
@@ -235,6 +240,7 @@ py::dict Reshard(const std::string& src, const std::string& dst, int to,
   o.threads = threads;
   o.step = step;
   o.verify = verify;
+  o.storage = PythonStorage();
   if (codec) {
     if (*codec != "none" && *codec != "zstd") {
       throw StatusError(absl::InvalidArgumentError(absl::StrCat(
@@ -264,6 +270,15 @@ py::dict Reshard(const std::string& src, const std::string& dst, int to,
   return ReshardDict(ValueOrThrow(std::move(r)));
 }
 
+std::vector<uint64_t> CommittedSteps(const std::string& root) {
+  absl::StatusOr<std::vector<uint64_t>> steps;
+  {
+    py::gil_scoped_release release;
+    steps = ops::CommittedSteps(PythonStorage(), root);
+  }
+  return ValueOrThrow(std::move(steps));
+}
+
 }  // namespace
 
 void BindOps(py::module_& m) {
@@ -278,6 +293,9 @@ void BindOps(py::module_& m) {
         py::arg("from_"), py::arg("layout"), py::arg("codec"), py::arg("step"),
         py::arg("threads"), py::arg("verify"),
         "ops::Reshard; the report as ckpt-reshard --json's members.");
+  m.def("_committed_steps", &CommittedSteps, py::arg("root"),
+        "ops::CommittedSteps: the steps of the committed checkpoints under "
+        "root, ascending.");
 }
 
 }  // namespace ckpt::python

@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ckpt/format/status_macros.h"
@@ -190,6 +191,7 @@ absl::StatusOr<int> RunExport(const ConvertOptions& o, std::ostream& out) {
                                            : Hdf5Compression::kDeflate;
   eo.level = o.level >= 0 ? o.level : kDefaultLevel;
   eo.overwrite = o.force;
+  eo.storage = o.storage;
   if (o.threads > 0) {
     eo.io_threads = o.threads;
     eo.compress_threads = o.threads;
@@ -279,6 +281,16 @@ absl::StatusOr<int> RunConvert(const ConvertOptions& o, std::ostream& out) {
   CKPT_RETURN_IF_ERROR(to ? CheckFormat(o.to, "--to")
                           : CheckFormat(o.from, "--from"));
   const std::string& format = to ? o.to : o.from;
+  // Only the checkpoint side goes through the storage; HDF5, safetensors
+  // and DCP files are read and written on the local file system.
+  const std::string& file = to ? o.destination : o.source;
+  if (absl::StartsWith(file, "s3://")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, ": the ", format,
+        " side of a conversion must be a local path; s3:// is for the "
+        "checkpoint (",
+        to ? "SRC" : "DST", ")"));
+  }
   if (format != kHdf5) {
     CKPT_RETURN_IF_ERROR(CheckInteropOptions(o));
     if (format == kDcp) return RunDcpImport(o, out);

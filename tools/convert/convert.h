@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/storage.h"
 
 namespace ckpt::tools {
 
@@ -33,6 +34,9 @@ struct ConvertOptions {
   bool json = false;
   bool verbose = false;  // list every entry
   int threads = 0;       // checkpoint I/O and compression threads; 0 = default
+  // Where the checkpoint side (SRC of an export, DST of an import) is read
+  // or written: not owned; null = POSIX. The other side is always local.
+  Storage* storage = nullptr;
   // Export only (empty / -1: not given).
   std::string compression;  // "none" | "deflate" (default)
   int level = -1;           // deflate level 0..9 (default 4)

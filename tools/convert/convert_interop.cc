@@ -137,6 +137,7 @@ absl::StatusOr<SafetensorsExportOptions> SafetensorsExportOptionsFor(
   eo.exclude = o.exclude;
   eo.overwrite = o.force;
   if (o.threads > 0) eo.io_threads = o.threads;
+  eo.storage = o.storage;
   return eo;
 }
 

@@ -25,13 +25,14 @@ absl::Status CheckCodec(const ConvertOptions& options);
 absl::Status CheckThreads(const ConvertOptions& options);
 
 // Sets what every import (HDF5, safetensors, DCP) takes from the command
-// line: --step, --force, --codec and --threads.
+// line: --step, --force, --codec and --threads; and the storage.
 template <typename ImportOptions>
 void SetCommonImportOptions(const ConvertOptions& o, ImportOptions* io) {
   io->step = o.step;
   io->overwrite = o.force;
   io->codec = o.codec == "zstd" ? format::Codec::kZstd : format::Codec::kNone;
   if (o.threads > 0) io->io_threads = o.threads;
+  io->storage = o.storage;
 }
 
 // The conversions and their human or JSON reports.

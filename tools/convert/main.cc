@@ -2,6 +2,8 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "ckpt/format/status_macros.h"
+#include "common/tool_storage.h"
 #include "common/tool_util.h"
 #include "convert/convert.h"
 
@@ -104,8 +106,12 @@ int main(int argc, char** argv) {
   AddHdf5ExportFlags(app, opts);
   CLI::Option* step_opt = AddImportFlags(app, opts, step);
   AddSafetensorsFlags(app, opts);
-  return ckpt::tools::RunToolMain(app, argc, argv, [&] {
-    if (step_opt->count() > 0) opts.step = step;
-    return ckpt::tools::RunConvert(opts, std::cout);
-  });
+  return ckpt::tools::RunToolMain(
+      app, argc, argv, [&]() -> absl::StatusOr<int> {
+        if (step_opt->count() > 0) opts.step = step;
+        CKPT_ASSIGN_OR_RETURN(
+            opts.storage,
+            ckpt::tools::ToolStorage({opts.source, opts.destination}));
+        return ckpt::tools::RunConvert(opts, std::cout);
+      });
 }

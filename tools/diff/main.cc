@@ -3,6 +3,8 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "ckpt/format/status_macros.h"
+#include "common/tool_storage.h"
 #include "common/tool_util.h"
 #include "diff/diff.h"
 #include "diff/foreign_diff.h"
@@ -39,6 +41,8 @@ int main(int argc, char** argv) {
   return ckpt::tools::RunToolMain(
       app, argc, argv, [&]() -> absl::StatusOr<int> {
         opts.window_bytes = window_mib << 20;
+        CKPT_ASSIGN_OR_RETURN(opts.storage,
+                              ckpt::tools::ToolStorage({opts.a, opts.b}));
         return ckpt::tools::RunDiffAnyFormat(opts, json, std::cout);
       });
 }

@@ -2,6 +2,8 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "ckpt/format/status_macros.h"
+#include "common/tool_storage.h"
 #include "common/tool_util.h"
 #include "inspect/foreign_inspect.h"
 #include "inspect/inspect.h"
@@ -27,7 +29,10 @@ int main(int argc, char** argv) {
                  "Reader threads for --stats (default: one per core)")
       ->check(CLI::Range(1, 1024));
   opts.progress = true;  // drawn only when stderr is a terminal
-  return ckpt::tools::RunToolMain(app, argc, argv, [&] {
-    return ckpt::tools::RunInspectAnyFormat(opts, std::cout);
-  });
+  return ckpt::tools::RunToolMain(
+      app, argc, argv, [&]() -> absl::StatusOr<int> {
+        CKPT_ASSIGN_OR_RETURN(opts.storage,
+                              ckpt::tools::ToolStorage({opts.path}));
+        return ckpt::tools::RunInspectAnyFormat(opts, std::cout);
+      });
 }

@@ -5,6 +5,8 @@
 #include <map>
 
 #include "CLI/CLI.hpp"
+#include "ckpt/format/status_macros.h"
+#include "common/tool_storage.h"
 #include "common/tool_util.h"
 #include "reshard/reshard.h"
 
@@ -55,6 +57,8 @@ int main(int argc, char** argv) {
                                        : ckpt::format::Codec::kNone;
         }
         if (step_opt->count() > 0) opts.step = step;
+        CKPT_ASSIGN_OR_RETURN(opts.storage,
+                              ckpt::tools::ToolStorage({opts.src, opts.dst}));
         return ckpt::tools::RunReshard(opts, json, verbose, std::cout);
       });
 }

@@ -3,6 +3,8 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "ckpt/format/status_macros.h"
+#include "common/tool_storage.h"
 #include "common/tool_util.h"
 #include "validate/foreign_validate.h"
 #include "validate/validate.h"
@@ -38,7 +40,10 @@ int main(int argc, char** argv) {
   ckpt::tools::ProgressBars bars(
       [](absl::string_view phase) { return std::string(phase); });
   opts.on_progress = bars.Callback();
-  return ckpt::tools::RunToolMain(app, argc, argv, [&] {
-    return ckpt::tools::RunValidateAnyFormat(opts, json, std::cout);
-  });
+  return ckpt::tools::RunToolMain(
+      app, argc, argv, [&]() -> absl::StatusOr<int> {
+        CKPT_ASSIGN_OR_RETURN(opts.storage,
+                              ckpt::tools::ToolStorage({opts.path}));
+        return ckpt::tools::RunValidateAnyFormat(opts, json, std::cout);
+      });
 }

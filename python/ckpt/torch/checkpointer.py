@@ -15,7 +15,6 @@ remain, as conveniences that keep one Writer per process group until
 ckpt.torch.release()).
 """
 import os
-import re
 from typing import Callable, Dict, List, Optional
 
 from .. import _ckpt
@@ -24,7 +23,6 @@ from ._comm import _communicator
 from ._load import load as _load
 from ._save import SaveHandle, _await_in_flight, _plan_save
 
-_STEP_DIR = re.compile(r"^step-(\d{8,})$")
 
 
 class Checkpointer:
@@ -116,17 +114,12 @@ class Checkpointer:
     def steps(self) -> List[int]:
         """The steps of the committed checkpoints under root, ascending (a
         step directory without its manifest is not committed and not
-        listed). [] when root does not exist."""
+        listed). [] when root does not exist. Local paths and s3:// URLs
+        alike, through the package's storage."""
         try:
-            names = os.listdir(self.root)
+            return list(_ckpt._committed_steps(self.root))
         except FileNotFoundError:
             return []
-        out = []
-        for n in names:
-            m = _STEP_DIR.match(n)
-            if m and os.path.exists(os.path.join(self.root, n, "MANIFEST")):
-                out.append(int(m.group(1)))
-        return sorted(out)
 
     def latest_step(self) -> Optional[int]:
         """The step `latest` names, or None when root holds no checkpoint."""

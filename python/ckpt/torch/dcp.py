@@ -652,7 +652,7 @@ class Writer(StorageWriter, AsyncStager):
     def _check_step_free(self) -> None:
         from .. import step_path
         path = step_path(self.path, self.step)
-        if not self.overwrite and os.path.exists(os.path.join(path, "MANIFEST")):
+        if not self.overwrite and self.step in _committed_steps(self.path):
             raise AlreadyExistsError(
                 f"{path}: a checkpoint of step {self.step} exists (Writer(overwrite=True) "
                 "replaces it, or choose another step)")
@@ -807,6 +807,14 @@ class Reader(StorageReader):
                         "ckpt-convert --from dcp") from e
                 raise
         return self._reader
+
+
+def _committed_steps(root: str) -> List[int]:
+    """The committed steps under `root`, local or s3:// ([] when none)."""
+    try:
+        return list(_ckpt._committed_steps(root))
+    except FileNotFoundError:
+        return []
 
 
 def _holds_its_elements(t: torch.Tensor) -> bool:

@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/format/records.h"
+#include "ckpt/storage.h"
 #include "ckpt/types.h"
 
 namespace ckpt::interop {
@@ -41,6 +42,9 @@ struct Hdf5ExportOptions {
   uint64_t slab_bytes = 64ull
                         << 20;  // most bytes loaded at once (>= chunk_bytes)
   int io_threads = 4;           // ckpt::Reader threads
+  // Where the checkpoint is read from (not owned; null = POSIX). The HDF5
+  // file is always local.
+  Storage* storage = nullptr;
   // Threads that shuffle and deflate chunks (HDF5 itself would use one);
   // 0 = one per hardware thread.
   int compress_threads = 0;

@@ -31,6 +31,9 @@ struct Hdf5ImportOptions {
   format::Codec codec = format::Codec::kNone;
   int zstd_level = 3;
   int io_threads = 4;
+  // Where the checkpoint is written (not owned; null = POSIX). The HDF5
+  // file is always local.
+  Storage* storage = nullptr;
   // Called with the bytes of each piece read and the total bytes of the
   // import (from the writer's I/O threads, one call at a time).
   std::function<void(uint64_t bytes, uint64_t total)> progress;

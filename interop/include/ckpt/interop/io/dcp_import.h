@@ -33,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/format/records.h"
+#include "ckpt/storage.h"
 
 namespace ckpt::interop {
 
@@ -41,6 +42,8 @@ struct DcpImportOptions {
   bool overwrite = false;
   format::Codec codec = format::Codec::kNone;
   int io_threads = 4;
+  Storage* storage =
+      nullptr;  // of the checkpoint root; not owned; null = POSIX
   std::function<void(uint64_t bytes, uint64_t total)>
       progress;  // any thread, serialized
 };

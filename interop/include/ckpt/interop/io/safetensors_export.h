@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/format/records.h"
+#include "ckpt/storage.h"
 #include "ckpt/types.h"
 
 namespace ckpt::interop {
@@ -45,6 +46,9 @@ struct SafetensorsExportOptions {
   bool overwrite = false;
   uint64_t slab_bytes = 64ull << 20;  // most bytes of a window (above)
   int io_threads = 4;
+  // Where the checkpoint is read from (not owned; null = POSIX); the
+  // safetensors output is always local.
+  Storage* storage = nullptr;
   std::function<void(uint64_t bytes, uint64_t total)> progress;
 };
 

@@ -62,6 +62,8 @@ struct SafetensorsImportOptions {
   bool overwrite = false;
   format::Codec codec = format::Codec::kNone;
   int io_threads = 4;
+  Storage* storage =
+      nullptr;  // of the checkpoint root; not owned; null = POSIX
   std::function<void(uint64_t bytes, uint64_t total)> progress;
 };
 
