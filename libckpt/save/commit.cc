@@ -98,19 +98,24 @@ absl::Status CommitDir(Storage* storage, const std::string& root,
   return absl::OkStatus();
 }
 
+bool LatestIsNewerThan(Storage* storage, const std::string& root,
+                       uint64_t step) {
+  auto current = storage->ReadFile(JoinPath(root, format::kLatestFileName));
+  if (!current.ok()) return false;
+  auto dir = format::DecodeLatest(*current);
+  uint64_t cur_step;
+  return dir.ok() && format::ParseStepDirName(*dir, &cur_step) &&
+         cur_step > step &&
+         storage
+             ->Stat(JoinPath(JoinPath(root, *dir), format::kManifestFileName))
+             .ok();
+}
+
 absl::Status UpdateLatest(Storage* storage, const std::string& root,
                           const std::string& dir_name, uint64_t step) {
   const std::string latest = JoinPath(root, format::kLatestFileName);
-  auto current = storage->ReadFile(latest);
-  if (current.ok()) {
-    auto dir = format::DecodeLatest(*current);
-    uint64_t cur_step;
-    if (dir.ok() && format::ParseStepDirName(*dir, &cur_step) &&
-        cur_step > step &&
-        storage->Stat(JoinPath(JoinPath(root, *dir), format::kManifestFileName))
-            .ok()) {
-      return absl::OkStatus();  // a newer checkpoint is already latest
-    }
+  if (LatestIsNewerThan(storage, root, step)) {
+    return absl::OkStatus();  // a newer checkpoint is already latest
   }
   std::string tmp =
       JoinPath(root, absl::StrCat(format::kTempDirPrefix, "latest-",

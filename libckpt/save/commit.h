@@ -38,6 +38,11 @@ absl::Status CommitDir(Storage* storage, const std::string& root,
                        const std::string& tmp, const std::string& final_dir,
                        bool overwrite);
 
+// Whether root/latest names a committed checkpoint (its MANIFEST exists) of
+// a step after `step`; false when latest is missing or does not decode.
+bool LatestIsNewerThan(Storage* storage, const std::string& root,
+                       uint64_t step);
+
 // Points root/latest at `dir_name` (write temp, fsync, rename, fsync root)
 // unless it already points at a checkpoint of a later step.
 absl::Status UpdateLatest(Storage* storage, const std::string& root,

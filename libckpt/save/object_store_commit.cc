@@ -97,16 +97,8 @@ absl::Status RemoveDeadSaves(Storage* storage, const std::string& root,
 absl::Status ReplaceLatest(Storage* storage, const std::string& root,
                            const std::string& dir_name, uint64_t step) {
   const std::string latest = JoinPath(root, format::kLatestFileName);
-  auto current = storage->ReadFile(latest);
-  if (current.ok()) {
-    auto dir = format::DecodeLatest(*current);
-    uint64_t cur_step;
-    if (dir.ok() && format::ParseStepDirName(*dir, &cur_step) &&
-        cur_step > step &&
-        storage->Stat(JoinPath(JoinPath(root, *dir), format::kManifestFileName))
-            .ok()) {
-      return absl::OkStatus();  // a newer checkpoint is already latest
-    }
+  if (LatestIsNewerThan(storage, root, step)) {
+    return absl::OkStatus();  // a newer checkpoint is already latest
   }
   return storage->ReplaceFile(latest, format::EncodeLatest(dir_name));
 }

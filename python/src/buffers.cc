@@ -145,7 +145,10 @@ bool IsCompact(const DLTensor& t) {
   return true;
 }
 
-BorrowedBuffer BorrowDlpack(py::handle obj, const std::string& what) {
+// Calls obj.__dlpack__() and consumes the capsule: the returned pointer
+// owns the DLManagedTensor and calls its deleter.
+std::shared_ptr<DLManagedTensor> TakeDlpackTensor(py::handle obj,
+                                                  const std::string& what) {
   py::object capsule;
   try {
     capsule = obj.attr("__dlpack__")();
@@ -159,24 +162,17 @@ BorrowedBuffer BorrowDlpack(py::handle obj, const std::string& what) {
       PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
   // The capsule is consumed: from here on the deleter is ours to call.
   PyCapsule_SetName(capsule.ptr(), "used_dltensor");
-  std::shared_ptr<void> keepalive(managed, [](void* p) {
-    auto* m = static_cast<DLManagedTensor*>(p);
+  return std::shared_ptr<DLManagedTensor>(managed, [](DLManagedTensor* m) {
     if (m->deleter) m->deleter(m);
   });
-  const DLTensor& t = managed->dl_tensor;
-  if (!IsCompact(t)) {
-    Refuse(what,
-           "the tensor is not contiguous (a copy is never made silently; "
-           "pass tensor.contiguous())");
-  }
-  if (t.dtype.lanes != 1)
-    Refuse(what, "vector element types are not supported");
-  BorrowedBuffer b;
+}
+
+// Where a DLPack tensor's bytes live, refusing devices ckpt cannot reach.
+MemoryKind DlpackMemory(const DLTensor& t, const std::string& what) {
   switch (t.device.device_type) {
     case kDLCPU:
     case kDLCUDAHost:
-      b.memory = MemoryKind::kHost;
-      break;
+      return MemoryKind::kHost;
     case kDLCUDA:
       if (!PythonBuiltWithCuda()) {
         Refuse(what,
@@ -186,36 +182,50 @@ BorrowedBuffer BorrowDlpack(py::handle obj, const std::string& what) {
       }
       if (PythonDeviceMemory() == nullptr)
         Refuse(what, "a CUDA tensor, but the CUDA runtime sees no device");
-      b.memory = MemoryKind::kCuda;
-      break;
+      return MemoryKind::kCuda;
     default:
       Refuse(what, absl::StrCat("DLPack device type ", t.device.device_type,
                                 " is not supported"));
   }
+}
+
+// A DLPack type code as ElementType's kind.
+char DlpackKind(uint8_t code) {
+  switch (code) {
+    case kDLInt:
+      return 'i';
+    case kDLUInt:
+      return 'u';
+    case kDLFloat:
+      return 'f';
+    case kDLBfloat:
+      return 'B';
+  }
+  return '?';
+}
+
+BorrowedBuffer BorrowDlpack(py::handle obj, const std::string& what) {
+  std::shared_ptr<DLManagedTensor> managed = TakeDlpackTensor(obj, what);
+  const DLTensor& t = managed->dl_tensor;
+  if (!IsCompact(t)) {
+    Refuse(what,
+           "the tensor is not contiguous (a copy is never made silently; "
+           "pass tensor.contiguous())");
+  }
+  if (t.dtype.lanes != 1)
+    Refuse(what, "vector element types are not supported");
+  BorrowedBuffer b;
+  b.memory = DlpackMemory(t, what);
   b.device = t.device.device_id;
   b.itemsize = (t.dtype.bits + 7) / 8;
   uint64_t n = 1;
   for (int d = 0; d < t.ndim; ++d) n *= static_cast<uint64_t>(t.shape[d]);
   b.nbytes = n * b.itemsize;
   b.data = static_cast<char*>(t.data) + t.byte_offset;
-  char kind = '?';
-  switch (t.dtype.code) {
-    case kDLInt:
-      kind = 'i';
-      break;
-    case kDLUInt:
-      kind = 'u';
-      break;
-    case kDLFloat:
-      kind = 'f';
-      break;
-    case kDLBfloat:
-      kind = 'B';
-      break;
-  }
+  const char kind = DlpackKind(t.dtype.code);
   b.element = ElementType(kind, b.itemsize);
   b.is_unsigned_int = kind == 'u';
-  b.keepalive = std::move(keepalive);
+  b.keepalive = std::move(managed);
   return b;
 }
 

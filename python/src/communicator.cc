@@ -256,6 +256,64 @@ py::list AllToAllFromPython(Communicator& comm, const py::list& parts) {
   return ToList(theirs);
 }
 
+// The methods of ckpt.Communicator: each releases the GIL while the C++
+// communicator waits on the other ranks.
+py::list AllGatherFromPython(Communicator& c, py::bytes mine) {
+  std::string s = mine;
+  std::vector<std::string> all;
+  {
+    py::gil_scoped_release nogil;
+    all = ValueOrThrow(c.AllGather(s));
+  }
+  return ToList(all);
+}
+
+py::list GatherFromPython(Communicator& c, py::bytes mine, int root) {
+  std::string s = mine;
+  std::vector<std::string> all;
+  {
+    py::gil_scoped_release nogil;
+    all = ValueOrThrow(c.Gather(s, root));
+  }
+  return ToList(all);
+}
+
+py::bytes BroadcastFromPython(Communicator& c, py::bytes data, int root) {
+  std::string s = data;
+  {
+    py::gil_scoped_release nogil;
+    ThrowIfError(c.Broadcast(&s, root));
+  }
+  return py::bytes(s);
+}
+
+void BarrierFromPython(Communicator& c) {
+  py::gil_scoped_release nogil;
+  ThrowIfError(c.Barrier());
+}
+
+std::vector<int64_t> AllReduceMaxFromPython(Communicator& c,
+                                            std::vector<int64_t> values) {
+  {
+    py::gil_scoped_release nogil;
+    ThrowIfError(c.AllReduceMax(&values));
+  }
+  return values;
+}
+
+// ckpt's AllToAll through any communicator, a Python object's adapter
+// included: for tests of adapters (the library calls it itself).
+py::list AllToAllThroughAny(py::handle comm, const py::list& parts) {
+  std::unique_ptr<Communicator> owned;
+  Communicator* c = ResolveCommunicator(comm, &owned);
+  if (c == nullptr) {
+    throw StatusError(
+        absl::InvalidArgumentError("_all_to_all: no communicator"));
+  }
+  py::list out = AllToAllFromPython(*c, parts);
+  return out;
+}
+
 void BindCommunicatorBase(py::module_& m) {
   py::class_<Communicator>(
       m, "Communicator",
@@ -269,66 +327,15 @@ void BindCommunicatorBase(py::module_& m) {
           "node_name", &Communicator::NodeName,
           "The node (machine) this rank runs on; '' when unknown. A "
           "cooperative load spreads its reads over nodes, then over ranks.")
-      .def("all_gather",
-           [](Communicator& c, py::bytes mine) {
-             std::string s = mine;
-             std::vector<std::string> all;
-             {
-               py::gil_scoped_release nogil;
-               all = ValueOrThrow(c.AllGather(s));
-             }
-             return ToList(all);
-           })
-      .def("gather",
-           [](Communicator& c, py::bytes mine, int root) {
-             std::string s = mine;
-             std::vector<std::string> all;
-             {
-               py::gil_scoped_release nogil;
-               all = ValueOrThrow(c.Gather(s, root));
-             }
-             return ToList(all);
-           })
-      .def("broadcast",
-           [](Communicator& c, py::bytes data, int root) {
-             std::string s = data;
-             {
-               py::gil_scoped_release nogil;
-               ThrowIfError(c.Broadcast(&s, root));
-             }
-             return py::bytes(s);
-           })
-      .def("barrier",
-           [](Communicator& c) {
-             py::gil_scoped_release nogil;
-             ThrowIfError(c.Barrier());
-           })
-      .def("all_reduce_max",
-           [](Communicator& c, std::vector<int64_t> values) {
-             {
-               py::gil_scoped_release nogil;
-               ThrowIfError(c.AllReduceMax(&values));
-             }
-             return values;
-           })
+      .def("all_gather", &AllGatherFromPython)
+      .def("gather", &GatherFromPython)
+      .def("broadcast", &BroadcastFromPython)
+      .def("barrier", &BarrierFromPython)
+      .def("all_reduce_max", &AllReduceMaxFromPython)
       .def("all_to_all", &AllToAllFromPython, py::arg("parts"),
            "parts[d] goes to rank d; returns the part of every rank, by "
            "rank (ckpt's AllToAll: each byte moves once over MPI).");
-  // ckpt's AllToAll through any communicator, a Python object's adapter
-  // included: for tests of adapters (the library calls it itself).
-  m.def(
-      "_all_to_all",
-      [](py::handle comm, const py::list& parts) {
-        std::unique_ptr<Communicator> owned;
-        Communicator* c = ResolveCommunicator(comm, &owned);
-        if (c == nullptr) {
-          throw StatusError(
-              absl::InvalidArgumentError("_all_to_all: no communicator"));
-        }
-        py::list out = AllToAllFromPython(*c, parts);
-        return out;
-      },
-      py::arg("comm"), py::arg("parts"));
+  m.def("_all_to_all", &AllToAllThroughAny, py::arg("comm"), py::arg("parts"));
 }
 
 void BindMpiCommunicator(py::module_& m) {

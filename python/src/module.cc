@@ -51,7 +51,7 @@ py::object FromRegion(const Region& region) {
 
 namespace {
 
-void BindTypes(py::module_& m) {
+void BindDTypeAndCodec(py::module_& m) {
   py::enum_<DType> dtype(m, "DType",
                          "Element types of format v1 (spec/FORMAT.md §9).");
   for (DType d : kAllDTypes) dtype.value(std::string(DTypeName(d)).c_str(), d);
@@ -69,7 +69,9 @@ void BindTypes(py::module_& m) {
   py::enum_<format::Codec>(m, "Codec")
       .value("none", format::Codec::kNone)
       .value("zstd", format::Codec::kZstd);
+}
 
+void BindBox(py::module_& m) {
   py::class_<Box>(m, "Box",
                   "An n-d box: offset[d] <= x[d] < offset[d] + size[d].")
       .def(py::init([](const std::vector<int64_t>& offset,
@@ -96,7 +98,9 @@ void BindTypes(py::module_& m) {
                              [](const Box& b) { return RegionElements(b); })
       .def("__eq__", [](const Box& a, const Box& b) { return a == b; })
       .def("__repr__", [](const Box& b) { return "Box" + RegionToString(b); });
+}
 
+void BindFlatRange(py::module_& m) {
   py::class_<FlatRange>(
       m, "FlatRange",
       "Elements [start, start + length) of the row-major flattening.")
@@ -118,6 +122,12 @@ void BindTypes(py::module_& m) {
            [](const FlatRange& a, const FlatRange& b) { return a == b; })
       .def("__repr__",
            [](const FlatRange& f) { return "FlatRange" + RegionToString(f); });
+}
+
+void BindTypes(py::module_& m) {
+  BindDTypeAndCodec(m);
+  BindBox(m);
+  BindFlatRange(m);
 }
 
 // Raises the ckpt.Error subclass of a status code (ckpt._errors) with the

@@ -287,11 +287,7 @@ void BindLoadRequest(py::module_& m) {
           "An object request's bytes after the load.");
 }
 
-}  // namespace
-
-void BindReader(py::module_& m) {
-  BindEntry(m);
-  BindLoadRequest(m);
+void BindLoadReport(py::module_& m) {
   py::class_<LoadReport>(m, "LoadReport",
                          "What Reader.load did (ckpt/reader.h).")
       .def(py::init<>())
@@ -309,7 +305,9 @@ void BindReader(py::module_& m) {
                             " entries, not_loaded=", r.not_loaded.size(),
                             ", bytes_loaded=", r.bytes_loaded, ")");
       });
+}
 
+void BindReaderClass(py::module_& m) {
   py::class_<PyReader>(
       m, "Reader",
       "Opens a committed checkpoint (a directory holding MANIFEST, or a root "
@@ -355,6 +353,15 @@ void BindReader(py::module_& m) {
            "report_not_loaded=False leaves LoadReport.not_loaded empty "
            "(LoadOptions::report_not_loaded).")
       .def("read_object", &PyReader::ReadObject, py::arg("name"));
+}
+
+}  // namespace
+
+void BindReader(py::module_& m) {
+  BindEntry(m);
+  BindLoadRequest(m);
+  BindLoadReport(m);
+  BindReaderClass(m);
 }
 
 }  // namespace ckpt::python

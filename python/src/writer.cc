@@ -124,11 +124,7 @@ class PyWriter {
   std::map<std::string, BorrowedBuffer> views_;
 };
 
-}  // namespace
-
-void BindWriter(py::module_& m) {
-  // Whether CUDA tensors can be saved and loaded (built with ckpt_gpu).
-  m.attr("has_cuda") = PythonBuiltWithCuda();
+void BindSaveOptions(py::module_& m) {
   py::class_<SaveOptions>(m, "SaveOptions",
                           "Options of Writer.save (ckpt/writer.h).")
       .def(py::init<>())
@@ -143,7 +139,9 @@ void BindWriter(py::module_& m) {
       .def_readwrite("reuse_recorded_plan", &SaveOptions::reuse_recorded_plan)
       .def_readwrite("metadata", &SaveOptions::metadata)
       .def_readwrite("snapshot_threads", &SaveOptions::snapshot_threads);
+}
 
+void BindSaveResult(py::module_& m) {
   py::class_<SaveResult>(m, "SaveResult",
                          "What Writer.save did (ckpt/writer.h).")
       .def_readonly("path", &SaveResult::path)
@@ -162,7 +160,11 @@ void BindWriter(py::module_& m) {
                             "', logical_bytes=", r.logical_bytes,
                             ", stored_bytes=", r.stored_bytes, ")");
       });
+}
 
+// ckpt.Writer and the handle of its asynchronous save. REQUIRES:
+// SaveOptions is bound (the default of save's options).
+void BindWriterClass(py::module_& m) {
   py::class_<PySaveHandle>(
       m, "SaveHandle",
       "The handle of Writer.save_async (ckpt::SaveHandle): wait() blocks "
@@ -196,6 +198,16 @@ void BindWriter(py::module_& m) {
           "As save, but returns a SaveHandle once every registered array is "
           "snapshotted: the arrays may change afterwards; writing and the "
           "commit go on in the background (ckpt/writer.h, SaveAsync).");
+}
+
+}  // namespace
+
+void BindWriter(py::module_& m) {
+  // Whether CUDA tensors can be saved and loaded (built with ckpt_gpu).
+  m.attr("has_cuda") = PythonBuiltWithCuda();
+  BindSaveOptions(m);
+  BindSaveResult(m);
+  BindWriterClass(m);
 }
 
 }  // namespace ckpt::python

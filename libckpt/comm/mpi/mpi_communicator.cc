@@ -206,8 +206,12 @@ AllToAllPlan PlanAllToAll(int64_t largest_part, int64_t largest_total,
 
 }  // namespace internal
 
-absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
-    MPI_Comm comm, const Options& options) {
+namespace {
+
+// Create's checks of its arguments and of MPI's state, before anything is
+// made.
+absl::Status CheckCreateArguments(MPI_Comm comm,
+                                  const MpiCommunicator::Options& options) {
   if (options.max_bytes_per_call < 1 || options.max_bytes_per_call > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat(
         "MpiCommunicator::Create: max_bytes_per_call ",
@@ -231,8 +235,6 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
     return absl::InvalidArgumentError(
         "MpiCommunicator::Create: communicator is MPI_COMM_NULL");
   }
-  // Errors on `comm` itself go to the caller's error handler (by default
-  // MPI_ERRORS_ARE_FATAL); only the duplicate is switched to return codes.
   int inter = 0;
   CKPT_RETURN_IF_ERROR(MpiStatus(MPI_Comm_test_inter(comm, &inter),
                                  "Create: MPI_Comm_test_inter"));
@@ -240,32 +242,54 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
     return absl::InvalidArgumentError(
         "MpiCommunicator::Create: an intercommunicator is not supported");
   }
+  return absl::OkStatus();
+}
+
+// What Create learns of its duplicate communicator.
+struct DuplicateInfo {
+  int rank = 0, size = 0;
+  std::string node;
+};
+
+// Sets up the duplicate `dup`: errors as return codes, its rank and size,
+// its name, the node's name. The caller frees `dup` on error.
+absl::StatusOr<DuplicateInfo> SetUpDuplicate(MPI_Comm dup) {
+  DuplicateInfo info;
+  CKPT_RETURN_IF_ERROR(
+      MpiStatus(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN),
+                "Create: MPI_Comm_set_errhandler"));
+  CKPT_RETURN_IF_ERROR(
+      MpiStatus(MPI_Comm_rank(dup, &info.rank), "Create: MPI_Comm_rank"));
+  CKPT_RETURN_IF_ERROR(
+      MpiStatus(MPI_Comm_size(dup, &info.size), "Create: MPI_Comm_size"));
+  // The name shows up in MPI's error messages and in debuggers.
+  CKPT_RETURN_IF_ERROR(
+      MpiStatus(MPI_Comm_set_name(dup, "ckpt"), "Create: MPI_Comm_set_name"));
+  char node[MPI_MAX_PROCESSOR_NAME] = {};
+  int node_length = 0;
+  CKPT_RETURN_IF_ERROR(MpiStatus(MPI_Get_processor_name(node, &node_length),
+                                 "Create: MPI_Get_processor_name"));
+  info.node.assign(node, node_length);
+  return info;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
+    MPI_Comm comm, const Options& options) {
+  CKPT_RETURN_IF_ERROR(CheckCreateArguments(comm, options));
+  // Errors on `comm` itself go to the caller's error handler (by default
+  // MPI_ERRORS_ARE_FATAL); only the duplicate is switched to return codes.
   MPI_Comm dup = MPI_COMM_NULL;
   CKPT_RETURN_IF_ERROR(
       MpiStatus(MPI_Comm_dup(comm, &dup), "Create: MPI_Comm_dup"));
-  int rank = 0, size = 0;
-  absl::Status status =
-      MpiStatus(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN),
-                "Create: MPI_Comm_set_errhandler");
-  if (status.ok())
-    status = MpiStatus(MPI_Comm_rank(dup, &rank), "Create: MPI_Comm_rank");
-  if (status.ok())
-    status = MpiStatus(MPI_Comm_size(dup, &size), "Create: MPI_Comm_size");
-  // The name shows up in MPI's error messages and in debuggers.
-  if (status.ok())
-    status =
-        MpiStatus(MPI_Comm_set_name(dup, "ckpt"), "Create: MPI_Comm_set_name");
-  char node[MPI_MAX_PROCESSOR_NAME] = {};
-  int node_length = 0;
-  if (status.ok())
-    status = MpiStatus(MPI_Get_processor_name(node, &node_length),
-                       "Create: MPI_Get_processor_name");
-  if (!status.ok()) {
+  absl::StatusOr<DuplicateInfo> info = SetUpDuplicate(dup);
+  if (!info.ok()) {
     (void)MPI_Comm_free(&dup);  // the first error is the one worth reporting
-    return status;
+    return info.status();
   }
   return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(
-      dup, rank, size, std::string(node, node_length), options));
+      dup, info->rank, info->size, std::move(info->node), options));
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -291,6 +315,32 @@ absl::StatusOr<std::vector<std::string>> MpiCommunicator::Gather(
   return GatherBytes(mine, root, "Gather");
 }
 
+namespace {
+
+// Round k of a gather moves bytes [k * piece, (k + 1) * piece) of every
+// contribution: what each rank sends in it and where it lands in the
+// round's buffer.
+struct GatherRound {
+  std::vector<int> counts, displs;
+  int64_t total = 0;
+};
+
+GatherRound LayOutGatherRound(const std::vector<int64_t>& lengths,
+                              int64_t begin, int64_t piece) {
+  GatherRound round;
+  round.counts.resize(lengths.size());
+  round.displs.resize(lengths.size());
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    round.counts[r] =
+        static_cast<int>(std::clamp<int64_t>(lengths[r] - begin, 0, piece));
+    round.displs[r] = static_cast<int>(round.total);
+    round.total += round.counts[r];
+  }
+  return round;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<std::string>> MpiCommunicator::GatherBytes(
     absl::string_view mine, int root, const char* call) {
   const bool receives = root < 0 || rank_ == root;
@@ -312,7 +362,6 @@ absl::StatusOr<std::vector<std::string>> MpiCommunicator::GatherBytes(
   }
   if (total == 0) return out;
 
-  // Round k moves bytes [k * piece, (k + 1) * piece) of every contribution.
   // One round when everything fits in one call; otherwise each rank sends at
   // most limit / size bytes per round, so counts and displacements (C ints)
   // stay within the limit. Every rank derives the same rounds from
@@ -321,33 +370,28 @@ absl::StatusOr<std::vector<std::string>> MpiCommunicator::GatherBytes(
   const int64_t piece =
       total <= limit ? longest : std::max<int64_t>(1, limit / size_);
   const int64_t rounds = (longest + piece - 1) / piece;
-  std::vector<int> counts(size_), displs(size_);
   std::string buffer;
   for (int64_t k = 0; k < rounds; ++k) {
     const int64_t begin = k * piece;
-    int64_t round_total = 0;
-    for (int r = 0; r < size_; ++r) {
-      counts[r] =
-          static_cast<int>(std::clamp<int64_t>(lengths[r] - begin, 0, piece));
-      displs[r] = static_cast<int>(round_total);
-      round_total += counts[r];
-    }
-    if (receives) buffer.resize(round_total);
+    const GatherRound round = LayOutGatherRound(lengths, begin, piece);
+    if (receives) buffer.resize(round.total);
     const char* send = mine.data() + std::min(begin, my_length);
     if (root < 0) {
-      CKPT_RETURN_IF_ERROR(MpiStatus(
-          MPI_Allgatherv(send, counts[rank_], MPI_BYTE, buffer.data(),
-                         counts.data(), displs.data(), MPI_BYTE, comm_),
-          What(call, "MPI_Allgatherv", k, rounds)));
+      CKPT_RETURN_IF_ERROR(
+          MpiStatus(MPI_Allgatherv(send, round.counts[rank_], MPI_BYTE,
+                                   buffer.data(), round.counts.data(),
+                                   round.displs.data(), MPI_BYTE, comm_),
+                    What(call, "MPI_Allgatherv", k, rounds)));
     } else {
-      CKPT_RETURN_IF_ERROR(MpiStatus(
-          MPI_Gatherv(send, counts[rank_], MPI_BYTE, buffer.data(),
-                      counts.data(), displs.data(), MPI_BYTE, root, comm_),
-          What(call, "MPI_Gatherv", k, rounds)));
+      CKPT_RETURN_IF_ERROR(
+          MpiStatus(MPI_Gatherv(send, round.counts[rank_], MPI_BYTE,
+                                buffer.data(), round.counts.data(),
+                                round.displs.data(), MPI_BYTE, root, comm_),
+                    What(call, "MPI_Gatherv", k, rounds)));
     }
     if (receives) {
       for (int r = 0; r < size_; ++r)
-        out[r].append(buffer, displs[r], counts[r]);
+        out[r].append(buffer, round.displs[r], round.counts[r]);
     }
   }
   return out;

@@ -1,6 +1,6 @@
 // In-process communicator: ranks are threads of one process. Tests and
-// benchmarks model a multi-rank job with it, and ckpt-convert's DCP import
-// saves the ranks it imports through it.
+// benchmarks model a multi-rank job with it, and the DCP import of
+// interop/io (ckpt-convert --from dcp) saves the ranks it imports through it.
 // Its AllToAll moves each byte once: every rank publishes the address of
 // its send buffers, and each receiver copies its parts straight from them
 // (the senders wait until every receiver has copied). Its ranks share one

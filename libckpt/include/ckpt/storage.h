@@ -1,7 +1,9 @@
 // Storage: the one interface through which ckpt touches files. The POSIX
-// implementation is the default; FaultInjectingStorage (fault_injection.h)
-// wraps any Storage to fail chosen operations in tests. A trainer may supply
-// its own implementation (e.g. for a parallel file system client).
+// implementation is the default; FaultInjectingStorage
+// (ckpt/testing/fault_injection.h, in the test doubles' library
+// ckpt_test_doubles) wraps any Storage to fail chosen operations in tests. A
+// trainer may supply its own implementation (e.g. for a parallel file system
+// client).
 //
 // Paths are plain strings; implementations do not interpret ".." or
 // symlinks specially. Every error names the operation and the path, e.g.

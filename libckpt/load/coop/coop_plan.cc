@@ -283,13 +283,13 @@ absl::StatusOr<RequestGroups> GroupRequests(
   absl::flat_hash_map<absl::string_view, uint32_t> node_ids;
   std::vector<uint64_t> begin_of_rank(encoded.size());
   for (uint32_t rank = 0; rank < encoded.size(); ++rank) {
-    auto wire = [&](const absl::Status& s) {
+    auto undecodable = [&](const absl::Status& s) {
       return absl::InternalError(absl::StrCat("the requests of rank ", rank,
                                               " do not decode: ", s.message()));
     };
     format::ByteReader r(encoded[rank]);
     auto node = r.ReadString("node name", encoded[rank].size());
-    if (!node.ok()) return wire(node.status());
+    if (!node.ok()) return undecodable(node.status());
     g.node.push_back(NodeId(*node, &node_ids, &g.nodes));
     const absl::string_view bytes =
         absl::string_view(encoded[rank]).substr(r.offset());
@@ -308,7 +308,7 @@ absl::StatusOr<RequestGroups> GroupRequests(
         DecodeRequests(manifest, rank, encoded[rank], &r, &ids, &g, &uid);
     if (!n.ok()) {
       return absl::IsInvalidArgument(n.status()) ? n.status()
-                                                 : wire(n.status());
+                                                 : undecodable(n.status());
     }
     count_of_rank[rank] = *n;
   }

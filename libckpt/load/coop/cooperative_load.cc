@@ -112,7 +112,7 @@ std::vector<Round> RoundsOf(const RequestGroups& g, const CoopPlan& plan,
   return rounds;
 }
 
-// Device data plane (coop_device.h): the bytes for holder `h` travel in
+// Device data plane (device_exchange.h): the bytes for holder `h` travel in
 // device memory. Exchanged bytes are counted by "lane": lane d for rank
 // d's bytes through host memory, lane ranks + d for those through device
 // memory (none without `dx`).

@@ -28,10 +28,10 @@
 //
 // A problem is a Finding, not an error: Validate returns an error status
 // only when it cannot validate at all (see Validate). The checks and their
-// messages are libckpt's read core (ckpt/internal/), shared with
-// ckpt::Reader; this library collects every problem and reports them. A shard
-// that fails to open is reported once and its chunks are not read; everything
-// else goes on.
+// messages are libckpt's read core (libckpt/read/: shard_file.h,
+// index_check.h), shared with ckpt::Reader; this library collects every problem
+// and reports them. A shard that fails to open is reported once and its chunks
+// are not read; everything else goes on.
 #ifndef CKPT_OPS_VALIDATE_H_
 #define CKPT_OPS_VALIDATE_H_
 

@@ -1,10 +1,11 @@
 // The messages ranks exchange during a save (libckpt/save/save_messages.h): a
 // round trip of each, and one test per way a message can be malformed.
+#include "save/save_messages.h"
+
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "save/save_messages.h"
 #include "testing/status_matchers.h"
 #include "util/rank_status.h"
 
@@ -30,7 +31,7 @@ format::EntryRecord SampleEntry() {
   return e;
 }
 
-TEST(WireTest, StatusOrRoundTripsPayloadAndError) {
+TEST(SaveMessagesTest, StatusOrRoundTripsPayloadAndError) {
   auto ok = DecodeStatusOr(EncodeStatusOr(std::string("payload\0bytes", 13)));
   ASSERT_THAT(ok, IsOk());
   EXPECT_EQ(*ok, std::string("payload\0bytes", 13));
@@ -40,12 +41,12 @@ TEST(WireTest, StatusOrRoundTripsPayloadAndError) {
               StatusIs(absl::StatusCode::kDataLoss, "shard-00001.ckpt: bad"));
 }
 
-TEST(WireTest, EmptyStatusOrIsInternal) {
+TEST(SaveMessagesTest, EmptyStatusOrIsInternal) {
   EXPECT_THAT(DecodeStatusOr(""), StatusIs(absl::StatusCode::kInternal,
                                            "empty message from another rank"));
 }
 
-TEST(WireTest, RankPlanRoundTrips) {
+TEST(SaveMessagesTest, RankPlanRoundTrips) {
   RankPlan plan;
   for (int i = 0; i < 16; ++i)
     plan.fingerprint[i] = static_cast<uint8_t>(i * 7);
@@ -75,13 +76,13 @@ TEST(WireTest, RankPlanRoundTrips) {
   EXPECT_EQ(std::get<FlatRange>(got->plan[1].region).length, 96u);
 }
 
-TEST(WireTest, RankPlanShorterThanItsFingerprintIsInternal) {
+TEST(SaveMessagesTest, RankPlanShorterThanItsFingerprintIsInternal) {
   EXPECT_THAT(DecodeRankPlan(std::string(15, '\0')),
               StatusIs(absl::StatusCode::kInternal,
                        "malformed local plan from another rank"));
 }
 
-TEST(WireTest, RankPlanWithTruncatedItemsIsInternal) {
+TEST(SaveMessagesTest, RankPlanWithTruncatedItemsIsInternal) {
   RankPlan plan;
   LocalItem t;
   t.name = "w";
@@ -95,7 +96,7 @@ TEST(WireTest, RankPlanWithTruncatedItemsIsInternal) {
                        "malformed local plan from another rank"));
 }
 
-TEST(WireTest, CoordinatorPlanRoundTrips) {
+TEST(SaveMessagesTest, CoordinatorPlanRoundTrips) {
   for (bool reused : {false, true}) {
     auto got = DecodeCoordinatorPlan(
         EncodeCoordinatorPlan(CoordinatorPlan{std::string("p\0q", 3), reused}));
@@ -105,14 +106,14 @@ TEST(WireTest, CoordinatorPlanRoundTrips) {
   }
 }
 
-TEST(WireTest, MalformedCoordinatorPlanIsInternal) {
+TEST(SaveMessagesTest, MalformedCoordinatorPlanIsInternal) {
   EXPECT_THAT(DecodeCoordinatorPlan(""),
               StatusIs(absl::StatusCode::kInternal, "malformed plan"));
   EXPECT_THAT(DecodeCoordinatorPlan("\x02plan"),
               StatusIs(absl::StatusCode::kInternal, "reused flag 2"));
 }
 
-TEST(WireTest, SavePrepRoundTrips) {
+TEST(SaveMessagesTest, SavePrepRoundTrips) {
   SavePrep prep;
   for (int i = 0; i < 16; ++i) {
     prep.id[i] = static_cast<uint8_t>(i);
@@ -128,7 +129,7 @@ TEST(WireTest, SavePrepRoundTrips) {
   EXPECT_EQ(got->tmp_dir, prep.tmp_dir);
 }
 
-TEST(WireTest, TruncatedSavePrepIsInternal) {
+TEST(SaveMessagesTest, TruncatedSavePrepIsInternal) {
   SavePrep prep;
   prep.tmp_dir = "/ck/.tmp-x";
   std::string bytes = EncodeSavePrep(prep);
@@ -140,12 +141,12 @@ TEST(WireTest, TruncatedSavePrepIsInternal) {
   }
 }
 
-TEST(WireTest, SavePrepWithTrailingBytesIsInternal) {
+TEST(SaveMessagesTest, SavePrepWithTrailingBytesIsInternal) {
   EXPECT_THAT(DecodeSavePrep(EncodeSavePrep(SavePrep{}) + "x"),
               StatusIs(absl::StatusCode::kInternal, "1 trailing bytes"));
 }
 
-TEST(WireTest, ShardReportRoundTrips) {
+TEST(SaveMessagesTest, ShardReportRoundTrips) {
   ShardReport report;
   report.file_size = 123456;
   report.entries = {SampleEntry()};
@@ -156,7 +157,7 @@ TEST(WireTest, ShardReportRoundTrips) {
   EXPECT_EQ(got->entries[0], report.entries[0]);
 }
 
-TEST(WireTest, TruncatedShardReportIsInternal) {
+TEST(SaveMessagesTest, TruncatedShardReportIsInternal) {
   ShardReport report;
   report.file_size = 1 << 20;
   report.entries = {SampleEntry()};
@@ -167,21 +168,21 @@ TEST(WireTest, TruncatedShardReportIsInternal) {
               StatusIs(absl::StatusCode::kInternal, "malformed shard report"));
 }
 
-TEST(WireTest, CommitSummaryRoundTrips) {
+TEST(SaveMessagesTest, CommitSummaryRoundTrips) {
   auto got = DecodeCommitSummary(EncodeCommitSummary({uint64_t{1} << 40, 77}));
   ASSERT_THAT(got, IsOk());
   EXPECT_EQ(got->stored_bytes, uint64_t{1} << 40);
   EXPECT_EQ(got->logical_bytes, 77u);
 }
 
-TEST(WireTest, TruncatedCommitSummaryIsInternal) {
+TEST(SaveMessagesTest, TruncatedCommitSummaryIsInternal) {
   std::string bytes = EncodeCommitSummary({300, 300});
   EXPECT_THAT(
       DecodeCommitSummary(bytes.substr(0, 3)),
       StatusIs(absl::StatusCode::kInternal, "malformed commit summary"));
 }
 
-TEST(WireTest, CommitSummaryWithTrailingBytesIsInternal) {
+TEST(SaveMessagesTest, CommitSummaryWithTrailingBytesIsInternal) {
   EXPECT_THAT(DecodeCommitSummary(EncodeCommitSummary({1, 2}) + "zz"),
               StatusIs(absl::StatusCode::kInternal, "2 trailing bytes"));
 }

@@ -1,6 +1,8 @@
 // internal::SaveWorld (libckpt/save/world_save.h): the checkpoint of N
 // ranks written a few ranks at a time equals the one N Writer ranks save,
 // and one named test per way it fails.
+#include "save/world_save.h"
+
 #include <filesystem>
 #include <vector>
 
@@ -9,7 +11,6 @@
 #include "ckpt/reader.h"
 #include "gtest/gtest.h"
 #include "libckpt/test_util.h"
-#include "save/world_save.h"
 #include "testing/status_matchers.h"
 
 namespace ckpt::internal {
@@ -58,7 +59,7 @@ FillRank Fill() {
   };
 }
 
-TEST(BatchSaveTest, WritesTheCheckpointThatWriterRanksWrite) {
+TEST(WorldSaveTest, WritesTheCheckpointThatWriterRanksWrite) {
   TempDir dir;
   const std::string a = dir.path() + "/batch", b = dir.path() + "/writer";
   auto saved = SaveWorld(a, 5, kWorld, Fill(), Options());
@@ -108,7 +109,7 @@ TEST(BatchSaveTest, WritesTheCheckpointThatWriterRanksWrite) {
   EXPECT_EQ(got, kRowValues);
 }
 
-TEST(BatchSaveTest, StructureChangedBetweenPassesFailsAndCommitsNothing) {
+TEST(WorldSaveTest, StructureChangedBetweenPassesFailsAndCommitsNothing) {
   TempDir dir;
   int calls = 0;
   FillRank fill = [&](int r, RankContents& c, std::shared_ptr<void>&) {
@@ -128,7 +129,7 @@ TEST(BatchSaveTest, StructureChangedBetweenPassesFailsAndCommitsNothing) {
   }
 }
 
-TEST(BatchSaveTest, FillErrorNamesTheRankAndCommitsNothing) {
+TEST(WorldSaveTest, FillErrorNamesTheRankAndCommitsNothing) {
   TempDir dir;
   FillRank fill = [](int r, RankContents& c, std::shared_ptr<void>&) {
     if (r == 2) return absl::NotFoundError("no such source");
@@ -139,7 +140,7 @@ TEST(BatchSaveTest, FillErrorNamesTheRankAndCommitsNothing) {
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/step-00000005"));
 }
 
-TEST(BatchSaveTest, OverlappingPiecesAreRejectedByThePlanner) {
+TEST(WorldSaveTest, OverlappingPiecesAreRejectedByThePlanner) {
   TempDir dir;
   FillRank fill = [](int r, RankContents& c, std::shared_ptr<void>&) {
     return c.AddTensor("w", DType::kFloat32, kRows, FullBox(kRows),
@@ -150,14 +151,14 @@ TEST(BatchSaveTest, OverlappingPiecesAreRejectedByThePlanner) {
                        "none of them is marked as a replica"));
 }
 
-TEST(BatchSaveTest, DuplicateNameIsAlreadyExists) {
+TEST(WorldSaveTest, DuplicateNameIsAlreadyExists) {
   RankContents c;
   ASSERT_THAT(c.SetObject("x", "1"), IsOk());
   EXPECT_THAT(c.SetObject("x", "2"),
               StatusIs(absl::StatusCode::kAlreadyExists, "entry 'x'"));
 }
 
-TEST(BatchSaveTest, BadWorldIsInvalidArgument) {
+TEST(WorldSaveTest, BadWorldIsInvalidArgument) {
   TempDir dir;
   EXPECT_THAT(SaveWorld(dir.path(), 5, 0, Fill(), Options()),
               StatusIs(absl::StatusCode::kInvalidArgument, "world >= 1"));
