@@ -304,11 +304,13 @@ TEST(ManifestTest, MoreChunksWithElementsThanElementsAreRefusedAsRead) {
 }
 
 // SECURITY.md "Resource use": a decoded manifest takes at most 16 bytes of
-// memory per byte of the file. The smallest records in number (chunks
-// without elements, 9 bytes) become 144-byte ChunkRecords. Heap use is
-// glibc's count (mallinfo2), which sanitizers' allocators do not keep.
-TEST(ManifestTest, DecodedManifestTakesAtMost16BytesPerByte) {
-  EXPECT_LE(sizeof(ChunkRecord), 144u);
+// memory per byte of the file, and its smallest records in number (chunks
+// without elements, 9 bytes) at most 12: each becomes a 96-byte
+// ChunkRecord (144 bytes, 16 per byte, before issue 28's tools showed that
+// the lookups built on top then passed the bound). Heap use is glibc's
+// count (mallinfo2), which sanitizers' allocators do not keep.
+TEST(ManifestTest, DecodedManifestTakesAtMost12BytesPerByte) {
+  EXPECT_LE(sizeof(ChunkRecord), 96u);
   Manifest m = SampleManifest();
   EntryRecord& e = m.entries[1];  // 'optimizer.exp_avg', 10 elements
   ChunkRecord empty = e.chunks[0];
@@ -326,7 +328,7 @@ TEST(ManifestTest, DecodedManifestTakesAtMost16BytesPerByte) {
     GTEST_SKIP() << "this allocator does not report to mallinfo2";
   }
   EXPECT_LE(after.uordblks + after.hblkhd - before.uordblks - before.hblkhd,
-            16 * bytes.size());
+            12 * bytes.size());
 }
 
 TEST(ManifestTest, UncoveredTensorFailsCoverageUnlessPartial) {

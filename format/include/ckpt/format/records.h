@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "ckpt/format/block_table.h"
 #include "ckpt/format/dtype.h"
 #include "ckpt/format/format_constants.h"
 #include "ckpt/format/geometry.h"
@@ -21,25 +22,18 @@ using Fingerprint = std::array<uint8_t, 16>;
 // "0011..ff": 32 lower-case hex digits.
 std::string IdToHex(const CheckpointId& id);
 
-// One stored block of a chunk's payload (§8.4).
-struct BlockRecord {
-  uint64_t stored_size = 0;
-  uint64_t checksum = 0;
-  friend bool operator==(const BlockRecord& a, const BlockRecord& b) {
-    return a.stored_size == b.stored_size && a.checksum == b.checksum;
-  }
-};
-
-// One stored piece of an entry (§8.3). The narrow fields come last so that
-// the record takes 144 bytes, 16 times the smallest record on disk (9
-// bytes; SECURITY.md "Resource use"), plus the boxes' dims beyond 4.
+// One stored piece of an entry (§8.3). A manifest may hold little else,
+// so the record is kept small: 96 bytes on x86-64 (a region of up to two
+// dims inline, a one-pointer block table, the narrow fields last), under
+// 11 times the smallest chunk record on disk (9 bytes), plus the dims of
+// boxes beyond 2 on the heap (SECURITY.md "Resource use").
 struct ChunkRecord {
   Region region;
   uint64_t data_offset = 0;    // file offset of the first block
   uint64_t stored_length = 0;  // sum of the blocks' stored sizes
   uint64_t block_size = kDefaultBlockSize;
-  std::vector<BlockRecord> blocks;  // only in a shard index
-  uint32_t shard = 0;               // shard id (= writing rank)
+  BlockTable blocks;   // only in a shard index
+  uint32_t shard = 0;  // shard id (= writing rank)
   Codec codec = Codec::kNone;
   friend bool operator==(const ChunkRecord& a, const ChunkRecord& b) {
     return a.region == b.region && a.shard == b.shard &&
