@@ -170,6 +170,7 @@ class Differ {
     }
     LoadOptions lo;
     lo.allow_unrequested = true;
+    lo.report_not_loaded = false;  // loaded entry by entry
     lo.io_threads = o_.io_threads;
     return r->Load(reqs, lo).status();
   }

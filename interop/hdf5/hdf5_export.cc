@@ -626,6 +626,7 @@ absl::Status LoadBatch(Reader& reader, const Hdf5ExportResult& result,
   }
   LoadOptions lo;
   lo.allow_unrequested = true;
+  lo.report_not_loaded = false;  // loaded slab batch by slab batch
   lo.io_threads = io_threads;
   return reader.Load(reqs, lo).status();
 }

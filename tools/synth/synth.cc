@@ -190,6 +190,7 @@ absl::Status LoadAndCheck(Reader& reader, uint64_t seed,
   }
   LoadOptions lo;
   lo.allow_unrequested = true;
+  lo.report_not_loaded = false;  // loaded batch by batch
   lo.io_threads = o.io_threads;
   absl::StatusOr<LoadReport> report = reader.Load(reqs, lo);
   if (report.ok()) {
