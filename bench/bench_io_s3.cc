@@ -249,7 +249,9 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
       .count();
 }
 
-absl::Status Run(Bench& b) {
+// The client and storage (counting every request into b.log), the
+// checkpoint's root, emptied.
+absl::Status Connect(Bench& b) {
   CKPT_ASSIGN_OR_RETURN(s3::ClientOptions co, s3::ClientOptionsFromEnv());
   s3::S3StorageOptions so;
   so.writer.part_size = static_cast<uint64_t>(b.o.part_mib) * kMiB;
@@ -264,6 +266,11 @@ absl::Status Run(Bench& b) {
     CKPT_RETURN_IF_ERROR(b.storage->client()->CreateBucket(b.bucket));
   }
   CKPT_RETURN_IF_ERROR(b.storage->RemoveAll(b.root));
+  return absl::OkStatus();
+}
+
+// The tensors saved: enough of kTensorBytes each for --gib, of hashed bytes.
+void MakeInputs(Bench& b) {
   const size_t n = std::max<size_t>(
       1, static_cast<size_t>(b.o.gib * (1ull << 30) / kTensorBytes));
   b.src.assign(n, std::string(kTensorBytes, '\0'));
@@ -273,75 +280,105 @@ absl::Status Run(Bench& b) {
       std::memcpy(b.src[i].data() + 8 * j, &v, 8);
     }
   }
-  const uint64_t tensor_bytes = n * kTensorBytes;
-  (void)b.log.Take();
+}
 
+// What the three phases did.
+struct Measured {
+  size_t n = 0;
+  uint64_t tensor_bytes = 0, checkpoint = 0, part = 0;
+  double save_s = 0, reshard_s = 0, replicated_s = 0;
+  Counts save, reshard, replicated;
+};
+
+// Saves, then loads resharded and replicated, counting each phase's
+// requests; leaves the root empty.
+absl::StatusOr<Measured> Measure(Bench& b) {
+  Measured m;
+  m.n = b.src.size();
+  m.tensor_bytes = m.n * kTensorBytes;
+  (void)b.log.Take();
   auto t0 = std::chrono::steady_clock::now();
   CKPT_RETURN_IF_ERROR(b.Save());
-  const double save_s = Seconds(t0);
+  m.save_s = Seconds(t0);
   const std::vector<Request> save_log = b.log.Take();
   CKPT_ASSIGN_OR_RETURN(auto sizes, b.Sizes());
   CKPT_ASSIGN_OR_RETURN(auto payloads, b.Payloads());
   (void)b.log.Take();  // the listing and the manifest
-  uint64_t checkpoint = 0;
-  for (const auto& [key, size] : sizes) checkpoint += size;
-  const uint64_t part = static_cast<uint64_t>(b.o.part_mib) * kMiB;
-  const Counts save = Counts::Of(save_log, sizes, payloads, part);
+  for (const auto& [key, size] : sizes) m.checkpoint += size;
+  m.part = static_cast<uint64_t>(b.o.part_mib) * kMiB;
+  m.save = Counts::Of(save_log, sizes, payloads, m.part);
 
   t0 = std::chrono::steady_clock::now();
   CKPT_RETURN_IF_ERROR(b.Load(b.o.reshard_to, /*columns=*/true));
-  const double reshard_s = Seconds(t0);
-  const Counts reshard = Counts::Of(b.log.Take(), sizes, payloads, part);
+  m.reshard_s = Seconds(t0);
+  m.reshard = Counts::Of(b.log.Take(), sizes, payloads, m.part);
 
   t0 = std::chrono::steady_clock::now();
   CKPT_RETURN_IF_ERROR(b.Load(b.o.ranks, /*columns=*/false));
-  const double replicated_s = Seconds(t0);
-  const Counts replicated = Counts::Of(b.log.Take(), sizes, payloads, part);
+  m.replicated_s = Seconds(t0);
+  m.replicated = Counts::Of(b.log.Take(), sizes, payloads, m.part);
   CKPT_RETURN_IF_ERROR(b.storage->RemoveAll(b.root));
+  return m;
+}
 
-  std::vector<std::string> parts;
-  int max_parts = 0;
-  for (const auto& [key, k] : save.parts) {
-    parts.push_back(absl::StrCat(k));
-    max_parts = std::max(max_parts, k);
+// The figures judged against the targets.
+struct Ratios {
+  std::vector<std::string> parts;  // parts per shard, by shard key
+  double sent = 0, reshard = 0, replicated = 0;
+  bool small_ok = false, met = false;
+
+  static Ratios Of(const Measured& m) {
+    Ratios r;
+    for (const auto& [key, k] : m.save.parts)
+      r.parts.push_back(absl::StrCat(k));
+    r.sent = double(m.save.sent) / m.checkpoint;
+    r.reshard = double(m.reshard.received) / m.tensor_bytes;
+    r.replicated = double(m.replicated.received) / m.tensor_bytes;
+    r.small_ok =
+        m.save.small == 0 && m.reshard.small == 0 && m.replicated.small == 0;
+    r.met = r.sent <= 1.01 && r.reshard <= 1.05 && r.small_ok;
+    return r;
   }
-  const double sent_ratio = double(save.sent) / checkpoint;
-  const double reshard_ratio = double(reshard.received) / tensor_bytes;
-  const double replicated_ratio = double(replicated.received) / tensor_bytes;
-  const bool small_ok =
-      save.small == 0 && reshard.small == 0 && replicated.small == 0;
-  const bool met = sent_ratio <= 1.01 && reshard_ratio <= 1.05 && small_ok;
+};
+
+void PrintLoadLine(const char* what, int world, double s, const Counts& c,
+                   uint64_t tensor_bytes, double ratio) {
+  std::printf(
+      "%s on %d ranks (%.1f s): %llu requests (%llu GETs of data, smallest "
+      "%llu bytes, %llu small), %llu bytes received for %llu needed "
+      "(%.4fx)\n",
+      what, world, s, static_cast<unsigned long long>(c.requests),
+      static_cast<unsigned long long>(c.data_requests),
+      static_cast<unsigned long long>(c.smallest),
+      static_cast<unsigned long long>(c.small),
+      static_cast<unsigned long long>(c.received),
+      static_cast<unsigned long long>(tensor_bytes), ratio);
+}
+
+// The text lines, and the small requests on stderr.
+void PrintText(const Bench& b, const Measured& m, const Ratios& r) {
   std::printf(
       "save on %d ranks (%.1f s): %llu requests, %llu bytes sent for a "
       "checkpoint of %llu bytes (%.4fx), parts per shard %s, %llu small data "
       "requests\n",
-      b.o.ranks, save_s, static_cast<unsigned long long>(save.requests),
-      static_cast<unsigned long long>(save.sent),
-      static_cast<unsigned long long>(checkpoint), sent_ratio,
-      absl::StrJoin(parts, ",").c_str(),
-      static_cast<unsigned long long>(save.small));
-  auto load_line = [&](const char* what, int world, double s, const Counts& c,
-                       double ratio) {
-    std::printf(
-        "%s on %d ranks (%.1f s): %llu requests (%llu GETs of data, smallest "
-        "%llu bytes, %llu small), %llu bytes received for %llu needed "
-        "(%.4fx)\n",
-        what, world, s, static_cast<unsigned long long>(c.requests),
-        static_cast<unsigned long long>(c.data_requests),
-        static_cast<unsigned long long>(c.smallest),
-        static_cast<unsigned long long>(c.small),
-        static_cast<unsigned long long>(c.received),
-        static_cast<unsigned long long>(tensor_bytes), ratio);
-  };
-  for (const Counts* c : {&save, &reshard, &replicated}) {
+      b.o.ranks, m.save_s, static_cast<unsigned long long>(m.save.requests),
+      static_cast<unsigned long long>(m.save.sent),
+      static_cast<unsigned long long>(m.checkpoint), r.sent,
+      absl::StrJoin(r.parts, ",").c_str(),
+      static_cast<unsigned long long>(m.save.small));
+  for (const Counts* c : {&m.save, &m.reshard, &m.replicated}) {
     for (const std::string& what : c->small_list) {
       std::fprintf(stderr, "small data request: %s\n", what.c_str());
     }
   }
-  load_line("cooperative resharded load (rows to columns)", b.o.reshard_to,
-            reshard_s, reshard, reshard_ratio);
-  load_line("cooperative replicated load (each rank everything)", b.o.ranks,
-            replicated_s, replicated, replicated_ratio);
+  PrintLoadLine("cooperative resharded load (rows to columns)", b.o.reshard_to,
+                m.reshard_s, m.reshard, m.tensor_bytes, r.reshard);
+  PrintLoadLine("cooperative replicated load (each rank everything)", b.o.ranks,
+                m.replicated_s, m.replicated, m.tensor_bytes, r.replicated);
+}
+
+// The JSON line, last.
+void PrintJson(const Bench& b, const Measured& m, const Ratios& r) {
   std::printf(
       "{\"storage\": \"s3\", \"tensor_bytes\": %llu, \"tensors\": %zu, "
       "\"part_bytes\": %llu, \"checkpoint_bytes\": %llu, "
@@ -353,15 +390,24 @@ absl::Status Run(Bench& b) {
       "\"received_over_needed\": %.4f, %s}, "
       "\"targets\": {\"save_sent_le_1.01\": %s, \"reshard_received_le_1.05\": "
       "%s, \"no_small_requests\": %s, \"met\": %s}}\n",
-      static_cast<unsigned long long>(tensor_bytes), n,
-      static_cast<unsigned long long>(part),
-      static_cast<unsigned long long>(checkpoint), b.o.ranks, save_s,
-      absl::StrJoin(parts, ", ").c_str(), sent_ratio, save.Json().c_str(),
-      b.o.ranks, b.o.reshard_to, reshard_s, reshard_ratio,
-      reshard.Json().c_str(), b.o.ranks, replicated_s, replicated_ratio,
-      replicated.Json().c_str(), sent_ratio <= 1.01 ? "true" : "false",
-      reshard_ratio <= 1.05 ? "true" : "false", small_ok ? "true" : "false",
-      met ? "true" : "false");
+      static_cast<unsigned long long>(m.tensor_bytes), m.n,
+      static_cast<unsigned long long>(m.part),
+      static_cast<unsigned long long>(m.checkpoint), b.o.ranks, m.save_s,
+      absl::StrJoin(r.parts, ", ").c_str(), r.sent, m.save.Json().c_str(),
+      b.o.ranks, b.o.reshard_to, m.reshard_s, r.reshard,
+      m.reshard.Json().c_str(), b.o.ranks, m.replicated_s, r.replicated,
+      m.replicated.Json().c_str(), r.sent <= 1.01 ? "true" : "false",
+      r.reshard <= 1.05 ? "true" : "false", r.small_ok ? "true" : "false",
+      r.met ? "true" : "false");
+}
+
+absl::Status Run(Bench& b) {
+  CKPT_RETURN_IF_ERROR(Connect(b));
+  MakeInputs(b);
+  CKPT_ASSIGN_OR_RETURN(Measured m, Measure(b));
+  const Ratios r = Ratios::Of(m);
+  PrintText(b, m, r);
+  PrintJson(b, m, r);
   return absl::OkStatus();
 }
 

@@ -275,8 +275,7 @@ void S3Client::Count(const Call& call, int attempt,
   }
 }
 
-absl::Status S3Client::AttemptOnce(Call& call, int attempt,
-                                   HttpResponse* response, bool* retryable) {
+HttpRequest S3Client::BuildRequest(const Call& call) const {
   // Where the request goes: path style /bucket/key on the endpoint's host,
   // or /key on bucket.host.
   std::string host = endpoint_.HostHeader();
@@ -299,59 +298,71 @@ absl::Status S3Client::AttemptOnce(Call& call, int attempt,
   req.sink_capacity = call.sink_capacity;
   req.headers = call.headers;
   req.headers.emplace_back("host", host);
-  if (!options_.credentials.anonymous()) {
-    const std::string date = AmzDate(absl::Now());
-    req.headers.emplace_back("x-amz-date", date);
-    req.headers.emplace_back("x-amz-content-sha256", call.payload_hash);
-    if (!options_.credentials.session_token.empty()) {
-      req.headers.emplace_back("x-amz-security-token",
-                               options_.credentials.session_token);
-    }
-    SigningInput in;
-    in.method = call.method;
-    in.path = path;
-    in.query = &call.query;
-    in.headers = &req.headers;
-    in.payload_hash = call.payload_hash;
-    in.amz_date = date;
-    in.region = options_.region;
-    const SigningResult signed_ = SignV4(in, options_.credentials);
-    // Host goes as the Host header; the rest as given, Authorization last.
-    req.headers.emplace_back("authorization", signed_.authorization);
-  }
+  if (!options_.credentials.anonymous()) Sign(call, path, &req);
+  return req;
+}
 
-  const absl::Time start = absl::Now();
-  absl::Status transport = http_->Perform(req, response, retryable);
-  const bool ok_status =
-      transport.ok() && response->status >= 200 && response->status < 300;
-  absl::Status result;
+void S3Client::Sign(const Call& call, const std::string& path,
+                    HttpRequest* req) const {
+  const std::string date = AmzDate(absl::Now());
+  req->headers.emplace_back("x-amz-date", date);
+  req->headers.emplace_back("x-amz-content-sha256", call.payload_hash);
+  if (!options_.credentials.session_token.empty()) {
+    req->headers.emplace_back("x-amz-security-token",
+                              options_.credentials.session_token);
+  }
+  SigningInput in;
+  in.method = call.method;
+  in.path = path;
+  in.query = &call.query;
+  in.headers = &req->headers;
+  in.payload_hash = call.payload_hash;
+  in.amz_date = date;
+  in.region = options_.region;
+  const SigningResult signed_ = SignV4(in, options_.credentials);
+  // Host goes as the Host header; the rest as given, Authorization last.
+  req->headers.emplace_back("authorization", signed_.authorization);
+}
+
+absl::Status S3Client::StatusOf(const Call& call, const absl::Status& transport,
+                                const HttpResponse& response, bool* retryable) {
   if (!transport.ok()) {
-    result = WithMessage(transport,
-                         absl::StrCat(call.Where(), ": ", transport.message()));
-  } else if (!ok_status) {
-    const S3Error e = ParseError(*response);
-    *retryable = IsRetryableHttp(response->status, e.code);
+    return WithMessage(transport,
+                       absl::StrCat(call.Where(), ": ", transport.message()));
+  }
+  if (response.status < 200 || response.status >= 300) {
+    const S3Error e = ParseError(response);
+    *retryable = IsRetryableHttp(response.status, e.code);
     // Credentials refused are what they are, whatever the status (400 for
     // a bad session token).
     const bool credentials =
         e.code == "InvalidToken" || e.code == "ExpiredToken" ||
         e.code == "InvalidAccessKeyId" || e.code == "SignatureDoesNotMatch";
-    result = absl::Status(
+    return absl::Status(
         credentials ? absl::StatusCode::kPermissionDenied
-                    : CodeForHttp(response->status),
-        absl::StrCat(call.Where(), ": ", Describe(response->status, e)));
-  } else if (call.error_in_ok_body &&
-             absl::StrContains(response->body, "<Error>")) {
-    const S3Error e = ParseError(*response);
+                    : CodeForHttp(response.status),
+        absl::StrCat(call.Where(), ": ", Describe(response.status, e)));
+  }
+  if (call.error_in_ok_body && absl::StrContains(response.body, "<Error>")) {
+    const S3Error e = ParseError(response);
     if (!e.code.empty()) {
       *retryable = e.code == "InternalError" || e.code == "SlowDown" ||
                    e.code == "ServiceUnavailable";
-      result = absl::Status(
+      return absl::Status(
           *retryable ? absl::StatusCode::kUnavailable
                      : absl::StatusCode::kUnknown,
-          absl::StrCat(call.Where(), ": ", Describe(response->status, e)));
+          absl::StrCat(call.Where(), ": ", Describe(response.status, e)));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status S3Client::AttemptOnce(Call& call, int attempt,
+                                   HttpResponse* response, bool* retryable) {
+  const HttpRequest req = BuildRequest(call);
+  const absl::Time start = absl::Now();
+  const absl::Status transport = http_->Perform(req, response, retryable);
+  const absl::Status result = StatusOf(call, transport, *response, retryable);
   Count(call, attempt, *response, !result.ok(), absl::Now() - start);
   return result;
 }

@@ -196,6 +196,14 @@ class S3Client {
   absl::Status Execute(Call& call, HttpResponse* response);
   absl::Status AttemptOnce(Call& call, int attempt, HttpResponse* response,
                            bool* retryable);
+  // The request of `call`: its URL (path style or virtual-hosted), headers
+  // and, unless anonymous, its SigV4 signature.
+  HttpRequest BuildRequest(const Call& call) const;
+  void Sign(const Call& call, const std::string& path, HttpRequest* req) const;
+  // An attempt's status from the transport's and the response's (an S3
+  // error document in a 200 where the call allows it).
+  static absl::Status StatusOf(const Call& call, const absl::Status& transport,
+                               const HttpResponse& response, bool* retryable);
   void Count(const Call& call, int attempt, const HttpResponse& response,
              bool failed, absl::Duration took);
 

@@ -129,6 +129,91 @@ absl::Status TransferError(CURLcode rc, const char* detail, bool* retryable) {
   }
 }
 
+// The request's URL, the connection's limits and the error buffer.
+void SetConnectionOptions(CURL* curl, const HttpTransport::Options& options,
+                          char* errbuf, curl_slist* headers) {
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(curl, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  // Keys are sent as they are: "a/./b" must not become "a/b".
+  curl_easy_setopt(curl, CURLOPT_PATH_AS_IS, 1L);
+  curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(curl, CURLOPT_USERAGENT, "ckpt-s3");
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(
+      curl, CURLOPT_CONNECTTIMEOUT_MS,
+      static_cast<long>(absl::ToInt64Milliseconds(options.connect_timeout)));
+  if (options.request_timeout > absl::ZeroDuration()) {
+    curl_easy_setopt(
+        curl, CURLOPT_TIMEOUT_MS,
+        static_cast<long>(absl::ToInt64Milliseconds(options.request_timeout)));
+  }
+  if (options.low_speed_time > absl::ZeroDuration()) {
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT,
+                     static_cast<long>(options.low_speed_bytes));
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
+                     static_cast<long>(std::max<int64_t>(
+                         1, absl::ToInt64Seconds(options.low_speed_time))));
+  }
+}
+
+// The URL, the method and where the headers and the bodies go.
+void SetTransferOptions(CURL* curl, const HttpRequest& request, Transfer* t) {
+  curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, t);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, t);
+  if (request.method == "HEAD") {
+    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  } else if (request.method == "PUT" || request.method == "POST") {
+    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE,
+                     static_cast<curl_off_t>(request.body.size()));
+    curl_easy_setopt(curl, CURLOPT_READFUNCTION, ReadBody);
+    curl_easy_setopt(curl, CURLOPT_READDATA, t);
+    curl_easy_setopt(curl, CURLOPT_SEEKFUNCTION, SeekBody);
+    curl_easy_setopt(curl, CURLOPT_SEEKDATA, t);
+    if (request.method == "POST") {
+      curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, "POST");
+    }
+  } else if (request.method != "GET") {
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+  }
+}
+
+// What a finished transfer comes to: its own error, a body longer than
+// asked for, or one shorter than its Content-Length; OK otherwise (the
+// HTTP status is the caller's to judge).
+absl::Status OutcomeOf(CURLcode rc, const char* errbuf, const Transfer& t,
+                       bool* retryable) {
+  const HttpRequest& request = *t.request;
+  const HttpResponse& response = *t.response;
+  if (t.overflow) {
+    return absl::DataLossError(
+        absl::StrCat("the response body is longer than the ",
+                     request.sink_capacity, " bytes asked for"));
+  }
+  if (rc != CURLE_OK) return TransferError(rc, errbuf, retryable);
+  if (request.method == "HEAD" || response.status == 204 ||
+      response.status == 304) {
+    return absl::OkStatus();
+  }
+  // libcurl stops at Content-Length and reports a short body itself
+  // (CURLE_PARTIAL_FILE); this check does not depend on it.
+  const std::string cl = response.Header("content-length");
+  uint64_t expected = 0;
+  if (!cl.empty() && absl::SimpleAtoi(cl, &expected) &&
+      expected != response.body_bytes) {
+    *retryable = true;
+    return absl::UnavailableError(
+        absl::StrCat("the response body ended after ", response.body_bytes,
+                     " of ", expected, " bytes (Content-Length)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string HttpResponse::Header(absl::string_view name) const {
@@ -200,76 +285,12 @@ absl::Status HttpTransport::Perform(const HttpRequest& request,
   }
   // No "Expect: 100-continue" round trip before bodies.
   headers = curl_slist_append(headers, "Expect:");
-
-  curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
-  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(curl, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  // Keys are sent as they are: "a/./b" must not become "a/b".
-  curl_easy_setopt(curl, CURLOPT_PATH_AS_IS, 1L);
-  curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(curl, CURLOPT_USERAGENT, "ckpt-s3");
-  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(
-      curl, CURLOPT_CONNECTTIMEOUT_MS,
-      static_cast<long>(absl::ToInt64Milliseconds(options_.connect_timeout)));
-  if (options_.request_timeout > absl::ZeroDuration()) {
-    curl_easy_setopt(
-        curl, CURLOPT_TIMEOUT_MS,
-        static_cast<long>(absl::ToInt64Milliseconds(options_.request_timeout)));
-  }
-  if (options_.low_speed_time > absl::ZeroDuration()) {
-    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT,
-                     static_cast<long>(options_.low_speed_bytes));
-    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
-                     static_cast<long>(std::max<int64_t>(
-                         1, absl::ToInt64Seconds(options_.low_speed_time))));
-  }
-  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);
-  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &t);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &t);
-  if (request.method == "HEAD") {
-    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
-  } else if (request.method == "PUT" || request.method == "POST") {
-    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE,
-                     static_cast<curl_off_t>(request.body.size()));
-    curl_easy_setopt(curl, CURLOPT_READFUNCTION, ReadBody);
-    curl_easy_setopt(curl, CURLOPT_READDATA, &t);
-    curl_easy_setopt(curl, CURLOPT_SEEKFUNCTION, SeekBody);
-    curl_easy_setopt(curl, CURLOPT_SEEKDATA, &t);
-    if (request.method == "POST") {
-      curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, "POST");
-    }
-  } else if (request.method != "GET") {
-    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method.c_str());
-  }
+  SetConnectionOptions(curl, options_, errbuf, headers);
+  SetTransferOptions(curl, request, &t);
 
   const CURLcode rc = curl_easy_perform(curl);
   curl_slist_free_all(headers);
-  absl::Status status;
-  if (t.overflow) {
-    status = absl::DataLossError(
-        absl::StrCat("the response body is longer than the ",
-                     request.sink_capacity, " bytes asked for"));
-  } else if (rc != CURLE_OK) {
-    status = TransferError(rc, errbuf, retryable);
-  } else if (request.method != "HEAD" && response->status != 204 &&
-             response->status != 304) {
-    // libcurl stops at Content-Length and reports a short body itself
-    // (CURLE_PARTIAL_FILE); this check does not depend on it.
-    const std::string cl = response->Header("content-length");
-    uint64_t expected = 0;
-    if (!cl.empty() && absl::SimpleAtoi(cl, &expected) &&
-        expected != response->body_bytes) {
-      *retryable = true;
-      status = absl::UnavailableError(
-          absl::StrCat("the response body ended after ", response->body_bytes,
-                       " of ", expected, " bytes (Content-Length)"));
-    }
-  }
+  absl::Status status = OutcomeOf(rc, errbuf, t, retryable);
   // A handle whose transfer failed midway may hold a broken connection;
   // libcurl closes such connections itself, so the handle is reused.
   ReleaseHandle(curl);

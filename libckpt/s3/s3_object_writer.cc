@@ -179,8 +179,7 @@ void ObjectWriter::StopUploads() {
 }
 
 absl::Status ObjectWriter::Close() {
-  const uint64_t ps = options_.part_size;
-  std::string single;  // the whole object, when it goes up in one PUT
+  std::string whole;  // the whole object, when it goes up in one PUT
   bool one_put = false;
   {
     MutexLock l(&mu_);
@@ -189,39 +188,54 @@ absl::Status ObjectWriter::Close() {
           absl::StrCat(Where(), ": closed twice"));
     }
     closed_ = true;
-    if (error_.ok() && handed_off_.empty() && end_ <= ps) {
-      one_put = true;
-      auto it = buffering_.find(0);
-      if (it != buffering_.end()) single = std::move(it->second.data);
-      single.resize(end_, '\0');
-      buffering_.clear();
-    } else if (error_.ok()) {
-      // Every part not handed off yet goes now, holes as zeros; the last
-      // one is cut at the end of the object.
-      const int parts = static_cast<int>((end_ + ps - 1) / ps);
-      for (int i = 0; i < parts; ++i) {
-        if (static_cast<size_t>(i) < handed_off_.size() && handed_off_[i]) {
-          continue;
-        }
-        std::string bytes;
-        auto it = buffering_.find(i);
-        if (it != buffering_.end()) bytes = std::move(it->second.data);
-        bytes.resize(std::min(ps, end_ - i * ps), '\0');
-        Enqueue(i, std::move(bytes));
-      }
-      buffering_.clear();
-      while (error_.ok() && in_flight_ > 0) changed_.Wait(&mu_);
+    one_put = TakeWholeObject(&whole);
+    if (!one_put && error_.ok()) FlushParts();
+  }
+  if (one_put) return PutWholeObject(whole);
+  return CompleteUpload();
+}
+
+bool ObjectWriter::TakeWholeObject(std::string* whole) {
+  if (!error_.ok() || !handed_off_.empty() || end_ > options_.part_size) {
+    return false;
+  }
+  auto it = buffering_.find(0);
+  if (it != buffering_.end()) *whole = std::move(it->second.data);
+  whole->resize(end_, '\0');
+  buffering_.clear();
+  return true;
+}
+
+void ObjectWriter::FlushParts() {
+  // Every part not handed off yet goes now, holes as zeros; the last one is
+  // cut at the end of the object.
+  const uint64_t ps = options_.part_size;
+  const int parts = static_cast<int>((end_ + ps - 1) / ps);
+  for (int i = 0; i < parts; ++i) {
+    if (static_cast<size_t>(i) < handed_off_.size() && handed_off_[i]) {
+      continue;
     }
+    std::string bytes;
+    auto it = buffering_.find(i);
+    if (it != buffering_.end()) bytes = std::move(it->second.data);
+    bytes.resize(std::min(ps, end_ - i * ps), '\0');
+    Enqueue(i, std::move(bytes));
   }
-  if (one_put) {
-    PutOptions po;
-    po.if_none_match = options_.if_none_match;
-    absl::Status s = client_->PutObject(bucket_, key_, single, po);
-    MutexLock l(&mu_);
-    if (!s.ok()) return error_ = s;
-    committed_ = true;
-    return s;
-  }
+  buffering_.clear();
+  while (error_.ok() && in_flight_ > 0) changed_.Wait(&mu_);
+}
+
+absl::Status ObjectWriter::PutWholeObject(const std::string& whole) {
+  PutOptions po;
+  po.if_none_match = options_.if_none_match;
+  absl::Status s = client_->PutObject(bucket_, key_, whole, po);
+  MutexLock l(&mu_);
+  if (!s.ok()) return error_ = s;
+  committed_ = true;
+  return s;
+}
+
+absl::Status ObjectWriter::CompleteUpload() {
   StopUploads();
   std::vector<CompletedPart> parts;
   std::string upload_id;

@@ -97,6 +97,13 @@ class ObjectWriter {
   void UploadLoop();
   // Waits for the upload threads to finish what they have and joins them.
   void StopUploads();
+  // Close's phases: takes the whole object when it fits one PUT (true),
+  // else hands every part not yet handed off to the uploads and waits for
+  // them; then the one PUT, or the multipart upload's completion.
+  bool TakeWholeObject(std::string* whole) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FlushParts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PutWholeObject(const std::string& whole);
+  absl::Status CompleteUpload();
   absl::Status Fail(absl::Status s);
 
   S3Client* const client_;
