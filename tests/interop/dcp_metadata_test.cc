@@ -329,8 +329,9 @@ TEST(DcpMetadataTest, SizeOfMoreThan32DimsIsRefused) {
 
 // A chunk list that the pickle shares between tensors (one memo entry, a
 // two-byte BINGET per tensor) is copied into each: what the decoder builds
-// is charged to the pickle's memory budget, so 1000 tensors sharing a list
-// of 1000 chunks (a 40 KB pickle, 10^6 chunks) are refused.
+// is charged to the pickle's memory budget, so 2000 tensors sharing a list
+// of 1000 chunks (a 60 KB pickle, 2 * 10^6 chunks of 48 bytes: past the
+// budget's fixed 64 MiB) are refused.
 TEST(DcpMetadataTest, SharedChunkListsAreChargedToTheBudget) {
   namespace dp = ::ckpt::testing::dcp_pickle;
   std::string list = "](" + dp::Chunk({0}, {1}) + std::string("q\x01", 2);
@@ -338,7 +339,7 @@ TEST(DcpMetadataTest, SharedChunkListsAreChargedToTheBudget) {
   list += std::string("eq\x02", 3);
   std::vector<std::pair<std::string, std::string>> tensors = {
       {"t0", dp::Tensor({1}, list)}};
-  for (int i = 1; i < 1000; ++i) {
+  for (int i = 1; i < 2000; ++i) {
     tensors.emplace_back(absl::StrCat("t", i),
                          dp::Tensor({1}, std::string("h\x02", 2)));
   }

@@ -302,7 +302,9 @@ TEST_F(MemoryBoundCli, SynthVerifyRefusesRanksTheCheckpointDoesNotHold) {
 // Where an allocation can still fail (here a legitimate 96 MiB object,
 // which ckpt-diff reads whole, under a limit of 128 MiB), the tool says so
 // in one line and exits 2: it aborted with std::bad_alloc (exit 134)
-// before.
+// before. Which allocation fails first depends on what the process maps
+// (libcurl's libraries where ckpt_s3 is built): the buffer, or a reading
+// thread's stack (std::system_error, EAGAIN).
 TEST_F(MemoryBoundCli, FailedAllocationIsOneLineAndExitTwo) {
   auto w = Writer::Create({});
   ASSERT_TRUE(w.ok()) << w.status();
@@ -315,7 +317,10 @@ TEST_F(MemoryBoundCli, FailedAllocationIsOneLineAndExitTwo) {
       RunCliUnderMemoryLimit(CKPT_DIFF_BIN, {saved->path, saved->path},
                              dir_.path(), uint64_t{128} << 20);
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_EQ(r.err, "ckpt-diff: error: out of memory (an allocation failed)\n");
+  EXPECT_THAT(r.err,
+              ::testing::MatchesRegex("ckpt-diff: error: out of memory \\((an "
+                                      "allocation failed|a thread could not "
+                                      "start)\\)\n"));
 }
 
 }  // namespace

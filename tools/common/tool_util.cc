@@ -9,6 +9,7 @@
 #include <iostream>
 #include <new>
 #include <stdexcept>
+#include <system_error>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
@@ -47,6 +48,11 @@ absl::StatusOr<int> RunCatchingAllocationFailure(
     return run();
   } catch (const std::bad_alloc&) {
   } catch (const std::length_error&) {
+  } catch (const std::system_error& e) {
+    // A thread whose stack could not be mapped (EAGAIN under ulimit -v).
+    if (e.code() != std::errc::resource_unavailable_try_again) throw;
+    return absl::ResourceExhaustedError(
+        "out of memory (a thread could not start)");
   }
   return absl::ResourceExhaustedError("out of memory (an allocation failed)");
 }
