@@ -63,12 +63,6 @@ using ::ckpt::testing::TempDir;
 constexpr int kScale = 1;
 constexpr int kWorld = 2;
 
-uint64_t EnvOr(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  return std::strtoull(v, nullptr, 10);
-}
-
 using ::ckpt::testing::ReadFileBytes;
 using ::ckpt::testing::WriteFileBytes;
 

@@ -43,12 +43,6 @@ constexpr int kWorld = 4;
 constexpr int kKeepLast = 3;
 constexpr size_t kRetain = 3;  // checkpoints kept by the test between trials
 
-uint64_t EnvOr(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  return std::strtoull(v, nullptr, 10);
-}
-
 // Saves `step` with `world` in-process ranks through the POSIX storage.
 absl::Status SaveInProcess(const std::string& root, uint64_t step, int world,
                            const SaveConfig& config) {

@@ -57,12 +57,6 @@ constexpr int kKeepLast = 3;
 // (a save older than half of it refuses to commit).
 constexpr absl::Duration kStaleAge = absl::Seconds(4);
 
-uint64_t EnvOr(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  return std::strtoull(v, nullptr, 10);
-}
-
 // The writer's environment: the AWS variables of ckpt/open_storage.h for
 // the moto server's user.
 void ExportServer(const s3::testing::TestServer& server) {

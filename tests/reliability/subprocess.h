@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -32,6 +34,14 @@ namespace ckpt::reliability {
 // The writer program, built next to the tests (see CMakeLists.txt).
 inline std::string CrashWriterPath() { return CKPT_CRASH_WRITER; }
 #endif
+
+// The unsigned value of environment variable `name` (a test's trial count,
+// seed or delay), or `fallback` when it is unset or empty.
+inline uint64_t EnvOr(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  return std::strtoull(v, nullptr, 10);
+}
 
 class Child {
  public:
