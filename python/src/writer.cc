@@ -8,6 +8,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,13 +48,21 @@ class PySaveHandle {
 
 class PyWriter {
  public:
-  explicit PyWriter(py::object comm) : comm_obj_(std::move(comm)) {
+  PyWriter(py::object comm, uint64_t device_snapshot_bytes,
+           std::optional<uint64_t> staging_bytes)
+      : comm_obj_(std::move(comm)),
+        device_snapshot_bytes_(device_snapshot_bytes) {
     Writer::Options o;
+    if (staging_bytes) o.staging_bytes = *staging_bytes;
+    staging_bytes_ = o.staging_bytes;
     o.comm = ResolveCommunicator(comm_obj_, &owned_comm_);
     o.device_memory = PythonDeviceMemory();
     o.storage = PythonStorage();
+    o.device_snapshot_bytes = device_snapshot_bytes;
     writer_ = ValueOrThrow(Writer::Create(o));
   }
+  uint64_t device_snapshot_bytes() const { return device_snapshot_bytes_; }
+  uint64_t staging_bytes() const { return staging_bytes_; }
   ~PyWriter() {
     // The C++ writer may hold the communicator adapter's pointer: it goes
     // first (waiting for a save in flight, whose commit may call the
@@ -119,6 +128,8 @@ class PyWriter {
 
  private:
   py::object comm_obj_;
+  uint64_t device_snapshot_bytes_ = 0;
+  uint64_t staging_bytes_ = 0;
   std::unique_ptr<Communicator> owned_comm_;
   std::unique_ptr<Writer> writer_;
   std::map<std::string, BorrowedBuffer> views_;
@@ -138,7 +149,8 @@ void BindSaveOptions(py::module_& m) {
       .def_readwrite("keep_last", &SaveOptions::keep_last)
       .def_readwrite("reuse_recorded_plan", &SaveOptions::reuse_recorded_plan)
       .def_readwrite("metadata", &SaveOptions::metadata)
-      .def_readwrite("snapshot_threads", &SaveOptions::snapshot_threads);
+      .def_readwrite("snapshot_threads", &SaveOptions::snapshot_threads)
+      .def_readwrite("snapshot_to_device", &SaveOptions::snapshot_to_device);
 }
 
 void BindSaveResult(py::module_& m) {
@@ -155,6 +167,7 @@ void BindSaveResult(py::module_& m) {
       .def_readonly("stall_seconds", &SaveResult::stall_seconds)
       .def_readonly("peak_staging_bytes", &SaveResult::peak_staging_bytes)
       .def_readonly("staging_cap_bytes", &SaveResult::staging_cap_bytes)
+      .def_readonly("device_snapshot_bytes", &SaveResult::device_snapshot_bytes)
       .def("__repr__", [](const SaveResult& r) {
         return absl::StrCat("SaveResult(path='", r.path,
                             "', logical_bytes=", r.logical_bytes,
@@ -178,7 +191,18 @@ void BindWriterClass(py::module_& m) {
       "Registers this rank's tensors and objects and saves them "
       "(ckpt/writer.h). Registered arrays are borrowed, not copied: "
       "they must not change during save().")
-      .def(py::init<py::object>(), py::arg("comm") = py::none())
+      .def(py::init<py::object, uint64_t, std::optional<uint64_t>>(),
+           py::arg("comm") = py::none(), py::arg("device_snapshot_bytes") = 0,
+           py::arg("staging_bytes") = py::none(),
+           "device_snapshot_bytes: device memory per device that save_async "
+           "with SaveOptions.snapshot_to_device may snapshot CUDA tensors "
+           "into (allocated at the first such save, kept with the Writer). "
+           "staging_bytes: the cap of the staging memory (None: 4 GiB); "
+           "save_async allocates min(cap, the bytes this rank writes) and "
+           "blocks for the writes of what exceeds the cap")
+      .def_property_readonly("device_snapshot_bytes",
+                             &PyWriter::device_snapshot_bytes)
+      .def_property_readonly("staging_bytes", &PyWriter::staging_bytes)
       .def("add_tensor", &PyWriter::AddTensor, py::arg("name"),
            py::arg("dtype"), py::arg("shape"), py::arg("region"),
            py::arg("data"), py::arg("replica") = false,

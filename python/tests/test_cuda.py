@@ -49,3 +49,20 @@ def test_save_async_of_cuda_tensors_keeps_the_values_at_the_call(tmp_path):
     ct.load(dst, str(tmp_path))
     for k, v in saved.items():
         assert torch.equal(dst[k], v), k
+
+
+def test_save_async_snapshot_to_device_copies_on_the_device_and_keeps_the_values(tmp_path):
+    src = _state()
+    saved = {k: v.clone() for k, v in src.items() if isinstance(v, torch.Tensor)}
+    r = ct.save_async(src, str(tmp_path), 1, snapshot_to_device=True)
+    src["w"].mul_(2).add_(1)  # on the device, after the call returned
+    src["b"].zero_()
+    result = r.wait()
+    cuda_bytes = sum(saved[k].numel() * saved[k].element_size() for k in ("w", "b"))
+    assert result.device_snapshot_bytes == cuda_bytes
+    dst = {k: torch.zeros_like(v) for k, v in saved.items()}
+    dst["step"] = None
+    ct.load(dst, str(tmp_path))
+    for k, v in saved.items():
+        assert torch.equal(dst[k], v), k
+    ct.release()

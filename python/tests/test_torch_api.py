@@ -433,3 +433,17 @@ def test_negative_bit_views_are_refused_naming_the_entry(tmp_path):
     into = torch._neg_view(torch.zeros(4))
     with pytest.raises(ckpt.InvalidArgumentError, match=r"entry 'w': a negative-bit view"):
         ct.load({"w": into}, str(tmp_path))
+
+
+def test_snapshot_to_device_without_cuda_tensors_is_an_ordinary_save_async(tmp_path):
+    # The option reaches SaveOptions; with no CUDA tensor the group's Writer
+    # needs no device memory (0 bytes), and the save is exact.
+    assert ckpt.save_options(snapshot_to_device=True).snapshot_to_device is True
+    assert ckpt.Writer(device_snapshot_bytes=1 << 20).device_snapshot_bytes == 1 << 20
+    src = {"w": torch.arange(10, dtype=torch.float32), "step": 4}
+    r = ct.save_async(src, str(tmp_path), 4, snapshot_to_device=True).wait()
+    assert r.device_snapshot_bytes == 0
+    out = {"w": torch.zeros(10), "step": None}
+    ct.load(out, str(tmp_path))
+    assert torch.equal(out["w"], src["w"]) and out["step"] == 4
+    ct.release()

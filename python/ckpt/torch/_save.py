@@ -153,14 +153,44 @@ def _group_key(process_group):
     return process_group
 
 
-def _writer(process_group, comm):
-    """The Writer of `process_group`, emptied of the last save's entries."""
+def _writer(process_group, comm, device_snapshot_bytes: int = 0, staging_bytes: int = 0):
+    """The Writer of `process_group`, emptied of the last save's entries;
+    made anew (the old one's memory freed first) when it has less device
+    snapshot memory or a lower staging cap than asked (save_async)."""
     key = _group_key(process_group)
     cached = _writers.get(id(key))
-    if cached is None or cached[0] is not key:
-        cached = _writers[id(key)] = (key, _ckpt.Writer(comm))
+    if (cached is None or cached[0] is not key
+            or cached[1].device_snapshot_bytes < device_snapshot_bytes
+            or cached[1].staging_bytes < staging_bytes):
+        _writers.pop(id(key), None)
+        cached = _writers[id(key)] = (key, _ckpt.Writer(
+            comm, device_snapshot_bytes, max(staging_bytes, _DEFAULT_STAGING_BYTES)))
     cached[1].clear()
     return cached[1]
+
+
+# The staging cap of a Writer that no save_async asked more of (the C++
+# default, Writer::Options::staging_bytes).
+_DEFAULT_STAGING_BYTES = 4 << 30
+
+
+def _snapshot_sizes(state_dict: Dict, to_device: bool) -> Tuple[int, int]:
+    """What save_async of `state_dict` snapshots: (the bytes of its tensors,
+    the staging cap under which the call never waits for a write; with
+    `to_device`, the device memory its CUDA tensors need on the most loaded
+    device, each rounded up to the snapshot's 256-byte alignment; else 0)."""
+    total, per_device = 0, {}
+    for leaf in _flatten(state_dict, expand=Statefuls(state_dict).expand):
+        t = leaf.value.local if isinstance(leaf.value, Chunk) else leaf.value
+        if _is_distributed(t) and hasattr(t, "to_local"):
+            t = t.to_local()
+        if not isinstance(t, torch.Tensor):
+            continue
+        n = t.numel() * t.element_size()
+        total += n
+        if to_device and t.device.type == "cuda":
+            per_device[t.device] = per_device.get(t.device, 0) + (n + 255) // 256 * 256
+    return total, max(per_device.values(), default=0)
 
 
 def release() -> None:
@@ -330,15 +360,27 @@ def save_async(state_dict: Dict, root: str, step: int, *, process_group=None,
     and the commit continue in the background with save's atomicity: until
     wait() succeeds, nothing of this step is visible.
 
-    Every rank calls it. A save still in flight is waited for first. CUDA
+    Every rank calls it. A save still in flight is waited for first. The
+    group's Writer keeps staging memory for the whole state (its cap is
+    raised to the state's tensor bytes when they exceed 4 GiB, so that the
+    call never waits for writes; ckpt.torch.release() frees it). CUDA
     tensors are copied to pinned host memory before it returns (when the
     package was built with CUDA support). Errors before the snapshot (bad
     input, an existing step) are raised here; later ones by wait(). The GIL
     is released while the snapshot is taken and while wait() blocks.
+
+    snapshot_to_device=True: CUDA tensors are snapshotted into spare device
+    memory (a device-to-device copy, the stall) and copied to host staging
+    memory in the background. The group's Writer then keeps device memory
+    of the size of this rank's CUDA tensors on its most loaded device
+    (allocated by the first such save, reused, freed by release()); tensors
+    that do not fit, or a device without that much free memory, take the
+    copy to pinned host memory before the call returns, as without it.
     """
     _await_in_flight(process_group)
     comm = _communicator(process_group)
-    plan = _plan_save(_writer(process_group, comm), state_dict, root, step, comm,
+    staging, device = _snapshot_sizes(state_dict, bool(options.get("snapshot_to_device")))
+    plan = _plan_save(_writer(process_group, comm, device, staging), state_dict, root, step, comm,
                       verify_replicas, options)
     handle = SaveHandle(plan.writer.save_async(plan.root, plan.step, plan.options))
     key = _group_key(process_group)
