@@ -447,3 +447,22 @@ def test_snapshot_to_device_without_cuda_tensors_is_an_ordinary_save_async(tmp_p
     ct.load(out, str(tmp_path))
     assert torch.equal(out["w"], src["w"]) and out["step"] == 4
     ct.release()
+
+
+def test_save_async_staging_cap_grows_to_the_state_and_is_kept():
+    # save_async never waits for writes: the group's Writer gets a staging
+    # cap of at least the state's tensor bytes (a new Writer when it grows;
+    # memory is allocated at the save, min(cap, bytes written), not here).
+    from ckpt.torch import _save
+    ct.release()
+    first = _save._writer(None, None)
+    assert first.staging_bytes == 4 << 30 and first.device_snapshot_bytes == 0
+    assert _save._writer(None, None, 0, 1 << 20) is first  # fits: kept
+    grown = _save._writer(None, None, 1 << 10, 5 << 30)
+    assert grown is not first
+    assert grown.staging_bytes == 5 << 30 and grown.device_snapshot_bytes == 1 << 10
+    assert _save._writer(None, None) is grown  # a smaller need keeps it
+    state = {"a": torch.zeros(3), "b": {"c": torch.zeros(2, 2)}, "v": 1}
+    leaves = ct._leaves._flatten(state)
+    assert _save._snapshot_sizes(leaves, to_device=True) == (28, 0)  # no CUDA tensor
+    ct.release()

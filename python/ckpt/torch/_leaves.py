@@ -13,6 +13,7 @@ import torch
 
 from .. import _ckpt
 from .._errors import InvalidArgumentError
+from .dtensor import is_distributed as _dtensor_is_distributed
 
 # The checkpoint metadata key listing the names saved as PerRank values
 # (JSON list); entry "NAME@rankR" holds rank R's value of NAME.
@@ -50,11 +51,20 @@ def ckpt_dtype(dtype: torch.dtype, name: Optional[str] = None) -> _ckpt.DType:
         raise TypeError(f"{where}torch dtype {dtype} has no ckpt element type") from None
 
 
+# torch.func's predicates of this torch (looked up once: a save asks them
+# of every tensor).
+_FUNCTORCH_PREDICATES = tuple(
+    p for p in (getattr(getattr(torch._C, "_functorch", None), n, None)
+                for n in ("is_functorch_wrapped_tensor", "is_functionaltensor"))
+    if p is not None)
+
+
 def _functorch_wrapped(t: torch.Tensor) -> bool:
     """Whether `t` is a torch.func (vmap, grad, functionalize) wrapper."""
-    f = getattr(torch._C, "_functorch", None)
-    return f is not None and any(getattr(f, n, lambda _: False)(t) for n in
-                                 ("is_functorch_wrapped_tensor", "is_functionaltensor"))
+    for predicate in _FUNCTORCH_PREDICATES:
+        if predicate(t):
+            return True
+    return False
 
 
 def _stored_as_elements(name: str, t: torch.Tensor) -> None:
@@ -276,8 +286,7 @@ class _Part:
 
 
 def _is_distributed(v) -> bool:
-    from .dtensor import is_distributed
-    return is_distributed(v)
+    return _dtensor_is_distributed(v)
 
 
 def _distributed_save_part(name: str, v) -> _Part:

@@ -159,14 +159,21 @@ def _writer(process_group, comm, device_snapshot_bytes: int = 0, staging_bytes: 
     snapshot memory or a lower staging cap than asked (save_async)."""
     key = _group_key(process_group)
     cached = _writers.get(id(key))
-    if (cached is None or cached[0] is not key
-            or cached[1].device_snapshot_bytes < device_snapshot_bytes
-            or cached[1].staging_bytes < staging_bytes):
+    if cached is None or cached[0] is not key or not _fits(cached[1], device_snapshot_bytes,
+                                                             staging_bytes):
         _writers.pop(id(key), None)
-        cached = _writers[id(key)] = (key, _ckpt.Writer(
-            comm, device_snapshot_bytes, max(staging_bytes, _DEFAULT_STAGING_BYTES)))
+        cached = _writers[id(key)] = (key, _new_writer(comm, device_snapshot_bytes, staging_bytes))
     cached[1].clear()
     return cached[1]
+
+
+def _fits(writer, device_snapshot_bytes: int, staging_bytes: int) -> bool:
+    return (writer.device_snapshot_bytes >= device_snapshot_bytes
+            and writer.staging_bytes >= staging_bytes)
+
+
+def _new_writer(comm, device_snapshot_bytes: int = 0, staging_bytes: int = 0):
+    return _ckpt.Writer(comm, device_snapshot_bytes, max(staging_bytes, _DEFAULT_STAGING_BYTES))
 
 
 # The staging cap of a Writer that no save_async asked more of (the C++
@@ -174,13 +181,14 @@ def _writer(process_group, comm, device_snapshot_bytes: int = 0, staging_bytes: 
 _DEFAULT_STAGING_BYTES = 4 << 30
 
 
-def _snapshot_sizes(state_dict: Dict, to_device: bool) -> Tuple[int, int]:
-    """What save_async of `state_dict` snapshots: (the bytes of its tensors,
-    the staging cap under which the call never waits for a write; with
-    `to_device`, the device memory its CUDA tensors need on the most loaded
-    device, each rounded up to the snapshot's 256-byte alignment; else 0)."""
+def _snapshot_sizes(leaves: List[_Leaf], to_device: bool) -> Tuple[int, int]:
+    """What save_async of a state dict with these leaves snapshots: (the
+    bytes of its tensors, the staging cap under which the call never waits
+    for a write; with `to_device`, the device memory its CUDA tensors need
+    on the most loaded device, each rounded up to the snapshot's 256-byte
+    alignment; else 0)."""
     total, per_device = 0, {}
-    for leaf in _flatten(state_dict, expand=Statefuls(state_dict).expand):
+    for leaf in leaves:
         t = leaf.value.local if isinstance(leaf.value, Chunk) else leaf.value
         if _is_distributed(t) and hasattr(t, "to_local"):
             t = t.to_local()
@@ -205,18 +213,20 @@ def release() -> None:
     _writers.clear()
 
 
-def _plan_save(writer, state_dict: Dict, root: str, step: int, comm, verify_replicas: bool,
+def _plan_save(writer_for, state_dict: Dict, root: str, step: int, comm, verify_replicas: bool,
                options: Dict) -> _SavePlan:
-    """Registers everything and agrees with the other ranks (one collective):
-    every rank's failure, the equality of Python values (and of replicas
-    with verify_replicas), and which rank saves each value. Stateful values
-    are saved as their state dicts (ckpt.torch._stateful)."""
+    """Registers everything with writer_for(leaves) (the group's Writer,
+    chosen once the state's leaves are known) and agrees with the other
+    ranks (one collective): every rank's failure, the equality of Python
+    values (and of replicas with verify_replicas), and which rank saves
+    each value. Stateful values are saved as their state dicts
+    (ckpt.torch._stateful)."""
     rank = comm.rank if comm is not None else 0
-    writer.clear()
-    info, error, values, deferred = {"error": None}, None, {}, []
+    info, error, values, deferred, writer = {"error": None}, None, {}, [], None
     try:
         group_ranks = _save_group_ranks(comm)
         leaves = _flatten(state_dict, expand=Statefuls(state_dict).expand)
+        writer = writer_for(leaves)
         _sync_cuda_streams(leaves)
         values, digests, replicas, per_rank, deferred = _register(writer, leaves, rank,
                                                                   group_ranks)
@@ -301,7 +311,7 @@ def save(state_dict: Dict, root: str, step: int, *, process_group=None,
     """
     _await_in_flight(process_group)
     comm = _communicator(process_group)
-    plan = _plan_save(_writer(process_group, comm), state_dict, root, step, comm,
+    plan = _plan_save(lambda _: _writer(process_group, comm), state_dict, root, step, comm,
                       verify_replicas, options)
     return plan.writer.save(plan.root, plan.step, plan.options)
 
@@ -379,9 +389,12 @@ def save_async(state_dict: Dict, root: str, step: int, *, process_group=None,
     """
     _await_in_flight(process_group)
     comm = _communicator(process_group)
-    staging, device = _snapshot_sizes(state_dict, bool(options.get("snapshot_to_device")))
-    plan = _plan_save(_writer(process_group, comm, device, staging), state_dict, root, step, comm,
-                      verify_replicas, options)
+    to_device = bool(options.get("snapshot_to_device"))
+
+    def writer_for(leaves):
+        staging, device = _snapshot_sizes(leaves, to_device)
+        return _writer(process_group, comm, device, staging)
+    plan = _plan_save(writer_for, state_dict, root, step, comm, verify_replicas, options)
     handle = SaveHandle(plan.writer.save_async(plan.root, plan.step, plan.options))
     key = _group_key(process_group)
     _in_flight[id(key)] = (key, handle)

@@ -21,7 +21,8 @@ from .. import _ckpt
 from .._errors import FailedPreconditionError
 from ._comm import _communicator
 from ._load import load as _load
-from ._save import SaveHandle, _await_in_flight, _plan_save
+from ._save import (SaveHandle, _await_in_flight, _fits, _new_writer, _plan_save,
+                    _snapshot_sizes)
 
 
 
@@ -61,7 +62,7 @@ class Checkpointer:
         """Saves `state_dict` as checkpoint `step` (atomically; `latest` then
         names it) and returns the SaveResult, the same on every rank. As
         ckpt.torch.save, with this Checkpointer's Writer and options."""
-        plan = self._plan(state_dict, step, options)
+        plan = self._plan(state_dict, step, options, for_async=False)
         return plan.writer.save(plan.root, plan.step, plan.options)
 
     def save_async(self, state_dict: Dict, step: int, **options) -> SaveHandle:
@@ -69,20 +70,30 @@ class Checkpointer:
         into staging memory: the trainer may modify its tensors at once.
         handle.wait() (or the next save, or close()) returns the SaveResult
         once the checkpoint is durable, or raises the background's error."""
-        plan = self._plan(state_dict, step, options)
+        plan = self._plan(state_dict, step, options, for_async=True)
         self._in_flight = SaveHandle(plan.writer.save_async(plan.root, plan.step, plan.options))
         return self._in_flight
 
-    def _plan(self, state_dict: Dict, step: int, options: Dict):
+    def _plan(self, state_dict: Dict, step: int, options: Dict, for_async: bool):
         self._check_open()
         self._wait_in_flight()
         _await_in_flight(self._group)  # a functional save_async of the same group
         if self._writer is None:
             self._comm = _communicator(self._group)
-            self._writer = _ckpt.Writer(self._comm)
         merged = dict(self._save_options)
         merged.update(options)
-        return _plan_save(self._writer, state_dict, self.root, int(step), self._comm,
+        to_device = bool(merged.get("snapshot_to_device"))
+
+        def writer_for(leaves):
+            # save_async: staging for the whole state (and device snapshot
+            # memory), as ckpt.torch.save_async; a new Writer when it grows.
+            staging, device = _snapshot_sizes(leaves, to_device) if for_async else (0, 0)
+            if self._writer is None or not _fits(self._writer, device, staging):
+                self._writer = None  # the old one's memory is freed first
+                self._writer = _new_writer(self._comm, device, staging)
+            self._writer.clear()
+            return self._writer
+        return _plan_save(writer_for, state_dict, self.root, int(step), self._comm,
                           self._verify_replicas, merged)
 
     def _wait_in_flight(self) -> None:
