@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -104,25 +105,50 @@ std::vector<uint32_t> LargestFirst(const std::vector<CoopRead>& reads) {
   return order;
 }
 
-// Step 1 of PlanCooperativeReads' contract: each read, largest first, to a
-// holder on the least loaded node, the least loaded rank there. Fills the
-// nodes' bins and the ranks' loads; returns the largest read.
+// The rank that alone needs `read` (every delivery is to it), or nullopt
+// when several ranks need it.
+std::optional<uint32_t> SoleHolder(const RequestGroups& g,
+                                   const BlockRead& read) {
+  std::optional<uint32_t> only;
+  bool several = false;
+  ForEachDelivery(g, read, [&](const Holder& h, const Copy&) {
+    if (!only.has_value()) only = h.rank;
+    several = several || h.rank != *only;
+  });
+  if (several) return std::nullopt;
+  return only;
+}
+
+// Step 1 of PlanCooperativeReads' contract: each read that one rank alone
+// needs to that rank; then each other read, largest first, to a holder on
+// the least loaded node, the least loaded rank there. Fills the nodes' and
+// the ranks' loads, and the nodes' bins with the shared reads alone (the
+// reads that later steps move first); returns the largest read.
 uint64_t AssignToHolders(const RequestGroups& g, std::vector<CoopRead>* reads,
-                         Bins* nodes, Bins* ranks) {
+                         const std::vector<bool>& sole, Bins* nodes,
+                         Bins* ranks) {
   uint64_t largest = 0;
-  for (uint32_t i : LargestFirst(*reads)) {
+  auto take = [&](uint32_t i, uint32_t reader) {
     CoopRead& cr = (*reads)[i];
+    cr.reader = reader;
+    const uint32_t node = g.node[reader];
+    nodes->load[node] += cr.read.length;
+    if (!sole[i]) nodes->reads[node].push_back(i);
+    ranks->load[reader] += cr.read.length;
+    largest = std::max(largest, cr.read.length);
+  };
+  const std::vector<uint32_t> order = LargestFirst(*reads);
+  for (uint32_t i : order) {
+    if (sole[i]) take(i, *SoleHolder(g, (*reads)[i].read));
+  }
+  for (uint32_t i : order) {
+    if (sole[i]) continue;
     std::tuple<uint64_t, uint64_t, uint32_t> best{UINT64_MAX, UINT64_MAX, 0};
-    ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy&) {
+    ForEachDelivery(g, (*reads)[i].read, [&](const Holder& h, const Copy&) {
       best = std::min(best, std::make_tuple(nodes->load[g.node[h.rank]],
                                             ranks->load[h.rank], h.rank));
     });
-    cr.reader = std::get<2>(best);
-    const uint32_t node = g.node[cr.reader];
-    nodes->load[node] += cr.read.length;
-    nodes->reads[node].push_back(i);
-    ranks->load[cr.reader] += cr.read.length;
-    largest = std::max(largest, cr.read.length);
+    take(i, std::get<2>(best));
   }
   return largest;
 }
@@ -139,25 +165,41 @@ std::vector<uint64_t> AssignReaders(const RequestGroups& g,
   for (uint32_t r = 0; r < g.ranks; ++r) ranks_of[g.node[r]].push_back(r);
   std::vector<uint32_t> all_nodes(g.nodes);
   std::iota(all_nodes.begin(), all_nodes.end(), 0);
-  const uint64_t largest = AssignToHolders(g, reads, &nodes, &ranks);
+  std::vector<bool> sole(reads->size());
+  for (size_t i = 0; i < reads->size(); ++i) {
+    sole[i] = SoleHolder(g, (*reads)[i].read).has_value();
+  }
+  const uint64_t largest = AssignToHolders(g, reads, sole, &nodes, &ranks);
   uint64_t total = 0;
   for (uint64_t n : nodes.load) total += n;
-  Rebalance(total / std::max<uint32_t>(1, g.nodes) + largest, all_nodes, *reads,
-            &nodes, [&](uint32_t i, uint32_t to) {
-              CoopRead& cr = (*reads)[i];
-              const uint32_t r = LeastLoaded(ranks_of[to], ranks.load);
-              ranks.load[cr.reader] -= cr.read.length;
-              ranks.load[r] += cr.read.length;
-              cr.reader = r;
-            });
-  if (g.nodes == g.ranks) return ranks.load;  // one rank each
-  for (uint32_t i : LargestFirst(*reads)) {   // smallest last
-    ranks.reads[(*reads)[i].reader].push_back(i);
+  const uint64_t node_limit = total / std::max<uint32_t>(1, g.nodes) + largest;
+  auto to_node = [&](uint32_t i, uint32_t to) {
+    CoopRead& cr = (*reads)[i];
+    const uint32_t r = LeastLoaded(ranks_of[to], ranks.load);
+    ranks.load[cr.reader] -= cr.read.length;
+    ranks.load[r] += cr.read.length;
+    cr.reader = r;
+  };
+  // Shared reads first; then, only where a node still reads more than the
+  // limit, reads that one rank alone needs (which then cost an exchange).
+  Rebalance(node_limit, all_nodes, *reads, &nodes, to_node);
+  for (auto& mine : nodes.reads) mine.clear();
+  for (uint32_t i : LargestFirst(*reads)) {  // smallest last
+    if (sole[i]) nodes.reads[g.node[(*reads)[i].reader]].push_back(i);
   }
-  for (uint32_t n = 0; n < g.nodes; ++n) {
-    const uint64_t mean = nodes.load[n] / ranks_of[n].size();
-    Rebalance(mean, ranks_of[n], *reads, &ranks,
-              [&](uint32_t i, uint32_t to) { (*reads)[i].reader = to; });
+  Rebalance(node_limit, all_nodes, *reads, &nodes, to_node);
+  if (g.nodes == g.ranks) return ranks.load;  // one rank each
+  auto within = [&](uint32_t i, uint32_t to) { (*reads)[i].reader = to; };
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto& mine : ranks.reads) mine.clear();
+    for (uint32_t i : LargestFirst(*reads)) {  // smallest last
+      if (sole[i] == (pass == 1)) ranks.reads[(*reads)[i].reader].push_back(i);
+    }
+    for (uint32_t n = 0; n < g.nodes; ++n) {
+      const uint64_t mean = nodes.load[n] / ranks_of[n].size();
+      Rebalance(pass == 0 ? mean : mean + largest, ranks_of[n], *reads, &ranks,
+                within);
+    }
   }
   return ranks.load;
 }
