@@ -442,8 +442,9 @@ TEST(PlanCooperativeReadsTest, ReadsGoToARankThatNeedsThem) {
 // Issue 24: rows saved in chunks loaded as row bands by 3 ranks of one
 // node: a read that one rank alone needs is that rank's (its bytes never
 // go through the communicator), however the node's reads could be spread;
-// only reads that several ranks need are placed for balance. Each block is
-// still read once.
+// only reads that several ranks need are placed for balance, and a read
+// is cut where blocks of one rank meet blocks several ranks need. Each
+// block is still read once.
 TEST(PlanCooperativeReadsTest, AReadOneRankNeedsIsThatRanks) {
   std::mt19937_64 rng(7);
   Fixture f(4, 64, 64, 1024, rng);
@@ -468,6 +469,19 @@ TEST(PlanCooperativeReadsTest, AReadOneRankNeedsIsThatRanks) {
       EXPECT_EQ(cr.reader, *holders.begin()) << "at " << cr.read.offset;
     } else {
       ++shared;
+      // Reads are cut where one rank's blocks meet shared ones: every
+      // block of a shared read feeds several ranks.
+      const uint64_t bs = cr.read.indexed->block_size;
+      for (uint64_t b = cr.read.b0; b < cr.read.b1; ++b) {
+        std::set<uint32_t> of_block;
+        ForEachDelivery(p.groups, cr.read, [&](const Holder& h, const Copy& c) {
+          if (c.src < (b + 1) * bs && c.src + c.bytes > b * bs) {
+            of_block.insert(h.rank);
+          }
+        });
+        EXPECT_GE(of_block.size(), 2u)
+            << "block " << b << " of the read at " << cr.read.offset;
+      }
     }
   }
   EXPECT_GT(sole, 0);

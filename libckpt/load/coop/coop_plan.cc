@@ -260,6 +260,73 @@ std::vector<CoopRead> Flatten(ReadPlan plan) {
   return out;
 }
 
+// `reads` with each read cut where the ranks that need its blocks change
+// between one rank alone and several (or another rank alone): a read of
+// blocks that one rank needs next to blocks of a boundary that several
+// share becomes two, so that the first is that rank's own (AssignReaders)
+// and only the boundary's blocks are exchanged. Whole blocks, in order;
+// copies cut at the new raw bounds.
+std::vector<CoopRead> SplitByHolders(const RequestGroups& g,
+                                     std::vector<CoopRead> reads) {
+  constexpr int64_t kNone = -1, kSeveral = -2;
+  std::vector<CoopRead> out;
+  out.reserve(reads.size());
+  std::vector<int64_t> cls;  // per block of a read: its rank, or kSeveral
+  for (CoopRead& cr : reads) {
+    const BlockRead& r = cr.read;
+    const uint64_t bs = r.indexed->block_size;
+    const uint64_t n = r.b1 - r.b0;
+    if (n <= 1) {
+      out.push_back(std::move(cr));
+      continue;
+    }
+    cls.assign(n, kNone);
+    for (const Copy& c : r.copies) {
+      const uint64_t first = c.src / bs - r.b0;
+      const uint64_t last = (c.src + c.bytes - 1) / bs - r.b0;
+      for (uint64_t h = g.first[c.request]; h < g.first[c.request + 1]; ++h) {
+        const int64_t rank = g.holders[h].rank;
+        for (uint64_t b = first; b <= last; ++b) {
+          if (cls[b] == kNone) {
+            cls[b] = rank;
+          } else if (cls[b] != rank) {
+            cls[b] = kSeveral;
+          }
+        }
+      }
+    }
+    uint64_t begin = 0;
+    uint64_t offset = r.offset;
+    for (uint64_t b = 1; b <= n; ++b) {
+      if (b < n && cls[b] == cls[begin]) continue;
+      CoopRead piece;
+      piece.shard = cr.shard;
+      BlockRead& p = piece.read;
+      p.entry = r.entry;
+      p.chunk = r.chunk;
+      p.indexed = r.indexed;
+      p.b0 = r.b0 + begin;
+      p.b1 = r.b0 + b;
+      p.offset = offset;
+      for (uint64_t k = p.b0; k < p.b1; ++k) {
+        p.length += r.indexed->blocks[k].stored_size;
+      }
+      offset += p.length;
+      p.raw_begin = p.b0 * bs;
+      p.raw_end = b == n ? r.raw_end : p.b1 * bs;
+      for (const Copy& c : r.copies) {
+        const uint64_t a = std::max(c.src, p.raw_begin);
+        const uint64_t z = std::min(c.src + c.bytes, p.raw_end);
+        if (a >= z) continue;
+        p.copies.push_back(Copy{c.request, a, c.dst + (a - c.src), z - a});
+      }
+      out.push_back(std::move(piece));
+      begin = b;
+    }
+  }
+  return out;
+}
+
 // The node of a rank that sent `name`: a new one for "" or a new name.
 uint32_t NodeId(absl::string_view name,
                 absl::flat_hash_map<absl::string_view, uint32_t>* ids,
@@ -385,7 +452,7 @@ CoopPlan PlanCooperativeReads(const format::Manifest& manifest,
         PlanBlockReads(manifest, pieces, lookup, std::max<uint64_t>(1, spread));
   }
   plan.stored_bytes = reads.stored_bytes;
-  plan.reads = Flatten(std::move(reads));
+  plan.reads = SplitByHolders(groups, Flatten(std::move(reads)));
   plan.bytes_read = AssignReaders(groups, &plan.reads);
   plan.rounds = AssignRounds(groups, options.round_bytes, &plan.reads);
   return plan;
