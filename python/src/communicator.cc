@@ -75,14 +75,18 @@ class PyCommunicator final : public Communicator {
   absl::Status AllToAll(absl::Span<const SendBuffer> send,
                         absl::Span<const RecvBuffer> recv,
                         MemoryKind memory) override {
-    bool has_all_to_all;
+    bool has_all_to_all, has_into;
     {
       py::gil_scoped_acquire gil;
       has_all_to_all = py::hasattr(obj_, "all_to_all");
+      has_into = py::hasattr(obj_, "all_to_all_into");
     }
-    if (!has_all_to_all) return Communicator::AllToAll(send, recv, memory);
+    if (!has_all_to_all && !has_into) {
+      return Communicator::AllToAll(send, recv, memory);
+    }
     CKPT_RETURN_IF_ERROR(AgreeOnFirstError(
         CheckAllToAllArguments(send.size(), recv.size(), memory)));
+    if (has_into) return AllToAllInto(send, recv);
     absl::StatusOr<py::object> got = Call<py::object>("all_to_all", [&] {
       py::list parts;
       for (const SendBuffer& b : send)
@@ -124,6 +128,80 @@ class PyCommunicator final : public Communicator {
           absl::StrCat("Communicator.", method,
                        " (Python): unexpected return type: ", e.what()));
     }
+  }
+
+  // The object's all_to_all_into(send, send_sizes, recv, recv_sizes): the
+  // parts back to back in one buffer each way (memoryviews, send only read),
+  // so that the bytes move from this rank's send buffer into the
+  // receiver's buffer with no copy on either side. Buffers that are not
+  // back to back (the cooperative load lays them out so) go through one
+  // contiguous copy.
+  absl::Status AllToAllInto(absl::Span<const SendBuffer> send,
+                            absl::Span<const RecvBuffer> recv) {
+    std::vector<uint64_t> send_sizes, recv_sizes;
+    uint64_t send_total = 0, recv_total = 0;
+    bool send_packed = true, recv_packed = true;
+    const char* send_base = nullptr;
+    char* recv_base = nullptr;
+    for (const SendBuffer& b : send) {
+      send_sizes.push_back(b.size);
+      if (b.size > 0) {
+        const char* p = static_cast<const char*>(b.data);
+        if (send_base == nullptr) send_base = p - send_total;
+        send_packed = send_packed && p == send_base + send_total;
+      }
+      send_total += b.size;
+    }
+    for (const RecvBuffer& b : recv) {
+      recv_sizes.push_back(b.size);
+      if (b.size > 0) {
+        char* p = static_cast<char*>(b.data);
+        if (recv_base == nullptr) recv_base = p - recv_total;
+        recv_packed = recv_packed && p == recv_base + recv_total;
+      }
+      recv_total += b.size;
+    }
+    std::string send_copy, recv_copy;
+    if (!send_packed) {
+      send_copy.reserve(send_total);
+      for (const SendBuffer& b : send) {
+        send_copy.append(static_cast<const char*>(b.data), b.size);
+      }
+      send_base = send_copy.data();
+    }
+    if (!recv_packed) {
+      recv_copy.resize(recv_total);
+      recv_base = recv_copy.data();
+    }
+    static char empty = 0;
+    if (send_base == nullptr) send_base = &empty;
+    if (recv_base == nullptr) recv_base = &empty;
+    // Writable views both ways (torch.frombuffer warns on a read-only
+    // buffer); the send buffer is only read.
+    absl::Status verdict;
+    {
+      py::gil_scoped_acquire gil;
+      try {
+        obj_.attr("all_to_all_into")(
+            py::memoryview::from_memory(const_cast<char*>(send_base),
+                                        static_cast<ssize_t>(send_total)),
+            send_sizes,
+            py::memoryview::from_memory(recv_base,
+                                        static_cast<ssize_t>(recv_total)),
+            recv_sizes);
+      } catch (py::error_already_set& e) {
+        verdict = absl::InternalError(
+            absl::StrCat("Communicator.all_to_all_into (Python): ", e.what()));
+      }
+    }
+    if (verdict.ok() && !recv_packed) {
+      const char* from = recv_base;
+      for (const RecvBuffer& b : recv) {
+        if (b.size > 0) std::memcpy(b.data, from, b.size);
+        from += b.size;
+      }
+    }
+    return AgreeOnFirstError(verdict);
   }
 
   // Copies the parts all_to_all returned into `recv`, checking their

@@ -127,6 +127,24 @@ def gloo_ranks(rank, world, store):
     assert empty == [b""] * world
     big = comm.all_to_all([bytes([rank, d]) * 100000 for d in range(world)])
     assert big == [bytes([s, rank]) * 100000 for s in range(world)]
+    # all_to_all_into (what ckpt's AllToAll uses): parts back to back each
+    # way, received in place; a rank expecting other sizes still completes
+    # the collective, then raises (the others do not).
+    parts = [part(rank, d) * (d + 1) for d in range(world)]
+    sizes = [len(part(s, rank) * (rank + 1)) for s in range(world)]
+    recv = bytearray(sum(sizes))
+    comm.all_to_all_into(memoryview(bytearray(b"".join(parts))), [len(p) for p in parts],
+                         memoryview(recv), sizes)
+    assert bytes(recv) == b"".join(part(s, rank) * (rank + 1) for s in range(world))
+    wrong = list(sizes)
+    if rank == 0:
+        wrong[1] += 1
+    try:
+        comm.all_to_all_into(memoryview(bytearray(b"".join(parts))), [len(p) for p in parts],
+                             memoryview(bytearray(sum(wrong))), wrong)
+        assert rank != 0, "rank 0 expected other sizes"
+    except ckpt.InvalidArgumentError as e:
+        assert rank == 0 and "rank 1 sent" in str(e), e
     # all_gather and broadcast: lengths travel with the first 4088 bytes;
     # longer messages take a second collective (sizes around the edge).
     for n in (0, 1, 4087, 4088, 4089, 100000):

@@ -439,6 +439,56 @@ TEST(PlanCooperativeReadsTest, ReadsGoToARankThatNeedsThem) {
   }
 }
 
+// Issue 24: rows saved in chunks loaded as row bands by 3 ranks of one
+// node: a read that one rank alone needs is that rank's (its bytes never
+// go through the communicator), however the node's reads could be spread;
+// only reads that several ranks need are placed for balance, and a read
+// is cut where blocks of one rank meet blocks several ranks need. Each
+// block is still read once.
+TEST(PlanCooperativeReadsTest, AReadOneRankNeedsIsThatRanks) {
+  std::mt19937_64 rng(7);
+  Fixture f(4, 64, 64, 1024, rng);
+  const uint64_t first[] = {0, 21, 42, 64};
+  std::vector<std::vector<PlanRequest>> per_rank(3);
+  for (uint32_t r = 0; r < 3; ++r) {
+    for (uint32_t e = 0; e < 4; ++e) {
+      per_rank[r].push_back(
+          {e, Box{{first[r], 0}, {first[r + 1] - first[r], 64}}});
+    }
+  }
+  Planned p = Plan(f, per_rank, {}, {"a", "a", "a"});
+  EXPECT_EQ(p.plan.stored_bytes, 4u * 64 * 64 * 4);
+  int sole = 0, shared = 0;
+  for (const CoopRead& cr : p.plan.reads) {
+    std::set<uint32_t> holders;
+    ForEachDelivery(p.groups, cr.read, [&](const Holder& h, const Copy&) {
+      holders.insert(h.rank);
+    });
+    if (holders.size() == 1) {
+      ++sole;
+      EXPECT_EQ(cr.reader, *holders.begin()) << "at " << cr.read.offset;
+    } else {
+      ++shared;
+      // Reads are cut where one rank's blocks meet shared ones: every
+      // block of a shared read feeds several ranks.
+      const uint64_t bs = cr.read.indexed->block_size;
+      for (uint64_t b = cr.read.b0; b < cr.read.b1; ++b) {
+        std::set<uint32_t> of_block;
+        ForEachDelivery(p.groups, cr.read, [&](const Holder& h, const Copy& c) {
+          if (c.src < (b + 1) * bs && c.src + c.bytes > b * bs) {
+            of_block.insert(h.rank);
+          }
+        });
+        EXPECT_GE(of_block.size(), 2u)
+            << "block " << b << " of the read at " << cr.read.offset;
+      }
+    }
+  }
+  EXPECT_GT(sole, 0);
+  EXPECT_GT(shared, 0);
+  EXPECT_LE(Spread(p.plan.bytes_read), 2 * LargestRead(p.plan));
+}
+
 // Rounds: no rank sends or receives more than the budget in one round,
 // unless a single read alone exceeds it.
 TEST(PlanCooperativeReadsTest, RoundsStayWithinTheBudget) {

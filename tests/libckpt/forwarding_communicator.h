@@ -1,11 +1,12 @@
 // Test helper: a communicator that forwards every call to another, counts
-// the AllToAll calls and can hide the other's SharesAddressSpace, so that
-// the cooperative load's two delivery paths (direct writes between ranks
-// of one address space, and the AllToAll exchange) can both be tested on
-// in-process ranks.
+// the AllToAll calls and the bytes they send, and can hide the other's
+// SharesAddressSpace, so that the cooperative load's two delivery paths (direct
+// writes between ranks of one address space, and the AllToAll exchange) can
+// both be tested on in-process ranks.
 #ifndef CKPT_TESTS_LIBCKPT_FORWARDING_COMMUNICATOR_H_
 #define CKPT_TESTS_LIBCKPT_FORWARDING_COMMUNICATOR_H_
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -50,6 +51,7 @@ class ForwardingCommunicator : public Communicator {
                         absl::Span<const RecvBuffer> recv,
                         MemoryKind memory) override {
     ++all_to_all_calls_;
+    for (const SendBuffer& b : send) all_to_all_bytes_ += b.size;
     return base_->AllToAll(send, recv, memory);
   }
   bool SupportsDeviceMemory() const override {
@@ -61,11 +63,14 @@ class ForwardingCommunicator : public Communicator {
   std::string NodeName() const override { return base_->NodeName(); }
 
   int all_to_all_calls() const { return all_to_all_calls_; }
+  // The bytes this rank sent through AllToAll, all calls together.
+  uint64_t all_to_all_bytes() const { return all_to_all_bytes_; }
 
  private:
   Communicator* base_;
   Delivery delivery_;
-  int all_to_all_calls_ = 0;  // used by one thread, the rank's
+  int all_to_all_calls_ = 0;       // used by one thread, the rank's
+  uint64_t all_to_all_bytes_ = 0;  // the same
 };
 
 // RunRanks(world, fn) with each rank's communicator wrapped for `delivery`;

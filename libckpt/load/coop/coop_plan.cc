@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -104,25 +105,50 @@ std::vector<uint32_t> LargestFirst(const std::vector<CoopRead>& reads) {
   return order;
 }
 
-// Step 1 of PlanCooperativeReads' contract: each read, largest first, to a
-// holder on the least loaded node, the least loaded rank there. Fills the
-// nodes' bins and the ranks' loads; returns the largest read.
+// The rank that alone needs `read` (every delivery is to it), or nullopt
+// when several ranks need it.
+std::optional<uint32_t> SoleHolder(const RequestGroups& g,
+                                   const BlockRead& read) {
+  std::optional<uint32_t> only;
+  bool several = false;
+  ForEachDelivery(g, read, [&](const Holder& h, const Copy&) {
+    if (!only.has_value()) only = h.rank;
+    several = several || h.rank != *only;
+  });
+  if (several) return std::nullopt;
+  return only;
+}
+
+// Step 1 of PlanCooperativeReads' contract: each read that one rank alone
+// needs to that rank; then each other read, largest first, to a holder on
+// the least loaded node, the least loaded rank there. Fills the nodes' and
+// the ranks' loads, and the nodes' bins with the shared reads alone (the
+// reads that later steps move first); returns the largest read.
 uint64_t AssignToHolders(const RequestGroups& g, std::vector<CoopRead>* reads,
-                         Bins* nodes, Bins* ranks) {
+                         const std::vector<bool>& sole, Bins* nodes,
+                         Bins* ranks) {
   uint64_t largest = 0;
-  for (uint32_t i : LargestFirst(*reads)) {
+  auto take = [&](uint32_t i, uint32_t reader) {
     CoopRead& cr = (*reads)[i];
+    cr.reader = reader;
+    const uint32_t node = g.node[reader];
+    nodes->load[node] += cr.read.length;
+    if (!sole[i]) nodes->reads[node].push_back(i);
+    ranks->load[reader] += cr.read.length;
+    largest = std::max(largest, cr.read.length);
+  };
+  const std::vector<uint32_t> order = LargestFirst(*reads);
+  for (uint32_t i : order) {
+    if (sole[i]) take(i, *SoleHolder(g, (*reads)[i].read));
+  }
+  for (uint32_t i : order) {
+    if (sole[i]) continue;
     std::tuple<uint64_t, uint64_t, uint32_t> best{UINT64_MAX, UINT64_MAX, 0};
-    ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy&) {
+    ForEachDelivery(g, (*reads)[i].read, [&](const Holder& h, const Copy&) {
       best = std::min(best, std::make_tuple(nodes->load[g.node[h.rank]],
                                             ranks->load[h.rank], h.rank));
     });
-    cr.reader = std::get<2>(best);
-    const uint32_t node = g.node[cr.reader];
-    nodes->load[node] += cr.read.length;
-    nodes->reads[node].push_back(i);
-    ranks->load[cr.reader] += cr.read.length;
-    largest = std::max(largest, cr.read.length);
+    take(i, std::get<2>(best));
   }
   return largest;
 }
@@ -139,25 +165,41 @@ std::vector<uint64_t> AssignReaders(const RequestGroups& g,
   for (uint32_t r = 0; r < g.ranks; ++r) ranks_of[g.node[r]].push_back(r);
   std::vector<uint32_t> all_nodes(g.nodes);
   std::iota(all_nodes.begin(), all_nodes.end(), 0);
-  const uint64_t largest = AssignToHolders(g, reads, &nodes, &ranks);
+  std::vector<bool> sole(reads->size());
+  for (size_t i = 0; i < reads->size(); ++i) {
+    sole[i] = SoleHolder(g, (*reads)[i].read).has_value();
+  }
+  const uint64_t largest = AssignToHolders(g, reads, sole, &nodes, &ranks);
   uint64_t total = 0;
   for (uint64_t n : nodes.load) total += n;
-  Rebalance(total / std::max<uint32_t>(1, g.nodes) + largest, all_nodes, *reads,
-            &nodes, [&](uint32_t i, uint32_t to) {
-              CoopRead& cr = (*reads)[i];
-              const uint32_t r = LeastLoaded(ranks_of[to], ranks.load);
-              ranks.load[cr.reader] -= cr.read.length;
-              ranks.load[r] += cr.read.length;
-              cr.reader = r;
-            });
-  if (g.nodes == g.ranks) return ranks.load;  // one rank each
-  for (uint32_t i : LargestFirst(*reads)) {   // smallest last
-    ranks.reads[(*reads)[i].reader].push_back(i);
+  const uint64_t node_limit = total / std::max<uint32_t>(1, g.nodes) + largest;
+  auto to_node = [&](uint32_t i, uint32_t to) {
+    CoopRead& cr = (*reads)[i];
+    const uint32_t r = LeastLoaded(ranks_of[to], ranks.load);
+    ranks.load[cr.reader] -= cr.read.length;
+    ranks.load[r] += cr.read.length;
+    cr.reader = r;
+  };
+  // Shared reads first; then, only where a node still reads more than the
+  // limit, reads that one rank alone needs (which then cost an exchange).
+  Rebalance(node_limit, all_nodes, *reads, &nodes, to_node);
+  for (auto& mine : nodes.reads) mine.clear();
+  for (uint32_t i : LargestFirst(*reads)) {  // smallest last
+    if (sole[i]) nodes.reads[g.node[(*reads)[i].reader]].push_back(i);
   }
-  for (uint32_t n = 0; n < g.nodes; ++n) {
-    const uint64_t mean = nodes.load[n] / ranks_of[n].size();
-    Rebalance(mean, ranks_of[n], *reads, &ranks,
-              [&](uint32_t i, uint32_t to) { (*reads)[i].reader = to; });
+  Rebalance(node_limit, all_nodes, *reads, &nodes, to_node);
+  if (g.nodes == g.ranks) return ranks.load;  // one rank each
+  auto within = [&](uint32_t i, uint32_t to) { (*reads)[i].reader = to; };
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto& mine : ranks.reads) mine.clear();
+    for (uint32_t i : LargestFirst(*reads)) {  // smallest last
+      if (sole[i] == (pass == 1)) ranks.reads[(*reads)[i].reader].push_back(i);
+    }
+    for (uint32_t n = 0; n < g.nodes; ++n) {
+      const uint64_t mean = nodes.load[n] / ranks_of[n].size();
+      Rebalance(pass == 0 ? mean : mean + largest, ranks_of[n], *reads, &ranks,
+                within);
+    }
   }
   return ranks.load;
 }
@@ -213,6 +255,73 @@ std::vector<CoopRead> Flatten(ReadPlan plan) {
       cr.shard = sr.shard;
       cr.read = std::move(r);
       out.push_back(std::move(cr));
+    }
+  }
+  return out;
+}
+
+// `reads` with each read cut where the ranks that need its blocks change
+// between one rank alone and several (or another rank alone): a read of
+// blocks that one rank needs next to blocks of a boundary that several
+// share becomes two, so that the first is that rank's own (AssignReaders)
+// and only the boundary's blocks are exchanged. Whole blocks, in order;
+// copies cut at the new raw bounds.
+std::vector<CoopRead> SplitByHolders(const RequestGroups& g,
+                                     std::vector<CoopRead> reads) {
+  constexpr int64_t kNone = -1, kSeveral = -2;
+  std::vector<CoopRead> out;
+  out.reserve(reads.size());
+  std::vector<int64_t> cls;  // per block of a read: its rank, or kSeveral
+  for (CoopRead& cr : reads) {
+    const BlockRead& r = cr.read;
+    const uint64_t bs = r.indexed->block_size;
+    const uint64_t n = r.b1 - r.b0;
+    if (n <= 1) {
+      out.push_back(std::move(cr));
+      continue;
+    }
+    cls.assign(n, kNone);
+    for (const Copy& c : r.copies) {
+      const uint64_t first = c.src / bs - r.b0;
+      const uint64_t last = (c.src + c.bytes - 1) / bs - r.b0;
+      for (uint64_t h = g.first[c.request]; h < g.first[c.request + 1]; ++h) {
+        const int64_t rank = g.holders[h].rank;
+        for (uint64_t b = first; b <= last; ++b) {
+          if (cls[b] == kNone) {
+            cls[b] = rank;
+          } else if (cls[b] != rank) {
+            cls[b] = kSeveral;
+          }
+        }
+      }
+    }
+    uint64_t begin = 0;
+    uint64_t offset = r.offset;
+    for (uint64_t b = 1; b <= n; ++b) {
+      if (b < n && cls[b] == cls[begin]) continue;
+      CoopRead piece;
+      piece.shard = cr.shard;
+      BlockRead& p = piece.read;
+      p.entry = r.entry;
+      p.chunk = r.chunk;
+      p.indexed = r.indexed;
+      p.b0 = r.b0 + begin;
+      p.b1 = r.b0 + b;
+      p.offset = offset;
+      for (uint64_t k = p.b0; k < p.b1; ++k) {
+        p.length += r.indexed->blocks[k].stored_size;
+      }
+      offset += p.length;
+      p.raw_begin = p.b0 * bs;
+      p.raw_end = b == n ? r.raw_end : p.b1 * bs;
+      for (const Copy& c : r.copies) {
+        const uint64_t a = std::max(c.src, p.raw_begin);
+        const uint64_t z = std::min(c.src + c.bytes, p.raw_end);
+        if (a >= z) continue;
+        p.copies.push_back(Copy{c.request, a, c.dst + (a - c.src), z - a});
+      }
+      out.push_back(std::move(piece));
+      begin = b;
     }
   }
   return out;
@@ -343,7 +452,7 @@ CoopPlan PlanCooperativeReads(const format::Manifest& manifest,
         PlanBlockReads(manifest, pieces, lookup, std::max<uint64_t>(1, spread));
   }
   plan.stored_bytes = reads.stored_bytes;
-  plan.reads = Flatten(std::move(reads));
+  plan.reads = SplitByHolders(groups, Flatten(std::move(reads)));
   plan.bytes_read = AssignReaders(groups, &plan.reads);
   plan.rounds = AssignRounds(groups, options.round_bytes, &plan.reads);
   return plan;

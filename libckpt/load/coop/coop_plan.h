@@ -111,16 +111,24 @@ std::vector<uint64_t> BytesReadPerNode(const RequestGroups& groups,
 // once, by one rank, spread evenly over nodes and then over the ranks of
 // each node (groups.node; with no node names every rank is a node and the
 // two levels are one):
-//  1. reads are taken largest first, each by a holder of one of its
-//     requests: one on the node that reads the fewest bytes so far, and
-//     there the rank with the fewest;
+//  1. a read that one rank alone needs (all its deliveries are to that
+//     rank: a resharded load's blocks but those its new boundaries cut) is
+//     that rank's, so that its bytes go straight to their destinations and
+//     never through the communicator; the other reads are taken largest
+//     first, each by a holder of one of its requests: one on the node that
+//     reads the fewest bytes so far, and there the rank with the fewest;
 //  2. a node that reads more than the mean over nodes plus the largest
-//     read gives reads (its smallest first) to the least loaded node, to
-//     its least loaded rank, while that lowers its load (so that all nodes
-//     read when few need the data);
+//     read gives reads (its smallest first, reads that several ranks need
+//     before those of one rank) to the least loaded node, to its least
+//     loaded rank, while that lowers its load (so that all nodes read when
+//     few need the data);
 //  3. within each node, a rank that reads more than the node's mean gives
-//     reads to the node's least loaded rank alike (moving bytes between
-//     ranks of one node costs no node more reading or network traffic).
+//     reads that several ranks need to the node's least loaded rank alike
+//     (moving bytes between ranks of one node costs no node more reading or
+//     network traffic), and one that still reads more than that mean plus
+//     the largest read gives reads that it alone needs.
+// So a rank reads what it alone needs itself unless the ranks' needs are
+// that unbalanced (e.g. one rank needs everything, the others nothing).
 // A rank's reads are then put into rounds in plan order so that each round
 // respects options.round_bytes on both sides. REQUIRES: as PlanBlockReads.
 CoopPlan PlanCooperativeReads(const format::Manifest& manifest,

@@ -135,6 +135,43 @@ class ProcessGroupCommunicator:
         return [data[a:b] for a, b in zip(offsets, offsets[1:])]
 
 
+    def all_to_all_into(self, send, send_sizes: List[int], recv,
+                        recv_sizes: List[int]) -> None:
+        """ckpt's AllToAll without copies: `send` holds the part for each
+        rank d (send_sizes[d] bytes) back to back, `recv` (writable) takes
+        the part from each rank s (recv_sizes[s] bytes) back to back.
+        all_to_all_single runs straight on tensors over both buffers; a
+        first one exchanges the sizes, so that a rank whose recv_sizes
+        disagree with what the others send receives into a buffer of its
+        own, completes the collective with them and then raises."""
+        if len(send_sizes) != self.size or len(recv_sizes) != self.size:
+            raise InvalidArgumentError(
+                f"all_to_all_into: {len(send_sizes)} and {len(recv_sizes)} parts "
+                f"for {self.size} ranks")
+        sent = [int(n) for n in send_sizes]
+        arriving = torch.empty(self.size, dtype=torch.int64)
+        dist.all_to_all_single(arriving, torch.tensor(sent, dtype=torch.int64),
+                               group=self.group)
+        received = [int(n) for n in arriving]
+        expected = [int(n) for n in recv_sizes]
+        total = sum(received)
+        if received == expected and total > 0:
+            out = torch.frombuffer(recv, dtype=torch.uint8, count=total)
+        else:
+            out = torch.empty(total, dtype=torch.uint8)
+        if sum(sent) > 0:
+            inp = torch.frombuffer(send, dtype=torch.uint8, count=sum(sent))
+        else:
+            inp = torch.empty(0, dtype=torch.uint8)
+        dist.all_to_all_single(out, inp, output_split_sizes=received,
+                               input_split_sizes=sent, group=self.group)
+        if received != expected:
+            s = next(i for i, (a, b) in enumerate(zip(received, expected)) if a != b)
+            raise InvalidArgumentError(
+                f"all_to_all_into: rank {s} sent {received[s]} bytes to rank "
+                f"{self.rank}, which expected {expected[s]}")
+
+
 def _communicator(process_group):
     """None (single process), a ckpt communicator, or a
     ProcessGroupCommunicator over `process_group`."""
