@@ -509,16 +509,61 @@ class RemoveOnFailure {
   bool armed_ = true;
 };
 
+// The most requests in one Reader::Load of an export (a batch of objects or
+// of slabs): a request takes a few hundred bytes while it is planned and
+// served, so a batch of many small entries takes a few MiB, whatever the
+// number of entries.
+constexpr size_t kBatchRequests = size_t{1} << 14;
+
+// Reads the objects of `entries` from `first` on that make one batch
+// (consecutive objects of at most `budget` bytes together, a larger one
+// alone, and at most kBatchRequests) with one Reader::Load into `bytes`,
+// in order. One ReadObject per object cost a Load (its planning and its
+// threads) per object.
+absl::Status LoadObjects(Reader& reader,
+                         const std::vector<Hdf5ExportedEntry>& entries,
+                         size_t first, uint64_t budget, int io_threads,
+                         std::vector<std::string>* bytes) {
+  std::vector<LoadRequest> reqs;
+  uint64_t total = 0;
+  for (size_t j = first; j < entries.size() && reqs.size() < kBatchRequests;
+       ++j) {
+    const Hdf5ExportedEntry& e = entries[j];
+    if (e.kind != format::EntryKind::kObject) continue;
+    if (!reqs.empty() && e.bytes > budget - std::min(budget, total)) break;
+    total += e.bytes;
+    LoadRequest r;
+    r.name = e.name;
+    reqs.push_back(std::move(r));
+  }
+  bytes->assign(reqs.size(), std::string());
+  for (size_t k = 0; k < reqs.size(); ++k) reqs[k].object = &(*bytes)[k];
+  LoadOptions lo;
+  lo.allow_unrequested = true;
+  lo.report_not_loaded = false;  // loaded batch by batch
+  lo.io_threads = io_threads;
+  return reader.Load(reqs, lo).status();
+}
+
 // Datasets and objects: creates the dataset of every entry and writes each
-// object whole (read with `reader`). Reports the objects' progress.
+// object whole (read with `reader`, a batch of objects at a time:
+// LoadObjects). Reports the objects' progress.
 absl::Status CreateDatasets(FileWriter& w, Reader& reader,
                             const Hdf5ExportResult& result,
                             const Hdf5ExportOptions& options) {
+  std::vector<std::string> objects;  // the batch read last
+  size_t next = 0;                   // the next of them to write
   for (size_t i = 0; i < result.entries.size(); ++i) {
     const Hdf5ExportedEntry& e = result.entries[i];
     CKPT_RETURN_IF_ERROR(w.CreateDataset(e));
     if (e.kind == format::EntryKind::kObject) {
-      CKPT_ASSIGN_OR_RETURN(std::string bytes, reader.ReadObject(e.name));
+      if (next == objects.size()) {
+        CKPT_RETURN_IF_ERROR(LoadObjects(reader, result.entries, i,
+                                         options.slab_bytes, options.io_threads,
+                                         &objects));
+        next = 0;
+      }
+      const std::string bytes = std::move(objects[next++]);
       if (!bytes.empty()) {
         CKPT_RETURN_IF_ERROR(w.WriteBox(e, FullBox(e.shape), bytes.data()));
       }
@@ -531,8 +576,9 @@ absl::Status CreateDatasets(FileWriter& w, Reader& reader,
 
 // The slabs in which the tensors of an export are streamed, in entry
 // order, in batches of consecutive slabs of at most `slab_bytes` together
-// (a larger slab is alone in its batch), made as they are needed: memory
-// for one batch, whatever size the tensors declare.
+// (a larger slab is alone in its batch) and at most kBatchRequests slabs,
+// made as they are needed: memory for one batch, whatever size the tensors
+// declare or how many there are.
 class SlabBatches {
  public:
   SlabBatches(const Hdf5ExportResult& result, uint64_t slab_bytes)
@@ -543,7 +589,10 @@ class SlabBatches {
     std::vector<SlabJob> batch;
     uint64_t bytes = 0;
     while (std::optional<SlabJob> slab = Peek()) {
-      if (!batch.empty() && slab->bytes > slab_bytes_ - bytes) break;
+      if (!batch.empty() && (slab->bytes > slab_bytes_ - bytes ||
+                             batch.size() == kBatchRequests)) {
+        break;
+      }
       bytes += slab->bytes;
       batch.push_back(*std::move(slab));
       held_.reset();

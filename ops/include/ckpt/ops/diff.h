@@ -11,7 +11,10 @@
 // at most `window_bytes` per side and is loaded from both checkpoints with
 // ckpt::Reader (which verifies every block it reads), so memory stays
 // bounded (about 2 * window_bytes) whatever the size of the checkpoints.
-// Objects are compared byte by byte (each object is read whole).
+// Objects are compared byte by byte (each object is read whole). Entries
+// that fit in a window are loaded together, in name order, as many as fit
+// in one window (and 16384 requests) with one Load per side, so that the
+// work grows with the bytes compared, not with the number of entries.
 //
 // Findings (they make two checkpoints different):
 //  - structural: an entry only in A ("removed") or only in B ("added"); a
@@ -93,6 +96,10 @@ struct DiffReport {
   std::vector<ValueDiff> values;           // sorted by entry name
   uint64_t entries_compared = 0;  // entries on both sides with equal structure
   uint64_t bytes_compared = 0;    // per side
+  // Reader::Load calls made per side: one per batch of entries that fit in
+  // a window together (as many as window_bytes and 16384 requests allow),
+  // one per window of a larger tensor, one per larger object.
+  uint64_t loads = 0;
   bool equal() const { return structural.empty() && values.empty(); }
 };
 
