@@ -140,7 +140,9 @@ class ValueDiff:
 @dataclass(frozen=True)
 class DiffReport:
     """What ckpt.diff found (ckpt-diff --json's members). `equal`: no
-    structural and no value difference."""
+    structural and no value difference. `loads`: the reads made per side
+    (one per batch of entries that fit in a window together, one per
+    window of a larger tensor, one per larger object)."""
     a: DiffSide
     b: DiffSide
     atol: float
@@ -151,6 +153,7 @@ class DiffReport:
     values: List[ValueDiff]
     entries_compared: int
     bytes_compared: int
+    loads: int
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,7 @@ py::dict DiffDict(const ops::DiffReport& r) {
   d["values"] = values;
   d["entries_compared"] = r.entries_compared;
   d["bytes_compared"] = r.bytes_compared;
+  d["loads"] = r.loads;
   return d;
 }
 

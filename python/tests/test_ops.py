@@ -100,6 +100,7 @@ def test_diff_finds_a_changed_value(tmp_path):
     d = ckpt.diff(str(tmp_path / "a"), str(tmp_path / "b"))
     assert isinstance(d, ckpt.DiffReport)
     assert not d.equal and d.structural == [] and d.entries_compared == 3
+    assert d.loads == 1  # the three small entries are read together
     (v,) = d.values
     assert (v.entry, v.kind, v.differing, v.total) == ("w", "tensor", 1, W.size)
     assert v.first_at == [70, 3]
