@@ -592,6 +592,89 @@ TEST(CooperativeLoadDeliveryTest, RoundsThatSendNothingMakeNoAllToAllCall) {
   }
 }
 
+// Issue 24: the reads that one rank alone needs run on threads of their
+// own while the rounds exchange the bytes of the others (host
+// destinations): rows saved by 4 ranks, loaded as row bands by 3 in rounds
+// of one read, arrive whole, each block read once; a corrupt block that
+// one rank alone reads (t1's last rows, rank 2's) fails every rank alike.
+TEST(CooperativeLoadDeliveryTest, OneRankReadsOverlapTheExchange) {
+  TempDir dir;
+  const auto global = SaveRows(dir.path());
+  const std::vector<uint64_t> first = {0, 21, 42, 64};
+  constexpr int kRanksNow = 3;
+  auto load = [&](std::vector<std::vector<std::string>>* bufs,
+                  std::vector<LoadReport>* reports) {
+    std::vector<absl::Status> got(kRanksNow);
+    bufs->assign(kRanksNow, std::vector<std::string>(3));
+    reports->assign(kRanksNow, LoadReport{});
+    InProcessWorld w(kRanksNow, std::vector<std::string>(kRanksNow, "host"));
+    absl::Status st = RunRanks(w, [&](Communicator& base) -> absl::Status {
+      testing::ForwardingCommunicator comm(&base, Delivery::kAllToAll);
+      const int r = comm.rank();
+      const Box b{{first[r], 0}, {first[r + 1] - first[r], kCols}};
+      std::vector<LoadRequest> reqs;
+      for (int i = 0; i < 3; ++i) {
+        (*bufs)[r][i].assign(RegionElements(b) * 4, '\xEE');
+        reqs.push_back({Name(i),
+                        DType::kFloat32,
+                        {kRows, kCols},
+                        b,
+                        (*bufs)[r][i].data()});
+      }
+      ReaderOptions ro;
+      ro.communicator = &comm;
+      CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+      LoadOptions lo;
+      lo.exchange_bytes_per_round = 1000;  // several rounds
+      absl::StatusOr<LoadReport> rep = reader->Load(reqs, lo);
+      got[r] = rep.status();
+      if (rep.ok()) (*reports)[r] = *rep;
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(st.ok()) << st;
+    return got;
+  };
+  std::vector<std::vector<std::string>> bufs;
+  std::vector<LoadReport> reports;
+  std::vector<absl::Status> got = load(&bufs, &reports);
+  uint64_t read = 0, received = 0;
+  for (int r = 0; r < kRanksNow; ++r) {
+    CKPT_EXPECT_OK(got[r]);
+    const Box b{{first[r], 0}, {first[r + 1] - first[r], kCols}};
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(bufs[r][i],
+                testing::Extract(global[i], DType::kFloat32, {kRows, kCols}, b))
+          << "rank " << r << " tensor " << i;
+    }
+    read += reports[r].bytes_read;
+    received += reports[r].bytes_received;
+  }
+  EXPECT_EQ(read, 3 * kRows * kCols * 4);  // every block once
+  EXPECT_GT(received, 0u);
+  auto reader = Reader::Open(dir.path());
+  CKPT_ASSERT_OK(reader);
+  const format::ChunkRecord* last = nullptr;
+  for (const format::ChunkRecord& c : (*reader)->Find("t1")->chunks) {
+    last = &c;
+  }
+  const std::string shard = (*reader)->path() + "/" +
+                            (*reader)->manifest().shards[last->shard].file_name;
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(last->data_offset + 100);
+    const char old = static_cast<char>(f.get());
+    f.seekp(last->data_offset + 100);
+    f.put(static_cast<char>(old ^ 1));
+  }
+  got = load(&bufs, &reports);
+  for (int r = 0; r < kRanksNow; ++r) {
+    EXPECT_THAT(got[r], StatusIs(absl::StatusCode::kDataLoss, "checksum"))
+        << "rank " << r;
+    EXPECT_EQ(got[r], got[0]) << "rank " << r;
+    EXPECT_THAT(got[r].message(), HasSubstr("rank 2 of 3"));
+  }
+}
+
 // A device destination on one rank: no rank writes into another's
 // memory; every rank takes the AllToAll path, and the bytes arrive.
 TEST(CooperativeLoadDeliveryTest, DeviceDestinationOnOneRankUsesAllToAll) {
