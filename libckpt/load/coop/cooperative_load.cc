@@ -10,7 +10,6 @@
 #include <numeric>
 #include <optional>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -127,38 +126,6 @@ std::vector<bool> RoundsThatExchange(const RequestGroups& g,
   }
   return out;
 }
-
-// Takes out of `rounds` this rank's reads that no other rank needs (all
-// their deliveries are to this rank), in plan order.
-Round TakeOwnReads(const RequestGroups& g, const CoopPlan& plan, uint32_t me,
-                   std::vector<Round>* rounds) {
-  Round own;
-  for (Round& r : *rounds) {
-    std::vector<uint32_t> sending;
-    for (uint32_t i : r.reads) {
-      bool others = false;
-      ForEachDelivery(g, plan.reads[i].read, [&](const Holder& h, const Copy&) {
-        others = others || h.rank != me;
-      });
-      (others ? sending : own.reads).push_back(i);
-    }
-    r.reads = std::move(sending);
-  }
-  return own;
-}
-
-// Joins a thread when it goes out of scope (an early return included).
-class Joiner {
- public:
-  explicit Joiner(std::thread* t) : t_(t) {}
-  ~Joiner() { Join(); }
-  void Join() {
-    if (t_->joinable()) t_->join();
-  }
-
- private:
-  std::thread* t_;
-};
 
 // Device data plane (device_exchange.h): the bytes for holder `h` travel in
 // device memory. Exchanged bytes are counted by "lane": lane d for rank
@@ -456,10 +423,8 @@ absl::StatusOr<StagingPool*> CooperativeLoad::AgreeOnUploadPool(
 
 absl::Status CooperativeLoad::RunReads(ReadExecutor* run,
                                        const std::vector<BlockRead>& reads,
-                                       const std::vector<uint32_t>& shards,
-                                       int first_thread) {
+                                       const std::vector<uint32_t>& shards) {
   return ParallelFor(threads_, reads.size(), [&](int t, size_t i) {
-    t += first_thread;
     CKPT_ASSIGN_OR_RETURN(ShardHandles::Lease file,
                           src_.shards->GetForReading(shards[i]));
     const OpenShard* s = *src_.shards->Get(shards[i]);  // opened or adopted
@@ -482,33 +447,13 @@ absl::StatusOr<LoadReport> CooperativeLoad::RunExchange(
   Prepared ext = WithSendSlots(p, TotalSends(groups, plan, me, dx.get()),
                                dx ? 2 * n : n, n);
   CKPT_ASSIGN_OR_RETURN(StagingPool * pool, AgreeOnUploadPool(p));
-  // Host destinations only: the reads that no other rank needs go straight
-  // to this rank's destinations on threads of their own (the executor's
-  // threads threads .. 2 * threads), overlapping the rounds' exchanges;
-  // they start when the first exchange does (the reads that other ranks
-  // wait for come first), their failure is reported at the last agreement.
-  const bool overlap = dx == nullptr && pool == nullptr;
-  std::vector<Round> rounds = RoundsOf(groups, plan, me);
-  const std::vector<bool> exchanges = RoundsThatExchange(groups, plan);
-  Round own;
-  if (overlap) own = TakeOwnReads(groups, plan, me, &rounds);
   ReadExecutor run(ext, src_.device_memory, pool, options.device_ready,
-                   overlap ? 2 * threads : threads);
+                   threads);
   run.CompleteEmpty();
-  const std::vector<BlockRead> own_reads =
-      RoundReads(groups, plan, own, me, slots, nullptr).first;
-  std::vector<uint32_t> own_shards;
-  for (uint32_t i : own.reads) own_shards.push_back(plan.reads[i].shard);
-  absl::Status own_status;
-  std::thread own_thread;
-  Joiner joiner(&own_thread);
-  auto start_own = [&] {
-    if (own_thread.joinable() || own_reads.empty()) return;
-    own_thread = std::thread(
-        [&] { own_status = RunReads(&run, own_reads, own_shards, threads); });
-  };
   absl::Status pending;  // a local failure to report at the next agreement
   Arena out, in;         // this rank's send and receive buffers, by peer
+  const std::vector<Round> rounds = RoundsOf(groups, plan, me);
+  const std::vector<bool> exchanges = RoundsThatExchange(groups, plan);
   for (uint32_t k = 0; k < rounds.size(); ++k) {
     const Round& round = rounds[k];
     const RoundIo io =
@@ -523,7 +468,6 @@ absl::StatusOr<LoadReport> CooperativeLoad::RunExchange(
     // plan): no agreement, no AllToAll; a failure waits for the next
     // agreement (that of the next exchange, or the last).
     if (!exchanges[k]) continue;
-    start_own();
     CKPT_RETURN_IF_ERROR(Agree(pending));
     CKPT_RETURN_IF_ERROR(comm->AllToAll(io.send, io.recv, MemoryKind::kHost));
     if (dx != nullptr) {
@@ -533,9 +477,6 @@ absl::StatusOr<LoadReport> CooperativeLoad::RunExchange(
     pending =
         Receive(groups, plan, round, io, me, threads, dx.get(), ext, &run);
   }
-  start_own();
-  joiner.Join();
-  if (pending.ok()) pending = own_status;
   if (pending.ok()) pending = run.CheckAllWritten();
   CKPT_RETURN_IF_ERROR(Agree(pending));
   FinishReport(p, run, &report);

@@ -78,11 +78,9 @@ class CooperativeLoad {
   // The upload pool when `p` has device destinations, else null;
   // collective (the ranks agree on the outcome).
   absl::StatusOr<StagingPool*> AgreeOnUploadPool(const Prepared& p);
-  // Runs `reads` (reads[i] of shard shards[i]) on threads_ threads, the
-  // ReadExecutor's threads first_thread .. first_thread + threads_.
+  // Runs `reads` (reads[i] of shard shards[i]) on threads_ threads.
   absl::Status RunReads(ReadExecutor* run, const std::vector<BlockRead>& reads,
-                        const std::vector<uint32_t>& shards,
-                        int first_thread = 0);
+                        const std::vector<uint32_t>& shards);
   // The bytes exchanged with AllToAll, in rounds of at most
   // LoadOptions::exchange_bytes_per_round (and device memory through
   // device_exchange.h where the communicator can).
