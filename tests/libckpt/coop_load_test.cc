@@ -508,6 +508,90 @@ TEST(CooperativeLoadDeliveryTest, BlocksOneRankNeedsSkipTheCommunicator) {
   }
 }
 
+// Issue 24: a round in which no rank sends anything (every rank knows it
+// from the plan) makes no AllToAll call, and no agreement: rows saved by 4
+// ranks loaded as row bands by 2, where every block feeds one rank, exchange
+// nothing and make no AllToAll call at all. A failed read in such a round
+// still fails every rank alike (at the load's last agreement).
+TEST(CooperativeLoadDeliveryTest, RoundsThatSendNothingMakeNoAllToAllCall) {
+  TempDir dir;
+  const auto global = SaveRows(dir.path());
+  constexpr int kRanksNow = 2;
+  auto load = [&](std::vector<int>* calls, std::vector<int>* agreements,
+                  std::vector<std::vector<std::string>>* bufs) {
+    std::vector<absl::Status> got(kRanksNow);
+    calls->assign(kRanksNow, 0);
+    agreements->assign(kRanksNow, 0);
+    bufs->assign(kRanksNow, std::vector<std::string>(3));
+    InProcessWorld w(kRanksNow, std::vector<std::string>(kRanksNow, "host"));
+    absl::Status st = RunRanks(w, [&](Communicator& base) -> absl::Status {
+      testing::ForwardingCommunicator comm(&base, Delivery::kAllToAll);
+      const int r = comm.rank();
+      const uint64_t rows = kRows / kRanksNow;
+      const Box b{{r * rows, 0}, {rows, kCols}};
+      std::vector<LoadRequest> reqs;
+      for (int i = 0; i < 3; ++i) {
+        (*bufs)[r][i].assign(RegionElements(b) * 4, '\xEE');
+        reqs.push_back({Name(i),
+                        DType::kFloat32,
+                        {kRows, kCols},
+                        b,
+                        (*bufs)[r][i].data()});
+      }
+      ReaderOptions ro;
+      ro.communicator = &comm;
+      CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+      const int before = comm.all_reduce_max_calls();
+      got[r] = reader->Load(reqs).status();
+      (*calls)[r] = comm.all_to_all_calls();
+      (*agreements)[r] = comm.all_reduce_max_calls() - before;
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(st.ok()) << st;
+    return got;
+  };
+  std::vector<int> calls, agreements;
+  std::vector<std::vector<std::string>> bufs;
+  std::vector<absl::Status> got = load(&calls, &agreements, &bufs);
+  for (int r = 0; r < kRanksNow; ++r) {
+    CKPT_EXPECT_OK(got[r]);
+    EXPECT_EQ(calls[r], 0) << "rank " << r;
+    EXPECT_EQ(agreements[r], agreements[0]) << "rank " << r;
+    const uint64_t rows = kRows / kRanksNow;
+    const Box b{{r * rows, 0}, {rows, kCols}};
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(bufs[r][i],
+                testing::Extract(global[i], DType::kFloat32, {kRows, kCols}, b))
+          << "rank " << r << " tensor " << i;
+    }
+  }
+  // Rank 1's rows of t1 corrupted: rank 1 alone reads them, in a round
+  // without exchange; both ranks return its DataLoss.
+  auto reader = Reader::Open(dir.path());
+  CKPT_ASSERT_OK(reader);
+  const format::ChunkRecord* last = nullptr;
+  for (const format::ChunkRecord& c : (*reader)->Find("t1")->chunks) {
+    last = &c;
+  }
+  const std::string shard = (*reader)->path() + "/" +
+                            (*reader)->manifest().shards[last->shard].file_name;
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(last->data_offset + 100);
+    const char old = static_cast<char>(f.get());
+    f.seekp(last->data_offset + 100);
+    f.put(static_cast<char>(old ^ 1));
+  }
+  got = load(&calls, &agreements, &bufs);
+  for (int r = 0; r < kRanksNow; ++r) {
+    EXPECT_THAT(got[r], StatusIs(absl::StatusCode::kDataLoss, "checksum"))
+        << "rank " << r;
+    EXPECT_EQ(got[r], got[0]) << "rank " << r;
+    EXPECT_THAT(got[r].message(), HasSubstr("rank 1 of 2"));
+    EXPECT_EQ(calls[r], 0) << "rank " << r;
+  }
+}
+
 // A device destination on one rank: no rank writes into another's
 // memory; every rank takes the AllToAll path, and the bytes arrive.
 TEST(CooperativeLoadDeliveryTest, DeviceDestinationOnOneRankUsesAllToAll) {

@@ -45,6 +45,7 @@ class ForwardingCommunicator : public Communicator {
   }
   absl::Status Barrier() override { return base_->Barrier(); }
   absl::Status AllReduceMax(std::vector<int64_t>* values) override {
+    ++all_reduce_max_calls_;
     return base_->AllReduceMax(values);
   }
   absl::Status AllToAll(absl::Span<const SendBuffer> send,
@@ -63,6 +64,8 @@ class ForwardingCommunicator : public Communicator {
   std::string NodeName() const override { return base_->NodeName(); }
 
   int all_to_all_calls() const { return all_to_all_calls_; }
+  // AllReduceMax calls (agreements among them), all calls together.
+  int all_reduce_max_calls() const { return all_reduce_max_calls_; }
   // The bytes this rank sent through AllToAll, all calls together.
   uint64_t all_to_all_bytes() const { return all_to_all_bytes_; }
 
@@ -70,6 +73,7 @@ class ForwardingCommunicator : public Communicator {
   Communicator* base_;
   Delivery delivery_;
   int all_to_all_calls_ = 0;       // used by one thread, the rank's
+  int all_reduce_max_calls_ = 0;   // the same
   uint64_t all_to_all_bytes_ = 0;  // the same
 };
 

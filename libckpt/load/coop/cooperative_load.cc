@@ -112,6 +112,21 @@ std::vector<Round> RoundsOf(const RequestGroups& g, const CoopPlan& plan,
   return rounds;
 }
 
+// Whether some rank sends bytes to another in each round of `plan` (the
+// same on every rank): a round in which none does needs no exchange, and
+// every rank skips its agreement and AllToAll alike.
+std::vector<bool> RoundsThatExchange(const RequestGroups& g,
+                                     const CoopPlan& plan) {
+  std::vector<bool> out(plan.rounds, false);
+  for (const CoopRead& cr : plan.reads) {
+    if (out[cr.round]) continue;
+    ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy&) {
+      if (h.rank != cr.reader) out[cr.round] = true;
+    });
+  }
+  return out;
+}
+
 // Device data plane (device_exchange.h): the bytes for holder `h` travel in
 // device memory. Exchanged bytes are counted by "lane": lane d for rank
 // d's bytes through host memory, lane ranks + d for those through device
@@ -437,7 +452,10 @@ absl::StatusOr<LoadReport> CooperativeLoad::RunExchange(
   run.CompleteEmpty();
   absl::Status pending;  // a local failure to report at the next agreement
   Arena out, in;         // this rank's send and receive buffers, by peer
-  for (const Round& round : RoundsOf(groups, plan, me)) {
+  const std::vector<Round> rounds = RoundsOf(groups, plan, me);
+  const std::vector<bool> exchanges = RoundsThatExchange(groups, plan);
+  for (uint32_t k = 0; k < rounds.size(); ++k) {
+    const Round& round = rounds[k];
     const RoundIo io =
         LayOutRound(groups, plan, round, me, slots, dx.get(), &out, &in, &ext);
     report.bytes_received += Sum(io.sizes, 0, 2 * n);
@@ -446,6 +464,10 @@ absl::StatusOr<LoadReport> CooperativeLoad::RunExchange(
     }
     if (pending.ok()) pending = RunReads(&run, io.reads, io.shards);
     if (dx != nullptr && pending.ok()) pending = dx->Upload();
+    // No rank sends anything this round (every rank knows it from the
+    // plan): no agreement, no AllToAll; a failure waits for the next
+    // agreement (that of the next exchange, or the last).
+    if (!exchanges[k]) continue;
     CKPT_RETURN_IF_ERROR(Agree(pending));
     CKPT_RETURN_IF_ERROR(comm->AllToAll(io.send, io.recv, MemoryKind::kHost));
     if (dx != nullptr) {
