@@ -235,7 +235,11 @@ def _borrowable(name: str, t: torch.Tensor) -> torch.Tensor:
     InvalidArgumentError naming the entry, for save and load alike), bool
     and float8 as same-width integers. TypeError naming the entry for a
     dtype ckpt lacks."""
-    t = t.detach()
+    if t.requires_grad or type(t) is not torch.Tensor:
+        # A plain tensor without autograd history is borrowed as it is: a
+        # detached alias would cost a tensor object per request (2^20 of
+        # them in a load of as many scalars) for nothing.
+        t = t.detach()
     _stored_as_elements(name, t)
     ckpt_dtype(t.dtype, name)
     if not t.is_contiguous():
