@@ -171,13 +171,23 @@ class PerRank:
     value: Any
 
 
-@dataclass
 class _Leaf:
-    name: str        # entry name
-    container: Dict  # the dict that holds the value (a load replaces it there)
-    key: str
-    value: Any
-    per_rank: bool = False
+    """One value of a state dict. With __slots__ (not a dataclass, which
+    has them only from Python 3.10): a load of 2^20 scalars holds as many
+    leaves, and an instance dict each cost about 100 bytes more."""
+    __slots__ = ("name", "container", "key", "value", "per_rank")
+
+    def __init__(self, name: str, container: Dict, key: str, value: Any,
+                 per_rank: bool = False):
+        self.name = name            # entry name
+        self.container = container  # the dict that holds the value (a load replaces it there)
+        self.key = key
+        self.value = value
+        self.per_rank = per_rank
+
+    def __repr__(self) -> str:
+        return (f"_Leaf(name={self.name!r}, key={self.key!r}, value={self.value!r}, "
+                f"per_rank={self.per_rank!r})")
 
 
 def _flatten(state: Dict, prefix: str = "", expand: Optional[Callable] = None) -> List[_Leaf]:
