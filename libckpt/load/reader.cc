@@ -7,7 +7,6 @@
 #include <numeric>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/format/block_codec.h"
@@ -95,38 +94,58 @@ std::vector<uint32_t> NameOrder(const format::Manifest& m) {
 
 // Checks every request (CheckRequest), turns object requests into 1-d
 // uint8 requests into their strings, and lists the entries not requested
-// in `report` (FailedPrecondition when that is not allowed).
+// in `report` (FailedPrecondition when that is not allowed). With
+// `borrow` and no object request, the result refers to `requests` instead
+// of copying them.
 absl::StatusOr<Prepared> ReaderImpl::Prepare(
     const std::vector<LoadRequest>& requests, const LoadOptions& options,
-    LoadReport* report) {
+    LoadReport* report, bool borrow) {
   Prepared p;
-  p.reqs = requests;
-  absl::flat_hash_set<std::string> requested;
-  for (LoadRequest& r : p.reqs) {
+  p.entry.reserve(requests.size());
+  bool objects = false;
+  for (const LoadRequest& r : requests) {
     const EntryRecord* e = nullptr;
     CKPT_RETURN_IF_ERROR(CheckRequest(r, options, &e));
     p.entry.push_back(static_cast<uint32_t>(e - manifest_.entries.data()));
-    if (r.object != nullptr) {
-      r.object->assign(e->shape[0], '\0');
+    objects |= r.object != nullptr;
+  }
+  if (borrow && !objects) {
+    p.borrowed = &requests;
+  } else {
+    p.reqs = requests;
+    for (size_t i = 0; i < p.reqs.size(); ++i) {
+      LoadRequest& r = p.reqs[i];
+      if (r.object == nullptr) continue;
+      const EntryRecord& e = manifest_.entries[p.entry[i]];
+      r.object->assign(e.shape[0], '\0');
       r.dtype = DType::kUInt8;
-      r.shape = e->shape;
-      r.region = FlatRange{0, e->shape[0]};
+      r.shape = e.shape;
+      r.region = FlatRange{0, e.shape[0]};
       r.data = r.object->data();
       r.memory = MemoryKind::kHost;
     }
-    requested.insert(r.name);
+  }
+  // The entries requested, each once (an entry may be requested in several
+  // regions): their indexes, 4 bytes a request rather than a set of names.
+  std::vector<uint32_t> requested = p.entry;
+  std::sort(requested.begin(), requested.end());
+  requested.erase(std::unique(requested.begin(), requested.end()),
+                  requested.end());
+  report->loaded.reserve(requested.size());
+  for (uint32_t i : requested) {
+    report->loaded.push_back(manifest_.entries[i].name);
   }
   // Nothing to check or to list: the loop below would cost one pass over
   // the checkpoint's entries per Load, quadratic for a caller that loads
   // entry by entry (ckpt-diff, the exports).
-  if (options.allow_unrequested && !options.report_not_loaded) {
-    report->loaded.assign(requested.begin(), requested.end());
-    return p;
-  }
+  if (options.allow_unrequested && !options.report_not_loaded) return p;
+  std::vector<bool> is_requested(manifest_.entries.size());
+  for (uint32_t i : requested) is_requested[i] = true;
+  std::vector<uint32_t>().swap(requested);
   std::vector<std::string> missing;
   for (uint32_t i : name_order_) {
     const EntryRecord& e = manifest_.entries[i];
-    if (requested.contains(e.name)) continue;
+    if (is_requested[i]) continue;
     const char* why = nullptr;
     if (options.filter && !options.filter(e.name)) {
       why = "excluded by filter";
@@ -147,7 +166,6 @@ absl::StatusOr<Prepared> ReaderImpl::Prepare(
         missing.size() > shown ? ", ..." : "",
         " (set LoadOptions::filter to load a subset on purpose)"));
   }
-  report->loaded.assign(requested.begin(), requested.end());
   return p;
 }
 
@@ -155,12 +173,18 @@ absl::StatusOr<Prepared> ReaderImpl::Prepare(
 // any I/O), opens the shards concerned and plans the block reads.
 absl::StatusOr<internal::ReadPlan> ReaderImpl::Plan(const Prepared& p,
                                                     int threads) {
-  std::vector<internal::PlanRequest> plan_reqs;
-  for (size_t i = 0; i < p.reqs.size(); ++i) {
-    plan_reqs.push_back(internal::PlanRequest{p.entry[i], p.reqs[i].region});
+  const std::vector<LoadRequest>& reqs = p.all();
+  absl::StatusOr<std::vector<internal::ChunkPiece>> paired;
+  {
+    std::vector<internal::PlanRequest> plan_reqs;  // freed once paired
+    plan_reqs.reserve(reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      plan_reqs.push_back(internal::PlanRequest{p.entry[i], reqs[i].region});
+    }
+    paired = internal::PairRequests(manifest_, plan_reqs);
   }
   CKPT_ASSIGN_OR_RETURN(std::vector<internal::ChunkPiece> pieces,
-                        internal::PairRequests(manifest_, plan_reqs));
+                        std::move(paired));
   CKPT_RETURN_IF_ERROR(
       shards_.Open(internal::ShardsOf(manifest_, pieces), threads));
   CKPT_RETURN_IF_ERROR(shards_.CheckChunkless(p.entry, threads));
@@ -182,6 +206,9 @@ absl::Status ReaderImpl::Execute(const internal::ReadPlan& plan,
     const BlockRead* read;
   };
   std::vector<Task> tasks;
+  size_t n = 0;
+  for (const internal::ShardReads& sr : plan.shards) n += sr.reads.size();
+  tasks.reserve(n);
   for (const internal::ShardReads& sr : plan.shards) {
     CKPT_ASSIGN_OR_RETURN(const OpenShard* shard, shards_.Get(sr.shard));
     for (const BlockRead& r : sr.reads)
@@ -229,8 +256,9 @@ absl::StatusOr<LoadReport> ReaderImpl::LoadCooperative(
     const std::vector<LoadRequest>& requests, const LoadOptions& options) {
   LoadReport report;
   absl::StatusOr<Prepared> p =
-      options.local_error.ok() ? Prepare(requests, options, &report)
-                               : absl::StatusOr<Prepared>(options.local_error);
+      options.local_error.ok()
+          ? Prepare(requests, options, &report, /*borrow=*/false)
+          : absl::StatusOr<Prepared>(options.local_error);
   CooperativeLoad::Source source;
   source.manifest = &manifest_;
   source.shards = &shards_;
@@ -246,11 +274,12 @@ absl::StatusOr<LoadReport> ReaderImpl::LoadLocal(
     const std::vector<LoadRequest>& requests, const LoadOptions& options) {
   CKPT_RETURN_IF_ERROR(options.local_error);
   LoadReport report;
-  CKPT_ASSIGN_OR_RETURN(Prepared p, Prepare(requests, options, &report));
+  CKPT_ASSIGN_OR_RETURN(Prepared p, Prepare(requests, options, &report,
+                                            /*borrow=*/true));
   const int threads = IoThreads(options);
   CKPT_ASSIGN_OR_RETURN(internal::ReadPlan plan, Plan(p, threads));
   internal::StagingPool* pool = nullptr;
-  if (std::any_of(p.reqs.begin(), p.reqs.end(), [](const LoadRequest& r) {
+  if (std::any_of(p.all().begin(), p.all().end(), [](const LoadRequest& r) {
         return r.memory == MemoryKind::kCuda;
       })) {
     CKPT_ASSIGN_OR_RETURN(pool, UploadPool());
@@ -259,7 +288,7 @@ absl::StatusOr<LoadReport> ReaderImpl::LoadLocal(
                    threads);
   CKPT_RETURN_IF_ERROR(Execute(plan, &run, threads));
   CKPT_RETURN_IF_ERROR(run.CheckAllWritten());
-  for (const LoadRequest& r : p.reqs) {
+  for (const LoadRequest& r : p.all()) {
     report.bytes_loaded += RegionElements(r.region) * DTypeSize(r.dtype);
   }
   report.bytes_read = run.bytes_read();

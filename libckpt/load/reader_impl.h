@@ -106,7 +106,7 @@ class ReaderImpl final : public Reader {
                             const EntryRecord** e);
   absl::StatusOr<Prepared> Prepare(const std::vector<LoadRequest>& requests,
                                    const LoadOptions& options,
-                                   LoadReport* report);
+                                   LoadReport* report, bool borrow);
   int IoThreads(const LoadOptions& options) const;
   absl::StatusOr<internal::ReadPlan> Plan(const Prepared& p, int threads);
   absl::Status Execute(const internal::ReadPlan& plan, ReadExecutor* run,

@@ -210,7 +210,7 @@ absl::Status ReadExecutor::CopyOut(const BlockRead& read, uint64_t lo,
     run_bytes = 0;
     return st;
   };
-  const std::vector<Copy>& copies = read.copies;
+  const Copies& copies = read.copies;
   // Copies are sorted by src: skip those that end before `lo`.
   while (*cursor < copies.size() &&
          copies[*cursor].src + copies[*cursor].bytes <= lo) {

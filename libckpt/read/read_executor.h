@@ -28,10 +28,18 @@ constexpr uint64_t kTaskBytes = 8ull << 20;     // largest read of one task
 constexpr uint64_t kGranuleBytes = 1ull << 20;  // read-then-verify granule
 
 // The requests of one Load after CheckRequest, objects turned into 1-d
-// uint8 requests into their strings.
+// uint8 requests into their strings: a copy in `reqs`, or, for a
+// single-rank load without object requests, the caller's own requests
+// (`borrowed`, not copied: a LoadRequest is about 180 bytes, a 2^20-entry
+// load's copy 190 MB). all() is the one to read; the cooperative load
+// always copies (it appends requests of its own).
 struct Prepared {
   std::vector<LoadRequest> reqs;
+  const std::vector<LoadRequest>* borrowed = nullptr;
   std::vector<uint32_t> entry;  // manifest entry of each request
+  const std::vector<LoadRequest>& all() const {
+    return borrowed != nullptr ? *borrowed : reqs;
+  }
 };
 
 // The state of one Load while its reads run on several threads. With a
@@ -43,7 +51,7 @@ class ReadExecutor {
  public:
   ReadExecutor(const Prepared& p, DeviceMemory* dm, internal::StagingPool* pool,
                DeviceEvent* after, int threads)
-      : reqs_(p.reqs), dm_(dm), remaining_(p.reqs.size()), scratch_(threads) {
+      : reqs_(p.all()), dm_(dm), remaining_(p.all().size()), scratch_(threads) {
     for (size_t i = 0; i < reqs_.size(); ++i) {
       const LoadRequest& r = reqs_[i];
       remaining_[i] = RegionElements(r.region) * DTypeSize(r.dtype);

@@ -10,6 +10,12 @@
 #include "ckpt/format/names.h"
 
 namespace ckpt::internal {
+
+// A load holds one piece and one read per small request while it plans
+// (ResourceBounds: a load's memory per request).
+static_assert(sizeof(ChunkPiece) <= 56, "ChunkPiece grew");
+static_assert(sizeof(BlockRead) <= 104, "BlockRead grew");
+
 namespace {
 
 using format::ChunkRecord;
@@ -53,7 +59,7 @@ std::vector<BlockRead> CutReads(const std::vector<Span>& spans,
   std::vector<BlockRead> reads;
   for (const Span& s : spans) {
     for (uint64_t b = s.first; b < s.second; b += per_read) {
-      BlockRead r;
+      BlockRead& r = reads.emplace_back();  // in place: no copies to move
       r.indexed = &c;
       r.b0 = b;
       r.b1 = std::min(s.second, b + per_read);
@@ -61,7 +67,6 @@ std::vector<BlockRead> CutReads(const std::vector<Span>& spans,
       r.length = stored[r.b1] - stored[r.b0];
       r.raw_begin = r.b0 * c.block_size;
       r.raw_end = std::min(r.b1 * c.block_size, raw_total);
-      reads.push_back(std::move(r));
     }
   }
   return reads;
@@ -96,6 +101,7 @@ absl::StatusOr<std::vector<ChunkPiece>> PairRequests(
     const format::Manifest& manifest,
     const std::vector<PlanRequest>& requests) {
   std::vector<ChunkPiece> pieces;
+  pieces.reserve(requests.size());  // one at least per non-empty request
   for (size_t i = 0; i < requests.size(); ++i) {
     const PlanRequest& r = requests[i];
     const EntryRecord& e = manifest.entries[r.entry];
@@ -136,13 +142,38 @@ ReadPlan PlanBlockReads(const format::Manifest& manifest,
                         const std::vector<ChunkPiece>& pieces,
                         const BlockTableLookup& lookup,
                         uint64_t max_read_bytes) {
-  // Pieces by stored chunk, in manifest order for a deterministic plan.
-  std::map<std::pair<uint32_t, uint32_t>, std::vector<const ChunkPiece*>>
-      groups;
-  for (const ChunkPiece& p : pieces) groups[{p.entry, p.chunk}].push_back(&p);
+  // Pieces by stored chunk, in manifest order for a deterministic plan:
+  // their indexes sorted by (entry, chunk), 4 bytes a piece (a map of
+  // groups took a tree node and a vector per chunk).
+  std::vector<uint32_t> order(pieces.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
+  auto key_of = [&](uint32_t i) {
+    return std::make_pair(pieces[i].entry, pieces[i].chunk);
+  };
+  auto by_key = [&](uint32_t a, uint32_t b) { return key_of(a) < key_of(b); };
+  if (!std::is_sorted(order.begin(), order.end(), by_key)) {
+    std::stable_sort(order.begin(), order.end(), by_key);
+  }
   std::map<uint32_t, ShardReads> by_shard;
+  // One read per chunk at least (most small chunks have exactly one):
+  // reserved, so that a shard's reads are not held twice while growing.
+  {
+    std::map<uint32_t, size_t> chunks;
+    for (size_t g = 0; g < order.size(); ++g) {
+      if (g > 0 && key_of(order[g]) == key_of(order[g - 1])) continue;
+      const ChunkPiece& p = pieces[order[g]];
+      ++chunks[manifest.entries[p.entry].chunks[p.chunk].shard];
+    }
+    for (const auto& [shard, n] : chunks) by_shard[shard].reads.reserve(n);
+  }
   ReadPlan plan;
-  for (const auto& [key, group] : groups) {
+  std::vector<const ChunkPiece*> group;
+  for (size_t g = 0; g < order.size();) {
+    const std::pair<uint32_t, uint32_t> key = key_of(order[g]);
+    group.clear();
+    for (; g < order.size() && key_of(order[g]) == key; ++g) {
+      group.push_back(&pieces[order[g]]);
+    }
     const EntryRecord& e = manifest.entries[key.first];
     const ChunkRecord& c = *lookup(key.first, key.second);
     const uint64_t per_read =
@@ -160,11 +191,16 @@ ReadPlan PlanBlockReads(const format::Manifest& manifest,
       sr.reads.push_back(std::move(r));
     }
   }
+  std::vector<uint32_t>().swap(order);
+  auto by_offset = [](const BlockRead& x, const BlockRead& y) {
+    return x.offset < y.offset;
+  };
   for (auto& [id, sr] : by_shard) {
-    std::stable_sort(sr.reads.begin(), sr.reads.end(),
-                     [](const BlockRead& x, const BlockRead& y) {
-                       return x.offset < y.offset;
-                     });
+    // Chunks in manifest order usually are in file order already: no sort
+    // (nor its buffer of half the reads).
+    if (!std::is_sorted(sr.reads.begin(), sr.reads.end(), by_offset)) {
+      std::stable_sort(sr.reads.begin(), sr.reads.end(), by_offset);
+    }
     plan.shards.push_back(std::move(sr));
   }
   return plan;

@@ -20,6 +20,7 @@
 #include <functional>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "ckpt/format/records.h"
 
@@ -46,13 +47,18 @@ struct Copy {
   }
 };
 
+// The copies of a piece or a read: one inline, as almost every small
+// entry has (a load of 2^20 scalar entries holds 2^20 pieces and reads at
+// once, so a heap block each would cost 48 bytes more per request).
+using Copies = absl::InlinedVector<Copy, 1>;
+
 // The copies from one stored chunk (chunk `chunk` of manifest entry
 // `entry`) to one request, sorted by src. Never empty.
 struct ChunkPiece {
   uint32_t request = 0;
   uint32_t entry = 0;
   uint32_t chunk = 0;
-  std::vector<Copy> copies;
+  Copies copies;
 };
 
 // Stage 1: pairs every request with the chunks of its entry that it
@@ -78,7 +84,7 @@ struct BlockRead {
   uint64_t b0 = 0, b1 = 0;
   uint64_t offset = 0, length = 0;
   uint64_t raw_begin = 0, raw_end = 0;
-  std::vector<Copy> copies;
+  Copies copies;
 };
 
 // The reads of one shard file, in file order.

@@ -127,6 +127,16 @@ class PyReader {
     for (const EntryView& e : reader_->entries()) out.push_back(ToEntryInfo(e));
     return out;
   }
+  // The entries' names alone, in manifest order: what a caller that only
+  // looks names up needs, without an Entry (and its chunks) per entry.
+  py::list EntryNames() const {
+    const format::Manifest& m = reader_->manifest();
+    py::list out(m.entries.size());
+    for (size_t i = 0; i < m.entries.size(); ++i) {
+      out[i] = py::str(m.entries[i].name);
+    }
+    return out;
+  }
   std::optional<EntryInfo> Find(const std::string& name) const {
     std::optional<EntryView> e = reader_->FindEntry(name);
     if (!e) return std::nullopt;
@@ -185,6 +195,10 @@ class PyReader {
       const std::vector<PyLoadRequest*>& requests, CallbackErrors* errors,
       std::vector<BorrowedBuffer>* views) {
     std::vector<LoadRequest> reqs;
+    // Reserved: a LoadRequest is about 180 bytes, and a vector that grows
+    // holds its old and new arrays at once.
+    reqs.reserve(requests.size());
+    views->reserve(requests.size());
     for (PyLoadRequest* p : requests) {
       LoadRequest r;
       r.name = p->name;
@@ -343,6 +357,9 @@ void BindReaderClass(py::module_& m) {
           "format_version",
           [](const PyReader& r) { return r.description().format_version; })
       .def("entries", &PyReader::Entries)
+      .def("entry_names", &PyReader::EntryNames,
+           "The entries' names, in manifest order (as [e.name for e in "
+           "entries()], without building the entries).")
       .def("find", &PyReader::Find, py::arg("name"))
       .def("load", &PyReader::Load, py::arg("requests"),
            py::arg("filter") = py::none(), py::arg("allow_unrequested") = false,

@@ -59,3 +59,32 @@ def test_scalar_chunks_are_refused_at_the_second_record(tmp_path):
     p = open_limited(path, meta)
     assert p.returncode == 0, p.stderr
     assert "entry 's': chunk 1: 2 chunks hold elements of an entry of 1 elements" in p.stdout
+
+
+def test_a_load_of_many_scalar_entries_takes_under_1200_bytes_a_request(tmp_path):
+    # 2^17 valid scalar entries loaded by one Reader.load: the load's peak
+    # RSS beyond the requests and their arrays, per request (the C++ copies
+    # and plan, the binding's views, the report, the shard index read on
+    # first use). It was 1441 bytes (a copy of every request, a set of
+    # names, a map of pieces, a heap block per copy, vectors grown twice
+    # over); 991 since.
+    n = 1 << 17
+    path, _ = hostile_checkpoint(tmp_path, "scalar-entries", n)
+    child = f"""
+import resource, numpy as np, ckpt
+r = ckpt.Reader({path!r})
+names = r.entry_names()
+arrays = [np.zeros((), np.float32) for _ in names]
+reqs = [ckpt.LoadRequest(name, ckpt.float32, [], None, a)
+        for name, a in zip(names, arrays)]
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+report = r.load(reqs)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+assert len(report.loaded) == {n}
+print((after - before) * 1024 // {n})
+"""
+    pytest.importorskip("numpy")
+    p = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                       env={**os.environ, "MALLOC_ARENA_MAX": "1"}, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert int(p.stdout) < 1200, p.stdout

@@ -171,13 +171,23 @@ class PerRank:
     value: Any
 
 
-@dataclass
 class _Leaf:
-    name: str        # entry name
-    container: Dict  # the dict that holds the value (a load replaces it there)
-    key: str
-    value: Any
-    per_rank: bool = False
+    """One value of a state dict. With __slots__ (not a dataclass, which
+    has them only from Python 3.10): a load of 2^20 scalars holds as many
+    leaves, and an instance dict each cost about 100 bytes more."""
+    __slots__ = ("name", "container", "key", "value", "per_rank")
+
+    def __init__(self, name: str, container: Dict, key: str, value: Any,
+                 per_rank: bool = False):
+        self.name = name            # entry name
+        self.container = container  # the dict that holds the value (a load replaces it there)
+        self.key = key
+        self.value = value
+        self.per_rank = per_rank
+
+    def __repr__(self) -> str:
+        return (f"_Leaf(name={self.name!r}, key={self.key!r}, value={self.value!r}, "
+                f"per_rank={self.per_rank!r})")
 
 
 def _flatten(state: Dict, prefix: str = "", expand: Optional[Callable] = None) -> List[_Leaf]:
@@ -235,7 +245,11 @@ def _borrowable(name: str, t: torch.Tensor) -> torch.Tensor:
     InvalidArgumentError naming the entry, for save and load alike), bool
     and float8 as same-width integers. TypeError naming the entry for a
     dtype ckpt lacks."""
-    t = t.detach()
+    if t.requires_grad or type(t) is not torch.Tensor:
+        # A plain tensor without autograd history is borrowed as it is: a
+        # detached alias would cost a tensor object per request (2^20 of
+        # them in a load of as many scalars) for nothing.
+        t = t.detach()
     _stored_as_elements(name, t)
     ckpt_dtype(t.dtype, name)
     if not t.is_contiguous():

@@ -17,7 +17,11 @@ from ._stateful import Statefuls
 
 @dataclass
 class _LoadPlan:
-    requests: List[Tuple[_Leaf, Any]] = field(default_factory=list)  # (leaf, LoadRequest)
+    # Request i is requests[i], of leaf leaves[i]: two lists rather than a
+    # (leaf, request) tuple each (64 bytes a request, 2^20 of them in a
+    # load of as many scalars).
+    leaves: List[_Leaf] = field(default_factory=list)
+    requests: List[Any] = field(default_factory=list)  # LoadRequest
     not_loaded: List[Tuple[str, str]] = field(default_factory=list)
     requested: set = field(default_factory=set)
 
@@ -70,7 +74,8 @@ def _request(reader, leaf: _Leaf, rank: int, strict: bool, on_complete, plan: _L
         reqs = _tensor_requests(leaf.name, name, leaf.value, on_complete)
     else:
         reqs = [_ckpt.LoadRequest.for_object(name)]
-    plan.requests.extend((leaf, req) for req in reqs)
+    plan.leaves.extend(leaf for _ in reqs)
+    plan.requests.extend(reqs)
     plan.requested.add(name)
 
 
@@ -86,13 +91,13 @@ def _plan_load(reader, state_dict: Dict, rank: int, strict: bool, filter, on_com
         _request(reader, leaf, rank, strict, on_complete, plan)
     per_rank = set(json.loads(dict(reader.metadata).get(PER_RANK_METADATA_KEY, "[]")))
     unrequested = []
-    for e in reader.entries():
-        base, sep, _ = e.name.rpartition("@rank")
-        if e.name in plan.requested or (sep and base in per_rank):
+    for name in reader.entry_names():  # names only: no Entry per entry
+        base, sep, _ = name.rpartition("@rank")
+        if name in plan.requested or (sep and base in per_rank):
             continue
-        if filter is not None and not filter(e.name):
+        if filter is not None and not filter(name):
             continue
-        unrequested.append(e.name)
+        unrequested.append(name)
     return plan, unrequested
 
 
@@ -111,11 +116,11 @@ def _check_union(gathered: List[Dict], reader, strict: bool, filter) -> List[Tup
     out = [(n, "not requested by any rank") for n in sorted(nobody)]
     per_rank = set(json.loads(dict(reader.metadata).get(PER_RANK_METADATA_KEY, "[]")))
     taken = {n for g in gathered for n in g["requested_per_rank"]}
-    for e in reader.entries():
-        base, sep, r = e.name.rpartition("@rank")
-        if sep and base in per_rank and e.name not in taken:
+    for name in reader.entry_names():
+        base, sep, r = name.rpartition("@rank")
+        if sep and base in per_rank and name not in taken:
             if filter is None or filter(base):
-                out.append((e.name, f"saved by rank {r}; no loading rank has rank {r}"))
+                out.append((name, f"saved by rank {r}; no loading rank has rank {r}"))
     return out
 
 
@@ -215,9 +220,9 @@ def load(state_dict: Dict, root: str, *, step: Optional[int] = None, process_gro
     gathered = _exchange(comm, info)
     _raise_if_any_rank_failed(gathered, error, "load")
     report_extra = _check_union(gathered, reader, strict, filter)
-    _sync_cuda_streams([leaf for leaf, _ in plan.requests])
-    report = reader.load([req for _, req in plan.requests], allow_unrequested=True)
-    for leaf, req in plan.requests:
+    _sync_cuda_streams(plan.leaves)
+    report = reader.load(plan.requests, allow_unrequested=True)
+    for leaf, req in zip(plan.leaves, plan.requests):
         _place(leaf, req)
         if on_complete is not None and not _is_tensor_leaf(leaf.value):
             on_complete(leaf.name)
