@@ -37,6 +37,8 @@ def test_round_trip_box_flat_and_object(tmp_path):
     assert r.format_version.startswith("1.") and r.created_unix_ns > 0
     e = r.find("a")
     assert (e.kind, e.dtype, e.shape) == ("tensor", ckpt.float32, (4, 6))
+    # The names alone, in the order of entries(), without an Entry each.
+    assert r.entry_names() == [x.name for x in r.entries()] == ["a", "note"]
     assert e.chunks == [(ckpt.Box((0, 0), (4, 6)), 0)]
     assert r.find("missing") is None
     cols = np.zeros((4, 2), np.float32)
