@@ -103,6 +103,14 @@ class ProcessGroupCommunicator:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         return [int(x) for x in t]
 
+    def _exchange_sizes(self, sent: List[int]) -> List[int]:
+        """sent[d]: the bytes this rank sends rank d; returns, by rank, the
+        bytes every rank sends here (one all_to_all_single)."""
+        arriving = torch.empty(self.size, dtype=torch.int64)
+        dist.all_to_all_single(arriving, torch.tensor(sent, dtype=torch.int64),
+                               group=self.group)
+        return [int(n) for n in arriving]
+
     def all_to_all(self, parts: List[bytes]) -> List[memoryview]:
         """parts[d] (bytes-like) goes to rank d; returns the part every rank
         sent here, by rank, as read-only memoryviews of one buffer. Two
@@ -116,10 +124,7 @@ class ProcessGroupCommunicator:
             raise InvalidArgumentError(
                 f"all_to_all: {len(parts)} parts for {self.size} ranks")
         sent = [len(p) for p in parts]
-        arriving = torch.empty(self.size, dtype=torch.int64)
-        dist.all_to_all_single(arriving, torch.tensor(sent, dtype=torch.int64),
-                               group=self.group)
-        received = [int(n) for n in arriving]
+        received = self._exchange_sizes(sent)
         send = torch.empty(sum(sent), dtype=torch.uint8)
         staged, at = send.numpy(), 0
         for p, n in zip(parts, sent):
@@ -133,7 +138,6 @@ class ProcessGroupCommunicator:
         for n in received:
             offsets.append(offsets[-1] + n)
         return [data[a:b] for a, b in zip(offsets, offsets[1:])]
-
 
     def all_to_all_into(self, send, send_sizes: List[int], recv,
                         recv_sizes: List[int]) -> None:
@@ -149,10 +153,7 @@ class ProcessGroupCommunicator:
                 f"all_to_all_into: {len(send_sizes)} and {len(recv_sizes)} parts "
                 f"for {self.size} ranks")
         sent = [int(n) for n in send_sizes]
-        arriving = torch.empty(self.size, dtype=torch.int64)
-        dist.all_to_all_single(arriving, torch.tensor(sent, dtype=torch.int64),
-                               group=self.group)
-        received = [int(n) for n in arriving]
+        received = self._exchange_sizes(sent)
         expected = [int(n) for n in recv_sizes]
         total = sum(received)
         if received == expected and total > 0:
