@@ -132,88 +132,28 @@ class Differ {
   // of the batch, as CompareTensor and CompareObject find it.
   absl::Status CompareBatch(const std::vector<EntryView>& entries, size_t begin,
                             std::vector<std::optional<ValueDiff>>* out) {
-    // The requests, and where each one's bytes go.
-    std::vector<LoadRequest> reqs;
-    std::vector<Dst> dst;
-    uint64_t bytes = 0;     // of the batch, the window's budget
-    uint64_t buffered = 0;  // of its tensors, in the buffers
-    size_t objects = 0;
-    size_t end = begin;
-    for (; end < entries.size() && Batched(entries[end]); ++end) {
-      const EntryView& e = entries[end];
-      const uint64_t vb = ValueBytes(e);
-      if (end > begin && vb > o_.window_bytes - bytes) break;
-      const size_t first = reqs.size();
-      if (e.is_object()) {
-        LoadRequest q;
-        q.name = e.name();
-        reqs.push_back(std::move(q));
-        dst.push_back({true, objects});
-      } else {
-        const uint64_t es = DTypeSize(e.dtype());
-        uint64_t at = buffered;
-        for (const Region& region : ValueRegions(e)) {
-          const uint64_t n = RegionElements(region);
-          if (n == 0) continue;
-          for (Region& sub : LocalRangeToRegions(region, 0, n)) {
-            LoadRequest q;
-            q.name = e.name();
-            q.dtype = e.dtype();
-            q.shape = e.shape();
-            dst.push_back({false, at});
-            at += RegionElements(sub) * es;
-            q.region = std::move(sub);
-            reqs.push_back(std::move(q));
-          }
-        }
-      }
-      if (end > begin && reqs.size() > kBatchRequests) {
-        reqs.resize(first);
-        dst.resize(first);
-        break;
-      }
-      if (e.is_object()) {
-        ++objects;
-      } else {
-        buffered += vb;
-      }
-      bytes += vb;
+    Batch batch = PlanBatch(entries, begin);
+    if (buf_a_.size() < batch.buffered) {
+      buf_a_.resize(batch.buffered);
+      buf_b_.resize(batch.buffered);
     }
-    if (buf_a_.size() < buffered) {
-      buf_a_.resize(buffered);
-      buf_b_.resize(buffered);
-    }
-    std::vector<std::string> objs_a(objects), objs_b(objects);
-    CKPT_RETURN_IF_ERROR(LoadBatch(a_, buf_a_.data(), &objs_a, dst, &reqs));
-    CKPT_RETURN_IF_ERROR(LoadBatch(b_, buf_b_.data(), &objs_b, dst, &reqs));
+    std::vector<std::string> objs_a(batch.objects), objs_b(batch.objects);
+    CKPT_RETURN_IF_ERROR(
+        LoadBatch(a_, buf_a_.data(), &objs_a, batch.dst, &batch.reqs));
+    CKPT_RETURN_IF_ERROR(
+        LoadBatch(b_, buf_b_.data(), &objs_b, batch.dst, &batch.reqs));
     uint64_t at = 0;
     size_t object = 0;
-    for (size_t i = begin; i < end; ++i) {
+    for (size_t i = begin; i < batch.end; ++i) {
       const EntryView& e = entries[i];
       if (e.is_object()) {
         out->push_back(CompareBytes(e, objs_a[object], objs_b[object]));
         ++object;
-        continue;
+      } else {
+        out->push_back(CompareBuffered(e, &at));
       }
-      const uint64_t es = DTypeSize(e.dtype());
-      CompareStats stats;
-      ValueDiff vd;
-      vd.entry = e.name();
-      for (const Region& region : ValueRegions(e)) {
-        const uint64_t n = RegionElements(region);
-        if (n == 0) continue;
-        const bool had_first = stats.has_first;
-        CompareElements(e.dtype(), buf_a_.data() + at, buf_b_.data() + at, n, 0,
-                        o_.tolerance, &stats);
-        if (!had_first && stats.has_first) {
-          vd.first_at = GlobalCoordinates(e.shape(), region, stats.first_index);
-        }
-        vd.total += n;
-        at += n * es;
-      }
-      out->push_back(Finish(stats, std::move(vd)));
     }
-    progress_->Add(bytes);
+    progress_->Add(batch.bytes);
     return absl::OkStatus();
   }
 
@@ -268,6 +208,95 @@ class Differ {
     bool object;
     uint64_t at;
   };
+
+  // One batch of CompareBatch: its requests, where each one's bytes go,
+  // and the entries [begin, end) it covers.
+  struct Batch {
+    std::vector<LoadRequest> reqs;
+    std::vector<Dst> dst;
+    uint64_t bytes = 0;     // of the batch, the window's budget
+    uint64_t buffered = 0;  // of its tensors, in the buffers
+    size_t objects = 0;
+    size_t end = 0;
+  };
+
+  // The entries from `begin` on that make one batch (CompareBatch's
+  // contract) and their requests.
+  Batch PlanBatch(const std::vector<EntryView>& entries, size_t begin) const {
+    Batch batch;
+    for (batch.end = begin;
+         batch.end < entries.size() && Batched(entries[batch.end]);
+         ++batch.end) {
+      const EntryView& e = entries[batch.end];
+      const uint64_t vb = ValueBytes(e);
+      const bool first_entry = batch.end == begin;
+      if (!first_entry && vb > o_.window_bytes - batch.bytes) break;
+      const size_t first_request = batch.reqs.size();
+      AddRequests(e, &batch);
+      if (!first_entry && batch.reqs.size() > kBatchRequests) {
+        batch.reqs.resize(first_request);
+        batch.dst.resize(first_request);
+        break;
+      }
+      if (e.is_object()) {
+        ++batch.objects;
+      } else {
+        batch.buffered += vb;
+      }
+      batch.bytes += vb;
+    }
+    return batch;
+  }
+
+  // Appends the requests of `e` to `batch`: an object's whole value, or
+  // each stored region of a tensor into the buffers after what is there.
+  static void AddRequests(const EntryView& e, Batch* batch) {
+    if (e.is_object()) {
+      LoadRequest q;
+      q.name = e.name();
+      batch->reqs.push_back(std::move(q));
+      batch->dst.push_back({true, batch->objects});
+      return;
+    }
+    const uint64_t es = DTypeSize(e.dtype());
+    uint64_t at = batch->buffered;
+    for (const Region& region : ValueRegions(e)) {
+      const uint64_t n = RegionElements(region);
+      if (n == 0) continue;
+      for (Region& sub : LocalRangeToRegions(region, 0, n)) {
+        LoadRequest q;
+        q.name = e.name();
+        q.dtype = e.dtype();
+        q.shape = e.shape();
+        batch->dst.push_back({false, at});
+        at += RegionElements(sub) * es;
+        q.region = std::move(sub);
+        batch->reqs.push_back(std::move(q));
+      }
+    }
+  }
+
+  // Compares tensor `e`'s values, loaded into both buffers at *at (which
+  // advances past them), region by region as AddRequests laid them out.
+  std::optional<ValueDiff> CompareBuffered(const EntryView& e, uint64_t* at) {
+    const uint64_t es = DTypeSize(e.dtype());
+    CompareStats stats;
+    ValueDiff vd;
+    vd.entry = e.name();
+    for (const Region& region : ValueRegions(e)) {
+      const uint64_t n = RegionElements(region);
+      if (n == 0) continue;
+      const bool had_first = stats.has_first;
+      CompareElements(e.dtype(), buf_a_.data() + *at, buf_b_.data() + *at, n, 0,
+                      o_.tolerance, &stats);
+      if (!had_first && stats.has_first) {
+        vd.first_at = GlobalCoordinates(e.shape(), region, stats.first_index);
+      }
+      vd.total += n;
+      *at += n * es;
+    }
+    return Finish(stats, std::move(vd));
+  }
 
   static std::optional<ValueDiff> Finish(const CompareStats& stats,
                                          ValueDiff vd) {

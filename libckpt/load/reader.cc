@@ -113,17 +113,7 @@ absl::StatusOr<Prepared> ReaderImpl::Prepare(
     p.borrowed = &requests;
   } else {
     p.reqs = requests;
-    for (size_t i = 0; i < p.reqs.size(); ++i) {
-      LoadRequest& r = p.reqs[i];
-      if (r.object == nullptr) continue;
-      const EntryRecord& e = manifest_.entries[p.entry[i]];
-      r.object->assign(e.shape[0], '\0');
-      r.dtype = DType::kUInt8;
-      r.shape = e.shape;
-      r.region = FlatRange{0, e.shape[0]};
-      r.data = r.object->data();
-      r.memory = MemoryKind::kHost;
-    }
+    ObjectsAsBytes(&p);
   }
   // The entries requested, each once (an entry may be requested in several
   // regions): their indexes, 4 bytes a request rather than a set of names.
@@ -135,10 +125,37 @@ absl::StatusOr<Prepared> ReaderImpl::Prepare(
   for (uint32_t i : requested) {
     report->loaded.push_back(manifest_.entries[i].name);
   }
-  // Nothing to check or to list: the loop below would cost one pass over
+  // Nothing to check or to list: CheckUnrequested would cost one pass over
   // the checkpoint's entries per Load, quadratic for a caller that loads
   // entry by entry (ckpt-diff, the exports).
   if (options.allow_unrequested && !options.report_not_loaded) return p;
+  CKPT_RETURN_IF_ERROR(CheckUnrequested(std::move(requested), options, report));
+  return p;
+}
+
+// Turns the object requests of p->reqs into 1-d uint8 requests into their
+// strings (sized to the object).
+void ReaderImpl::ObjectsAsBytes(Prepared* p) const {
+  for (size_t i = 0; i < p->reqs.size(); ++i) {
+    LoadRequest& r = p->reqs[i];
+    if (r.object == nullptr) continue;
+    const EntryRecord& e = manifest_.entries[p->entry[i]];
+    r.object->assign(e.shape[0], '\0');
+    r.dtype = DType::kUInt8;
+    r.shape = e.shape;
+    r.region = FlatRange{0, e.shape[0]};
+    r.data = r.object->data();
+    r.memory = MemoryKind::kHost;
+  }
+}
+
+// The entries of the checkpoint outside `requested` (sorted indexes):
+// listed in report->not_loaded with the reason when options ask for it;
+// FailedPrecondition naming them when neither the filter nor
+// allow_unrequested lets them be left out.
+absl::Status ReaderImpl::CheckUnrequested(std::vector<uint32_t> requested,
+                                          const LoadOptions& options,
+                                          LoadReport* report) const {
   std::vector<bool> is_requested(manifest_.entries.size());
   for (uint32_t i : requested) is_requested[i] = true;
   std::vector<uint32_t>().swap(requested);
@@ -158,15 +175,13 @@ absl::StatusOr<Prepared> ReaderImpl::Prepare(
       report->not_loaded.emplace_back(e.name, why);
     }
   }
-  if (!missing.empty()) {
-    size_t shown = std::min<size_t>(missing.size(), 10);
-    return absl::FailedPreconditionError(absl::StrCat(
-        missing.size(), " entries in the checkpoint were not requested: ",
-        absl::StrJoin(missing.begin(), missing.begin() + shown, ", "),
-        missing.size() > shown ? ", ..." : "",
-        " (set LoadOptions::filter to load a subset on purpose)"));
-  }
-  return p;
+  if (missing.empty()) return absl::OkStatus();
+  size_t shown = std::min<size_t>(missing.size(), 10);
+  return absl::FailedPreconditionError(absl::StrCat(
+      missing.size(), " entries in the checkpoint were not requested: ",
+      absl::StrJoin(missing.begin(), missing.begin() + shown, ", "),
+      missing.size() > shown ? ", ..." : "",
+      " (set LoadOptions::filter to load a subset on purpose)"));
 }
 
 // Pairs the requests with the chunks (failing on an uncovered region before

@@ -107,6 +107,10 @@ class ReaderImpl final : public Reader {
   absl::StatusOr<Prepared> Prepare(const std::vector<LoadRequest>& requests,
                                    const LoadOptions& options,
                                    LoadReport* report, bool borrow);
+  void ObjectsAsBytes(Prepared* p) const;
+  absl::Status CheckUnrequested(std::vector<uint32_t> requested,
+                                const LoadOptions& options,
+                                LoadReport* report) const;
   int IoThreads(const LoadOptions& options) const;
   absl::StatusOr<internal::ReadPlan> Plan(const Prepared& p, int threads);
   absl::Status Execute(const internal::ReadPlan& plan, ReadExecutor* run,

@@ -138,40 +138,73 @@ std::vector<uint32_t> ShardsOf(const format::Manifest& manifest,
   return {ids.begin(), ids.end()};
 }
 
+namespace {
+
+std::pair<uint32_t, uint32_t> ChunkKey(const ChunkPiece& p) {
+  return {p.entry, p.chunk};
+}
+
+// The indexes of `pieces` sorted by stored chunk (entry, chunk), in
+// manifest order for a deterministic plan: 4 bytes a piece (a map of
+// groups took a tree node and a vector per chunk).
+std::vector<uint32_t> ByChunk(const std::vector<ChunkPiece>& pieces) {
+  std::vector<uint32_t> order(pieces.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
+  auto by_key = [&](uint32_t a, uint32_t b) {
+    return ChunkKey(pieces[a]) < ChunkKey(pieces[b]);
+  };
+  if (!std::is_sorted(order.begin(), order.end(), by_key)) {
+    std::stable_sort(order.begin(), order.end(), by_key);
+  }
+  return order;
+}
+
+// One read per chunk at least (most small chunks have exactly one):
+// reserved in each shard's reads, so that they are not held twice while
+// growing.
+void ReserveReads(const format::Manifest& manifest,
+                  const std::vector<ChunkPiece>& pieces,
+                  const std::vector<uint32_t>& order,
+                  std::map<uint32_t, ShardReads>* by_shard) {
+  std::map<uint32_t, size_t> chunks;
+  for (size_t g = 0; g < order.size(); ++g) {
+    const ChunkPiece& p = pieces[order[g]];
+    if (g > 0 && ChunkKey(p) == ChunkKey(pieces[order[g - 1]])) continue;
+    ++chunks[manifest.entries[p.entry].chunks[p.chunk].shard];
+  }
+  for (const auto& [shard, n] : chunks) (*by_shard)[shard].reads.reserve(n);
+}
+
+// Moves each shard's reads into `plan`, by shard id, each sorted by offset.
+void AddByOffset(std::map<uint32_t, ShardReads>* by_shard, ReadPlan* plan) {
+  auto by_offset = [](const BlockRead& x, const BlockRead& y) {
+    return x.offset < y.offset;
+  };
+  for (auto& [id, sr] : *by_shard) {
+    // Chunks in manifest order usually are in file order already: no sort
+    // (nor its buffer of half the reads).
+    if (!std::is_sorted(sr.reads.begin(), sr.reads.end(), by_offset)) {
+      std::stable_sort(sr.reads.begin(), sr.reads.end(), by_offset);
+    }
+    plan->shards.push_back(std::move(sr));
+  }
+}
+
+}  // namespace
+
 ReadPlan PlanBlockReads(const format::Manifest& manifest,
                         const std::vector<ChunkPiece>& pieces,
                         const BlockTableLookup& lookup,
                         uint64_t max_read_bytes) {
-  // Pieces by stored chunk, in manifest order for a deterministic plan:
-  // their indexes sorted by (entry, chunk), 4 bytes a piece (a map of
-  // groups took a tree node and a vector per chunk).
-  std::vector<uint32_t> order(pieces.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
-  auto key_of = [&](uint32_t i) {
-    return std::make_pair(pieces[i].entry, pieces[i].chunk);
-  };
-  auto by_key = [&](uint32_t a, uint32_t b) { return key_of(a) < key_of(b); };
-  if (!std::is_sorted(order.begin(), order.end(), by_key)) {
-    std::stable_sort(order.begin(), order.end(), by_key);
-  }
+  std::vector<uint32_t> order = ByChunk(pieces);
   std::map<uint32_t, ShardReads> by_shard;
-  // One read per chunk at least (most small chunks have exactly one):
-  // reserved, so that a shard's reads are not held twice while growing.
-  {
-    std::map<uint32_t, size_t> chunks;
-    for (size_t g = 0; g < order.size(); ++g) {
-      if (g > 0 && key_of(order[g]) == key_of(order[g - 1])) continue;
-      const ChunkPiece& p = pieces[order[g]];
-      ++chunks[manifest.entries[p.entry].chunks[p.chunk].shard];
-    }
-    for (const auto& [shard, n] : chunks) by_shard[shard].reads.reserve(n);
-  }
+  ReserveReads(manifest, pieces, order, &by_shard);
   ReadPlan plan;
   std::vector<const ChunkPiece*> group;
   for (size_t g = 0; g < order.size();) {
-    const std::pair<uint32_t, uint32_t> key = key_of(order[g]);
+    const std::pair<uint32_t, uint32_t> key = ChunkKey(pieces[order[g]]);
     group.clear();
-    for (; g < order.size() && key_of(order[g]) == key; ++g) {
+    for (; g < order.size() && ChunkKey(pieces[order[g]]) == key; ++g) {
       group.push_back(&pieces[order[g]]);
     }
     const EntryRecord& e = manifest.entries[key.first];
@@ -192,17 +225,7 @@ ReadPlan PlanBlockReads(const format::Manifest& manifest,
     }
   }
   std::vector<uint32_t>().swap(order);
-  auto by_offset = [](const BlockRead& x, const BlockRead& y) {
-    return x.offset < y.offset;
-  };
-  for (auto& [id, sr] : by_shard) {
-    // Chunks in manifest order usually are in file order already: no sort
-    // (nor its buffer of half the reads).
-    if (!std::is_sorted(sr.reads.begin(), sr.reads.end(), by_offset)) {
-      std::stable_sort(sr.reads.begin(), sr.reads.end(), by_offset);
-    }
-    plan.shards.push_back(std::move(sr));
-  }
+  AddByOffset(&by_shard, &plan);
   return plan;
 }
 

@@ -138,70 +138,74 @@ class PyCommunicator final : public Communicator {
   // contiguous copy.
   absl::Status AllToAllInto(absl::Span<const SendBuffer> send,
                             absl::Span<const RecvBuffer> recv) {
-    std::vector<uint64_t> send_sizes, recv_sizes;
-    uint64_t send_total = 0, recv_total = 0;
-    bool send_packed = true, recv_packed = true;
-    const char* send_base = nullptr;
-    char* recv_base = nullptr;
-    for (const SendBuffer& b : send) {
-      send_sizes.push_back(b.size);
-      if (b.size > 0) {
-        const char* p = static_cast<const char*>(b.data);
-        if (send_base == nullptr) send_base = p - send_total;
-        send_packed = send_packed && p == send_base + send_total;
-      }
-      send_total += b.size;
-    }
-    for (const RecvBuffer& b : recv) {
-      recv_sizes.push_back(b.size);
-      if (b.size > 0) {
-        char* p = static_cast<char*>(b.data);
-        if (recv_base == nullptr) recv_base = p - recv_total;
-        recv_packed = recv_packed && p == recv_base + recv_total;
-      }
-      recv_total += b.size;
-    }
+    Packing s = PackingOf(send), r = PackingOf(recv);
     std::string send_copy, recv_copy;
-    if (!send_packed) {
-      send_copy.reserve(send_total);
+    if (!s.packed) {
+      send_copy.reserve(s.total);
       for (const SendBuffer& b : send) {
         send_copy.append(static_cast<const char*>(b.data), b.size);
       }
-      send_base = send_copy.data();
+      s.base = send_copy.data();
     }
-    if (!recv_packed) {
-      recv_copy.resize(recv_total);
-      recv_base = recv_copy.data();
+    if (!r.packed) {
+      recv_copy.resize(r.total);
+      r.base = recv_copy.data();
     }
-    static char empty = 0;
-    if (send_base == nullptr) send_base = &empty;
-    if (recv_base == nullptr) recv_base = &empty;
-    // Writable views both ways (torch.frombuffer warns on a read-only
-    // buffer); the send buffer is only read.
-    absl::Status verdict;
-    {
-      py::gil_scoped_acquire gil;
-      try {
-        obj_.attr("all_to_all_into")(
-            py::memoryview::from_memory(const_cast<char*>(send_base),
-                                        static_cast<ssize_t>(send_total)),
-            send_sizes,
-            py::memoryview::from_memory(recv_base,
-                                        static_cast<ssize_t>(recv_total)),
-            recv_sizes);
-      } catch (py::error_already_set& e) {
-        verdict = absl::InternalError(
-            absl::StrCat("Communicator.all_to_all_into (Python): ", e.what()));
-      }
-    }
-    if (verdict.ok() && !recv_packed) {
-      const char* from = recv_base;
+    absl::Status verdict = CallAllToAllInto(s, r);
+    if (verdict.ok() && !r.packed) {
+      const char* from = r.base;
       for (const RecvBuffer& b : recv) {
         if (b.size > 0) std::memcpy(b.data, from, b.size);
         from += b.size;
       }
     }
     return AgreeOnFirstError(verdict);
+  }
+
+  // Buffers of one side of AllToAllInto: their sizes and total, and where
+  // they start when they lie back to back (`packed`; null base: all empty).
+  struct Packing {
+    std::vector<uint64_t> sizes;
+    uint64_t total = 0;
+    char* base = nullptr;
+    bool packed = true;
+  };
+
+  template <typename Buffer>
+  static Packing PackingOf(absl::Span<const Buffer> buffers) {
+    Packing p;
+    for (const Buffer& b : buffers) {
+      p.sizes.push_back(b.size);
+      if (b.size > 0) {
+        // The send side is only read (CallAllToAllInto's contract).
+        char* d = static_cast<char*>(const_cast<void*>(b.data));
+        if (p.base == nullptr) p.base = d - p.total;
+        p.packed = p.packed && d == p.base + p.total;
+      }
+      p.total += b.size;
+    }
+    return p;
+  }
+
+  // Calls the object's all_to_all_into over one memoryview each way.
+  // Writable views both ways (torch.frombuffer warns on a read-only
+  // buffer); the send buffer is only read.
+  absl::Status CallAllToAllInto(const Packing& s, const Packing& r) {
+    static char empty = 0;
+    char* send_base = s.base != nullptr ? s.base : &empty;
+    char* recv_base = r.base != nullptr ? r.base : &empty;
+    py::gil_scoped_acquire gil;
+    try {
+      obj_.attr("all_to_all_into")(
+          py::memoryview::from_memory(send_base, static_cast<ssize_t>(s.total)),
+          s.sizes,
+          py::memoryview::from_memory(recv_base, static_cast<ssize_t>(r.total)),
+          r.sizes);
+    } catch (py::error_already_set& e) {
+      return absl::InternalError(
+          absl::StrCat("Communicator.all_to_all_into (Python): ", e.what()));
+    }
+    return absl::OkStatus();
   }
 
   // Copies the parts all_to_all returned into `recv`, checking their
