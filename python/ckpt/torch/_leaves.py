@@ -364,8 +364,8 @@ def _mark_written(name: str, v) -> None:
     if bump is None:  # torch < 2.1
         return
     if _is_distributed(v):
-        from .dtensor import layout
-        tensors = [p.local for p in layout(name, v).pieces]
+        from .dtensor import local_tensors
+        tensors = local_tensors(v)  # a box of it is a view: one version counter
     else:
         tensors = [v.local if isinstance(v, Chunk) else v]
     for t in tensors:

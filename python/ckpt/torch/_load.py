@@ -222,7 +222,11 @@ def load(state_dict: Dict, root: str, *, step: Optional[int] = None, process_gro
     report_extra = _check_union(gathered, reader, strict, filter)
     _sync_cuda_streams(plan.leaves)
     report = reader.load(plan.requests, allow_unrequested=True)
+    placed = None
     for leaf, req in zip(plan.leaves, plan.requests):
+        if leaf is placed:  # a tensor's second box: the tensor is done
+            continue
+        placed = leaf
         _place(leaf, req)
         if on_complete is not None and not _is_tensor_leaf(leaf.value):
             on_complete(leaf.name)
