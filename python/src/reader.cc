@@ -145,7 +145,8 @@ class PyReader {
 
   LoadReport Load(std::vector<PyLoadRequest*> requests, py::object filter,
                   bool allow_unrequested, int io_threads,
-                  uint64_t exchange_bytes_per_round, bool report_not_loaded) {
+                  uint64_t exchange_bytes_per_round, bool report_not_loaded,
+                  bool shared_memory_exchange) {
     CallbackErrors errors;
     std::vector<BorrowedBuffer> views;  // released with the GIL held
     std::vector<LoadRequest> reqs;
@@ -161,6 +162,7 @@ class PyReader {
     lo.allow_unrequested = allow_unrequested;
     lo.report_not_loaded = report_not_loaded;
     lo.io_threads = io_threads;
+    lo.shared_memory_exchange = shared_memory_exchange;
     if (exchange_bytes_per_round > 0) {
       lo.exchange_bytes_per_round = exchange_bytes_per_round;
     }
@@ -310,6 +312,10 @@ void BindLoadReport(py::module_& m) {
       .def_readwrite("bytes_received", &LoadReport::bytes_received,
                      "Bytes of destinations received from other ranks (a "
                      "cooperative load).")
+      .def_readwrite("shared_memory_exchange",
+                     &LoadReport::shared_memory_exchange,
+                     "Whether those bytes came through shared memory, not "
+                     "the communicator's all_to_all.")
       .def_readwrite("blocks_verified", &LoadReport::blocks_verified)
       .def_readwrite("loaded", &LoadReport::loaded)
       .def_readwrite("not_loaded", &LoadReport::not_loaded,
@@ -365,10 +371,14 @@ void BindReaderClass(py::module_& m) {
            py::arg("filter") = py::none(), py::arg("allow_unrequested") = false,
            py::arg("io_threads") = 0, py::arg("exchange_bytes_per_round") = 0,
            py::arg("report_not_loaded") = true,
+           py::arg("shared_memory_exchange") = true,
            "exchange_bytes_per_round: cooperative loads only; 0 = the "
            "default (LoadOptions::exchange_bytes_per_round). "
            "report_not_loaded=False leaves LoadReport.not_loaded empty "
-           "(LoadOptions::report_not_loaded).")
+           "(LoadOptions::report_not_loaded). shared_memory_exchange=False: "
+           "ranks on one machine exchange through the communicator's "
+           "all_to_all, not shared memory "
+           "(LoadOptions::shared_memory_exchange).")
       .def("read_object", &PyReader::ReadObject, py::arg("name"));
 }
 

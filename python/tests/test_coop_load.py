@@ -1,6 +1,8 @@
 """Cooperative loads from Python: ckpt.Reader(comm=...) and
 ckpt.torch.load(process_group=...) read each stored block once between the
 ranks (ckpt/reader.h, "Cooperative loads"); LoadReport.bytes_received."""
+import os
+
 import numpy as np
 import pytest
 
@@ -36,17 +38,28 @@ def test_reader_with_a_communicator_reads_each_block_once(tmp_path):
     def rank(comm):  # 2 ranks, columns: every stored block feeds both
         r = ckpt.Reader(root, comm=comm)
         c = COLS // 2
-        outs = [np.zeros((ROWS, c), np.float32) for _ in range(2)]
-        reqs = [ckpt.LoadRequest(f"t{i}", ckpt.float32, (ROWS, COLS),
-                                 ckpt.Box((0, comm.rank * c), (ROWS, c)), outs[i])
-                for i in range(2)]
-        report = r.load(reqs, exchange_bytes_per_round=4096)
-        for i in range(2):
-            assert np.array_equal(outs[i], global_array(i)[:, comm.rank * c:(comm.rank + 1) * c])
-        return report.bytes_read, report.bytes_received
+        out = {}
+        # Ranks that can map each other's shared memory exchange through it
+        # (the default); shared_memory_exchange=False: through all_to_all.
+        for shared in (True, False):
+            outs = [np.zeros((ROWS, c), np.float32) for _ in range(2)]
+            reqs = [ckpt.LoadRequest(f"t{i}", ckpt.float32, (ROWS, COLS),
+                                     ckpt.Box((0, comm.rank * c), (ROWS, c)), outs[i])
+                    for i in range(2)]
+            report = r.load(reqs, exchange_bytes_per_round=4096,
+                            shared_memory_exchange=shared)
+            for i in range(2):
+                assert np.array_equal(outs[i],
+                                      global_array(i)[:, comm.rank * c:(comm.rank + 1) * c])
+            assert report.shared_memory_exchange == shared
+            out[shared] = report.bytes_read, report.bytes_received
+        return out
     got = run_ranks(2, rank)
-    assert sum(read for read, _ in got) == stored  # every block once
-    assert all(0 < received < stored for _, received in got)
+    for shared in (True, False):
+        assert sum(g[shared][0] for g in got) == stored  # every block once
+        assert all(0 < g[shared][1] < stored for g in got)
+        assert [g[shared] for g in got] == [g[True] for g in got]
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"ckpt-coop-{os.getpid()}-")]
 
 
 class NamedNodeRanks:
@@ -143,6 +156,7 @@ def gloo_load(rank, world, store, root, stored, out):
         assert torch.equal(state[f"t{i}"], torch.from_numpy(global_array(i)))
     import socket
     assert ct.ProcessGroupCommunicator().node_name == socket.gethostname()
+    assert report.shared_memory_exchange  # processes of one machine
     reads = torch.tensor([report.bytes_read, report.bytes_received], dtype=torch.int64)
     dist.all_reduce(reads)
     if rank == 0:

@@ -121,6 +121,9 @@ struct DeviceLoad {
     }
     LoadOptions lo;
     lo.exchange_bytes_per_round = round_bytes;
+    // Host bytes through AllToAll, where DeviceComm counts them (not
+    // shared memory, which in-process ranks could use too).
+    lo.shared_memory_exchange = false;
     return reader->Load(reqs, lo).status();
   }
 

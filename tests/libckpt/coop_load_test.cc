@@ -2,6 +2,8 @@
 // in-process ranks: metadata read once, per-rank guarantees, and a failure
 // on one rank failing the load on every rank with the same status. The
 // resharding matrix of cooperative loads is in reshard_test.cc.
+#include <unistd.h>
+
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +30,7 @@ namespace ckpt {
 namespace {
 
 using ::ckpt::testing::Delivery;
+using ::ckpt::testing::OptionsFor;
 using ::ckpt::testing::RunRanksWith;
 using ::ckpt::testing::StatusIs;
 using ::ckpt::testing::TempDir;
@@ -159,8 +162,9 @@ TEST_P(CooperativeLoadTest, EachShardIndexIsReadByOneRank) {
         ro.communicator = &comm;
         ro.storage = &storage[comm.rank()];
         CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
-        CKPT_ASSIGN_OR_RETURN(reports[comm.rank()],
-                              reader->Load(load.Requests(comm.rank())));
+        CKPT_ASSIGN_OR_RETURN(
+            reports[comm.rank()],
+            reader->Load(load.Requests(comm.rank()), OptionsFor(GetParam())));
         return absl::OkStatus();
       }));
   load.Check(global);
@@ -192,8 +196,9 @@ TEST_P(CooperativeLoadTest, ReadsSpreadOverTheNodesTheCommunicatorNames) {
         ReaderOptions ro;
         ro.communicator = &comm;
         CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
-        CKPT_ASSIGN_OR_RETURN(reports[comm.rank()],
-                              reader->Load(load.Requests(comm.rank())));
+        CKPT_ASSIGN_OR_RETURN(
+            reports[comm.rank()],
+            reader->Load(load.Requests(comm.rank()), OptionsFor(GetParam())));
         return absl::OkStatus();
       }));
   load.Check(global);
@@ -215,7 +220,7 @@ TEST_P(CooperativeLoadTest, ManySmallRoundsLoadTheSameBytes) {
         ReaderOptions ro;
         ro.communicator = &comm;
         CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
-        LoadOptions lo;
+        LoadOptions lo = OptionsFor(GetParam());
         lo.exchange_bytes_per_round = 1000;  // below one read: a read per round
         return reader->Load(load.Requests(comm.rank()), lo).status();
       }));
@@ -239,12 +244,13 @@ TEST_P(CooperativeLoadTest, CallsEachOnCompleteOnceAndHonoursStrictness) {
         for (int i = 0; i < 3; ++i) {
           reqs[i].on_complete = [&calls, rank, i] { ++calls[rank * 3 + i]; };
         }
-        CKPT_RETURN_IF_ERROR(reader->Load(reqs).status());
+        CKPT_RETURN_IF_ERROR(
+            reader->Load(reqs, OptionsFor(GetParam())).status());
         // Rank 3 leaves t2 unrequested without a filter: the load fails on
         // every rank.
         std::vector<LoadRequest> fewer = other.Requests(rank);
         if (rank == 3) fewer.pop_back();
-        strict[rank] = reader->Load(fewer).status();
+        strict[rank] = reader->Load(fewer, OptionsFor(GetParam())).status();
         return absl::OkStatus();
       }));
   load.Check(global);
@@ -273,7 +279,10 @@ std::vector<absl::Status> LoadOnAll(
     ro.storage = storage(rank);
     auto reader = Reader::Open(root, ro);
     out[rank] = reader.status();
-    if (reader.ok()) out[rank] = (*reader)->Load(requests(rank)).status();
+    if (reader.ok()) {
+      out[rank] =
+          (*reader)->Load(requests(rank), OptionsFor(delivery)).status();
+    }
     return absl::OkStatus();
   });
   EXPECT_TRUE(st.ok()) << st;
@@ -341,7 +350,7 @@ TEST_P(CooperativeLoadFailureTest, LocalErrorOfOneRankFailsEveryRank) {
         ReaderOptions ro;
         ro.communicator = &comm;
         CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
-        LoadOptions lo;
+        LoadOptions lo = OptionsFor(GetParam());
         if (comm.rank() == 3)
           lo.local_error = absl::InvalidArgumentError("bad");
         got[comm.rank()] =
@@ -411,33 +420,89 @@ TEST_P(CooperativeLoadFailureTest, MissingShardFileFailsEveryRank) {
                     "shard file is missing (shard 2 in the manifest)");
 }
 
+// The segments of this process's shared-memory exchanges still named in
+// /dev/shm (shared_arena.cc names them "ckpt-coop-<pid>-...").
+std::vector<std::string> SegmentsLeft() {
+  const std::string prefix = "ckpt-coop-" + std::to_string(getpid()) + "-";
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) out.push_back(name);
+  }
+  return out;
+}
+
 // Ranks of one address space deliver without AllToAll; hiding that, the
-// same load exchanges the bytes with it.
+// same load exchanges the bytes with AllToAll, or through shared memory
+// (the default between processes): then without AllToAll either, the
+// same bytes received, and no segment left named in /dev/shm.
 TEST(CooperativeLoadDeliveryTest, DirectDeliveryMakesNoAllToAllCall) {
   TempDir dir;
   const auto global = SaveRows(dir.path());
-  for (Delivery d : {Delivery::kDirect, Delivery::kAllToAll}) {
+  std::map<Delivery, uint64_t> received;
+  for (Delivery d :
+       {Delivery::kDirect, Delivery::kAllToAll, Delivery::kSharedMemory}) {
     InProcessWorld w(kRanks);
     ColumnLoad load;
     std::vector<int> calls;
+    std::vector<LoadReport> reports(kRanks);
     CKPT_ASSERT_OK(RunRanksWith(
         w, d,
         [&](Communicator& comm) -> absl::Status {
           ReaderOptions ro;
           ro.communicator = &comm;
           CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
-          return reader->Load(load.Requests(comm.rank())).status();
+          CKPT_ASSIGN_OR_RETURN(
+              reports[comm.rank()],
+              reader->Load(load.Requests(comm.rank()), OptionsFor(d)));
+          return absl::OkStatus();
         },
         &calls));
     load.Check(global);
     for (int r = 0; r < kRanks; ++r) {
-      if (d == Delivery::kDirect) {
-        EXPECT_EQ(calls[r], 0) << "rank " << r;
-      } else {
-        EXPECT_GT(calls[r], 0) << "rank " << r;
-      }
+      EXPECT_EQ(calls[r] > 0, d == Delivery::kAllToAll) << "rank " << r;
+      EXPECT_EQ(reports[r].shared_memory_exchange, d == Delivery::kSharedMemory)
+          << "rank " << r;
+      received[d] += reports[r].bytes_received;
     }
+    EXPECT_TRUE(SegmentsLeft().empty()) << testing::DeliveryName(d);
   }
+  EXPECT_GT(received[Delivery::kAllToAll], 0u);
+  EXPECT_EQ(received[Delivery::kSharedMemory], received[Delivery::kAllToAll]);
+}
+
+// The shared-memory exchange needs every rank: one rank that opts out
+// (or cannot create or map a segment) sends every rank through AllToAll,
+// and the load is the same.
+TEST(CooperativeLoadDeliveryTest,
+     OneRankWithoutSharedMemoryMakesAllUseAllToAll) {
+  TempDir dir;
+  const auto global = SaveRows(dir.path());
+  InProcessWorld w(kRanks);
+  ColumnLoad load;
+  std::vector<int> calls;
+  std::vector<LoadReport> reports(kRanks);
+  CKPT_ASSERT_OK(RunRanksWith(
+      w, Delivery::kSharedMemory,
+      [&](Communicator& comm) -> absl::Status {
+        ReaderOptions ro;
+        ro.communicator = &comm;
+        CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+        const Delivery d =
+            comm.rank() == 2 ? Delivery::kAllToAll : Delivery::kSharedMemory;
+        CKPT_ASSIGN_OR_RETURN(
+            reports[comm.rank()],
+            reader->Load(load.Requests(comm.rank()), OptionsFor(d)));
+        return absl::OkStatus();
+      },
+      &calls));
+  load.Check(global);
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_GT(calls[r], 0) << "rank " << r;
+    EXPECT_FALSE(reports[r].shared_memory_exchange) << "rank " << r;
+  }
+  EXPECT_TRUE(SegmentsLeft().empty());
 }
 
 // Issue 24: in a resharded load (rows saved by 4 ranks, loaded as row
@@ -475,7 +540,8 @@ TEST(CooperativeLoadDeliveryTest, BlocksOneRankNeedsSkipTheCommunicator) {
       ReaderOptions ro;
       ro.communicator = &comm;
       CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
-      absl::StatusOr<LoadReport> got = reader->Load(reqs);
+      absl::StatusOr<LoadReport> got =
+          reader->Load(reqs, OptionsFor(Delivery::kAllToAll));
       sent[r] = comm.all_to_all_bytes();
       calls[r] = comm.all_to_all_calls();
       CKPT_RETURN_IF_ERROR(got.status());
@@ -610,7 +676,7 @@ TEST(CooperativeLoadDeliveryTest, DeviceDestinationOnOneRankUsesAllToAll) {
         CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
         std::vector<LoadRequest> reqs = load.Requests(comm.rank());
         if (comm.rank() == 2) reqs[1].memory = MemoryKind::kCuda;
-        return reader->Load(reqs).status();
+        return reader->Load(reqs, OptionsFor(Delivery::kAllToAll)).status();
       },
       &calls));
   load.Check(global);
@@ -620,13 +686,15 @@ TEST(CooperativeLoadDeliveryTest, DeviceDestinationOnOneRankUsesAllToAll) {
 auto DeliveryParamName = [](const ::testing::TestParamInfo<Delivery>& info) {
   return std::string(testing::DeliveryName(info.param));
 };
-INSTANTIATE_TEST_SUITE_P(BothPaths, CooperativeLoadTest,
+INSTANTIATE_TEST_SUITE_P(EveryPath, CooperativeLoadTest,
                          ::testing::Values(Delivery::kDirect,
-                                           Delivery::kAllToAll),
+                                           Delivery::kAllToAll,
+                                           Delivery::kSharedMemory),
                          DeliveryParamName);
-INSTANTIATE_TEST_SUITE_P(BothPaths, CooperativeLoadFailureTest,
+INSTANTIATE_TEST_SUITE_P(EveryPath, CooperativeLoadFailureTest,
                          ::testing::Values(Delivery::kDirect,
-                                           Delivery::kAllToAll),
+                                           Delivery::kAllToAll,
+                                           Delivery::kSharedMemory),
                          DeliveryParamName);
 
 }  // namespace

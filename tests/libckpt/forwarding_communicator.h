@@ -13,19 +13,37 @@
 
 #include "ckpt/communicator.h"
 #include "ckpt/in_process.h"
+#include "ckpt/reader.h"
 
 namespace ckpt::testing {
 
-// How a cooperative load on in-process ranks delivers bytes.
-enum class Delivery { kDirect, kAllToAll };
+// How a cooperative load on in-process ranks delivers bytes: straight into
+// each other's destinations (one address space), or, as between processes,
+// exchanged through AllToAll or through shared memory (OptionsFor).
+enum class Delivery { kDirect, kAllToAll, kSharedMemory };
 
 inline const char* DeliveryName(Delivery d) {
-  return d == Delivery::kDirect ? "Direct" : "AllToAll";
+  switch (d) {
+    case Delivery::kDirect:
+      return "Direct";
+    case Delivery::kAllToAll:
+      return "AllToAll";
+    case Delivery::kSharedMemory:
+      return "SharedMemory";
+  }
+  return "?";
+}
+
+// `o` with the exchange `d` asks for: shared memory for kSharedMemory
+// only (LoadOptions::shared_memory_exchange; kDirect has no exchange).
+inline LoadOptions OptionsFor(Delivery d, LoadOptions o = {}) {
+  o.shared_memory_exchange = d == Delivery::kSharedMemory;
+  return o;
 }
 
 class ForwardingCommunicator : public Communicator {
  public:
-  // kAllToAll: SharesAddressSpace() is false whatever `base` says. Tests
+  // Not kDirect: SharesAddressSpace() is false whatever `base` says. Tests
   // derive from it to watch or change single calls.
   ForwardingCommunicator(Communicator* base, Delivery delivery)
       : base_(base), delivery_(delivery) {}

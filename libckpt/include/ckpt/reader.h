@@ -37,7 +37,11 @@
 //    With a communicator that SupportsDeviceMemory() (e.g. ckpt::gpu::
 //    NcclCommunicator), bytes for device destinations may travel in device
 //    buffers allocated with DeviceMemory::AllocateDevice, within a round's
-//    bytes, and freed when the Load returns.
+//    bytes, and freed when the Load returns. Processes of one machine
+//    exchange host bytes through POSIX shared memory instead
+//    (LoadOptions::shared_memory_exchange): each rank maps a segment of
+//    twice its largest round's sends (reserved in /dev/shm), unlinked as
+//    soon as every rank has mapped it and unmapped when the Load returns.
 //  * A failure on any rank (a bad request, a missing or corrupt shard, a
 //    read error, a checksum mismatch) fails the Load on every rank with
 //    the same code and message, "rank R of N: " followed by the failing
@@ -110,6 +114,13 @@ struct LoadOptions {
   // cache and cheap to allocate; 32 MiB was the fastest of 16-256 MiB on
   // /dev/shm (ckpt-bench-io --reshard-to).
   uint64_t exchange_bytes_per_round = 32ull << 20;
+  // Cooperative loads between processes: when every rank can map every
+  // other rank's POSIX shared-memory segment (all on one machine, with
+  // room in /dev/shm for twice a round's bytes per rank), host bytes are
+  // exchanged through them, each receiver copying straight out of the
+  // sender's buffer, instead of through Communicator::AllToAll (two more
+  // copies of every byte). False on any rank: AllToAll on every rank.
+  bool shared_memory_exchange = true;
   // Not OK: this rank's Load fails with this status without looking at
   // its requests. In a cooperative load the rank still takes part, and
   // every rank fails with it (see "Cooperative loads"): for a binding that
@@ -124,6 +135,9 @@ struct LoadReport {
   // Raw bytes of destinations received from other ranks (cooperative
   // loads; 0 otherwise).
   uint64_t bytes_received = 0;
+  // Whether those bytes came through shared memory
+  // (LoadOptions::shared_memory_exchange), not AllToAll.
+  bool shared_memory_exchange = false;
   uint64_t blocks_verified = 0;
   std::vector<std::string> loaded;  // entry names, sorted, unique
   // (name, why), sorted by name (LoadOptions::report_not_loaded).

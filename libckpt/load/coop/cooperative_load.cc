@@ -18,6 +18,7 @@
 #include "ckpt/format/coding.h"
 #include "ckpt/format/status_macros.h"
 #include "load/coop/device_exchange.h"
+#include "load/coop/shared_arena.h"
 #include "util/parallel_for.h"
 #include "util/rank_status.h"
 
@@ -269,7 +270,7 @@ Prepared WithSendSlots(const Prepared& p, const std::vector<uint64_t>& total,
 
 // One round on this rank: its reads as ReadExecutor runs them (RoundReads) and
 // their shards, the bytes it sends and receives by lane, where the bytes
-// of each incoming read are, and the AllToAll buffers over the arenas.
+// of each incoming read are, and the AllToAll buffers.
 struct RoundIo {
   std::vector<BlockRead> reads;
   std::vector<uint32_t> shards;        // [read]
@@ -277,31 +278,101 @@ struct RoundIo {
   std::vector<Incoming> incoming;
   std::vector<SendBuffer> send;
   std::vector<RecvBuffer> recv;
-  std::vector<char*> from;  // [sender]: its bytes in the receive arena
+  std::vector<const char*> from;  // [sender]: where its bytes for me are
 };
 
-// Lays out `round` in `out` (send) and `in` (receive), pointing the host
-// send slots of `ext` (WithSendSlots) at this round's send buffers.
-RoundIo LayOutRound(const RequestGroups& g, const CoopPlan& plan,
-                    const Round& round, uint32_t me, uint32_t slots,
-                    const DeviceExchange* dx, Arena* out, Arena* in,
-                    Prepared* ext) {
-  const uint32_t n = g.ranks;
+// `round` on this rank, its buffers not yet placed (PlaceInArenas,
+// PlaceShared).
+RoundIo RoundIoOf(const RequestGroups& g, const CoopPlan& plan,
+                  const Round& round, uint32_t me, uint32_t slots,
+                  const DeviceExchange* dx) {
   RoundIo io;
   std::tie(io.reads, io.sends) = RoundReads(g, plan, round, me, slots, dx);
   for (uint32_t i : round.reads) io.shards.push_back(plan.reads[i].shard);
   io.incoming = IncomingOf(g, plan, round, me, dx, &io.sizes);
-  char* send_base = out->Get(Sum(io.sends, 0, n));
-  char* recv_base = in->Get(Sum(io.sizes, 0, n));
+  return io;
+}
+
+// Points the host send slots of `ext` and io->send at `send_base`, each
+// lane's bytes after those of the lanes below it (the layout PeerOffsets
+// assumes).
+void PlaceSends(char* send_base, uint32_t n, uint32_t slots, RoundIo* io,
+                Prepared* ext) {
   for (uint32_t d = 0; d < n; ++d) {
     ext->reqs[slots + d].data = send_base;
-    io.send.push_back(SendBuffer{send_base, io.sends[d]});
-    send_base += io.sends[d];
-    io.from.push_back(recv_base);
-    io.recv.push_back(RecvBuffer{recv_base, io.sizes[d]});
-    recv_base += io.sizes[d];
+    io->send.push_back(SendBuffer{send_base, io->sends[d]});
+    send_base += io->sends[d];
   }
-  return io;
+}
+
+// The AllToAll exchange: sends in `out`, receives in `in`.
+void PlaceInArenas(uint32_t n, uint32_t slots, Arena* out, Arena* in,
+                   RoundIo* io, Prepared* ext) {
+  PlaceSends(out->Get(Sum(io->sends, 0, n)), n, slots, io, ext);
+  char* recv_base = in->Get(Sum(io->sizes, 0, n));
+  for (uint32_t d = 0; d < n; ++d) {
+    io->from.push_back(recv_base);
+    io->recv.push_back(RecvBuffer{recv_base, io->sizes[d]});
+    recv_base += io->sizes[d];
+  }
+}
+
+// The shared-memory exchange: sends in this rank's half `half` of
+// `shared`, and the bytes of each sender s read where they lie in its
+// half, at offset[s].
+void PlaceShared(const SharedArenas& shared, uint32_t half,
+                 const std::vector<uint64_t>& offset, uint32_t n,
+                 uint32_t slots, RoundIo* io, Prepared* ext) {
+  PlaceSends(shared.Mine(half), n, slots, io, ext);
+  for (uint32_t s = 0; s < n; ++s) {
+    io->from.push_back(shared.Of(s, half) + offset[s]);
+  }
+}
+
+// The most this rank sends other ranks in one round of `plan` (host
+// memory; the shared-memory exchange has no device lanes).
+uint64_t MaxRoundSend(const RequestGroups& g, const CoopPlan& plan,
+                      uint32_t me) {
+  std::vector<uint64_t> sends(plan.rounds, 0);
+  for (const CoopRead& cr : plan.reads) {
+    if (cr.reader != me) continue;
+    ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy& c) {
+      if (h.rank != me) sends[cr.round] += c.bytes;
+    });
+  }
+  return sends.empty() ? 0 : *std::max_element(sends.begin(), sends.end());
+}
+
+// [round][sender]: where the bytes for this rank start in what the sender
+// sends in that round (after its bytes for lower ranks: PlaceSends).
+std::vector<std::vector<uint64_t>> PeerOffsets(const RequestGroups& g,
+                                               const CoopPlan& plan,
+                                               uint32_t me) {
+  std::vector<std::vector<uint64_t>> out(plan.rounds,
+                                         std::vector<uint64_t>(g.ranks, 0));
+  for (const CoopRead& cr : plan.reads) {
+    ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy& c) {
+      if (h.rank != cr.reader && h.rank < me) {
+        out[cr.round][cr.reader] += c.bytes;
+      }
+    });
+  }
+  return out;
+}
+
+// The shared arenas of a load whose ranks exchange bytes in host memory
+// between processes, or null: the exchange then goes through AllToAll.
+// Collective when some round exchanges (every rank knows it from the
+// plan); `wanted` is LoadOptions::shared_memory_exchange, and a load with
+// device lanes (`dx`) offers none.
+absl::StatusOr<std::unique_ptr<SharedArenas>> MaybeSharedArenas(
+    Communicator* comm, const RequestGroups& g, const CoopPlan& plan,
+    const std::vector<bool>& exchanges, const DeviceExchange* dx, bool wanted) {
+  if (std::find(exchanges.begin(), exchanges.end(), true) == exchanges.end()) {
+    return nullptr;
+  }
+  return SharedArenas::Create(comm, MaxRoundSend(g, plan, comm->rank()),
+                              wanted && dx == nullptr);
 }
 
 // The device send and receive buffers of a round; points the device send
@@ -454,10 +525,21 @@ absl::StatusOr<LoadReport> CooperativeLoad::RunExchange(
   Arena out, in;         // this rank's send and receive buffers, by peer
   const std::vector<Round> rounds = RoundsOf(groups, plan, me);
   const std::vector<bool> exchanges = RoundsThatExchange(groups, plan);
+  CKPT_ASSIGN_OR_RETURN(
+      std::unique_ptr<SharedArenas> shared,
+      MaybeSharedArenas(comm, groups, plan, exchanges, dx.get(),
+                        options.shared_memory_exchange));
+  const std::vector<std::vector<uint64_t>> offsets =
+      shared ? PeerOffsets(groups, plan, me)
+             : std::vector<std::vector<uint64_t>>();
+  uint32_t half = 0;  // of the shared arenas: flips after each exchange
   for (uint32_t k = 0; k < rounds.size(); ++k) {
-    const Round& round = rounds[k];
-    const RoundIo io =
-        LayOutRound(groups, plan, round, me, slots, dx.get(), &out, &in, &ext);
+    RoundIo io = RoundIoOf(groups, plan, rounds[k], me, slots, dx.get());
+    if (shared) {
+      PlaceShared(*shared, half, offsets[k], n, slots, &io, &ext);
+    } else {
+      PlaceInArenas(n, slots, &out, &in, &io, &ext);
+    }
     report.bytes_received += Sum(io.sizes, 0, 2 * n);
     if (dx != nullptr && pending.ok()) {
       pending = StageDeviceSends(dx.get(), io, n, slots, &ext);
@@ -468,15 +550,22 @@ absl::StatusOr<LoadReport> CooperativeLoad::RunExchange(
     // plan): no agreement, no AllToAll; a failure waits for the next
     // agreement (that of the next exchange, or the last).
     if (!exchanges[k]) continue;
+    // With shared arenas the agreement is the exchange: past it, every
+    // rank's bytes of this round lie in its half.
     CKPT_RETURN_IF_ERROR(Agree(pending));
-    CKPT_RETURN_IF_ERROR(comm->AllToAll(io.send, io.recv, MemoryKind::kHost));
+    if (shared) {
+      half ^= 1;
+    } else {
+      CKPT_RETURN_IF_ERROR(comm->AllToAll(io.send, io.recv, MemoryKind::kHost));
+    }
     if (dx != nullptr) {
       CKPT_RETURN_IF_ERROR(dx->Exchange(comm, DeviceLanes(io.sends, n),
                                         DeviceLanes(io.sizes, n)));
     }
     pending =
-        Receive(groups, plan, round, io, me, threads, dx.get(), ext, &run);
+        Receive(groups, plan, rounds[k], io, me, threads, dx.get(), ext, &run);
   }
+  report.shared_memory_exchange = shared != nullptr;
   if (pending.ok()) pending = run.CheckAllWritten();
   CKPT_RETURN_IF_ERROR(Agree(pending));
   FinishReport(p, run, &report);
