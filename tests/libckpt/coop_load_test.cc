@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -23,6 +24,7 @@
 #include "libckpt/forwarding_communicator.h"
 #include "libckpt/row_bands.h"
 #include "libckpt/test_util.h"
+#include "load/coop/shared_arena.h"
 #include "testing/status_matchers.h"
 #include "util/mutex.h"
 
@@ -681,6 +683,45 @@ TEST(CooperativeLoadDeliveryTest, DeviceDestinationOnOneRankUsesAllToAll) {
       &calls));
   load.Check(global);
   for (int r = 0; r < kRanks; ++r) EXPECT_GT(calls[r], 0) << "rank " << r;
+}
+
+// SharedArenas (load/coop/shared_arena.h) on in-process ranks: what one
+// rank writes into a half, every rank reads at Of(rank, half).
+TEST(SharedArenasTest, EveryRankReadsTheHalvesOthersWrote) {
+  InProcessWorld w(3);
+  CKPT_ASSERT_OK(RunRanks(w, [&](Communicator& comm) -> absl::Status {
+    const uint32_t me = comm.rank();
+    CKPT_ASSIGN_OR_RETURN(auto arenas,
+                          internal::SharedArenas::Create(&comm, 1000, true));
+    if (arenas == nullptr) return absl::InternalError("no arenas");
+    for (uint32_t half : {0u, 1u}) {
+      std::memset(arenas->Mine(half), static_cast<int>(10 * me + half), 1000);
+    }
+    CKPT_RETURN_IF_ERROR(comm.Barrier());
+    for (uint32_t r = 0; r < 3; ++r) {
+      for (uint32_t half : {0u, 1u}) {
+        const std::string got(arenas->Of(r, half), 1000);
+        EXPECT_EQ(got, std::string(1000, static_cast<char>(10 * r + half)))
+            << "rank " << me << " reading rank " << r << " half " << half;
+      }
+    }
+    return comm.Barrier();
+  }));
+  EXPECT_TRUE(SegmentsLeft().empty());
+}
+
+// A segment that /dev/shm cannot hold (posix_fallocate refuses it) on one
+// rank: null on every rank (the load then uses AllToAll), nothing left.
+TEST(SharedArenasTest, ASegmentTooLargeForDevShmMeansNoneOnEveryRank) {
+  InProcessWorld w(2);
+  CKPT_ASSERT_OK(RunRanks(w, [&](Communicator& comm) -> absl::Status {
+    const uint64_t half = comm.rank() == 1 ? (uint64_t{1} << 60) : 4096;
+    CKPT_ASSIGN_OR_RETURN(auto arenas,
+                          internal::SharedArenas::Create(&comm, half, true));
+    EXPECT_EQ(arenas, nullptr) << "rank " << comm.rank();
+    return absl::OkStatus();
+  }));
+  EXPECT_TRUE(SegmentsLeft().empty());
 }
 
 auto DeliveryParamName = [](const ::testing::TestParamInfo<Delivery>& info) {
