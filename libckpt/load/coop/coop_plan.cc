@@ -421,6 +421,7 @@ absl::StatusOr<RequestGroups> GroupRequests(
     }
     count_of_rank[rank] = *n;
   }
+  g.named_nodes = static_cast<uint32_t>(node_ids.size());
   g.first.assign(g.unique.size() + 1, 0);
   for (uint32_t u : uid) ++g.first[u + 1];
   for (size_t u = 0; u < g.unique.size(); ++u) g.first[u + 1] += g.first[u];

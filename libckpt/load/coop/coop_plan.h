@@ -49,7 +49,8 @@ struct Holder {
 // appearance (rank 0's first, ...).
 // node[r] is the node of rank r: ranks that sent the same non-empty node
 // name share one, a rank that sent "" is a node of its own; nodes are
-// numbered 0 .. nodes - 1 in order of first appearance.
+// numbered 0 .. nodes - 1 in order of first appearance. named_nodes: the
+// distinct non-empty names (two or more: ranks on different machines).
 struct RequestGroups {
   std::vector<PlanRequest> unique;
   std::vector<uint64_t> first;  // unique.size() + 1 offsets
@@ -57,6 +58,7 @@ struct RequestGroups {
   uint32_t ranks = 0;
   std::vector<uint32_t> node;  // [rank]
   uint32_t nodes = 0;
+  uint32_t named_nodes = 0;
 };
 
 // Decodes every rank's EncodeRankRequests bytes (encoded[r] of rank r) and

@@ -362,13 +362,16 @@ std::vector<std::vector<uint64_t>> PeerOffsets(const RequestGroups& g,
 
 // The shared arenas of a load whose ranks exchange bytes in host memory
 // between processes, or null: the exchange then goes through AllToAll.
-// Collective when some round exchanges (every rank knows it from the
-// plan); `wanted` is LoadOptions::shared_memory_exchange, and a load with
-// device lanes (`dx`) offers none.
+// Collective when some round exchanges and the ranks name at most one
+// node (every rank knows both from the plan: ranks that name two machines
+// cannot share memory, and none creates a segment); `wanted` is
+// LoadOptions::shared_memory_exchange, and a load with device lanes (`dx`)
+// offers none.
 absl::StatusOr<std::unique_ptr<SharedArenas>> MaybeSharedArenas(
     Communicator* comm, const RequestGroups& g, const CoopPlan& plan,
     const std::vector<bool>& exchanges, const DeviceExchange* dx, bool wanted) {
-  if (std::find(exchanges.begin(), exchanges.end(), true) == exchanges.end()) {
+  if (g.named_nodes > 1 ||
+      std::find(exchanges.begin(), exchanges.end(), true) == exchanges.end()) {
     return nullptr;
   }
   return SharedArenas::Create(comm, MaxRoundSend(g, plan, comm->rank()),
