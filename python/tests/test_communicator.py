@@ -159,6 +159,10 @@ def gloo_ranks(rank, world, store):
 
 
 def test_process_group_communicator_all_to_all_over_gloo(tmp_path):
+    # Forked ranks inherit torch and ckpt.torch, imported here once: a
+    # spawned rank spends seconds importing them (test_training.py).
     torch = require("torch")
-    torch.multiprocessing.spawn(gloo_ranks, args=(3, str(tmp_path / "store")), nprocs=3,
-                                join=True)
+    require("torch.distributed")
+    require("ckpt.torch")
+    torch.multiprocessing.start_processes(gloo_ranks, args=(3, str(tmp_path / "store")),
+                                          nprocs=3, join=True, start_method="fork")

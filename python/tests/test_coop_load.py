@@ -173,8 +173,13 @@ def test_torch_load_over_gloo_is_cooperative(tmp_path):
     root = str(tmp_path / "ckpt")
     stored = save_rows(root)
     out = str(tmp_path / "reads")
-    torch.multiprocessing.spawn(gloo_load, args=(2, str(tmp_path / "store"), root, stored, out),
-                                nprocs=2, join=True)
+    # Forked ranks inherit torch and ckpt.torch, imported here once
+    # (test_training.py).
+    require("torch.distributed")
+    require("ckpt.torch")
+    torch.multiprocessing.start_processes(gloo_load,
+                                          args=(2, str(tmp_path / "store"), root, stored, out),
+                                          nprocs=2, join=True, start_method="fork")
     read, received = map(int, open(out).read().split())
     assert read == stored  # the replicas read the checkpoint once between them
     assert received == stored  # each rank got the half the other read

@@ -1,6 +1,8 @@
 """ckpt as a storage of torch.distributed.checkpoint (ckpt.torch.dcp): DCP's
 save, async_save and load of FSDP2 (DTensor) state with AdamW, on processes
-started by torch.multiprocessing.spawn over gloo, written and read as ckpt
+forked by torch.multiprocessing over gloo (a forked rank inherits the
+imported torch: test_training.py; this process forks before it runs any
+job of its own and never initialises torch.distributed), written and read as ckpt
 checkpoints that every ckpt tool reads; DCP's own FileSystemWriter beside
 it, untouched; the errors that name the path and the entry."""
 import json
@@ -157,7 +159,7 @@ def async_save_while_training(job, root, pg, writer_class):
     return losses
 
 
-# --- the spawned ranks ----------------------------------------------------------
+# --- the forked ranks -----------------------------------------------------------
 
 def _init(rank, world, store):
     torch.set_num_threads(1)
@@ -228,7 +230,8 @@ def load_job(rank, world, store, out, root):
 
 def spawn(fn, world, tmp, *args):
     store = os.path.join(tmp, f"store-{fn.__name__}-{world}")
-    torch.multiprocessing.spawn(fn, args=(world, store) + args, nprocs=world, join=True)
+    torch.multiprocessing.start_processes(fn, args=(world, store) + args, nprocs=world,
+                                          join=True, start_method="fork")
     results = []
     for rank in range(world):
         with open(os.path.join(args[0], f"results-{rank}.json")) as f:
@@ -273,6 +276,13 @@ def test_fsdp2_state_round_trips_bit_exactly_on_2_ranks(saved):
 
 def test_loads_on_1_process_and_on_3_ranks(saved, tmp_path):
     ref, a = saved["ref"], os.path.join(saved["out"], "a")
+    # Three ranks: 5 and 3 rows split 2+2+1 and 1+1+1, read from 3+2 and 2+1
+    # (first: forked before this process runs a job).
+    out3 = str(tmp_path / "out3")
+    os.mkdir(out3)
+    shutil.copy(os.path.join(saved["out"], "ref.pt"), out3)
+    for result in spawn(load_job, 3, str(tmp_path), out3, a):
+        assert result["ckpt"] == []
     # One process, no process group: a plain model takes the whole tensors.
     assert load_and_compare(Job(0, 0, seed=1), ckdcp.Reader(a), ref) == []
     job = Job(0, 0, seed=1)
@@ -280,12 +290,6 @@ def test_loads_on_1_process_and_on_3_ranks(saved, tmp_path):
     with torch.no_grad():
         job.model[0].weight[4, 7] += 1  # control: one element off is caught
     assert mismatches(full(job.state()), ref) == ["model.0.weight"]
-    # Three ranks: 5 and 3 rows split 2+2+1 and 1+1+1, read from 3+2 and 2+1.
-    out3 = str(tmp_path / "out3")
-    os.mkdir(out3)
-    shutil.copy(os.path.join(saved["out"], "ref.pt"), out3)
-    for result in spawn(load_job, 3, str(tmp_path), out3, a):
-        assert result["ckpt"] == []
 
 
 def test_a_rank_failing_in_write_data_fails_the_save_on_every_rank(saved):

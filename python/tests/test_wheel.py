@@ -65,13 +65,28 @@ def wheel(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def venv(wheel, tmp_path_factory):
-    """A fresh virtual environment with torch 2.13.0 and the wheel."""
+    """A fresh virtual environment with torch 2.13.0 and the wheel.
+    --no-compile: pip would byte-compile every module of torch and its
+    dependencies one file at a time (half of this fixture's ~50 s); the
+    modules the test imports are compiled, and their bytecode written into
+    the environment, by the first process that imports them (torchrun's
+    agent, before it starts the ranks: venv_env() lets it write)."""
     env_dir = tmp_path_factory.mktemp("venv")
     base = getattr(sys, "_base_executable", sys.executable)
     run([base, "-m", "venv", str(env_dir)], env=clean_env())
     run([str(env_dir / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
-         "torch==2.13.0", str(wheel)], env=clean_env())
+         "--no-compile", "torch==2.13.0", str(wheel)], env=clean_env())
     return env_dir
+
+
+def venv_env(venv):
+    """A user's shell with the environment's bin/ first on PATH; Python may
+    write bytecode (ctest's PYTHONDONTWRITEBYTECODE keeps the source tree
+    clean; the environment is this test's own)."""
+    env = clean_env(PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+                    OMP_NUM_THREADS="1")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
 
 def test_wheel_holds_the_package_the_extension_and_the_tools(wheel):
@@ -92,8 +107,7 @@ def test_wheel_holds_the_package_the_extension_and_the_tools(wheel):
 
 def test_installed_wheel_saves_loads_and_validates(venv, tmp_path):
     bin_dir = venv / "bin"
-    env = clean_env(PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-                    OMP_NUM_THREADS="1")
+    env = venv_env(venv)
     root = tmp_path / "run"
     p = run([str(bin_dir / "torchrun"), "--standalone", "--nproc-per-node", "2",
              os.path.join(os.path.dirname(__file__), "wheel_smoke.py"), str(root)],

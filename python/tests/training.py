@@ -1,5 +1,5 @@
-"""Ranks of the real-training tests (test_training.py), run by
-torch.multiprocessing.spawn with gloo: a tiny transformer language model on
+"""Ranks of the real-training tests (test_training.py), run on processes
+forked by torch.multiprocessing, with gloo: a tiny transformer language model on
 synthetic tokens, DDP + Adam or ZeroRedundancyOptimizer(Adam), one thread
 per rank so that every run is bit for bit reproducible."""
 import json
