@@ -24,19 +24,50 @@ using format::EntryRecord;
 // Block span [first, second) of a chunk.
 using Span = std::pair<uint64_t, uint64_t>;
 
-// The blocks of block size `bs` that the copies of `pieces` read, merged
-// into sorted, disjoint spans (adjacent spans are joined).
-std::vector<Span> BlockSpans(const std::vector<const ChunkPiece*>& pieces,
-                             uint64_t bs) {
-  std::vector<Span> spans;
+// The copies of `pieces` (of one chunk), sorted by src then request. Each
+// piece's copies come sorted (ForEachRun walks a region in order), so
+// they are merged, not sorted: the pieces of one chunk are few (one per
+// request that intersects it) and their copies many (a column band of a
+// row-major chunk is one copy per row).
+std::vector<Copy> SortedCopies(const std::vector<const ChunkPiece*>& pieces) {
+  auto less = [](const Copy& x, const Copy& y) {
+    return std::tie(x.src, x.request) < std::tie(y.src, y.request);
+  };
+  size_t total = 0;
+  for (const ChunkPiece* p : pieces) total += p->copies.size();
+  std::vector<Copy> all;
+  all.reserve(total);
+  std::vector<size_t> ends;  // of each piece's run in `all`
+  bool runs_sorted = true;
   for (const ChunkPiece* p : pieces) {
-    for (const Copy& c : p->copies) {
-      spans.emplace_back(c.src / bs, (c.src + c.bytes + bs - 1) / bs);
+    all.insert(all.end(), p->copies.begin(), p->copies.end());
+    runs_sorted =
+        runs_sorted && std::is_sorted(p->copies.begin(), p->copies.end(), less);
+    ends.push_back(all.size());
+  }
+  if (!runs_sorted) {
+    std::sort(all.begin(), all.end(), less);
+    return all;
+  }
+  // Pairwise merges of neighbouring runs until one is left.
+  for (size_t width = 1; width < ends.size(); width *= 2) {
+    for (size_t i = 0; i + width < ends.size(); i += 2 * width) {
+      const size_t begin = i == 0 ? 0 : ends[i - 1];
+      const size_t mid = ends[i + width - 1];
+      const size_t end = ends[std::min(i + 2 * width, ends.size()) - 1];
+      std::inplace_merge(all.begin() + begin, all.begin() + mid,
+                         all.begin() + end, less);
     }
   }
-  std::sort(spans.begin(), spans.end());
+  return all;
+}
+
+// The blocks of block size `bs` that `copies` (sorted by src) read,
+// merged into sorted, disjoint spans (adjacent spans are joined).
+std::vector<Span> BlockSpans(const std::vector<Copy>& copies, uint64_t bs) {
   std::vector<Span> merged;
-  for (const Span& s : spans) {
+  for (const Copy& c : copies) {
+    const Span s(c.src / bs, (c.src + c.bytes + bs - 1) / bs);
     if (!merged.empty() && s.first <= merged.back().second) {
       merged.back().second = std::max(merged.back().second, s.second);
     } else {
@@ -72,22 +103,15 @@ std::vector<BlockRead> CutReads(const std::vector<Span>& spans,
   return reads;
 }
 
-// Gives each read (sorted, disjoint) the parts of the pieces' copies that
-// lie in its raw bytes, sorted by src then request.
-void AssignCopies(const std::vector<const ChunkPiece*>& pieces,
+// Gives each read (sorted, disjoint) the parts of `copies` (sorted by src
+// then request) that lie in its raw bytes, in that order.
+void AssignCopies(const std::vector<Copy>& copies,
                   std::vector<BlockRead>* reads) {
-  std::vector<Copy> all;
-  for (const ChunkPiece* p : pieces) {
-    all.insert(all.end(), p->copies.begin(), p->copies.end());
-  }
-  std::sort(all.begin(), all.end(), [](const Copy& x, const Copy& y) {
-    return std::tie(x.src, x.request) < std::tie(y.src, y.request);
-  });
-  for (const Copy& c : all) {
-    auto it = std::partition_point(
-        reads->begin(), reads->end(),
-        [&](const BlockRead& r) { return r.raw_end <= c.src; });
-    for (; it != reads->end() && it->raw_begin < c.src + c.bytes; ++it) {
+  auto first = reads->begin();  // the first read that ends past c.src
+  for (const Copy& c : copies) {
+    while (first != reads->end() && first->raw_end <= c.src) ++first;
+    for (auto it = first; it != reads->end() && it->raw_begin < c.src + c.bytes;
+         ++it) {
       const uint64_t a = std::max(c.src, it->raw_begin);
       const uint64_t z = std::min(c.src + c.bytes, it->raw_end);
       it->copies.push_back(Copy{c.request, a, c.dst + (a - c.src), z - a});
@@ -211,10 +235,11 @@ ReadPlan PlanBlockReads(const format::Manifest& manifest,
     const ChunkRecord& c = *lookup(key.first, key.second);
     const uint64_t per_read =
         std::max<uint64_t>(1, max_read_bytes / c.block_size);
+    const std::vector<Copy> copies = SortedCopies(group);
     std::vector<BlockRead> reads =
-        CutReads(BlockSpans(group, c.block_size), c,
+        CutReads(BlockSpans(copies, c.block_size), c,
                  RegionElements(c.region) * DTypeSize(e.dtype), per_read);
-    AssignCopies(group, &reads);
+    AssignCopies(copies, &reads);
     ShardReads& sr = by_shard[c.shard];
     sr.shard = c.shard;
     for (BlockRead& r : reads) {

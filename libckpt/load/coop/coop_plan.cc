@@ -295,6 +295,13 @@ std::vector<CoopRead> SplitByHolders(const RequestGroups& g,
         }
       }
     }
+    // One class for the whole read (every block of a resharded TP layout
+    // is shared, every one of a same-layout load has one rank): as it is.
+    if (std::all_of(cls.begin(), cls.end(),
+                    [&](int64_t k) { return k == cls[0]; })) {
+      out.push_back(std::move(cr));
+      continue;
+    }
     uint64_t begin = 0;
     uint64_t offset = r.offset;
     for (uint64_t b = 1; b <= n; ++b) {
