@@ -242,5 +242,33 @@ TEST(PlanBlockReads, RandomBoxesEveryDestinationByteOnceFromTheRightPlace) {
   }
 }
 
+// PlanBlockReads merges the pieces' copies, which PairRequests gives in
+// source order; copies in any other order are sorted instead, and the plan
+// is the same.
+TEST(PlanBlockReads, PiecesWithCopiesOutOfOrderGiveTheSamePlan) {
+  const Shape shape = {12, 10};
+  Fixture f(shape, {Box{{0, 0}, {12, 10}}}, {0}, 12, false);
+  const std::vector<PlanRequest> reqs = {PlanRequest{0, Box{{0, 0}, {12, 4}}},
+                                         PlanRequest{0, Box{{0, 4}, {12, 3}}},
+                                         PlanRequest{0, Box{{2, 7}, {9, 3}}}};
+  auto pieces = PairRequests(f.manifest, reqs).value();
+  auto reversed = pieces;
+  for (ChunkPiece& p : reversed) std::reverse(p.copies.begin(), p.copies.end());
+  ASSERT_GT(pieces[0].copies.size(), 1u);
+  const ReadPlan a = PlanBlockReads(f.manifest, pieces, f.Lookup(), 24);
+  const ReadPlan b = PlanBlockReads(f.manifest, reversed, f.Lookup(), 24);
+  ASSERT_EQ(a.shards.size(), b.shards.size());
+  for (size_t s = 0; s < a.shards.size(); ++s) {
+    ASSERT_EQ(a.shards[s].reads.size(), b.shards[s].reads.size());
+    for (size_t r = 0; r < a.shards[s].reads.size(); ++r) {
+      const BlockRead& x = a.shards[s].reads[r];
+      const BlockRead& y = b.shards[s].reads[r];
+      EXPECT_EQ(std::tie(x.b0, x.b1, x.offset, x.length),
+                std::tie(y.b0, y.b1, y.offset, y.length));
+      EXPECT_EQ(std::vector<Copy>(x.copies.begin(), x.copies.end()),
+                std::vector<Copy>(y.copies.begin(), y.copies.end()));
+    }
+  }
+}
 }  // namespace
 }  // namespace ckpt::internal
