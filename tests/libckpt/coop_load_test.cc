@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -440,6 +441,33 @@ std::vector<std::string> SegmentsLeft() {
   return out;
 }
 
+// A column load (ColumnLoad) of the checkpoint SaveRows wrote to `root`
+// (global bytes `global`, checked) on kRanks in-process ranks delivering by
+// `delivery`, rank r loading with options_of(r); every rank's report, and
+// its AllToAll calls in `calls`.
+std::vector<LoadReport> ColumnLoadOnAll(
+    const std::string& root, const std::vector<std::string>& global,
+    Delivery delivery, const std::function<LoadOptions(int)>& options_of,
+    std::vector<int>* calls) {
+  InProcessWorld w(kRanks);
+  ColumnLoad load;
+  std::vector<LoadReport> reports(kRanks);
+  CKPT_EXPECT_OK(RunRanksWith(
+      w, delivery,
+      [&](Communicator& comm) -> absl::Status {
+        ReaderOptions ro;
+        ro.communicator = &comm;
+        CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(root, ro));
+        CKPT_ASSIGN_OR_RETURN(
+            reports[comm.rank()],
+            reader->Load(load.Requests(comm.rank()), options_of(comm.rank())));
+        return absl::OkStatus();
+      },
+      calls));
+  load.Check(global);
+  return reports;
+}
+
 // Ranks of one address space deliver without AllToAll; hiding that, the
 // same load exchanges the bytes with AllToAll, or through shared memory
 // (the default between processes): then without AllToAll either, the
@@ -450,23 +478,9 @@ TEST(CooperativeLoadDeliveryTest, DirectDeliveryMakesNoAllToAllCall) {
   std::map<Delivery, uint64_t> received;
   for (Delivery d :
        {Delivery::kDirect, Delivery::kAllToAll, Delivery::kSharedMemory}) {
-    InProcessWorld w(kRanks);
-    ColumnLoad load;
     std::vector<int> calls;
-    std::vector<LoadReport> reports(kRanks);
-    CKPT_ASSERT_OK(RunRanksWith(
-        w, d,
-        [&](Communicator& comm) -> absl::Status {
-          ReaderOptions ro;
-          ro.communicator = &comm;
-          CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
-          CKPT_ASSIGN_OR_RETURN(
-              reports[comm.rank()],
-              reader->Load(load.Requests(comm.rank()), OptionsFor(d)));
-          return absl::OkStatus();
-        },
-        &calls));
-    load.Check(global);
+    const std::vector<LoadReport> reports = ColumnLoadOnAll(
+        dir.path(), global, d, [d](int) { return OptionsFor(d); }, &calls);
     for (int r = 0; r < kRanks; ++r) {
       EXPECT_EQ(calls[r] > 0, d == Delivery::kAllToAll) << "rank " << r;
       EXPECT_EQ(reports[r].shared_memory_exchange, d == Delivery::kSharedMemory)
@@ -486,25 +500,14 @@ TEST(CooperativeLoadDeliveryTest,
      OneRankWithoutSharedMemoryMakesAllUseAllToAll) {
   TempDir dir;
   const auto global = SaveRows(dir.path());
-  InProcessWorld w(kRanks);
-  ColumnLoad load;
   std::vector<int> calls;
-  std::vector<LoadReport> reports(kRanks);
-  CKPT_ASSERT_OK(RunRanksWith(
-      w, Delivery::kSharedMemory,
-      [&](Communicator& comm) -> absl::Status {
-        ReaderOptions ro;
-        ro.communicator = &comm;
-        CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
-        const Delivery d =
-            comm.rank() == 2 ? Delivery::kAllToAll : Delivery::kSharedMemory;
-        CKPT_ASSIGN_OR_RETURN(
-            reports[comm.rank()],
-            reader->Load(load.Requests(comm.rank()), OptionsFor(d)));
-        return absl::OkStatus();
+  const std::vector<LoadReport> reports = ColumnLoadOnAll(
+      dir.path(), global, Delivery::kSharedMemory,
+      [](int rank) {
+        return OptionsFor(rank == 2 ? Delivery::kAllToAll
+                                    : Delivery::kSharedMemory);
       },
-      &calls));
-  load.Check(global);
+      &calls);
   for (int r = 0; r < kRanks; ++r) {
     EXPECT_GT(calls[r], 0) << "rank " << r;
     EXPECT_FALSE(reports[r].shared_memory_exchange) << "rank " << r;
