@@ -260,6 +260,59 @@ std::vector<CoopRead> Flatten(ReadPlan plan) {
   return out;
 }
 
+constexpr int64_t kNoHolder = -1, kSeveralHolders = -2;
+
+// Per block of read `r` (of n blocks): the rank that alone needs it, or
+// kSeveralHolders (kNoHolder: none needs it).
+void ClassifyBlocks(const RequestGroups& g, const BlockRead& r, uint64_t n,
+                    std::vector<int64_t>* cls) {
+  const uint64_t bs = r.indexed->block_size;
+  cls->assign(n, kNoHolder);
+  for (const Copy& c : r.copies) {
+    const uint64_t first = c.src / bs - r.b0;
+    const uint64_t last = (c.src + c.bytes - 1) / bs - r.b0;
+    for (uint64_t h = g.first[c.request]; h < g.first[c.request + 1]; ++h) {
+      const int64_t rank = g.holders[h].rank;
+      for (uint64_t b = first; b <= last; ++b) {
+        if ((*cls)[b] == kNoHolder) {
+          (*cls)[b] = rank;
+        } else if ((*cls)[b] != rank) {
+          (*cls)[b] = kSeveralHolders;
+        }
+      }
+    }
+  }
+}
+
+// Blocks [begin, b) of `cr`'s read (of n blocks) as a read of their own,
+// at stored offset `offset`, with the copies that fall in them.
+CoopRead PartOf(const CoopRead& cr, uint64_t begin, uint64_t b, uint64_t n,
+                uint64_t offset) {
+  const BlockRead& r = cr.read;
+  const uint64_t bs = r.indexed->block_size;
+  CoopRead piece;
+  piece.shard = cr.shard;
+  BlockRead& p = piece.read;
+  p.entry = r.entry;
+  p.chunk = r.chunk;
+  p.indexed = r.indexed;
+  p.b0 = r.b0 + begin;
+  p.b1 = r.b0 + b;
+  p.offset = offset;
+  for (uint64_t k = p.b0; k < p.b1; ++k) {
+    p.length += r.indexed->blocks[k].stored_size;
+  }
+  p.raw_begin = p.b0 * bs;
+  p.raw_end = b == n ? r.raw_end : p.b1 * bs;
+  for (const Copy& c : r.copies) {
+    const uint64_t a = std::max(c.src, p.raw_begin);
+    const uint64_t z = std::min(c.src + c.bytes, p.raw_end);
+    if (a >= z) continue;
+    p.copies.push_back(Copy{c.request, a, c.dst + (a - c.src), z - a});
+  }
+  return piece;
+}
+
 // `reads` with each read cut where the ranks that need its blocks change
 // between one rank alone and several (or another rank alone): a read of
 // blocks that one rank needs next to blocks of a boundary that several
@@ -268,66 +321,25 @@ std::vector<CoopRead> Flatten(ReadPlan plan) {
 // copies cut at the new raw bounds.
 std::vector<CoopRead> SplitByHolders(const RequestGroups& g,
                                      std::vector<CoopRead> reads) {
-  constexpr int64_t kNone = -1, kSeveral = -2;
   std::vector<CoopRead> out;
   out.reserve(reads.size());
-  std::vector<int64_t> cls;  // per block of a read: its rank, or kSeveral
+  std::vector<int64_t> cls;  // per block of a read (ClassifyBlocks)
   for (CoopRead& cr : reads) {
-    const BlockRead& r = cr.read;
-    const uint64_t bs = r.indexed->block_size;
-    const uint64_t n = r.b1 - r.b0;
-    if (n <= 1) {
-      out.push_back(std::move(cr));
-      continue;
-    }
-    cls.assign(n, kNone);
-    for (const Copy& c : r.copies) {
-      const uint64_t first = c.src / bs - r.b0;
-      const uint64_t last = (c.src + c.bytes - 1) / bs - r.b0;
-      for (uint64_t h = g.first[c.request]; h < g.first[c.request + 1]; ++h) {
-        const int64_t rank = g.holders[h].rank;
-        for (uint64_t b = first; b <= last; ++b) {
-          if (cls[b] == kNone) {
-            cls[b] = rank;
-          } else if (cls[b] != rank) {
-            cls[b] = kSeveral;
-          }
-        }
-      }
-    }
+    const uint64_t n = cr.read.b1 - cr.read.b0;
+    if (n > 1) ClassifyBlocks(g, cr.read, n, &cls);
     // One class for the whole read (every block of a resharded TP layout
     // is shared, every one of a same-layout load has one rank): as it is.
-    if (std::all_of(cls.begin(), cls.end(),
-                    [&](int64_t k) { return k == cls[0]; })) {
+    if (n <= 1 || std::all_of(cls.begin(), cls.end(),
+                              [&](int64_t k) { return k == cls[0]; })) {
       out.push_back(std::move(cr));
       continue;
     }
     uint64_t begin = 0;
-    uint64_t offset = r.offset;
+    uint64_t offset = cr.read.offset;
     for (uint64_t b = 1; b <= n; ++b) {
       if (b < n && cls[b] == cls[begin]) continue;
-      CoopRead piece;
-      piece.shard = cr.shard;
-      BlockRead& p = piece.read;
-      p.entry = r.entry;
-      p.chunk = r.chunk;
-      p.indexed = r.indexed;
-      p.b0 = r.b0 + begin;
-      p.b1 = r.b0 + b;
-      p.offset = offset;
-      for (uint64_t k = p.b0; k < p.b1; ++k) {
-        p.length += r.indexed->blocks[k].stored_size;
-      }
-      offset += p.length;
-      p.raw_begin = p.b0 * bs;
-      p.raw_end = b == n ? r.raw_end : p.b1 * bs;
-      for (const Copy& c : r.copies) {
-        const uint64_t a = std::max(c.src, p.raw_begin);
-        const uint64_t z = std::min(c.src + c.bytes, p.raw_end);
-        if (a >= z) continue;
-        p.copies.push_back(Copy{c.request, a, c.dst + (a - c.src), z - a});
-      }
-      out.push_back(std::move(piece));
+      out.push_back(PartOf(cr, begin, b, n, offset));
+      offset += out.back().read.length;
       begin = b;
     }
   }

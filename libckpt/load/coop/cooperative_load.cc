@@ -378,6 +378,52 @@ absl::StatusOr<std::unique_ptr<SharedArenas>> MaybeSharedArenas(
                               wanted && dx == nullptr);
 }
 
+// How a round's host bytes travel: through AllToAll between this rank's
+// send and receive arenas, or through the shared arenas (each receiver
+// reading the senders' halves at PeerOffsets).
+class HostExchange {
+ public:
+  // Collective as MaybeSharedArenas.
+  static absl::StatusOr<HostExchange> Create(Communicator* comm,
+                                             const RequestGroups& g,
+                                             const CoopPlan& plan,
+                                             const std::vector<bool>& exchanges,
+                                             const DeviceExchange* dx,
+                                             bool wanted) {
+    HostExchange x;
+    CKPT_ASSIGN_OR_RETURN(
+        x.shared_, MaybeSharedArenas(comm, g, plan, exchanges, dx, wanted));
+    if (x.shared_) x.offsets_ = PeerOffsets(g, plan, comm->rank());
+    return x;
+  }
+  bool shared() const { return shared_ != nullptr; }
+  // Lays out round k's buffers (n ranks; send slots from `slots` of ext).
+  void Place(uint32_t k, uint32_t n, uint32_t slots, RoundIo* io,
+             Prepared* ext) {
+    if (shared_) {
+      PlaceShared(*shared_, half_, offsets_[k], n, slots, io, ext);
+    } else {
+      PlaceInArenas(n, slots, &out_, &in_, io, ext);
+    }
+  }
+  // After the round's agreement, which is the whole exchange with shared
+  // arenas (past it, every rank's bytes lie in its half): the next round
+  // takes the other half.
+  absl::Status Exchange(Communicator* comm, const RoundIo& io) {
+    if (shared_) {
+      half_ ^= 1;
+      return absl::OkStatus();
+    }
+    return comm->AllToAll(io.send, io.recv, MemoryKind::kHost);
+  }
+
+ private:
+  std::unique_ptr<SharedArenas> shared_;
+  std::vector<std::vector<uint64_t>> offsets_;  // [round][sender]
+  uint32_t half_ = 0;
+  Arena out_, in_;
+};
+
 // The device send and receive buffers of a round; points the device send
 // slots of `ext` at the staged send buffer.
 absl::Status StageDeviceSends(DeviceExchange* dx, const RoundIo& io, uint32_t n,
@@ -525,24 +571,15 @@ absl::StatusOr<LoadReport> CooperativeLoad::RunExchange(
                    threads);
   run.CompleteEmpty();
   absl::Status pending;  // a local failure to report at the next agreement
-  Arena out, in;         // this rank's send and receive buffers, by peer
   const std::vector<Round> rounds = RoundsOf(groups, plan, me);
   const std::vector<bool> exchanges = RoundsThatExchange(groups, plan);
   CKPT_ASSIGN_OR_RETURN(
-      std::unique_ptr<SharedArenas> shared,
-      MaybeSharedArenas(comm, groups, plan, exchanges, dx.get(),
-                        options.shared_memory_exchange));
-  const std::vector<std::vector<uint64_t>> offsets =
-      shared ? PeerOffsets(groups, plan, me)
-             : std::vector<std::vector<uint64_t>>();
-  uint32_t half = 0;  // of the shared arenas: flips after each exchange
+      HostExchange host,
+      HostExchange::Create(comm, groups, plan, exchanges, dx.get(),
+                           options.shared_memory_exchange));
   for (uint32_t k = 0; k < rounds.size(); ++k) {
     RoundIo io = RoundIoOf(groups, plan, rounds[k], me, slots, dx.get());
-    if (shared) {
-      PlaceShared(*shared, half, offsets[k], n, slots, &io, &ext);
-    } else {
-      PlaceInArenas(n, slots, &out, &in, &io, &ext);
-    }
+    host.Place(k, n, slots, &io, &ext);
     report.bytes_received += Sum(io.sizes, 0, 2 * n);
     if (dx != nullptr && pending.ok()) {
       pending = StageDeviceSends(dx.get(), io, n, slots, &ext);
@@ -550,17 +587,11 @@ absl::StatusOr<LoadReport> CooperativeLoad::RunExchange(
     if (pending.ok()) pending = RunReads(&run, io.reads, io.shards);
     if (dx != nullptr && pending.ok()) pending = dx->Upload();
     // No rank sends anything this round (every rank knows it from the
-    // plan): no agreement, no AllToAll; a failure waits for the next
+    // plan): no agreement, no exchange; a failure waits for the next
     // agreement (that of the next exchange, or the last).
     if (!exchanges[k]) continue;
-    // With shared arenas the agreement is the exchange: past it, every
-    // rank's bytes of this round lie in its half.
     CKPT_RETURN_IF_ERROR(Agree(pending));
-    if (shared) {
-      half ^= 1;
-    } else {
-      CKPT_RETURN_IF_ERROR(comm->AllToAll(io.send, io.recv, MemoryKind::kHost));
-    }
+    CKPT_RETURN_IF_ERROR(host.Exchange(comm, io));
     if (dx != nullptr) {
       CKPT_RETURN_IF_ERROR(dx->Exchange(comm, DeviceLanes(io.sends, n),
                                         DeviceLanes(io.sizes, n)));
@@ -568,7 +599,7 @@ absl::StatusOr<LoadReport> CooperativeLoad::RunExchange(
     pending =
         Receive(groups, plan, rounds[k], io, me, threads, dx.get(), ext, &run);
   }
-  report.shared_memory_exchange = shared != nullptr;
+  report.shared_memory_exchange = host.shared();
   if (pending.ok()) pending = run.CheckAllWritten();
   CKPT_RETURN_IF_ERROR(Agree(pending));
   FinishReport(p, run, &report);
