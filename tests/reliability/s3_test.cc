@@ -57,6 +57,28 @@ constexpr int kKeepLast = 3;
 // (a save older than half of it refuses to commit).
 constexpr absl::Duration kStaleAge = absl::Seconds(4);
 
+// Waits until the root holds still: a request the killed writer sent just
+// before SIGKILL still runs in the server (a PUT under a new .tmp-* prefix
+// lands after the kill), so two listings 100 ms apart must agree (at most
+// 3 s) before the root is checked as quiescent. Flaked before: ckpt-validate
+// listed one .tmp-save prefix more than the check's own listing had.
+void WaitUntilQuiescent(const std::string& root, Storage* storage) {
+  auto same = [](const absl::StatusOr<RootListing>& a,
+                 const absl::StatusOr<RootListing>& b) {
+    return a.ok() && b.ok() && a->committed == b->committed &&
+           a->uncommitted == b->uncommitted &&
+           a->temporaries == b->temporaries && a->other == b->other &&
+           a->has_latest == b->has_latest;
+  };
+  absl::StatusOr<RootListing> last = ListRoot(root, storage);
+  for (int i = 0; i < 30; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    absl::StatusOr<RootListing> now = ListRoot(root, storage);
+    if (same(last, now)) return;
+    last = std::move(now);
+  }
+}
+
 // The writer's environment: the AWS variables of ckpt/open_storage.h for
 // the moto server's user.
 void ExportServer(const s3::testing::TestServer& server) {
@@ -167,6 +189,7 @@ TEST(ReliabilityS3Crash, SigkillAtRandomMomentsOfSavesLeavesTheRootConsistent) {
     const std::vector<uint64_t> saved = child->SavedSteps();
     saves += saved.size();
 
+    WaitUntilQuiescent(e.root, e.storage.get());
     RootCheck check = CheckRoot(e.root, kScale, e.storage.get(), checked);
     if (!saved.empty() && check.latest_ok) {
       EXPECT_GE(check.latest_step, saved.back());
