@@ -1,6 +1,5 @@
 // The resharding matrix: save under one layout on M ranks, load under
 // another on N ranks, compare element-wise with the global reference.
-#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -264,8 +263,7 @@ TEST_P(ReshardMatrixTest, CooperativeLoadsUnderEveryLayoutReadEachBlockOnce) {
   so.block_size = 4096;
   so.io_threads = 3;
   CKPT_ASSERT_OK(SaveAll(dir.path(), 1, tensors, save_layout, 3, so));
-  const char* rotate_env = std::getenv("CKPT_RESHARD_MATRIX_ROTATE");
-  const bool rotate = rotate_env != nullptr && std::string(rotate_env) == "1";
+  const bool rotate = testing::EnvOr("CKPT_RESHARD_MATRIX_ROTATE", 0) == 1;
   const int instance = static_cast<int>(save_layout) * 2 +
                        (codec == format::Codec::kZstd ? 1 : 0);
   int load_index = 0;

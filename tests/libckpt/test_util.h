@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -14,6 +15,15 @@
 #include "testing/geometry_reference.h"
 
 namespace ckpt::testing {
+
+// The unsigned value of environment variable `name` (a test's trial count,
+// seed, delay or scale, which scripts/sanitize may lower), or `fallback`
+// when it is unset or empty.
+inline uint64_t EnvOr(const char* name, uint64_t fallback) {
+  const char* v = getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  return strtoull(v, nullptr, 10);
+}
 
 class TempDir {
  public:

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "libckpt/test_util.h"
 #include "testing/files.h"
 
 extern char** environ;
@@ -35,13 +36,7 @@ namespace ckpt::reliability {
 inline std::string CrashWriterPath() { return CKPT_CRASH_WRITER; }
 #endif
 
-// The unsigned value of environment variable `name` (a test's trial count,
-// seed or delay), or `fallback` when it is unset or empty.
-inline uint64_t EnvOr(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  return std::strtoull(v, nullptr, 10);
-}
+using ::ckpt::testing::EnvOr;  // libckpt/test_util.h
 
 class Child {
  public:

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <map>
 #include <tuple>
 
@@ -497,9 +496,9 @@ TEST(Synth, TestCheckpointHelper) {
 // 1024 (128 batches of 8 ranks, the same code paths), since under ASan the
 // 4096 took over a minute of the CI run; the plain suite runs the 4096.
 TEST(Synth, WritesAndVerifiesFourThousandRanks) {
-  const char* env = std::getenv("CKPT_SYNTH_MANY_RANKS");
-  const int ranks = env != nullptr && *env != '\0' ? std::atoi(env) : 4096;
-  ASSERT_GT(ranks, 8) << "CKPT_SYNTH_MANY_RANKS=" << (env ? env : "");
+  const int ranks =
+      static_cast<int>(testing::EnvOr("CKPT_SYNTH_MANY_RANKS", 4096));
+  ASSERT_GT(ranks, 8) << "CKPT_SYNTH_MANY_RANKS";
   TempDir dir;
   SynthOptions o = Small(dir.path(), ranks, SynthLayout::kMixed);
   o.config = ConfigFor(1, 8);
