@@ -7,6 +7,7 @@
 #include <deque>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/ascii.h"
@@ -109,7 +110,55 @@ struct Window {
   bool object = false;
 };
 
-// Cuts the data section of `entries` into windows of whole elements; a
+// The flat element index at which the row-major box `b` of a tensor of
+// `shape` starts, if its elements are one run of the tensor's flattening
+// (dims before some d of size 1, dims after it whole); nullopt if not.
+std::optional<uint64_t> ContiguousStart(const Shape& shape, const Box& b) {
+  size_t d = 0;
+  while (d < b.size.size() && b.size[d] == 1) ++d;
+  for (size_t i = d + 1; i < b.size.size(); ++i) {
+    if (b.offset[i] != 0 || b.size[i] != shape[i]) return std::nullopt;
+  }
+  uint64_t start = 0;
+  for (size_t i = 0; i < shape.size(); ++i)
+    start = start * shape[i] + b.offset[i];
+  return start;
+}
+
+// The element indices of tensor `e` at which a window may end without
+// cutting a stored block in two, ascending: the block boundaries of chunks
+// that are one run of the flattening (a Shard(0) piece). A block cut by a
+// window is read and verified once per window it reaches. Empty when a
+// chunk is not one run (a window then cuts where it fills) or a block does
+// not hold whole elements.
+std::vector<uint64_t> BlockCuts(const format::EntryRecord& e) {
+  const uint64_t es = DTypeSize(e.dtype);
+  std::vector<uint64_t> cuts;
+  for (const format::ChunkRecord& c : e.chunks) {
+    std::optional<uint64_t> start;
+    if (const auto* f = std::get_if<FlatRange>(&c.region)) {
+      start = f->start;
+    } else {
+      start = ContiguousStart(e.shape, std::get<Box>(c.region));
+    }
+    if (!start || c.block_size == 0 || c.block_size % es != 0) return {};
+    const uint64_t per_block = c.block_size / es, n = RegionElements(c.region);
+    for (uint64_t at = 0; at < n; at += per_block) cuts.push_back(*start + at);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  return cuts;
+}
+
+// The largest cut in (start, limit], or 0 if none.
+uint64_t LastCutIn(const std::vector<uint64_t>& cuts, uint64_t start,
+                   uint64_t limit) {
+  auto it = std::upper_bound(cuts.begin(), cuts.end(), limit);
+  if (it == cuts.begin() || *std::prev(it) <= start) return 0;
+  return *std::prev(it);
+}
+
+// Cuts the data section of `entries` into windows of whole elements, each
+// ending at a block boundary of the tensor where one fits (BlockCuts); a
 // window holds one element at least, so it may pass `slab` when an element
 // does.
 std::vector<Window> PlanWindows(const std::vector<Selected>& entries,
@@ -123,15 +172,26 @@ std::vector<Window> PlanWindows(const std::vector<Selected>& entries,
     }
     const uint64_t es = DTypeSize(s.entry->dtype);
     const uint64_t n = s.bytes / es;
+    const std::vector<uint64_t> cuts = BlockCuts(*s.entry);
+    // Where a piece from `start` of at most `fit` elements ends; 0: none.
+    auto end_of = [&](uint64_t start, uint64_t fit) -> uint64_t {
+      if (fit >= n - start) return n;
+      if (cuts.empty()) return fit == 0 ? 0 : start + fit;
+      return LastCutIn(cuts, start, start + fit);
+    };
     for (uint64_t start = 0; start < n;) {
       Window* w = &windows.back();
       uint64_t fit = (slab - std::min(slab, w->bytes)) / es;
-      if (fit == 0 && !w->pieces.empty()) {
+      uint64_t cut = end_of(start, fit);
+      if (cut == 0 && !w->pieces.empty()) {  // none fits: a window of its own
         windows.emplace_back();
         w = &windows.back();
         fit = slab / es;
+        cut = end_of(start, fit);
       }
-      const uint64_t len = std::min(n - start, std::max<uint64_t>(1, fit));
+      const uint64_t len =
+          cut != 0 ? cut - start
+                   : std::min(n - start, std::max<uint64_t>(1, fit));
       w->pieces.push_back({s.entry, start, len});
       w->bytes += len * es;
       start += len;

@@ -13,6 +13,7 @@
 #include "ckpt/format/status_macros.h"
 #include "ckpt/interop/io/safetensors_export.h"
 #include "ckpt/interop/io/safetensors_import.h"
+#include "ckpt/testing/forwarding_storage.h"
 #include "ckpt/writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -67,6 +68,39 @@ TEST_F(SafetensorsTools, SmallWindowsRoundTripIsExact) {
             .status());
     CKPT_EXPECT_OK(ckpt::testing::SameContent(src_, dir_ / name));
   }
+}
+
+// Windows end at block boundaries of chunks that are one run of the
+// tensor's flattening where one fits (9000-byte windows over 4 KiB blocks):
+// no block is read twice, so the export reads no more than the
+// checkpoint's files hold. Cut where they fill, most windows would split a
+// block and read it once more (about 1.45x the data).
+TEST_F(SafetensorsTools, WindowsEndAtBlockBoundariesSoEachBlockIsReadOnce) {
+  std::vector<float> w(256 * 1024);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i);
+  const std::string src = (dir_ / "rows");
+  {
+    CKPT_ASSERT_OK_AND_ASSIGN(auto writer, Writer::Create({}));
+    CKPT_ASSERT_OK(writer->AddTensor("w", DType::kFloat32, {256, 1024},
+                                     FullBox({256, 1024}), w.data()));
+    SaveOptions so;
+    so.block_size = 4096;
+    CKPT_ASSERT_OK(writer->Save(src, 1, so).status());
+  }
+  uint64_t files = 0;
+  for (const auto& f : fs::directory_iterator(src + "/step-00000001")) {
+    files += fs::file_size(f.path());
+  }
+  ckpt::testing::ReadCountingStorage counting;
+  SafetensorsExportOptions o;
+  o.slab_bytes = 9000;
+  o.storage = &counting;
+  const std::string out = (dir_ / "rows.safetensors");
+  CKPT_ASSERT_OK(ExportSafetensors(src, out, o).status());
+  EXPECT_GE(counting.bytes_read(), w.size() * sizeof(float));
+  EXPECT_LE(counting.bytes_read(), files);
+  CKPT_ASSERT_OK(ImportSafetensors(out, dir_ / "back", {}).status());
+  CKPT_EXPECT_OK(ckpt::testing::SameContent(src, dir_ / "back"));
 }
 
 // A flipped byte in a stored block fails the export with the block's

@@ -51,36 +51,6 @@ std::string AllFindings(const ValidateReport& r) {
   return s;
 }
 
-// A Storage that counts the bytes read through it.
-class CountingStorage final : public ::ckpt::testing::ForwardingStorage {
- public:
-  absl::StatusOr<std::unique_ptr<File>> Open(const std::string& path,
-                                             OpenMode mode,
-                                             const OpenOptions& o) override {
-    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<File> f,
-                          ForwardingStorage::Open(path, mode, o));
-    return std::unique_ptr<File>(new CountingFile(std::move(f), &bytes));
-  }
-
-  std::atomic<uint64_t> bytes{0};
-
- private:
-  class CountingFile final : public ::ckpt::testing::ForwardingFile {
-   public:
-    CountingFile(std::unique_ptr<File> f, std::atomic<uint64_t>* n)
-        : ForwardingFile(std::move(f)), n_(n) {}
-    absl::StatusOr<size_t> PRead(uint64_t offset, size_t n,
-                                 char* dst) override {
-      auto got = ForwardingFile::PRead(offset, n, dst);
-      if (got.ok()) *n_ += *got;
-      return got;
-    }
-
-   private:
-    std::atomic<uint64_t>* n_;
-  };
-};
-
 TEST(Validate, ValidCheckpoint) {
   TempDir tmp;
   std::string dir = WriteCheckpoint(tmp.path(), StandardSpec());
@@ -579,7 +549,7 @@ TEST(Validate, QuickReadsNoPayload) {
   EXPECT_EQ(full.findings.size(), 1u) << AllFindings(full);
 
   // Byte count: the manifest, and per shard its header, tail and index.
-  CountingStorage counting;
+  ::ckpt::testing::ReadCountingStorage counting;
   ValidateOptions o;
   o.path = dir;
   o.quick = true;
@@ -595,7 +565,7 @@ TEST(Validate, QuickReadsNoPayload) {
             .value();
     metadata += 64 + 32 + tail.index_length;
   }
-  EXPECT_EQ(counting.bytes.load(), metadata);
+  EXPECT_EQ(counting.bytes_read(), metadata);
 }
 
 TEST(Validate, CheckFiniteReportsNaNAndInf) {

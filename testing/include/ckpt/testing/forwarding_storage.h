@@ -6,6 +6,8 @@
 #ifndef CKPT_TESTING_FORWARDING_STORAGE_H_
 #define CKPT_TESTING_FORWARDING_STORAGE_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -95,6 +97,42 @@ class ForwardingStorage : public Storage {
 
  private:
   Storage* base_;
+};
+
+// A ForwardingStorage that counts the bytes its files' PRead returned.
+class ReadCountingStorage final : public ForwardingStorage {
+ public:
+  explicit ReadCountingStorage(Storage* base = nullptr)
+      : ForwardingStorage(base) {}
+
+  absl::StatusOr<std::unique_ptr<File>> Open(
+      const std::string& path, OpenMode mode,
+      const OpenOptions& options) override {
+    absl::StatusOr<std::unique_ptr<File>> f =
+        ForwardingStorage::Open(path, mode, options);
+    if (!f.ok()) return f.status();
+    return std::unique_ptr<File>(new CountingFile(*std::move(f), &bytes_));
+  }
+
+  uint64_t bytes_read() const { return bytes_.load(); }
+
+ private:
+  class CountingFile final : public ForwardingFile {
+   public:
+    CountingFile(std::unique_ptr<File> f, std::atomic<uint64_t>* n)
+        : ForwardingFile(std::move(f)), n_(n) {}
+    absl::StatusOr<size_t> PRead(uint64_t offset, size_t n,
+                                 char* dst) override {
+      absl::StatusOr<size_t> got = ForwardingFile::PRead(offset, n, dst);
+      if (got.ok()) *n_ += *got;
+      return got;
+    }
+
+   private:
+    std::atomic<uint64_t>* n_;
+  };
+
+  std::atomic<uint64_t> bytes_{0};
 };
 
 }  // namespace ckpt::testing

@@ -15,7 +15,10 @@
 //
 // Memory stays bounded: the data section is loaded with ckpt::Reader in
 // windows of consecutive tensor bytes (whole tensors or flat pieces of
-// them) of at most min(`slab_bytes`, 4 MiB), three buffers of a window
+// them) of at most min(`slab_bytes`, 4 MiB), each ending at a boundary of
+// the stored blocks where the chunks allow it (a chunk that is one run of
+// the tensor's flattening, as a Shard(0) piece is), so that each block is
+// read and verified once; three buffers of a window
 // reused from first to last, while a second thread appends the windows
 // loaded before to the file; objects are read whole, one at a time.
 // Files are written under temporary names (a sharded export into a
