@@ -14,6 +14,7 @@ import torch
 from .. import _ckpt
 from .._errors import InvalidArgumentError
 from .dtensor import is_distributed as _dtensor_is_distributed
+from .dtensor import layout
 
 # The checkpoint metadata key listing the names saved as PerRank values
 # (JSON list); entry "NAME@rankR" holds rank R's value of NAME.
@@ -308,18 +309,18 @@ def _distributed_save_part(name: str, v) -> _Part:
     non-contiguous local tensor is saved from a contiguous copy. REQUIRES:
     the value holds one box here (dtensor.one_box_everywhere, else the
     caller redistributes it first)."""
-    from .dtensor import layout
     lay = layout(name, v)
     pieces = [p for p in lay.pieces if p.local.numel()] or lay.pieces[:1]
     if len(pieces) != 1:
         raise InvalidArgumentError(
             f"entry '{name}': this rank holds {len(pieces)} separate boxes of the "
             f"{lay.kind} (ckpt saves one region per entry and rank)")
-    local = pieces[0].local.detach()
-    _stored_as_elements(name, local)
-    data = local if local.is_contiguous() else local.contiguous()
+    local = pieces[0].local  # detached (dtensor.layout); _borrowable checks it
+    if not local.is_contiguous():
+        _stored_as_elements(name, local)  # before the copy hides what it is
+        local = local.contiguous()
     return _Part(ckpt_dtype(lay.dtype, name), lay.global_shape,
-                 _ckpt.Box(pieces[0].offsets, tuple(local.shape)), _borrowable(name, data))
+                 _ckpt.Box(pieces[0].offsets, tuple(local.shape)), _borrowable(name, local))
 
 
 def _distributed_load_parts(name: str, v) -> List[_Part]:
@@ -329,7 +330,6 @@ def _distributed_load_parts(name: str, v) -> List[_Part]:
     is then copied into the real storage. InvalidArgumentError naming the
     entry for a local tensor whose memory does not hold its elements
     (_stored_as_elements) or whose elements share memory (_overlaps)."""
-    from .dtensor import layout
     lay = layout(name, v)
     parts = []
     for p in lay.pieces:

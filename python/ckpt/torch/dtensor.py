@@ -208,31 +208,52 @@ def _local_tensor(dt) -> torch.Tensor:
 
 
 def _check_against_torch(name: str, dt, shape: Tuple[int, ...], local: torch.Tensor,
-                         idx: List[Indices], strided: bool) -> None:
-    """The computed coverage must give the local tensor's shape and (with
-    a _StridedShard, a private placement whose meaning torch may change)
-    torch's own first offsets; else this torch's placements mean something
-    else. Shard's documented meaning is torch.chunk's: its local shape
-    alone is checked, which costs nothing. shape: the DTensor's global
-    shape."""
-    global_shape, shape = shape, tuple(len(i) for i in idx)
-    first = tuple(i[0] if len(i) else g for i, g in zip(idx, global_shape))
+                         local_shape: Tuple[int, ...], first: Tuple[int, ...],
+                         strided: bool) -> None:
+    """The computed coverage (local_shape, at global offsets `first`) must
+    give the local tensor's shape and (with a _StridedShard, a private
+    placement whose meaning torch may change) torch's own first offsets;
+    else this torch's placements mean something else. Shard's documented
+    meaning is torch.chunk's: its local shape alone is checked, which costs
+    nothing. shape: the DTensor's global shape."""
     theirs = None
     if strided:
         try:
             from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-            theirs = compute_local_shape_and_global_offset(global_shape, dt.device_mesh,
+            theirs = compute_local_shape_and_global_offset(shape, dt.device_mesh,
                                                            dt.placements)
         except ImportError:  # another torch: the local shape is still checked
             pass
-    if shape != tuple(local.shape) or (
-            theirs is not None and (tuple(theirs[0]), tuple(theirs[1])) != (shape, first)):
+    if local_shape != tuple(local.shape) or (
+            theirs is not None and (tuple(theirs[0]), tuple(theirs[1])) != (local_shape, first)):
         raise InvalidArgumentError(
             f"entry '{name}': the DTensor's placements {tuple(dt.placements)} give local "
-            f"shape {list(shape)} at {list(first)}, but its local tensor has shape "
+            f"shape {list(local_shape)} at {list(first)}, but its local tensor has shape "
             f"{list(local.shape)}" + (f" and torch computes {list(theirs[0])} at "
                                        f"{list(theirs[1])}" if theirs is not None else "")
             + "; this placement is not understood by ckpt")
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_shard_specs(placements: Tuple) -> Optional[Tuple[ShardSpec, ...]]:
+    """The ShardSpecs of placements, or None where one is refused (the
+    caller then converts them again, naming its entry in the error)."""
+    try:
+        return tuple(_shard_spec("", p) for p in placements)
+    except InvalidArgumentError:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_coverage(shape: Tuple[int, ...], mesh_shape: Tuple[int, ...],
+                     coordinate: Tuple[int, ...], shards: Tuple[ShardSpec, ...]
+                     ) -> Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[LocalBox, ...]]:
+    """(local shape, global offsets of its first element, boxes) of the
+    local tensor at `coordinate`: pure, and the parameters of a model share
+    few shapes and layouts (a save asks it of every DTensor, every step)."""
+    idx = local_indices(shape, mesh_shape, coordinate, shards)
+    first = tuple(i[0] if len(i) else g for i, g in zip(idx, shape))
+    return tuple(len(i) for i in idx), first, tuple(boxes_of(idx, shape))
 
 
 def _dtensor_layout(name: str, dt) -> Layout:
@@ -242,15 +263,21 @@ def _dtensor_layout(name: str, dt) -> Layout:
         raise InvalidArgumentError(
             f"entry '{name}': this rank is not in the DTensor's mesh "
             f"{mesh.mesh.tolist()}")
-    shards = [_shard_spec(name, p) for p in dt.placements]
+    placements = tuple(dt.placements)
+    try:
+        shards = _cached_shard_specs(placements)
+    except TypeError:  # a placement that cannot be hashed
+        shards = None
+    if shards is None:
+        shards = tuple(_shard_spec(name, p) for p in placements)
     local = _local_tensor(dt)
     # size(), not .shape: a DTensor's shape property costs ~15 us (it goes
     # through __torch_function__), size() ~1 us, and a model has hundreds.
     shape = tuple(int(d) for d in dt.size())
-    idx = local_indices(shape, tuple(mesh.shape), coordinate, shards)
-    _check_against_torch(name, dt, shape, local, idx,
+    local_shape, first, boxes = _cached_coverage(shape, tuple(int(n) for n in mesh.shape),
+                                                 tuple(int(c) for c in coordinate), shards)
+    _check_against_torch(name, dt, shape, local, local_shape, first,
                          any(s is not None and s[1] > 1 for s in shards))
-    boxes = boxes_of(idx, shape)
     if len(boxes) == 1:
         return Layout(shape, dt.dtype, [Piece(boxes[0].offsets, local)], "DTensor")
     pieces = [Piece(b.offsets, local[tuple(slice(o, o + s) for o, s in
