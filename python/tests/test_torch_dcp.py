@@ -197,6 +197,8 @@ def save_job(rank, world, store, out):
     results["fs"] = load_and_compare(Job(rank, world, seed=1),
                                      dcp.FileSystemReader(os.path.join(out, "fs")), ref)
 
+    results["resolver"] = resolver_differences(state)
+
     # A rank failing in write_data fails the save on every rank; none hangs.
     try:
         dcp.save(state, storage_writer=ckdcp.Writer(os.path.join(out, "failed")),
@@ -218,6 +220,30 @@ def save_job(rank, world, store, out):
     results["unstaged"] = load_and_compare(Job(rank, world, seed=1),
                                            ckdcp.Reader(os.path.join(out, "d")), after)
     _finish(out, rank, results)
+
+
+def resolver_differences(state):
+    """Where the Writer's resolver (dcp._resolver, which skips
+    DefaultSavePlanner.resolve_data's to_local()) gives another tensor than
+    resolve_data does, for every write item of this rank's DTensor state;
+    and whether a planner overriding resolve_data keeps its own."""
+    from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+    planner = DefaultSavePlanner()
+    planner.set_up_planner(state, is_coordinator=dist.get_rank() == 0)
+    resolve, out, dtensors = ckdcp._resolver(planner), [], 0
+    for item in planner.create_local_plan().items:
+        want, got = planner.resolve_data(item), resolve(item)
+        if isinstance(want, torch.Tensor):
+            dtensors += hasattr(planner.state_dict[item.index.fqn], "device_mesh")
+            if (got.data_ptr(), got.shape, got.stride(), got.dtype) != (
+                    want.data_ptr(), want.shape, want.stride(), want.dtype):
+                out.append(item.index.fqn)
+        elif got.getvalue() != want.getvalue():
+            out.append(item.index.fqn)
+    own = FailOnRank1()
+    if ckdcp._resolver(own) != own.resolve_data:
+        out.append("FailOnRank1 lost its resolve_data")
+    return {"differ": out, "dtensors": dtensors}
 
 
 def load_job(rank, world, store, out, root):
@@ -324,6 +350,12 @@ def test_every_tool_reads_the_dcp_save(saved, tmp_path):
     data[at] ^= 0xFF
     shard.write_bytes(bytes(data))
     assert run(tool("ckpt-validate"), bad).returncode == 1
+
+
+def test_writer_resolves_the_tensors_resolve_data_gives(saved):
+    for r in saved["results"]:
+        assert r["resolver"]["differ"] == []
+        assert r["resolver"]["dtensors"] > 0
 
 
 def test_async_save_holds_the_values_at_the_call(saved):
