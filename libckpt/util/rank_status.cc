@@ -50,6 +50,23 @@ absl::Status AgreeOnFirstError(Communicator& comm, const absl::Status& mine,
   return s;
 }
 
+absl::StatusOr<std::vector<std::string>> AllGatherOrFirstError(
+    Communicator& comm, const absl::StatusOr<std::string>& mine,
+    int* failing_rank) {
+  if (failing_rank != nullptr) *failing_rank = -1;
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                        comm.AllGather(EncodeStatusOr(mine)));
+  for (size_t r = 0; r < all.size(); ++r) {
+    absl::StatusOr<std::string> got = DecodeStatusOr(all[r]);
+    if (!got.ok()) {
+      if (failing_rank != nullptr) *failing_rank = static_cast<int>(r);
+      return got.status();
+    }
+    all[r] = *std::move(got);
+  }
+  return all;
+}
+
 absl::StatusOr<std::string> OnRankZero(
     Communicator* comm, absl::FunctionRef<absl::StatusOr<std::string>()> fn) {
   std::string msg;

@@ -37,6 +37,16 @@ absl::Status AgreeOnFirstError(Communicator& comm, const absl::Status& mine,
                                std::vector<int64_t>* max_values = nullptr,
                                int* failing_rank = nullptr);
 
+// Every rank's payload, or the first error, in one AllGather (of each
+// rank's EncodeStatusOr): every rank returns the payloads in rank order,
+// or the status (code and message) of the lowest rank that passed an
+// error, that rank then in *failing_rank (may be null; -1 otherwise), as
+// AgreeOnFirstError followed by an AllGather would, in one round trip. A
+// failure of the AllGather itself is returned as it is.
+absl::StatusOr<std::vector<std::string>> AllGatherOrFirstError(
+    Communicator& comm, const absl::StatusOr<std::string>& mine,
+    int* failing_rank = nullptr);
+
 // Rank 0 runs `fn`; its status (and payload) reach every rank. Collective
 // (one Broadcast); a failure of the Broadcast is returned as it is.
 absl::StatusOr<std::string> OnRankZero(

@@ -347,6 +347,26 @@ TEST_P(CooperativeLoadFailureTest, BadRequestOnOneRankFailsEveryRank) {
                     "requested");
 }
 
+// Two ranks with bad requests: the error travels with the requests'
+// AllGather, and every rank reports the lowest failing rank's.
+TEST_P(CooperativeLoadFailureTest,
+       BadRequestsOnTwoRanksFailEveryRankAsTheLowest) {
+  TempDir dir;
+  SaveRows(dir.path());
+  ColumnLoad load;
+  auto got = LoadOnAll(
+      GetParam(), dir.path(), [](int) -> Storage* { return nullptr; },
+      [&](int r) {
+        auto reqs = load.Requests(r);
+        if (r == 3) reqs[0].shape = {1, 1};
+        if (r == 1) reqs[1].dtype = DType::kInt32;
+        return reqs;
+      });
+  ExpectSameFailure(got, absl::StatusCode::kInvalidArgument,
+                    "rank 1 of 4: t1: dtype float32 in checkpoint, int32 "
+                    "requested");
+}
+
 TEST_P(CooperativeLoadFailureTest, LocalErrorOfOneRankFailsEveryRank) {
   TempDir dir;
   SaveRows(dir.path());
@@ -587,17 +607,21 @@ TEST(CooperativeLoadDeliveryTest, BlocksOneRankNeedsSkipTheCommunicator) {
 // Issue 24: a round in which no rank sends anything (every rank knows it
 // from the plan) makes no AllToAll call, and no agreement: rows saved by 4
 // ranks loaded as row bands by 2, where every block feeds one rank, exchange
-// nothing and make no AllToAll call at all. A failed read in such a round
-// still fails every rank alike (at the load's last agreement).
+// nothing and make no AllToAll call at all, and four collectives in all
+// (eight before errors travelled with the AllGathers). A failed read in
+// such a round still fails every rank alike (at the load's last agreement).
 TEST(CooperativeLoadDeliveryTest, RoundsThatSendNothingMakeNoAllToAllCall) {
   TempDir dir;
   const auto global = SaveRows(dir.path());
   constexpr int kRanksNow = 2;
+  std::vector<int> collectives_v;
+  std::vector<int>* collectives = &collectives_v;
   auto load = [&](std::vector<int>* calls, std::vector<int>* agreements,
                   std::vector<std::vector<std::string>>* bufs) {
     std::vector<absl::Status> got(kRanksNow);
     calls->assign(kRanksNow, 0);
     agreements->assign(kRanksNow, 0);
+    collectives->assign(kRanksNow, 0);
     bufs->assign(kRanksNow, std::vector<std::string>(3));
     InProcessWorld w(kRanksNow, std::vector<std::string>(kRanksNow, "host"));
     absl::Status st = RunRanks(w, [&](Communicator& base) -> absl::Status {
@@ -618,9 +642,11 @@ TEST(CooperativeLoadDeliveryTest, RoundsThatSendNothingMakeNoAllToAllCall) {
       ro.communicator = &comm;
       CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
       const int before = comm.all_reduce_max_calls();
+      const int collectives_before = comm.collective_calls();
       got[r] = reader->Load(reqs).status();
       (*calls)[r] = comm.all_to_all_calls();
       (*agreements)[r] = comm.all_reduce_max_calls() - before;
+      (*collectives)[r] = comm.collective_calls() - collectives_before;
       return absl::OkStatus();
     });
     EXPECT_TRUE(st.ok()) << st;
@@ -633,6 +659,10 @@ TEST(CooperativeLoadDeliveryTest, RoundsThatSendNothingMakeNoAllToAllCall) {
     CKPT_EXPECT_OK(got[r]);
     EXPECT_EQ(calls[r], 0) << "rank " << r;
     EXPECT_EQ(agreements[r], agreements[0]) << "rank " << r;
+    // Four collectives in all: the requests and the shard indexes (each
+    // an AllGather that carries a failing rank's error too), the
+    // agreement that every rank is ready to read, and the outcome's.
+    EXPECT_EQ(collectives_v[r], 4) << "rank " << r;
     const uint64_t rows = kRows / kRanksNow;
     const Box b{{r * rows, 0}, {rows, kCols}};
     for (int i = 0; i < 3; ++i) {

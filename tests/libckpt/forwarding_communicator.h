@@ -52,23 +52,31 @@ class ForwardingCommunicator : public Communicator {
   int size() const override { return base_->size(); }
   absl::StatusOr<std::vector<std::string>> AllGather(
       absl::string_view mine) override {
+    ++collective_calls_;
     return base_->AllGather(mine);
   }
   absl::StatusOr<std::vector<std::string>> Gather(absl::string_view mine,
                                                   int root) override {
+    ++collective_calls_;
     return base_->Gather(mine, root);
   }
   absl::Status Broadcast(std::string* data, int root) override {
+    ++collective_calls_;
     return base_->Broadcast(data, root);
   }
-  absl::Status Barrier() override { return base_->Barrier(); }
+  absl::Status Barrier() override {
+    ++collective_calls_;
+    return base_->Barrier();
+  }
   absl::Status AllReduceMax(std::vector<int64_t>* values) override {
+    ++collective_calls_;
     ++all_reduce_max_calls_;
     return base_->AllReduceMax(values);
   }
   absl::Status AllToAll(absl::Span<const SendBuffer> send,
                         absl::Span<const RecvBuffer> recv,
                         MemoryKind memory) override {
+    ++collective_calls_;
     ++all_to_all_calls_;
     for (const SendBuffer& b : send) all_to_all_bytes_ += b.size;
     return base_->AllToAll(send, recv, memory);
@@ -84,6 +92,8 @@ class ForwardingCommunicator : public Communicator {
   int all_to_all_calls() const { return all_to_all_calls_; }
   // AllReduceMax calls (agreements among them), all calls together.
   int all_reduce_max_calls() const { return all_reduce_max_calls_; }
+  // Collective calls of every kind, all calls together.
+  int collective_calls() const { return collective_calls_; }
   // The bytes this rank sent through AllToAll, all calls together.
   uint64_t all_to_all_bytes() const { return all_to_all_bytes_; }
 
@@ -92,6 +102,7 @@ class ForwardingCommunicator : public Communicator {
   Delivery delivery_;
   int all_to_all_calls_ = 0;       // used by one thread, the rank's
   int all_reduce_max_calls_ = 0;   // the same
+  int collective_calls_ = 0;       // the same
   uint64_t all_to_all_bytes_ = 0;  // the same
 };
 

@@ -24,13 +24,31 @@
 
 namespace ckpt::internal {
 
+namespace {
+
+// `s`, the status of rank `root` of `n` (-1: of the collective itself),
+// prefixed "rank R of N: ".
+absl::Status OfRank(const absl::Status& s, int root, size_t n) {
+  if (root < 0) return s;
+  return absl::Status(
+      s.code(), absl::StrCat("rank ", root, " of ", n, ": ", s.message()));
+}
+
+}  // namespace
+
 absl::Status CooperativeLoad::Agree(const absl::Status& local) {
   int root = -1;
   absl::Status s = AgreeOnFirstError(*src_.comm, local, nullptr, &root);
-  if (root < 0) return s;
-  return absl::Status(
-      s.code(), absl::StrCat("rank ", root, " of ", src_.comm->size(), ": ",
-                             s.message()));
+  return OfRank(s, root, src_.comm->size());
+}
+
+absl::StatusOr<std::vector<std::string>> CooperativeLoad::GatherOrAgree(
+    const absl::StatusOr<std::string>& mine) {
+  int root = -1;
+  absl::StatusOr<std::vector<std::string>> all =
+      AllGatherOrFirstError(*src_.comm, mine, &root);
+  if (all.ok()) return all;
+  return OfRank(all.status(), root, src_.comm->size());
 }
 
 void CooperativeLoad::FinishReport(const Prepared& p, const ReadExecutor& run,
@@ -455,33 +473,49 @@ absl::Status Receive(const RequestGroups& g, const CoopPlan& plan,
 
 }  // namespace
 
-absl::Status CooperativeLoad::ShareShards(const std::vector<uint32_t>& ids) {
-  Communicator* comm = src_.comm;
-  const size_t n = comm->size(), me = comm->rank();
-  std::vector<uint32_t> own;  // spread over ranks: shard ids[i] on rank i % n
-  for (size_t i = me; i < ids.size(); i += n) own.push_back(ids[i]);
-  CKPT_RETURN_IF_ERROR(Agree(src_.shards->Open(own, threads_)));
+absl::StatusOr<std::string> CooperativeLoad::OwnShardMetas(
+    const std::vector<uint32_t>& own) {
+  CKPT_RETURN_IF_ERROR(src_.shards->Open(own, threads_));
   std::string mine;
   for (uint32_t id : own) {
     CKPT_ASSIGN_OR_RETURN(const OpenShard* s, src_.shards->Get(id));
     PutShardMeta(&mine, id, s->file.meta);
   }
-  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all, comm->AllGather(mine));
-  absl::Status adopted;
-  for (size_t r = 0; r < n && adopted.ok(); ++r) {
+  return mine;
+}
+
+absl::Status CooperativeLoad::ShareShards(const std::vector<uint32_t>& ids,
+                                          absl::Status* adopted) {
+  Communicator* comm = src_.comm;
+  const size_t n = comm->size(), me = comm->rank();
+  std::vector<uint32_t> own;  // spread over ranks: shard ids[i] on rank i % n
+  for (size_t i = me; i < ids.size(); i += n) own.push_back(ids[i]);
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                        GatherOrAgree(OwnShardMetas(own)));
+  for (size_t r = 0; r < n && adopted->ok(); ++r) {
     if (r == me) continue;
     auto metas = DecodeShardMetas(all[r]);
     if (!metas.ok()) {
-      adopted = absl::InternalError(
+      *adopted = absl::InternalError(
           absl::StrCat("the shard indexes sent by rank ", r,
                        " do not decode: ", metas.status().message()));
       break;
     }
     for (auto& [id, meta] : *metas) {
-      adopted.Update(src_.shards->Adopt(id, std::move(meta)));
+      adopted->Update(src_.shards->Adopt(id, std::move(meta)));
     }
   }
-  return Agree(adopted);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> CooperativeLoad::EncodedRequests(
+    const absl::StatusOr<Prepared>& p) {
+  if (!p.ok()) return p.status();
+  std::vector<PlanRequest> reqs;
+  for (size_t i = 0; i < p->reqs.size(); ++i) {
+    reqs.push_back(PlanRequest{p->entry[i], p->reqs[i].region});
+  }
+  return EncodeRankRequests(src_.comm->NodeName(), reqs);
 }
 
 absl::StatusOr<LoadReport> CooperativeLoad::Run(
@@ -489,22 +523,19 @@ absl::StatusOr<LoadReport> CooperativeLoad::Run(
     LoadReport report) {
   Communicator* comm = src_.comm;
   const format::Manifest& manifest = *src_.manifest;
-  CKPT_RETURN_IF_ERROR(Agree(p.status()));
-  std::vector<PlanRequest> mine;
-  for (size_t i = 0; i < p->reqs.size(); ++i) {
-    mine.push_back(PlanRequest{p->entry[i], p->reqs[i].region});
-  }
-  CKPT_ASSIGN_OR_RETURN(
-      std::vector<std::string> all,
-      comm->AllGather(EncodeRankRequests(comm->NodeName(), mine)));
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                        GatherOrAgree(EncodedRequests(p)));
   // From here every rank computes the same from the same inputs: an error
   // is the same on every rank.
   CKPT_ASSIGN_OR_RETURN(RequestGroups groups, GroupRequests(manifest, all));
   all = {};
   CKPT_ASSIGN_OR_RETURN(std::vector<ChunkPiece> pieces,
                         PairRequests(manifest, groups.unique));
-  CKPT_RETURN_IF_ERROR(ShareShards(NeededShards(manifest, groups, pieces)));
-  CKPT_RETURN_IF_ERROR(Agree(src_.shards->CheckChunkless(p->entry, threads_)));
+  absl::Status adopted;
+  CKPT_RETURN_IF_ERROR(
+      ShareShards(NeededShards(manifest, groups, pieces), &adopted));
+  absl::StatusOr<StagingPool*> pool = ReadyToRead(*p, adopted);
+  CKPT_RETURN_IF_ERROR(Agree(pool.status()));
   auto lookup = [&](uint32_t entry, uint32_t chunk) {
     const uint32_t shard = manifest.entries[entry].chunks[chunk].shard;
     const OpenShard* s = *src_.shards->Get(shard);  // adopted by ShareShards
@@ -523,22 +554,19 @@ absl::StatusOr<LoadReport> CooperativeLoad::Run(
       return RunDirect(*p, *all, groups, plan, std::move(report));
     }
   }
-  return RunExchange(*p, groups, plan, options, std::move(report));
+  return RunExchange(*p, groups, plan, options, *pool, std::move(report));
 }
 
-absl::StatusOr<StagingPool*> CooperativeLoad::AgreeOnUploadPool(
-    const Prepared& p) {
-  StagingPool* pool = nullptr;
-  absl::Status st;
-  if (std::any_of(p.reqs.begin(), p.reqs.end(), [](const LoadRequest& r) {
+absl::StatusOr<StagingPool*> CooperativeLoad::ReadyToRead(
+    const Prepared& p, const absl::Status& adopted) {
+  CKPT_RETURN_IF_ERROR(adopted);
+  CKPT_RETURN_IF_ERROR(src_.shards->CheckChunkless(p.entry, threads_));
+  if (std::none_of(p.reqs.begin(), p.reqs.end(), [](const LoadRequest& r) {
         return r.memory == MemoryKind::kCuda;
       })) {
-    absl::StatusOr<StagingPool*> got = src_.upload_pool();
-    st = got.status();
-    if (got.ok()) pool = *got;
+    return nullptr;
   }
-  CKPT_RETURN_IF_ERROR(Agree(st));
-  return pool;
+  return src_.upload_pool();
 }
 
 absl::Status CooperativeLoad::RunReads(ReadExecutor* run,
@@ -555,7 +583,7 @@ absl::Status CooperativeLoad::RunReads(ReadExecutor* run,
 
 absl::StatusOr<LoadReport> CooperativeLoad::RunExchange(
     const Prepared& p, const RequestGroups& groups, const CoopPlan& plan,
-    const LoadOptions& options, LoadReport report) {
+    const LoadOptions& options, StagingPool* pool, LoadReport report) {
   Communicator* comm = src_.comm;
   const int threads = threads_;
   const uint32_t me = comm->rank(), n = comm->size();
@@ -566,7 +594,6 @@ absl::StatusOr<LoadReport> CooperativeLoad::RunExchange(
                                                options.device_ready, p.reqs));
   Prepared ext = WithSendSlots(p, TotalSends(groups, plan, me, dx.get()),
                                dx ? 2 * n : n, n);
-  CKPT_ASSIGN_OR_RETURN(StagingPool * pool, AgreeOnUploadPool(p));
   ReadExecutor run(ext, src_.device_memory, pool, options.device_ready,
                    threads);
   run.CompleteEmpty();

@@ -71,24 +71,41 @@ class CooperativeLoad {
   // OK on every rank if `local` is OK on every rank; otherwise, on every
   // rank, the status of the lowest failing rank R, prefixed "rank R of N: ".
   absl::Status Agree(const absl::Status& local);
+  // Every rank's `mine` in rank order when it is OK on every rank;
+  // otherwise, as Agree, the status of the lowest failing rank. One
+  // collective (an Agree and an AllGather in one).
+  absl::StatusOr<std::vector<std::string>> GatherOrAgree(
+      const absl::StatusOr<std::string>& mine);
   // Opens the shards of `ids` between the ranks (shard ids[i] on rank
   // i % size) and shares their indexes, so that every rank holds every
-  // one (ShardSet::Adopt). Collective.
-  absl::Status ShareShards(const std::vector<uint32_t>& ids);
-  // The upload pool when `p` has device destinations, else null;
-  // collective (the ranks agree on the outcome).
-  absl::StatusOr<StagingPool*> AgreeOnUploadPool(const Prepared& p);
+  // one (ShardSet::Adopt). Collective (one): returns the first rank's
+  // error in opening its shards, as Agree; *adopted is this rank's own
+  // outcome of adopting the others' indexes, for the caller's next Agree.
+  absl::Status ShareShards(const std::vector<uint32_t>& ids,
+                           absl::Status* adopted);
+  // This rank's requests as GroupRequests takes them, or why there are
+  // none (`p`'s error).
+  absl::StatusOr<std::string> EncodedRequests(
+      const absl::StatusOr<Prepared>& p);
+  // This rank's shards of ShareShards, opened, and their metas as bytes.
+  absl::StatusOr<std::string> OwnShardMetas(const std::vector<uint32_t>& own);
+  // What this rank checks before the plan, for the ranks' one agreement:
+  // `adopted` (ShareShards), its chunkless entries (ShardSet::
+  // CheckChunkless), and the upload pool when `p` has device
+  // destinations, which it returns (else null).
+  absl::StatusOr<StagingPool*> ReadyToRead(const Prepared& p,
+                                           const absl::Status& adopted);
   // Runs `reads` (reads[i] of shard shards[i]) on threads_ threads.
   absl::Status RunReads(ReadExecutor* run, const std::vector<BlockRead>& reads,
                         const std::vector<uint32_t>& shards);
   // The bytes exchanged with AllToAll, in rounds of at most
   // LoadOptions::exchange_bytes_per_round (and device memory through
-  // device_exchange.h where the communicator can).
+  // device_exchange.h where the communicator can). pool: ReadyToRead's.
   absl::StatusOr<LoadReport> RunExchange(const Prepared& p,
                                          const RequestGroups& groups,
                                          const CoopPlan& plan,
                                          const LoadOptions& options,
-                                         LoadReport report);
+                                         StagingPool* pool, LoadReport report);
 
   // With a communicator that SharesAddressSpace (direct_delivery.cc):
   // every rank's destinations as one list, or nullopt on every rank if
