@@ -333,9 +333,9 @@ def _distributed_load_parts(name: str, v) -> List[_Part]:
     lay = layout(name, v)
     parts = []
     for p in lay.pieces:
-        local, target = p.local.detach(), None
-        _stored_as_elements(name, local)
-        if not local.is_contiguous():
+        local, target = p.local, None  # detached (dtensor.layout)
+        if not local.is_contiguous():  # else _borrowable checks it
+            _stored_as_elements(name, local)
             if _overlaps(local):
                 raise InvalidArgumentError(
                     f"entry '{name}': the local tensor's elements share memory (strides "
