@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -331,18 +332,28 @@ TEST_P(CooperativeLoadFailureTest, OpenErrorsAreThoseOfASingleRankOpen) {
   EXPECT_EQ(got[0], Reader::Open(dir.path()).status());
 }
 
-TEST_P(CooperativeLoadFailureTest, BadRequestOnOneRankFailsEveryRank) {
+// Loads the rows on every rank of `delivery`, t1 requested as int32 by
+// the ranks of `bad` (and, by rank 3 when `bad_shape_on_3`, t0 at a wrong
+// shape): every rank's status.
+std::vector<absl::Status> LoadWithBadRequests(Delivery delivery,
+                                              const std::set<int>& bad,
+                                              bool bad_shape_on_3) {
   TempDir dir;
   SaveRows(dir.path());
   ColumnLoad load;
-  auto got = LoadOnAll(
-      GetParam(), dir.path(), [](int) -> Storage* { return nullptr; },
+  return LoadOnAll(
+      delivery, dir.path(), [](int) -> Storage* { return nullptr; },
       [&](int r) {
         auto reqs = load.Requests(r);
-        if (r == 2) reqs[1].dtype = DType::kInt32;
+        if (bad.count(r)) reqs[1].dtype = DType::kInt32;
+        if (bad_shape_on_3 && r == 3) reqs[0].shape = {1, 1};
         return reqs;
       });
-  ExpectSameFailure(got, absl::StatusCode::kInvalidArgument,
+}
+
+TEST_P(CooperativeLoadFailureTest, BadRequestOnOneRankFailsEveryRank) {
+  ExpectSameFailure(LoadWithBadRequests(GetParam(), {2}, false),
+                    absl::StatusCode::kInvalidArgument,
                     "rank 2 of 4: t1: dtype float32 in checkpoint, int32 "
                     "requested");
 }
@@ -351,18 +362,8 @@ TEST_P(CooperativeLoadFailureTest, BadRequestOnOneRankFailsEveryRank) {
 // AllGather, and every rank reports the lowest failing rank's.
 TEST_P(CooperativeLoadFailureTest,
        BadRequestsOnTwoRanksFailEveryRankAsTheLowest) {
-  TempDir dir;
-  SaveRows(dir.path());
-  ColumnLoad load;
-  auto got = LoadOnAll(
-      GetParam(), dir.path(), [](int) -> Storage* { return nullptr; },
-      [&](int r) {
-        auto reqs = load.Requests(r);
-        if (r == 3) reqs[0].shape = {1, 1};
-        if (r == 1) reqs[1].dtype = DType::kInt32;
-        return reqs;
-      });
-  ExpectSameFailure(got, absl::StatusCode::kInvalidArgument,
+  ExpectSameFailure(LoadWithBadRequests(GetParam(), {1}, true),
+                    absl::StatusCode::kInvalidArgument,
                     "rank 1 of 4: t1: dtype float32 in checkpoint, int32 "
                     "requested");
 }
