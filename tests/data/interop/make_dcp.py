@@ -119,13 +119,25 @@ def expected_json(out, tensors=None, objects=None, **extra):
         json.dump(exp, f, indent=1)
 
 
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+def spawn_ranks(fn, world, *args):
+    """fn(rank, world, *args, store) on `world` processes that meet through a
+    FileStore in a fresh temporary directory: no TCP port, which another
+    process (a test beside this one) could take between a free-port probe
+    and the bind."""
+    import shutil
+    import tempfile
+    import torch.multiprocessing as mp
+    tmp = tempfile.mkdtemp(prefix="make_dcp-")
+    try:
+        mp.spawn(fn, args=(world, *args, os.path.join(tmp, "store")), nprocs=world, join=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def init_gloo(rank, world, store):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world)
 
 
 # ---- torch 2.x: torch.distributed.checkpoint.save of DTensors ---------------
@@ -190,14 +202,12 @@ def torch_load_result(mesh, path):
     return "equal" if sd["extra"] == EXTRA else "differs: extra"
 
 
-def run_rank_2(rank, world, out, prefix, port):
+def run_rank_2(rank, world, out, prefix, store):
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.filesystem import SerializationFormat
     from torch.distributed.device_mesh import init_device_mesh
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    init_gloo(rank, world, store)
     mesh = init_device_mesh("cpu", (world,))
     # Relative paths, so that StorageMeta.checkpoint_id is the directory name.
     os.chdir(out)
@@ -225,12 +235,11 @@ def run_rank_2(rank, world, out, prefix, port):
 
 
 def real(out, prefix):
-    import torch.multiprocessing as mp
     os.makedirs(out, exist_ok=True)
     if prefix is None:
         major, minor = torch.__version__.split(".")[:2]
         prefix = f"dcp_torch{major}{minor}"
-    mp.spawn(run_rank_2, args=(2, os.path.abspath(out), prefix, free_port()), nprocs=2, join=True)
+    spawn_ranks(run_rank_2, 2, os.path.abspath(out), prefix)
 
 
 # ---- torch 1.13: torch.distributed._shard.checkpoint of ShardedTensors ------
@@ -256,21 +265,18 @@ def state_dict_113(rank, world):
     return sd
 
 
-def run_rank_113(rank, world, out, port):
+def run_rank_113(rank, world, out, store):
     import torch.distributed as dist
     dcp = TORCH113[0]
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    init_gloo(rank, world, store)
     dcp.save_state_dict(state_dict_113(rank, world), dcp.FileSystemWriter(out))
     dist.barrier()
     dist.destroy_process_group()
 
 
 def real113(out):
-    import torch.multiprocessing as mp
     os.makedirs(out, exist_ok=True)
-    mp.spawn(run_rank_113, args=(2, out, free_port()), nprocs=2, join=True)
+    spawn_ranks(run_rank_113, 2, out)
     expected_json(out)
 
 
