@@ -615,9 +615,8 @@ TEST(CooperativeLoadDeliveryTest, RoundsThatSendNothingMakeNoAllToAllCall) {
   TempDir dir;
   const auto global = SaveRows(dir.path());
   constexpr int kRanksNow = 2;
-  std::vector<int> collectives_v;
-  std::vector<int>* collectives = &collectives_v;
   auto load = [&](std::vector<int>* calls, std::vector<int>* agreements,
+                  std::vector<int>* collectives,
                   std::vector<std::vector<std::string>>* bufs) {
     std::vector<absl::Status> got(kRanksNow);
     calls->assign(kRanksNow, 0);
@@ -653,9 +652,10 @@ TEST(CooperativeLoadDeliveryTest, RoundsThatSendNothingMakeNoAllToAllCall) {
     EXPECT_TRUE(st.ok()) << st;
     return got;
   };
-  std::vector<int> calls, agreements;
+  std::vector<int> calls, agreements, collectives;
   std::vector<std::vector<std::string>> bufs;
-  std::vector<absl::Status> got = load(&calls, &agreements, &bufs);
+  std::vector<absl::Status> got =
+      load(&calls, &agreements, &collectives, &bufs);
   for (int r = 0; r < kRanksNow; ++r) {
     CKPT_EXPECT_OK(got[r]);
     EXPECT_EQ(calls[r], 0) << "rank " << r;
@@ -663,7 +663,7 @@ TEST(CooperativeLoadDeliveryTest, RoundsThatSendNothingMakeNoAllToAllCall) {
     // Four collectives in all: the requests and the shard indexes (each
     // an AllGather that carries a failing rank's error too), the
     // agreement that every rank is ready to read, and the outcome's.
-    EXPECT_EQ(collectives_v[r], 4) << "rank " << r;
+    EXPECT_EQ(collectives[r], 4) << "rank " << r;
     const uint64_t rows = kRows / kRanksNow;
     const Box b{{r * rows, 0}, {rows, kCols}};
     for (int i = 0; i < 3; ++i) {
@@ -689,7 +689,7 @@ TEST(CooperativeLoadDeliveryTest, RoundsThatSendNothingMakeNoAllToAllCall) {
     f.seekp(last->data_offset + 100);
     f.put(static_cast<char>(old ^ 1));
   }
-  got = load(&calls, &agreements, &bufs);
+  got = load(&calls, &agreements, &collectives, &bufs);
   for (int r = 0; r < kRanksNow; ++r) {
     EXPECT_THAT(got[r], StatusIs(absl::StatusCode::kDataLoss, "checksum"))
         << "rank " << r;

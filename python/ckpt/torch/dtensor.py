@@ -244,6 +244,19 @@ def _cached_shard_specs(placements: Tuple) -> Optional[Tuple[ShardSpec, ...]]:
         return None
 
 
+def _shard_specs(name: str, placements) -> Tuple[ShardSpec, ...]:
+    """The ShardSpecs of a DTensor's placements (cached by placements);
+    InvalidArgumentError naming entry `name` for one it refuses."""
+    placements = tuple(placements)
+    try:
+        shards = _cached_shard_specs(placements)
+    except TypeError:  # a placement that cannot be hashed
+        shards = None
+    if shards is None:
+        shards = tuple(_shard_spec(name, p) for p in placements)
+    return shards
+
+
 @functools.lru_cache(maxsize=4096)
 def _cached_coverage(shape: Tuple[int, ...], mesh_shape: Tuple[int, ...],
                      coordinate: Tuple[int, ...], shards: Tuple[ShardSpec, ...]
@@ -263,13 +276,7 @@ def _dtensor_layout(name: str, dt) -> Layout:
         raise InvalidArgumentError(
             f"entry '{name}': this rank is not in the DTensor's mesh "
             f"{mesh.mesh.tolist()}")
-    placements = tuple(dt.placements)
-    try:
-        shards = _cached_shard_specs(placements)
-    except TypeError:  # a placement that cannot be hashed
-        shards = None
-    if shards is None:
-        shards = tuple(_shard_spec(name, p) for p in placements)
+    shards = _shard_specs(name, dt.placements)
     local = _local_tensor(dt)
     # size(), not .shape: a DTensor's shape property costs ~15 us (it goes
     # through __torch_function__), size() ~1 us, and a model has hundreds.
@@ -389,7 +396,7 @@ def one_box_everywhere(name: str, value) -> bool:
     dt = dtensor_class()
     if dt is None or not isinstance(value, dt):
         return len(value.local_shards()) <= 1
-    shards = tuple(_shard_spec(name, p) for p in value.placements)
+    shards = _shard_specs(name, value.placements)
     if all(s is None or s[1] == 1 for s in shards):
         return True
     return _one_box_at_every_coordinate(tuple(int(d) for d in value.size()),
