@@ -162,32 +162,43 @@ bool ClipToFlat(const Dims& stride, const FlatRange* flat, Box* inter) {
 }
 
 // The index, in box `b` (row-major, strides `bstride`), of the element at
-// coordinates c[0 .. n-2] and `last` in the last dim.
-uint64_t LocalIndex(const Box& b, const Dims& bstride, const Dims& c,
-                    uint64_t last) {
-  const size_t n = b.offset.size();
+// global coordinates c.
+uint64_t LocalIndex(const Box& b, const Dims& bstride, const Dims& c) {
   uint64_t idx = 0;
-  for (size_t d = 0; d + 1 < n; ++d) idx += (c[d] - b.offset[d]) * bstride[d];
-  return idx + (last - b.offset[n - 1]);
+  for (size_t d = 0; d < c.size(); ++d)
+    idx += (c[d] - b.offset[d]) * bstride[d];
+  return idx;
 }
 
-// The runs of every row (along the last dim) of `inter`, in row-major
-// order, clipped to the flat range of sf or df if there is one; the other
-// side's positions are local to its box (sb or db).
-void RowRuns(const Dims& stride, const Box& inter, const Box* sb, const Box* db,
-             const FlatRange* sf, const FlatRange* df, RunEmitter* out) {
+// The first dim of the rows RowRuns walks: every dim after it is whole in
+// `inter` (so in both regions too), which makes a row through them one run
+// in every layout. A shard of whole rows (Shard(0) of a matrix) is then one
+// row, not one per matrix row.
+size_t RowDim(const Shape& shape, const Box& inter) {
+  size_t m = inter.size.size() - 1;
+  while (m > 0 && inter.size[m] == shape[m]) --m;
+  return m;
+}
+
+// The runs of every row of `inter` (dims RowDim.., in row-major order),
+// clipped to the flat range of sf or df if there is one; the other side's
+// positions are local to its box (sb or db).
+void RowRuns(const Shape& shape, const Dims& stride, const Box& inter,
+             const Box* sb, const Box* db, const FlatRange* sf,
+             const FlatRange* df, RunEmitter* out) {
   const size_t n = inter.offset.size();
+  const size_t m = RowDim(shape, inter);
   const FlatRange* flat = sf ? sf : df;
   const uint64_t flat_end = flat ? flat->start + flat->length : 0;
   Dims sstride, dstride;
   if (sb) sstride = Strides(sb->size);
   if (db) dstride = Strides(db->size);
-  const uint64_t row_len = inter.size[n - 1];
+  uint64_t row_len = 1;
+  for (size_t d = m; d < n; ++d) row_len *= inter.size[d];
   Dims c(inter.offset.begin(), inter.offset.end());
   while (true) {
     uint64_t g = 0;
-    for (size_t d = 0; d + 1 < n; ++d) g += c[d] * stride[d];
-    g += inter.offset[n - 1];
+    for (size_t d = 0; d < n; ++d) g += c[d] * stride[d];
     uint64_t lo = g, hi = g + row_len;
     if (flat) {
       if (lo >= flat_end) break;
@@ -195,12 +206,11 @@ void RowRuns(const Dims& stride, const Box& inter, const Box* sb, const Box* db,
       hi = std::min(hi, flat_end);
     }
     if (lo < hi) {
-      uint64_t last = inter.offset[n - 1] + (lo - g);
-      uint64_t s = sb ? LocalIndex(*sb, sstride, c, last) : lo - sf->start;
-      uint64_t d = db ? LocalIndex(*db, dstride, c, last) : lo - df->start;
+      uint64_t s = sb ? LocalIndex(*sb, sstride, c) + (lo - g) : lo - sf->start;
+      uint64_t d = db ? LocalIndex(*db, dstride, c) + (lo - g) : lo - df->start;
       out->Add(s, d, hi - lo);
     }
-    size_t d = n - 1;
+    size_t d = m;
     bool done = true;
     while (d-- > 0) {
       if (++c[d] < inter.offset[d] + inter.size[d]) {
@@ -234,7 +244,7 @@ uint64_t ForEachRun(const Shape& shape, const Region& src, const Region& dst,
   }
   const Dims stride = Strides(shape);
   if (!ClipToFlat(stride, sf ? sf : df, &inter)) return 0;
-  RowRuns(stride, inter, sb, db, sf, df, &out);
+  RowRuns(shape, stride, inter, sb, db, sf, df, &out);
   return out.Finish();
 }
 

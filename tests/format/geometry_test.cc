@@ -82,6 +82,39 @@ TEST(GeometryTest, WholeTensorCopyIsOneRun) {
   EXPECT_EQ(runs, 1);
 }
 
+// A box of whole rows is one run whatever its row count: the walk goes
+// over the dims before the whole ones (2^40 rows here, one step), where it
+// once stepped row by row.
+TEST(GeometryTest, BoxesOfWholeTrailingDimsAreOneRunWithoutARowWalk) {
+  const uint64_t rows = uint64_t{1} << 40;
+  Shape shape{rows, 4, 2};
+  Box src{{0, 0, 0}, {rows, 4, 2}}, dst{{8, 0, 0}, {rows - 8, 4, 2}};
+  std::vector<std::array<uint64_t, 3>> runs;
+  uint64_t total =
+      ForEachRun(shape, src, dst, [&](uint64_t s, uint64_t d, uint64_t n) {
+        runs.push_back({s, d, n});
+      });
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0], (std::array<uint64_t, 3>{8 * 8, 0, (rows - 8) * 8}));
+  EXPECT_EQ(total, (rows - 8) * 8);
+  // Against a flat range in the middle of a row block: clipped, one run.
+  runs.clear();
+  ForEachRun(shape, FlatRange{100, 1000}, dst,
+             [&](uint64_t s, uint64_t d, uint64_t n) {
+               runs.push_back({s, d, n});
+             });
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0], (std::array<uint64_t, 3>{0, 100 - 64, 1000}));
+  // A box cut in its last dim still walks its rows, each a run.
+  runs.clear();
+  ForEachRun(Shape{3, 4}, Box{{0, 1}, {3, 2}}, FullBox(Shape{3, 4}),
+             [&](uint64_t s, uint64_t d, uint64_t n) {
+               runs.push_back({s, d, n});
+             });
+  EXPECT_EQ(runs, (std::vector<std::array<uint64_t, 3>>{
+                      {0, 1, 2}, {2, 5, 2}, {4, 9, 2}}));
+}
+
 TEST(GeometryTest, ScalarTensor) {
   Shape scalar;
   EXPECT_EQ(RegionElements(FullBox(scalar)), 1u);
