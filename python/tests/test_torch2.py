@@ -10,6 +10,7 @@ a job starts in well under a second instead of the ~5 s a spawned child
 spends importing torch and torch.distributed on two busy cores. The parent
 never initialises torch.distributed. Every job is bit for bit
 reproducible (one thread per process, data seeded by step and rank)."""
+import collections
 import json
 import os
 import warnings
@@ -216,6 +217,63 @@ def test_a_failing_load_state_dict_fails_every_rank_naming_the_entry(tmp_path):
     assert ("entry 'user': restoring the loaded state into the Refuses raised ValueError: "
             "not today") in str(e.value.errors[0])
     assert "load: rank 0 failed: UnknownError: entry 'user'" in str(e.value.errors[1])
+
+
+def _count_dsd_calls(monkeypatch):
+    """Counts the calls of torch.distributed.checkpoint.state_dict's getters
+    and setters (still calling them)."""
+    from torch.distributed.checkpoint import state_dict as dsd
+    calls = collections.Counter()
+    for name in ("get_state_dict", "set_state_dict", "get_model_state_dict",
+                 "set_model_state_dict", "get_optimizer_state_dict",
+                 "set_optimizer_state_dict"):
+        def counted(*a, _f=getattr(dsd, name), _n=name, **k):
+            calls[_n] += 1
+            return _f(*a, **k)
+        monkeypatch.setattr(dsd, name, counted)
+    return calls
+
+
+def test_a_module_and_its_optimizer_go_through_one_get_and_one_set_state_dict(
+        tmp_path, monkeypatch):
+    model, opt, sched = _plain_job(0)
+    _plain_step(model, opt, sched, 0)
+    calls = _count_dsd_calls(monkeypatch)
+    # The optimizer first: the pair's state is got at whichever comes first.
+    ct.save({"optim": opt, "nested": {"model": model}, "sched": sched}, str(tmp_path), 1)
+    assert calls == {"get_state_dict": 1}
+    expected = [_plain_step(model, opt, sched, k) for k in range(1, 4)]
+
+    model2, opt2, sched2 = _plain_job(1)
+    calls.clear()
+    ct.load({"optim": opt2, "nested": {"model": model2}, "sched": sched2}, str(tmp_path))
+    assert calls == {"get_state_dict": 1, "set_state_dict": 1}
+    assert [_plain_step(model2, opt2, sched2, k) for k in range(1, 4)] == expected
+
+    # Two optimizers of one module: each goes through its own calls.
+    model3, opt3, _ = _plain_job(2)
+    opt4 = torch.optim.SGD(model3.parameters(), lr=0.1, momentum=0.9)
+    calls.clear()
+    ct.save({"model": model3, "a": opt3, "b": opt4}, str(tmp_path), 2)
+    assert calls == {"get_model_state_dict": 1, "get_optimizer_state_dict": 2}
+    calls.clear()
+    ct.load({"model": model3, "a": opt3, "b": opt4}, str(tmp_path))
+    assert calls == {"get_model_state_dict": 1, "get_optimizer_state_dict": 2,
+                     "set_model_state_dict": 1, "set_optimizer_state_dict": 2}
+
+
+def test_a_failing_restore_of_a_pair_names_both_entries(tmp_path, monkeypatch):
+    model, opt, _ = _plain_job(0)
+    ct.save({"model": model, "optim": opt}, str(tmp_path), 1)
+    from torch.distributed.checkpoint import state_dict as dsd
+
+    def refuse(*a, **k):
+        raise ValueError("not today")
+    monkeypatch.setattr(dsd, "set_state_dict", refuse)
+    with pytest.raises(ckpt.UnknownError,
+                       match="entries 'model' and 'optim': restoring the loaded state into "
+                             "the Sequential and the AdamW raised ValueError: not today"):
+        ct.load({"model": model, "optim": opt}, str(tmp_path))
 
 
 def test_an_optimizer_without_its_model_is_refused_naming_the_entry(tmp_path):

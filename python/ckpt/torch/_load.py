@@ -168,7 +168,8 @@ def load(state_dict: Dict, root: str, *, step: Optional[int] = None, process_gro
     schedulers; ckpt.torch._stateful) is loaded as its state dict, in
     place, then handed back to it (load_state_dict, or
     torch.distributed.checkpoint.state_dict's set_model_state_dict and
-    set_optimizer_state_dict): ct.load({"model": model, "optim": optim},
+    set_optimizer_state_dict, or set_state_dict for a module and the one
+    optimizer that updates it): ct.load({"model": model, "optim": optim},
     root) restores both, like dcp.load. An error there names the entry and
     is raised on every rank.
 

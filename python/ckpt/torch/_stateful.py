@@ -14,6 +14,11 @@ dict in place and then handing it back to the object.
     step at lr 0); a ZeroRedundancyOptimizer as
     ckpt.torch.optimizer_state_dict (each rank its own partition);
   * anything else: obj.state_dict() / obj.load_state_dict(state).
+A module and the one optimizer of the same state dict that updates it,
+each there once, go through get_state_dict / set_state_dict together
+(one check of the module's parameter names where two calls make two; the
+same state dicts): their state is got when the first of the two is met,
+and restored when the second is.
 Where torch has no torch.distributed.checkpoint, modules use
 state_dict() / load_state_dict().
 """
@@ -42,6 +47,10 @@ class Stateful:
     holder: Dict[str, Any]
     key: str
     restore_fn: Callable[[Any], None]
+    # What a failure of restore_fn names: "entry 'optim': ... into the
+    # AdamW" (the entries and types of both values of a pair).
+    entries: str = ""
+    types: str = ""
 
     def restore(self) -> None:
         """Hands the loaded state to the object. UnknownError naming the
@@ -49,8 +58,10 @@ class Stateful:
         try:
             self.restore_fn(self.holder[self.key])
         except Exception as e:  # named for every rank
-            raise UnknownError(f"entry '{self.name}': restoring the loaded state into the "
-                               f"{type(self.obj).__name__} raised {type(e).__name__}: {e}") from e
+            entries = self.entries or f"entry '{self.name}'"
+            types = self.types or type(self.obj).__name__
+            raise UnknownError(f"{entries}: restoring the loaded state into the {types} "
+                               f"raised {type(e).__name__}: {e}") from e
 
 
 def _dsd():
@@ -62,20 +73,23 @@ def _dsd():
         return None
 
 
-def _modules(state: Dict) -> List[torch.nn.Module]:
-    """The modules among the values of `state`, nested dicts included (each
-    dict once: a dict that contains itself ends the walk, not the stack)."""
-    out, seen, stack = [], {id(state)}, [iter(state.values())]
+def _modules_and_optimizers(state: Dict):
+    """The modules and the optimizers among the values of `state`, nested
+    dicts included, in order, each as often as it is met (each dict once: a
+    dict that contains itself ends the walk, not the stack)."""
+    modules, optimizers, seen, stack = [], [], {id(state)}, [iter(state.values())]
     while stack:
         v = next(stack[-1], stack)
         if v is stack:
             stack.pop()
         elif isinstance(v, torch.nn.Module):
-            out.append(v)
+            modules.append(v)
+        elif isinstance(v, torch.optim.Optimizer):
+            optimizers.append(v)
         elif isinstance(v, dict) and id(v) not in seen:
             seen.add(id(v))
             stack.append(iter(v.values()))
-    return out
+    return modules, optimizers
 
 
 def _model_of(name: str, optimizer, modules: List[torch.nn.Module]) -> torch.nn.Module:
@@ -114,6 +128,63 @@ def _handlers(name: str, obj, modules: Callable[[], List[torch.nn.Module]]):
     return obj.state_dict, obj.load_state_dict
 
 
+class _Pair:
+    """A module and the optimizer that updates it, got and restored through
+    one get_state_dict / set_state_dict. Half 0 is the module's, 1 the
+    optimizer's: get(h) hands out half h of the pair's state (both got at
+    the first call), restore(h, sd) keeps it until both halves are back,
+    then sets both."""
+
+    def __init__(self, dsd, model: torch.nn.Module, optim: torch.optim.Optimizer):
+        self._dsd, self.objs = dsd, (model, optim)
+        self._got: List[Any] = []
+        self._back: Dict[int, Any] = {}
+        self.names: List[str] = []  # the entries, in the order they are met
+
+    def get(self, half: int):
+        if not self._got:
+            from ._optim import _init_state
+            _init_state(self.objs[1])  # before torch's own, which would leave step = 1
+            self._got = list(self._dsd.get_state_dict(*self.objs))
+        return self._got[half]
+
+    def restore(self, half: int, sd) -> None:
+        self._back[half] = sd
+        if len(self._back) == 2:
+            back, self._back = self._back, {}
+            self._dsd.set_state_dict(*self.objs, model_state_dict=back[0],
+                                     optim_state_dict=back[1])
+
+
+def _pairs(dsd, state: Dict) -> Dict[int, tuple]:
+    """id(value) -> (its _Pair, its half) for every module and optimizer of
+    `state` that pair: an optimizer (not ZeroRedundancyOptimizer) that
+    updates parameters of one module only, the two each met once in the
+    walk, and no other optimizer of that module."""
+    if dsd is None:
+        return {}
+    from ._optim import is_zero_redundancy
+    modules, optimizers = _modules_and_optimizers(state)
+    count: Dict[int, int] = {}
+    for v in modules + optimizers:
+        count[id(v)] = count.get(id(v), 0) + 1
+    owner: Dict[int, List[torch.optim.Optimizer]] = {}
+    for opt in optimizers:
+        if count[id(opt)] != 1 or is_zero_redundancy(opt):
+            continue
+        params = {id(p) for g in opt.param_groups for p in g["params"]}
+        holders = [m for m in modules if params <= {id(p) for p in m.parameters()}]
+        if len(holders) == 1 and count[id(holders[0])] == 1:
+            owner.setdefault(id(holders[0]), []).append(opt)
+    out = {}
+    for m in modules:
+        opts = owner.get(id(m), [])
+        if len(opts) == 1:
+            pair = _Pair(dsd, m, opts[0])
+            out[id(m)], out[id(opts[0])] = (pair, 0), (pair, 1)
+    return out
+
+
 class Statefuls:
     """The stateful values met while flattening one state dict: expand is
     _flatten's hook, found lists them in order."""
@@ -121,12 +192,29 @@ class Statefuls:
     def __init__(self, state: Dict):
         self._state = state
         self._modules: Optional[List[torch.nn.Module]] = None
+        self._pairs: Optional[Dict[int, tuple]] = None
         self.found: List[Stateful] = []
 
     def _all_modules(self) -> List[torch.nn.Module]:
         if self._modules is None:
-            self._modules = _modules(self._state)
+            self._modules = _modules_and_optimizers(self._state)[0]
         return self._modules
+
+    def _handlers(self, name: str, value):
+        """(getter, restorer, entries, types) of a stateful value: those of
+        its pair's half, else _handlers'."""
+        if self._pairs is None and isinstance(value, (torch.nn.Module, torch.optim.Optimizer)):
+            self._pairs = _pairs(_dsd(), self._state)
+        paired = (self._pairs or {}).get(id(value))
+        if paired is None:
+            return _handlers(name, value, self._all_modules) + ("", "")
+        pair, half = paired
+        pair.names.append(name)
+        entries = types = ""
+        if len(pair.names) == 2:  # its restore sets both
+            entries = f"entries '{pair.names[0]}' and '{pair.names[1]}'"
+            types = " and the ".join(type(o).__name__ for o in pair.objs)
+        return (lambda: pair.get(half), lambda sd: pair.restore(half, sd), entries, types)
 
     def expand(self, name: str, key: str, value) -> Optional[Dict[str, Any]]:
         """{key: value's state dict} for a stateful value (entry `name`,
@@ -134,12 +222,12 @@ class Statefuls:
         its state_dict() raises."""
         if not is_stateful(value):
             return None
-        get, restore = _handlers(name, value, self._all_modules)
+        get, restore, entries, types = self._handlers(name, value)
         try:
             sd = get()
         except Exception as e:  # reported to every rank by the caller
             raise UnknownError(f"entry '{name}': {type(value).__name__}.state_dict() raised "
                                f"{type(e).__name__}: {e}") from e
         holder = {key: sd}
-        self.found.append(Stateful(name, value, holder, key, restore))
+        self.found.append(Stateful(name, value, holder, key, restore, entries, types))
         return holder
