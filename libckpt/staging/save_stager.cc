@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/status_macros.h"
 #include "util/align.h"
+#include "util/copy.h"
 #include "util/parallel_for.h"
 #include "util/timing.h"
 
@@ -182,7 +182,7 @@ void SaveStager::CopyHost(const std::vector<HostCopy>& copies) const {
     }
   }
   (void)ParallelFor(copy_threads_, pieces.size(), [&](int, size_t i) {
-    std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].n);
+    CopyForLater(pieces[i].dst, pieces[i].src, pieces[i].n);
     return absl::OkStatus();
   });
 }
