@@ -36,11 +36,13 @@ index, so that every load is checked bit for bit after its timing.
   (future.result() / handle.wait()). After the call returns, the state is
   overwritten (as a training step would), and the checkpoint, once
   durable, is loaded (untimed) and checked against the state at the call:
-    limit: memcpy    the bound of any snapshot: one copy_ of each local
-                     tensor into memory allocated and written before
+    limit: memcpy    one copy_ of each local tensor into memory allocated
+                     and written before: what a snapshot costs with torch's
+                     copy (ordinary stores; ckpt's snapshot streams its
+                     stores past the cache, util/copy.h, and can take less)
     limit: state dict + memcpy  get_state_dict(model, optim) and that
-                     copy: the bound of a save that takes the state through
-                     DCP's state-dict API, as every other row does
+                     copy: a save that takes the state through DCP's
+                     state-dict API, as every other row does
     dcp.async        dcp.async_save, FileSystemWriter (its own stager:
                      BlockingAsyncStager, a fresh CPU copy per save)
     dcp.async cached dcp.async_save with BlockingAsyncStager(
@@ -367,8 +369,8 @@ class Job:
                                   process_group=self.async_pg)
 
         def memcpy(s):
-            """The bound of any snapshot: one copy_ of each local tensor into
-            memory allocated (and written) before."""
+            """One copy_ of each local tensor into memory allocated (and
+            written) before: a snapshot with torch's copy."""
             if self.copies is None:
                 self.copies = {n: torch.empty_like(ts.box(t)[0]) for n, t in ts.leaves(self.sd)}
                 for c in self.copies.values():
@@ -383,9 +385,8 @@ class Job:
                     ts.box(t)[0].copy_(self.copies[n])
 
         def state_dict_memcpy(s):
-            """What any save through DCP's state-dict API blocks for at
-            least: get_state_dict (as every other async row calls it) and
-            the copy."""
+            """get_state_dict (as every other async row calls it) and the
+            copy: a save through DCP's state-dict API with torch's copy."""
             self.state_dict()
             return memcpy(s)
 
