@@ -6,8 +6,10 @@
 // The state: G GiB of float32 tensors of 64 MiB, in host memory, or with
 // --device in CUDA device memory (cudaMalloc; needs a build with the CUDA
 // Toolkit and a GPU). One process, one rank. In this order:
-//   snapshot_limit_s  host: the same bytes copied by memcpy in pieces of
-//                     4 MiB, by as many threads as the snapshot uses
+//   snapshot_limit_s  host: the same bytes copied in pieces of 4 MiB with
+//                     the library's copy (CopyForLater, util/copy.h:
+//                     streaming stores where the CPU has AVX2), by as many
+//                     threads as the snapshot uses
 //                     (--snapshot-threads, default
 //                     ckpt::DefaultSnapshotThreads()), into memory
 //                     allocated and faulted in as the staging pool's; the
@@ -77,6 +79,7 @@
 #include "ckpt/reader.h"
 #include "ckpt/testing/fake_device.h"
 #include "ckpt/writer.h"
+#include "util/copy.h"
 #ifdef CKPT_BENCH_CUDA
 #include <cuda_runtime_api.h>
 
@@ -210,8 +213,9 @@ void Verify(const State& s, const std::string& root) {
   }
 }
 
-// The copy of the library's snapshot without the library: every tensor
-// copied in pieces of 4 MiB (as the SaveStager splits them) by `threads`
+// The copy of the library's snapshot without the rest of the library:
+// every tensor copied in pieces of 4 MiB (as the SaveStager splits them,
+// with its CopyForLater) by `threads`
 // threads taking pieces in turn, into memory allocated and faulted in as the
 // staging pool's (2 MiB aligned, MADV_HUGEPAGE, every page touched). The
 // best of three rounds.
@@ -228,9 +232,9 @@ double HostSnapshotLimit(const State& s, int threads) {
     auto copy = [&] {
       for (uint64_t p; (p = next.fetch_add(1)) < pieces;) {
         const uint64_t off = p * kPiece;
-        std::memcpy(dst + off,
-                    s.host[off / kTensorBytes].get() + off % kTensorBytes,
-                    kPiece);
+        ckpt::internal::CopyForLater(
+            dst + off, s.host[off / kTensorBytes].get() + off % kTensorBytes,
+            kPiece);
       }
     };
     const double t0 = Now();
@@ -519,7 +523,7 @@ void PrintTargets(const Options& o, const Results& r, const Targets& t) {
               o.fake_device       ? "fake D2H"
               : o.device_snapshot ? "D2D"
               : o.device          ? "pinned D2H"
-                                  : "memcpy",
+                                  : "host copy",
               r.full.stall / r.limit, verdict(t.stall_met));
   std::printf("target           durable <= 1.15x the sync save%s: %.2fx %s\n",
               o.device ? " (a host target)" : "", r.full.durable / r.sync_save,

@@ -231,7 +231,7 @@ class Job:
         self.root = args.dir
         self.checkpointer = ct.Checkpointer(os.path.join(self.root, "ckpt"))
         self.stagers = {}  # DCP's stagers, kept across saves (their caches with them)
-        self.copies = None  # the memcpy bound's destination
+        self.copies = None  # the destination of the copy_ shown for scale
 
     def state_dict(self):
         msd, osd = get_state_dict(self.model, self.opt)
@@ -410,7 +410,7 @@ class Job:
 
 
 def wait(handle):
-    if handle is None:  # the memcpy bound: done when the copy returns
+    if handle is None:  # the copy_ shown for scale: done when it returns
         return
     if hasattr(handle, "upload_completion"):  # AsyncSaveResponse
         handle.upload_completion.result()
