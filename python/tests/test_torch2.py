@@ -274,6 +274,10 @@ def test_a_failing_restore_of_a_pair_names_both_entries(tmp_path, monkeypatch):
                        match="entries 'model' and 'optim': restoring the loaded state into "
                              "the Sequential and the AdamW raised ValueError: not today"):
         ct.load({"model": model, "optim": opt}, str(tmp_path))
+    with pytest.raises(ckpt.UnknownError,
+                       match="entries 'optim' and 'model': restoring the loaded state into "
+                             "the AdamW and the Sequential raised ValueError: not today"):
+        ct.load({"optim": opt, "model": model}, str(tmp_path))
 
 
 def test_an_optimizer_without_its_model_is_refused_naming_the_entry(tmp_path):

@@ -15,15 +15,15 @@ dict in place and then handing it back to the object.
     ckpt.torch.optimizer_state_dict (each rank its own partition);
   * anything else: obj.state_dict() / obj.load_state_dict(state).
 A module and the one optimizer of the same state dict that updates it,
-each there once, go through get_state_dict / set_state_dict together
-(one check of the module's parameter names where two calls make two; the
-same state dicts): their state is got when the first of the two is met,
-and restored when the second is.
+each there once, go through get_state_dict / set_state_dict together (the
+same state dicts; DCP's API checks the module's parameter names once per
+call, so one call costs about half of two): their state is got when the
+first of the two is met, and restored when the second is.
 Where torch has no torch.distributed.checkpoint, modules use
 state_dict() / load_state_dict().
 """
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -139,7 +139,7 @@ class _Pair:
         self._dsd, self.objs = dsd, (model, optim)
         self._got: List[Any] = []
         self._back: Dict[int, Any] = {}
-        self.names: List[str] = []  # the entries, in the order they are met
+        self.met: List[Tuple[str, int]] = []  # (entry, half), in the order met
 
     def get(self, half: int):
         if not self._got:
@@ -209,11 +209,12 @@ class Statefuls:
         if paired is None:
             return _handlers(name, value, self._all_modules) + ("", "")
         pair, half = paired
-        pair.names.append(name)
+        pair.met.append((name, half))
         entries = types = ""
-        if len(pair.names) == 2:  # its restore sets both
-            entries = f"entries '{pair.names[0]}' and '{pair.names[1]}'"
-            types = " and the ".join(type(o).__name__ for o in pair.objs)
+        if len(pair.met) == 2:  # its restore sets both
+            entries = " and ".join(f"'{n}'" for n, _ in pair.met)
+            entries = f"entries {entries}"
+            types = " and the ".join(type(pair.objs[h]).__name__ for _, h in pair.met)
         return (lambda: pair.get(half), lambda sd: pair.restore(half, sd), entries, types)
 
     def expand(self, name: str, key: str, value) -> Optional[Dict[str, Any]]:
