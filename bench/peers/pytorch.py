@@ -178,7 +178,7 @@ def rows_and_targets(res):
             b = best({n: x["blocked_s"] for n, x in dcp_async.items()})
             d = best({n: x["durable_s"] for n, x in dcp_async.items()})
             peer = med(dcp_async[b]["blocked_s"])
-            bounds = [f"{how} takes {med(a[n]['blocked_s']):.3f} s = "
+            scale = [f"{how} takes {med(a[n]['blocked_s']):.3f} s = "
                       f"{med(a[n]['blocked_s']) / peer:.2f}x {b}'s blocked time"
                       for n, how in (("limit: memcpy", "one copy_ (torch's, ordinary stores) "
                                       "of the state into memory written before"),
@@ -187,7 +187,7 @@ def rows_and_targets(res):
                       if n in a]
             compare(f"{r} proc: async ({ck}) blocked, <= 0.8x dcp.async_save's best", ck,
                     a[ck]["blocked_s"], b, dcp_async[b]["blocked_s"], 0.8, lower_is_better=True,
-                    extra=("for scale: " + "; ".join(bounds)) if bounds else "")
+                    extra=("for scale: " + "; ".join(scale)) if scale else "")
             compare(f"{r} proc: async ({ck}) durable, <= 1.0x DCP's best", ck,
                     a[ck]["durable_s"], d, dcp_async[d]["durable_s"], 1.0, lower_is_better=True)
         for name, m in job.get("rss", {}).items():

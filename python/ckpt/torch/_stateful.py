@@ -92,14 +92,20 @@ def _modules_and_optimizers(state: Dict):
     return modules, optimizers
 
 
+def _holders(optimizer, modules: List[torch.nn.Module]) -> List[torch.nn.Module]:
+    """The modules whose parameters include every parameter `optimizer`
+    updates, in order."""
+    params = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    return [m for m in modules if params <= {id(p) for p in m.parameters()}]
+
+
 def _model_of(name: str, optimizer, modules: List[torch.nn.Module]) -> torch.nn.Module:
-    """The module whose parameters include every parameter `optimizer`
-    updates. InvalidArgumentError naming the entry when there is none."""
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    for m in modules:
-        mine = {id(p) for p in m.parameters()}
-        if all(id(p) in mine for p in params):
-            return m
+    """The first module whose parameters include every parameter
+    `optimizer` updates. InvalidArgumentError naming the entry when there is
+    none."""
+    holders = _holders(optimizer, modules)
+    if holders:
+        return holders[0]
     raise InvalidArgumentError(
         f"entry '{name}': an optimizer is saved by parameter names, from the module whose "
         "parameters it updates: put that module in the same state dict (e.g. "
@@ -156,15 +162,16 @@ class _Pair:
                                      optim_state_dict=back[1])
 
 
-def _pairs(dsd, state: Dict) -> Dict[int, tuple]:
+def _pairs(dsd, modules: List[torch.nn.Module],
+           optimizers: List[torch.optim.Optimizer]) -> Dict[int, tuple]:
     """id(value) -> (its _Pair, its half) for every module and optimizer of
-    `state` that pair: an optimizer (not ZeroRedundancyOptimizer) that
-    updates parameters of one module only, the two each met once in the
-    walk, and no other optimizer of that module."""
+    a state dict (_modules_and_optimizers) that pair: an optimizer (not
+    ZeroRedundancyOptimizer) that updates parameters of one module only,
+    the two each met once in the walk, and no other optimizer of that
+    module."""
     if dsd is None:
         return {}
     from ._optim import is_zero_redundancy
-    modules, optimizers = _modules_and_optimizers(state)
     count: Dict[int, int] = {}
     for v in modules + optimizers:
         count[id(v)] = count.get(id(v), 0) + 1
@@ -172,8 +179,7 @@ def _pairs(dsd, state: Dict) -> Dict[int, tuple]:
     for opt in optimizers:
         if count[id(opt)] != 1 or is_zero_redundancy(opt):
             continue
-        params = {id(p) for g in opt.param_groups for p in g["params"]}
-        holders = [m for m in modules if params <= {id(p) for p in m.parameters()}]
+        holders = _holders(opt, modules)
         if len(holders) == 1 and count[id(holders[0])] == 1:
             owner.setdefault(id(holders[0]), []).append(opt)
     out = {}
@@ -191,20 +197,23 @@ class Statefuls:
 
     def __init__(self, state: Dict):
         self._state = state
-        self._modules: Optional[List[torch.nn.Module]] = None
+        self._walked: Optional[tuple] = None  # _modules_and_optimizers(state)
         self._pairs: Optional[Dict[int, tuple]] = None
         self.found: List[Stateful] = []
 
+    def _walk(self) -> tuple:
+        if self._walked is None:
+            self._walked = _modules_and_optimizers(self._state)
+        return self._walked
+
     def _all_modules(self) -> List[torch.nn.Module]:
-        if self._modules is None:
-            self._modules = _modules_and_optimizers(self._state)[0]
-        return self._modules
+        return self._walk()[0]
 
     def _handlers(self, name: str, value):
         """(getter, restorer, entries, types) of a stateful value: those of
         its pair's half, else _handlers'."""
         if self._pairs is None and isinstance(value, (torch.nn.Module, torch.optim.Optimizer)):
-            self._pairs = _pairs(_dsd(), self._state)
+            self._pairs = _pairs(_dsd(), *self._walk())
         paired = (self._pairs or {}).get(id(value))
         if paired is None:
             return _handlers(name, value, self._all_modules) + ("", "")
