@@ -2,7 +2,8 @@
 // reshard. Each returns a dict with the members of the matching tool's
 // --json report (tools/README.md), which ckpt/ops.py turns into
 // dataclasses; and the committed steps of a root. The GIL is released while
-// the operation runs. Paths are local or s3:// (PythonStorage).
+// the operation runs. Paths are local or s3:// (PythonStorage). And
+// _copy_for_later, the copy of an async save's snapshot, for benchmarks.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -14,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bind.h"
+#include "buffers.h"
 #include "ckpt/format/format_constants.h"
 #include "ckpt/ops/checkpoint_root.h"
 #include "ckpt/ops/diff.h"
@@ -21,6 +23,7 @@
 #include "ckpt/ops/validate.h"
 #include "errors.h"
 #include "storage.h"
+#include "util/copy.h"
 
 namespace ckpt::python {
 namespace py = pybind11;
@@ -280,6 +283,24 @@ std::vector<uint64_t> CommittedSteps(const std::string& root) {
   return ValueOrThrow(std::move(steps));
 }
 
+// util/copy.h's CopyForLater of `src`'s bytes into `dst` (host memory of
+// the same size), the GIL released: what an async save's snapshot does
+// with each tensor, alone (bench/peers measures its bound with it).
+void CopyForLater(py::handle dst, py::handle src) {
+  BorrowedBuffer d = Borrow(dst, /*writable=*/true, "dst");
+  BorrowedBuffer s = Borrow(src, /*writable=*/false, "src");
+  if (d.memory != MemoryKind::kHost || s.memory != MemoryKind::kHost) {
+    ThrowIfError(absl::InvalidArgumentError(
+        "_copy_for_later: dst and src must be host memory"));
+  }
+  if (d.nbytes != s.nbytes) {
+    ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
+        "_copy_for_later: dst has ", d.nbytes, " bytes, src ", s.nbytes)));
+  }
+  py::gil_scoped_release release;
+  internal::CopyForLater(d.data, s.data, d.nbytes);
+}
+
 }  // namespace
 
 void BindOps(py::module_& m) {
@@ -297,6 +318,10 @@ void BindOps(py::module_& m) {
   m.def("_committed_steps", &CommittedSteps, py::arg("root"),
         "ops::CommittedSteps: the steps of the committed checkpoints under "
         "root, ascending.");
+  m.def("_copy_for_later", &CopyForLater, py::arg("dst"), py::arg("src"),
+        "The copy of an async save's snapshot (streaming stores where the "
+        "CPU has AVX2) of src's bytes into dst, host buffers or tensors of "
+        "one size; for benchmarks.");
 }
 
 }  // namespace ckpt::python

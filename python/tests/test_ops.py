@@ -174,3 +174,32 @@ def test_reshard_errors_are_the_package_exceptions(tmp_path):
     ckpt.reshard(str(tmp_path / "run"), str(tmp_path / "out"), to=2)
     with pytest.raises(ckpt.AlreadyExistsError):
         ckpt.reshard(str(tmp_path / "run"), str(tmp_path / "out"), to=2)
+
+
+def test_copy_for_later_gives_the_source_bytes_at_every_size_and_alignment():
+    """ckpt._ckpt._copy_for_later (the snapshot's copy; bench/peers times
+    its bound with it): the bytes of src, at sizes on both sides of the
+    streaming threshold (256 KiB) and misaligned views, nothing around dst
+    touched; torch tensors (DLPack) as well as buffers."""
+    from ckpt import _ckpt
+    rng = np.random.default_rng(7)
+    for n in (0, 1, (256 << 10) - 1, 256 << 10, (256 << 10) + 129, (1 << 20) + 3):
+        for shift in (0, 1, 63):
+            src = rng.integers(0, 256, n + 64, dtype=np.uint8)
+            dst = np.zeros(n + 128, dtype=np.uint8)
+            _ckpt._copy_for_later(dst[shift:shift + n], src[64 - shift:64 - shift + n])
+            assert np.array_equal(dst[shift:shift + n], src[64 - shift:64 - shift + n]), (n, shift)
+            assert not dst[:shift].any() and not dst[shift + n:].any(), (n, shift)
+    torch = pytest.importorskip("torch")
+    t = torch.arange(1 << 18, dtype=torch.float32)
+    out = torch.zeros_like(t)
+    _ckpt._copy_for_later(out, t)
+    assert torch.equal(out, t)
+
+
+def test_copy_for_later_refuses_sizes_that_differ_and_a_read_only_destination():
+    from ckpt import _ckpt
+    with pytest.raises(ckpt.InvalidArgumentError, match="dst has 8 bytes, src 9"):
+        _ckpt._copy_for_later(bytearray(8), bytes(9))
+    with pytest.raises(ckpt.InvalidArgumentError, match="dst"):
+        _ckpt._copy_for_later(bytes(8), bytes(8))
