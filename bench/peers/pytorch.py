@@ -138,12 +138,15 @@ def rows_and_targets(res):
         checks.append(check)
 
     def bound(limit, peer, peer_name, how):
-        """What a format-free copy of the bytes takes next to the peer."""
+        """compare's arguments for a format-free copy of the bytes (`limit`,
+        its times) next to the peer: the note that says what it takes, and
+        its times as the check's bound."""
         if not limit or not peer:
-            return ""
-        return (f"bound: {how} of the bytes alone (no format, no checksum) takes "
-                f"{med(limit):.3f} s, so {med(peer) / med(limit):.2f}x {peer_name} is the most "
-                "a format that copies each byte once can reach")
+            return {}
+        return {"extra": f"bound: {how} of the bytes alone (no format, no checksum) takes "
+                         f"{med(limit):.3f} s, so {med(peer) / med(limit):.2f}x {peer_name} is "
+                         "the most a format that copies each byte once can reach",
+                "bound_vals": limit}
 
     def best(d):
         d = {n: v for n, v in d.items() if v}
@@ -170,16 +173,14 @@ def rows_and_targets(res):
                     save.get("dcp+ckpt"), dcp_save, save[dcp_save], 1.0)
         compare(f"{r} proc: save, >= 2x torch.save", "ckpt.torch", save.get("ckpt.torch"),
                 "torch.save", save.get("torch.save"), 2.0,
-                extra=bound(save.get("limit"), save.get("torch.save"), "torch.save", "write(2)"),
-                bound_vals=save.get("limit"))
+                **bound(save.get("limit"), save.get("torch.save"), "torch.save", "write(2)"))
         if dcp_load:
             for ck in ("ckpt.torch", "ckpt indep.", "dcp+ckpt"):
                 compare(f"{r} proc: load ({ck}), >= 1.5x dcp.load's best", ck, load.get(ck),
                         dcp_load, load[dcp_load], 1.5)
         compare(f"{r} proc: load, >= 2x torch.load", "ckpt.torch", load.get("ckpt.torch"),
                 "torch.load", load.get("torch.save"), 2.0,
-                extra=bound(load.get("limit"), load.get("torch.save"), "torch.load", "readinto(2)"),
-                bound_vals=load.get("limit"))
+                **bound(load.get("limit"), load.get("torch.save"), "torch.load", "readinto(2)"))
         a = job["async"]
         dcp_async = {n: x for n, x in a.items() if n.startswith("dcp.async")}
         for ck in ("ckpt.torch async", "dcp+ckpt async"):
@@ -277,9 +278,8 @@ def rows_and_targets(res):
                     op = k[:-2].replace("_", " ")
                     compare(f"one process, {loc}: {op}, >= 1.0x safetensors", "ckpt.torch", ck[k],
                             "safetensors", st.get(k), 1.0,
-                            extra=bound(lim.get(k), st.get(k), "safetensors",
-                                        "write(2)" if k == "save_s" else "readinto(2)"),
-                            bound_vals=lim.get(k))
+                            **bound(lim.get(k), st.get(k), "safetensors",
+                                    "write(2)" if k == "save_s" else "readinto(2)"))
         con = single.get("consolidation")
         if con:
             csec = (f"consolidation to one Hugging Face safetensors file of the model saved on "
@@ -290,12 +290,11 @@ def rows_and_targets(res):
             if b:
                 compare("consolidation to safetensors, >= 2x DCP's", "ckpt-convert",
                         con["results"].get("ckpt-convert"), b, con["results"][b], 2.0,
-                        extra=bound(con["results"].get("limit: copy"), con["results"][b], b,
-                                    "pread(2) of the checkpoint on one thread and write(2) "
-                                    "of the output on another")
-                        or bound(con["results"].get("limit"), con["results"][b], b,
-                                 "write(2) of the output"),
-                        bound_vals=con["results"].get("limit: copy") or con["results"].get("limit"))
+                        **(bound(con["results"].get("limit: copy"), con["results"][b], b,
+                                 "pread(2) of the checkpoint on one thread and write(2) "
+                                 "of the output on another")
+                           or bound(con["results"].get("limit"), con["results"][b], b,
+                                    "write(2) of the output")))
     return rows, checks
 
 
