@@ -18,7 +18,9 @@ contender runs once per run, interleaved, --runs runs; medians and ranges.
            durable = until the checkpoint is committed. After the call
            returns every tensor is overwritten on the device (the training
            step); once durable the checkpoint is loaded (untimed) and
-           compared bit for bit with the state at the call.
+           compared bit for bit with the state at the call. For ckpt
+           also its C++ snapshot (SaveResult.stall_seconds): the copy
+           part of blocked, the rest is the Python of the call.
            dcp.async          dcp.async_save, its default stager
            dcp.async pinned   DefaultStager(StagingOptions(use_pinned_memory,
                               use_async_staging, use_non_blocking_copy; no
@@ -189,16 +191,17 @@ class Bench:
             h.staging_completion.result()
         blocked = time.perf_counter() - t0
         overwrite(self.sd)
+        snapshot = None
         if hasattr(h, "upload_completion"):
             h.upload_completion.result()
         elif hasattr(h, "wait"):
-            h.wait()
+            snapshot = h.wait().stall_seconds  # ckpt's C++ snapshot, the rest of blocked is Python
         else:
             h.result()
         durable = time.perf_counter() - t0
         verify(s)
         check(self.sd, self.ref, what)
-        return blocked, durable
+        return blocked, durable, snapshot
 
     def restore(self):
         with torch.no_grad():
@@ -224,7 +227,7 @@ class Bench:
             if name in self.failed:
                 continue
             try:
-                b, d = self.run_async(start, verify, s, name)
+                b, d, snap = self.run_async(start, verify, s, name)
             except Exception as e:  # noqa: BLE001 - a peer that fails is reported, not fatal
                 self.failed[name] = f"{type(e).__name__}: {e}"
                 self.restore()  # the state at the call, for the next contender
@@ -232,7 +235,10 @@ class Bench:
                 continue
             add(f"blocked {name}", b)
             add(f"durable {name}", d)
-            print(f"  {name}: blocked {b:.3f} s, durable {d:.3f} s", flush=True)
+            if snap is not None:
+                add(f"blocked {name}: C++ snapshot", snap)
+            print(f"  {name}: blocked {b:.3f} s, durable {d:.3f} s"
+                  + (f" (C++ snapshot {snap:.3f} s)" if snap is not None else ""), flush=True)
         for name, fn in (("dcp.load", lambda: dcp.load(self.sd, storage_reader=dcp.FileSystemReader(
                               self.path("dcp t8", s)), no_dist=True)),
                          ("ckpt.torch.load", lambda: ct.load(self.sd, self.ckroot("ckpt"), step=s))):
