@@ -17,6 +17,7 @@ from ._comm import (ProcessGroupCommunicator, _communicator, _error_info, _excha
                     _raise_if_any_rank_failed, _rank_list)
 from ._leaves import (PER_RANK_METADATA_KEY, Chunk, _digest, _distributed_save_part, _flatten,
                       _is_distributed, _is_tensor_leaf, _Leaf, _tensor_spec)
+from ._registry import Registrations, dtensor_signature, tensor_signature
 from ._stateful import Statefuls
 from .dtensor import _group_ranks, check_in_group, local_tensors, one_box_everywhere, to_one_box
 
@@ -48,12 +49,15 @@ def _register_distributed(writer, name: str, v, group_ranks, memo=None) -> bool:
     return True
 
 
-def _register(writer, leaves: List[_Leaf], rank: int, group_ranks=None
-              ) -> Tuple[Dict, Dict, Dict, List[str], List[_Leaf]]:
-    """Registers this rank's tensors with `writer`. Returns the shared
-    values (name -> bytes), their digests, the replicated tensors (whose
-    digests the caller takes when verifying), the per-rank names, and the
-    DTensor leaves to redistribute before registering (_register_deferred)."""
+def _register(writer, leaves: List[_Leaf], rank: int, group_ranks=None, regs=None,
+              keep: bool = True) -> Tuple[Dict, Dict, Dict, List[str], List[_Leaf]]:
+    """Registers this rank's tensors with `writer` (through `regs`, its
+    Registrations: with `keep`, a tensor the last save registered the
+    same way stays registered). Returns the shared values (name -> bytes),
+    their digests, the replicated tensors (whose digests the caller takes
+    when verifying), the per-rank names, and the DTensor leaves to
+    redistribute before registering (_register_deferred)."""
+    regs = regs if regs is not None else Registrations()
     values, digests, replicas, per_rank, deferred = {}, {}, {}, [], []
     meshes = {}  # each DTensor mesh's ranks, looked up once per save
     for leaf in leaves:
@@ -65,18 +69,33 @@ def _register(writer, leaves: List[_Leaf], rank: int, group_ranks=None
                 raise InvalidArgumentError(
                     f"entry '{name}': a PerRank value cannot be a {type(v).__name__}")
             if _is_tensor_leaf(v):
-                dtype, shape, region, t = _tensor_spec(name, v)
-                writer.add_tensor(entry, dtype, shape, region, t)
+                sig = (tensor_signature(v, "per-rank") if keep and not isinstance(v, Chunk)
+                       else None)
+                regs.tensor(writer, entry, sig, lambda: writer.add_tensor(
+                    entry, *_tensor_spec(name, v)))
             else:
-                writer.set_object(entry, _values.encode(v, f"entry '{name}'"))
+                regs.value(writer, entry, _values.encode(v, f"entry '{name}'"))
         elif _is_distributed(v):
-            if not _register_distributed(writer, name, v, group_ranks, meshes):
+            sig = dtensor_signature(v) if keep else None
+            if regs.kept(name, sig):
+                continue
+            added = []
+            regs.tensor(writer, name, sig, lambda: added.append(
+                _register_distributed(writer, name, v, group_ranks, meshes)))
+            if not added[0]:
+                regs.forget(name)
                 deferred.append(leaf)
         elif _is_tensor_leaf(v):
-            dtype, shape, region, t = _tensor_spec(name, v)
-            writer.add_tensor(name, dtype, shape, region, t, replica=not isinstance(v, Chunk))
-            if not isinstance(v, Chunk):
+            chunk = isinstance(v, Chunk)
+            if not chunk and not keep:
+                dtype, shape, region, t = _tensor_spec(name, v)
+                regs.tensor(writer, name, None, lambda: writer.add_tensor(
+                    name, dtype, shape, region, t, replica=True))
                 replicas[name] = t
+                continue
+            sig = None if chunk else tensor_signature(v, "replica")
+            regs.tensor(writer, name, sig, lambda: writer.add_tensor(
+                name, *_tensor_spec(name, v), replica=not chunk))
         else:
             data = _values.encode(v, f"entry '{name}'")
             values[name] = data
@@ -84,18 +103,20 @@ def _register(writer, leaves: List[_Leaf], rank: int, group_ranks=None
     return values, digests, replicas, per_rank, deferred
 
 
-def _register_deferred(writer, deferred: List[_Leaf]) -> None:
+def _register_deferred(writer, deferred: List[_Leaf], regs=None) -> None:
     """Registers the DTensors whose local tensors are several boxes (a
     _StridedShard that leaves gaps): each is redistributed, in name order
     on every rank of its mesh, to placements that hold one box (its
     _StridedShard placements become Replicate: a collective and a copy;
-    the copy lives until the Writer is cleared). Called after every rank
-    has registered everything else without error."""
+    the copy lives until the Writer is cleared, or the entry registered
+    again). Called after every rank has registered everything else without
+    error."""
+    regs = regs if regs is not None else Registrations()
     for leaf in sorted(deferred, key=lambda l: l.name):
         boxed = to_one_box(leaf.value)
         part = _distributed_save_part(leaf.name, boxed)
-        writer.add_tensor(leaf.name, part.dtype, part.shape, part.region, part.data,
-                          replica=True)
+        regs.tensor(writer, leaf.name, None, lambda: writer.add_tensor(
+            leaf.name, part.dtype, part.shape, part.region, part.data, replica=True))
 
 
 def _save_group_ranks(comm) -> Optional[List[int]]:
@@ -152,16 +173,17 @@ def _group_key(process_group):
 
 
 def _writer(process_group, comm, device_snapshot_bytes: int = 0, staging_bytes: int = 0):
-    """The Writer of `process_group`, emptied of the last save's entries;
-    made anew (the old one's memory freed first) when it has less device
-    snapshot memory or a lower staging cap than asked (save_async)."""
+    """The Writer of `process_group`, holding the last save's entries (its
+    Registrations say which; _plan_save keeps those registered the same
+    way); made anew (the old one's memory freed first) when it has less
+    device snapshot memory or a lower staging cap than asked
+    (save_async)."""
     key = _group_key(process_group)
     cached = _writers.get(id(key))
     if cached is None or cached[0] is not key or not _fits(cached[1], device_snapshot_bytes,
                                                              staging_bytes):
         _writers.pop(id(key), None)
         cached = _writers[id(key)] = (key, _new_writer(comm, device_snapshot_bytes, staging_bytes))
-    cached[1].clear()
     return cached[1]
 
 
@@ -170,8 +192,21 @@ def _fits(writer, device_snapshot_bytes: int, staging_bytes: int) -> bool:
             and writer.staging_bytes >= staging_bytes)
 
 
-def _new_writer(comm, device_snapshot_bytes: int = 0, staging_bytes: int = 0):
-    return _ckpt.Writer(comm, device_snapshot_bytes, max(staging_bytes, _DEFAULT_STAGING_BYTES))
+class _KeptWriter(_ckpt.Writer):
+    """A Writer kept for the next saves, with the Registrations of the
+    last one (_registry.py); clear() forgets both."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.registrations = Registrations()
+
+    def clear(self) -> None:
+        super().clear()
+        self.registrations.reset()
+
+
+def _new_writer(comm, device_snapshot_bytes: int = 0, staging_bytes: int = 0) -> _KeptWriter:
+    return _KeptWriter(comm, device_snapshot_bytes, max(staging_bytes, _DEFAULT_STAGING_BYTES))
 
 
 # The staging cap of a Writer that no save_async asked more of (the C++
@@ -222,29 +257,37 @@ def _plan_save(writer_for, state_dict: Dict, root: str, step: int, comm, verify_
     each value. Stateful values are saved as their state dicts
     (ckpt.torch._stateful)."""
     rank = comm.rank if comm is not None else 0
-    info, error, values, deferred, writer = {"error": None}, None, {}, [], None
+    info, error, values, deferred, writer, regs = {"error": None}, None, {}, [], None, None
     try:
         group_ranks = _save_group_ranks(comm)
         leaves = _flatten(state_dict, expand=Statefuls(state_dict).expand)
         writer = writer_for(leaves)
+        regs = writer.registrations
+        regs.begin(writer, {f"{l.name}@rank{rank}" if l.per_rank else l.name for l in leaves})
         _sync_cuda_streams(leaves)
-        values, digests, replicas, per_rank, deferred = _register(writer, leaves, rank,
-                                                                  group_ranks)
+        values, digests, replicas, per_rank, deferred = _register(
+            writer, leaves, rank, group_ranks, regs, keep=not verify_replicas)
         info.update(values=digests, per_rank=per_rank,
                     replicas={n: _digest(t) for n, t in replicas.items()}
                     if verify_replicas else {})
     except Exception as e:  # reported to every rank below
         error, info["error"] = e, _error_info(e)
-    gathered = _exchange(comm, info)
-    _raise_if_any_rank_failed(gathered, error, "save")
-    _register_deferred(writer, deferred)
-    _check_equal_across_ranks(gathered, "values", "Python values",
-                              " (wrap per-rank values in ckpt.torch.PerRank)")
-    _check_equal_across_ranks(gathered, "replicas", "replicated tensors",
-                              " (verify_replicas=True compares the copies' checksums)")
-    for name, data in values.items():  # the lowest rank holding a value saves it
-        if min(r for r, g in enumerate(gathered) if name in g["values"]) == rank:
-            writer.set_object(name, data)
+    try:
+        gathered = _exchange(comm, info)
+        _raise_if_any_rank_failed(gathered, error, "save")
+        _register_deferred(writer, deferred, regs)
+        _check_equal_across_ranks(gathered, "values", "Python values",
+                                  " (wrap per-rank values in ckpt.torch.PerRank)")
+        _check_equal_across_ranks(gathered, "replicas", "replicated tensors",
+                                  " (verify_replicas=True compares the copies' checksums)")
+        for name, data in values.items():  # the lowest rank holding a value saves it
+            if min(r for r, g in enumerate(gathered) if name in g["values"]) == rank:
+                regs.value(writer, name, data)
+        regs.end(writer)
+    except BaseException:
+        if writer is not None:
+            writer.clear()  # and its Registrations: the next save starts afresh
+        raise
     per_rank_names = sorted({n for g in gathered for n in g["per_rank"]})
     opts = dict(options)
     metadata = dict(opts.pop("metadata", {}) or {})

@@ -91,8 +91,7 @@ class Checkpointer:
             if self._writer is None or not _fits(self._writer, device, staging):
                 self._writer = None  # the old one's memory is freed first
                 self._writer = _new_writer(self._comm, device, staging)
-            self._writer.clear()
-            return self._writer
+            return self._writer  # what the last save registered the same way stays
         return _plan_save(writer_for, state_dict, self.root, int(step), self._comm,
                           self._verify_replicas, merged)
 
