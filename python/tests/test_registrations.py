@@ -2,6 +2,8 @@
 (ckpt/torch/_registry.py): each way a tensor can change between saves
 gets it registered again, and every checkpoint holds the values at its
 call."""
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -149,3 +151,31 @@ def test_the_checkpointer_keeps_registrations_too(tmp_path, monkeypatch):
                 p.mul_(2.0)
     assert counting.calls == len(m.state_dict())
     c.close()
+
+
+def _two_ranks(rank, world, root, out):
+    from torch.distributed.tensor import DeviceMesh, Shard, distribute_tensor
+    mesh = DeviceMesh("cpu", list(range(world)))
+    d = distribute_tensor(torch.arange(8.0), mesh, [Shard(0)])
+    ct.save({"x": torch.ones(2), "d": d}, root, 1)
+    with torch.no_grad():
+        d.to_local().add_(100.0)  # in place: the kept DTensor registration
+    ct.save({"x": 7, "d": d.detach()}, root, 2)  # rank 0 sets x; rank 1 drops its tensor
+    ct.save({"x": torch.full((2,), 3.0), "d": d}, root, 3)
+    got = {"x": 0, "d": distribute_tensor(torch.zeros(8), mesh, [Shard(0)])}
+    ct.load(got, root, step=2)
+    assert got["x"] == 7
+    assert torch.equal(got["d"].full_tensor(), torch.arange(8.0) + 100)
+    x = torch.zeros(2)
+    ct.load({"x": x}, root, step=3, strict=False)
+    assert torch.equal(x, torch.full((2,), 3.0))
+    with open(os.path.join(out, f"ok-{rank}"), "w"):
+        pass
+
+
+def test_ranks_keep_dtensor_registrations_and_drop_a_tensor_that_became_a_value(tmp_path):
+    from test_torch2 import run
+    root, out = str(tmp_path / "root"), tmp_path / "out"
+    out.mkdir()
+    run(_two_ranks, 2, tmp_path, root, str(out))
+    assert sorted(os.listdir(out)) == ["ok-0", "ok-1"]

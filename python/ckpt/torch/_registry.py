@@ -83,9 +83,12 @@ class Registrations:
         self._values.add(name)
 
     def end(self, writer) -> None:
-        """Removes the values the last save set and this one did not (a
-        value is set by the lowest rank that holds it)."""
-        for name in [n for n in self._values if n not in self._seen]:
+        """Removes what the last save registered and this one did not: a
+        value another rank sets now (the lowest rank that holds a value
+        sets it), a name no longer in the state (begin())."""
+        stale = [n for n in self._tensors if n not in self._seen]
+        stale += [n for n in self._values if n not in self._seen]
+        for name in stale:
             self._drop(writer, name)
 
     def reset(self) -> None:
