@@ -25,6 +25,9 @@
 //                     tensors relative to host ones;
 //   stall_s           SaveAsync's return after its call: how long the
 //                     trainer is blocked;
+//   stall_plan_s, stall_snapshot_s  its parts from the SaveResult
+//                     (plan_seconds, snapshot_seconds; the rest is the
+//                     step's directory and the call itself);
 //   async_durable_s   from the SaveAsync call until Wait() returned (the
 //                     checkpoint committed and durable);
 //   peak_staging_bytes, staging_cap_bytes  from the SaveResult;
@@ -138,6 +141,7 @@ double CpuSeconds() {
 
 struct Async {
   double stall = 0, durable = 0, cpu = 0;
+  double plan = 0, snapshot = 0;  // parts of the stall (SaveResult)
   uint64_t peak = 0, cap = 0;
 };
 
@@ -187,6 +191,8 @@ Async AsyncSave(ckpt::Writer* w, const std::string& root, uint64_t* step,
     a.cpu = CpuSeconds() - c0;
     a.peak = r.peak_staging_bytes;
     a.cap = r.staging_cap_bytes;
+    a.plan = r.plan_seconds;
+    a.snapshot = r.snapshot_seconds;
   }
   return a;
 }
@@ -482,8 +488,10 @@ void PrintFigures(const Options& o, const State& s, const Results& r) {
   }
   std::printf("cpu (user+sys)   sync save %.3f s, async save %.3f s\n",
               r.sync_cpu, r.full.cpu);
-  std::printf("async stall      %.3f s  (%.2fx the snapshot limit)\n",
-              r.full.stall, r.full.stall / r.limit);
+  std::printf(
+      "async stall      %.3f s  (%.2fx the snapshot limit; plan %.4f s, "
+      "snapshot %.4f s)\n",
+      r.full.stall, r.full.stall / r.limit, r.full.plan, r.full.snapshot);
   std::printf("async durable    %.3f s  (%.2fx the sync save)\n",
               r.full.durable, r.full.durable / r.sync_save);
   std::printf("peak staging     %llu of cap %llu\n",
@@ -541,13 +549,15 @@ void PrintTargets(const Options& o, const Results& r, const Targets& t) {
 std::string Json(const Options& o, const State& s, const Results& r,
                  const Targets& t) {
   std::string json = absl::StrFormat(
-      "{\"bytes\": %d, \"device\": %s, \"stall_s\": %.4f, \"sync_save_s\": "
+      "{\"bytes\": %d, \"device\": %s, \"stall_s\": %.4f, "
+      "\"stall_plan_s\": %.5f, \"stall_snapshot_s\": %.5f, \"sync_save_s\": "
       "%.4f, "
       "\"async_durable_s\": %.4f, \"snapshot_limit_s\": %.4f, "
       "\"peak_staging_bytes\": %d, "
       "\"staging_cap_bytes\": %d, \"snapshot_threads\": %d, "
       "\"device_snapshot\": %s, \"fake_device\": %s",
-      s.bytes(), o.device ? "true" : "false", r.full.stall, r.sync_save,
+      s.bytes(), o.device ? "true" : "false", r.full.stall, r.full.plan,
+      r.full.snapshot, r.sync_save,
       r.full.durable, r.limit, r.full.peak, r.full.cap, o.snapshot_threads,
       r.snapshot_to_device ? "true" : "false",
       o.fake_device ? "true" : "false");

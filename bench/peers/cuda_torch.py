@@ -19,8 +19,10 @@ contender runs once per run, interleaved, --runs runs; medians and ranges.
            returns every tensor is overwritten on the device (the training
            step); once durable the checkpoint is loaded (untimed) and
            compared bit for bit with the state at the call. For ckpt
-           also its C++ snapshot (SaveResult.stall_seconds): the copy
-           part of blocked, the rest is the Python of the call.
+           also its C++ call (SaveResult.stall_seconds; the rest of
+           blocked is the Python of the call) and that call's snapshot
+           (SaveResult.snapshot_seconds; the rest of the call is the plan
+           and the step's directory).
            dcp.async          dcp.async_save, its default stager
            dcp.async pinned   DefaultStager(StagingOptions(use_pinned_memory,
                               use_async_staging, use_non_blocking_copy; no
@@ -191,17 +193,17 @@ class Bench:
             h.staging_completion.result()
         blocked = time.perf_counter() - t0
         overwrite(self.sd)
-        snapshot = None
+        result = None
         if hasattr(h, "upload_completion"):
             h.upload_completion.result()
         elif hasattr(h, "wait"):
-            snapshot = h.wait().stall_seconds  # ckpt's C++ snapshot, the rest of blocked is Python
+            result = h.wait()  # ckpt's SaveResult
         else:
             h.result()
         durable = time.perf_counter() - t0
         verify(s)
         check(self.sd, self.ref, what)
-        return blocked, durable, snapshot
+        return blocked, durable, result
 
     def restore(self):
         with torch.no_grad():
@@ -227,7 +229,7 @@ class Bench:
             if name in self.failed:
                 continue
             try:
-                b, d, snap = self.run_async(start, verify, s, name)
+                b, d, r = self.run_async(start, verify, s, name)
             except Exception as e:  # noqa: BLE001 - a peer that fails is reported, not fatal
                 self.failed[name] = f"{type(e).__name__}: {e}"
                 self.restore()  # the state at the call, for the next contender
@@ -235,10 +237,12 @@ class Bench:
                 continue
             add(f"blocked {name}", b)
             add(f"durable {name}", d)
-            if snap is not None:
-                add(f"blocked {name}: C++ snapshot", snap)
+            if r is not None:
+                add(f"blocked {name}: C++ stall", r.stall_seconds)
+                add(f"blocked {name}: C++ snapshot", r.snapshot_seconds)
             print(f"  {name}: blocked {b:.3f} s, durable {d:.3f} s"
-                  + (f" (C++ snapshot {snap:.3f} s)" if snap is not None else ""), flush=True)
+                  + (f" (C++ stall {r.stall_seconds:.4f} s, its snapshot "
+                     f"{r.snapshot_seconds:.4f} s)" if r is not None else ""), flush=True)
         for name, fn in (("dcp.load", lambda: dcp.load(self.sd, storage_reader=dcp.FileSystemReader(
                               self.path("dcp t8", s)), no_dist=True)),
                          ("ckpt.torch.load", lambda: ct.load(self.sd, self.ckroot("ckpt"), step=s))):

@@ -104,6 +104,7 @@ absl::StatusOr<SaveResult> AsyncSave::Wait() {
       commit_in_background_ ? std::move(background) : commit_(report, partial_);
   if (result_.ok()) {
     result_->stall_seconds = partial_.stall_seconds;
+    result_->snapshot_seconds = partial_.snapshot_seconds;
     result_->peak_staging_bytes = partial_.peak_staging_bytes;
     result_->staging_cap_bytes = partial_.staging_cap_bytes;
     result_->device_snapshot_bytes = partial_.device_snapshot_bytes;

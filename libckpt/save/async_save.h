@@ -56,7 +56,10 @@ class AsyncSave {
   // the error then reaches Wait() through the shard report), starting the
   // staging of the rest. Call once.
   void Start();
-  void set_stall_seconds(double s) { partial_.stall_seconds = s; }
+  void set_stall_seconds(double stall, double snapshot) {
+    partial_.stall_seconds = stall;
+    partial_.snapshot_seconds = snapshot;
+  }
 
   // See SaveHandle. Thread-safe; the commit runs once.
   absl::StatusOr<SaveResult> Wait();

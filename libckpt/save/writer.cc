@@ -522,6 +522,7 @@ absl::StatusOr<SaveHandle> WriterImpl::SaveAsync(const std::string& root,
   Communicator* background = options_.background_comm;
   if (background == nullptr && comm_ == &single_) background = &single_;
   Communicator* const commit_comm = background != nullptr ? background : comm_;
+  const auto snapshot_start = std::chrono::steady_clock::now();
   absl::StatusOr<std::shared_ptr<AsyncJob>> made =
       MakeAsyncJob(&pending, options);
   if (!made.ok()) {
@@ -541,7 +542,8 @@ absl::StatusOr<SaveHandle> WriterImpl::SaveAsync(const std::string& root,
       partial, AsyncWrite(job), AsyncCommit(job, commit_comm),
       background != nullptr, options_.background_nice);
   in_flight_->Start();
-  in_flight_->set_stall_seconds(SecondsSince(t0));
+  in_flight_->set_stall_seconds(SecondsSince(t0),
+                                SecondsSince(snapshot_start));
   return SaveHandle(in_flight_);
 }
 

@@ -162,6 +162,7 @@ void BindSaveResult(py::module_& m) {
       .def_readonly("local_stored_bytes", &SaveResult::local_stored_bytes)
       .def_readonly("plan_cache_hit", &SaveResult::plan_cache_hit)
       .def_readonly("plan_seconds", &SaveResult::plan_seconds)
+      .def_readonly("snapshot_seconds", &SaveResult::snapshot_seconds)
       .def_readonly("write_seconds", &SaveResult::write_seconds)
       .def_readonly("commit_seconds", &SaveResult::commit_seconds)
       .def_readonly("stall_seconds", &SaveResult::stall_seconds)

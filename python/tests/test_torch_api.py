@@ -278,6 +278,7 @@ def test_save_async_keeps_the_values_at_the_call_while_tensors_change(tmp_path):
     assert handle.done()
     assert result.path.endswith("step-00000007")
     assert result.stall_seconds > 0 and result.peak_staging_bytes > 0
+    assert 0 < result.snapshot_seconds <= result.stall_seconds
     assert handle.wait().path == result.path  # idempotent
     out = {"w": torch.zeros_like(w), "b": torch.zeros_like(b), "step": None}
     ct.load(out, root)

@@ -5,6 +5,7 @@
 // memory, errors lost in the background, collectives on a shared
 // communicator, partial checkpoints.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
@@ -478,6 +479,34 @@ TEST(DeviceSnapshotTest, SaveAsyncReturnsAfterTheDeviceCopyAndStagesLater) {
   EXPECT_EQ(dev.device_allocated_bytes, static_cast<int64_t>(8 * kBuf));
   writer.reset();
   EXPECT_EQ(dev.device_allocated_bytes, 0);  // freed with the Writer
+}
+
+// SaveResult::snapshot_seconds: the part of the stall spent copying (a
+// slow device snapshot here), plan_seconds another part.
+TEST(DeviceSnapshotTest, SnapshotSecondsIsThePartOfTheStallSpentCopying) {
+  TempDir dir;
+  FakeDevice dev;
+  dev.OnCopy([&] {
+    if (dev.d2d_calls == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
+  });
+  std::string d = ReferenceBytes(DType::kUInt8, {kBuf}, 15);
+  auto writer = Writer::Create(DeviceSnapshot(&dev, 2 * kBuf)).value();
+  CKPT_ASSERT_OK(writer->AddTensor("d", DType::kUInt8, {d.size()},
+                                   FlatRange{0, d.size()}, d.data(),
+                                   OnDevice()));
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      SaveResult r, writer->SaveAsync(dir.path(), 1, ToDevice()).value().Wait());
+  EXPECT_GE(r.snapshot_seconds, 0.03);
+  EXPECT_LE(r.snapshot_seconds + r.plan_seconds, r.stall_seconds);
+  // A save without a slow copy has a short snapshot.
+  CKPT_ASSERT_OK_AND_ASSIGN(
+      SaveResult again,
+      writer->SaveAsync(dir.path(), 2, ToDevice()).value().Wait());
+  EXPECT_GT(again.snapshot_seconds, 0);
+  EXPECT_LT(again.snapshot_seconds, 0.03);
+  EXPECT_LE(again.snapshot_seconds + again.plan_seconds, again.stall_seconds);
 }
 
 TEST(DeviceSnapshotTest, TensorsBeyondTheDeviceCapGoToHostStagingAtOnce) {

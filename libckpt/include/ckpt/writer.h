@@ -130,6 +130,11 @@ struct SaveResult {
   // SaveAsync with snapshot_to_device: bytes this rank's snapshot copied
   // into device memory (the rest went to host staging memory at once).
   uint64_t device_snapshot_bytes = 0;
+  // SaveAsync: the part of stall_seconds spent taking the snapshot (the
+  // device snapshot's copies, the staging set up, the copies to staging
+  // memory before it returns, its background started); the rest of the
+  // stall is plan_seconds and preparing the step's temporary directory.
+  double snapshot_seconds = 0;
 
   bool plan_cache_hit =
       false;                  // the save reused a plan (see Writer: plan cache)
