@@ -179,3 +179,20 @@ def test_ranks_keep_dtensor_registrations_and_drop_a_tensor_that_became_a_value(
     out.mkdir()
     run(_two_ranks, 2, tmp_path, root, str(out))
     assert sorted(os.listdir(out)) == ["ok-0", "ok-1"]
+
+
+def test_a_state_of_new_tensors_is_registered_anew_without_removing_each(tmp_path, monkeypatch):
+    """Writer.remove is linear in the entries: a save whose tensors all
+    moved (a copy of the state per save, as CPU offloading makes) clears
+    the Writer instead of removing 200 entries one by one."""
+    names = [f"t{i}" for i in range(200)]
+    removed = []
+    real = _save._KeptWriter.remove
+    monkeypatch.setattr(_save._KeptWriter, "remove",
+                        lambda w, n: (removed.append(n), real(w, n))[1], raising=False)
+    for step in (1, 2, 3):
+        sd = {n: torch.full((4,), float(step)) for n in names}  # new memory each save
+        ct.save(sd, str(tmp_path), step)
+    assert removed == []
+    got = _load(str(tmp_path), 3, {n: torch.zeros(4) for n in names})
+    assert all(torch.equal(t, torch.full((4,), 3.0)) for t in got.values())

@@ -30,6 +30,13 @@ import torch
 from .dtensor import dtensor_class
 
 
+# A Python value's entry in begin()'s signatures (set every save).
+VALUE = object()
+
+# The most entries a save removes one by one (begin()).
+_MOST_REMOVALS = 64
+
+
 class Registrations:
     """The names a Writer holds and how each got there. One save at a time:
     begin(), then tensor() or value() for each entry this rank registers,
@@ -41,13 +48,19 @@ class Registrations:
         self._values: Set[str] = set()
         self._seen: Set[str] = set()
 
-    def begin(self, writer, names: Set[str]) -> None:
-        """Starts a save whose entries all have names in `names`: what the
-        last save registered under other names goes now (all of it, with
-        a clear(), when that is many: Writer.remove is linear)."""
-        stale = [n for n in self._tensors if n not in names]
-        stale += [n for n in self._values if n not in names]
-        if len(stale) > 64:
+    def begin(self, writer, sigs: Dict[str, Any]) -> None:
+        """Starts a save whose entries are the keys of `sigs` (entry name ->
+        signature, None, or VALUE): what the last save registered under
+        other names goes now. When many entries are to be registered
+        again (new memory, no signature) the Writer is cleared instead and
+        every entry registered anew: Writer.remove is linear in the
+        entries, so removing them one by one would be quadratic."""
+        stale = [n for n in self._tensors if n not in sigs]
+        stale += [n for n in self._values if n not in sigs]
+        again = sum(1 for n, sig in sigs.items()
+                    if sig is not VALUE and n in self._tensors
+                    and (sig is None or self._tensors[n] != sig))
+        if len(stale) + again > _MOST_REMOVALS:
             writer.clear()
             self.reset()
         else:

@@ -17,7 +17,7 @@ from ._comm import (ProcessGroupCommunicator, _communicator, _error_info, _excha
                     _raise_if_any_rank_failed, _rank_list)
 from ._leaves import (PER_RANK_METADATA_KEY, Chunk, _digest, _distributed_save_part, _flatten,
                       _is_distributed, _is_tensor_leaf, _Leaf, _tensor_spec)
-from ._registry import Registrations, dtensor_signature, tensor_signature
+from ._registry import VALUE, Registrations, dtensor_signature, tensor_signature
 from ._stateful import Statefuls
 from .dtensor import _group_ranks, check_in_group, local_tensors, one_box_everywhere, to_one_box
 
@@ -49,15 +49,41 @@ def _register_distributed(writer, name: str, v, group_ranks, memo=None) -> bool:
     return True
 
 
+def _signatures(leaves: List[_Leaf], rank: int, keep: bool) -> Dict[str, Any]:
+    """Each leaf's entry name (a PerRank leaf's is NAME@rankR) and how it is
+    registered: a tensor's signature (_registry.py; None where it has none,
+    and for every tensor without `keep`), VALUE for a Python value."""
+    sigs: Dict[str, Any] = {}
+    for leaf in leaves:
+        v = leaf.value
+        if leaf.per_rank:
+            entry = f"{leaf.name}@rank{rank}"
+            if not _is_tensor_leaf(v) or _is_distributed(v):
+                sigs[entry] = VALUE  # a PerRank DTensor is refused by _register
+            else:
+                sigs[entry] = (tensor_signature(v, "per-rank")
+                               if keep and not isinstance(v, Chunk) else None)
+        elif _is_distributed(v):
+            sigs[leaf.name] = dtensor_signature(v) if keep else None
+        elif _is_tensor_leaf(v):
+            sigs[leaf.name] = (tensor_signature(v, "replica")
+                               if keep and not isinstance(v, Chunk) else None)
+        else:
+            sigs[leaf.name] = VALUE
+    return sigs
+
+
 def _register(writer, leaves: List[_Leaf], rank: int, group_ranks=None, regs=None,
-              keep: bool = True) -> Tuple[Dict, Dict, Dict, List[str], List[_Leaf]]:
+              sigs=None) -> Tuple[Dict, Dict, Dict, List[str], List[_Leaf]]:
     """Registers this rank's tensors with `writer` (through `regs`, its
-    Registrations: with `keep`, a tensor the last save registered the
-    same way stays registered). Returns the shared values (name -> bytes),
-    their digests, the replicated tensors (whose digests the caller takes
-    when verifying), the per-rank names, and the DTensor leaves to
-    redistribute before registering (_register_deferred)."""
+    Registrations begun with `sigs`, from _signatures: a tensor the last
+    save registered the same way stays registered). Returns the shared
+    values (name -> bytes), their digests, the replicated tensors (whose
+    digests the caller takes when verifying: those registered again), the
+    per-rank names, and the DTensor leaves to redistribute before
+    registering (_register_deferred)."""
     regs = regs if regs is not None else Registrations()
+    sigs = sigs if sigs is not None else _signatures(leaves, rank, keep=False)
     values, digests, replicas, per_rank, deferred = {}, {}, {}, [], []
     meshes = {}  # each DTensor mesh's ranks, looked up once per save
     for leaf in leaves:
@@ -69,33 +95,28 @@ def _register(writer, leaves: List[_Leaf], rank: int, group_ranks=None, regs=Non
                 raise InvalidArgumentError(
                     f"entry '{name}': a PerRank value cannot be a {type(v).__name__}")
             if _is_tensor_leaf(v):
-                sig = (tensor_signature(v, "per-rank") if keep and not isinstance(v, Chunk)
-                       else None)
-                regs.tensor(writer, entry, sig, lambda: writer.add_tensor(
+                regs.tensor(writer, entry, sigs[entry], lambda: writer.add_tensor(
                     entry, *_tensor_spec(name, v)))
             else:
                 regs.value(writer, entry, _values.encode(v, f"entry '{name}'"))
         elif _is_distributed(v):
-            sig = dtensor_signature(v) if keep else None
-            if regs.kept(name, sig):
+            if regs.kept(name, sigs[name]):
                 continue
             added = []
-            regs.tensor(writer, name, sig, lambda: added.append(
+            regs.tensor(writer, name, sigs[name], lambda: added.append(
                 _register_distributed(writer, name, v, group_ranks, meshes)))
             if not added[0]:
                 regs.forget(name)
                 deferred.append(leaf)
         elif _is_tensor_leaf(v):
-            chunk = isinstance(v, Chunk)
-            if not chunk and not keep:
-                dtype, shape, region, t = _tensor_spec(name, v)
-                regs.tensor(writer, name, None, lambda: writer.add_tensor(
-                    name, dtype, shape, region, t, replica=True))
-                replicas[name] = t
-                continue
-            sig = None if chunk else tensor_signature(v, "replica")
-            regs.tensor(writer, name, sig, lambda: writer.add_tensor(
-                name, *_tensor_spec(name, v), replica=not chunk))
+            chunk, spec = isinstance(v, Chunk), []
+
+            def add(name=name, v=v, chunk=chunk, spec=spec):
+                spec.extend(_tensor_spec(name, v))
+                writer.add_tensor(name, *spec, replica=not chunk)
+            regs.tensor(writer, name, sigs[name], add)
+            if spec and not chunk:
+                replicas[name] = spec[3]  # the tensor registered
         else:
             data = _values.encode(v, f"entry '{name}'")
             values[name] = data
@@ -263,10 +284,11 @@ def _plan_save(writer_for, state_dict: Dict, root: str, step: int, comm, verify_
         leaves = _flatten(state_dict, expand=Statefuls(state_dict).expand)
         writer = writer_for(leaves)
         regs = writer.registrations
-        regs.begin(writer, {f"{l.name}@rank{rank}" if l.per_rank else l.name for l in leaves})
+        sigs = _signatures(leaves, rank, keep=not verify_replicas)
+        regs.begin(writer, sigs)
         _sync_cuda_streams(leaves)
         values, digests, replicas, per_rank, deferred = _register(
-            writer, leaves, rank, group_ranks, regs, keep=not verify_replicas)
+            writer, leaves, rank, group_ranks, regs, sigs)
         info.update(values=digests, per_rank=per_rank,
                     replicas={n: _digest(t) for n, t in replicas.items()}
                     if verify_replicas else {})
