@@ -557,9 +557,8 @@ std::string Json(const Options& o, const State& s, const Results& r,
       "\"staging_cap_bytes\": %d, \"snapshot_threads\": %d, "
       "\"device_snapshot\": %s, \"fake_device\": %s",
       s.bytes(), o.device ? "true" : "false", r.full.stall, r.full.plan,
-      r.full.snapshot, r.sync_save,
-      r.full.durable, r.limit, r.full.peak, r.full.cap, o.snapshot_threads,
-      r.snapshot_to_device ? "true" : "false",
+      r.full.snapshot, r.sync_save, r.full.durable, r.limit, r.full.peak,
+      r.full.cap, o.snapshot_threads, r.snapshot_to_device ? "true" : "false",
       o.fake_device ? "true" : "false");
   if (o.device)
     absl::StrAppendFormat(&json, ", \"host_sync_save_s\": %.4f", r.host_sync);

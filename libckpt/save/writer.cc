@@ -542,8 +542,7 @@ absl::StatusOr<SaveHandle> WriterImpl::SaveAsync(const std::string& root,
       partial, AsyncWrite(job), AsyncCommit(job, commit_comm),
       background != nullptr, options_.background_nice);
   in_flight_->Start();
-  in_flight_->set_stall_seconds(SecondsSince(t0),
-                                SecondsSince(snapshot_start));
+  in_flight_->set_stall_seconds(SecondsSince(t0), SecondsSince(snapshot_start));
   return SaveHandle(in_flight_);
 }
 

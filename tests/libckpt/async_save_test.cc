@@ -497,7 +497,8 @@ TEST(DeviceSnapshotTest, SnapshotSecondsIsThePartOfTheStallSpentCopying) {
                                    FlatRange{0, d.size()}, d.data(),
                                    OnDevice()));
   CKPT_ASSERT_OK_AND_ASSIGN(
-      SaveResult r, writer->SaveAsync(dir.path(), 1, ToDevice()).value().Wait());
+      SaveResult r,
+      writer->SaveAsync(dir.path(), 1, ToDevice()).value().Wait());
   EXPECT_GE(r.snapshot_seconds, 0.03);
   EXPECT_LE(r.snapshot_seconds + r.plan_seconds, r.stall_seconds);
   // A save without a slow copy has a short snapshot.
