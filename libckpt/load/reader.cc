@@ -281,6 +281,9 @@ absl::StatusOr<LoadReport> ReaderImpl::LoadCooperative(
   source.device_memory = options_.device_memory;
   source.min_read_bytes = min_read_bytes_;
   source.upload_pool = [this] { return UploadPool(); };
+  source.load_alone = [this, &options](const Prepared& prepared, LoadReport r) {
+    return LoadPrepared(prepared, options, std::move(r));
+  };
   return CooperativeLoad(std::move(source), IoThreads(options))
       .Run(p, options, std::move(report));
 }
@@ -291,6 +294,12 @@ absl::StatusOr<LoadReport> ReaderImpl::LoadLocal(
   LoadReport report;
   CKPT_ASSIGN_OR_RETURN(Prepared p, Prepare(requests, options, &report,
                                             /*borrow=*/true));
+  return LoadPrepared(p, options, std::move(report));
+}
+
+absl::StatusOr<LoadReport> ReaderImpl::LoadPrepared(const Prepared& p,
+                                                    const LoadOptions& options,
+                                                    LoadReport report) {
   const int threads = IoThreads(options);
   CKPT_ASSIGN_OR_RETURN(internal::ReadPlan plan, Plan(p, threads));
   internal::StagingPool* pool = nullptr;

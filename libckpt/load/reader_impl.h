@@ -113,6 +113,11 @@ class ReaderImpl final : public Reader {
                                 LoadReport* report) const;
   int IoThreads(const LoadOptions& options) const;
   absl::StatusOr<internal::ReadPlan> Plan(const Prepared& p, int threads);
+  // Reads what `p` requests, alone (LoadLocal after Prepare, and a
+  // cooperative load whose ranks share no stored chunk).
+  absl::StatusOr<LoadReport> LoadPrepared(const Prepared& p,
+                                          const LoadOptions& options,
+                                          LoadReport report);
   absl::Status Execute(const internal::ReadPlan& plan, ReadExecutor* run,
                        int threads);
   // The pinned buffers of loads into device memory: made on first need and

@@ -605,12 +605,13 @@ TEST(CooperativeLoadDeliveryTest, BlocksOneRankNeedsSkipTheCommunicator) {
   }
 }
 
-// Issue 24: a round in which no rank sends anything (every rank knows it
-// from the plan) makes no AllToAll call, and no agreement: rows saved by 4
-// ranks loaded as row bands by 2, where every block feeds one rank, exchange
-// nothing and make no AllToAll call at all, and four collectives in all
-// (eight before errors travelled with the AllGathers). A failed read in
-// such a round still fails every rank alike (at the load's last agreement).
+// Issue 24: rows saved by 4 ranks loaded as row bands by 2, where every
+// shard feeds one rank, exchange nothing and make no AllToAll call at
+// all: each rank reads its shards alone, and the load makes two
+// collectives in all (the requests, and the outcome's agreement; eight
+// before errors travelled with the AllGathers, four before such loads
+// read alone). A failed read still fails every rank alike (at that last
+// agreement).
 TEST(CooperativeLoadDeliveryTest, RoundsThatSendNothingMakeNoAllToAllCall) {
   TempDir dir;
   const auto global = SaveRows(dir.path());
@@ -660,10 +661,9 @@ TEST(CooperativeLoadDeliveryTest, RoundsThatSendNothingMakeNoAllToAllCall) {
     CKPT_EXPECT_OK(got[r]);
     EXPECT_EQ(calls[r], 0) << "rank " << r;
     EXPECT_EQ(agreements[r], agreements[0]) << "rank " << r;
-    // Four collectives in all: the requests and the shard indexes (each
-    // an AllGather that carries a failing rank's error too), the
-    // agreement that every rank is ready to read, and the outcome's.
-    EXPECT_EQ(collectives[r], 4) << "rank " << r;
+    // Two collectives in all: the requests (an AllGather that carries a
+    // failing rank's error too) and the outcome's agreement.
+    EXPECT_EQ(collectives[r], 2) << "rank " << r;
     const uint64_t rows = kRows / kRanksNow;
     const Box b{{r * rows, 0}, {rows, kCols}};
     for (int i = 0; i < 3; ++i) {
@@ -696,6 +696,142 @@ TEST(CooperativeLoadDeliveryTest, RoundsThatSendNothingMakeNoAllToAllCall) {
     EXPECT_EQ(got[r], got[0]) << "rank " << r;
     EXPECT_THAT(got[r].message(), HasSubstr("rank 1 of 2"));
     EXPECT_EQ(calls[r], 0) << "rank " << r;
+  }
+}
+
+// A load in the layout of the save (rows saved by 4 ranks, the same row
+// bands loaded by 4): every rank reads its own shard alone, each shard's
+// index once and each block once, and nothing travels between the ranks.
+TEST(CooperativeLoadDeliveryTest,
+     ALoadInTheLayoutOfTheSaveReadsEachShardAlone) {
+  TempDir dir;
+  const auto global = SaveRows(dir.path());
+  std::vector<CountingStorage> storage(kRanks);
+  InProcessWorld w(kRanks, std::vector<std::string>(kRanks, "host"));
+  std::vector<std::vector<std::string>> bufs(kRanks,
+                                             std::vector<std::string>(3));
+  std::vector<LoadReport> reports(kRanks);
+  std::vector<int> collectives(kRanks);
+  const uint64_t rows = kRows / kRanks;
+  CKPT_ASSERT_OK(RunRanks(w, [&](Communicator& base) -> absl::Status {
+    testing::ForwardingCommunicator comm(&base, Delivery::kAllToAll);
+    const int r = comm.rank();
+    const Box b{{r * rows, 0}, {rows, kCols}};
+    std::vector<LoadRequest> reqs;
+    for (int i = 0; i < 3; ++i) {
+      bufs[r][i].assign(RegionElements(b) * 4, '\xEE');
+      reqs.push_back(
+          {Name(i), DType::kFloat32, {kRows, kCols}, b, bufs[r][i].data()});
+    }
+    ReaderOptions ro;
+    ro.communicator = &comm;
+    ro.storage = &storage[r];
+    CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+    const int before = comm.collective_calls();
+    CKPT_ASSIGN_OR_RETURN(reports[r], reader->Load(reqs));
+    collectives[r] = comm.collective_calls() - before;
+    return absl::OkStatus();
+  }));
+  uint64_t read = 0;
+  std::map<std::string, int> headers;
+  for (int r = 0; r < kRanks; ++r) {
+    const Box b{{r * rows, 0}, {rows, kCols}};
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(bufs[r][i],
+                testing::Extract(global[i], DType::kFloat32, {kRows, kCols}, b))
+          << "rank " << r << " tensor " << i;
+    }
+    for (const auto& [file, n] : storage[r].HeaderReads()) {
+      headers[file] += n;
+      EXPECT_EQ(storage[r].HeaderReads().size(), 1u) << "rank " << r;
+    }
+    read += reports[r].bytes_read;
+    EXPECT_EQ(reports[r].bytes_received, 0u) << "rank " << r;
+    EXPECT_EQ(collectives[r], 2) << "rank " << r;
+  }
+  EXPECT_EQ(read, 3 * kRows * kCols * 4);  // every block once
+  EXPECT_EQ(headers.size(), static_cast<size_t>(kRanks));
+  for (const auto& [file, n] : headers) EXPECT_EQ(n, 1) << file;
+}
+
+// Rows saved by 4 ranks beside a replicated scalar (an optimizer's step,
+// written once): loading the bands and the scalar on every rank reads
+// alone (the scalar's few bytes are read by every rank, under 1% of the
+// job's bytes); every rank loading the whole tensor shares the reading
+// (each block read once, by one rank, and sent to the others).
+TEST(CooperativeLoadDeliveryTest,
+     ReplicatedScalarsStillReadAloneWholeTensorsDoNot) {
+  TempDir dir;
+  const std::string big =
+      testing::ReferenceBytes(DType::kFloat32, {kRows, kCols}, 31);
+  const std::string step = testing::ReferenceBytes(DType::kFloat32, {1}, 32);
+  {
+    InProcessWorld w(kRanks);
+    CKPT_ASSERT_OK(RunRanks(w, [&](Communicator& comm) -> absl::Status {
+      Writer::Options wo;
+      wo.comm = &comm;
+      CKPT_ASSIGN_OR_RETURN(auto writer, Writer::Create(wo));
+      const uint64_t r0 = comm.rank() * kRows / kRanks;
+      CKPT_RETURN_IF_ERROR(writer->AddTensor(
+          "big", DType::kFloat32, {kRows, kCols},
+          Box{{r0, 0}, {kRows / kRanks, kCols}}, big.data() + r0 * kCols * 4));
+      TensorOptions replica;
+      replica.replica = true;
+      CKPT_RETURN_IF_ERROR(writer->AddTensor(
+          "step", DType::kFloat32, {1}, FullBox({1}), step.data(), replica));
+      SaveOptions so;
+      so.block_size = 4096;
+      return writer->Save(dir.path(), 1, so).status();
+    }));
+  }
+  for (const bool whole : {false, true}) {
+    SCOPED_TRACE(whole ? "whole tensor on every rank" : "bands");
+    InProcessWorld w(kRanks, std::vector<std::string>(kRanks, "host"));
+    std::vector<std::string> got(kRanks), got_step(kRanks);
+    std::vector<int> collectives(kRanks);
+    std::vector<LoadReport> reports(kRanks);
+    CKPT_ASSERT_OK(RunRanks(w, [&](Communicator& base) -> absl::Status {
+      testing::ForwardingCommunicator comm(&base, Delivery::kAllToAll);
+      const int r = comm.rank();
+      const uint64_t rows = whole ? kRows : kRows / kRanks;
+      const Box b{{whole ? 0 : r * rows, 0}, {rows, kCols}};
+      got[r].assign(RegionElements(b) * 4, '\xEE');
+      got_step[r].assign(4, '\xEE');
+      ReaderOptions ro;
+      ro.communicator = &comm;
+      CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
+      const int before = comm.collective_calls();
+      CKPT_ASSIGN_OR_RETURN(
+          reports[r],
+          reader->Load(
+              {{"big", DType::kFloat32, {kRows, kCols}, b, got[r].data()},
+               {"step",
+                DType::kFloat32,
+                {1},
+                FullBox({1}),
+                got_step[r].data()}}));
+      collectives[r] = comm.collective_calls() - before;
+      return absl::OkStatus();
+    }));
+    uint64_t read = 0;
+    for (int r = 0; r < kRanks; ++r) {
+      const uint64_t rows = whole ? kRows : kRows / kRanks;
+      const Box b{{whole ? 0 : r * rows, 0}, {rows, kCols}};
+      EXPECT_EQ(got[r],
+                testing::Extract(big, DType::kFloat32, {kRows, kCols}, b))
+          << "rank " << r;
+      EXPECT_EQ(got_step[r], step) << "rank " << r;
+      read += reports[r].bytes_read;
+      if (whole) {
+        EXPECT_GT(collectives[r], 2) << "rank " << r;
+      } else {
+        EXPECT_EQ(collectives[r], 2) << "rank " << r;
+        EXPECT_EQ(reports[r].bytes_received, 0u) << "rank " << r;
+      }
+    }
+    // The scalar's block is read by every rank alone, once with the
+    // shared reading; the tensor's blocks once either way.
+    EXPECT_EQ(read, kRows * kCols * 4 + (whole ? 4 : kRanks * 4));
   }
 }
 

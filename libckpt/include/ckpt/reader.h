@@ -20,7 +20,13 @@
 // checkpoint between them instead of each reading what it needs: each
 // shard index the job needs, and each needed stored block, is read once per
 // job, by one rank, which verifies it and delivers its bytes to every rank
-// whose requests need them (how: docs/cooperative-load.md).
+// whose requests need them (how: docs/cooperative-load.md). Except where
+// sharing would save less than 1% of the job's reads: when the stored
+// chunks that two or more ranks need hold at most 1% of the stored bytes
+// the job reads (counting each extra rank; e.g. a load in the layout of
+// the save, whose only shared chunks are replicated scalars), every rank
+// reads what it needs alone, after one collective, and the outcome is
+// agreed by one more.
 //  * Open is collective: rank 0 alone resolves `latest` and reads MANIFEST;
 //    every rank decodes and checks the bytes as a single-rank Open does,
 //    with the same errors.

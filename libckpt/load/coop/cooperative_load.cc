@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "ckpt/format/coding.h"
 #include "ckpt/format/status_macros.h"
@@ -62,6 +63,38 @@ void CooperativeLoad::FinishReport(const Prepared& p, const ReadExecutor& run,
 }
 
 namespace {
+
+// Whether every rank may read what it needs alone: when the stored chunks
+// that two or more ranks need (a request several ranks hold, a chunk the
+// new layout cuts) hold at most 1/kAloneSlack of the stored bytes the job
+// reads, counting each extra rank, e.g. a load in the layout of the save
+// whose only shared chunks are replicated scalars (an optimizer's step).
+constexpr uint64_t kAloneSlack = 100;
+
+bool RanksMayReadAlone(const format::Manifest& manifest, const RequestGroups& g,
+                       const std::vector<ChunkPiece>& pieces) {
+  // (entry, chunk) -> the ranks that need it, as a small sorted list.
+  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>>
+      ranks;
+  for (const ChunkPiece& piece : pieces) {
+    std::vector<uint32_t>& r = ranks[{piece.entry, piece.chunk}];
+    for (uint64_t h = g.first[piece.request]; h < g.first[piece.request + 1];
+         ++h) {
+      auto at = std::lower_bound(r.begin(), r.end(), g.holders[h].rank);
+      if (at == r.end() || *at != g.holders[h].rank) {
+        r.insert(at, g.holders[h].rank);
+      }
+    }
+  }
+  uint64_t total = 0, extra = 0;
+  for (const auto& [key, r] : ranks) {
+    const uint64_t bytes =
+        manifest.entries[key.first].chunks[key.second].stored_length;
+    total += bytes;
+    extra += bytes * (r.size() - 1);
+  }
+  return extra * kAloneSlack <= total;
+}
 
 // [u32 shard][u64 file size][string head][string tail][string index]...
 void PutShardMeta(std::string* out, uint32_t id, const ShardMetaBytes& m) {
@@ -531,6 +564,14 @@ absl::StatusOr<LoadReport> CooperativeLoad::Run(
   all = {};
   CKPT_ASSIGN_OR_RETURN(std::vector<ChunkPiece> pieces,
                         PairRequests(manifest, groups.unique));
+  if (src_.load_alone && RanksMayReadAlone(manifest, groups, pieces)) {
+    // Every rank reads what it needs alone (a load in the layout of the
+    // save, or one that merges whole shards): no shard index, plan or
+    // byte travels between the ranks; one agreement on the outcome.
+    absl::StatusOr<LoadReport> alone = src_.load_alone(*p, std::move(report));
+    CKPT_RETURN_IF_ERROR(Agree(alone.status()));
+    return alone;
+  }
   absl::Status adopted;
   CKPT_RETURN_IF_ERROR(
       ShareShards(NeededShards(manifest, groups, pieces), &adopted));

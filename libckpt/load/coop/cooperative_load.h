@@ -52,6 +52,10 @@ class CooperativeLoad {
     uint64_t min_read_bytes = 0;
     // The pinned buffers of loads into device memory (made on first need).
     std::function<absl::StatusOr<StagingPool*>()> upload_pool;
+    // This rank's load of its own requests alone (the Reader's single-rank
+    // load): what Run does when no stored chunk feeds two ranks.
+    std::function<absl::StatusOr<LoadReport>(const Prepared&, LoadReport)>
+        load_alone;
   };
 
   // A load on `threads` I/O threads per rank.
