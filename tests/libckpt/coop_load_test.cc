@@ -100,6 +100,19 @@ class CountingStorage final : public testing::ForwardingStorage {
   std::map<std::string, int> header_reads_ ABSL_GUARDED_BY(mu_);
 };
 
+// The requests for box `b` of the three tensors, into `bufs` (three
+// buffers, filled with 0xEE first).
+std::vector<LoadRequest> BoxRequests(const Box& b,
+                                     std::vector<std::string>* bufs) {
+  std::vector<LoadRequest> reqs;
+  for (int i = 0; i < 3; ++i) {
+    (*bufs)[i].assign(RegionElements(b) * 4, '\xEE');
+    reqs.push_back(
+        {Name(i), DType::kFloat32, {kRows, kCols}, b, (*bufs)[i].data()});
+  }
+  return reqs;
+}
+
 // Each rank loads columns [12 r, 12 r + 12) of every tensor (rows to
 // columns: every stored block feeds every rank).
 struct ColumnLoad {
@@ -562,12 +575,7 @@ TEST(CooperativeLoadDeliveryTest, BlocksOneRankNeedsSkipTheCommunicator) {
       testing::ForwardingCommunicator comm(&base, Delivery::kAllToAll);
       const int r = comm.rank();
       const Box b{{first[r], 0}, {first[r + 1] - first[r], kCols}};
-      std::vector<LoadRequest> reqs;
-      for (int i = 0; i < 3; ++i) {
-        bufs[r][i].assign(RegionElements(b) * 4, '\xEE');
-        reqs.push_back(
-            {Name(i), DType::kFloat32, {kRows, kCols}, b, bufs[r][i].data()});
-      }
+      std::vector<LoadRequest> reqs = BoxRequests(b, &bufs[r]);
       ReaderOptions ro;
       ro.communicator = &comm;
       CKPT_ASSIGN_OR_RETURN(auto reader, Reader::Open(dir.path(), ro));
@@ -717,12 +725,7 @@ TEST(CooperativeLoadDeliveryTest,
     testing::ForwardingCommunicator comm(&base, Delivery::kAllToAll);
     const int r = comm.rank();
     const Box b{{r * rows, 0}, {rows, kCols}};
-    std::vector<LoadRequest> reqs;
-    for (int i = 0; i < 3; ++i) {
-      bufs[r][i].assign(RegionElements(b) * 4, '\xEE');
-      reqs.push_back(
-          {Name(i), DType::kFloat32, {kRows, kCols}, b, bufs[r][i].data()});
-    }
+    std::vector<LoadRequest> reqs = BoxRequests(b, &bufs[r]);
     ReaderOptions ro;
     ro.communicator = &comm;
     ro.storage = &storage[r];
