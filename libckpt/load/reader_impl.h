@@ -114,7 +114,7 @@ class ReaderImpl final : public Reader {
   int IoThreads(const LoadOptions& options) const;
   absl::StatusOr<internal::ReadPlan> Plan(const Prepared& p, int threads);
   // Reads what `p` requests, alone (LoadLocal after Prepare, and a
-  // cooperative load whose ranks share no stored chunk).
+  // cooperative load that reads alone: CooperativeLoad::Source::load_alone).
   absl::StatusOr<LoadReport> LoadPrepared(const Prepared& p,
                                           const LoadOptions& options,
                                           LoadReport report);

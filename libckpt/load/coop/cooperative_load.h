@@ -53,7 +53,8 @@ class CooperativeLoad {
     // The pinned buffers of loads into device memory (made on first need).
     std::function<absl::StatusOr<StagingPool*>()> upload_pool;
     // This rank's load of its own requests alone (the Reader's single-rank
-    // load): what Run does when no stored chunk feeds two ranks.
+    // load): what Run does when sharing would save under 1% of the reads
+    // (docs/cooperative-load.md, "Reading alone").
     std::function<absl::StatusOr<LoadReport>(const Prepared&, LoadReport)>
         load_alone;
   };

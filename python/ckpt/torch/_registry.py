@@ -74,18 +74,17 @@ class Registrations:
         self._seen.add(name)
         return sig is not None and self._tensors.get(name) == sig
 
-    def tensor(self, writer, name: str, sig: Optional[tuple], add: Callable[[], Any]) -> None:
-        """Registers tensor `name` with add() unless kept(name, sig)."""
+    def tensor(self, writer, name: str, sig: Optional[tuple], add: Callable[[], Any]) -> bool:
+        """Registers tensor `name` with add() unless kept(name, sig).
+        Returns whether `name` is registered now: kept, or add() did not
+        return False (a DTensor registered later, _register_deferred)."""
         if self.kept(name, sig):
-            return
+            return True
         self._drop(writer, name)
-        add()
+        if add() is False:
+            return False
         self._tensors[name] = sig
-
-    def forget(self, name: str) -> None:
-        """`name` was not registered after all (tensor()'s add() added
-        nothing)."""
-        self._tensors.pop(name, None)
+        return True
 
     def value(self, writer, name: str, data: bytes) -> None:
         """Sets object `name` (replacing the last save's bytes)."""

@@ -73,8 +73,8 @@ def _signatures(leaves: List[_Leaf], rank: int, keep: bool) -> Dict[str, Any]:
     return sigs
 
 
-def _register(writer, leaves: List[_Leaf], rank: int, group_ranks=None, regs=None,
-              sigs=None) -> Tuple[Dict, Dict, Dict, List[str], List[_Leaf]]:
+def _register(writer, leaves: List[_Leaf], rank: int, group_ranks, regs: Registrations,
+              sigs: Dict[str, Any]) -> Tuple[Dict, Dict, Dict, List[str], List[_Leaf]]:
     """Registers this rank's tensors with `writer` (through `regs`, its
     Registrations begun with `sigs`, from _signatures: a tensor the last
     save registered the same way stays registered). Returns the shared
@@ -82,8 +82,6 @@ def _register(writer, leaves: List[_Leaf], rank: int, group_ranks=None, regs=Non
     digests the caller takes when verifying: those registered again), the
     per-rank names, and the DTensor leaves to redistribute before
     registering (_register_deferred)."""
-    regs = regs if regs is not None else Registrations()
-    sigs = sigs if sigs is not None else _signatures(leaves, rank, keep=False)
     values, digests, replicas, per_rank, deferred = {}, {}, {}, [], []
     meshes = {}  # each DTensor mesh's ranks, looked up once per save
     for leaf in leaves:
@@ -100,18 +98,13 @@ def _register(writer, leaves: List[_Leaf], rank: int, group_ranks=None, regs=Non
             else:
                 regs.value(writer, entry, _values.encode(v, f"entry '{name}'"))
         elif _is_distributed(v):
-            if regs.kept(name, sigs[name]):
-                continue
-            added = []
-            regs.tensor(writer, name, sigs[name], lambda: added.append(
-                _register_distributed(writer, name, v, group_ranks, meshes)))
-            if not added[0]:
-                regs.forget(name)
+            if not regs.tensor(writer, name, sigs[name], lambda: _register_distributed(
+                    writer, name, v, group_ranks, meshes)):
                 deferred.append(leaf)
         elif _is_tensor_leaf(v):
             chunk, spec = isinstance(v, Chunk), []
 
-            def add(name=name, v=v, chunk=chunk, spec=spec):
+            def add():  # called at once, by regs.tensor, unless kept
                 spec.extend(_tensor_spec(name, v))
                 writer.add_tensor(name, *spec, replica=not chunk)
             regs.tensor(writer, name, sigs[name], add)
@@ -124,7 +117,7 @@ def _register(writer, leaves: List[_Leaf], rank: int, group_ranks=None, regs=Non
     return values, digests, replicas, per_rank, deferred
 
 
-def _register_deferred(writer, deferred: List[_Leaf], regs=None) -> None:
+def _register_deferred(writer, deferred: List[_Leaf], regs: Registrations) -> None:
     """Registers the DTensors whose local tensors are several boxes (a
     _StridedShard that leaves gaps): each is redistributed, in name order
     on every rank of its mesh, to placements that hold one box (its
@@ -132,7 +125,6 @@ def _register_deferred(writer, deferred: List[_Leaf], regs=None) -> None:
     the copy lives until the Writer is cleared, or the entry registered
     again). Called after every rank has registered everything else without
     error."""
-    regs = regs if regs is not None else Registrations()
     for leaf in sorted(deferred, key=lambda l: l.name):
         boxed = to_one_box(leaf.value)
         part = _distributed_save_part(leaf.name, boxed)
