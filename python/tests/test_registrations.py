@@ -44,17 +44,25 @@ def _model():
     return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4))
 
 
+def _save_with(via, use_async, sd, root, step):
+    if via == "dcp":
+        _dcp_save(use_async, sd, root, step)
+    elif use_async:
+        ct.save_async(sd, root, step).wait()
+    else:
+        ct.save(sd, root, step)
+
+
+@pytest.mark.parametrize("via", ["ckpt.torch", "dcp"])
 @pytest.mark.parametrize("use_async", [False, True])
 def test_a_second_save_of_the_same_state_registers_nothing_again_and_holds_the_new_values(
-        tmp_path, monkeypatch, use_async):
+        tmp_path, monkeypatch, use_async, via):
     m = _model()
     counting = _Counting(monkeypatch)
     saved = {}
     for step in (1, 2, 3):
         sd = m.state_dict()  # new detached tensor objects each time, same memory
-        h = (ct.save_async if use_async else ct.save)(sd, str(tmp_path), step)
-        if use_async:
-            h.wait()
+        _save_with(via, use_async, sd, str(tmp_path), step)
         saved[step] = {k: v.clone() for k, v in sd.items()}
         with torch.no_grad():
             for p in m.parameters():
@@ -196,3 +204,69 @@ def test_a_state_of_new_tensors_is_registered_anew_without_removing_each(tmp_pat
     assert removed == []
     got = _load(str(tmp_path), 3, {n: torch.zeros(4) for n in names})
     assert all(torch.equal(t, torch.full((4,), 3.0)) for t in got.values())
+
+
+# --- through DCP's API (ckpt.torch.dcp.Writer) ------------------------------------
+
+def _dcp_save(use_async, sd, root, step):
+    import torch.distributed.checkpoint as dcp
+    import ckpt.torch.dcp as ckdcp
+    writer = ckdcp.Writer(root, step=step)
+    if use_async:
+        dcp.async_save(sd, storage_writer=writer).result()
+    else:
+        dcp.save(sd, storage_writer=writer)
+
+
+def _dcp_load(root, step, like):
+    import torch.distributed.checkpoint as dcp
+    import ckpt.torch.dcp as ckdcp
+    out = {k: torch.zeros_like(v) if isinstance(v, torch.Tensor) else v for k, v in like.items()}
+    dcp.load(out, storage_reader=ckdcp.Reader(root, step=step))
+    return out
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_dcp_saves_register_what_changed_and_drop_what_went(tmp_path, monkeypatch, use_async):
+    """New memory under a name, a name gone, a tensor that became a Python
+    value and back, a non-contiguous tensor (copied per save: never kept)."""
+    root = str(tmp_path)
+    base = torch.arange(12.0)
+    sd = {"a": torch.ones(3), "b": torch.zeros(2), "t": base.view(3, 4).t(), "x": torch.ones(2)}
+    _dcp_save(use_async, sd, root, 1)
+    counting = _Counting(monkeypatch)
+    base.add_(1.0)
+    sd = {"a": torch.full((3,), 5.0), "t": base.view(3, 4).t(), "x": 7}
+    _dcp_save(use_async, sd, root, 2)
+    assert counting.calls == 2  # "a" (new memory) and "t" (copied, not kept)
+    r = ckpt.Reader(ckpt.step_path(root, 2))
+    assert r.entry_names() == ["a", "t", "x"]
+    got = _dcp_load(root, 2, {"a": torch.zeros(3), "t": torch.zeros(4, 3), "x": 0})
+    assert torch.equal(got["a"], sd["a"]) and torch.equal(got["t"], sd["t"]) and got["x"] == 7
+    sd["x"] = torch.full((2,), 3.0)
+    _dcp_save(use_async, sd, root, 3)
+    assert torch.equal(_dcp_load(root, 3, {"x": torch.zeros(2)})["x"], sd["x"])
+
+
+def test_a_failed_dcp_save_leaves_the_next_complete_and_release_frees_the_writers(tmp_path):
+    """A save failing part way through registering ("a" kept, then a name
+    ckpt refuses) clears the Writer: the next save registers everything."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+    import ckpt.torch.dcp as ckdcp
+    root = str(tmp_path)
+    sd = {"a": torch.ones(3), "b": torch.arange(4.0)}
+    _dcp_save(True, sd, root, 1)
+    bad = {"a": sd["a"], "../bad": torch.ones(2), "b": sd["b"]}  # a name ckpt refuses
+    with pytest.raises(ckpt.InvalidArgumentError, match="'../bad'"):
+        _dcp_save(True, bad, root, 2)
+    with pytest.raises(CheckpointException, match="'../bad'"):
+        dcp.save(bad, storage_writer=ckdcp.Writer(root, step=2))
+    sd["a"].add_(1.0)
+    _dcp_save(True, sd, root, 3)
+    got = _dcp_load(root, 3, sd)
+    assert all(torch.equal(got[k], sd[k]) for k in sd)
+    assert ckpt.Reader(ckpt.step_path(root, 3)).entry_names() == ["a", "b"]
+    assert ckdcp._writers
+    ct.release()
+    assert not ckdcp._writers

@@ -189,9 +189,11 @@ def save_job(rank, world, store, out):
     if rank == 0:
         torch.save(ref, os.path.join(out, "ref.pt"))
     dcp.save(state, storage_writer=ckdcp.Writer(os.path.join(out, "a"), step=STEPS))
-    dcp.save(state, storage_writer=ckdcp.Writer(os.path.join(out, "b"), step=STEPS))
+    registered_again = registrations_of(lambda: dcp.save(
+        state, storage_writer=ckdcp.Writer(os.path.join(out, "b"), step=STEPS)))
     dcp.save(state, storage_writer=dcp.FileSystemWriter(os.path.join(out, "fs")))
-    results = {"control_fresh": mismatches(full(Job(rank, world, seed=1).state()), ref)}
+    results = {"control_fresh": mismatches(full(Job(rank, world, seed=1).state()), ref),
+               "registered_again": registered_again}
     results["ckpt"] = load_and_compare(Job(rank, world, seed=1),
                                        ckdcp.Reader(os.path.join(out, "a")), ref)
     results["fs"] = load_and_compare(Job(rank, world, seed=1),
@@ -220,6 +222,19 @@ def save_job(rank, world, store, out):
     results["unstaged"] = load_and_compare(Job(rank, world, seed=1),
                                            ckdcp.Reader(os.path.join(out, "d")), after)
     _finish(out, rank, results)
+
+
+def registrations_of(save):
+    """The names save() registers with the group's ckpt Writer."""
+    from ckpt.torch import _save
+    names, real = [], _save._KeptWriter.add_tensor
+    _save._KeptWriter.add_tensor = lambda w, name, *a, **k: (names.append(name),
+                                                             real(w, name, *a, **k))[1]
+    try:
+        save()
+    finally:
+        _save._KeptWriter.add_tensor = real
+    return names
 
 
 def resolver_differences(state):
@@ -334,6 +349,9 @@ def test_every_tool_reads_the_dcp_save(saved, tmp_path):
         assert name in inspect.stdout
     diff = run(tool("ckpt-diff"), a, b)
     assert diff.returncode == 0 and "equal" in diff.stdout, diff.stdout + diff.stderr
+    # b, the second save of the same state by the group's Writer, kept every
+    # registration of a's (ckpt.torch._registry) and holds the same values.
+    assert [r["registered_again"] for r in saved["results"]] == [[], []]
     one = tmp_path / "one"
     rs = run(tool("ckpt-reshard"), a, one, "--from", "2", "--to", "1")
     assert rs.returncode == 0, rs.stdout + rs.stderr

@@ -3,6 +3,7 @@ every save of that group (its staging memory and save plan are made once),
 and at most one save in flight per group."""
 import hashlib
 import json
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -251,7 +252,8 @@ def _snapshot_sizes(leaves: List[_Leaf], to_device: bool) -> Tuple[int, int]:
 
 def release() -> None:
     """Waits for every save_async in flight, then frees the Writers that
-    save and save_async keep for reuse (and their staging memory)."""
+    save and save_async (and ckpt.torch.dcp.Writer's saves) keep for reuse:
+    their staging memory and the tensors their last saves registered."""
     for _, handle in list(_in_flight.values()):
         try:
             handle.wait()
@@ -259,6 +261,9 @@ def release() -> None:
             pass  # its outcome is reported by its own handle's wait()
     _in_flight.clear()
     _writers.clear()
+    dcp = sys.modules.get(__package__ + ".dcp")
+    if dcp is not None:  # imported: its Writers too (never imported here: DCP is heavy)
+        dcp._release()
 
 
 def _plan_save(writer_for, state_dict: Dict, root: str, step: int, comm, verify_replicas: bool,

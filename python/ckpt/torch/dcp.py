@@ -78,7 +78,10 @@ stage() plans the save with a SavePlanner (Writer(planner=...), default
 DefaultSavePlanner(); with that one, the local plan of the group's last
 stage() is reused while the state dict keeps its structure: FQNs, shapes,
 dtypes, tensor properties, DTensor meshes and placements), registers the
-items and calls ckpt's
+items (an item whose tensor has the memory, dtype, shape, strides and box
+it had at the group's last save stays registered: ckpt.torch._registry;
+the group's ckpt Writer keeps the tensors so registered until the next
+save or ckpt.torch.release(), as ckpt.torch.save's does) and calls ckpt's
 Writer.save_async, which returns once every tensor is snapshotted into
 ckpt's staging memory (kept by the ckpt Writer of the group and reused by
 the next save; CUDA tensors go through ckpt's pinned staging when the
@@ -127,7 +130,7 @@ import io
 import json
 import os
 import uuid
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
@@ -147,6 +150,8 @@ from .._errors import (AlreadyExistsError, DataLossError, FailedPreconditionErro
                        InvalidArgumentError, NotFoundError, UnimplementedError)
 from ._comm import _communicator, _error_info, _exchange, _raise_if_any_rank_failed
 from ._leaves import _stored_as_elements, ckpt_dtype
+from ._registry import VALUE, Registrations, tensor_signature
+from ._save import _new_writer
 
 __all__ = ["Writer", "Reader", "METADATA_KEY"]
 
@@ -389,22 +394,55 @@ def _resolver(planner):
     return resolve
 
 
-def _register(writer, items: Sequence[WriteItem], resolve) -> Dict[str, bytes]:
-    """Registers the tensor items with `writer`; returns the bytes items'
-    bytes by FQN (resolved, not yet set). resolve: _resolver(planner)."""
-    blobs = {}
+def _signature(fqn: str, item: WriteItem, data) -> Optional[tuple]:
+    """The signature (ckpt.torch._registry) of the registration of tensor
+    item `item` resolved to `data`, where the Writer would borrow `data`
+    itself (_host_tensor copies nothing); None otherwise."""
+    if not isinstance(data, torch.Tensor) or not data.is_contiguous() or (
+            data.device.type != "cpu" and not (data.device.type == "cuda" and _ckpt.has_cuda)):
+        return None
+    chunk = item.tensor_data.chunk
+    return tensor_signature(data, "dcp", tuple(item.tensor_data.size), tuple(chunk.offsets),
+                            tuple(chunk.sizes))
+
+
+def _resolve_all(items: Sequence[WriteItem], resolve) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """(FQN -> resolved data, FQN -> signature / None / VALUE for a bytes
+    item): what _register registers. resolve: _resolver(planner)."""
+    data, sigs = {}, {}
     for item in items:
-        fqn, data = item.index.fqn, resolve(item)
+        fqn = item.index.fqn
+        data[fqn] = d = resolve(item)
+        sigs[fqn] = VALUE if item.type == WriteItemType.BYTE_IO else _signature(fqn, item, d)
+    return data, sigs
+
+
+def _register(writer, items: Sequence[WriteItem], data: Dict[str, Any], regs: Registrations,
+              sigs: Dict[str, Any]) -> Dict[str, bytes]:
+    """Registers the tensor items with `writer` through `regs` (begun with
+    `sigs`: a tensor registered the same way by the group's last save stays
+    registered); returns the bytes items' bytes by FQN (not yet set).
+    data, sigs: _resolve_all(items, ...)."""
+    blobs, devices = {}, set()
+    for item in items:
+        fqn, d = item.index.fqn, data[item.index.fqn]
         if item.type == WriteItemType.BYTE_IO:
-            blobs[fqn] = data.getvalue() if isinstance(data, io.BytesIO) else bytes(data)
+            blobs[fqn] = d.getvalue() if isinstance(d, io.BytesIO) else bytes(d)
             continue
         td = item.tensor_data
-        if tuple(data.shape) != tuple(td.chunk.sizes):
-            raise InvalidArgumentError(
-                f"entry '{fqn}': the planner resolved a tensor of shape {list(data.shape)} "
-                f"for a chunk of sizes {list(td.chunk.sizes)}")
-        writer.add_tensor(fqn, _ckpt_dtype(fqn, data.dtype), tuple(td.size), _box(item),
-                          _host_tensor(fqn, data), replica=True)
+
+        def add():  # called by regs.tensor unless kept
+            if tuple(d.shape) != tuple(td.chunk.sizes):
+                raise InvalidArgumentError(
+                    f"entry '{fqn}': the planner resolved a tensor of shape {list(d.shape)} "
+                    f"for a chunk of sizes {list(td.chunk.sizes)}")
+            writer.add_tensor(fqn, _ckpt_dtype(fqn, d.dtype), tuple(td.size), _box(item),
+                              _host_tensor(fqn, d), replica=True)
+        regs.tensor(writer, fqn, sigs[fqn], add)
+        if d.device.type == "cuda":
+            devices.add(d.device)
+    for device in devices:  # for the kept ones (_host_tensor's own is for those registered)
+        torch.cuda.current_stream(device).synchronize()
     return blobs
 
 
@@ -423,7 +461,9 @@ def _write_results(items: Sequence[WriteItem], blobs: Dict[str, bytes]) -> Futur
 
 
 # One ckpt Writer per process group (the group object kept with it), reused
-# by every save of that group: its staging memory and save plan are made once.
+# by every save of that group: its staging memory, save plan and the
+# registrations of its last save (ckpt.torch._registry) are kept, and
+# with them the tensors that save registered, until ckpt.torch.release().
 _writers: Dict[int, tuple] = {}
 
 
@@ -438,8 +478,15 @@ def _group_writer(process_group, no_dist: bool):
     key = _group_key(process_group, comm)
     cached = _writers.get(id(key))
     if cached is None or cached[0] is not key:
-        cached = _writers[id(key)] = (key, _ckpt.Writer(comm), comm)
+        cached = _writers[id(key)] = (key, _new_writer(comm), comm)
     return cached[1], cached[2]
+
+
+def _release() -> None:
+    """Frees the group Writers, their staging memory and the tensors their
+    last saves registered (ckpt.torch.release() calls it)."""
+    _writers.clear()
+    _plans.clear()
 
 
 # The local plan of the last stage() of each process group (the group object
@@ -600,22 +647,23 @@ class Writer(StorageWriter, AsyncStager):
         if self._staged is not None:
             return self._finish_staged(plan)
         writer, comm = _group_writer(self.process_group, self.no_dist)
-        writer.clear()
         info, error, blobs = {"error": None}, None, {}
         try:
             if not isinstance(plan.storage_data, dict):
                 raise FailedPreconditionError(
                     "write_data: the plan has no storage_data from prepare_global_plan")
-            blobs = _register(writer, plan.items, _resolver(planner))
+            blobs = self._register(writer, plan.items, _resolver(planner))
             for fqn, data in blobs.items():
-                writer.set_object(fqn, data)
+                writer.registrations.value(writer, fqn, data)
+            writer.registrations.end(writer)
         except Exception as e:  # reported to every rank below
             error, info["error"] = e, _error_info(e)
         try:
             _raise_if_any_rank_failed(_exchange(comm, info), error, f"save of {self.path}")
             writer.save(self.path, self.step, self._save_options(plan.storage_data))
-        finally:
-            writer.clear()  # drops the borrowed tensors
+        except BaseException:
+            writer.clear()  # the next save registers everything anew
+            raise
         return _write_results(plan.items, blobs)
 
     def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
@@ -630,7 +678,6 @@ class Writer(StorageWriter, AsyncStager):
         writer, comm = _group_writer(self.process_group, self.no_dist)
         rank = 0 if comm is None else comm.rank
         planner = self.planner if self.planner is not None else DefaultSavePlanner()
-        writer.clear()
         info, error, blobs, plan = {"error": None}, None, {}, None
         try:
             planner.set_up_planner(state_dict, storage_meta=self.storage_meta(),
@@ -639,7 +686,7 @@ class Writer(StorageWriter, AsyncStager):
             _check_items(plan.items)
             if rank == 0:
                 self._check_step_free()
-            blobs = _register(writer, plan.items, _resolver(planner))
+            blobs = self._register(writer, plan.items, _resolver(planner))
             info.update(meta=_plan_metadata(plan), objects=sorted(blobs))
         except Exception as e:  # reported to every rank below
             error, info["error"] = e, _error_info(e)
@@ -648,11 +695,13 @@ class Writer(StorageWriter, AsyncStager):
             _raise_if_any_rank_failed(gathered, error, f"staging of {self.path}")
             for fqn, data in blobs.items():  # the lowest rank holding a bytes item saves it
                 if min(r for r, g in enumerate(gathered) if fqn in g["objects"]) == rank:
-                    writer.set_object(fqn, data)
+                    writer.registrations.value(writer, fqn, data)
+            writer.registrations.end(writer)
             doc = _merge_metadata([g["meta"] for g in gathered])
             handle = writer.save_async(self.path, self.step, self._save_options(doc))
-        finally:
-            writer.clear()  # the snapshot is taken: the tensors are free
+        except BaseException:
+            writer.clear()  # the next save registers everything anew
+            raise
         self._staged = _Staged(handle, self.path, {_key(i) for i in plan.items}, blobs)
         return _copy_containers(state_dict)
 
@@ -678,6 +727,15 @@ class Writer(StorageWriter, AsyncStager):
         return _write_results(plan.items, staged.blobs)
 
     # -- helpers
+    @staticmethod
+    def _register(writer, items: Sequence[WriteItem], resolve) -> Dict[str, bytes]:
+        """Begins the save's registrations (the group Writer's, kept from its
+        last save) and registers the tensor items; returns the bytes items'
+        bytes by FQN, for the caller to set."""
+        data, sigs = _resolve_all(items, resolve)
+        writer.registrations.begin(writer, sigs)
+        return _register(writer, items, data, writer.registrations, sigs)
+
     def _check_step_free(self) -> None:
         from .. import step_path
         path = step_path(self.path, self.step)
