@@ -188,12 +188,16 @@ def save_job(rank, world, store, out):
     ref = full(state)
     if rank == 0:
         torch.save(ref, os.path.join(out, "ref.pt"))
-    dcp.save(state, storage_writer=ckdcp.Writer(os.path.join(out, "a"), step=STEPS))
+    writer = ckdcp.Writer(os.path.join(out, "a"), step=STEPS)
+    returned = dcp.save(state, storage_writer=writer)
     registered_again = registrations_of(lambda: dcp.save(
         state, storage_writer=ckdcp.Writer(os.path.join(out, "b"), step=STEPS)))
-    dcp.save(state, storage_writer=dcp.FileSystemWriter(os.path.join(out, "fs")))
+    fs_returned = dcp.save(state, storage_writer=dcp.FileSystemWriter(os.path.join(out, "fs")))
     results = {"control_fresh": mismatches(full(Job(rank, world, seed=1).state()), ref),
-               "registered_again": registered_again}
+               "registered_again": registered_again,
+               "items_to_dcp": len(writer.prepare_local_plan(writer._local).items),
+               "items_kept": len(writer._local.items),
+               "metadata": [metadata_summary(returned), metadata_summary(fs_returned)]}
     results["ckpt"] = load_and_compare(Job(rank, world, seed=1),
                                        ckdcp.Reader(os.path.join(out, "a")), ref)
     results["fs"] = load_and_compare(Job(rank, world, seed=1),
@@ -222,6 +226,19 @@ def save_job(rank, world, store, out):
     results["unstaged"] = load_and_compare(Job(rank, world, seed=1),
                                            ckdcp.Reader(os.path.join(out, "d")), after)
     _finish(out, rank, results)
+
+
+def metadata_summary(md):
+    """What dcp.save's returned Metadata says of each entry: its kind, and a
+    tensor's size, dtype and chunks; the flattening map."""
+    out = {}
+    for fqn, m in md.state_dict_metadata.items():
+        if hasattr(m, "chunks"):
+            out[fqn] = [list(m.size), str(m.properties.dtype),
+                        sorted([list(c.offsets), list(c.sizes)] for c in m.chunks)]
+        else:
+            out[fqn] = "bytes"
+    return {"entries": out, "planner_data": {k: list(v) for k, v in md.planner_data.items()}}
 
 
 def registrations_of(save):
@@ -313,6 +330,18 @@ def test_fsdp2_state_round_trips_bit_exactly_on_2_ranks(saved):
     assert r.find("model.scale").dtype == ckpt.bfloat16 and len(r.find("model.scale").chunks) == 1
     assert r.find("extra.epoch").kind == "object"
     assert r.find("optim.param_groups.0.lr").kind == "object"
+
+
+def test_dcp_plans_without_the_items_and_save_returns_the_full_metadata(saved):
+    """Under DefaultSavePlanner the Writer hands DCP's pickled gather and
+    scatter its plans without their items (dcp._local_items), and keeps
+    them; dcp.save still returns the Metadata FileSystemWriter's save does
+    (the entries, their sizes, dtypes and chunks, the flattening map)."""
+    for r in saved["results"]:
+        assert r["items_to_dcp"] == 0 and r["items_kept"] > 10
+        ours, fs = r["metadata"]
+        assert ours == fs
+        assert len(ours["entries"]) > 10 and ours["planner_data"]
 
 
 def test_loads_on_1_process_and_on_3_ranks(saved, tmp_path):
@@ -548,3 +577,49 @@ def test_async_save_reuses_its_local_plan_while_the_structure_stays(tmp_path, mo
            "new": torch.ones(2)}
     assert save_and_check(src, 4) == first  # a new key
     assert save_and_check(src, 5) == first - 1
+
+
+class RenamingSavePlanner(dcp.DefaultSavePlanner):
+    """A global plan of its own: counts the items it sees."""
+    seen = 0
+
+    def create_global_plan(self, all_plans):
+        RenamingSavePlanner.seen = sum(len(p.items) for p in all_plans)
+        return super().create_global_plan(all_plans)
+
+
+class CountingLoadPlanner(dcp.DefaultLoadPlanner):
+    seen = 0
+
+    def create_global_plan(self, global_plan):
+        CountingLoadPlanner.seen = sum(len(p.items) for p in global_plan)
+        return super().create_global_plan(global_plan)
+
+
+def test_a_planner_with_its_own_global_plan_is_refused_unless_the_writer_has_it(tmp_path):
+    """DCP plans globally without the items only under a planner whose
+    global plan is the default one; one of its own gets the items when it
+    is passed to Writer(planner=) / Reader(planner=), and is refused,
+    naming that fix, when it is not (it would have planned nothing)."""
+    src = {"w": torch.randn(3, 2), "cfg": {"lr": 0.5}}
+    planner = RenamingSavePlanner()
+    with pytest.raises(CheckpointException, match=r"Writer\(planner=\.\.\.\)"):
+        dcp.save(src, storage_writer=ckdcp.Writer(tmp_path, step=1), planner=planner)
+    assert not os.path.exists(tmp_path / "latest")
+    RenamingSavePlanner.seen = 0
+    dcp.save(src, storage_writer=ckdcp.Writer(tmp_path, step=1, planner=planner),
+             planner=planner)
+    assert RenamingSavePlanner.seen == 2
+    dst = {"w": torch.zeros(3, 2), "cfg": {"lr": 0.0}}
+    with pytest.raises(CheckpointException, match=r"Reader\(planner=\.\.\.\)"):
+        dcp.load(dst, storage_reader=ckdcp.Reader(tmp_path), planner=CountingLoadPlanner())
+    load_planner = CountingLoadPlanner()
+    dcp.load(dst, storage_reader=ckdcp.Reader(tmp_path, planner=load_planner),
+             planner=load_planner)
+    assert CountingLoadPlanner.seen == 2
+    assert torch.equal(dst["w"], src["w"]) and dst["cfg"] == {"lr": 0.5}
+    # The default planners: DCP plans with no items, the data arrive all the same.
+    dcp.save(src, storage_writer=ckdcp.Writer(tmp_path, step=2))
+    dst = {"w": torch.zeros(3, 2), "cfg": {"lr": 0.0}}
+    dcp.load(dst, storage_reader=ckdcp.Reader(tmp_path, step=2))
+    assert torch.equal(dst["w"], src["w"]) and dst["cfg"] == {"lr": 0.5}

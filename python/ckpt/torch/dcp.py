@@ -53,17 +53,29 @@ DCP calls set_up_storage_writer, prepare_local_plan (every rank),
 prepare_global_plan (the coordinator), write_data (every rank) and finish
 (the coordinator only). A ckpt save is collective, so it runs in write_data:
   * prepare_local_plan checks what needs no collective (dtypes ckpt has, one
-    chunk per entry per rank);
+    chunk per entry per rank), puts the rank's part of the JSON metadata in
+    the plan's storage_data and, under a planner whose global plan is
+    DefaultSavePlanner's (no plan caching), keeps the plan's items and
+    hands DCP the plan without them: DCP's pickled gather of every rank's
+    plan and scatter of the global plan cost 100-200 ms per save with
+    1,200 items per rank, and all the global plan does with the items is
+    deduplicate replicas, which ckpt does itself. A planner with a global
+    plan of its own must be passed to Writer(planner=...) too (then DCP
+    plans with the items); write_data refuses it otherwise;
   * prepare_global_plan (coordinator) refuses a step that is committed
-    already (unless overwrite) and builds the JSON metadata from all plans;
+    already (unless overwrite) and merges the JSON metadata of all plans;
     DCP scatters it to every rank inside the plans (storage_data), so every
     rank saves the same metadata without a collective of its own;
   * write_data registers this rank's items with a ckpt.Writer over a ckpt
     communicator of the Writer's process group (ProcessGroupCommunicator),
     agrees with the other ranks (one all-gather: a rank that failed to
-    register makes every rank raise its error, none waits in the save), then
+    register makes every rank raise its error, none waits in the save; the
+    lowest rank holding a bytes item saves it; every tensor is registered
+    as a replica, so a piece several ranks hold is written once), then
     saves collectively: the checkpoint is committed when write_data returns;
-  * finish has nothing left to do: DCP's own Metadata is not needed.
+  * finish (coordinator) completes the Metadata that dcp.save returns,
+    where DCP planned without the items, from the committed manifest (as
+    Reader.read_metadata builds it); DCP's Metadata is never stored.
 DCP raises on every rank when any rank fails before write_data (its
 reduce_scatter), so every rank reaches write_data's collectives or none does.
 The Writer's process group must be DCP's (pass the same process_group to
@@ -123,7 +135,11 @@ into planner.resolve_tensor's tensor, then planner.commit_tensor; bytes
 items go to planner.load_bytes. ckpt reads only the blocks each box needs
 and verifies each. A destination that is not a contiguous CPU tensor of
 the stored dtype is loaded through a temporary and copied in (converting
-the dtype, as DCP's FileSystemReader does).
+the dtype, as DCP's FileSystemReader does). Under a load planner whose
+global plan is DefaultLoadPlanner's (the local plans unchanged),
+prepare_local_plan keeps the read items and hands DCP's gather and scatter
+the plan without them; a planner with a global plan of its own must be
+passed to Reader(planner=...) too (read_data refuses it otherwise).
 """
 import dataclasses
 import io
@@ -133,7 +149,7 @@ import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
 from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION
 from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata,
                                                    Metadata, StorageMeta, TensorProperties,
@@ -367,6 +383,41 @@ def _check_items(items: Sequence[WriteItem]) -> None:
         seen.add(fqn)
 
 
+# The methods that make DefaultSavePlanner's and DefaultLoadPlanner's global
+# plans (_local_items).
+_GLOBAL_PLANNING = {DefaultSavePlanner: ("create_global_plan", "_create_global_plan",
+                                         "_dedup_save_plans", "finish_plan"),
+                    DefaultLoadPlanner: ("create_global_plan", "finish_plan")}
+
+
+def _plans_globally_by_default(planner, default) -> bool:
+    """Whether `planner` (None: `default`'s own) makes the global plan as
+    `default` does (DefaultSavePlanner: deduplicating replicated items;
+    DefaultLoadPlanner: nothing), without plan caching: then ckpt needs no
+    global plan of the items (_local_items)."""
+    if planner is None:
+        return True
+    cls = type(planner)
+    return isinstance(planner, default) and not getattr(
+        planner, "_enable_plan_caching", False) and all(
+            getattr(cls, m) is getattr(default, m) for m in _GLOBAL_PLANNING[default])
+
+
+def _local_items(plan, keep_items: bool):
+    """What prepare_local_plan hands DCP: `plan` itself when keep_items,
+    else `plan` without its items (and flattening map). DCP pickles every
+    rank's local plan to the coordinator and the global plan back: for
+    1,200 items per rank, 100-200 ms per save or load on 2-4 ranks. Under
+    the default planners ckpt needs nothing of that global plan: a save
+    deduplicates replicas itself (every tensor is registered as a replica)
+    and the lowest rank holding a bytes item saves it; a load's global plan
+    is its local plans. The Writer and Reader keep the local items and use
+    them in write_data / read_data."""
+    if keep_items:
+        return plan
+    return dataclasses.replace(plan, items=[], planner_data={})
+
+
 def _resolver(planner):
     """planner.resolve_data, or a function that gives the same tensors
     without its cost where the planner is DefaultSavePlanner's own code
@@ -444,6 +495,16 @@ def _register(writer, items: Sequence[WriteItem], data: Dict[str, Any], regs: Re
     for device in devices:  # for the kept ones (_host_tensor's own is for those registered)
         torch.cuda.current_stream(device).synchronize()
     return blobs
+
+
+def _set_objects(writer, blobs: Dict[str, bytes], gathered: List[Dict], rank: int) -> None:
+    """Sets the bytes items (`blobs`) this rank saves, the lowest rank of
+    those holding each (`gathered`: every rank's "objects"), and ends the
+    save's registrations."""
+    for fqn, data in blobs.items():
+        if min(r for r, g in enumerate(gathered) if fqn in g["objects"]) == rank:
+            writer.registrations.value(writer, fqn, data)
+    writer.registrations.end(writer)
 
 
 def _write_results(items: Sequence[WriteItem], blobs: Dict[str, bytes]) -> Future:
@@ -585,6 +646,7 @@ class Writer(StorageWriter, AsyncStager):
         self._save_id = uuid.uuid4().hex
         self._comm = None
         self._staged: Optional[_Staged] = None
+        self._local: Optional[SavePlan] = None  # prepare_local_plan's plan, its items kept
 
     # -- identity
     @property
@@ -628,8 +690,14 @@ class Writer(StorageWriter, AsyncStager):
                 f"rank {rank}: pass the same process_group (and no_dist) to both")
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        """Checks the items; hands DCP the plan with this rank's JSON
+        metadata (storage_data) and, under a planner that plans globally as
+        DefaultSavePlanner does, without its items (_local_items): they stay
+        here for write_data."""
         _check_items(plan.items)
-        return plan
+        keep = not _plans_globally_by_default(self.planner, DefaultSavePlanner)
+        self._local = None if keep else plan
+        return dataclasses.replace(_local_items(plan, keep), storage_data=_plan_metadata(plan))
 
     def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
         """(coordinator) Refuses a committed step (unless async_save's stage()
@@ -638,7 +706,7 @@ class Writer(StorageWriter, AsyncStager):
         every rank the JSON metadata of all plans (in storage_data)."""
         if self._staged is None:
             self._check_step_free()
-        doc = _merge_metadata([_plan_metadata(p) for p in plans])
+        doc = _merge_metadata([p.storage_data for p in plans])
         return [dataclasses.replace(p, storage_data=doc) for p in plans]
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future:
@@ -647,19 +715,27 @@ class Writer(StorageWriter, AsyncStager):
         if self._staged is not None:
             return self._finish_staged(plan)
         writer, comm = _group_writer(self.process_group, self.no_dist)
+        rank = 0 if comm is None else comm.rank
+        items = plan.items if self._local is None else self._local.items
         info, error, blobs = {"error": None}, None, {}
         try:
             if not isinstance(plan.storage_data, dict):
                 raise FailedPreconditionError(
                     "write_data: the plan has no storage_data from prepare_global_plan")
-            blobs = self._register(writer, plan.items, _resolver(planner))
-            for fqn, data in blobs.items():
-                writer.registrations.value(writer, fqn, data)
-            writer.registrations.end(writer)
+            if self._local is not None and not _plans_globally_by_default(
+                    planner, DefaultSavePlanner):
+                raise UnimplementedError(
+                    f"dcp.save's planner {type(planner).__name__} makes its own global plan "
+                    "(or caches plans), which DCP made without the items: pass it to "
+                    "ckpt.torch.dcp.Writer(planner=...) too, and the Writer hands DCP every item")
+            blobs = self._register(writer, items, _resolver(planner))
+            info["objects"] = sorted(blobs)
         except Exception as e:  # reported to every rank below
             error, info["error"] = e, _error_info(e)
         try:
-            _raise_if_any_rank_failed(_exchange(comm, info), error, f"save of {self.path}")
+            gathered = _exchange(comm, info)
+            _raise_if_any_rank_failed(gathered, error, f"save of {self.path}")
+            _set_objects(writer, blobs, gathered, rank)
             writer.save(self.path, self.step, self._save_options(plan.storage_data))
         except BaseException:
             writer.clear()  # the next save registers everything anew
@@ -667,8 +743,16 @@ class Writer(StorageWriter, AsyncStager):
         return _write_results(plan.items, blobs)
 
     def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
-        """(coordinator) Nothing left: write_data committed the checkpoint, and
-        DCP's Metadata is rebuilt from its manifest at load."""
+        """(coordinator) write_data committed the checkpoint. Where DCP
+        planned without the items (_local_items), its Metadata (which
+        dcp.save returns) is completed as Reader.read_metadata builds it,
+        from the committed manifest."""
+        if self._local is None:
+            return
+        from .. import step_path
+        built = _metadata(_ckpt.Reader(step_path(self.path, self.step)), self._save_id)
+        metadata.state_dict_metadata.update(built.state_dict_metadata)
+        metadata.planner_data = built.planner_data
 
     # -- async_save: ckpt stages
     def stage(self, state_dict: Dict[str, Any]) -> Dict[str, Any]:
@@ -693,10 +777,7 @@ class Writer(StorageWriter, AsyncStager):
         try:
             gathered = _exchange(comm, info)
             _raise_if_any_rank_failed(gathered, error, f"staging of {self.path}")
-            for fqn, data in blobs.items():  # the lowest rank holding a bytes item saves it
-                if min(r for r, g in enumerate(gathered) if fqn in g["objects"]) == rank:
-                    writer.registrations.value(writer, fqn, data)
-            writer.registrations.end(writer)
+            _set_objects(writer, blobs, gathered, rank)
             doc = _merge_metadata([g["meta"] for g in gathered])
             handle = writer.save_async(self.path, self.step, self._save_options(doc))
         except BaseException:
@@ -718,7 +799,8 @@ class Writer(StorageWriter, AsyncStager):
             raise InvalidArgumentError(
                 f"dcp.async_save(checkpoint_id={self.path!r}) differs from the root stage() "
                 f"saved into ({staged.path!r}, committed): pass the root to Writer(path)")
-        missing = [item.index.fqn for item in plan.items if _key(item) not in staged.keys]
+        items = plan.items if self._local is None else self._local.items
+        missing = [item.index.fqn for item in items if _key(item) not in staged.keys]
         if missing:
             raise InvalidArgumentError(
                 f"DCP's plan asks for {len(missing)} items that stage() did not plan, e.g. "
@@ -811,15 +893,21 @@ def _as_torch_save(data: bytes, fqn: str, from_dcp: bool) -> io.BytesIO:
 class Reader(StorageReader):
     """A DCP StorageReader of a ckpt checkpoint: `path` is a checkpoint root
     (`latest` is followed; step=N picks step N) or a step directory.
-    io_threads: ckpt's reading threads per load."""
+    io_threads: ckpt's reading threads per load. planner: dcp.load's
+    planner when it makes its own global plan (overrides
+    create_global_plan or finish_plan): the Reader then hands DCP every
+    read item (otherwise it keeps them: _local_items)."""
 
-    def __init__(self, path, *, step: Optional[int] = None, io_threads: int = 4):
+    def __init__(self, path, *, step: Optional[int] = None, io_threads: int = 4,
+                 planner: Optional[LoadPlanner] = None):
         super().__init__()
         self.path = _fspath(path)
         self.step = step
         self.io_threads = io_threads
+        self.planner = planner
         self._reader = None
         self._load_id = uuid.uuid4().hex
+        self._local: Optional[LoadPlan] = None  # prepare_local_plan's plan, its items kept
 
     @property
     def checkpoint_id(self) -> str:
@@ -854,7 +942,12 @@ class Reader(StorageReader):
         self._open()
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
-        return plan
+        """The plan for DCP, without its items where the planner plans
+        globally as DefaultLoadPlanner does (_local_items): they stay here
+        for read_data."""
+        keep = not _plans_globally_by_default(self.planner, DefaultLoadPlanner)
+        self._local = None if keep else plan
+        return _local_items(plan, keep)
 
     def prepare_global_plan(self, plans: List[LoadPlan]) -> List[LoadPlan]:
         return plans
@@ -862,6 +955,13 @@ class Reader(StorageReader):
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future:
         """Loads every item of `plan` (one ckpt load, blocks verified), into
         the planner's tensors and through its load_bytes."""
+        if self._local is not None:
+            if not _plans_globally_by_default(planner, DefaultLoadPlanner):
+                raise UnimplementedError(
+                    f"dcp.load's planner {type(planner).__name__} makes its own global plan, "
+                    "which DCP made without the items: pass it to "
+                    "ckpt.torch.dcp.Reader(planner=...) too, and the Reader hands DCP every item")
+            plan = self._local
         reader = self._open()
         from_dcp = _decode_metadata(reader.metadata) is not None
         entries = {e.name: e for e in reader.entries()}
