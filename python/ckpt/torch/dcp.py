@@ -551,7 +551,8 @@ def _release() -> None:
 
 
 # The local plan of the last stage() of each process group (the group object
-# kept with it, as in _writers): (the structure it was made for, the plan).
+# kept with it, as in _writers): (the structure it was made for, the plan,
+# its JSON metadata).
 # DefaultSavePlanner's create_local_plan builds every write item anew (for a
 # DTensor, its chunk from mesh and placements) although a trainer saves the
 # same structure every time; stage() reuses the plan while the structure is
@@ -588,21 +589,24 @@ def _plan_structure(planner, is_coordinator: bool):
     return out
 
 
-def _local_plan(key, planner, is_coordinator: bool) -> SavePlan:
-    """planner.create_local_plan(), or the plan of the group's last stage()
-    when the structure it was made for is the same (_plan_structure)."""
+def _local_plan(key, planner, is_coordinator: bool) -> Tuple[SavePlan, Dict[str, Any]]:
+    """(planner.create_local_plan() with its items checked, its JSON
+    metadata), or those of the group's last stage() when the structure its
+    plan was made for is the same (_plan_structure)."""
     structure = _plan_structure(planner, is_coordinator)
     cached = _plans.get(id(key))
     if structure is not None and cached is not None and cached[0] is key \
             and cached[1] == structure:
         planner.plan = cached[2]
-        return cached[2]
+        return cached[2], cached[3]
     plan = planner.create_local_plan()
+    _check_items(plan.items)
+    meta = _plan_metadata(plan)
     if structure is None:
         _plans.pop(id(key), None)
     else:
-        _plans[id(key)] = (key, structure, plan)
-    return plan
+        _plans[id(key)] = (key, structure, plan, meta)
+    return plan, meta
 
 
 @dataclasses.dataclass
@@ -766,12 +770,11 @@ class Writer(StorageWriter, AsyncStager):
         try:
             planner.set_up_planner(state_dict, storage_meta=self.storage_meta(),
                                    is_coordinator=rank == 0)
-            plan = _local_plan(_group_key(self.process_group, comm), planner, rank == 0)
-            _check_items(plan.items)
+            plan, meta = _local_plan(_group_key(self.process_group, comm), planner, rank == 0)
             if rank == 0:
                 self._check_step_free()
             blobs = self._register(writer, plan.items, _resolver(planner))
-            info.update(meta=_plan_metadata(plan), objects=sorted(blobs))
+            info.update(meta=meta, objects=sorted(blobs))
         except Exception as e:  # reported to every rank below
             error, info["error"] = e, _error_info(e)
         try:
