@@ -3,9 +3,11 @@
 // supplies its phases as functions; this file owns the threads.
 //
 // SaveAsync, on the trainer's thread: plan and prepare (collectives on the
-// trainer's communicator), then AsyncSave::Start: the background thread
-// starts writing the shard while the trainer's thread stages the snapshot
-// (SaveStager::Run); Start returns once every byte is staged. The background
+// trainer's communicator), then AsyncSave::Start: the trainer's thread
+// stages the snapshot (SaveStager::Run) and the background thread starts
+// writing the shard once that is done, or as soon as the staging memory is
+// full (then the writer frees buffers while the rest is staged); Start
+// returns once every byte is staged. The background
 // then finishes the shard (write, fsync) and, when the Writer allows it
 // (single process or a dedicated background communicator), commits.
 // Otherwise Wait() runs the commit on the trainer's thread.
@@ -51,8 +53,9 @@ class AsyncSave {
   // Writer before; this only guards against leaks).
   ~AsyncSave();
 
-  // Starts the background thread and stages the snapshot's foreground
-  // items on the calling thread; returns once those are staged (or failed:
+  // Stages the snapshot's foreground items on the calling thread and starts
+  // the background thread (after them, or when staging them needs a buffer
+  // the writer must free first); returns once those are staged (or failed:
   // the error then reaches Wait() through the shard report), starting the
   // staging of the rest. Call once.
   void Start();

@@ -72,6 +72,18 @@ void SaveStager::Finish() {
 
 absl::StatusOr<SaveStager::Buffer*> SaveStager::NextBuffer() {
   const auto t0 = std::chrono::steady_clock::now();
+  if (before_waiting_ != nullptr) {
+    bool at_limit;
+    {
+      MutexLock l(&mu_);
+      at_limit = held_ >= max_buffers_;
+    }
+    if (at_limit || !pool_->HasFreeBuffer()) {
+      std::function<void()> f = std::move(before_waiting_);
+      before_waiting_ = nullptr;
+      f();
+    }
+  }
   {
     MutexLock l(&mu_);
     while (!finished_ && status_.ok() && held_ >= max_buffers_)

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,6 +95,15 @@ class SaveStager {
   // memory (device copies complete) or on the first error, which every
   // Acquire then returns too. Runs never overlap.
   absl::Status Run(size_t end = static_cast<size_t>(-1));
+  // `f` (null: none) is called on Run's thread, once, when Run is about to
+  // need a buffer that no consumer released yet: no buffer free in the
+  // pool, or this SaveStager's limit of held buffers reached. A caller
+  // that starts its consumers in `f` (and after Run, if `f` was not
+  // called) never deadlocks, and lets Run's copies have the machine to
+  // themselves when everything fits. REQUIRES: no Run is running.
+  void set_before_waiting(std::function<void()> f) {
+    before_waiting_ = std::move(f);
+  }
   // Later device copies are not ordered after `after` (the caller's event
   // may be gone; what remains to stage does not depend on it). REQUIRES:
   // no Run is running.
@@ -169,6 +179,7 @@ class SaveStager {
   // One stream per device used, created by Run.
   std::vector<std::pair<int, std::unique_ptr<DeviceStream>>> streams_;
   std::vector<std::shared_ptr<DeviceEvent>> pending_;  // Run's thread only
+  std::function<void()> before_waiting_;               // Run's thread only
   size_t next_item_ = 0;      // where the next Run continues (Run's thread)
   uint64_t next_offset_ = 0;  // within next_item_
 

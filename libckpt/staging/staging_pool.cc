@@ -155,6 +155,11 @@ absl::StatusOr<StagingPool::Lease> StagingPool::Acquire() {
   return Lease(this, index, buffers_[index]);
 }
 
+bool StagingPool::HasFreeBuffer() const {
+  MutexLock l(&mu_);
+  return !free_.empty();
+}
+
 void StagingPool::Return(int index) {
   {
     MutexLock l(&mu_);

@@ -87,6 +87,9 @@ class StagingPool {
   uint64_t cap_bytes() const { return cap_bytes_; }
   int max_buffers() const { return max_buffers_; }
   uint64_t allocated_bytes() const;
+  // Whether a buffer is free now (Acquire returns it without allocating or
+  // waiting for a Lease to end).
+  bool HasFreeBuffer() const;
   // Most bytes leased at once since the last ResetPeak().
   uint64_t peak_leased_bytes() const;
   void ResetPeak();

@@ -268,6 +268,54 @@ TEST(StagerTest, LimitBoundsBuffersHeldAndRunWaitsForReleases) {
   EXPECT_LE(pool->allocated_bytes(), 2 * kBuf);
 }
 
+// AsyncSave starts the shard's writer (the consumer) in before_waiting, or
+// after Run: with the whole snapshot fitting, the copies run alone.
+TEST(StagerTest, BeforeWaitingRunsOnceWhenRunNeedsABufferOnlyAConsumerFrees) {
+  for (const bool pool_full : {true, false}) {  // the pool's cap, or the limit
+    FakeDevice dev;
+    auto pool =
+        StagingPool::Create(&dev, kBuf, (pool_full ? 2 : 8) * kBuf).value();
+    CKPT_ASSERT_OK(pool->Reserve(2 * kBuf));
+    std::string host = ReferenceBytes(DType::kUInt8, {5 * kBuf}, 9);
+    SaveStager stager(pool.get(), &dev, nullptr, kBuf,
+                      /*max_buffers=*/pool_full ? 0 : 2);
+    StagedBytes* v = stager.Add(
+        {"h", host.size(), host.data(), MemoryKind::kHost, 0, nullptr});
+    int calls = 0;
+    absl::Status consumed;
+    std::vector<std::string> out;
+    std::thread consumer;
+    stager.set_before_waiting([&] {
+      ++calls;
+      consumer = std::thread(
+          [&] { out = Consume({v}, {host.size()}, kBuf, &consumed); });
+    });
+    CKPT_ASSERT_OK(stager.Run());  // without the hook's consumer: a deadlock
+    consumer.join();
+    stager.Finish();
+    EXPECT_EQ(calls, 1) << pool_full;
+    EXPECT_EQ(out[0], host);
+  }
+}
+
+TEST(StagerTest, BeforeWaitingIsNotCalledWhenEverythingFits) {
+  FakeDevice dev;
+  auto pool = StagingPool::Create(&dev, kBuf, 8 * kBuf).value();
+  CKPT_ASSERT_OK(pool->Reserve(8 * kBuf));  // as MakeAsyncSnapshot does
+  std::string host = ReferenceBytes(DType::kUInt8, {5 * kBuf}, 9);
+  SaveStager stager(pool.get(), &dev, nullptr, kBuf, 0);
+  StagedBytes* v = stager.Add(
+      {"h", host.size(), host.data(), MemoryKind::kHost, 0, nullptr});
+  int calls = 0;
+  stager.set_before_waiting([&] { ++calls; });
+  CKPT_ASSERT_OK(stager.Run());  // no consumer runs meanwhile
+  EXPECT_EQ(calls, 0);
+  absl::Status consumed;
+  auto out = Consume({v}, {host.size()}, kBuf, &consumed);
+  stager.Finish();
+  EXPECT_EQ(out[0], host);
+}
+
 TEST(StagerTest, DeviceCopyErrorReachesRunAndConsumers) {
   FakeDevice dev;
   dev.FailAfterBytes(3 * kBuf, absl::DataLossError("ECC error"));
