@@ -111,8 +111,9 @@ struct SaveOptions {
 
 // Half the cores (std::thread::hardware_concurrency), at least 1 and at
 // most 4: the snapshot's copies are bound by memory bandwidth, which a few
-// threads saturate, and the other cores are left to the writes that
-// overlap the snapshot.
+// threads saturate, and the other cores are left to the trainer and, with
+// a state larger than the staging cap, to the writes that overlap the
+// snapshot.
 int DefaultSnapshotThreads();
 
 struct SaveResult {
@@ -265,10 +266,12 @@ class Writer {
   // Collective like Save (plan and prepare run on the caller's thread with
   // Options::comm). Memory: the snapshot goes into the staging pool
   // (Options::staging_bytes; the first call commits the pool's memory, see
-  // there), copied by SaveOptions::snapshot_threads threads while the
-  // shard's first pieces are already written; a larger state keeps this
-  // call blocked until the rest has been staged as written buffers free up
-  // (SaveResult::stall_seconds, peak_staging_bytes). One save is in flight
+  // there), copied by SaveOptions::snapshot_threads threads; the shard's
+  // writer starts once the snapshot is staged, so that the copies do not
+  // share the cores with it. A larger state than the pool's cap starts the
+  // writer as soon as the snapshot needs a buffer only the writer can free,
+  // and keeps this call blocked until the rest has been staged as written
+  // buffers free up (SaveResult::stall_seconds, peak_staging_bytes). One save is in flight
   // per Writer: a new Save or SaveAsync first waits for the previous one
   // (or fails fast, SaveOptions::fail_if_busy); destroying the Writer waits
   // for it. Errors before the snapshot (bad options, plan, an existing step)
