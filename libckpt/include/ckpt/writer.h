@@ -271,12 +271,12 @@ class Writer {
   // share the cores with it. A larger state than the pool's cap starts the
   // writer as soon as the snapshot needs a buffer only the writer can free,
   // and keeps this call blocked until the rest has been staged as written
-  // buffers free up (SaveResult::stall_seconds, peak_staging_bytes). One save is in flight
-  // per Writer: a new Save or SaveAsync first waits for the previous one
-  // (or fails fast, SaveOptions::fail_if_busy); destroying the Writer waits
-  // for it. Errors before the snapshot (bad options, plan, an existing step)
-  // are returned here; errors after it (ENOSPC, EIO, a failing rank or
-  // device copy) by Wait() on every rank, with nothing committed.
+  // buffers free up (SaveResult::stall_seconds, peak_staging_bytes). One save
+  // is in flight per Writer: a new Save or SaveAsync first waits for the
+  // previous one (or fails fast, SaveOptions::fail_if_busy); destroying the
+  // Writer waits for it. Errors before the snapshot (bad options, plan, an
+  // existing step) are returned here; errors after it (ENOSPC, EIO, a failing
+  // rank or device copy) by Wait() on every rank, with nothing committed.
   [[nodiscard]] virtual absl::StatusOr<SaveHandle> SaveAsync(
       const std::string& root, uint64_t step, const SaveOptions& options) = 0;
 };
