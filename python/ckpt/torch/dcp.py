@@ -166,7 +166,7 @@ from .._errors import (AlreadyExistsError, DataLossError, FailedPreconditionErro
                        InvalidArgumentError, NotFoundError, UnimplementedError)
 from ._comm import _communicator, _error_info, _exchange, _raise_if_any_rank_failed
 from ._leaves import _stored_as_elements, ckpt_dtype
-from ._registry import VALUE, Registrations, tensor_signature
+from ._registry import VALUE, tensor_signature
 from ._save import _new_writer
 
 __all__ = ["Writer", "Reader", "METADATA_KEY"]
@@ -232,7 +232,7 @@ def _borrowable(t: torch.Tensor) -> torch.Tensor:
 
 def _host_tensor(fqn: str, t: torch.Tensor) -> torch.Tensor:
     """A contiguous tensor ckpt can read: CPU, or CUDA when the package has
-    CUDA support (torch's current stream synchronized first), its memory
+    CUDA support (the caller synchronizes torch's current stream), its memory
     holding its values (negative-bit and conjugate views resolved).
     Copies only what is not so already. InvalidArgumentError naming the
     entry for a tensor whose memory does not hold its elements
@@ -241,9 +241,7 @@ def _host_tensor(fqn: str, t: torch.Tensor) -> torch.Tensor:
         t = t.detach()
     t = t.resolve_conj().resolve_neg()
     _stored_as_elements(fqn, t)
-    if t.device.type == "cuda" and _ckpt.has_cuda:
-        torch.cuda.current_stream(t.device).synchronize()
-    elif t.device.type != "cpu":
+    if t.device.type != "cpu" and not (t.device.type == "cuda" and _ckpt.has_cuda):
         t = t.cpu()
     return _borrowable(t.contiguous())
 
@@ -445,7 +443,7 @@ def _resolver(planner):
     return resolve
 
 
-def _signature(fqn: str, item: WriteItem, data) -> Optional[tuple]:
+def _signature(item: WriteItem, data) -> Optional[tuple]:
     """The signature (ckpt.torch._registry) of the registration of tensor
     item `item` resolved to `data`, where the Writer would borrow `data`
     itself (_host_tensor copies nothing); None otherwise."""
@@ -464,16 +462,19 @@ def _resolve_all(items: Sequence[WriteItem], resolve) -> Tuple[Dict[str, Any], D
     for item in items:
         fqn = item.index.fqn
         data[fqn] = d = resolve(item)
-        sigs[fqn] = VALUE if item.type == WriteItemType.BYTE_IO else _signature(fqn, item, d)
+        sigs[fqn] = VALUE if item.type == WriteItemType.BYTE_IO else _signature(item, d)
     return data, sigs
 
 
-def _register(writer, items: Sequence[WriteItem], data: Dict[str, Any], regs: Registrations,
-              sigs: Dict[str, Any]) -> Dict[str, bytes]:
-    """Registers the tensor items with `writer` through `regs` (begun with
-    `sigs`: a tensor registered the same way by the group's last save stays
-    registered); returns the bytes items' bytes by FQN (not yet set).
-    data, sigs: _resolve_all(items, ...)."""
+def _register(writer, items: Sequence[WriteItem], resolve) -> Dict[str, bytes]:
+    """Registers the tensor items with `writer` (a kept Writer: a tensor its
+    last save registered the same way stays registered, ckpt.torch._registry)
+    and synchronizes torch's current stream of every CUDA device they are
+    on; returns the bytes items' bytes by FQN (not yet set). resolve:
+    _resolver(planner)."""
+    data, sigs = _resolve_all(items, resolve)
+    regs = writer.registrations
+    regs.begin(writer, sigs)
     blobs, devices = {}, set()
     for item in items:
         fqn, d = item.index.fqn, data[item.index.fqn]
@@ -492,7 +493,7 @@ def _register(writer, items: Sequence[WriteItem], data: Dict[str, Any], regs: Re
         regs.tensor(writer, fqn, sigs[fqn], add)
         if d.device.type == "cuda":
             devices.add(d.device)
-    for device in devices:  # for the kept ones (_host_tensor's own is for those registered)
+    for device in devices:  # once per device, for kept and new registrations
         torch.cuda.current_stream(device).synchronize()
     return blobs
 
@@ -732,7 +733,7 @@ class Writer(StorageWriter, AsyncStager):
                     f"dcp.save's planner {type(planner).__name__} makes its own global plan "
                     "(or caches plans), which DCP made without the items: pass it to "
                     "ckpt.torch.dcp.Writer(planner=...) too, and the Writer hands DCP every item")
-            blobs = self._register(writer, items, _resolver(planner))
+            blobs = _register(writer, items, _resolver(planner))
             info["objects"] = sorted(blobs)
         except Exception as e:  # reported to every rank below
             error, info["error"] = e, _error_info(e)
@@ -773,7 +774,7 @@ class Writer(StorageWriter, AsyncStager):
             plan, meta = _local_plan(_group_key(self.process_group, comm), planner, rank == 0)
             if rank == 0:
                 self._check_step_free()
-            blobs = self._register(writer, plan.items, _resolver(planner))
+            blobs = _register(writer, plan.items, _resolver(planner))
             info.update(meta=meta, objects=sorted(blobs))
         except Exception as e:  # reported to every rank below
             error, info["error"] = e, _error_info(e)
@@ -812,15 +813,6 @@ class Writer(StorageWriter, AsyncStager):
         return _write_results(plan.items, staged.blobs)
 
     # -- helpers
-    @staticmethod
-    def _register(writer, items: Sequence[WriteItem], resolve) -> Dict[str, bytes]:
-        """Begins the save's registrations (the group Writer's, kept from its
-        last save) and registers the tensor items; returns the bytes items'
-        bytes by FQN, for the caller to set."""
-        data, sigs = _resolve_all(items, resolve)
-        writer.registrations.begin(writer, sigs)
-        return _register(writer, items, data, writer.registrations, sigs)
-
     def _check_step_free(self) -> None:
         from .. import step_path
         path = step_path(self.path, self.step)
