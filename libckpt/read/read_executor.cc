@@ -27,6 +27,23 @@ void ReadExecutor::Finish(uint32_t request, uint64_t bytes) {
   }
 }
 
+void ReadExecutor::Tally::Add(uint32_t request, uint64_t bytes) {
+  for (int i = used_ - 1; i >= 0; --i) {  // the latest first
+    if (request_[i] == request) {
+      bytes_[i] += bytes;
+      return;
+    }
+  }
+  if (used_ == kRequests) Flush();
+  request_[used_] = request;
+  bytes_[used_++] = bytes;
+}
+
+void ReadExecutor::Tally::Flush() {
+  for (int i = 0; i < used_; ++i) run_->Finish(request_[i], bytes_[i]);
+  used_ = 0;
+}
+
 // Uncompressed, one host destination taking every byte of the read: the
 // bytes can be read straight into it.
 bool ReadExecutor::IsDirect(const BlockRead& read) const {
@@ -210,6 +227,7 @@ absl::Status ReadExecutor::CopyOut(const BlockRead& read, uint64_t lo,
     run_bytes = 0;
     return st;
   };
+  Tally written(this);
   const Copies& copies = read.copies;
   // Copies are sorted by src: skip those that end before `lo`.
   while (*cursor < copies.size() &&
@@ -237,13 +255,14 @@ absl::Status ReadExecutor::CopyOut(const BlockRead& read, uint64_t lo,
       CKPT_RETURN_IF_ERROR(
           dm_->CopyFromHost(out, raw + (a - lo), z - a, r.device));
     }
-    Finish(c.request, z - a);
+    written.Add(c.request, z - a);
   }
   return flush();
 }
 
 absl::Status ReadExecutor::Deliver(uint32_t request, uint64_t dst,
-                                   const char* bytes, uint64_t n) {
+                                   const char* bytes, uint64_t n,
+                                   Tally* tally) {
   const LoadRequest& r = reqs_[request];
   char* out = static_cast<char*>(r.data) + dst;
   if (r.memory == MemoryKind::kHost) {
@@ -251,7 +270,7 @@ absl::Status ReadExecutor::Deliver(uint32_t request, uint64_t dst,
   } else {
     CKPT_RETURN_IF_ERROR(dm_->CopyFromHost(out, bytes, n, r.device));
   }
-  Finish(request, n);
+  tally->Add(request, n);
   return absl::OkStatus();
 }
 

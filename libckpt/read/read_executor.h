@@ -76,12 +76,36 @@ class ReadExecutor {
   absl::Status Run(int t, const OpenShard& shard, File& file,
                    const format::EntryRecord& e, const BlockRead& read);
 
+  // Bytes written to requests, counted towards their completion (and
+  // on_complete called) by Flush or the destructor, once per request: a
+  // column band is copied a row at a time, and an atomic update of the
+  // request's count per row cost more than the row's copy (and contended
+  // between threads). Holds the counts of a few requests at once; a new
+  // one past those flushes them. One per thread; the bytes must be
+  // written before they are added.
+  class Tally {
+   public:
+    explicit Tally(ReadExecutor* run) : run_(run) {}
+    Tally(const Tally&) = delete;
+    Tally& operator=(const Tally&) = delete;
+    ~Tally() { Flush(); }
+    void Add(uint32_t request, uint64_t bytes);
+    void Flush();
+
+   private:
+    static constexpr int kRequests = 8;
+    ReadExecutor* run_;
+    uint32_t request_[kRequests];
+    uint64_t bytes_[kRequests];
+    int used_ = 0;
+  };
+
   // Writes `n` bytes that another rank read (a cooperative load) to bytes
   // [dst, dst + n) of request `request`'s destination (memcpy, or a
-  // synchronous copy to device memory) and counts them towards its
-  // completion. Thread-safe for disjoint destination bytes.
+  // synchronous copy to device memory) and adds them to `tally`.
+  // Thread-safe for disjoint destination bytes and a tally per thread.
   absl::Status Deliver(uint32_t request, uint64_t dst, const char* bytes,
-                       uint64_t n);
+                       uint64_t n, Tally* tally);
 
   // Counts `n` bytes that the caller wrote to request `request`'s
   // destination itself (a cooperative load's device-to-device copies,

@@ -166,6 +166,30 @@ TEST_F(ReaderTest, CallbackRunsOncePerDestinationBeforeLoadReturns) {
   EXPECT_EQ(calls_c, 1);
 }
 
+// Column bands are copied a row at a time, each row's bytes counted
+// towards their request by a tally that holds a few requests at once
+// (ReadExecutor::Tally): with more bands than it holds, interleaved row by
+// row, every band is still completed once, whole, before Load returns.
+TEST_F(ReaderTest, MoreColumnBandsThanATallyHoldsCompleteOnceEach) {
+  constexpr int kBands = 16;  // of 16 columns each: twice a tally's requests
+  std::vector<std::string> bufs(kBands, std::string(1024 * 16 * 4, 0));
+  std::vector<std::atomic<int>> calls(kBands);
+  std::vector<LoadRequest> reqs;
+  for (int i = 0; i < kBands; ++i) {
+    const Box band{{0, 16 * static_cast<uint64_t>(i)}, {1024, 16}};
+    reqs.push_back({"big", DType::kFloat32, {1024, 256}, band, bufs[i].data()});
+    reqs.back().on_complete = [&, i, band] {
+      ++calls[i];
+      EXPECT_EQ(bufs[i], Extract(big_, DType::kFloat32, {1024, 256}, band))
+          << "band " << i;
+    };
+  }
+  LoadOptions o;
+  o.allow_unrequested = true;
+  CKPT_ASSERT_OK(reader_->Load(reqs, o));
+  for (int i = 0; i < kBands; ++i) EXPECT_EQ(calls[i], 1) << "band " << i;
+}
+
 TEST_F(ReaderTest, SmallSliceReadsOnlyTheBlocksItNeeds) {
   // 4 floats of column 10..13 in rows 0..3: rows are 1 KiB, blocks 4 KiB,
   // so one block is read, not the 1 MiB tensor.

@@ -267,9 +267,10 @@ absl::Status Unpack(const RequestGroups& g, const BlockRead& read, uint32_t me,
                     const char* bytes, ReadExecutor* run,
                     const DeviceExchange* dx) {
   absl::Status st;
+  ReadExecutor::Tally written(run);
   ForEachDelivery(g, read, [&](const Holder& h, const Copy& c) {
     if (h.rank != me || ViaDevice(dx, h) || !st.ok()) return;
-    st = run->Deliver(h.index, c.dst, bytes, c.bytes);
+    st = run->Deliver(h.index, c.dst, bytes, c.bytes, &written);
     bytes += c.bytes;
   });
   return st;
