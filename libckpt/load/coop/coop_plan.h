@@ -95,7 +95,7 @@ struct CoopOptions {
   uint64_t min_read_bytes = 0;
   // A rank sends at most this many bytes and receives at most this many in
   // one round (a read larger than that goes alone into a round).
-  uint64_t round_bytes = 32ull << 20;  // LoadOptions::exchange_bytes_per_round
+  uint64_t round_bytes = 16ull << 20;  // LoadOptions::exchange_bytes_per_round
 };
 
 struct CoopPlan {
