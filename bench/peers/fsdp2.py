@@ -5,7 +5,7 @@ state, on N gloo processes.
     PYTHONPATH=build/python .venv/bin/python bench/peers/fsdp2.py same \
         --ranks 4 --gib 1 --runs 3 --dir /dev/shm/ckpt-fsdp2 [--keep DIR]
         [--leak-saves 20] [--integrity] [--bin build/bin]
-    ... fsdp2.py reshard --ranks 2 --gib 1 --runs 3 --dir D --from KEEPDIR
+    ... fsdp2.py reshard --ranks 2 --gib 1 --runs 3 --dir D --src KEEPDIR
 
 The state (torch_state.py): a transformer-like model, FSDP2-sharded
 (Shard(0) of every parameter), and its AdamW state, bf16 and fp32, about
