@@ -51,8 +51,8 @@ bool ReadExecutor::IsDirect(const BlockRead& read) const {
     return false;
   }
   const Copy& c = read.copies[0];
-  return reqs_[c.request].memory == MemoryKind::kHost &&
-         c.src == read.raw_begin && c.bytes == read.raw_end - read.raw_begin;
+  return reqs_[c.request].memory == MemoryKind::kHost && c.rows == 1 &&
+         c.src == read.raw_begin && c.run == read.raw_end - read.raw_begin;
 }
 
 // Reads a direct read into its destination a granule at a time and
@@ -81,7 +81,7 @@ absl::Status ReadExecutor::ReadDirect(const OpenShard& shard, File& file,
   }
   bytes_read_ += read.length;
   blocks_verified_ += read.b1 - read.b0;
-  Finish(copy.request, copy.bytes);
+  Finish(copy.request, copy.run);
   return absl::OkStatus();
 }
 
@@ -196,11 +196,12 @@ const Copy* ReadExecutor::TakesWhole(const BlockRead& read, uint64_t lo,
   for (size_t i = cursor; i < read.copies.size() && read.copies[i].src < hi;
        ++i) {
     const Copy& c = read.copies[i];
-    if (c.src + c.bytes <= lo) continue;
+    if (c.src_end() <= lo) continue;
     if (only != nullptr) return nullptr;
     only = &c;
   }
-  if (only == nullptr || only->src > lo || only->src + only->bytes < hi ||
+  if (only == nullptr || only->rows != 1 || only->src > lo ||
+      only->src + only->run < hi ||
       reqs_[only->request].memory != MemoryKind::kHost) {
     return nullptr;
   }
@@ -230,32 +231,35 @@ absl::Status ReadExecutor::CopyOut(const BlockRead& read, uint64_t lo,
   Tally written(this);
   const Copies& copies = read.copies;
   // Copies are sorted by src: skip those that end before `lo`.
-  while (*cursor < copies.size() &&
-         copies[*cursor].src + copies[*cursor].bytes <= lo) {
+  while (*cursor < copies.size() && copies[*cursor].src_end() <= lo) {
     ++*cursor;
   }
+  absl::Status st;
   for (size_t i = *cursor; i < copies.size() && copies[i].src < hi; ++i) {
     const Copy& c = copies[i];
-    const uint64_t a = std::max(lo, c.src), z = std::min(hi, c.src + c.bytes);
-    if (a >= z) continue;
     const LoadRequest& r = reqs_[c.request];
-    char* out = static_cast<char*>(r.data) + c.dst + (a - c.src);
-    if (r.memory == MemoryKind::kCuda && uploader != nullptr) {
-      if (!runs.empty() && run_request != c.request) {
-        CKPT_RETURN_IF_ERROR(flush());
+    const bool staged = r.memory == MemoryKind::kCuda && uploader != nullptr;
+    if (staged && !runs.empty() && run_request != c.request) {
+      CKPT_RETURN_IF_ERROR(flush());
+    }
+    ForEachRunIn(c, lo, hi, [&](uint64_t a, uint64_t dst, uint64_t n) {
+      if (!st.ok()) return;
+      char* out = static_cast<char*>(r.data) + dst;
+      if (staged) {
+        run_request = c.request;
+        runs.push_back({a - lo, dst, n});
+        run_bytes += n;  // Finish()ed by the uploader once the copy completed
+        return;
       }
-      run_request = c.request;
-      runs.push_back({a - lo, c.dst + (a - c.src), z - a});
-      run_bytes += z - a;
-      continue;  // Finish()ed by the uploader once the copy completed
-    }
-    if (r.memory == MemoryKind::kHost) {
-      std::memcpy(out, raw + (a - lo), z - a);
-    } else {
-      CKPT_RETURN_IF_ERROR(
-          dm_->CopyFromHost(out, raw + (a - lo), z - a, r.device));
-    }
-    written.Add(c.request, z - a);
+      if (r.memory == MemoryKind::kHost) {
+        std::memcpy(out, raw + (a - lo), n);
+      } else {
+        st = dm_->CopyFromHost(out, raw + (a - lo), n, r.device);
+        if (!st.ok()) return;
+      }
+      written.Add(c.request, n);
+    });
+    CKPT_RETURN_IF_ERROR(st);
   }
   return flush();
 }

@@ -13,8 +13,8 @@ namespace ckpt::internal {
 
 // A load holds one piece and one read per small request while it plans
 // (ResourceBounds: a load's memory per request).
-static_assert(sizeof(ChunkPiece) <= 56, "ChunkPiece grew");
-static_assert(sizeof(BlockRead) <= 104, "BlockRead grew");
+static_assert(sizeof(ChunkPiece) <= 72, "ChunkPiece grew");
+static_assert(sizeof(BlockRead) <= 120, "BlockRead grew");
 
 namespace {
 
@@ -27,8 +27,8 @@ using Span = std::pair<uint64_t, uint64_t>;
 // The copies of `pieces` (of one chunk), sorted by src then request. Each
 // piece's copies come sorted (ForEachRun walks a region in order), so
 // they are merged, not sorted: the pieces of one chunk are few (one per
-// request that intersects it) and their copies many (a column band of a
-// row-major chunk is one copy per row).
+// request that intersects it) and their copies may be many (a 3-d band of
+// a row-major chunk is a copy per plane).
 std::vector<Copy> SortedCopies(const std::vector<const ChunkPiece*>& pieces) {
   auto less = [](const Copy& x, const Copy& y) {
     return std::tie(x.src, x.request) < std::tie(y.src, y.request);
@@ -62,18 +62,35 @@ std::vector<Copy> SortedCopies(const std::vector<const ChunkPiece*>& pieces) {
   return all;
 }
 
+// Joins span `s` to the last of `merged` (sorted, disjoint) where they
+// overlap or touch, else appends it; false if `s` starts before that last
+// span (out of order: not added).
+bool MergeSpan(const Span& s, std::vector<Span>* merged) {
+  if (!merged->empty() && s.first < merged->back().first) return false;
+  if (!merged->empty() && s.first <= merged->back().second) {
+    merged->back().second = std::max(merged->back().second, s.second);
+  } else {
+    merged->push_back(s);
+  }
+  return true;
+}
+
 // The blocks of block size `bs` that `copies` (sorted by src) read,
 // merged into sorted, disjoint spans (adjacent spans are joined).
 std::vector<Span> BlockSpans(const std::vector<Copy>& copies, uint64_t bs) {
-  std::vector<Span> merged;
+  std::vector<Span> merged, late;
   for (const Copy& c : copies) {
-    const Span s(c.src / bs, (c.src + c.bytes + bs - 1) / bs);
-    if (!merged.empty() && s.first <= merged.back().second) {
-      merged.back().second = std::max(merged.back().second, s.second);
-    } else {
-      merged.push_back(s);
-    }
+    ForEachBlockSpan(c, bs, [&](uint64_t first, uint64_t end) {
+      if (!MergeSpan(Span(first, end), &merged)) late.emplace_back(first, end);
+    });
   }
+  if (late.empty()) return merged;
+  // The runs of a strided copy past the start of the next copy (blocks
+  // between its runs that another copy reads): merged again, sorted.
+  late.insert(late.end(), merged.begin(), merged.end());
+  std::sort(late.begin(), late.end());
+  merged.clear();
+  for (const Span& s : late) MergeSpan(s, &merged);
   return merged;
 }
 
@@ -104,19 +121,51 @@ std::vector<BlockRead> CutReads(const std::vector<Span>& spans,
 }
 
 // Gives each read (sorted, disjoint) the parts of `copies` (sorted by src
-// then request) that lie in its raw bytes, in that order.
+// then request) that lie in its raw bytes (ClipCopy), sorted by src then
+// request.
 void AssignCopies(const std::vector<Copy>& copies,
                   std::vector<BlockRead>* reads) {
   auto first = reads->begin();  // the first read that ends past c.src
   for (const Copy& c : copies) {
     while (first != reads->end() && first->raw_end <= c.src) ++first;
-    for (auto it = first; it != reads->end() && it->raw_begin < c.src + c.bytes;
+    for (auto it = first; it != reads->end() && it->raw_begin < c.src_end();
          ++it) {
-      const uint64_t a = std::max(c.src, it->raw_begin);
-      const uint64_t z = std::min(c.src + c.bytes, it->raw_end);
-      it->copies.push_back(Copy{c.request, a, c.dst + (a - c.src), z - a});
+      ClipCopy(c, it->raw_begin, it->raw_end,
+               [&](const Copy& part) { it->copies.push_back(part); });
     }
   }
+  // A strided copy's later runs come after the start of the next copy.
+  auto less = [](const Copy& x, const Copy& y) {
+    return std::tie(x.src, x.request) < std::tie(y.src, y.request);
+  };
+  for (BlockRead& r : *reads) {
+    if (!std::is_sorted(r.copies.begin(), r.copies.end(), less)) {
+      std::sort(r.copies.begin(), r.copies.end(), less);
+    }
+  }
+}
+
+// Appends run `c` to `copies`, as one more run of the last copy where it
+// continues that copy's runs: the same length at constant pitches.
+void AppendRun(Copies* copies, const Copy& c) {
+  if (!copies->empty()) {
+    Copy& last = copies->back();
+    const bool follows =
+        last.run == c.run && last.rows < UINT32_MAX &&
+        c.src >= last.src_end() &&
+        c.dst >= last.dst + (last.rows - 1) * last.dst_pitch + last.run;
+    if (follows && last.rows == 1) {
+      last = Copy::Rows(last.request, last.src, last.dst, last.run, 2,
+                        c.src - last.src, c.dst - last.dst);
+      return;
+    }
+    if (follows && c.src == last.src + last.rows * last.src_pitch &&
+        c.dst == last.dst + last.rows * last.dst_pitch) {
+      ++last.rows;
+      return;
+    }
+  }
+  copies->push_back(c);
 }
 
 }  // namespace
@@ -139,7 +188,7 @@ absl::StatusOr<std::vector<ChunkPiece>> PairRequests(
       covered += ForEachRun(
           e.shape, e.chunks[c].region, r.region,
           [&](uint64_t s, uint64_t d, uint64_t k) {
-            p.copies.push_back(Copy{p.request, s * es, d * es, k * es});
+            AppendRun(&p.copies, Copy(p.request, s * es, d * es, k * es));
           });
       if (!p.copies.empty()) pieces.push_back(std::move(p));
     }

@@ -222,17 +222,19 @@ TEST(PlanCooperativeReadsTest, RandomJobsReadEachNeededBlockOnceAndDeliverAll) {
           f.manifest.entries[cr.read.entry].chunks[cr.read.chunk];
       ForEachDelivery(p.groups, cr.read, [&](const Holder& h, const Copy& c) {
         ASSERT_GE(c.src, cr.read.raw_begin);
-        ASSERT_LE(c.src + c.bytes, cr.read.raw_end);
-        for (uint64_t i = 0; i < c.bytes; ++i) {
-          // Source: global byte of the chunk's raw byte c.src + i.
-          const uint64_t el = (c.src + i) / 4;
-          const Box& box = std::get<Box>(chunk.region);
-          const uint64_t g = (box.offset[0] + el / cols) * cols + el % cols;
-          ASSERT_TRUE(got.insert({{h.rank, h.index, c.dst + i},
-                                  g * 4 + (c.src + i) % 4})
-                          .second)
-              << "trial " << trial << ": byte delivered twice";
-        }
+        ASSERT_LE(c.src_end(), cr.read.raw_end);
+        ForEachRunIn(c, 0, UINT64_MAX, [&](uint64_t s, uint64_t d, uint64_t n) {
+          for (uint64_t i = 0; i < n; ++i) {
+            // Source: global byte of the chunk's raw byte s + i.
+            const uint64_t el = (s + i) / 4;
+            const Box& box = std::get<Box>(chunk.region);
+            const uint64_t g = (box.offset[0] + el / cols) * cols + el % cols;
+            ASSERT_TRUE(
+                got.insert({{h.rank, h.index, d + i}, g * 4 + (s + i) % 4})
+                    .second)
+                << "trial " << trial << ": byte delivered twice";
+          }
+        });
       });
     }
     EXPECT_EQ(read, needed) << "trial " << trial;
@@ -475,9 +477,9 @@ TEST(PlanCooperativeReadsTest, AReadOneRankNeedsIsThatRanks) {
       for (uint64_t b = cr.read.b0; b < cr.read.b1; ++b) {
         std::set<uint32_t> of_block;
         ForEachDelivery(p.groups, cr.read, [&](const Holder& h, const Copy& c) {
-          if (c.src < (b + 1) * bs && c.src + c.bytes > b * bs) {
-            of_block.insert(h.rank);
-          }
+          ForEachRunIn(
+              c, b * bs, (b + 1) * bs,
+              [&](uint64_t, uint64_t, uint64_t) { of_block.insert(h.rank); });
         });
         EXPECT_GE(of_block.size(), 2u)
             << "block " << b << " of the read at " << cr.read.offset;
@@ -511,8 +513,8 @@ TEST(PlanCooperativeReadsTest, RoundsStayWithinTheBudget) {
   for (const CoopRead& cr : p.plan.reads) {
     ForEachDelivery(p.groups, cr.read, [&](const Holder& h, const Copy& c) {
       if (h.rank == cr.reader) return;
-      sent[{cr.round, cr.reader}] += c.bytes;
-      got[{cr.round, h.rank}] += c.bytes;
+      sent[{cr.round, cr.reader}] += c.bytes();
+      got[{cr.round, h.rank}] += c.bytes();
     });
   }
   for (const auto& [key, n] : sent) EXPECT_LE(n, 2500u);

@@ -217,21 +217,24 @@ TEST(PlanBlockReads, RandomBoxesEveryDestinationByteOnceFromTheRightPlace) {
         EXPECT_EQ(f.manifest.entries[0].chunks[r.chunk].shard, sr.shard);
         for (const Copy& c : r.copies) {
           ASSERT_GE(c.src, r.raw_begin);
-          ASSERT_LE(c.src + c.bytes, r.raw_end);
-          ASSERT_EQ(c.bytes % 4, 0u);
-          for (uint64_t k = 0; k < c.bytes / 4; ++k) {
-            const uint64_t src = c.src / 4 + k, dst = c.dst / 4 + k;
-            // The same global element on both sides.
-            uint64_t g = 0;
-            while (::ckpt::testing::LocalIndexOf(shape, chunk, g) !=
-                   static_cast<int64_t>(src)) {
-              ++g;
-            }
-            EXPECT_EQ(
-                ::ckpt::testing::LocalIndexOf(shape, reqs[c.request].region, g),
-                static_cast<int64_t>(dst));
-            ++written[c.request][dst];
-          }
+          ASSERT_LE(c.src_end(), r.raw_end);
+          ASSERT_EQ(c.run % 4, 0u);
+          ForEachRunIn(
+              c, 0, UINT64_MAX, [&](uint64_t s, uint64_t d, uint64_t n) {
+                for (uint64_t k = 0; k < n / 4; ++k) {
+                  const uint64_t src = s / 4 + k, dst = d / 4 + k;
+                  // The same global element on both sides.
+                  uint64_t g = 0;
+                  while (::ckpt::testing::LocalIndexOf(shape, chunk, g) !=
+                         static_cast<int64_t>(src)) {
+                    ++g;
+                  }
+                  EXPECT_EQ(::ckpt::testing::LocalIndexOf(
+                                shape, reqs[c.request].region, g),
+                            static_cast<int64_t>(dst));
+                  ++written[c.request][dst];
+                }
+              });
         }
       }
     }
@@ -242,15 +245,55 @@ TEST(PlanBlockReads, RandomBoxesEveryDestinationByteOnceFromTheRightPlace) {
   }
 }
 
+// A column band is one copy per chunk, of a run per row at the chunk's and
+// the band's row pitches, not a copy per row: a load by columns plans in
+// time and memory of its chunks, not of its rows.
+TEST(PairRequests, AColumnBandIsOneStridedCopyPerChunk) {
+  const Shape shape = {12, 10};
+  Fixture f(shape, {Box{{0, 0}, {6, 10}}, Box{{6, 0}, {6, 10}}}, {0, 1}, 64,
+            false);
+  auto pieces =
+      PairRequests(f.manifest, {PlanRequest{0, Box{{2, 3}, {8, 4}}}}).value();
+  ASSERT_EQ(pieces.size(), 2u);
+  // Rows 2..5 of chunk 0 (row pitch 40 bytes) to rows 0..3 of the band (16).
+  EXPECT_THAT(pieces[0].copies,
+              ElementsAre(Copy::Rows(0, (2 * 10 + 3) * 4, 0, 16, 4, 40, 16)));
+  EXPECT_THAT(pieces[1].copies,
+              ElementsAre(Copy::Rows(0, 3 * 4, 4 * 16, 16, 4, 40, 16)));
+}
+
+// A read boundary inside a run cuts the copy into the run's two parts and
+// the whole runs on either side (ClipCopy), and every byte goes once.
+TEST(PlanBlockReads, ReadBoundariesCutAStridedCopyInsideARun) {
+  const Shape shape = {8, 10};
+  Fixture f(shape, {Box{{0, 0}, {8, 10}}}, {0}, 100, false);
+  auto pieces =
+      PairRequests(f.manifest, {PlanRequest{0, Box{{0, 2}, {8, 6}}}}).value();
+  ASSERT_EQ(pieces.size(), 1u);
+  ASSERT_EQ(pieces[0].copies.size(), 1u);
+  // Blocks of 100 bytes, one per read: row 2 (bytes 80..120) straddles
+  // the first boundary, its run [88, 112) is cut at 100.
+  ReadPlan plan = PlanBlockReads(f.manifest, pieces, f.Lookup(), 100);
+  ASSERT_EQ(plan.shards.size(), 1u);
+  const std::vector<BlockRead>& reads = plan.shards[0].reads;
+  ASSERT_EQ(reads.size(), 4u);
+  EXPECT_THAT(reads[0].copies, ElementsAre(Copy::Rows(0, 8, 0, 24, 2, 40, 24),
+                                           Copy(0, 88, 48, 12)));
+  EXPECT_THAT(
+      reads[1].copies,
+      ElementsAre(Copy(0, 100, 60, 12), Copy::Rows(0, 128, 72, 24, 2, 40, 24)));
+}
+
 // PlanBlockReads merges the pieces' copies, which PairRequests gives in
 // source order; copies in any other order are sorted instead, and the plan
-// is the same.
+// is the same. (3-d bands: a copy per plane, each of a run per row.)
 TEST(PlanBlockReads, PiecesWithCopiesOutOfOrderGiveTheSamePlan) {
-  const Shape shape = {12, 10};
-  Fixture f(shape, {Box{{0, 0}, {12, 10}}}, {0}, 12, false);
-  const std::vector<PlanRequest> reqs = {PlanRequest{0, Box{{0, 0}, {12, 4}}},
-                                         PlanRequest{0, Box{{0, 4}, {12, 3}}},
-                                         PlanRequest{0, Box{{2, 7}, {9, 3}}}};
+  const Shape shape = {4, 3, 10};
+  Fixture f(shape, {Box{{0, 0, 0}, {4, 3, 10}}}, {0}, 12, false);
+  const std::vector<PlanRequest> reqs = {
+      PlanRequest{0, Box{{0, 0, 0}, {4, 2, 4}}},
+      PlanRequest{0, Box{{0, 0, 4}, {4, 2, 3}}},
+      PlanRequest{0, Box{{1, 1, 7}, {3, 2, 3}}}};
   auto pieces = PairRequests(f.manifest, reqs).value();
   auto reversed = pieces;
   for (ChunkPiece& p : reversed) std::reverse(p.copies.begin(), p.copies.end());

@@ -223,8 +223,8 @@ uint32_t AssignRounds(const RequestGroups& g, uint64_t budget,
     ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy& c) {
       if (h.rank == s) return;
       if (amount[h.rank] == 0) to.push_back(h.rank);
-      amount[h.rank] += c.bytes;
-      total += c.bytes;
+      amount[h.rank] += c.bytes();
+      total += c.bytes();
     });
     uint32_t k = cur[s];
     if (sent[s] > 0 && sent[s] + total > budget) k = cur[s] + 1;
@@ -269,18 +269,18 @@ void ClassifyBlocks(const RequestGroups& g, const BlockRead& r, uint64_t n,
   const uint64_t bs = r.indexed->block_size;
   cls->assign(n, kNoHolder);
   for (const Copy& c : r.copies) {
-    const uint64_t first = c.src / bs - r.b0;
-    const uint64_t last = (c.src + c.bytes - 1) / bs - r.b0;
-    for (uint64_t h = g.first[c.request]; h < g.first[c.request + 1]; ++h) {
-      const int64_t rank = g.holders[h].rank;
-      for (uint64_t b = first; b <= last; ++b) {
-        if ((*cls)[b] == kNoHolder) {
-          (*cls)[b] = rank;
-        } else if ((*cls)[b] != rank) {
-          (*cls)[b] = kSeveralHolders;
+    ForEachBlockSpan(c, bs, [&](uint64_t first, uint64_t end) {
+      for (uint64_t h = g.first[c.request]; h < g.first[c.request + 1]; ++h) {
+        const int64_t rank = g.holders[h].rank;
+        for (uint64_t b = first - r.b0; b < end - r.b0; ++b) {
+          if ((*cls)[b] == kNoHolder) {
+            (*cls)[b] = rank;
+          } else if ((*cls)[b] != rank) {
+            (*cls)[b] = kSeveralHolders;
+          }
         }
       }
-    }
+    });
   }
 }
 
@@ -305,10 +305,8 @@ CoopRead PartOf(const CoopRead& cr, uint64_t begin, uint64_t b, uint64_t n,
   p.raw_begin = p.b0 * bs;
   p.raw_end = b == n ? r.raw_end : p.b1 * bs;
   for (const Copy& c : r.copies) {
-    const uint64_t a = std::max(c.src, p.raw_begin);
-    const uint64_t z = std::min(c.src + c.bytes, p.raw_end);
-    if (a >= z) continue;
-    p.copies.push_back(Copy{c.request, a, c.dst + (a - c.src), z - a});
+    ClipCopy(c, p.raw_begin, p.raw_end,
+             [&](const Copy& part) { p.copies.push_back(part); });
   }
   return piece;
 }

@@ -198,7 +198,7 @@ std::vector<uint64_t> TotalSends(const RequestGroups& g, const CoopPlan& plan,
   for (const CoopRead& cr : plan.reads) {
     if (cr.reader != me) continue;
     ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy& c) {
-      if (h.rank != me) to[Lane(g, dx, h.rank, h)] += c.bytes;
+      if (h.rank != me) to[Lane(g, dx, h.rank, h)] += c.bytes();
     });
   }
   return to;
@@ -218,12 +218,15 @@ std::pair<std::vector<BlockRead>, std::vector<uint64_t>> RoundReads(
     BlockRead r = src;
     r.copies.clear();
     ForEachDelivery(g, src, [&](const Holder& h, const Copy& c) {
+      Copy& out = r.copies.emplace_back(c);
       if (h.rank == me) {
-        r.copies.push_back(Copy{h.index, c.src, c.dst, c.bytes});
-      } else {
+        out.request = h.index;
+      } else {  // the runs packed one after another in the lane's buffer
         const uint32_t lane = Lane(g, dx, h.rank, h);
-        r.copies.push_back(Copy{slots + lane, c.src, off[lane], c.bytes});
-        off[lane] += c.bytes;
+        out.request = slots + lane;
+        out.dst = off[lane];
+        out.dst_pitch = c.rows > 1 ? c.run : 0;
+        off[lane] += c.bytes();
       }
     });
     reads.push_back(std::move(r));
@@ -253,7 +256,7 @@ std::vector<Incoming> IncomingOf(const RequestGroups& g, const CoopPlan& plan,
       ForEachDelivery(g, plan.reads[i].read,
                       [&](const Holder& h, const Copy& c) {
                         if (h.rank == me)
-                          (*sizes)[Lane(g, dx, s, h)] += c.bytes;
+                          (*sizes)[Lane(g, dx, s, h)] += c.bytes();
                       });
     }
   }
@@ -270,8 +273,11 @@ absl::Status Unpack(const RequestGroups& g, const BlockRead& read, uint32_t me,
   ReadExecutor::Tally written(run);
   ForEachDelivery(g, read, [&](const Holder& h, const Copy& c) {
     if (h.rank != me || ViaDevice(dx, h) || !st.ok()) return;
-    st = run->Deliver(h.index, c.dst, bytes, c.bytes, &written);
-    bytes += c.bytes;
+    for (uint32_t k = 0; k < c.rows && st.ok(); ++k) {  // packed runs
+      st = run->Deliver(h.index, c.dst + k * c.dst_pitch, bytes, c.run,
+                        &written);
+      bytes += c.run;
+    }
   });
   return st;
 }
@@ -389,7 +395,7 @@ uint64_t MaxRoundSend(const RequestGroups& g, const CoopPlan& plan,
   for (const CoopRead& cr : plan.reads) {
     if (cr.reader != me) continue;
     ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy& c) {
-      if (h.rank != me) sends[cr.round] += c.bytes;
+      if (h.rank != me) sends[cr.round] += c.bytes();
     });
   }
   return sends.empty() ? 0 : *std::max_element(sends.begin(), sends.end());
@@ -405,7 +411,7 @@ std::vector<std::vector<uint64_t>> PeerOffsets(const RequestGroups& g,
   for (const CoopRead& cr : plan.reads) {
     ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy& c) {
       if (h.rank != cr.reader && h.rank < me) {
-        out[cr.round][cr.reader] += c.bytes;
+        out[cr.round][cr.reader] += c.bytes();
       }
     });
   }

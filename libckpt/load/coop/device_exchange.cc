@@ -153,12 +153,14 @@ absl::Status DeviceExchange::Deliver(
   uint64_t cursor = 0;
   for (const std::vector<uint32_t>& from : incoming) {
     for (uint32_t i : from) {
-      ForEachDelivery(g, plan.reads[i].read,
-                      [&](const Holder& h, const Copy& c) {
-                        if (h.rank != me_ || !OnDevice(h)) return;
-                        runs[h.index].push_back({cursor, c.dst, c.bytes});
-                        cursor += c.bytes;
-                      });
+      ForEachDelivery(
+          g, plan.reads[i].read, [&](const Holder& h, const Copy& c) {
+            if (h.rank != me_ || !OnDevice(h)) return;
+            for (uint32_t k = 0; k < c.rows; ++k) {  // packed
+              runs[h.index].push_back({cursor, c.dst + k * c.dst_pitch, c.run});
+              cursor += c.run;
+            }
+          });
     }
   }
   std::vector<DeviceCopy> copies;

@@ -69,8 +69,7 @@ std::vector<BlockRead> DirectReads(const RequestGroups& g, const CoopPlan& plan,
     BlockRead r = cr.read;
     r.copies.clear();
     ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy& c) {
-      r.copies.push_back(
-          Copy{all.first[h.rank] + h.index, c.src, c.dst, c.bytes});
+      r.copies.emplace_back(c).request = all.first[h.rank] + h.index;
     });
     reads.push_back(std::move(r));
     shards->push_back(cr.shard);
@@ -89,8 +88,8 @@ absl::Status CheckDelivered(const RequestGroups& g, const CoopPlan& plan,
   for (const CoopRead& cr : plan.reads) {
     ForEachDelivery(g, cr.read, [&](const Holder& h, const Copy& c) {
       if (h.rank != me) return;
-      delivered[h.index] += c.bytes;
-      if (cr.reader != me) *received += c.bytes;
+      delivered[h.index] += c.bytes();
+      if (cr.reader != me) *received += c.bytes();
     });
   }
   for (size_t i = 0; i < p.reqs.size(); ++i) {
