@@ -225,7 +225,34 @@ def save_job(rank, world, store, out):
     async_save_while_training(job, os.path.join(out, "d"), pg, UnstagedWriter)
     results["unstaged"] = load_and_compare(Job(rank, world, seed=1),
                                            ckdcp.Reader(os.path.join(out, "d")), after)
+    results["staged_metadata"] = staged_metadata(job, os.path.join(out, "e"), pg, rank)
     _finish(out, rank, results)
+
+
+def staged_metadata(job, root, pg, rank):
+    """Four async_saves, rank 1 adding a key at the third: what each of this
+    rank's stage() exchanges sent of the metadata ("meta": its part,
+    "meta_token": the token of the last document), and the flattening map
+    each checkpoint holds."""
+    sent, real = [], ckdcp._exchange
+
+    def spy(comm, info):
+        sent.append([k for k in ("meta", "meta_token") if k in info])
+        return real(comm, info)
+    ckdcp._docs.clear()
+    ckdcp._exchange = spy
+    keys = []
+    try:
+        for step in range(1, 5):
+            state = job.state()
+            if step >= 3 and rank == 1:
+                state["rank1_only"] = torch.ones(2)
+            writer = ckdcp.Writer(root, step=step, process_group=pg)
+            dcp.async_save(state, storage_writer=writer, process_group=pg).result()
+            keys.append(sorted(ckdcp.Reader(root, step=step).read_metadata().planner_data))
+    finally:
+        ckdcp._exchange = real
+    return {"sent": sent, "keys": keys}
 
 
 def metadata_summary(md):
@@ -330,6 +357,20 @@ def test_fsdp2_state_round_trips_bit_exactly_on_2_ranks(saved):
     assert r.find("model.scale").dtype == ckpt.bfloat16 and len(r.find("model.scale").chunks) == 1
     assert r.find("extra.epoch").kind == "object"
     assert r.find("optim.param_groups.0.lr").kind == "object"
+
+
+def test_stage_sends_a_token_for_the_metadata_while_every_part_stays(saved):
+    """async_save's stage() all-gathers every rank's part of the metadata
+    document (tens of KB each) only when a part changed: while every rank's
+    part is the one it gave the last document, the ranks send its token;
+    when one rank's part changes (rank 1 adds a key), the others' parts are
+    exchanged again and the checkpoint's document holds the change."""
+    r0, r1 = (r["staged_metadata"] for r in saved["results"])
+    assert r0["sent"] == [["meta"], ["meta_token"], ["meta_token"], ["meta"], ["meta_token"]]
+    assert r1["sent"] == [["meta"], ["meta_token"], ["meta"], ["meta"], ["meta_token"]]
+    for keys in (r0["keys"], r1["keys"]):
+        assert "rank1_only" not in keys[0] and keys[0] == keys[1]
+        assert keys[2] == keys[3] == sorted(keys[0] + ["rank1_only"])
 
 
 def test_dcp_plans_without_the_items_and_save_returns_the_full_metadata(saved):

@@ -105,7 +105,9 @@ plans again (metadata only) and its write_data waits for ckpt's save
 nothing the staged one lacks (a different planner: raises, after the
 commit, saying so). stage() returns the state dict's containers copied (the tensors not:
 nothing reads their values any more). Every rank calls stage() (it runs one
-all-gather and ckpt's planning on the group's communicator), so DCP's save
+all-gather and ckpt's planning on the group's communicator: the all-gather
+carries each rank's part of the JSON metadata only when it changed, else
+the token of the group's last document), so DCP's save
 must be finished (future.result()) before the next async_save on the same
 group. DCP's background thread uses the group too: give async_save and the
 Writer a group of their own (dist.new_group(backend="gloo")), as DCP
@@ -142,6 +144,7 @@ the plan without them; a planner with a global plan of its own must be
 passed to Reader(planner=...) too (read_data refuses it otherwise).
 """
 import dataclasses
+import hashlib
 import io
 import json
 import os
@@ -549,6 +552,7 @@ def _release() -> None:
     last saves registered (ckpt.torch.release() calls it)."""
     _writers.clear()
     _plans.clear()
+    _docs.clear()
 
 
 # The local plan of the last stage() of each process group (the group object
@@ -588,6 +592,44 @@ def _plan_structure(planner, is_coordinator: bool):
             out.append((fqn, "o"))
     out.append(planner.mappings)
     return out
+
+
+# The metadata document of the last stage() of each process group (the
+# group object kept with it): (its token, this rank's part of it, the
+# document's metadata pairs). A trainer's every stage() merges the same
+# parts: while every rank's part is the one it gave that document, the
+# ranks exchange its token (bytes) instead of their parts (tens of KB each,
+# all-gathered: every rank would receive every other rank's).
+_docs: Dict[int, tuple] = {}
+
+
+def _agreed_metadata(key, comm, meta: Dict[str, Any], gathered: List[Dict]) -> Dict[str, str]:
+    """The metadata pairs of the document that merges every rank's part,
+    after stage()'s exchange (`gathered`, in which each rank sent its part
+    as "meta", or only the token of the group's last document as
+    "meta_token" when its part is the one it gave that document). Every rank
+    decides alike from `gathered`: one token on every rank reuses that
+    document; otherwise the parts that were not sent are exchanged now."""
+    tokens = {g.get("meta_token") for g in gathered}
+    cached = _docs.get(id(key))
+    if len(tokens) == 1 and None not in tokens and cached is not None and cached[0] is key:
+        return cached[3]
+    parts = [g.get("meta") for g in gathered]
+    if any(p is None for p in parts):  # a rank sent a token: every part again
+        parts = [g["meta"] for g in _exchange(comm, {"meta": meta})]
+    pairs = _encode_metadata(_merge_metadata(parts))
+    token = hashlib.blake2b("".join(pairs.values()).encode(), digest_size=16).hexdigest()
+    _docs[id(key)] = (key, token, meta, pairs)
+    return pairs
+
+
+def _metadata_part(key, meta: Dict[str, Any]) -> Dict[str, Any]:
+    """What this rank sends of its part in stage()'s exchange (see
+    _agreed_metadata)."""
+    cached = _docs.get(id(key))
+    if cached is not None and cached[0] is key and cached[2] is meta:
+        return {"meta_token": cached[1]}
+    return {"meta": meta}
 
 
 def _local_plan(key, planner, is_coordinator: bool) -> Tuple[SavePlan, Dict[str, Any]]:
@@ -766,24 +808,25 @@ class Writer(StorageWriter, AsyncStager):
         the Writer's group. Returns `state_dict` with its containers copied."""
         writer, comm = _group_writer(self.process_group, self.no_dist)
         rank = 0 if comm is None else comm.rank
+        key = _group_key(self.process_group, comm)
         planner = self.planner if self.planner is not None else DefaultSavePlanner()
-        info, error, blobs, plan = {"error": None}, None, {}, None
+        info, error, blobs, plan, meta = {"error": None}, None, {}, None, None
         try:
             planner.set_up_planner(state_dict, storage_meta=self.storage_meta(),
                                    is_coordinator=rank == 0)
-            plan, meta = _local_plan(_group_key(self.process_group, comm), planner, rank == 0)
+            plan, meta = _local_plan(key, planner, rank == 0)
             if rank == 0:
                 self._check_step_free()
             blobs = _register(writer, plan.items, _resolver(planner))
-            info.update(meta=meta, objects=sorted(blobs))
+            info.update(_metadata_part(key, meta), objects=sorted(blobs))
         except Exception as e:  # reported to every rank below
             error, info["error"] = e, _error_info(e)
         try:
             gathered = _exchange(comm, info)
             _raise_if_any_rank_failed(gathered, error, f"staging of {self.path}")
             _set_objects(writer, blobs, gathered, rank)
-            doc = _merge_metadata([g["meta"] for g in gathered])
-            handle = writer.save_async(self.path, self.step, self._save_options(doc))
+            pairs = _agreed_metadata(key, comm, meta, gathered)
+            handle = writer.save_async(self.path, self.step, self._save_options(pairs=pairs))
         except BaseException:
             writer.clear()  # the next save registers everything anew
             raise
@@ -821,10 +864,12 @@ class Writer(StorageWriter, AsyncStager):
                 f"{path}: a checkpoint of step {self.step} exists (Writer(overwrite=True) "
                 "replaces it, or choose another step)")
 
-    def _save_options(self, doc: Dict[str, Any]):
+    def _save_options(self, doc: Optional[Dict[str, Any]] = None, pairs=None):
+        """ckpt's SaveOptions, the metadata document `doc` (or its encoded
+        `pairs`) with the user's metadata."""
         from .. import save_options
         metadata = dict(self._user_metadata)
-        metadata.update(_encode_metadata(doc))
+        metadata.update(_encode_metadata(doc) if pairs is None else pairs)
         return save_options(overwrite=self.overwrite, metadata=metadata, **self._options)
 
 
