@@ -4,6 +4,7 @@
 
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -260,6 +261,55 @@ TEST(PairRequests, AColumnBandIsOneStridedCopyPerChunk) {
               ElementsAre(Copy::Rows(0, (2 * 10 + 3) * 4, 0, 16, 4, 40, 16)));
   EXPECT_THAT(pieces[1].copies,
               ElementsAre(Copy::Rows(0, 3 * 4, 4 * 16, 16, 4, 40, 16)));
+}
+
+// The bytes (src -> dst) of the runs of `c` that lie in [lo, hi), one by
+// one: what ClipCopy's copies must give together.
+std::map<uint64_t, uint64_t> BytesIn(const Copy& c, uint64_t lo, uint64_t hi) {
+  std::map<uint64_t, uint64_t> out;
+  for (uint64_t k = 0; k < c.rows; ++k) {
+    for (uint64_t i = 0; i < c.run; ++i) {
+      const uint64_t s = c.src + k * c.src_pitch + i;
+      if (s >= lo && s < hi) out[s] = c.dst + k * c.dst_pitch + i;
+    }
+  }
+  return out;
+}
+
+// ClipCopy gives exactly the bytes of a copy's runs within a range, in at
+// most three copies in source order; ForEachRunIn walks the same bytes;
+// ForEachBlockSpan names exactly the blocks the runs touch.
+TEST(ClipCopy, GivesExactlyTheRunsInARangeInAtMostThreeCopies) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const uint64_t run = 1 + rng() % 9, rows = 1 + rng() % 7;
+    const uint64_t sp = run + rng() % 12, dp = run + rng() % 5;
+    const Copy c = Copy::Rows(0, rng() % 20, rng() % 20, run,
+                              static_cast<uint32_t>(rows), sp, dp);
+    const uint64_t lo = rng() % 100, hi = lo + rng() % 60;
+    std::vector<Copy> parts;
+    ClipCopy(c, lo, hi, [&](const Copy& p) { parts.push_back(p); });
+    ASSERT_LE(parts.size(), 3u) << "trial " << trial;
+    std::map<uint64_t, uint64_t> got, walked;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (i > 0) EXPECT_LT(parts[i - 1].src, parts[i].src) << "trial " << trial;
+      for (const auto& [s, d] : BytesIn(parts[i], 0, UINT64_MAX)) {
+        EXPECT_TRUE(got.emplace(s, d).second) << "trial " << trial;
+      }
+    }
+    EXPECT_EQ(got, BytesIn(c, lo, hi)) << "trial " << trial;
+    ForEachRunIn(c, lo, hi, [&](uint64_t s, uint64_t d, uint64_t n) {
+      for (uint64_t i = 0; i < n; ++i) walked.emplace(s + i, d + i);
+    });
+    EXPECT_EQ(walked, BytesIn(c, lo, hi)) << "trial " << trial;
+    const uint64_t bs = 1 + rng() % 16;
+    std::set<uint64_t> blocks, spanned;
+    for (const auto& [s, d] : BytesIn(c, 0, UINT64_MAX)) blocks.insert(s / bs);
+    ForEachBlockSpan(c, bs, [&](uint64_t first, uint64_t end) {
+      for (uint64_t b = first; b < end; ++b) spanned.insert(b);
+    });
+    EXPECT_EQ(spanned, blocks) << "trial " << trial;
+  }
 }
 
 // A read boundary inside a run cuts the copy into the run's two parts and
