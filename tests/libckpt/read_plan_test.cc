@@ -292,7 +292,9 @@ TEST(ClipCopy, GivesExactlyTheRunsInARangeInAtMostThreeCopies) {
     ASSERT_LE(parts.size(), 3u) << "trial " << trial;
     std::map<uint64_t, uint64_t> got, walked;
     for (size_t i = 0; i < parts.size(); ++i) {
-      if (i > 0) EXPECT_LT(parts[i - 1].src, parts[i].src) << "trial " << trial;
+      if (i > 0) {
+        EXPECT_LT(parts[i - 1].src, parts[i].src) << "trial " << trial;
+      }
       for (const auto& [s, d] : BytesIn(parts[i], 0, UINT64_MAX)) {
         EXPECT_TRUE(got.emplace(s, d).second) << "trial " << trial;
       }
