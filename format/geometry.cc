@@ -170,13 +170,19 @@ uint64_t LocalIndex(const Box& b, const Dims& bstride, const Dims& c) {
   return idx;
 }
 
-// The first dim of the rows RowRuns walks: every dim after it is whole in
-// `inter` (so in both regions too), which makes a row through them one run
-// in every layout. A shard of whole rows (Shard(0) of a matrix) is then one
-// row, not one per matrix row.
-size_t RowDim(const Shape& shape, const Box& inter) {
+// The first dim of the rows RowRuns walks: every dim after it is whole,
+// in `inter`, in both layouts (a box's own extent, or the tensor's for a
+// flat range), which makes a row through them one run in both. A shard of
+// whole rows (Shard(0) of a matrix) is then one row, not one per matrix
+// row, and so is a column band loaded into the layout it was saved in.
+size_t RowDim(const Shape& shape, const Box& inter, const Box* sb,
+              const Box* db) {
+  auto whole = [&](size_t d) {
+    return inter.size[d] == (sb ? sb->size[d] : shape[d]) &&
+           inter.size[d] == (db ? db->size[d] : shape[d]);
+  };
   size_t m = inter.size.size() - 1;
-  while (m > 0 && inter.size[m] == shape[m]) --m;
+  while (m > 0 && whole(m)) --m;
   return m;
 }
 
@@ -187,7 +193,7 @@ void RowRuns(const Shape& shape, const Dims& stride, const Box& inter,
              const Box* sb, const Box* db, const FlatRange* sf,
              const FlatRange* df, RunEmitter* out) {
   const size_t n = inter.offset.size();
-  const size_t m = RowDim(shape, inter);
+  const size_t m = RowDim(shape, inter, sb, db);
   const FlatRange* flat = sf ? sf : df;
   const uint64_t flat_end = flat ? flat->start + flat->length : 0;
   Dims sstride, dstride;
