@@ -24,15 +24,18 @@ using format::EntryRecord;
 // Block span [first, second) of a chunk.
 using Span = std::pair<uint64_t, uint64_t>;
 
+// The order of a read's copies: by src, then request.
+bool SrcThenRequest(const Copy& x, const Copy& y) {
+  return std::tie(x.src, x.request) < std::tie(y.src, y.request);
+}
+
 // The copies of `pieces` (of one chunk), sorted by src then request. Each
 // piece's copies come sorted (ForEachRun walks a region in order), so
 // they are merged, not sorted: the pieces of one chunk are few (one per
 // request that intersects it) and their copies may be many (a 3-d band of
 // a row-major chunk is a copy per plane).
 std::vector<Copy> SortedCopies(const std::vector<const ChunkPiece*>& pieces) {
-  auto less = [](const Copy& x, const Copy& y) {
-    return std::tie(x.src, x.request) < std::tie(y.src, y.request);
-  };
+  const auto less = SrcThenRequest;
   size_t total = 0;
   for (const ChunkPiece* p : pieces) total += p->copies.size();
   std::vector<Copy> all;
@@ -135,12 +138,9 @@ void AssignCopies(const std::vector<Copy>& copies,
     }
   }
   // A strided copy's later runs come after the start of the next copy.
-  auto less = [](const Copy& x, const Copy& y) {
-    return std::tie(x.src, x.request) < std::tie(y.src, y.request);
-  };
   for (BlockRead& r : *reads) {
-    if (!std::is_sorted(r.copies.begin(), r.copies.end(), less)) {
-      std::sort(r.copies.begin(), r.copies.end(), less);
+    if (!std::is_sorted(r.copies.begin(), r.copies.end(), SrcThenRequest)) {
+      std::sort(r.copies.begin(), r.copies.end(), SrcThenRequest);
     }
   }
 }
@@ -150,10 +150,8 @@ void AssignCopies(const std::vector<Copy>& copies,
 void AppendRun(Copies* copies, const Copy& c) {
   if (!copies->empty()) {
     Copy& last = copies->back();
-    const bool follows =
-        last.run == c.run && last.rows < UINT32_MAX &&
-        c.src >= last.src_end() &&
-        c.dst >= last.dst + (last.rows - 1) * last.dst_pitch + last.run;
+    const bool follows = last.run == c.run && last.rows < UINT32_MAX &&
+                         c.src >= last.src_end() && c.dst >= last.dst_end();
     if (follows && last.rows == 1) {
       last = Copy::Rows(last.request, last.src, last.dst, last.run, 2,
                         c.src - last.src, c.dst - last.dst);

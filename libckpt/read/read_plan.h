@@ -68,6 +68,7 @@ struct Copy {
   }
   uint64_t bytes() const { return uint64_t{rows} * run; }  // of every run
   uint64_t src_end() const { return src + (rows - 1) * src_pitch + run; }
+  uint64_t dst_end() const { return dst + (rows - 1) * dst_pitch + run; }
   friend bool operator==(const Copy& a, const Copy& b) {
     return a.request == b.request && a.rows == b.rows && a.src == b.src &&
            a.dst == b.dst && a.run == b.run && a.src_pitch == b.src_pitch &&

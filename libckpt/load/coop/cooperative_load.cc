@@ -273,11 +273,10 @@ absl::Status Unpack(const RequestGroups& g, const BlockRead& read, uint32_t me,
   ReadExecutor::Tally written(run);
   ForEachDelivery(g, read, [&](const Holder& h, const Copy& c) {
     if (h.rank != me || ViaDevice(dx, h) || !st.ok()) return;
-    for (uint32_t k = 0; k < c.rows && st.ok(); ++k) {  // packed runs
-      st = run->Deliver(h.index, c.dst + k * c.dst_pitch, bytes, c.run,
-                        &written);
-      bytes += c.run;
-    }
+    ForEachRunIn(c, 0, UINT64_MAX, [&](uint64_t, uint64_t dst, uint64_t n) {
+      if (st.ok()) st = run->Deliver(h.index, dst, bytes, n, &written);
+      bytes += n;  // the runs come packed, in order
+    });
   });
   return st;
 }

@@ -156,10 +156,11 @@ absl::Status DeviceExchange::Deliver(
       ForEachDelivery(
           g, plan.reads[i].read, [&](const Holder& h, const Copy& c) {
             if (h.rank != me_ || !OnDevice(h)) return;
-            for (uint32_t k = 0; k < c.rows; ++k) {  // packed
-              runs[h.index].push_back({cursor, c.dst + k * c.dst_pitch, c.run});
-              cursor += c.run;
-            }
+            ForEachRunIn(c, 0, UINT64_MAX,  // the runs come packed, in order
+                         [&](uint64_t, uint64_t dst, uint64_t n) {
+                           runs[h.index].push_back({cursor, dst, n});
+                           cursor += n;
+                         });
           });
     }
   }

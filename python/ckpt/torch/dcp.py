@@ -611,9 +611,8 @@ def _agreed_metadata(key, comm, meta: Dict[str, Any], gathered: List[Dict]) -> D
     decides alike from `gathered`: one token on every rank reuses that
     document; otherwise the parts that were not sent are exchanged now."""
     tokens = {g.get("meta_token") for g in gathered}
-    cached = _docs.get(id(key))
-    if len(tokens) == 1 and None not in tokens and cached is not None and cached[0] is key:
-        return cached[3]
+    if len(tokens) == 1 and None not in tokens:  # this rank sent it too
+        return _docs[id(key)][3]
     parts = [g.get("meta") for g in gathered]
     if any(p is None for p in parts):  # a rank sent a token: every part again
         parts = [g["meta"] for g in _exchange(comm, {"meta": meta})]
